@@ -1,0 +1,19 @@
+"""The ``promokit`` command. Each domain mounts its sub-commands; heavy libraries load inside commands."""
+
+from __future__ import annotations
+
+import typer
+
+from promokit.conversion.cli import app as conversion_app
+
+app = typer.Typer(help="promokit: predict responses to promotions and decide who gets which.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(conversion_app, name="conversion")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

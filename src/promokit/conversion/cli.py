@@ -1,0 +1,254 @@
+"""``promokit conversion …``: train, predict, evaluate, demo, bench, synth, kuairand."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
+
+DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet.")]
+SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
+
+
+@contextmanager
+def user_errors():
+    """Turn contract violations into one red line and exit code 2, not a traceback."""
+    from rich.console import Console
+
+    from promokit.data import DataError
+
+    try:
+        yield
+    except DataError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _spec(path: Optional[Path]):
+    from promokit.data import FeatureSpec
+
+    return FeatureSpec.from_file(path) if path else FeatureSpec()
+
+
+def _print_table(title: str, frame) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    frame = frame.reset_index() if frame.index.name else frame
+    for column in frame.columns:
+        table.add_column(str(column))
+    for row in frame.itertuples(index=False):
+        table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
+    _console().print(table)
+
+
+@app.command()
+def train(data: DataOpt,
+          out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+          model: Annotated[str, typer.Option("--model", help="esm2 | esmm | dnn | dnn-os | gbdt")] = "esm2",
+          spec: SpecOpt = None,
+          valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table for early stopping.")] = None,
+          valid_fraction: Annotated[float, typer.Option(help="Random share of --data for validation when --valid is not given.")] = 0.1,
+          epochs: int = 10, batch_size: int = 1000, lr: float = 5e-4, patience: int = 2, seed: SeedOpt = 0,
+          params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [128, 64]}\'.')] = None,
+          repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase to 0 on unclicked rows instead of failing.")] = False,
+          resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in OUT/.checkpoint.")] = False):
+    """Fit a model on an impression table and write it as a model directory."""
+    with user_errors():
+        from promokit.conversion import ConversionModel
+        from promokit.data import DataError, read_table
+        from promokit.training import TrainConfig
+
+        try:
+            model_params = json.loads(params) if params else None
+        except json.JSONDecodeError as exc:
+            raise DataError(f"--params is not valid JSON: {exc}") from None
+        table = read_table(data)
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed)
+        estimator = ConversionModel(model, model_params, config, _spec(spec), repair_labels)
+        checkpoints = out.parent / f".{out.name}.checkpoint"
+        estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoints, resume)
+        estimator.save(out)
+        report = estimator.report
+        console = _console()
+        for role, count in report.labels.repaired.items():
+            console.print(f"repaired {count} rows where {role}=1 without a click")
+        if report.history is not None:
+            h = report.history
+            console.print(f"{h.stopped} after {len(h.epochs)} epochs; best validation loss "
+                          f"{h.best_valid_loss:.5f} at epoch {h.best_epoch + 1}")
+            if h.stopped == "interrupted":
+                console.print(f"interrupted: the best model so far is saved; continue with --resume")
+        console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
+
+
+@app.command()
+def predict(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
+            data: DataOpt,
+            out: Annotated[Path, typer.Option("--out", help="Parquet file of predictions.")],
+            keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None):
+    """Write p_ctr, p_cvr, p_ctavr (ESM²) and p_ctcvr per row, with the input's key columns."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.conversion import ConversionModel
+        from promokit.data import DataError, read_table, write_json
+
+        estimator = ConversionModel.load(model)
+        table = read_table(data)
+        keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
+        absent = [c for c in keys if c not in table.columns]
+        if absent:
+            raise DataError(f"--keep columns {absent} are not in the table of {len(table)} rows")
+        predictions = estimator.predict(table)
+        result = pd.concat([table[keys], predictions], axis=1)
+        from promokit.data import write_parquet
+
+        write_parquet(result, out)
+        summary = {"rows": len(result), "model": estimator.name, "outputs": list(predictions.columns),
+                   "means": {c: float(predictions[c].mean()) for c in predictions.columns}}
+        write_json(summary, out.with_suffix(".json"))
+        _console().print(f"{len(result)} predictions written to {out}")
+
+
+@app.command()
+def evaluate(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
+             data: DataOpt,
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
+             gauc_weight: Annotated[str, typer.Option(help="impressions | uniform (the ESM² paper uses uniform).")] = "impressions"):
+    """Score a trained model on a labelled table: AUCs, GAUC, logloss, MSE, P/R/F1 at top k."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.conversion import ConversionModel
+        from promokit.data import read_table
+        from promokit.report import Report
+
+        estimator = ConversionModel.load(model)
+        metrics = estimator.evaluate(read_table(data), gauc_weight)
+        frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+        report = Report(f"Evaluation of {model}", data={"model": estimator.name, "metrics": metrics})
+        report.add("Metrics", frame)
+        report.write(out)
+        _print_table(f"{estimator.name} on {data.name}", frame.set_index("metric"))
+
+
+@app.command()
+def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("promokit-demo"),
+         users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
+         models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gbdt,dnn,dnn-os,esmm,esm2"):
+    """Train GBDT, DNN, DNN-OS, ESMM and ESM² on the synthetic world and compare them with the oracle."""
+    with user_errors():
+        from promokit.conversion.demo import run_demo
+
+        console = _console()
+        console.print(f"synthetic world: {impressions:,} impressions, {users:,} users, {items:,} items (seed {seed})")
+
+        def done(row):
+            console.print(f"  {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  CTCVR AUC {row['ctcvr_auc']:.4f}  "
+                          f"({row['fit_seconds']:.0f} s)")
+
+        table, report = run_demo(users, items, impressions, seed, models.split(","), on_result=done)
+        report.write(out)
+        _print_table("test metrics", report.sections[2][1])
+        console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
+
+
+@app.command()
+def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impression table; the synthetic world when omitted.")] = None,
+          spec: SpecOpt = None,
+          models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gbdt,dnn,dnn-os,esmm,esm2",
+          seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
+          base: Annotated[str, typer.Option(help="Model RelaImpr is measured against.")] = "esmm",
+          split: Annotated[str, typer.Option(help="random, or time:<column> to train on the past and test on the future.")] = "random",
+          impressions: int = 300_000, users: int = 2000, items: int = 800,
+          epochs: int = 6, batch_size: int = 1000, lr: float = 1e-3,
+          params: Annotated[Optional[str], typer.Option(help='Network parameters for every neural model as JSON.')] = None,
+          repair_labels: bool = False,
+          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None):
+    """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.conversion import bench as runner
+        from promokit.conversion.demo import DEMO_NET, world_split
+        from promokit.conversion.synthetic import make_world
+        from promokit.data import DataError, read_table, random_split, time_split
+        from promokit.report import Report
+        from promokit.training import TrainConfig
+
+        names = models.split(",")
+        net = json.loads(params) if params else DEMO_NET
+        oracle = None
+        if data is None:
+            world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0)
+            parts, truth, feature_spec = world_split(world)
+        else:
+            table = read_table(data)
+            feature_spec = _spec(spec)
+            if split.startswith("time:"):
+                column = split.split(":", 1)[1]
+                if column not in table.columns:
+                    raise DataError(f"--split {split}: column {column!r} is not in the table of {len(table)} rows")
+                rows = time_split(table[column], (0.8, 0.1, 0.1))
+            elif split == "random":
+                rows = random_split(len(table), (0.8, 0.1, 0.1), 0)
+            else:
+                raise DataError(f"--split must be 'random' or 'time:<column>', got {split!r}")
+            parts = runner.Split(*(table.iloc[r] for r in rows))
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=1)
+        console = _console()
+
+        def done(row):
+            console.print(f"  seed {row['seed']} {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  "
+                          f"CTCVR AUC {row['ctcvr_auc']:.4f}  ({row['fit_seconds']:.0f} s)")
+
+        results = runner.run(parts, names, [int(s) for s in seeds.split(",")], feature_spec,
+                             {n: net for n in names if n != "gbdt"}, config, repair_labels=repair_labels,
+                             on_result=done)
+        summary = runner.summarise(results, base if base in names else None)
+        if data is None:
+            oracle = runner.oracle_row(parts.test, truth, feature_spec.resolve(parts.test, ("click", "purchase"), ("daction",)))
+            summary.loc["oracle", list(runner.HEADLINE)] = [f"{oracle[m]:.4f}" for m in runner.HEADLINE]
+        _print_table("mean ± std over seeds", summary)
+        if out is not None:
+            report = Report("promokit conversion bench", data={"results": results.to_dict(orient="records"),
+                                                                "oracle": oracle})
+            report.add("Setup", f"data: {data or 'synthetic world'}; split: {split}; seeds: {seeds}; "
+                                f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows")
+            report.add("Mean ± std over seeds", summary)
+            report.write(out)
+            console.print(f"report written to {out}/report.md")
+
+
+@app.command()
+def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the impression table.")],
+          users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
+          truth: Annotated[bool, typer.Option(help="Also write the true probabilities as columns true_p_*.")] = False):
+    """Write the synthetic impression world as a table to try the other commands on."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.conversion.synthetic import make_world
+        from promokit.data import write_parquet
+
+        world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=seed)
+        table = world.table
+        if truth:
+            table = pd.concat([table, world.truth.add_prefix("true_")], axis=1)
+        write_parquet(table, out)
+        _console().print(f"{len(table):,} impressions written to {out}; categorical: {world.categorical}; "
+                         f"numeric: {world.numeric}")

@@ -1,0 +1,165 @@
+"""ConversionModel: table in → fitted model → predictions and metrics out, saved as a model directory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from promokit import __version__
+from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, LabelReport, check_labels
+from promokit.conversion.evaluate import conversion_metrics
+from promokit.conversion.models import MODELS
+from promokit.data import DataError, EncodedFeatures, FeatureSpec, TableEncoder, random_split
+from promokit.training import History, ModelDirWriter, TrainConfig, Trainer, read_json, read_weights
+from promokit.training.seed import seed_everything
+
+OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
+
+
+@dataclass
+class FitReport:
+    """What happened during ``fit``: rows used, label repairs, training history."""
+
+    n_train: int = 0
+    n_valid: int = 0
+    labels: LabelReport = field(default_factory=LabelReport)
+    history: History | None = None
+
+
+class ConversionModel:
+    """A conversion model by name (``esm2``, ``esmm``, ``dnn``, ``dnn-os``, ``gbdt``) with its encoders.
+
+    Example::
+
+        model = ConversionModel("esm2").fit(train_table)
+        predictions = model.predict(test_table)      # p_ctr, p_cvr, p_ctavr, p_ctcvr per row
+        metrics = model.evaluate(test_table)         # cvr_auc, ctcvr_auc, ctcvr_gauc, …
+        model.save("esm2_model"); ConversionModel.load("esm2_model")
+    """
+
+    def __init__(self, model: str = "esm2", params: dict | None = None, train: TrainConfig | None = None,
+                 spec: FeatureSpec | None = None, repair_labels: bool = False):
+        if model not in MODELS:
+            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+        self.name = model
+        self.params = {**MODELS[model][1], **(params or {})}
+        self.train_config = train or TrainConfig()
+        self.spec = spec or FeatureSpec()
+        self.repair_labels = repair_labels
+        self.encoder: TableEncoder | None = None
+        self.net = None
+        self.report = FitReport()
+
+    @property
+    def model_class(self):
+        return MODELS[self.name][0]
+
+    @property
+    def is_neural(self) -> bool:
+        return issubclass(self.model_class, nn.Module)
+
+    def fit(self, table: pd.DataFrame, valid: pd.DataFrame | None = None, valid_fraction: float = 0.1,
+            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False) -> ConversionModel:
+        """Fit on ``table``; early-stop on ``valid`` (or a random ``valid_fraction`` of ``table``; 0 for none)."""
+        spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
+        needed = [role for role in self.model_class.labels if role not in spec.labels]
+        if needed:
+            raise DataError(f"model {self.name!r} needs the {needed} label(s), which the table of {len(table)} rows "
+                            f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
+        self.spec = spec
+        seed_everything(self.train_config.seed)
+        labels, label_report = check_labels(table, spec.labels, self.repair_labels)
+        valid_labels = None
+        if valid is not None:
+            valid_labels, valid_report = check_labels(valid, spec.labels, self.repair_labels)
+            for role, count in valid_report.repaired.items():
+                label_report.repaired[role] = label_report.repaired.get(role, 0) + count
+        elif valid_fraction > 0:
+            train_rows, valid_rows = random_split(len(table), (1 - valid_fraction, valid_fraction),
+                                                  self.train_config.seed)
+            table, valid = table.iloc[train_rows], table.iloc[valid_rows]
+            labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
+        self.encoder = TableEncoder.fit(table, spec)
+        train_x = self.encoder.transform(table)
+        valid_part = None if valid is None else (self.encoder.transform(valid), valid_labels)
+        self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), labels=label_report)
+        if self.is_neural:
+            self.net = self._build_net()
+            trainer = Trainer(self.train_config, checkpoint_dir)
+            valid_tensors = None if valid_part is None else _tensors(*valid_part)
+            self.report.history = trainer.fit(self.net, _tensors(train_x, labels), valid_tensors, resume=resume)
+        else:
+            self.net = self.model_class(**{"seed": self.train_config.seed, **self.params})
+            self.net.fit(train_x, labels, valid_part)
+        return self
+
+    def _build_net(self) -> nn.Module:
+        return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **self.params)
+
+    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
+        """Named outputs per row, in the row order of ``table``: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM²)."""
+        self._check_fitted()
+        x = self.encoder.transform(table)
+        if self.is_neural:
+            outputs = {k: v.numpy() for k, v in Trainer(self.train_config).predict(self.net, _tensors(x)).items()}
+        else:
+            outputs = self.net.predict(x)
+        return pd.DataFrame({k: np.asarray(outputs[k], dtype=np.float64) for k in OUTPUT_COLUMNS if k in outputs},
+                            index=table.index)
+
+    def evaluate(self, table: pd.DataFrame, gauc_weight: str = "impressions") -> dict[str, float]:
+        """Conversion metrics on a labelled table (see :func:`conversion_metrics`)."""
+        self._check_fitted()
+        labels, _ = check_labels(table, {r: c for r, c in self.spec.labels.items() if c in table.columns},
+                                 self.repair_labels)
+        predictions = {k: v.to_numpy() for k, v in self.predict(table).items()}
+        groups = table[self.spec.group_key].to_numpy() if self.spec.group_key else None
+        return conversion_metrics(labels, predictions, groups, gauc_weight)
+
+    def _check_fitted(self) -> None:
+        if self.net is None or self.encoder is None:
+            raise RuntimeError("the model is not fitted: call fit() or ConversionModel.load()")
+
+    def save(self, path: str | os.PathLike) -> None:
+        self._check_fitted()
+        config = {"promokit": __version__, "task": "conversion", "model": self.name, "params": self.params,
+                  "spec": self.spec.to_dict(), "train": self.train_config.to_dict(),
+                  "repair_labels": self.repair_labels}
+        with ModelDirWriter(path) as out:
+            out.json("config.json", config)
+            out.json("encoder.json", self.encoder.to_dict())
+            if self.report.history is not None:
+                out.json("history.json", self.report.history.to_dict())
+            if self.is_neural:
+                out.weights(self.net.state_dict())
+            else:
+                for name, text in self.net.model_texts().items():
+                    out.text(name, text)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ConversionModel:
+        config = read_json(path)
+        if config.get("task") != "conversion":
+            raise DataError(f"{path}: holds a {config.get('task')!r} model, not a conversion model")
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
+                    FeatureSpec.from_dict(config["spec"]), config["repair_labels"])
+        model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
+        if model.is_neural:
+            model.net = model._build_net()
+            model.net.load_state_dict(read_weights(path))
+            model.net.eval()
+        else:
+            model.net = model.model_class(**model.params).load_texts(path)
+        return model
+
+
+def _tensors(x: EncodedFeatures, labels: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:
+    tensors = {"cat": torch.from_numpy(x.categorical), "num": torch.from_numpy(x.numeric)}
+    for role, values in (labels or {}).items():
+        tensors[role] = torch.from_numpy(values)
+    return tensors

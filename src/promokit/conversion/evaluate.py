@@ -1,0 +1,48 @@
+"""The conversion metrics of the ESM² paper (Tables 3–5), each computed once over the evaluation set."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from promokit.metrics import auc, gauc, logloss, mse, precision_recall_f1_at_top
+
+TOP_FRACTIONS = (0.001, 0.006, 0.01)
+
+
+def conversion_metrics(labels: dict[str, np.ndarray], predictions: dict[str, np.ndarray], groups=None,
+                       gauc_weight: str = "impressions") -> dict[str, float]:
+    """Metrics of one model on one table.
+
+    - ``ctr_auc``: p_ctr vs click over all impressions;
+    - ``cvr_auc``: p_cvr vs purchase on clicked impressions only (CVR is defined given a click);
+    - ``ctcvr_auc``: p_ctcvr vs purchase over all impressions;
+    - ``ctavr_auc``: p_ctavr vs daction over all impressions (ESM² only);
+    - ``ctcvr_gauc``: ESM² eq. (13) grouped by ``groups`` (default user), single-class groups skipped
+      (``ctcvr_gauc_skipped`` counts them);
+    - logloss and MSE of p_ctr, p_cvr (clicked rows) and p_ctcvr;
+    - precision / recall / F1 at the top 0.1 %, 0.6 % and 1 % for CVR (clicked rows) and CTCVR (all rows).
+    """
+    click = labels["click"] == 1
+    purchase = labels["purchase"]
+    out: dict[str, float] = {}
+    scored = {"ctr": (labels["click"], predictions["p_ctr"]),
+              "cvr": (purchase[click], predictions["p_cvr"][click]),
+              "ctcvr": (purchase, predictions["p_ctcvr"])}
+    if "p_ctavr" in predictions and "daction" in labels:
+        scored["ctavr"] = (labels["daction"], predictions["p_ctavr"])
+    for task, (y, p) in scored.items():
+        out[f"{task}_auc"] = auc(y, p)
+        out[f"{task}_logloss"] = logloss(y, p)
+        out[f"{task}_mse"] = mse(y, p)
+    if groups is not None:
+        result = gauc(purchase, predictions["p_ctcvr"], groups, weight=gauc_weight)
+        out["ctcvr_gauc"] = result.value
+        out["ctcvr_gauc_skipped"] = result.n_skipped
+        out["ctcvr_gauc_groups"] = result.n_groups
+    for task in ("cvr", "ctcvr"):
+        y, p = scored[task]
+        for fraction in TOP_FRACTIONS:
+            top = precision_recall_f1_at_top(y, p, fraction)
+            tag = f"{task}@{fraction * 100:g}%"
+            out[f"{tag}_precision"], out[f"{tag}_recall"], out[f"{tag}_f1"] = top.precision, top.recall, top.f1
+    return out

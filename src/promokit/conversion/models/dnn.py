@@ -1,0 +1,46 @@
+"""DNN and DNN-OS baselines of the ESM² paper (section 4.1.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+
+
+class DNN(nn.Module):
+    """Two independent networks (own embedding and MLP each): CTR trained on all impressions,
+    CVR trained on clicked impressions only (the conventional, sample-selection-biased CVR model);
+    p_ctcvr = p_ctr · p_cvr.
+
+    ``oversample = k > 1`` gives DNN-OS: every positive counts k times in its task's loss, which has the
+    same expected gradient as replicating the positive rows k times (over-sampling, Pan et al. 2008).
+    """
+
+    labels = ("click", "purchase")
+    outputs = ("p_ctr", "p_cvr", "p_ctcvr")
+
+    def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
+                 hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
+                 oversample: float = 1.0):
+        super().__init__()
+        self.ctr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse)
+        self.cvr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse)
+        self.ctr = MLP(self.ctr_input.output_dim, hidden, dropout=dropout)
+        self.cvr = MLP(self.cvr_input.output_dim, hidden, dropout=dropout)
+        self.oversample = oversample
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        p_ctr = torch.sigmoid(self.ctr(self.ctr_input(batch))).squeeze(1)
+        p_cvr = torch.sigmoid(self.cvr(self.cvr_input(batch))).squeeze(1)
+        return {"p_ctr": p_ctr, "p_cvr": p_cvr, "p_ctcvr": p_ctr * p_cvr}
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        click, purchase = batch["click"], batch["purchase"]
+        extra = self.oversample - 1.0
+        parts = {"ctr": binary_log_loss(out["p_ctr"], click, 1.0 + extra * click),
+                 "cvr": binary_log_loss(out["p_cvr"], purchase, click * (1.0 + extra * purchase))}
+        total = parts["ctr"] + parts["cvr"]
+        return total, {k: v.detach() for k, v in parts.items()}

@@ -1,0 +1,43 @@
+"""ESMM: Entire Space Multi-task Model (Ma et al., SIGIR 2018), as the ESM² paper's baseline."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+
+
+class ESMM(nn.Module):
+    """CTR and CVR towers over one shared embedding, on the path impression → click → purchase.
+
+    p_ctcvr = p_ctr · p_cvr (ESM² eq. 4 without the DAction node). Both supervised terms are over all
+    impressions: L = w_ctr·L_ctr + w_ctcvr·L_ctcvr; p_cvr itself has no direct label, so it carries no
+    sample-selection bias.
+    """
+
+    labels = ("click", "purchase")
+    outputs = ("p_ctr", "p_cvr", "p_ctcvr")
+
+    def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
+                 hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
+                 w_ctr: float = 1.0, w_ctcvr: float = 1.0):
+        super().__init__()
+        self.sem = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse)
+        self.ctr = MLP(self.sem.output_dim, hidden, dropout=dropout)
+        self.cvr = MLP(self.sem.output_dim, hidden, dropout=dropout)
+        self.weights = {"ctr": w_ctr, "ctcvr": w_ctcvr}
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        g = self.sem(batch)
+        p_ctr = torch.sigmoid(self.ctr(g)).squeeze(1)
+        p_cvr = torch.sigmoid(self.cvr(g)).squeeze(1)
+        return {"p_ctr": p_ctr, "p_cvr": p_cvr, "p_ctcvr": p_ctr * p_cvr}
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        parts = {"ctr": binary_log_loss(out["p_ctr"], batch["click"]),
+                 "ctcvr": binary_log_loss(out["p_ctcvr"], batch["purchase"])}
+        total = sum(self.weights[k] * v for k, v in parts.items())
+        return total, {k: v.detach() for k, v in parts.items()}

@@ -1,0 +1,180 @@
+"""Encoders fitted on the training table and applied unchanged at prediction time.
+
+Everything here serialises to plain JSON, so a model directory never needs pickle.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError, example_row
+from promokit.data.spec import FeatureSpec
+
+#: Code of the out-of-vocabulary slot: unseen and missing categories map here.
+OOV = 0
+
+
+class CategoryEncoder:
+    """Vocabulary of one categorical column; code 0 is the out-of-vocabulary slot.
+
+    Values seen fewer than ``min_count`` times in training also map to the OOV slot.
+    """
+
+    def __init__(self, vocabulary: list, kind: str):
+        self.vocabulary = list(vocabulary)
+        self.kind = kind
+        self._index = pd.Index(self.vocabulary, dtype="int64" if kind == "int" else "string")
+
+    @classmethod
+    def fit(cls, series: pd.Series, min_count: int = 1) -> CategoryEncoder:
+        kind = "int" if pd.api.types.is_integer_dtype(series) and not pd.api.types.is_bool_dtype(series) else "str"
+        values = _canonical(series, kind)
+        counts = values.value_counts(dropna=True)
+        kept = counts.index[counts >= min_count]
+        return cls(sorted(int(v) for v in kept) if kind == "int" else sorted(str(v) for v in kept), kind)
+
+    @property
+    def cardinality(self) -> int:
+        """Number of embedding rows: the vocabulary plus the OOV slot."""
+        return len(self.vocabulary) + 1
+
+    def transform(self, series: pd.Series) -> np.ndarray:
+        return self._index.get_indexer(_canonical(series, self.kind)).astype(np.int64) + 1
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "vocabulary": self.vocabulary}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CategoryEncoder:
+        return cls(data["vocabulary"], data["kind"])
+
+
+def _canonical(series: pd.Series, kind: str) -> pd.Series:
+    if kind == "int":
+        return pd.to_numeric(series, errors="coerce").astype("Int64")
+    return series.astype("string")
+
+
+class NumericEncoder:
+    """Standardise a numeric column and squash it with tanh, ESM² eq. (17):
+    g = tanh((f − μ) / σ), with μ and σ from the training table.
+
+    Missing values are imputed with μ (so g = 0); ``flag_missing`` is set when the training column had
+    missing values, and the encoder then emits a 0/1 indicator column as an extra feature.
+    """
+
+    def __init__(self, mean: float, std: float, flag_missing: bool, squash: bool = True):
+        self.mean, self.std, self.flag_missing, self.squash = mean, std, flag_missing, squash
+
+    @classmethod
+    def fit(cls, series: pd.Series, squash: bool = True) -> NumericEncoder:
+        values = _as_float(series)
+        finite = values[np.isfinite(values)]
+        if finite.size == 0:
+            raise DataError(f"numeric column {series.name!r} has no finite value in {len(series)} rows")
+        std = float(finite.std())
+        return cls(float(finite.mean()), std if std > 0 else 1.0, bool(finite.size < values.size), squash)
+
+    @property
+    def width(self) -> int:
+        return 2 if self.flag_missing else 1
+
+    def transform(self, series: pd.Series) -> np.ndarray:
+        values = _as_float(series)
+        missing = ~np.isfinite(values)
+        z = np.where(missing, 0.0, (values - self.mean) / self.std)
+        g = np.tanh(z) if self.squash else z
+        columns = [g, missing.astype(np.float64)] if self.flag_missing else [g]
+        return np.stack(columns, axis=1).astype(np.float32)
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "std": self.std, "flag_missing": self.flag_missing, "squash": self.squash}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> NumericEncoder:
+        return cls(data["mean"], data["std"], data["flag_missing"], data.get("squash", True))
+
+
+def _as_float(series: pd.Series) -> np.ndarray:
+    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+@dataclass
+class EncodedFeatures:
+    """Model inputs for one table: category codes per field and the numeric block."""
+
+    categorical: np.ndarray  # int64, rows × categorical fields, 0 = OOV
+    numeric: np.ndarray      # float32, rows × numeric width
+    oov_counts: dict[str, int]
+    missing_counts: dict[str, int]
+
+
+class TableEncoder:
+    """Fits one encoder per feature column of a ``FeatureSpec`` and turns tables into arrays."""
+
+    def __init__(self, categorical: dict[str, CategoryEncoder], numeric: dict[str, NumericEncoder]):
+        self.categorical = categorical
+        self.numeric = numeric
+
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, spec: FeatureSpec, min_count: int = 1,
+            squash_numeric: bool = True) -> TableEncoder:
+        check_numeric_columns(frame, spec.numeric)
+        return cls({name: CategoryEncoder.fit(frame[name], min_count) for name in spec.categorical},
+                   {name: NumericEncoder.fit(frame[name], squash_numeric) for name in spec.numeric})
+
+    @property
+    def cardinalities(self) -> list[int]:
+        return [enc.cardinality for enc in self.categorical.values()]
+
+    @property
+    def numeric_width(self) -> int:
+        return sum(enc.width for enc in self.numeric.values())
+
+    def transform(self, frame: pd.DataFrame) -> EncodedFeatures:
+        missing = [name for name in [*self.categorical, *self.numeric] if name not in frame.columns]
+        if missing:
+            raise DataError(f"feature columns {missing} used in training are missing from the table of "
+                            f"{len(frame)} rows")
+        check_numeric_columns(frame, list(self.numeric))
+        n = len(frame)
+        cat = np.zeros((n, len(self.categorical)), dtype=np.int64)
+        oov = {}
+        for j, (name, enc) in enumerate(self.categorical.items()):
+            cat[:, j] = enc.transform(frame[name])
+            oov[name] = int((cat[:, j] == OOV).sum())
+        blocks = [enc.transform(frame[name]) for name, enc in self.numeric.items()]
+        num = np.concatenate(blocks, axis=1) if blocks else np.zeros((n, 0), dtype=np.float32)
+        missing_counts = {name: int(frame[name].isna().sum()) for name in self.numeric}
+        for name, count in missing_counts.items():
+            if count and not self.numeric[name].flag_missing:
+                warnings.warn(f"numeric column {name!r}: {count} of {n} values are missing; imputed with the "
+                              "training mean", stacklevel=2)
+        return EncodedFeatures(cat, num, oov, missing_counts)
+
+    def to_dict(self) -> dict:
+        return {"categorical": {k: v.to_dict() for k, v in self.categorical.items()},
+                "numeric": {k: v.to_dict() for k, v in self.numeric.items()}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TableEncoder:
+        return cls({k: CategoryEncoder.from_dict(v) for k, v in data["categorical"].items()},
+                   {k: NumericEncoder.from_dict(v) for k, v in data["numeric"].items()})
+
+
+def check_numeric_columns(frame: pd.DataFrame, names: list[str]) -> None:
+    """Numeric features must hold numbers (NaN allowed): name the column and show a bad value otherwise."""
+    for name in names:
+        series = frame[name]
+        if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            continue
+        coerced = pd.to_numeric(series, errors="coerce")
+        bad = coerced.isna() & series.notna()
+        if bad.any():
+            raise DataError(f"numeric column {name!r} has {int(bad.sum())} non-numeric values in {len(frame)} "
+                            f"rows, e.g. {example_row(frame, bad.to_numpy(), [name])}; "
+                            "list it as categorical or clean it")

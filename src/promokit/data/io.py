@@ -1,0 +1,73 @@
+"""Reading tables with clear errors and writing files atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from promokit.data.errors import DataError
+
+TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Read a CSV or Parquet file; fail with a one-line message for missing, unknown or empty files."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    kind = TABLE_SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(f"{path}: unknown table format {path.suffix!r}; use .csv or .parquet")
+    try:
+        frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the file is empty") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot be read as {kind}: {exc}") from None
+    if frame.empty:
+        raise DataError(f"{path}: the table has no rows (columns: {list(frame.columns)})")
+    return frame
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
+    return Path(path)
+
+
+def write_text(text: str, path: str | os.PathLike) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_json(obj, path: str | os.PathLike) -> Path:
+    return write_text(json.dumps(obj, indent=2, allow_nan=True, default=_json_default) + "\n", path)
+
+
+def _json_default(value):
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"cannot serialise {type(value).__name__} to JSON")

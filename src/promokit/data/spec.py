@@ -1,0 +1,131 @@
+"""FeatureSpec: which columns are categorical, numeric, labels and the group key."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from promokit.data.errors import DataError
+
+#: An integer column with at most this many distinct values is inferred as categorical.
+MAX_INTEGER_LEVELS = 64
+
+
+@dataclass
+class FeatureSpec:
+    """Roles of the columns of a table.
+
+    ``labels`` maps a domain's label role (``click``, ``daction``, ``purchase`` …) to a column name.
+    Label columns are never features, even when listed as such.
+    """
+
+    categorical: list[str] = field(default_factory=list)
+    numeric: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    group_key: str | None = "user_id"
+
+    @property
+    def features(self) -> list[str]:
+        return [*self.categorical, *self.numeric]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FeatureSpec:
+        unknown = set(data) - {"categorical", "numeric", "labels", "group_key"}
+        if unknown:
+            raise DataError(f"feature spec: unknown keys {sorted(unknown)}; "
+                            "allowed: categorical, numeric, labels, group_key")
+        return cls(categorical=list(data.get("categorical", [])), numeric=list(data.get("numeric", [])),
+                   labels=dict(data.get("labels", {})), group_key=data.get("group_key", "user_id"))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> FeatureSpec:
+        """Load a spec from YAML or JSON."""
+        path = Path(path)
+        if not path.exists():
+            raise DataError(f"{path}: no such spec file")
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        if not isinstance(data, dict):
+            raise DataError(f"{path}: a feature spec is a mapping with keys categorical, numeric, labels, group_key")
+        return cls.from_dict(data)
+
+    def resolve(self, frame: pd.DataFrame, required_labels: tuple[str, ...],
+                optional_labels: tuple[str, ...] = ()) -> FeatureSpec:
+        """Check the spec against a table and fill what it leaves out.
+
+        Label roles default to columns of the same name. Feature lists left empty are inferred:
+        strings, booleans and categories are categorical; integers are categorical when the column is
+        an id (``*_id``) or has at most ``MAX_INTEGER_LEVELS`` values; other numbers are numeric.
+        Label columns and the group key are never features unless the group key is listed explicitly.
+        """
+        columns = list(frame.columns)
+        labels = {}
+        for role in (*required_labels, *optional_labels):
+            name = self.labels.get(role, role)
+            if name in frame.columns:
+                labels[role] = name
+            elif role in required_labels or role in self.labels:
+                raise DataError(missing_column_message(name, columns, f"label '{role}'", len(frame)))
+        extra_roles = set(self.labels) - set(required_labels) - set(optional_labels)
+        if extra_roles:
+            raise DataError(f"feature spec: unknown label roles {sorted(extra_roles)}; "
+                            f"this task uses {[*required_labels, *optional_labels]}")
+        label_columns = set(labels.values())
+
+        def checked(names: list[str], kind: str) -> list[str]:
+            for name in names:
+                if name not in frame.columns:
+                    raise DataError(missing_column_message(name, columns, f"{kind} feature", len(frame)))
+            dropped = [n for n in names if n in label_columns]
+            if dropped:
+                warnings.warn(f"label columns {dropped} were listed as {kind} features; "
+                              "labels are never features, so they are excluded", stacklevel=3)
+            return [n for n in names if n not in label_columns]
+
+        categorical = checked(self.categorical, "categorical")
+        numeric = checked(self.numeric, "numeric")
+        both = set(categorical) & set(numeric)
+        if both:
+            raise DataError(f"feature spec: columns {sorted(both)} are listed as both categorical and numeric")
+        if self.group_key is not None and self.group_key not in frame.columns:
+            raise DataError(missing_column_message(self.group_key, columns, "group key", len(frame)))
+        if not categorical and not numeric:
+            categorical, numeric = infer_feature_columns(frame, exclude=label_columns)
+        if not categorical and not numeric:
+            raise DataError("the table has no feature columns besides the labels")
+        return FeatureSpec(categorical=categorical, numeric=numeric, labels=labels, group_key=self.group_key)
+
+
+def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], list[str]]:
+    """Split the columns of ``frame`` (minus ``exclude``) into categorical and numeric ones."""
+    categorical, numeric = [], []
+    for name in frame.columns:
+        if name in exclude:
+            continue
+        series = frame[name]
+        if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
+            if pd.api.types.is_datetime64_any_dtype(series):
+                continue
+            categorical.append(name)
+        elif pd.api.types.is_integer_dtype(series):
+            is_id = str(name).lower().endswith("id")
+            (categorical if is_id or series.nunique() <= MAX_INTEGER_LEVELS else numeric).append(name)
+        else:
+            numeric.append(name)
+    return categorical, numeric
+
+
+def missing_column_message(name: str, columns: list[str], what: str, n_rows: int) -> str:
+    close = difflib.get_close_matches(name, [str(c) for c in columns], n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}. "
+            f"Columns present: {list(columns)[:20]}")

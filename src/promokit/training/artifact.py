@@ -1,0 +1,75 @@
+"""The model directory: ``config.json`` + weights + encoders, written atomically, loaded without pickle.
+
+Layout::
+
+    model_dir/
+      config.json          # what the model is: {"model": name, "params": {...}, ...}
+      encoder.json         # fitted feature encoders (plain JSON)
+      weights.safetensors  # neural weights (or other files a model writes, e.g. LightGBM text models)
+      history.json         # training history
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from promokit.data.errors import DataError
+
+CONFIG = "config.json"
+WEIGHTS = "weights.safetensors"
+
+
+class ModelDirWriter:
+    """Collect files in a temporary directory and move it onto the target only when all are written."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __enter__(self) -> ModelDirWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+        return self
+
+    def json(self, name: str, obj) -> None:
+        (self.tmp / name).write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+
+    def text(self, name: str, text: str) -> None:
+        (self.tmp / name).write_text(text, encoding="utf-8")
+
+    def weights(self, state_dict: dict[str, torch.Tensor], name: str = WEIGHTS) -> None:
+        save_file({k: v.detach().contiguous() for k, v in state_dict.items()}, str(self.tmp / name))
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        old = None
+        if self.path.exists():
+            old = self.path.with_name(f".{self.path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.path, old)
+        os.replace(self.tmp, self.path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return False
+
+
+def read_json(model_dir: str | os.PathLike, name: str = CONFIG) -> dict:
+    path = Path(model_dir) / name
+    if not path.exists():
+        raise DataError(f"{model_dir}: not a promokit model directory ({name} is missing)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def read_weights(model_dir: str | os.PathLike, name: str = WEIGHTS) -> dict[str, torch.Tensor]:
+    path = Path(model_dir) / name
+    if not path.exists():
+        raise DataError(f"{model_dir}: {name} is missing")
+    return load_file(str(path))

@@ -1,0 +1,180 @@
+"""One model-agnostic trainer.
+
+A model is an ``nn.Module`` whose ``forward(batch)`` returns a dict of named tensors and whose
+``loss(outputs, batch)`` returns ``(total, parts)``. The trainer sees nothing else of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from torch import Tensor, nn
+
+from promokit.data.io import atomic_path
+from promokit.training.batches import Batch, iterate_batches, n_rows
+
+CHECKPOINT = "checkpoint.pt"
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000)."""
+
+    epochs: int = 10
+    batch_size: int = 1000
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    patience: int = 2
+    seed: int = 0
+    eval_batch_size: int = 16384
+    progress: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class History:
+    epochs: list[dict] = field(default_factory=list)
+    best_epoch: int = -1
+    best_valid_loss: float = math.inf
+    stopped: str = "completed"  # completed | early_stopping | interrupted
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[torch.optim.Optimizer]:
+    """SparseAdam for sparse-gradient embeddings, Adam(W) for every other parameter."""
+    sparse_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse}
+    sparse = [p for p in model.parameters() if id(p) in sparse_ids and p.requires_grad]
+    dense = [p for p in model.parameters() if id(p) not in sparse_ids and p.requires_grad]
+    optimizers: list[torch.optim.Optimizer] = []
+    if sparse:
+        optimizers.append(torch.optim.SparseAdam(sparse, lr=lr))
+    if dense:
+        optimizers.append(torch.optim.AdamW(dense, lr=lr, weight_decay=weight_decay) if weight_decay
+                          else torch.optim.Adam(dense, lr=lr))
+    return optimizers
+
+
+class Trainer:
+    """Mini-batch training with early stopping on the validation loss, a checkpoint after every epoch,
+    resume after interruption, and a progress display.
+
+    Each epoch's shuffle and dropout are seeded from ``(seed, epoch)``, so a resumed run continues exactly
+    as the uninterrupted one would have.
+    """
+
+    def __init__(self, config: TrainConfig | None = None, checkpoint_dir: str | Path | None = None):
+        self.config = config or TrainConfig()
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+
+    def fit(self, model: nn.Module, train: Batch, valid: Batch | None = None, resume: bool = False) -> History:
+        cfg = self.config
+        optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay)
+        history, best_state, bad_epochs, start = History(), None, 0, 0
+        if resume and self.checkpoint_dir and (self.checkpoint_dir / CHECKPOINT).exists():
+            state = torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True)
+            model.load_state_dict(state["model"])
+            for opt, opt_state in zip(optimizers, state["optimizers"]):
+                opt.load_state_dict(opt_state)
+            history = History(**state["history"])
+            best_state, bad_epochs, start = state["best_state"], state["bad_epochs"], state["epoch"] + 1
+        with _progress(cfg.progress) as progress:
+            try:
+                for epoch in range(start, cfg.epochs):
+                    record = self._train_epoch(model, optimizers, train, epoch, progress)
+                    if valid is not None:
+                        record["valid_loss"], parts = self.evaluate_loss(model, valid)
+                        record.update({f"valid_{k}": v for k, v in parts.items()})
+                    history.epochs.append(record)
+                    score = record.get("valid_loss", record["train_loss"])
+                    if score < history.best_valid_loss:
+                        history.best_valid_loss, history.best_epoch, bad_epochs = score, epoch, 0
+                        best_state = copy.deepcopy(model.state_dict())
+                    else:
+                        bad_epochs += 1
+                    self._save_checkpoint(model, optimizers, history, best_state, bad_epochs, epoch)
+                    if valid is not None and bad_epochs >= cfg.patience:
+                        history.stopped = "early_stopping"
+                        break
+            except KeyboardInterrupt:
+                history.stopped = "interrupted"
+        if best_state is not None:
+            model.load_state_dict(best_state)
+        model.eval()
+        return history
+
+    def _train_epoch(self, model, optimizers, train: Batch, epoch: int, progress) -> dict:
+        cfg = self.config
+        model.train()
+        torch.manual_seed(cfg.seed * 100_003 + epoch)
+        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
+        n = n_rows(train)
+        n_batches = math.ceil(n / cfg.batch_size)
+        task = progress.add_task(f"epoch {epoch + 1}/{cfg.epochs}", total=n_batches, loss="") if progress else None
+        total, seen, started = torch.zeros(()), 0, time.perf_counter()
+        for step, batch in enumerate(iterate_batches(train, cfg.batch_size, generator)):
+            loss, _ = model.loss(model(batch), batch)
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            for opt in optimizers:
+                opt.step()
+            size = n_rows(batch)
+            total += loss.detach() * size
+            seen += size
+            if task is not None and (step % 25 == 24 or step == n_batches - 1):
+                progress.update(task, completed=step + 1, loss=f"loss {total.item() / seen:.4f}")
+        if task is not None:
+            progress.remove_task(task)
+        seconds = time.perf_counter() - started
+        return {"epoch": epoch, "train_loss": total.item() / max(seen, 1), "seconds": seconds,
+                "samples_per_second": seen / max(seconds, 1e-9)}
+
+    @torch.no_grad()
+    def evaluate_loss(self, model: nn.Module, tensors: Batch) -> tuple[float, dict[str, float]]:
+        """Mean loss and loss parts over a whole table, in evaluation mode."""
+        model.eval()
+        total, parts, seen = 0.0, {}, 0
+        for batch in iterate_batches(tensors, self.config.eval_batch_size):
+            loss, named = model.loss(model(batch), batch)
+            size = n_rows(batch)
+            total += loss.item() * size
+            for k, v in named.items():
+                parts[k] = parts.get(k, 0.0) + float(v) * size
+            seen += size
+        return total / seen, {k: v / seen for k, v in parts.items()}
+
+    @torch.no_grad()
+    def predict(self, model: nn.Module, tensors: Batch) -> dict[str, Tensor]:
+        """Named outputs over a whole table, concatenated in row order."""
+        model.eval()
+        chunks: dict[str, list[Tensor]] = {}
+        for batch in iterate_batches(tensors, self.config.eval_batch_size):
+            for name, value in model(batch).items():
+                chunks.setdefault(name, []).append(value)
+        return {name: torch.cat(values) for name, values in chunks.items()}
+
+    def _save_checkpoint(self, model, optimizers, history, best_state, bad_epochs, epoch) -> None:
+        if self.checkpoint_dir is None:
+            return
+        state = {"model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+                 "history": history.to_dict(), "best_state": best_state, "bad_epochs": bad_epochs, "epoch": epoch}
+        with atomic_path(self.checkpoint_dir / CHECKPOINT) as tmp:
+            torch.save(state, tmp)
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return contextlib.nullcontext()
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[loss]}"), TimeRemainingColumn(), transient=True)

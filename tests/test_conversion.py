@@ -1,0 +1,123 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from promokit.conversion.contract import check_labels
+from promokit.conversion.estimator import ConversionModel
+from promokit.conversion.evaluate import conversion_metrics
+from promokit.data import DataError
+from promokit.metrics import auc
+from promokit.training import TrainConfig
+
+SMALL = {"emb_dim": 4, "hidden": (16,), "dropout": 0.0}
+FAST = TrainConfig(epochs=4, batch_size=200, lr=0.01, progress=False)
+LABELS = {"click": "click", "daction": "daction", "purchase": "purchase"}
+
+
+def _model(name="esm2", **kwargs):
+    return ConversionModel(name, None if name == "gbdt" else SMALL, FAST, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["esm2", "esmm", "dnn", "dnn-os", "gbdt"])
+def test_every_model_learns_the_click_signal(impressions, name):
+    train, test = impressions.iloc[:3000], impressions.iloc[3000:]
+    model = _model(name).fit(train)
+    metrics = model.evaluate(test)
+    assert metrics["ctr_auc"] > 0.62       # the generating logit gives ~0.68 on this table
+    predictions = model.predict(test)
+    assert predictions.index.equals(test.index)
+    assert ((predictions > 0) & (predictions < 1)).all().all()
+
+
+def test_esm2_predicts_all_four_outputs_and_they_compose(impressions):
+    predictions = _model().fit(impressions).predict(impressions.head(50))
+    assert list(predictions.columns) == ["p_ctr", "p_cvr", "p_ctavr", "p_ctcvr"]
+    np.testing.assert_allclose(predictions.p_ctcvr, predictions.p_ctr * predictions.p_cvr, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["esm2", "gbdt"])
+def test_model_directory_round_trip(tmp_path, impressions, name):
+    model = _model(name).fit(impressions)
+    model.save(tmp_path / "m")
+    assert (tmp_path / "m" / "config.json").exists() and (tmp_path / "m" / "encoder.json").exists()
+    loaded = ConversionModel.load(tmp_path / "m")
+    pd.testing.assert_frame_equal(loaded.predict(impressions), model.predict(impressions))
+    model.save(tmp_path / "m")            # overwriting an existing directory works
+    assert not list(tmp_path.glob(".m*"))  # and leaves no temporary directory behind
+
+
+def test_load_rejects_a_folder_that_is_not_a_model(tmp_path):
+    with pytest.raises(DataError, match="not a promokit model directory"):
+        ConversionModel.load(tmp_path)
+
+
+def test_unknown_model_name():
+    with pytest.raises(DataError, match="unknown model 'esm3'"):
+        ConversionModel("esm3")
+
+
+def test_esm2_needs_daction_but_esmm_does_not(impressions):
+    table = impressions.drop(columns="daction")
+    with pytest.raises(DataError, match=r"model 'esm2' needs the \['daction'\] label"):
+        _model("esm2").fit(table)
+    _model("esmm").fit(table)
+
+
+def test_purchase_without_click_is_an_error_with_count_and_example(impressions):
+    table = impressions.copy()
+    unclicked = table.index[table.click == 0][:3]
+    table.loc[unclicked, "purchase"] = 1
+    with pytest.raises(DataError, match=rf"'purchase' \(purchase\) is 1 on 3 of 4000 rows.*row {unclicked[0]}"):
+        _model().fit(table)
+
+
+def test_repair_zeroes_post_click_labels_on_unclicked_rows_and_reports(impressions):
+    table = impressions.copy()
+    table.loc[table.index[table.click == 0][:3], "purchase"] = 1
+    table.loc[table.index[table.click == 0][:2], "daction"] = 1
+    model = _model(repair_labels=True).fit(table, valid_fraction=0)
+    assert model.report.labels.repaired == {"daction": 2, "purchase": 3}
+
+
+@pytest.mark.parametrize("value, message", [(2, "must be 0/1 but has 1 other values"),
+                                            (np.nan, "has 1 missing values")])
+def test_bad_label_values(impressions, value, message):
+    table = impressions.astype({"click": float})
+    table.loc[7, "click"] = value
+    with pytest.raises(DataError, match=message):
+        check_labels(table, LABELS)
+
+
+def test_unseen_categories_at_predict_time_use_the_oov_slot(impressions):
+    model = _model().fit(impressions)
+    new = impressions.head(5).assign(user_id=[10_001, 10_002, 10_003, 10_004, 10_005], segment="new segment")
+    predictions = model.predict(new)
+    assert np.isfinite(predictions.to_numpy()).all()
+
+
+def test_numeric_nan_is_imputed_and_flagged(impressions):
+    table = impressions.copy()
+    table.loc[table.index[::10], "price"] = np.nan
+    model = _model().fit(table)
+    assert model.encoder.numeric["price"].flag_missing
+    assert model.encoder.numeric_width == 2
+    assert np.isfinite(model.predict(table).to_numpy()).all()
+    clean = _model().fit(impressions)
+    with pytest.warns(UserWarning, match="'price': 400 of 4000 values are missing"):
+        clean.predict(table)
+
+
+def test_cvr_auc_is_over_clicked_rows_only():
+    labels = {"click": np.array([1, 1, 1, 1, 0, 0.]), "purchase": np.array([1, 0, 1, 0, 0, 0.])}
+    # on unclicked rows p_cvr is high: over all impressions that would lower the CVR AUC
+    p_cvr = np.array([0.9, 0.1, 0.8, 0.2, 0.95, 0.99])
+    p_ctr = np.full(6, 0.5)
+    metrics = conversion_metrics(labels, {"p_ctr": p_ctr, "p_cvr": p_cvr, "p_ctcvr": p_ctr * p_cvr})
+    assert metrics["cvr_auc"] == 1.0
+    assert metrics["ctcvr_auc"] == pytest.approx(auc(labels["purchase"], p_cvr))
+
+
+def test_fit_is_reproducible_from_the_seed(impressions):
+    a = _model().fit(impressions).predict(impressions.head(100))
+    b = _model().fit(impressions).predict(impressions.head(100))
+    pd.testing.assert_frame_equal(a, b)

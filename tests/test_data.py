@@ -1,0 +1,125 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from promokit.data import (CategoryEncoder, DataError, FeatureSpec, NumericEncoder, TableEncoder, group_split,
+                           random_split, read_table, time_split, write_parquet)
+
+
+def test_read_table_reads_csv_and_parquet(tmp_path, impressions):
+    impressions.to_csv(tmp_path / "t.csv", index=False)
+    write_parquet(impressions, tmp_path / "t.parquet")
+    pd.testing.assert_frame_equal(read_table(tmp_path / "t.csv"), read_table(tmp_path / "t.parquet"))
+
+
+@pytest.mark.parametrize("content, message", [("", "empty"), ("a,b\n", "no rows")])
+def test_read_table_rejects_empty_files(tmp_path, content, message):
+    (tmp_path / "e.csv").write_text(content)
+    with pytest.raises(DataError, match=message):
+        read_table(tmp_path / "e.csv")
+
+
+def test_read_table_rejects_missing_and_unknown_files(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        read_table(tmp_path / "absent.csv")
+    (tmp_path / "t.xlsx").write_text("x")
+    with pytest.raises(DataError, match="unknown table format"):
+        read_table(tmp_path / "t.xlsx")
+
+
+def test_spec_infers_roles_and_never_uses_labels(impressions):
+    spec = FeatureSpec().resolve(impressions, ("click", "purchase"), ("daction",))
+    assert spec.categorical == ["user_id", "item_id", "segment"]
+    assert spec.numeric == ["price"]
+    assert spec.labels == {"click": "click", "purchase": "purchase", "daction": "daction"}
+
+
+def test_spec_excludes_label_listed_as_feature_with_warning(impressions):
+    with pytest.warns(UserWarning, match="labels are never features"):
+        spec = FeatureSpec(categorical=["user_id", "click"]).resolve(impressions, ("click", "purchase"))
+    assert spec.categorical == ["user_id"]
+
+
+def test_spec_names_missing_column_and_suggests(impressions):
+    table = impressions.rename(columns={"purchase": "purchased"})
+    with pytest.raises(DataError, match=r"'purchase'.*4000 rows; did you mean 'purchased'"):
+        FeatureSpec().resolve(table, ("click", "purchase"))
+
+
+def test_spec_maps_label_roles_to_other_columns(impressions):
+    table = impressions.rename(columns={"click": "is_click"})
+    spec = FeatureSpec(labels={"click": "is_click"}).resolve(table, ("click", "purchase"))
+    assert spec.labels["click"] == "is_click" and "is_click" not in spec.features
+
+
+def test_spec_file_round_trip(tmp_path):
+    (tmp_path / "spec.yaml").write_text("categorical: [user_id]\nnumeric: [price]\nlabels: {click: c}\n")
+    spec = FeatureSpec.from_file(tmp_path / "spec.yaml")
+    assert spec.labels == {"click": "c"} and spec.group_key == "user_id"
+    (tmp_path / "bad.yaml").write_text("categoricals: [user_id]\n")
+    with pytest.raises(DataError, match="unknown keys"):
+        FeatureSpec.from_file(tmp_path / "bad.yaml")
+
+
+def test_category_encoder_maps_unseen_and_missing_to_oov():
+    enc = CategoryEncoder.fit(pd.Series([3, 1, 3, 2]))
+    assert enc.cardinality == 4
+    codes = enc.transform(pd.Series([1, 2, 3, 99]))
+    assert codes.tolist() == [1, 2, 3, 0]
+    text = CategoryEncoder.fit(pd.Series(["a", "b", None]))
+    assert text.transform(pd.Series(["b", "zzz", None])).tolist() == [2, 0, 0]
+    # a JSON round trip gives the same codes
+    assert CategoryEncoder.from_dict(enc.to_dict()).transform(pd.Series([2, 5])).tolist() == [2, 0]
+
+
+def test_category_encoder_min_count_sends_rare_values_to_oov():
+    enc = CategoryEncoder.fit(pd.Series(["a", "a", "b"]), min_count=2)
+    assert enc.transform(pd.Series(["a", "b"])).tolist() == [1, 0]
+
+
+def test_numeric_encoder_is_esm2_eq17_and_flags_missing():
+    series = pd.Series([1.0, 3.0, np.nan])
+    enc = NumericEncoder.fit(series)
+    assert enc.mean == 2.0 and enc.std == 1.0 and enc.flag_missing
+    out = enc.transform(pd.Series([3.0, np.nan]))
+    np.testing.assert_allclose(out, [[np.tanh(1.0), 0.0], [0.0, 1.0]], rtol=1e-6)
+
+
+def test_table_encoder_rejects_text_in_numeric_column(impressions):
+    table = impressions.astype({"price": object})
+    table.loc[5, "price"] = "cheap"
+    spec = FeatureSpec(categorical=["user_id"], numeric=["price"])
+    with pytest.raises(DataError, match=r"numeric column 'price' has 1 non-numeric values in 4000 rows, e.g. row 5"):
+        TableEncoder.fit(table, spec)
+
+
+def test_table_encoder_round_trip_and_missing_feature(impressions):
+    spec = FeatureSpec().resolve(impressions, ("click", "purchase"), ("daction",))
+    enc = TableEncoder.fit(impressions, spec)
+    again = TableEncoder.from_dict(enc.to_dict())
+    a, b = enc.transform(impressions), again.transform(impressions)
+    np.testing.assert_array_equal(a.categorical, b.categorical)
+    np.testing.assert_array_equal(a.numeric, b.numeric)
+    assert enc.cardinalities == [51, 31, 4]
+    with pytest.raises(DataError, match=r"\['price'\] used in training are missing"):
+        enc.transform(impressions.drop(columns="price"))
+
+
+def test_splits_partition_rows():
+    parts = random_split(100, (0.8, 0.1, 0.1), seed=1)
+    assert [len(p) for p in parts] == [80, 10, 10]
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(100))
+    with pytest.raises(DataError, match="sum to 1"):
+        random_split(10, (0.5, 0.6))
+
+
+def test_time_split_keeps_equal_times_together():
+    times = pd.Series([3, 1, 2, 2, 2, 4, 5, 1, 2, 3])
+    train, test = time_split(times, (0.5, 0.5))
+    assert times[train].max() < times[test].min()
+
+
+def test_group_split_keeps_groups_whole():
+    groups = pd.Series(np.repeat(np.arange(20), 5))
+    parts = group_split(groups, (0.5, 0.5), seed=0)
+    assert set(groups[parts[0]]).isdisjoint(groups[parts[1]])
