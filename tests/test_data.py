@@ -2,8 +2,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from promokit.data import (CategoryEncoder, DataError, FeatureSpec, NumericEncoder, TableEncoder, group_split,
-                           random_split, read_table, time_split, write_parquet)
+from promokit.data import (
+    CategoryEncoder,
+    DataError,
+    FeatureSpec,
+    NumericEncoder,
+    TableEncoder,
+    group_split,
+    random_split,
+    read_table,
+    time_split,
+    write_parquet,
+)
 
 
 def test_read_table_reads_csv_and_parquet(tmp_path, impressions):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -91,7 +90,7 @@ def train(data: DataOpt,
             console.print(f"{h.stopped} after {len(h.epochs)} epochs; best validation loss "
                           f"{h.best_valid_loss:.5f} at epoch {h.best_epoch + 1}")
             if h.stopped == "interrupted":
-                console.print(f"interrupted: the best model so far is saved; continue with --resume")
+                console.print("interrupted: the best model so far is saved; continue with --resume")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 
@@ -105,7 +104,7 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
         import pandas as pd
 
         from promokit.conversion import ConversionModel
-        from promokit.data import DataError, read_table, write_json
+        from promokit.data import DataError, read_table, write_json, write_parquet
 
         estimator = ConversionModel.load(model)
         table = read_table(data)
@@ -115,8 +114,6 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
             raise DataError(f"--keep columns {absent} are not in the table of {len(table)} rows")
         predictions = estimator.predict(table)
         result = pd.concat([table[keys], predictions], axis=1)
-        from promokit.data import write_parquet
-
         write_parquet(result, out)
         summary = {"rows": len(result), "model": estimator.name, "outputs": list(predictions.columns),
                    "means": {c: float(predictions[c].mean()) for c in predictions.columns}}
@@ -181,12 +178,11 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base."""
     with user_errors():
-        import pandas as pd
 
         from promokit.conversion import bench as runner
         from promokit.conversion.demo import DEMO_NET, world_split
         from promokit.conversion.synthetic import make_world
-        from promokit.data import DataError, read_table, random_split, time_split
+        from promokit.data import DataError, random_split, read_table, time_split
         from promokit.report import Report
         from promokit.training import TrainConfig
 

@@ -11,11 +11,29 @@ import torch
 from torch import nn
 
 from promokit import __version__
-from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, LabelReport, check_labels
+from promokit.conversion.contract import (
+    OPTIONAL_LABELS,
+    REQUIRED_LABELS,
+    LabelReport,
+    check_labels,
+)
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.conversion.models import MODELS
-from promokit.data import DataError, EncodedFeatures, FeatureSpec, TableEncoder, random_split
-from promokit.training import History, ModelDirWriter, TrainConfig, Trainer, read_json, read_weights
+from promokit.data import (
+    DataError,
+    EncodedFeatures,
+    FeatureSpec,
+    TableEncoder,
+    random_split,
+)
+from promokit.training import (
+    History,
+    ModelDirWriter,
+    TrainConfig,
+    Trainer,
+    read_json,
+    read_weights,
+)
 from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")

@@ -20,5 +20,10 @@ def example_row(frame: pd.DataFrame, mask, columns: list[str] | None = None) -> 
         return "no example"
     label = hits[0]
     row = frame.loc[label, columns] if columns else frame.loc[label]
-    values = ", ".join(f"{col}={getattr(row[col], 'item', lambda: row[col])()!r}" for col in row.index)
+    values = ", ".join(f"{col}={_plain(row[col])!r}" for col in row.index)
     return f"row {label} {{{values}}}"
+
+
+def _plain(value):
+    """numpy scalars print as ``np.int64(0)``; show the Python value instead."""
+    return value.item() if hasattr(value, "item") else value

@@ -14,7 +14,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from torch import Tensor, nn
 
 from promokit.data.io import atomic_path

@@ -1,0 +1,74 @@
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from promokit.cli import app
+
+runner = CliRunner()
+NET = '{"emb_dim": 4, "hidden": [16], "dropout": 0.0}'
+
+
+@pytest.fixture
+def table_path(tmp_path, impressions):
+    path = tmp_path / "impressions.csv"
+    impressions.to_csv(path, index=False)
+    return path
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_train_predict_evaluate_round_trip_in_a_new_process(tmp_path, table_path):
+    model_dir = tmp_path / "esm2"
+    result = _invoke("conversion", "train", "--data", table_path, "--out", model_dir, "--epochs", 2,
+                     "--lr", 0.01, "--params", NET)
+    assert result.exit_code == 0, result.output
+    assert (model_dir / "weights.safetensors").exists()
+
+    out = tmp_path / "pred.parquet"
+    # predict in a fresh interpreter: the model directory is all it needs
+    done = subprocess.run([sys.executable, "-m", "promokit.cli", "conversion", "predict", "--model", str(model_dir),
+                           "--data", str(table_path), "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    predictions = pd.read_parquet(out)
+    assert list(predictions.columns) == ["user_id", "item_id", "p_ctr", "p_cvr", "p_ctavr", "p_ctcvr"]
+    assert len(predictions) == 4000
+    assert json.loads(out.with_suffix(".json").read_text())["rows"] == 4000
+
+    result = _invoke("conversion", "evaluate", "--model", model_dir, "--data", table_path, "--out", tmp_path / "ev")
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "ev" / "report.json").read_text())["metrics"]
+    assert 0.5 < metrics["ctr_auc"] < 1 and "ctcvr_gauc" in metrics
+
+
+def test_train_with_a_spec_file_mapping_label_names(tmp_path, impressions):
+    impressions.rename(columns={"click": "is_click"}).to_parquet(tmp_path / "t.parquet")
+    (tmp_path / "spec.yaml").write_text("categorical: [user_id, item_id, segment]\nnumeric: [price]\n"
+                                        "labels: {click: is_click}\n")
+    result = _invoke("conversion", "train", "--data", tmp_path / "t.parquet", "--spec", tmp_path / "spec.yaml",
+                     "--model", "esmm", "--out", tmp_path / "m", "--epochs", 1, "--params", NET)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--data", "missing.csv"], "no such file"),
+    (["--params", "{not json"], "--params is not valid JSON"),
+    (["--model", "esm3"], "unknown model 'esm3'"),
+])
+def test_train_errors_are_one_line_and_exit_2(tmp_path, table_path, args, message):
+    base = {"--data": str(table_path), "--out": str(tmp_path / "m")}
+    for flag, value in zip(args[::2], args[1::2]):
+        base[flag] = str(tmp_path / value) if flag == "--data" else value
+    result = _invoke("conversion", "train", *[x for kv in base.items() for x in kv])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_help_is_fast_and_does_not_import_torch():
+    code = "import sys; from promokit.cli import app; assert 'torch' not in sys.modules, 'torch imported'"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

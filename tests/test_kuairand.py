@@ -1,0 +1,241 @@
+"""load_kuairand / kuairand_spec on a tiny fake KuaiRand-Pure folder (never the real data)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from promokit.conversion.contract import check_labels
+from promokit.conversion.kuairand import (
+    LOG_FILE,
+    OUTCOME_COLUMNS,
+    USER_FILE,
+    VIDEO_FILE,
+    KuaiRandReport,
+    kuairand_spec,
+    load_kuairand,
+)
+from promokit.data import DataError, TableEncoder
+
+# One row per case: (is_click, is_like, is_comment, is_forward, is_profile_enter, is_follow)
+BEHAVIOURS = [
+    (1, 0, 0, 0, 0, 0),  # 0 click only
+    (1, 1, 0, 0, 0, 0),  # 1 like → daction
+    (1, 0, 1, 0, 0, 1),  # 2 comment + follow → daction, purchase
+    (1, 0, 0, 1, 0, 0),  # 3 forward → daction
+    (1, 0, 0, 0, 1, 0),  # 4 profile enter → daction
+    (1, 0, 0, 0, 0, 1),  # 5 follow without daction → purchase
+    (0, 0, 0, 0, 0, 0),  # 6 nothing
+    (0, 1, 0, 0, 0, 0),  # 7 like without click → repaired
+    (0, 1, 0, 0, 1, 1),  # 8 like + profile + follow without click → repaired (daction once, purchase once)
+    (0, 0, 0, 0, 0, 0),  # 9 nothing
+]
+NAMES = ("is_click", "is_like", "is_comment", "is_forward", "is_profile_enter", "is_follow")
+
+
+def fake_log() -> pd.DataFrame:
+    n = len(BEHAVIOURS)
+    flags = np.array(BEHAVIOURS)
+    log = pd.DataFrame({
+        "user_id": [0, 0, 1, 1, 2, 2, 3, 3, 4, 4],
+        "video_id": [10, 11, 12, 10, 11, 12, 10, 13, 11, 12],
+        "date": [20220425] * 4 + [20220426] * 3 + [20220427] * 3,
+        "hourmin": [0, 100, 200, 300, 400, 500, 600, 700, 800, 900],
+        "time_ms": np.arange(n) * 1000 + 1650812741436,
+        **{name: pd.array(flags[:, j], dtype="Int64") for j, name in enumerate(NAMES)},
+        "is_hate": pd.array([0] * n, dtype="Int64"),
+        "long_view": pd.array([1, 1, 1, 0, 0, 1, 0, 0, 1, 0], dtype="Int64"),
+        "play_time_ms": pd.array(np.arange(n) * 5000, dtype="Int64"),
+        "duration_ms": pd.array([50_000] * n, dtype="Int64"),
+        "profile_stay_time": pd.array([0] * n, dtype="Int64"),
+        "comment_stay_time": pd.array([0] * n, dtype="Int64"),
+        "is_rand": pd.array([0] * n, dtype="Int64"),
+        "tab": pd.array([1, 1, 0, 4, 1, 1, 6, 1, 2, 1], dtype="Int64"),
+        "source_file": ["log_standard_4_22_to_5_08_pure.csv"] * n,
+        "watch_ratio": np.linspace(0.1, 2.0, n).astype(np.float32),
+        "finish": np.int8([1, 0] * 5),
+        "like": flags[:, 1].astype(np.int8),
+        "long_watch": np.int8([1, 1, 0, 0, 1, 1, 0, 0, 1, 1]),
+        "is_positive": np.int8([1] * n),
+        "author_id": [100, 101, 102, 100, 101, 102, 100, 103, 101, 102],
+        "tag": pd.array(["39", "9", "unknown", "39", "9", None, "39", "12", "9", "unknown"], dtype="string"),
+        "upload_dt": pd.array(["2022-04-10"] * n, dtype="string"),
+        "upload_date": pd.array([20220410] * n, dtype="Int64"),
+        "video_duration": pd.array([50_000.0, None, 9000.0, 50_000.0, None, 9000.0, 50_000.0, 12_000.0, None,
+                                    9000.0], dtype="Float64"),
+        "freshness_days": [15, 15, 15, 15, 16, 16, 16, 17, 17, 17],
+    })
+    return log
+
+
+def fake_users() -> pd.DataFrame:
+    users = pd.DataFrame({
+        "user_id": [0, 1, 2, 3, 4],
+        "user_active_degree": ["full_active", "high_active", "full_active", "low_active", "full_active"],
+        "is_lowactive_period": [0] * 5,
+        "is_live_streamer": [-124, 1, -124, -124, 1],
+        "is_video_author": [1, 0, 1, 1, 0],
+        "follow_user_num": [514, 8, 40, 0, 300],
+        "follow_user_num_range": ["500+", "(0,10]", "(10,50]", "0", "(250,500]"],
+        "fans_user_num": [150, 20, 3, 0, 26],
+        "fans_user_num_range": ["[100,1k)", "[10,100)", "[1,10)", "0", "[10,100)"],
+        "friend_user_num": [34, 3, 0, 0, 3],
+        "friend_user_num_range": ["[30,60)", "[1,5)", "0", "0", "[1,5)"],
+        "register_days": [799, 1474, 231, 40, 900],
+        "register_days_range": ["730+", "730+", "181-365", "31-60", "730+"],
+    })
+    for i in range(18):
+        users[f"onehot_feat{i}"] = [i % 3, 1, 2, 0, 1]
+    users["onehot_feat4"] = [1.0, np.nan, 2.0, 0.0, 1.0]   # float with missing, as in the real file
+    users["onehot_feat12"] = [0.0, 1.0, np.nan, 1.0, 0.0]
+    return users
+
+
+def fake_videos() -> pd.DataFrame:
+    return pd.DataFrame({
+        "video_id": [10, 11, 12, 13],
+        "author_id": [100, 101, 102, 103],
+        "video_type": ["NORMAL", "NORMAL", "AD", "NORMAL"],
+        "upload_dt": ["2022-04-10"] * 4,
+        "upload_type": ["LongImport", "Web", "Kmovie", "ShortImport"],
+        "visible_status": [0.0] * 4,
+        "video_duration": [50_000.0, np.nan, 9000.0, 12_000.0],
+        "server_width": [720.0, 1280.0, 720.0, np.nan],
+        "server_height": [1280.0, 720.0, 720.0, np.nan],
+        "music_id": [9155697141, 6355810746, 6618412736, 1],
+        "music_type": [9.0, np.nan, 4.0, 9.0],
+        "tag": ["39", None, "9", "12"],
+    })
+
+
+def write_folder(path, log=None, users=None, videos=None):
+    path.mkdir(parents=True, exist_ok=True)
+    (fake_log() if log is None else log).to_parquet(path / LOG_FILE, index=False)
+    (fake_users() if users is None else users).to_csv(path / USER_FILE, index=False)
+    (fake_videos() if videos is None else videos).to_csv(path / VIDEO_FILE, index=False)
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return write_folder(tmp_path / "kuairand_pure")
+
+
+def test_labels_map_click_daction_or_and_follow(folder):
+    table, report = load_kuairand(folder)
+    assert table["click"].tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]
+    assert table["daction"].tolist() == [0, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+    assert table["purchase"].tolist() == [0, 0, 1, 0, 0, 1, 0, 0, 0, 0]
+    assert (report.rows, report.clicks, report.dactions, report.purchases) == (10, 6, 4, 2)
+    assert report.purchases_after_daction == 1
+    assert report.dates == (20220425, 20220426, 20220427)
+    assert (report.users, report.items) == (5, 4)
+    # the result satisfies the conversion contract without any further repair
+    _, label_report = check_labels(table, {r: r for r in ("click", "daction", "purchase")})
+    assert label_report.repaired == {}
+
+
+def test_daction_behaviours_are_configurable(folder):
+    table, _ = load_kuairand(folder, daction=("is_like",), purchase="is_comment")
+    assert table["daction"].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+    assert table["purchase"].tolist() == [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_nesting_repair_is_counted(folder):
+    _, report = load_kuairand(folder)
+    assert report.repaired == {"daction": 2, "purchase": 1}
+    assert report.unclicked_behaviours == {"is_like": 2, "is_comment": 0, "is_forward": 0,
+                                           "is_profile_enter": 1, "is_follow": 1}
+    assert "daction 2, purchase 1" in report.summary()
+    with pytest.raises(AttributeError):  # frozen
+        report.rows = 0
+    assert isinstance(report, KuaiRandReport)
+
+
+def test_no_outcome_column_leaks_into_table_or_spec(folder):
+    table, _ = load_kuairand(folder)
+    spec = kuairand_spec(table)
+    assert not OUTCOME_COLUMNS & set(table.columns)
+    assert not [c for c in table.columns if c.startswith("is_")]
+    for leak in ("play_time_ms", "watch_ratio", "long_view", "duration_ms", "time_ms", "upload_date", "music_id"):
+        assert leak not in table.columns
+    assert not {"click", "daction", "purchase", "date"} & set(spec.features)
+    assert set(spec.features) <= set(table.columns)
+    assert spec.numeric == ["video_duration", "freshness_days"]
+    assert {"user_id", "item_id", "author_id", "tab", "hourmin", "tag", "user_active_degree", "upload_type",
+            "orientation", "onehot_feat4"} <= set(spec.categorical)
+    assert spec.labels == {"click": "click", "daction": "daction", "purchase": "purchase"}
+    assert spec.group_key == "user_id"
+    resolved = spec.resolve(table, ("click", "purchase"), ("daction",))
+    encoder = TableEncoder.fit(table, resolved)
+    assert encoder.transform(table).categorical.shape == (10, len(spec.categorical))
+    assert "user_id" not in kuairand_spec(table, ids=False).features
+
+
+def test_side_features_are_joined_and_cleaned(folder):
+    table, report = load_kuairand(folder)
+    assert table["item_id"].tolist() == fake_log()["video_id"].tolist()
+    assert table.loc[0, "follow_user_num_range"] == "500+"
+    assert table.loc[2, "user_live_streamer"] == 1 and table.loc[0, "user_live_streamer"] == -124
+    assert table.loc[2, "onehot_feat4"] == -1          # NaN in a float-coded category → −1
+    assert table["onehot_feat4"].dtype == np.int64
+    assert table.loc[1, "music_type"] == -1
+    assert table.loc[0, "orientation"] == "portrait" and table.loc[1, "orientation"] == "landscape"
+    assert table.loc[2, "orientation"] == "square" and table.loc[7, "orientation"] == "unknown"
+    assert table.loc[5, "tag"] == "unknown"
+    assert np.isnan(table.loc[1, "video_duration"])
+    assert report.missing_side_features == {"user": 0, "video": 0}
+    assert list(table.columns[-3:]) == ["click", "daction", "purchase"]
+
+
+def test_without_side_features(tmp_path):
+    folder = tmp_path / "only_log"
+    folder.mkdir()
+    fake_log().to_parquet(folder / LOG_FILE, index=False)
+    table, report = load_kuairand(folder, side_features=False)
+    assert list(table.columns) == ["user_id", "item_id", "author_id", "tab", "date", "hourmin", "tag",
+                                   "video_duration", "freshness_days", "click", "daction", "purchase"]
+    assert report.missing_side_features == {}
+    assert "user_active_degree" not in kuairand_spec(table).features
+
+
+def test_ids_missing_from_side_tables_are_counted(tmp_path):
+    folder = write_folder(tmp_path / "k", users=fake_users().iloc[:4])  # user 4 has no row
+    table, report = load_kuairand(folder)
+    assert report.missing_side_features["user"] == 2
+    assert table.loc[8, "user_active_degree"] == "missing" and table.loc[8, "onehot_feat0"] == -1
+
+
+def test_missing_folder_log_and_side_file(tmp_path, folder):
+    with pytest.raises(DataError, match="does not exist"):
+        load_kuairand(tmp_path / "nowhere")
+    with pytest.raises(DataError, match="other.parquet is missing"):
+        load_kuairand(folder, log="other.parquet")
+    (folder / VIDEO_FILE).unlink()
+    with pytest.raises(DataError, match="video features file .* is missing"):
+        load_kuairand(folder)
+    assert load_kuairand(folder, side_features=False)[1].rows == 10
+
+
+def test_missing_columns_are_named(tmp_path):
+    folder = write_folder(tmp_path / "a", log=fake_log().drop(columns=["is_follow", "tab"]))
+    with pytest.raises(DataError, match=r"\['tab', 'is_follow'\] are missing"):
+        load_kuairand(folder)
+    folder = write_folder(tmp_path / "b", users=fake_users().drop(columns=["user_active_degree"]))
+    with pytest.raises(DataError, match="user_active_degree"):
+        load_kuairand(folder)
+    with pytest.raises(DataError, match="is_share"):
+        load_kuairand(folder, daction=("is_like", "is_share"), side_features=False)
+
+
+def test_bad_label_values_and_duplicate_ids(tmp_path):
+    log = fake_log()
+    log.loc[3, "is_like"] = 2
+    with pytest.raises(DataError, match="'is_like' must be 0/1"):
+        load_kuairand(write_folder(tmp_path / "a", log=log))
+    log = fake_log()
+    log.loc[0, "is_click"] = pd.NA
+    with pytest.raises(DataError, match="'is_click' must be 0/1 but has 1 missing"):
+        load_kuairand(write_folder(tmp_path / "b", log=log))
+    videos = pd.concat([fake_videos(), fake_videos().iloc[:1]])
+    with pytest.raises(DataError, match="duplicate video_id"):
+        load_kuairand(write_folder(tmp_path / "c", videos=videos))
