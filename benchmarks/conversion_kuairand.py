@@ -162,20 +162,16 @@ def main(argv=None) -> int:
     histories: list[dict] = []
     predictions: dict[str, list[pd.DataFrame]] = {}  # model → its predictions on the scored part, one per seed
 
-    class Recording(ConversionModel):
-        """ConversionModel that keeps each neural model's training history (bench.run returns metrics only)."""
-
-        def fit(self, *a, **k):
-            super().fit(*a, **k)
-            h = self.report.history
-            if h is not None:
-                histories.append({"model": self.name, "seed": self.train_config.seed, "epochs": len(h.epochs),
-                                  "best_epoch": h.best_epoch + 1, "best_valid_loss": h.best_valid_loss,
-                                  "valid_losses": [round(e.get("valid_loss", float("nan")), 5) for e in h.epochs],
-                                  "stopped": h.stopped})
-            if self.name in ("esmm", "esm2"):
-                predictions.setdefault(self.name, []).append(self.predict(scored.test))
-            return self
+    def record(model: ConversionModel) -> None:
+        """Keep each neural model's training history and the ESMM / ESM² predictions for the bootstrap."""
+        h = model.report.history
+        if h is not None:
+            histories.append({"model": model.name, "seed": model.train_config.seed, "epochs": len(h.epochs),
+                              "best_epoch": h.best_epoch + 1, "best_valid_loss": h.best_valid_loss,
+                              "valid_losses": [round(e.get("valid_loss", float("nan")), 5) for e in h.epochs],
+                              "stopped": h.stopped})
+        if model.name in ("esmm", "esm2"):
+            predictions.setdefault(model.name, []).append(model.predict(scored.test))
 
     def done(row):
         h = next((h for h in reversed(histories) if h["model"] == row["model"] and h["seed"] == row["seed"]), None)
@@ -185,12 +181,8 @@ def main(argv=None) -> int:
               f"{row['ctcvr_auc']:.4f}  CTCVR GAUC {row['ctcvr_gauc']:.4f}  CTR AUC {row['ctr_auc']:.4f}  "
               f"({row['fit_seconds']:.0f} s){trained}", flush=True)
 
-    bench.ConversionModel = Recording  # bench.run builds its models from this name
-    try:
-        results = bench.run(scored, models, seeds, spec, {m: net for m in models if m != "gbdt"}, config,
-                            on_result=done)
-    finally:
-        bench.ConversionModel = ConversionModel
+    results = bench.run(scored, models, seeds, spec, {m: net for m in models if m != "gbdt"}, config,
+                        on_result=done, on_fitted=record)
 
     summary = bench.summarise(results, base="esmm" if "esmm" in models else None, metrics=HEADLINE)
     pd.set_option("display.width", 250)

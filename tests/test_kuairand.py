@@ -239,3 +239,23 @@ def test_bad_label_values_and_duplicate_ids(tmp_path):
     videos = pd.concat([fake_videos(), fake_videos().iloc[:1]])
     with pytest.raises(DataError, match="duplicate video_id"):
         load_kuairand(write_folder(tmp_path / "c", videos=videos))
+
+
+def test_cli_writes_table_spec_and_report(tmp_path, folder):
+    from typer.testing import CliRunner
+
+    from promokit.cli import app
+    from promokit.data import FeatureSpec, read_table
+
+    out = tmp_path / "kuairand.parquet"
+    result = CliRunner().invoke(app, ["conversion", "kuairand", "--src", str(folder), "--out", str(out), "--no-ids"])
+    assert result.exit_code == 0, result.output
+    table = read_table(out)
+    spec = FeatureSpec.from_file(out.with_suffix(".spec.yaml"))
+    assert spec.labels == {"click": "click", "daction": "daction", "purchase": "purchase"}
+    assert "user_id" not in spec.categorical and "video_duration" in spec.numeric
+    assert spec.resolve(table, ("click", "purchase"), ("daction",)).features == spec.features
+    assert '"repaired"' in out.with_suffix(".json").read_text()
+
+    missing = CliRunner().invoke(app, ["conversion", "kuairand", "--src", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert missing.exit_code == 2 and "does not exist" in missing.output

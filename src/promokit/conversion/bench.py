@@ -29,9 +29,12 @@ class Split:
 
 def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | None = None,
         params: dict[str, dict] | None = None, train: TrainConfig | None = None, gauc_weight: str = "impressions",
-        repair_labels: bool = False, on_result=None) -> pd.DataFrame:
+        repair_labels: bool = False, on_result=None, on_fitted=None) -> pd.DataFrame:
     """Fit every model with every seed on ``split.train`` (early stopping on ``split.valid``) and score it on
-    ``split.test``. Returns one row per (model, seed) with the metrics and the fit time in seconds."""
+    ``split.test``. Returns one row per (model, seed) with the metrics and the fit time in seconds.
+
+    ``on_fitted(model)`` sees each fitted :class:`ConversionModel` (its history, its predictions) before
+    ``on_result(row)`` sees its metrics."""
     rows = []
     train = train or TrainConfig()
     for seed in seeds:
@@ -41,6 +44,8 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
             started = time.perf_counter()
             model.fit(split.train, split.valid)
             seconds = time.perf_counter() - started
+            if on_fitted is not None:
+                on_fitted(model)
             row = {"model": name, "seed": seed, **model.evaluate(split.test, gauc_weight), "fit_seconds": seconds}
             rows.append(row)
             if on_result is not None:

@@ -26,7 +26,7 @@ def user_errors():
     try:
         yield
     except DataError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -248,3 +248,27 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the 
         write_parquet(table, out)
         _console().print(f"{len(table):,} impressions written to {out}; categorical: {world.categorical}; "
                          f"numeric: {world.numeric}")
+
+
+@app.command()
+def kuairand(src: Annotated[Path, typer.Option("--src", help="KuaiRand-Pure folder (log Parquet + user/video feature CSVs).")],
+             out: Annotated[Path, typer.Option("--out", help="Parquet file for the conversion table.")],
+             log: Annotated[Optional[str], typer.Option(help="Log file in the folder (default: the 04-25…04-30 val log).")] = None,
+             ids: Annotated[bool, typer.Option(help="List user/item/author ids as features in the written spec.")] = True):
+    """Map KuaiRand-Pure to the conversion contract: click = is_click, DAction = like | comment | forward |
+    profile enter, purchase = is_follow (both on clicked rows). Writes the table, a feature spec beside it
+    (OUT.spec.yaml, for --spec) and the load report (OUT.json)."""
+    with user_errors():
+        import yaml
+
+        from promokit.conversion.kuairand import LOG_FILE, kuairand_spec, load_kuairand
+        from promokit.data import write_json, write_parquet, write_text
+
+        table, report = load_kuairand(src, log=log or LOG_FILE)
+        write_parquet(table, out)
+        spec_path = out.with_suffix(".spec.yaml")
+        write_text(yaml.safe_dump(kuairand_spec(table, ids=ids).to_dict(), sort_keys=False), spec_path)
+        write_json({"summary": report.summary(), **report.__dict__}, out.with_suffix(".json"))
+        _console().print(report.summary(), highlight=False)
+        _console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
+                         f"--spec {spec_path} --split time:date")
