@@ -3,7 +3,7 @@
 Exports load lazily (PEP 562) so that ``promokit --help`` does not import torch.
 """
 
-import importlib
+from promokit.lazy import lazy_exports
 
 _EXPORTS = {
     "ConversionModel": "promokit.conversion.estimator",
@@ -17,8 +17,4 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'promokit.conversion' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

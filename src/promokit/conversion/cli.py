@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from promokit.cli_support import get_console, user_errors
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
 
@@ -15,25 +16,6 @@ DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or 
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
 
-
-@contextmanager
-def user_errors():
-    """Turn contract violations into one red line and exit code 2, not a traceback."""
-    from rich.console import Console
-
-    from promokit.data import DataError
-
-    try:
-        yield
-    except DataError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
-
-
-def _console():
-    from rich.console import Console
-
-    return Console()
 
 
 def _spec(path: Optional[Path]):
@@ -51,7 +33,7 @@ def _print_table(title: str, frame) -> None:
         table.add_column(str(column))
     for row in frame.itertuples(index=False):
         table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
-    _console().print(table)
+    get_console().print(table)
 
 
 @app.command()
@@ -82,7 +64,7 @@ def train(data: DataOpt,
         estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoints, resume)
         estimator.save(out)
         report = estimator.report
-        console = _console()
+        console = get_console()
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
         if report.history is not None:
@@ -118,7 +100,7 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
         summary = {"rows": len(result), "model": estimator.name, "outputs": list(predictions.columns),
                    "means": {c: float(predictions[c].mean()) for c in predictions.columns}}
         write_json(summary, out.with_suffix(".json"))
-        _console().print(f"{len(result)} predictions written to {out}")
+        get_console().print(f"{len(result)} predictions written to {out}")
 
 
 @app.command()
@@ -151,7 +133,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
     with user_errors():
         from promokit.conversion.demo import run_demo
 
-        console = _console()
+        console = get_console()
         console.print(f"synthetic world: {impressions:,} impressions, {users:,} users, {items:,} items (seed {seed})")
 
         def done(row):
@@ -206,7 +188,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
                 raise DataError(f"--split must be 'random' or 'time:<column>', got {split!r}")
             parts = runner.Split(*(table.iloc[r] for r in rows))
         config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=1)
-        console = _console()
+        console = get_console()
 
         def done(row):
             console.print(f"  seed {row['seed']} {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  "
@@ -246,7 +228,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the 
         if truth:
             table = pd.concat([table, world.truth.add_prefix("true_")], axis=1)
         write_parquet(table, out)
-        _console().print(f"{len(table):,} impressions written to {out}; categorical: {world.categorical}; "
+        get_console().print(f"{len(table):,} impressions written to {out}; categorical: {world.categorical}; "
                          f"numeric: {world.numeric}")
 
 
@@ -269,6 +251,6 @@ def kuairand(src: Annotated[Path, typer.Option("--src", help="KuaiRand-Pure fold
         spec_path = out.with_suffix(".spec.yaml")
         write_text(yaml.safe_dump(kuairand_spec(table, ids=ids).to_dict(), sort_keys=False), spec_path)
         write_json({"summary": report.summary(), **report.__dict__}, out.with_suffix(".json"))
-        _console().print(report.summary(), highlight=False)
-        _console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
+        get_console().print(report.summary(), highlight=False)
+        get_console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
                          f"--spec {spec_path} --split time:date")
