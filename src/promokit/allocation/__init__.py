@@ -1,0 +1,35 @@
+"""Allocation: who gets which promotion under a budget (incentive levels) or quotas (fund types).
+
+Exports load lazily (PEP 562) so that ``promokit --help`` imports neither NumPy-heavy solvers nor SciPy.
+This domain never imports torch.
+"""
+
+from promokit.lazy import lazy_exports
+
+_EXPORTS = {
+    "BudgetPlan": "promokit.allocation.budget",
+    "solve_budget": "promokit.allocation.budget",
+    "decide": "promokit.allocation.budget",
+    "ratio_form": "promokit.allocation.budget",
+    "absolute_form": "promokit.allocation.budget",
+    "solve_budget_lp": "promokit.allocation.budget_lp",
+    "QuotaPlan": "promokit.allocation.quota",
+    "solve_quota": "promokit.allocation.quota",
+    "check_quota_problem": "promokit.allocation.quota",
+    "check_plan": "promokit.allocation.quota",
+    "BudgetInstance": "promokit.allocation.synthetic",
+    "QuotaInstance": "promokit.allocation.synthetic",
+    "make_budget_instance": "promokit.allocation.synthetic",
+    "make_quota_instance": "promokit.allocation.synthetic",
+    "BudgetTable": "promokit.allocation.tables",
+    "QuotaTable": "promokit.allocation.tables",
+    "FundQuotas": "promokit.allocation.tables",
+    "read_budget_table": "promokit.allocation.tables",
+    "read_quota_table": "promokit.allocation.tables",
+    "read_quotas": "promokit.allocation.tables",
+    "score_frame": "promokit.allocation.tables",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)
