@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from promokit.conversion.contract import check_labels
+from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, check_labels
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec
@@ -55,6 +55,7 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
 
 def oracle_row(test: pd.DataFrame, truth: pd.DataFrame, spec: FeatureSpec, gauc_weight: str = "impressions") -> dict:
     """Metrics of the generator's true probabilities: the best any model can do on this test set."""
+    spec = spec.resolve(test, REQUIRED_LABELS, OPTIONAL_LABELS)
     labels, _ = check_labels(test, spec.labels)
     predictions = {k: truth[k].to_numpy() for k in ("p_ctr", "p_ctavr", "p_cvr", "p_ctcvr")}
     groups = test[spec.group_key].to_numpy() if spec.group_key else None

@@ -199,7 +199,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
                              on_result=done)
         summary = runner.summarise(results, base if base in names else None)
         if data is None:
-            oracle = runner.oracle_row(parts.test, truth, feature_spec.resolve(parts.test, ("click", "purchase"), ("daction",)))
+            oracle = runner.oracle_row(parts.test, truth, feature_spec)
             summary.loc["oracle", list(runner.HEADLINE)] = [f"{oracle[m]:.4f}" for m in runner.HEADLINE]
         _print_table("mean ± std over seeds", summary)
         if out is not None:
