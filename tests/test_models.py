@@ -85,3 +85,21 @@ def test_dnn_os_counts_positives_k_times():
     # replicate the click positives three times and take the plain mean
     rows = torch.cat([torch.arange(16), *(torch.nonzero(batch["click"]).flatten() for _ in range(2))])
     torch.testing.assert_close(parts["ctr"], binary_log_loss(out["p_ctr"][rows], batch["click"][rows]))
+
+
+def test_attention_unit_weighs_by_the_target_and_ignores_padding():
+    from promokit.nn import AttentionUnit
+
+    torch.manual_seed(0)
+    unit = AttentionUnit(dim=3, hidden=8)
+    history = torch.randn(2, 4, 3)
+    target = torch.randn(2, 3)
+    mask = torch.tensor([[True, True, False, False], [False, False, False, False]])
+    weights = unit.weights(history, target, mask)
+    assert weights.shape == (2, 4) and torch.all(weights[~mask] == 0)
+    pooled = unit(history, target, mask)
+    torch.testing.assert_close(pooled[0], weights[0, 0] * history[0, 0] + weights[0, 1] * history[0, 1])
+    assert torch.all(pooled[1] == 0)  # no history → zero vector
+    changed = history.clone()
+    changed[0, 2:] = 100.0  # padded entries cannot move the result
+    torch.testing.assert_close(unit(changed, target, mask)[0], pooled[0])
