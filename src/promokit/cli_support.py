@@ -1,4 +1,4 @@
-"""What every domain's commands share: one-line user errors and the console. Imports nothing heavy."""
+"""What every domain's commands share: one-line user errors, the console and tables. Imports nothing heavy."""
 
 from __future__ import annotations
 
@@ -23,3 +23,16 @@ def get_console(stderr: bool = False):
     from rich.console import Console
 
     return Console(stderr=stderr)
+
+
+def print_table(title: str, frame) -> None:
+    """A DataFrame as a rich table (its named index becomes the first column), floats to 4 decimals."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    frame = frame.reset_index() if frame.index.name else frame
+    for column in frame.columns:
+        table.add_column(str(column))
+    for row in frame.itertuples(index=False):
+        table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
+    get_console().print(table)

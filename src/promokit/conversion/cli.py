@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, user_errors
+from promokit.cli_support import get_console, print_table, user_errors
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
 
@@ -22,18 +22,6 @@ def _spec(path: Optional[Path]):
     from promokit.data import FeatureSpec
 
     return FeatureSpec.from_file(path) if path else FeatureSpec()
-
-
-def _print_table(title: str, frame) -> None:
-    from rich.table import Table
-
-    table = Table(title=title)
-    frame = frame.reset_index() if frame.index.name else frame
-    for column in frame.columns:
-        table.add_column(str(column))
-    for row in frame.itertuples(index=False):
-        table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
-    get_console().print(table)
 
 
 @app.command()
@@ -122,7 +110,7 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
         report = Report(f"Evaluation of {model}", data={"model": estimator.name, "metrics": metrics})
         report.add("Metrics", frame)
         report.write(out)
-        _print_table(f"{estimator.name} on {data.name}", frame.set_index("metric"))
+        print_table(f"{estimator.name} on {data.name}", frame.set_index("metric"))
 
 
 @app.command()
@@ -142,7 +130,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
 
         table, report = run_demo(users, items, impressions, seed, models.split(","), on_result=done)
         report.write(out)
-        _print_table("test metrics", report.sections[2][1])
+        print_table("test metrics", report.sections[2][1])
         console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
 
 
@@ -201,7 +189,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         if data is None:
             oracle = runner.oracle_row(parts.test, truth, feature_spec)
             summary.loc["oracle", list(runner.HEADLINE)] = [f"{oracle[m]:.4f}" for m in runner.HEADLINE]
-        _print_table("mean ± std over seeds", summary)
+        print_table("mean ± std over seeds", summary)
         if out is not None:
             report = Report("promokit conversion bench", data={"results": results.to_dict(orient="records"),
                                                                 "oracle": oracle})

@@ -28,11 +28,11 @@ from promokit.data import (
 )
 from promokit.training import (
     History,
-    ModelDirWriter,
     TrainConfig,
     Trainer,
     read_json,
     read_weights,
+    write_model_dir,
 )
 from promokit.training.seed import seed_everything
 
@@ -148,16 +148,8 @@ class ConversionModel:
         config = {"promokit": __version__, "task": "conversion", "model": self.name, "params": self.params,
                   "spec": self.spec.to_dict(), "train": self.train_config.to_dict(),
                   "repair_labels": self.repair_labels}
-        with ModelDirWriter(path) as out:
-            out.json("config.json", config)
-            out.json("encoder.json", self.encoder.to_dict())
-            if self.report.history is not None:
-                out.json("history.json", self.report.history.to_dict())
-            if self.is_neural:
-                out.weights(self.net.state_dict())
-            else:
-                for name, text in self.net.model_texts().items():
-                    out.text(name, text)
+        history = None if self.report.history is None else self.report.history.to_dict()
+        write_model_dir(path, config, self.encoder.to_dict(), self.net, history)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConversionModel:

@@ -61,6 +61,25 @@ class ModelDirWriter:
         return False
 
 
+def write_model_dir(path: str | os.PathLike, config: dict, encoder: dict, net, history: dict | None = None,
+                    extra: dict[str, object] | None = None) -> None:
+    """Write a whole model directory atomically: ``config.json``, ``encoder.json``, ``history.json`` (when
+    given), the ``extra`` JSON files by name, and the network — a torch module's state dict as safetensors,
+    or the text files of ``net.model_texts()`` (e.g. LightGBM's text models)."""
+    with ModelDirWriter(path) as out:
+        out.json(CONFIG, config)
+        out.json("encoder.json", encoder)
+        if history is not None:
+            out.json("history.json", history)
+        for name, obj in (extra or {}).items():
+            out.json(name, obj)
+        if isinstance(net, torch.nn.Module):
+            out.weights(net.state_dict())
+        else:
+            for name, text in net.model_texts().items():
+                out.text(name, text)
+
+
 def read_json(model_dir: str | os.PathLike, name: str = CONFIG) -> dict:
     path = Path(model_dir) / name
     if not path.exists():
