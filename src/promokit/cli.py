@@ -6,11 +6,13 @@ import typer
 
 from promokit.allocation.cli import app as allocate_app
 from promokit.conversion.cli import app as conversion_app
+from promokit.voucher.cli import app as voucher_app
 
 app = typer.Typer(help="promokit: predict responses to promotions and decide who gets which.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(conversion_app, name="conversion")
 app.add_typer(allocate_app, name="allocate")
+app.add_typer(voucher_app, name="voucher")
 
 
 def main() -> None:

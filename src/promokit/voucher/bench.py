@@ -1,0 +1,76 @@
+"""Several voucher models over seeds on one time split, summarised like the DMBGN paper's Table 3."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from promokit.metrics import auc, logloss, rela_impr
+from promokit.training import TrainConfig
+from promokit.voucher.estimator import VoucherModel
+
+#: The paper's Table 3 compares against both.
+BASES = ("dnn", "din")
+
+
+@dataclass
+class Split:
+    """Session rows of the train / validation / test parts of one tables object."""
+
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+
+
+def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[str, dict] | None = None,
+        train: TrainConfig | None = None, on_result=None, train_overrides: dict[str, dict] | None = None
+        ) -> pd.DataFrame:
+    """Fit every model with every seed on ``split.train`` (epochs / trees selected on ``split.valid``) and
+    score it on ``split.test``: one row per (model, seed) with auc, logloss and the fit time in seconds.
+    ``train_overrides[name]`` changes fields of ``train`` for one model (e.g. LR's learning rate)."""
+    rows = []
+    train = train or TrainConfig(lr=1e-3, batch_size=1024)
+    for seed in seeds:
+        for name in models:
+            config = TrainConfig(**{**train.to_dict(), **(train_overrides or {}).get(name, {}), "seed": seed})
+            model = VoucherModel(name, (params or {}).get(name), config)
+            started = time.perf_counter()
+            model.fit(tables, split.train, split.valid)
+            seconds = time.perf_counter() - started
+            metrics = model.evaluate(tables, split.test)
+            row = {"model": name, "seed": seed, "auc": metrics["auc"], "logloss": metrics["logloss"],
+                   "fit_seconds": seconds}
+            rows.append(row)
+            if on_result is not None:
+                on_result(row)
+    return pd.DataFrame(rows)
+
+
+def oracle_row(tables, rows: np.ndarray, truth: np.ndarray) -> dict:
+    """AUC and logloss of the generator's true probabilities: the best any model can do on these rows."""
+    y = tables.sessions["redeemed"].to_numpy(dtype=np.float64)[rows]
+    return {"model": "oracle", "auc": auc(y, truth[rows]), "logloss": logloss(y, truth[rows])}
+
+
+def summarise(results: pd.DataFrame, oracle: dict | None = None, bases=BASES) -> pd.DataFrame:
+    """Table 3: AUC mean ± std over seeds (the mean alone for one seed), RelaImpr (eq. 11) of the mean AUC vs each base, mean logloss;
+    the oracle (``oracle_row``) as a last row when given."""
+    grouped = results.groupby("model", sort=False)
+    mean, std = grouped["auc"].mean(), grouped["auc"].std(ddof=1)
+    table = pd.DataFrame(index=mean.index)
+    table["AUC mean ± std"] = [f"{m:.4f} ± {s:.4f}" if np.isfinite(s) else f"{m:.4f}" for m, s in zip(mean, std)]
+    logloss_mean = grouped["logloss"].mean()
+    seconds = grouped["fit_seconds"].mean().map("{:.1f}".format)
+    if oracle is not None:
+        table.loc["oracle"] = f"{oracle['auc']:.4f}"
+        mean.loc["oracle"], logloss_mean.loc["oracle"], seconds.loc["oracle"] = oracle["auc"], oracle["logloss"], "—"
+    for base in bases:
+        if base in results["model"].values:
+            table[f"RelaImpr ({base.upper()})"] = [f"{rela_impr(v, mean[base]):+.2f}%" for v in mean]
+    table["Logloss mean"] = logloss_mean.map("{:.4f}".format)
+    table["fit_seconds"] = seconds
+    table.index.name = "model"
+    return table

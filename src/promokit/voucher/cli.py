@@ -1,0 +1,226 @@
+"""``promokit voucher …``: train, predict, evaluate, demo, bench (DMBGN and its baselines)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from promokit.cli_support import get_console, print_table, user_errors
+
+app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
+
+SessionsOpt = Annotated[Path, typer.Option("--sessions", help="Sessions table (CSV/Parquet): session_id, user_id, "
+                                           "voucher_id, min_spend, discount, collect_time, outcome_time, redeemed.")]
+EventsOpt = Annotated[Optional[Path], typer.Option("--events", help="Behaviour events: session_id, item_id, action, action_time.")]
+ItemsOpt = Annotated[Path, typer.Option("--items", help="Items: item_id, category, brand, price_level.")]
+VoucherItemsOpt = Annotated[Optional[Path], typer.Option("--voucher-items", help="voucher_id, item_id pairs (data without a behaviour log).")]
+CategoricalOpt = Annotated[Optional[str], typer.Option("--categorical", help="Comma-separated categorical profile columns.")]
+NumericOpt = Annotated[Optional[str], typer.Option("--numeric", help="Comma-separated numeric profile columns.")]
+ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help="Voucher validity (e.g. 7D) when outcome_time is absent.")]
+ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="Torch threads; 1 is fastest for these small batches, "
+                                        "especially on a shared machine.")]
+MODEL_NAMES = "lr | gbdt | dnn | wdl | din | dmbgn | dmbgn-avgpooling | dmbgn-pretrained"
+
+
+def _set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(max(1, threads))
+
+
+def _names(text: Optional[str]) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()] if text else []
+
+
+def _tables(sessions, events, items, voucher_items, categorical, numeric, validity, require_labels):
+    from promokit.data import read_table
+    from promokit.voucher.contract import check_tables
+
+    return check_tables(read_table(sessions), read_table(events) if events else None, read_table(items),
+                        categorical=_names(categorical), numeric=_names(numeric), validity=validity,
+                        require_labels=require_labels,
+                        voucher_items=read_table(voucher_items) if voucher_items else None)
+
+
+@app.command()
+def train(sessions: SessionsOpt, items: ItemsOpt,
+          out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+          events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
+          numeric: NumericOpt = None, validity: ValidityOpt = None,
+          model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
+          valid_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")] = None,
+          epochs: int = 10, batch_size: int = 1024, lr: float = 1e-3, patience: int = 2, seed: int = 0,
+          params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [64]}\'.')] = None,
+          threads: ThreadsOpt = 1):
+    """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
+    with user_errors():
+        _set_threads(threads)
+        import pandas as pd
+
+        from promokit.data import DataError
+        from promokit.training import TrainConfig
+        from promokit.voucher.estimator import VoucherModel
+        from promokit.voucher.history import split_by_time
+
+        try:
+            model_params = json.loads(params) if params else None
+        except json.JSONDecodeError as exc:
+            raise DataError(f"--params is not valid JSON: {exc}") from None
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
+        collect = tables.sessions["collect_time"]
+        cut = pd.Timestamp(valid_from) if valid_from else collect.quantile(0.9)
+        parts = split_by_time(tables.sessions, cut, collect.max() + pd.Timedelta(1, "s"))
+        if len(parts.train) == 0 or len(parts.valid) == 0:
+            raise DataError(f"--valid-from {cut} leaves {len(parts.train)} training and {len(parts.valid)} "
+                            f"validation sessions of {len(collect)}; both must be non-empty")
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed)
+        estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid)
+        estimator.save(out)
+        console = get_console()
+        h = estimator.report.history
+        if h is not None:
+            console.print(f"{h.stopped} after {len(h.epochs)} epochs; best validation loss "
+                          f"{h.best_valid_loss:.5f} at epoch {h.best_epoch + 1}")
+        console.print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
+                      f"{len(parts.valid)} validation sessions)")
+
+
+def _load(model: Path):
+    from promokit.voucher.estimator import VoucherModel
+
+    return VoucherModel.load(model)
+
+
+def _rows_from(tables, start: Optional[str]):
+    import numpy as np
+    import pandas as pd
+
+    collect = tables.sessions["collect_time"]
+    return np.arange(len(collect)) if start is None else np.flatnonzero(collect >= pd.Timestamp(start))
+
+
+@app.command()
+def predict(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
+            out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, p_redeem.")],
+            events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
+            numeric: NumericOpt = None, validity: ValidityOpt = None,
+            start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
+    """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
+    the users' histories."""
+    with user_errors():
+        from promokit.data import write_parquet
+
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, False)
+        predictions = _load(model).predict(tables, _rows_from(tables, start))
+        write_parquet(predictions, out)
+        get_console().print(f"{len(predictions)} predictions written to {out}")
+
+
+@app.command()
+def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
+             events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
+             numeric: NumericOpt = None, validity: ValidityOpt = None,
+             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
+    """AUC and logloss of a trained model on labelled sessions."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.report import Report
+
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
+        estimator = _load(model)
+        metrics = estimator.evaluate(tables, _rows_from(tables, start))
+        frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+        report = Report(f"Evaluation of {model}", data={"model": estimator.name, "metrics": metrics})
+        report.add("Metrics", frame)
+        report.write(out)
+        print_table(f"{estimator.name} on {sessions.name}", frame.set_index("metric"))
+
+
+@app.command()
+def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("promokit-voucher-demo"),
+         users: int = 3000, vouchers: int = 120, items: int = 1000, sessions: int = 20_000, seed: int = 0,
+         models: Annotated[str, typer.Option(help="Comma-separated models.")] = ",".join(
+             ["lr", "gbdt", "dnn", "wdl", "din", "dmbgn-avgpooling", "dmbgn-pretrained", "dmbgn"]),
+         threads: ThreadsOpt = 1):
+    """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
+    with user_errors():
+        _set_threads(threads)
+        from promokit.voucher.demo import run_demo
+
+        console = get_console()
+        console.print(f"synthetic voucher world: {sessions:,} sessions, {users:,} users, {vouchers:,} vouchers "
+                      f"(seed {seed})")
+
+        def done(row):
+            console.print(f"  {row['model']:>16}: AUC {row['auc']:.4f}  logloss {row['logloss']:.4f}  "
+                          f"({row['fit_seconds']:.0f} s)")
+
+        world = {"n_users": users, "n_vouchers": vouchers, "n_items": items, "n_sessions": sessions}
+        summary, report = run_demo(world, seed, _names(models), on_result=done)
+        report.write(out)
+        print_table("test metrics", summary)
+        console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
+
+
+@app.command()
+def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 2019 folder, or 'synthetic'.")] = "synthetic",
+          models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,wdl,din,dmbgn",
+          seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
+          epochs: int = 8, batch_size: int = 512, lr: float = 1e-3, patience: int = 1,
+          params: Annotated[Optional[str], typer.Option(help="Network parameters for every neural model as JSON.")] = None,
+          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
+          threads: ThreadsOpt = 1):
+    """Models × seeds on a time split: AUC mean ± std, RelaImpr vs DNN and vs DIN, logloss (Table 3)."""
+    with user_errors():
+        _set_threads(threads)
+        from promokit.data import DataError
+        from promokit.report import Report
+        from promokit.training import TrainConfig
+        from promokit.voucher import bench as runner
+        from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN_OVERRIDES, DEMO_WORLD, time_split
+
+        try:
+            net = json.loads(params) if params else DEMO_NET
+        except json.JSONDecodeError as exc:
+            raise DataError(f"--params is not valid JSON: {exc}") from None
+        oracle = None
+        if data_dir == "synthetic":
+            from promokit.voucher.synthetic import make_voucher_world
+
+            world = make_voucher_world(**DEMO_WORLD, seed=0)
+            tables = world.tables
+        else:
+            from promokit.voucher.amexpert import load_amexpert
+
+            tables, load_report = load_amexpert(data_dir)
+            get_console().print(load_report.summary(), highlight=False)
+        split = time_split(tables)
+        names = _names(models)
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, progress=False)
+        console = get_console()
+
+        def done(row):
+            console.print(f"  seed {row['seed']} {row['model']:>16}: AUC {row['auc']:.4f}  logloss "
+                          f"{row['logloss']:.4f}  ({row['fit_seconds']:.0f} s)")
+
+        results = runner.run(tables, split, names, [int(s) for s in seeds.split(",")],
+                             {n: net for n in names if n not in ("lr", "gbdt")}, config, on_result=done,
+                             train_overrides=DEMO_TRAIN_OVERRIDES)
+        if data_dir == "synthetic":
+            oracle = runner.oracle_row(tables, split.test, world.truth)
+        summary = runner.summarise(results, oracle)
+        print_table("mean ± std over seeds (test split)", summary)
+        if out is not None:
+            report = Report("promokit voucher bench", data={"results": results.to_dict(orient="records"),
+                                                             "oracle": oracle})
+            report.add("Setup", f"data: {data_dir}; time split; seeds: {seeds}; "
+                                f"{len(split.train)}/{len(split.valid)}/{len(split.test)} sessions")
+            report.add("Mean ± std over seeds", summary)
+            report.write(out)
+            console.print(f"report written to {out}/report.md")

@@ -1,0 +1,275 @@
+"""VoucherModel: the three tables in → fitted model → redemption probabilities and metrics out, saved as a
+model directory (config.json, encoder.json, weights.safetensors or gbdt.txt, history.json, DMBGN's
+graph_vocabulary.json; no pickle). The directory is self-contained: it scores any tables, training sessions or not."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from promokit import __version__
+from promokit.data import DataError, FeatureSpec, TableEncoder
+from promokit.metrics import auc, logloss
+from promokit.training import History, TrainConfig, Trainer, read_json, read_weights, take, write_model_dir
+from promokit.training.seed import seed_everything
+from promokit.voucher.history import redeemed_history
+from promokit.voucher.models import MODELS, FieldLayout
+
+#: Columns that are never features: keys, times and everything known only after the outcome. The tables'
+#: whitelist (``VoucherTables.categorical`` / ``numeric``) already excludes them; this is the second lock.
+NOT_FEATURES = ("session_id", "collect_time", "outcome_time", "redeemed")
+POST_OUTCOME = re.compile(r"redeem|outcome|expire|_time", re.IGNORECASE)
+VOUCHER_NUMERIC = ("min_spend", "discount")
+GRAPH_VOCABULARY = "graph_vocabulary.json"
+
+
+@dataclass
+class FitReport:
+    """What happened during ``fit``: sessions used and the training history (neural models)."""
+
+    n_train: int = 0
+    n_valid: int = 0
+    history: History | None = None
+
+
+class VoucherModel:
+    """A voucher-redemption model by name (``lr``, ``gbdt``, ``dnn``, ``wdl``, ``din``, ``dmbgn`` …).
+
+    Example::
+
+        model = VoucherModel("din").fit(tables, train_rows, valid_rows)   # early stopping on valid_rows
+        model.predict(tables, test_rows)       # session_id, p_redeem
+        model.evaluate(tables, test_rows)      # auc, logloss, n, positives
+        model.save("din_model"); VoucherModel.load("din_model")
+
+    Features are the tables' whitelist (``VoucherTables.categorical`` / ``numeric``: user_id, voucher_id,
+    min_spend, discount and the named profile columns), encoded by a :class:`TableEncoder` fitted on the
+    training sessions only. The user's history is the last ``max_history`` sessions they redeemed whose outcome was
+    known before the target's collection (``redeemed_history``), so no label leaks forward in time.
+    """
+
+    def __init__(self, model: str = "din", params: dict | None = None, train: TrainConfig | None = None,
+                 max_history: int = 6):
+        if model not in MODELS:
+            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+        self.name = model
+        self.params = {**MODELS[model][1], **(params or {})}
+        self.train_config = train or TrainConfig(lr=1e-3, batch_size=1024)
+        self.max_history = max_history
+        self.spec: FeatureSpec | None = None
+        self.encoder: TableEncoder | None = None
+        self.net = None
+        self.report = FitReport()
+        self.store = None  # the UVGStore of the tables last seen, holding the training vocabulary (DMBGN only)
+        self._cache: tuple[object, dict[str, torch.Tensor]] | None = None
+
+    @property
+    def model_class(self):
+        return MODELS[self.name][0]
+
+    @property
+    def is_neural(self) -> bool:
+        return issubclass(self.model_class, nn.Module)
+
+    @property
+    def uses_graphs(self) -> bool:
+        return hasattr(self.model_class, "attach")  # a model that reads the UVGStore attached to it
+
+    @property
+    def net_params(self) -> dict:
+        """``params`` minus the estimator's own keys (``pretrain``: pre-train the UVG encoder, eq. 6)."""
+        return {k: v for k, v in self.params.items() if k != "pretrain"}
+
+    # ---- features -------------------------------------------------------------------------------------
+    def _feature_spec(self, tables) -> FeatureSpec:
+        features = [*tables.categorical, *tables.numeric]
+        leaking = [c for c in features if c in NOT_FEATURES or POST_OUTCOME.search(str(c))]
+        if leaking:
+            raise DataError(f"feature columns {leaking} are keys, times or known only after the outcome; "
+                            "they cannot be features")
+        if "voucher_id" not in tables.categorical:
+            raise DataError(f"voucher_id must be a categorical feature; got {list(tables.categorical)}")
+        return FeatureSpec(categorical=list(tables.categorical), numeric=list(tables.numeric), group_key=None)
+
+    def layout(self) -> FieldLayout:
+        widths = [enc.width for enc in self.encoder.numeric.values()]
+        starts = np.cumsum([0, *widths])
+        voucher_numeric = [i for name, s, w in zip(self.encoder.numeric, starts, widths)
+                           if name in VOUCHER_NUMERIC for i in range(s, s + w)]
+        categorical = list(self.encoder.categorical)
+        return FieldLayout(cardinalities=tuple(self.encoder.cardinalities), n_numeric=self.encoder.numeric_width,
+                           id_fields=tuple(categorical.index(c) for c in ("user_id", "voucher_id") if c in categorical),
+                           voucher_fields=(categorical.index("voucher_id"),),
+                           voucher_numeric=tuple(int(i) for i in voucher_numeric))
+
+    def inputs(self, tables, fit_rows=None) -> dict[str, torch.Tensor]:
+        """The batch dict of every session of ``tables`` (row order = session index), built once per tables.
+
+        ``fit_rows`` (training only): the sessions DMBGN's graph vocabulary is fitted on."""
+        if self._cache is not None and self._cache[0] is tables:
+            return self._cache[1]
+        sessions = tables.sessions
+        x = self.encoder.transform(sessions)
+        layout = self.layout()
+        history = redeemed_history(sessions, self.max_history)
+        padded = history < 0
+        safe = np.where(padded, 0, history)
+        hist_cat = x.categorical[safe][:, :, list(layout.voucher_fields)]
+        hist_num = x.numeric[safe][:, :, list(layout.voucher_numeric)]
+        hist_cat[padded], hist_num[padded] = 0, 0.0
+        tensors = {"cat": torch.from_numpy(x.categorical), "num": torch.from_numpy(x.numeric),
+                   "session": torch.arange(len(sessions), dtype=torch.long),
+                   "history": torch.from_numpy(np.ascontiguousarray(history, dtype=np.int64)),
+                   "hist_cat": torch.from_numpy(np.ascontiguousarray(hist_cat)),
+                   "hist_num": torch.from_numpy(np.ascontiguousarray(hist_num))}
+        tensors["redeemed"] = torch.from_numpy(_labels(sessions).copy())
+        if self.uses_graphs:
+            self._attach_store(tables, fit_rows)
+        self._cache = (tables, tensors)
+        return tensors
+
+    def _attach_store(self, tables, fit_rows=None) -> None:
+        """Build the UVGs of ``tables``: fitting the graph vocabulary on ``fit_rows`` (training), else reusing the
+        current store's (the training one), so unseen items and vouchers get the OOV code."""
+        from promokit.voucher.graph import UVGStore
+
+        vocabulary = None if fit_rows is not None else self.store.vocabulary()
+        self.store = UVGStore.build(tables, fit_rows=fit_rows, vocabulary=vocabulary)
+        if self.net is not None:
+            self.net.attach(self.store)
+
+    # ---- fit / predict ----------------------------------------------------------------------------------
+    def fit(self, tables, train_rows, valid_rows=None, checkpoint_dir: str | os.PathLike | None = None,
+            resume: bool = False) -> VoucherModel:
+        """Fit on the sessions ``train_rows`` of ``tables``; select the epoch (or the number of trees) on
+        ``valid_rows``, never on test rows."""
+        train_rows = _rows(train_rows, len(tables.sessions), "train_rows")
+        valid_rows = None if valid_rows is None else _rows(valid_rows, len(tables.sessions), "valid_rows")
+        seed_everything(self.train_config.seed)
+        sessions = tables.sessions
+        self.spec = self._feature_spec(tables)
+        self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.spec)
+        self.net, self._cache = None, None
+        inputs = self.inputs(tables, fit_rows=train_rows)
+        for name, rows in (("training", train_rows), ("validation", valid_rows)):
+            unknown = np.isnan(inputs["redeemed"].numpy()[rows]) if rows is not None else np.zeros(0, bool)
+            if unknown.any():
+                raise DataError(f"{int(unknown.sum())} of the {len(rows)} {name} sessions have no 'redeemed' label, "
+                                f"e.g. session_id {sessions['session_id'].iloc[rows[unknown][0]]!r}")
+        self.report = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows))
+        train = take(inputs, torch.from_numpy(train_rows))
+        valid = None if valid_rows is None else take(inputs, torch.from_numpy(valid_rows))
+        if self.is_neural:
+            self.net = self._build_net(self._pretrained(tables, train_rows))
+            self.report.history = Trainer(self.train_config, checkpoint_dir).fit(self.net, train, valid, resume)
+        else:
+            self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.params})
+            self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
+        return self
+
+    def _pretrained(self, tables, train_rows: np.ndarray):
+        """The UVG encoder pre-trained by eq. (6) on the training sessions only, when ``params["pretrain"]``."""
+        if not self.params.get("pretrain"):
+            return None
+        from promokit.voucher.pretrain import pretrain_uvg
+
+        shared = ("emb_dim", "uvg_dim", "gnn_layers", "ratio", "encoder", "directed")
+        labels = _labels(tables.sessions)[train_rows]
+        result = pretrain_uvg(self.store, train_rows, labels, **{k: v for k, v in self.net_params.items() if k in shared},
+                              epochs=int(self.params["pretrain"]), batch_size=self.train_config.batch_size,
+                              lr=self.train_config.lr, seed=self.train_config.seed)
+        return result.state
+
+    def _build_net(self, pretrained=None) -> nn.Module:
+        if self.uses_graphs:
+            return self.model_class(self.layout(), self.store, history_len=self.max_history, pretrained=pretrained,
+                                    **self.net_params)
+        return self.model_class(self.layout(), **self.net_params)
+
+    def predict(self, tables, rows=None) -> pd.DataFrame:
+        """``session_id`` and ``p_redeem`` for the sessions ``rows`` of ``tables`` (all when omitted)."""
+        self._check_fitted()
+        n = len(tables.sessions)
+        rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
+        batch = take(self.inputs(tables), torch.from_numpy(rows))
+        if self.is_neural:
+            p = Trainer(self.train_config).predict(self.net, batch)["p_redeem"].numpy()
+        else:
+            p = self.net.predict(_arrays(batch)[0])["p_redeem"]
+        return pd.DataFrame({"session_id": tables.sessions["session_id"].to_numpy()[rows],
+                             "p_redeem": np.asarray(p, dtype=np.float64)})
+
+    def evaluate(self, tables, rows=None) -> dict[str, float]:
+        """AUC and logloss (DMBGN section 4.3) of the labelled sessions ``rows``."""
+        predictions = self.predict(tables, rows)
+        n = len(tables.sessions)
+        rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
+        y = _labels(tables.sessions)[rows]
+        if np.isnan(y).any():
+            raise DataError(f"{int(np.isnan(y).sum())} of the {len(y)} evaluated sessions have no 'redeemed' label")
+        p = predictions["p_redeem"].to_numpy()
+        return {"auc": auc(y, p), "logloss": logloss(y, p), "n": int(len(y)), "positives": int(y.sum()),
+                "mean_p_redeem": float(p.mean()), "redemption_rate": float(y.mean())}
+
+    def _check_fitted(self) -> None:
+        if self.net is None or self.encoder is None:
+            raise RuntimeError("the model is not fitted: call fit() or VoucherModel.load()")
+
+    # ---- model directory -------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        self._check_fitted()
+        config = {"promokit": __version__, "task": "voucher", "model": self.name, "params": self.params,
+                  "spec": self.spec.to_dict(), "train": self.train_config.to_dict(),
+                  "max_history": self.max_history}
+        history = None if self.report.history is None else self.report.history.to_dict()
+        extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
+        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> VoucherModel:
+        """A model directory written by :meth:`save`. A DMBGN net is sized by the saved graph vocabulary; the
+        graphs of the tables it scores are built with that vocabulary at ``predict`` / ``evaluate``."""
+        config = read_json(path)
+        if config.get("task") != "voucher":
+            raise DataError(f"{path}: holds a {config.get('task')!r} model, not a voucher model")
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
+                    config["max_history"])
+        model.spec = FeatureSpec.from_dict(config["spec"])
+        model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
+        if model.uses_graphs:
+            from promokit.voucher.graph import UVGStore
+
+            model.store = UVGStore.empty(read_json(path, GRAPH_VOCABULARY))
+        if model.is_neural:
+            model.net = model._build_net()
+            model.net.load_state_dict(read_weights(path))
+            model.net.eval()
+        else:
+            model.net = model.model_class(model.layout(), **model.params).load_texts(path)
+        return model
+
+
+def _labels(sessions: pd.DataFrame) -> np.ndarray:
+    if "redeemed" not in sessions.columns:
+        return np.full(len(sessions), np.nan, dtype=np.float32)
+    return pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
+
+
+def _rows(rows, n: int, name: str) -> np.ndarray:
+    rows = np.asarray(rows, dtype=np.int64).ravel()
+    bad = (rows < 0) | (rows >= n)
+    if bad.any():
+        raise DataError(f"{name}: {int(bad.sum())} of {len(rows)} row indices are outside the {n} sessions, "
+                        f"e.g. {int(rows[bad][0])}")
+    return rows
+
+
+def _arrays(batch: dict[str, torch.Tensor]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    x = {k: batch[k].numpy() for k in ("cat", "num")}
+    return x, ({"redeemed": batch["redeemed"].numpy()} if "redeemed" in batch else {})

@@ -1,0 +1,120 @@
+"""Leak-free redeemed-voucher history (DMBGN §3.5) and the time split of the sessions.
+
+A session's history may only hold sessions whose outcome was known when it was collected: the published
+DMBGN code built histories from all of a user's redeemed sessions regardless of when the redemption
+happened, which lets a model read the future. Here a history entry j of session i satisfies
+
+    user(j) = user(i),  redeemed(j) = 1,  outcome_time(j) < collect_time(i),
+
+so a redeemed session whose outcome became known only after i's collection is excluded, and since a
+session's outcome is never before its own collection, a session never sees itself or any later-collected one
+whose outcome is not yet known.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError
+
+
+def redeemed_history(sessions: pd.DataFrame, max_len: int = 6) -> np.ndarray:
+    """The user's last ``max_len`` redeemed sessions known before each session's collection.
+
+    Returns an ``(n_sessions, max_len)`` int64 array of row positions in ``sessions``, most recent first
+    (by ``outcome_time``, ties by ``collect_time`` then row), padded with −1. Sessions with a missing
+    ``redeemed`` (outcome unknown) are never history. Vectorised: one ``searchsorted`` on (user, time) keys.
+    """
+    if max_len < 1:
+        raise DataError(f"max_len must be at least 1, got {max_len}")
+    n = len(sessions)
+    user = pd.factorize(sessions["user_id"])[0].astype(np.int64)
+    collect = sessions["collect_time"].to_numpy().astype("datetime64[ns]").view(np.int64)
+    outcome = sessions["outcome_time"].to_numpy().astype("datetime64[ns]").view(np.int64)
+    redeemed = pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan) == 1
+
+    candidates = np.flatnonzero(redeemed)
+    candidates = candidates[np.lexsort((candidates, collect[candidates], outcome[candidates], user[candidates]))]
+    # dense ranks of all times involved turn (user, time) into one int64 key without overflow
+    ranks = np.unique(np.concatenate([outcome[candidates], collect]), return_inverse=True)[1]
+    n_ranks = int(ranks.max()) + 1 if len(ranks) else 1
+    candidate_key = user[candidates] * n_ranks + ranks[:len(candidates)]
+    target_rank = ranks[len(candidates):]
+    known_end = np.searchsorted(candidate_key, user * n_ranks + target_rank, side="left")
+    user_start = np.searchsorted(candidate_key, user * n_ranks, side="left")
+    count = np.minimum(known_end - user_start, max_len)
+
+    history = np.full((n, max_len), -1, dtype=np.int64)
+    slot = np.arange(max_len)
+    filled = slot[None, :] < count[:, None]
+    position = known_end[:, None] - 1 - slot[None, :]
+    history[filled] = candidates[position[filled]]
+    return history
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Row positions of the train / validation / test sessions (each sorted); unpacks as a 3-tuple."""
+
+    train: np.ndarray
+    valid: np.ndarray
+    test: np.ndarray
+    valid_from: pd.Timestamp
+    test_from: pd.Timestamp
+
+    def __iter__(self):
+        return iter((self.train, self.valid, self.test))
+
+
+@dataclass(frozen=True)
+class TimeCuts:
+    """Cut times: sessions collected at/after ``test_from`` are test, in [valid_from, test_from) validation."""
+
+    valid_from: pd.Timestamp
+    test_from: pd.Timestamp
+
+    def __iter__(self):
+        return iter((self.valid_from, self.test_from))
+
+
+def split_by_time(sessions: pd.DataFrame, valid_from, test_from) -> TimeSplit:
+    """Split the sessions by ``collect_time``: [valid_from, test_from) is validation, ≥ test_from is test.
+
+    Training sessions are those collected before ``valid_from``; their histories (see
+    :func:`redeemed_history`) can only hold sessions known before their collection, hence never a
+    validation or test session, whatever those sessions' labels are.
+    """
+    valid_from, test_from = pd.Timestamp(valid_from), pd.Timestamp(test_from)
+    if pd.isna(valid_from) or pd.isna(test_from) or valid_from > test_from:
+        raise DataError(f"split_by_time needs valid_from ≤ test_from, got {valid_from} and {test_from}")
+    collect = sessions["collect_time"].to_numpy().astype("datetime64[ns]")
+    valid_start, test_start = np.datetime64(valid_from, "ns"), np.datetime64(test_from, "ns")
+    test = collect >= test_start
+    valid = (collect >= valid_start) & ~test
+    return TimeSplit(train=np.flatnonzero(~valid & ~test), valid=np.flatnonzero(valid), test=np.flatnonzero(test),
+                     valid_from=valid_from, test_from=test_from)
+
+
+def default_cuts(sessions: pd.DataFrame, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> TimeCuts:
+    """Cut times at the ``fractions`` quantiles of ``collect_time``.
+
+    A cut is a collection time present in the data, so sessions sharing a time never straddle it; with
+    coarse times (AmExpert's campaign start dates) the parts are only roughly the fractions. Raises
+    :class:`DataError` when a part would be empty.
+    """
+    if len(fractions) != 3 or any(f <= 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-9:
+        raise DataError(f"fractions must be three positive numbers summing to 1, got {fractions}")
+    times = np.sort(sessions["collect_time"].to_numpy().astype("datetime64[ns]"))
+    n = len(times)
+    if n < 3:
+        raise DataError(f"a time split needs at least 3 sessions, got {n}")
+    positions = np.minimum(np.round(np.cumsum(fractions[:2]) * n).astype(int), n - 1)
+    valid_from, test_from = times[positions[0]], times[positions[1]]
+    if not (times[0] < valid_from < test_from):
+        distinct = len(np.unique(times))
+        raise DataError(f"cannot cut {n} sessions with {distinct} distinct collection times into non-empty "
+                        f"train / validation / test parts by fractions {fractions}")
+    return TimeCuts(valid_from=pd.Timestamp(valid_from), test_from=pd.Timestamp(test_from))

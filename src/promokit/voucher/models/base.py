@@ -1,0 +1,42 @@
+"""What every voucher baseline shares: where each kind of feature sits in the batch, and the loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor, nn
+
+from promokit.nn import binary_log_loss
+
+
+@dataclass(frozen=True)
+class FieldLayout:
+    """Columns of ``batch["cat"]`` ``(B, F)`` and ``batch["num"]`` ``(B, D)`` by role.
+
+    ``id_fields`` are the sparse id fields (user_id, voucher_id) that the paper's LR and GBDT leave out
+    ("only dense features", section 4.2); ``voucher_fields`` / ``voucher_numeric`` describe the voucher
+    itself (voucher_id; min_spend, discount) — the same columns ``batch["hist_cat"]`` ``(B, R, F_v)`` and
+    ``batch["hist_num"]`` ``(B, R, D_v)`` hold for the user's redeemed history.
+    """
+
+    cardinalities: tuple[int, ...]
+    n_numeric: int
+    id_fields: tuple[int, ...] = ()
+    voucher_fields: tuple[int, ...] = ()
+    voucher_numeric: tuple[int, ...] = ()
+
+    @property
+    def dense_fields(self) -> tuple[int, ...]:
+        return tuple(j for j in range(len(self.cardinalities)) if j not in self.id_fields)
+
+
+class RedeemModel(nn.Module):
+    """The Trainer contract of every neural voucher model: ``forward`` gives ``p_redeem``, the loss is the
+    mean logloss against ``batch["redeemed"]`` (DMBGN eq. 8, L_target)."""
+
+    labels = ("redeemed",)
+    outputs = ("p_redeem",)
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        loss = binary_log_loss(out["p_redeem"], batch["redeemed"])
+        return loss, {"redeem": loss.detach()}

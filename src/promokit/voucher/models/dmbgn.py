@@ -1,0 +1,206 @@
+"""DMBGN: Deep Multi-Behavior Graph Networks for voucher redemption rate prediction (Xiao et al., KDD 2021)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import Batch
+from torch_geometric.nn import GraphConv, TopKPooling
+from torch_geometric.utils import scatter
+
+from promokit.data import DataError
+from promokit.nn import MLP, AttentionUnit, FeatureEmbedding, FieldEmbedding, binary_log_loss
+from promokit.nn.losses import EPS
+from promokit.voucher.graph import UVGStore
+from promokit.voucher.models.base import FieldLayout, RedeemModel
+
+ENCODERS = ("gnn", "avg")
+HISTORY_POOLINGS = ("attention", "avg")
+
+
+@dataclass
+class UVGEmbedding:
+    """Per graph: ``e`` = e_b ‖ e_o (eq. 4), ``behaviour`` e_b (eq. 3), ``voucher`` e_o, ``score`` s_UVG (eq. 5)."""
+
+    e: Tensor
+    behaviour: Tensor
+    voucher: Tensor
+    score: Tensor
+
+
+class UVGEncoder(nn.Module):
+    r"""UVG → embedding and score (DMBGN section 3.4).
+
+    Node features f⁽⁰⁾ come from separate embedding layers: an item node embeds its item id and the store's
+    ``item_features`` (category, price level …), the voucher node embeds (voucher/activity id, min_spend,
+    discount); each is projected to ``dim``.
+
+    ``encoder="gnn"``: ``layers`` Higher-order GNN layers, eq. (1),
+    :math:`f^{(l)}(v) = \sigma(f^{(l-1)}(v) W_1 + \sum_{w \in N(v)} f^{(l-1)}(w) W_2)` (PyG ``GraphConv``,
+    sigmoid), then ``TopKPooling(ratio)``. Pooling may drop any node, the voucher's included, so e_o is the
+    voucher node's embedding *before* pooling; the sub-groups of eq. (2) use the item nodes that survive it.
+    ``encoder="avg"``: the paper's DMBGN-AvgPooling: no message passing, each zone is the plain average of its
+    item embeddings f⁽⁰⁾.
+
+    Eq. (2): e_g = avg ‖ max over the nodes of zone g (avg only for ``"avg"``), zeros for an empty zone;
+    eq. (3): e_b = MLP(e_atc_pre ‖ e_ord_pre ‖ e_atc_post ‖ e_ord_post); eq. (4): e = e_b ‖ e_o;
+    eq. (5): s = σ(e_b · e_o).
+
+    ``item_embeddings`` (n_item_codes, k), indexed by the store's item codes, replaces the learned item-id table
+    (pre-trained item embeddings, section 3.4.2); ``freeze_items`` keeps it fixed.
+    """
+
+    def __init__(self, store: UVGStore, emb_dim: int = 16, dim: int = 32, layers: int = 2, ratio: float = 0.9,
+                 encoder: str = "gnn", directed: bool = True, sparse: bool = True,
+                 item_embeddings: Tensor | None = None, freeze_items: bool = False):
+        super().__init__()
+        if encoder not in ENCODERS:
+            raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
+        self.encoder, self.directed, self.n_zones, self.dim = encoder, directed, len(store.zones), dim
+        if item_embeddings is None:
+            self.item = nn.Embedding(store.cardinality("item"), emb_dim, sparse=sparse)
+            nn.init.normal_(self.item.weight, std=0.05)
+        else:
+            if item_embeddings.shape[0] != store.cardinality("item"):
+                raise DataError(f"item_embeddings has {item_embeddings.shape[0]} rows, the store has "
+                                f"{store.cardinality('item')} item codes (OOV row 0 included)")
+            self.item = nn.Embedding.from_pretrained(item_embeddings.float(), freeze=freeze_items, sparse=sparse)
+        self.item_side = FieldEmbedding([store.cardinality(name) for name in store.item_features], emb_dim,
+                                        sparse=sparse)
+        self.voucher_id = nn.Embedding(store.cardinality("voucher"), emb_dim, sparse=sparse)
+        nn.init.normal_(self.voucher_id.weight, std=0.05)
+        self.item_in = nn.Linear(self.item.embedding_dim + self.item_side.output_dim, dim)
+        self.voucher_in = nn.Linear(emb_dim + len(store.schema_columns), dim)
+        self.convs = nn.ModuleList(GraphConv(dim, dim) for _ in range(layers if encoder == "gnn" else 0))
+        self.pool = TopKPooling(dim, ratio=ratio) if encoder == "gnn" else None
+        stats = 2 if encoder == "gnn" else 1
+        self.behaviour = MLP(stats * dim * self.n_zones, (2 * dim,), out_dim=dim)
+
+    @property
+    def output_dim(self) -> int:
+        return 2 * self.dim
+
+    def node_features(self, graphs: Batch) -> Tensor:
+        """f⁽⁰⁾ of every node: item projection, overwritten on voucher nodes by the voucher projection."""
+        items = self.item_in(torch.cat([self.item(graphs.x[:, 0]), self.item_side(graphs.x[:, 1:])], dim=1))
+        vouchers = self.voucher_in(torch.cat([self.voucher_id(graphs.voucher), graphs.schema], dim=1))
+        return items.index_copy(0, graphs.voucher_index, vouchers)
+
+    def forward(self, graphs: Batch) -> UVGEmbedding:
+        n_graphs = graphs.num_graphs
+        x, edge_index, batch, zone = self.node_features(graphs), graphs.edge_index, graphs.batch, graphs.zone
+        if not self.directed:
+            edge_index = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+        for conv in self.convs:
+            x = torch.sigmoid(conv(x, edge_index))  # eq. (1)
+        voucher = x[graphs.voucher_index]
+        if self.pool is not None:
+            x, _, _, batch, kept, _ = self.pool(x, edge_index, batch=batch)
+            zone = zone[kept]
+        is_item = zone >= 0
+        group = (batch * self.n_zones + zone)[is_item]
+        x = x[is_item]
+        size = n_graphs * self.n_zones
+        parts = [scatter(x, group, dim=0, dim_size=size, reduce="mean")]
+        if self.encoder == "gnn":
+            parts.append(scatter(x, group, dim=0, dim_size=size, reduce="max"))  # empty zone → 0
+        groups = torch.cat([p.view(n_graphs, self.n_zones, -1) for p in parts], dim=2).flatten(1)  # eq. (2)
+        behaviour = self.behaviour(groups)  # eq. (3)
+        score = torch.sigmoid((behaviour * voucher).sum(dim=1))  # eq. (5)
+        return UVGEmbedding(torch.cat([behaviour, voucher], dim=1), behaviour, voucher, score)
+
+
+class DMBGN(RedeemModel):
+    """DMBGN (Fig. 3): user profile embedding ‖ target UVG embedding ‖ attention over the user's last R
+    redeemed historical UVGs (eq. 7) ‖ the history's UVG scores, into an MLP head → p_redeem.
+
+    The target session is embedded from its pre-collection zones only (``store.target_zones``), so its own
+    post-collection behaviour cannot leak the label; historical sessions use all zones (their outcome was known
+    before the target's collection — ``batch["history"]`` must be built that way, see
+    ``promokit.voucher.history``).
+
+    Score pooling of the history: the R scores s_UVG (0 on padding) ‖ their mean over the real entries.
+
+    Variants by parameter (paper section 5): ``encoder="avg"`` is DMBGN-AvgPooling (item-embedding averages,
+    no GNN); ``pretrained`` (a state dict of :func:`promokit.voucher.pretrain.pretrain_uvg`) initialises the
+    UVG encoder — the paper's DMBGN fine-tunes it, DMBGN-Pretrained (``freeze_pretrained=True``) keeps it
+    fixed. ``history_pooling="avg"`` replaces the attention by the plain mean of the history UVGs.
+
+    Loss, eqs. (8)–(10): L = L_target + α·L_aux, L_aux = 1/N Σ_n 1/R_n Σ_r −log s_r over the real history
+    entries (a sample without history adds 0).
+
+    Batch keys: ``cat`` (B, F), ``num`` (B, D), ``session`` (B,) session row of the target, ``history``
+    (B, R) session rows of the redeemed history (−1 = padding), ``redeemed`` (B,) for the loss.
+
+    The :class:`UVGStore` is attached, not registered: it is not part of ``state_dict``; after loading weights
+    call :meth:`attach` with the store the model was trained with.
+    """
+
+    outputs = ("p_redeem", "s_uvg", "s_history")
+
+    def __init__(self, layout: FieldLayout, store: UVGStore, emb_dim: int = 16, uvg_dim: int = 32,
+                 gnn_layers: int = 2, ratio: float = 0.9, encoder: str = "gnn", history_pooling: str = "attention",
+                 alpha: float = 1.0, hidden: Sequence[int] = (128, 64), dropout: float = 0.5,
+                 attention_units: int = 64, history_len: int = 6, directed: bool = True, sparse: bool = True,
+                 item_embeddings: Tensor | None = None, freeze_items: bool = False,
+                 pretrained: dict[str, Tensor] | None = None, freeze_pretrained: bool = False):
+        super().__init__()
+        if history_pooling not in HISTORY_POOLINGS:
+            raise DataError(f"history_pooling must be one of {HISTORY_POOLINGS}, got {history_pooling!r}")
+        self.store = store
+        self.alpha, self.history_pooling, self.history_len = alpha, history_pooling, history_len
+        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse)
+        self.uvg = UVGEncoder(store, emb_dim, uvg_dim, gnn_layers, ratio, encoder, directed, sparse,
+                              item_embeddings, freeze_items)
+        width = self.uvg.output_dim
+        self.attention = AttentionUnit(width, attention_units) if history_pooling == "attention" else None
+        self.mlp = MLP(self.input.output_dim + 2 * width + history_len + 1, hidden, dropout=dropout)
+        if pretrained is not None:
+            self.load_pretrained(pretrained, freeze=freeze_pretrained)
+
+    def attach(self, store: UVGStore) -> DMBGN:
+        self.store = store
+        return self
+
+    def load_pretrained(self, state: dict[str, Tensor], freeze: bool = False) -> None:
+        """Load the UVG encoder's pre-trained weights (voucher and item embeddings, GNN, eq. 3 MLP)."""
+        self.uvg.load_state_dict(state)
+        for parameter in self.uvg.parameters():
+            parameter.requires_grad_(not freeze)
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        history = batch["history"]
+        if history.shape[1] != self.history_len:
+            raise DataError(f"history has {history.shape[1]} columns, the model was built for {self.history_len}")
+        target = self.uvg(self.store.batch(batch["session"], self.store.target_zones))
+        mask = history >= 0
+        hist_e = target.e.new_zeros(*history.shape, target.e.shape[1])
+        hist_s = target.e.new_zeros(history.shape)
+        if mask.any():
+            past = self.uvg(self.store.batch(history[mask]))
+            hist_e = hist_e.index_put((mask,), past.e)
+            hist_s = hist_s.index_put((mask,), past.score)
+        count = mask.sum(dim=1, keepdim=True).clamp_min(1)
+        if self.attention is not None:
+            pooled = self.attention(hist_e, target.e, mask)  # eq. (7)
+        else:
+            pooled = hist_e.sum(dim=1) / count
+        scores = torch.cat([hist_s, hist_s.sum(dim=1, keepdim=True) / count], dim=1)
+        logit = self.mlp(torch.cat([self.input(batch), target.e, pooled, scores], dim=1)).squeeze(1)
+        return {"p_redeem": torch.sigmoid(logit), "s_uvg": target.score, "s_history": hist_s}
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        target = binary_log_loss(out["p_redeem"], batch["redeemed"])  # eq. (8)
+        aux = aux_loss(out["s_history"], batch["history"] >= 0)  # eq. (9)
+        total = target + self.alpha * aux  # eq. (10)
+        return total, {"redeem": target.detach(), "aux": aux.detach()}
+
+
+def aux_loss(scores: Tensor, mask: Tensor) -> Tensor:
+    """Eq. (9): 1/N Σ_n (1/R_n) Σ_{r ≤ R_n} −log s_r, over the real (``mask``) history entries only."""
+    terms = -scores.clamp_min(EPS).log() * mask
+    per_sample = terms.sum(dim=1) / mask.sum(dim=1).clamp_min(1)
+    return per_sample.mean()

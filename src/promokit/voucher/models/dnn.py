@@ -1,0 +1,28 @@
+"""DNN baseline of the DMBGN paper (section 4.2): embeddings of every feature into an MLP."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from promokit.nn import MLP, FeatureEmbedding
+from promokit.voucher.models.base import FieldLayout, RedeemModel
+
+
+class DNN(RedeemModel):
+    """Embeddings (dimension 16) of the sparse id and profile fields, concatenated with the dense features,
+    into an MLP (128, 64) with dropout 0.5 — the paper's section 4.4 settings."""
+
+    def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
+                 dropout: float = 0.5, sparse: bool = True):
+        super().__init__()
+        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse)
+        self.mlp = MLP(self.input.output_dim, hidden, dropout=dropout)
+
+    def logit(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.mlp(self.input(batch)).squeeze(1)
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {"p_redeem": torch.sigmoid(self.logit(batch))}

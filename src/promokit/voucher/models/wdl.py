@@ -1,0 +1,26 @@
+"""Wide & Deep (Cheng et al., 2016), the WDL baseline of the DMBGN paper (section 4.2)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from promokit.voucher.models.base import FieldLayout, RedeemModel
+from promokit.voucher.models.dnn import DNN
+from promokit.voucher.models.lr import LR
+
+
+class WDL(RedeemModel):
+    """p = σ(wide + deep): a linear model over every sparse and dense feature (the wide part) plus the
+    DNN (the deep part), trained jointly; the paper feeds all features to both sides."""
+
+    def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
+                 dropout: float = 0.5, sparse: bool = True):
+        super().__init__()
+        self.wide = LR(layout, ids=True, sparse=sparse)
+        self.deep = DNN(layout, emb_dim, hidden, dropout, sparse)
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {"p_redeem": torch.sigmoid(self.wide.logit(batch) + self.deep.logit(batch))}

@@ -1,0 +1,78 @@
+"""Voucher-embedding pre-training, DMBGN section 3.4.3, eq. (6).
+
+The UVG encoder (voucher and item node embeddings, Higher-order GNN, eq. 3 MLP) is trained so that the UVG
+score s_UVG = σ(e_b · e_o) (eq. 5) predicts whether the session was redeemed:
+L_pre-voucher = 1/N Σ_n BCE(y_n, s_n). The graphs use all four zones — these are past sessions whose outcome
+is known — so pre-training must only see TRAINING sessions: the caller passes their rows and labels, nothing
+else is read. The resulting state dict initialises :class:`promokit.voucher.models.dmbgn.DMBGN`
+(``pretrained=``; fine-tuned by DMBGN, frozen by DMBGN-Pretrained).
+
+Item-embedding pre-training (section 3.4.2, meta-path graph embeddings) is not implemented; pre-computed item
+embeddings indexed by the store's item codes can be passed as ``item_embeddings``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from promokit.data import DataError
+from promokit.nn import binary_log_loss
+from promokit.training import make_optimizers, seed_everything
+from promokit.voucher.graph import UVGStore
+from promokit.voucher.models.dmbgn import UVGEncoder
+
+
+@dataclass
+class PretrainedUVG:
+    """``state``: the UVG encoder's state dict; ``params``: the encoder settings it was trained with, in DMBGN's
+    parameter names (``DMBGN(layout, store, **params, pretrained=state)``); ``losses``: the mean eq. (6) loss
+    of each epoch."""
+
+    state: dict[str, Tensor]
+    params: dict
+    losses: list[float] = field(default_factory=list)
+
+
+def pretrain_uvg(store: UVGStore, rows, redeemed, *, emb_dim: int = 16, uvg_dim: int = 32, gnn_layers: int = 2,
+                 ratio: float = 0.9, encoder: str = "gnn", directed: bool = True,
+                 item_embeddings: Tensor | None = None, epochs: int = 3, batch_size: int = 1024, lr: float = 1e-3,
+                 seed: int = 0) -> PretrainedUVG:
+    """Train a UVG encoder on eq. (6) over the session ``rows`` (training sessions only) with their 0/1
+    ``redeemed`` labels, Adam at ``lr`` (SparseAdam for the embeddings), seeded."""
+    rows = torch.as_tensor(np.asarray(rows), dtype=torch.long)
+    labels = torch.as_tensor(np.asarray(redeemed), dtype=torch.float32)
+    if rows.shape != labels.shape:
+        raise DataError(f"pretrain: {len(rows)} rows but {len(labels)} redeemed labels")
+    not_binary = (labels != 0) & (labels != 1)
+    if not_binary.any():
+        raise DataError(f"redeemed: {int(not_binary.sum())} labels not 0/1, e.g. {labels[not_binary][0].item()}")
+    params = {"emb_dim": emb_dim, "uvg_dim": uvg_dim, "gnn_layers": gnn_layers, "ratio": ratio,
+              "encoder": encoder, "directed": directed}
+    seed_everything(seed)
+    model = UVGEncoder(store, emb_dim, uvg_dim, gnn_layers, ratio, encoder, directed,
+                       item_embeddings=item_embeddings)
+    optimizers = make_optimizers(model, lr)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(rows), generator=generator)
+        total = 0.0
+        for start in range(0, len(rows), batch_size):
+            chunk = order[start:start + batch_size]
+            loss = binary_log_loss(model(store.batch(rows[chunk])).score, labels[chunk])  # eq. (6)
+            for opt in optimizers:
+                opt.zero_grad(set_to_none=True)
+            loss.backward()
+            for opt in optimizers:
+                opt.step()
+            total += loss.item() * len(chunk)
+        losses.append(total / max(len(rows), 1) if len(rows) else math.nan)
+    model.eval()
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return PretrainedUVG(state=state, params=params, losses=losses)
