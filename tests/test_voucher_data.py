@@ -6,7 +6,7 @@ import pytest
 
 from promokit.data import DataError
 from promokit.metrics import auc
-from promokit.voucher.amexpert import load_amexpert
+from promokit.voucher.amexpert import coupon_descriptors, load_amexpert
 from promokit.voucher.contract import check_tables
 from promokit.voucher.history import default_cuts, redeemed_history, split_by_time
 from promokit.voucher.synthetic import make_voucher_world
@@ -334,7 +334,8 @@ def test_load_amexpert_maps_to_the_contract(tmp_path):
     assert s["collect_time"].tolist()[:3] == [pd.Timestamp("2013-01-05"), pd.Timestamp("2013-01-05"),
                                               pd.Timestamp("2013-02-10")]
     assert s["outcome_time"].iloc[2] == pd.Timestamp("2013-03-20")
-    assert tables.numeric == [] and "min_spend" not in s.columns and len(tables.events) == 0
+    assert tables.numeric == ["coupon_log_items", "coupon_log_brands"] and "min_spend" not in s.columns
+    assert len(tables.events) == 0
     assert s["income_bracket"].tolist() == ["4", "missing", "4", "5", "4", "missing"]
     assert s["no_of_children"].iloc[3] == "1" and s["marital_status"].iloc[3] == "missing"
     assert tables.item_features == ["category", "brand", "brand_type"]
@@ -344,6 +345,33 @@ def test_load_amexpert_maps_to_the_contract(tmp_path):
     assert (report.rows, report.users, report.coupons, report.campaigns, report.redeemed) == (6, 3, 3, 3, 3)
     assert report.users_with_demographics == 2 and report.redemption_rate == 0.5 and report.voucher_item_pairs == 4
     assert "6 sessions" in report.summary()
+
+
+def test_load_amexpert_describes_each_coupon_by_its_items(tmp_path):
+    """Coupon 100 covers items 1, 2 (brand 5, Local Grocery), 101 item 2, 102 item 3 (brand 6, Established
+    Bakery); coupon 999's item 4 is not used: descriptors come from a coupon's own known items only."""
+    fake_amexpert(tmp_path)
+    tables, _ = load_amexpert(tmp_path)
+    s = tables.sessions.set_index("voucher_id")
+    assert {"coupon_category", "coupon_brand_type"} <= set(tables.categorical)
+    expected = {100: (np.log(3), np.log(2), "Grocery", "Local"), 101: (np.log(2), np.log(2), "Grocery", "Local"),
+                102: (np.log(2), np.log(2), "Bakery", "Established")}
+    for coupon, (items, brands, category, brand_type) in expected.items():
+        row = s.loc[[coupon]].iloc[0]
+        assert np.isclose(row["coupon_log_items"], items) and np.isclose(row["coupon_log_brands"], brands)
+        assert (row["coupon_category"], row["coupon_brand_type"]) == (category, brand_type)
+
+
+def test_coupon_descriptors_break_ties_and_skip_unknown_items():
+    pairs = pd.DataFrame({"voucher_id": [1, 1, 1, 1, 2], "item_id": [10, 11, 12, 13, 99]})
+    items = pd.DataFrame({"item_id": [10, 11, 12, 13], "brand": [1, 1, 2, 3],
+                          "brand_type": ["Local", "Established", "Local", "Established"],
+                          "category": ["Meat", "Bakery", "Meat", "Bakery"]})
+    out = coupon_descriptors(pairs, items)
+    assert list(out.index) == [1]  # coupon 2 has no known item: the loader fills "missing" / 0
+    assert np.isclose(out.loc[1, "coupon_log_items"], np.log(5))
+    assert np.isclose(out.loc[1, "coupon_log_brands"], np.log(4))
+    assert (out.loc[1, "coupon_category"], out.loc[1, "coupon_brand_type"]) == ("Bakery", "Established")
 
 
 def test_load_amexpert_errors(tmp_path):

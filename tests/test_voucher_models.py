@@ -108,6 +108,23 @@ def test_gbdt_uses_dense_features_only_and_round_trips_through_text(data, tmp_pa
     assert np.allclose(loaded.predict(arrays[2][0])["p_redeem"], p)
 
 
+def test_gbdt_stops_on_validation_auc_whatever_the_validation_redemption_rate(data):
+    """A later validation period has its own redemption rate (AmExpert: 0.94 % → 4.63 %), which validation
+    logloss mostly measures; the trees kept must depend on the ranking only. Repeating every validation
+    negative 9 times changes the rate (0.54 → 0.11) but not the AUC, so not the number of trees."""
+    train, valid, _ = data
+    arrays = [({k: b[k].numpy() for k in ("cat", "num")}, {"redeemed": b["redeemed"].numpy()}) for b in (train, valid)]
+    negatives = np.flatnonzero(arrays[1][1]["redeemed"] == 0)
+    rows = np.concatenate([np.arange(len(arrays[1][1]["redeemed"])), np.repeat(negatives, 9)])
+    shifted = ({k: v[rows] for k, v in arrays[1][0].items()}, {"redeemed": arrays[1][1]["redeemed"][rows]})
+    kept = []
+    for valid_set in (arrays[1], shifted):
+        model = GBDT(LAYOUT, threads=1).fit(*arrays[0], valid_set)
+        assert list(model.booster.best_score["valid_0"]) == ["auc"]
+        kept.append(model.booster.best_iteration)
+    assert 0 < kept[0] < 300 and kept[0] == kept[1]
+
+
 def test_registry_names_the_paper_models():
     assert set(MODELS) == {"lr", "gbdt", "dnn", "wdl", "din", "dmbgn", "dmbgn-avgpooling", "dmbgn-pretrained"}
 

@@ -25,7 +25,17 @@ session             one ``train.csv`` row; ``session_id`` = ``id``
 profile             ``customer_demographics.csv`` columns as categorical features (``age_range``,
                     ``marital_status``, ``rented``, ``family_size``, ``no_of_children``,
                     ``income_bracket``); customers without a row (about half) get ``"missing"``
+coupon descriptors  what the coupon covers, from ``coupon_item_mapping.csv`` and ``item_data.csv`` (fixed
+                    when the coupon is defined, so leak-free): ``coupon_log_items`` = log(1 + its items),
+                    ``coupon_log_brands`` = log(1 + its distinct brands) (numeric), ``coupon_category``
+                    and ``coupon_brand_type`` = the most common category / brand type of its items
+                    (categorical, ``"missing"`` for a coupon without known items)
 ==================  ==========================================================================================
+
+Coupon descriptors stand in for the voucher terms the data lacks: about 72 % of the coupons of the last
+10 % of campaigns never occur earlier, so their ``voucher_id`` is out of vocabulary and, without the
+descriptors, only DMBGN (through the voucher–item graph) could tell two unseen coupons apart. On the time
+split the item count alone ranks the test sessions of the largest test campaign (27) with AUC 0.78.
 
 There is no add-to-cart / order log (the competition's transaction table is not in this copy), so
 ``events`` is empty. In its place ``voucher_items`` holds the coupon's applicable items from
@@ -55,6 +65,8 @@ DEMOGRAPHICS_FILE = "customer_demographics.csv"
 DEMOGRAPHICS = ("age_range", "marital_status", "rented", "family_size", "no_of_children", "income_bracket")
 ITEM_FEATURES = ("category", "brand", "brand_type")
 DATE_FORMAT = "%d/%m/%y"
+COUPON_NUMERIC = ("coupon_log_items", "coupon_log_brands")
+COUPON_CATEGORICAL = ("coupon_category", "coupon_brand_type")
 
 
 @dataclass(frozen=True)
@@ -125,9 +137,15 @@ def load_amexpert(directory: str | os.PathLike) -> tuple[VoucherTables, AmExpert
     coupons = mapping[mapping["coupon_id"].isin(sessions["voucher_id"])]
     voucher_items = pd.DataFrame({"voucher_id": coupons["coupon_id"].to_numpy(),
                                   "item_id": coupons["item_id"].to_numpy()})
-    tables = check_tables(sessions, None, items, categorical=["campaign_id", "campaign_type", *DEMOGRAPHICS],
-                          terms=False, item_features=ITEM_FEATURES, voucher_items=voucher_items,
-                          unknown_items="drop")
+    descriptors = coupon_descriptors(voucher_items, items).reindex(sessions["voucher_id"].to_numpy())
+    for column in COUPON_NUMERIC:
+        sessions[column] = descriptors[column].fillna(0.0).to_numpy()
+    for column in COUPON_CATEGORICAL:
+        sessions[column] = descriptors[column].astype("string").fillna("missing").to_numpy(dtype=object)
+    tables = check_tables(sessions, None, items,
+                          categorical=["campaign_id", "campaign_type", *DEMOGRAPHICS, *COUPON_CATEGORICAL],
+                          numeric=list(COUPON_NUMERIC), terms=False, item_features=ITEM_FEATURES,
+                          voucher_items=voucher_items, unknown_items="drop")
     s = tables.sessions
     report = AmExpertReport(
         rows=len(s), users=int(s["user_id"].nunique()), coupons=int(s["voucher_id"].nunique()),
@@ -137,6 +155,21 @@ def load_amexpert(directory: str | os.PathLike) -> tuple[VoucherTables, AmExpert
         users_with_demographics=int(np.isin(s["user_id"].unique(), demographics["customer_id"]).sum()),
         unknown_item_pairs=tables.repairs["voucher_items_of_unknown_items_dropped"])
     return tables, report
+
+
+def coupon_descriptors(voucher_items: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
+    """Per coupon (index ``voucher_id``): ``coupon_log_items``, ``coupon_log_brands``, ``coupon_category``,
+    ``coupon_brand_type`` (module docstring) from its items that are in ``items``; a tie goes to the smallest
+    value."""
+    pairs = voucher_items.merge(items[["item_id", "brand", "brand_type", "category"]], on="item_id", how="inner")
+    grouped = pairs.groupby("voucher_id")
+    out = pd.DataFrame({"coupon_log_items": np.log1p(grouped.size()),
+                        "coupon_log_brands": np.log1p(grouped["brand"].nunique())})
+    for column, source in (("coupon_category", "category"), ("coupon_brand_type", "brand_type")):
+        counts = pairs.groupby(["voucher_id", source]).size().rename("n").reset_index()
+        counts = counts.sort_values(["voucher_id", "n", source], ascending=[True, False, True])
+        out[column] = counts.drop_duplicates("voucher_id").set_index("voucher_id")[source]
+    return out
 
 
 def _read(folder: Path, name: str, columns: list[str]) -> pd.DataFrame:

@@ -135,8 +135,9 @@ class DMBGN(RedeemModel):
     Batch keys: ``cat`` (B, F), ``num`` (B, D), ``session`` (B,) session row of the target, ``history``
     (B, R) session rows of the redeemed history (−1 = padding), ``redeemed`` (B,) for the loss.
 
-    The :class:`UVGStore` is attached, not registered: it is not part of ``state_dict``; after loading weights
-    call :meth:`attach` with the store the model was trained with.
+    The :class:`UVGStore` is attached, not registered: it is not part of ``state_dict``. After loading weights,
+    :meth:`attach` the store of the tables to score, built with the training vocabulary
+    (``UVGStore.build(tables, vocabulary=…)``), so that codes mean what they meant in training.
     """
 
     outputs = ("p_redeem", "s_uvg", "s_history")

@@ -13,8 +13,13 @@ from promokit.voucher.models.base import FieldLayout
 
 class GBDT:
     """Gradient-boosted trees on the profile and voucher features (no user_id / voucher_id, as in the
-    paper); profile categoricals are LightGBM categorical features. Early stopping on the validation rows.
-    The model is stored in LightGBM's text format (no pickle).
+    paper); profile categoricals are LightGBM categorical features. The model is stored in LightGBM's text
+    format (no pickle).
+
+    The number of trees is chosen by early stopping on the validation rows' ``early_stopping_metric``, AUC by
+    default: the validation period of a time split has its own redemption rate (AmExpert 2019: 0.94 % in
+    training, 4.63 % in validation), and the validation logloss then mostly measures that calibration gap
+    rather than the ranking; on AmExpert it stopped after 1–2 trees and test AUC swung 0.50–0.72 over seeds.
 
     Inputs are the estimator's arrays ``{"cat": (N, F) int64, "num": (N, D) float32}``.
     """
@@ -25,19 +30,21 @@ class GBDT:
 
     def __init__(self, layout: FieldLayout, n_trees: int = 300, num_leaves: int = 31, min_child_samples: int = 20,
                  subsample: float = 0.8, colsample: float = 0.8, learning_rate: float = 0.05,
-                 early_stopping_rounds: int = 20, seed: int = 0, threads: int = 0):
+                 early_stopping_rounds: int = 20, early_stopping_metric: str = "auc", seed: int = 0,
+                 threads: int = 0):
         self.dense_fields = list(layout.dense_fields)
         self.params = dict(n_trees=n_trees, num_leaves=num_leaves, min_child_samples=min_child_samples,
                            subsample=subsample, colsample=colsample, learning_rate=learning_rate,
-                           early_stopping_rounds=early_stopping_rounds, seed=seed, threads=threads)
+                           early_stopping_rounds=early_stopping_rounds,
+                           early_stopping_metric=early_stopping_metric, seed=seed, threads=threads)
         self.booster: lgb.Booster | None = None
 
     def _lgb_params(self) -> dict:
         p = self.params
         return {"objective": "binary", "num_leaves": p["num_leaves"], "min_child_samples": p["min_child_samples"],
                 "bagging_fraction": p["subsample"], "bagging_freq": 1, "feature_fraction": p["colsample"],
-                "learning_rate": p["learning_rate"], "seed": p["seed"], "deterministic": True,
-                "num_threads": p["threads"] or min(os.cpu_count() or 1, 2), "verbosity": -1}
+                "learning_rate": p["learning_rate"], "metric": p["early_stopping_metric"], "seed": p["seed"],
+                "deterministic": True, "num_threads": p["threads"] or min(os.cpu_count() or 1, 2), "verbosity": -1}
 
     def _matrix(self, x: dict[str, np.ndarray]) -> np.ndarray:
         return np.hstack([x["cat"][:, self.dense_fields].astype(np.float32), x["num"]])
