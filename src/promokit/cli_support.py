@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import contextmanager
 
 import typer
@@ -36,3 +37,15 @@ def print_table(title: str, frame) -> None:
     for row in frame.itertuples(index=False):
         table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
     get_console().print(table)
+
+
+def json_option(flag: str, text: str | None, default=None):
+    """The value of a JSON command-line option (``default`` when not given), or a one-line error naming it."""
+    from promokit.data.errors import DataError
+
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{flag} is not valid JSON: {exc}") from None

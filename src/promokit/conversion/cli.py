@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, print_table, user_errors
+from promokit.cli_support import get_console, json_option, print_table, user_errors
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
 
@@ -38,13 +37,10 @@ def train(data: DataOpt,
     """Fit a model on an impression table and write it as a model directory."""
     with user_errors():
         from promokit.conversion import ConversionModel
-        from promokit.data import DataError, read_table
+        from promokit.data import read_table
         from promokit.training import TrainConfig
 
-        try:
-            model_params = json.loads(params) if params else None
-        except json.JSONDecodeError as exc:
-            raise DataError(f"--params is not valid JSON: {exc}") from None
+        model_params = json_option("--params", params)
         table = read_table(data)
         config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed)
         estimator = ConversionModel(model, model_params, config, _spec(spec), repair_labels)
@@ -157,7 +153,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         from promokit.training import TrainConfig
 
         names = models.split(",")
-        net = json.loads(params) if params else DEMO_NET
+        net = json_option("--params", params, DEMO_NET)
         oracle = None
         if data is None:
             world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, print_table, user_errors
+from promokit.cli_support import get_console, json_option, print_table, user_errors
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -66,10 +65,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import split_by_time
 
-        try:
-            model_params = json.loads(params) if params else None
-        except json.JSONDecodeError as exc:
-            raise DataError(f"--params is not valid JSON: {exc}") from None
+        model_params = json_option("--params", params)
         tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
         collect = tables.sessions["collect_time"]
         cut = pd.Timestamp(valid_from) if valid_from else collect.quantile(0.9)
@@ -179,16 +175,12 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs DNN and vs DIN, logloss (Table 3)."""
     with user_errors():
         _set_threads(threads)
-        from promokit.data import DataError
         from promokit.report import Report
         from promokit.training import TrainConfig
         from promokit.voucher import bench as runner
         from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN_OVERRIDES, DEMO_WORLD, time_split
 
-        try:
-            net = json.loads(params) if params else DEMO_NET
-        except json.JSONDecodeError as exc:
-            raise DataError(f"--params is not valid JSON: {exc}") from None
+        net = json_option("--params", params, DEMO_NET)
         oracle = None
         if data_dir == "synthetic":
             from promokit.voucher.synthetic import make_voucher_world
