@@ -2,8 +2,10 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from promokit.conversion.models import DNN, ESM2, ESMM, sequential_composition
+from promokit.data import DataError
 from promokit.nn import FieldEmbedding, binary_log_loss
 
 
@@ -35,6 +37,27 @@ def test_field_embedding_offsets_give_each_field_its_own_rows():
     torch.testing.assert_close(out[0, 4:], emb.table.weight[3])      # field 1 code 0 is row 3
     torch.testing.assert_close(out[1, :4], emb.table.weight[2])
 
+
+
+def test_oov_dropout_is_identity_in_eval_mode_and_at_zero():
+    codes = torch.randint(1, 5, (64, 3))
+    for emb in (FieldEmbedding([5, 5, 5], dim=4, oov_dropout=0.5).eval(),
+                FieldEmbedding([5, 5, 5], dim=4, oov_dropout=0.0).train()):
+        torch.testing.assert_close(emb(codes), emb.table(codes + emb.offsets).flatten(1))
+
+
+def test_oov_dropout_replaces_a_share_p_of_codes_by_the_oov_row_and_trains_it():
+    torch.manual_seed(0)
+    emb = FieldEmbedding([4, 3], dim=1, sparse=False, oov_dropout=0.3).train()
+    nn.init.constant_(emb.table.weight, 1.0)
+    emb.table.weight.data[[0, 4]] = 0.0                   # the OOV rows of both fields embed to 0
+    codes = torch.tensor([[3, 2]]).repeat(20_000, 1)
+    out = emb(codes)
+    assert (out == 0).float().mean().item() == pytest.approx(0.3, abs=0.01)
+    out.sum().backward()
+    assert emb.table.weight.grad[[0, 4]].abs().min() > 0   # gradients reach the OOV rows
+    with pytest.raises(DataError, match="oov_dropout"):
+        FieldEmbedding([4], dim=1, oov_dropout=1.0)
 
 def _batch(n=8):
     g = torch.Generator().manual_seed(0)

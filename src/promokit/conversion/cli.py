@@ -139,7 +139,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
           split: Annotated[str, typer.Option(help="random, or time:<column> to train on the past and test on the future.")] = "random",
           impressions: int = 300_000, users: int = 2000, items: int = 800,
           epochs: int = 6, batch_size: int = 1000, lr: float = 1e-3,
-          params: Annotated[Optional[str], typer.Option(help='Network parameters for every neural model as JSON.')] = None,
+          params: Annotated[Optional[str], typer.Option(help='Network parameters for every neural model as JSON; they override the bench network\'s, e.g. \'{"dropout": 0.2}\'.')] = None,
           repair_labels: bool = False,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base."""
@@ -153,7 +153,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         from promokit.training import TrainConfig
 
         names = models.split(",")
-        net = json_option("--params", params, DEMO_NET)
+        net = {**DEMO_NET, **json_option("--params", params, {})}
         oracle = None
         if data is None:
             world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0)

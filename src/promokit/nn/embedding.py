@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from promokit.data import DataError
+
 
 class FieldEmbedding(nn.Module):
     r"""Embeds F categorical fields with one shared table, ESM² eq. (5): :math:`g_{ij} = P_{\theta_j}^T f_{ij}`.
@@ -15,17 +17,28 @@ class FieldEmbedding(nn.Module):
     every field. ``sparse=True`` makes the gradient sparse (train it with ``torch.optim.SparseAdam``):
     only the rows a batch touches are updated, several times faster for large vocabularies.
 
+    OOV dropout: in training every row has a known id, so the out-of-vocabulary rows (code 0) would never
+    be trained and an unseen id (a cold-start coupon, campaign or user) would get a random vector at
+    prediction time. With ``oov_dropout=p`` each code of a training batch is replaced by 0 with
+    probability p, independently per row and field, which trains the OOV row as the "unknown id"
+    embedding — the cold-start id dropout of recommenders (DropoutNet, Volkovs et al., 2017). Eval mode is
+    unchanged.
+
     Args:
         cardinalities: rows per field (code 0 of every field is its out-of-vocabulary slot).
         dim: embedding size per field.
         sparse: sparse gradients.
+        oov_dropout: probability of replacing a code by the OOV slot in training.
 
     Shapes:
         input ``(batch, F)`` int64 codes → output ``(batch, F * dim)``.
     """
 
-    def __init__(self, cardinalities: Sequence[int], dim: int, sparse: bool = True):
+    def __init__(self, cardinalities: Sequence[int], dim: int, sparse: bool = True, oov_dropout: float = 0.0):
         super().__init__()
+        if not 0.0 <= oov_dropout < 1.0:
+            raise DataError(f"oov_dropout must be in [0, 1), got {oov_dropout}")
+        self.oov_dropout = oov_dropout
         self.cardinalities = list(cardinalities)
         self.dim = dim
         offsets = torch.tensor([0, *self.cardinalities[:-1]], dtype=torch.long).cumsum(0)
@@ -41,4 +54,6 @@ class FieldEmbedding(nn.Module):
         nn.init.normal_(self.table.weight, std=0.05)
 
     def forward(self, codes: Tensor) -> Tensor:
+        if self.training and self.oov_dropout > 0:
+            codes = codes.masked_fill(torch.rand(codes.shape, device=codes.device) < self.oov_dropout, 0)
         return self.table(codes + self.offsets).flatten(1)

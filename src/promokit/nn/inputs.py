@@ -16,11 +16,13 @@ class FeatureEmbedding(nn.Module):
     ``promokit.data.NumericEncoder`` rather than in every batch).
 
     Reads ``batch["cat"]`` ``(B, F)`` and ``batch["num"]`` ``(B, D)``; returns ``(B, F * dim + D)``.
+    ``oov_dropout`` is :class:`FieldEmbedding`'s (trains the out-of-vocabulary rows for unseen ids).
     """
 
-    def __init__(self, cardinalities: Sequence[int], n_numeric: int, dim: int, sparse: bool = True):
+    def __init__(self, cardinalities: Sequence[int], n_numeric: int, dim: int, sparse: bool = True,
+                 oov_dropout: float = 0.0):
         super().__init__()
-        self.fields = FieldEmbedding(cardinalities, dim, sparse=sparse)
+        self.fields = FieldEmbedding(cardinalities, dim, sparse=sparse, oov_dropout=oov_dropout)
         self.n_numeric = n_numeric
 
     @property

@@ -169,7 +169,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
           models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,wdl,din,dmbgn",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
           epochs: int = 8, batch_size: int = 512, lr: float = 1e-3, patience: int = 1,
-          params: Annotated[Optional[str], typer.Option(help="Network parameters for every neural model as JSON.")] = None,
+          params: Annotated[Optional[str], typer.Option(help="Network parameters for every neural model as JSON; they override the bench network's, e.g. {\"oov_dropout\": 0.2}.")] = None,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
           threads: ThreadsOpt = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs DNN and vs DIN, logloss (Table 3)."""
@@ -180,7 +180,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         from promokit.voucher import bench as runner
         from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN_OVERRIDES, DEMO_WORLD, time_split
 
-        net = json_option("--params", params, DEMO_NET)
+        net = {**DEMO_NET, **json_option("--params", params, {})}
         oracle = None
         if data_dir == "synthetic":
             from promokit.voucher.synthetic import make_voucher_world

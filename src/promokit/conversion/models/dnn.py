@@ -24,10 +24,12 @@ class DNN(nn.Module):
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
                  hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
-                 oversample: float = 1.0):
+                 oversample: float = 1.0, oov_dropout: float = 0.0):
         super().__init__()
-        self.ctr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse)
-        self.cvr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse)
+        self.ctr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
+                                          oov_dropout=oov_dropout)
+        self.cvr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
+                                          oov_dropout=oov_dropout)
         self.ctr = MLP(self.ctr_input.output_dim, hidden, dropout=dropout)
         self.cvr = MLP(self.cvr_input.output_dim, hidden, dropout=dropout)
         self.oversample = oversample

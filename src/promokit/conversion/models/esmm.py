@@ -23,9 +23,10 @@ class ESMM(nn.Module):
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
                  hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
-                 w_ctr: float = 1.0, w_ctcvr: float = 1.0):
+                 w_ctr: float = 1.0, w_ctcvr: float = 1.0, oov_dropout: float = 0.0):
         super().__init__()
-        self.sem = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse)
+        self.sem = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
+                                    oov_dropout=oov_dropout)
         self.ctr = MLP(self.sem.output_dim, hidden, dropout=dropout)
         self.cvr = MLP(self.sem.output_dim, hidden, dropout=dropout)
         self.weights = {"ctr": w_ctr, "ctcvr": w_ctcvr}

@@ -24,9 +24,11 @@ class DIN(RedeemModel):
     """
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
-                 dropout: float = 0.5, attention_units: int = 64, sparse: bool = True):
+                 dropout: float = 0.5, attention_units: int = 64, sparse: bool = True,
+                 oov_dropout: float = 0.0):
         super().__init__()
-        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse)
+        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse,
+                                      oov_dropout=oov_dropout)
         self.register_buffer("voucher_fields", torch.tensor(layout.voucher_fields, dtype=torch.long),
                              persistent=False)
         self.register_buffer("voucher_numeric", torch.tensor(layout.voucher_numeric, dtype=torch.long),
@@ -42,8 +44,12 @@ class DIN(RedeemModel):
         return torch.cat([embedded, numeric], dim=-1)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        target = self._voucher(batch["cat"][:, self.voucher_fields], batch["num"][:, self.voucher_numeric])
+        fields = self.input.fields
+        embedded = self.input(batch)
+        # the target's id embeddings are sliced from the SEM output, so OOV dropout hits both uses alike
+        target_ids = embedded[:, :fields.output_dim].unflatten(1, (-1, fields.dim))[:, self.voucher_fields]
+        target = torch.cat([target_ids.flatten(1), batch["num"][:, self.voucher_numeric]], dim=1)
         history = self._voucher(batch["hist_cat"], batch["hist_num"])
         pooled = self.attention(history, target, batch["history"] >= 0)
-        logit = self.mlp(torch.cat([self.input(batch), pooled], dim=1)).squeeze(1)
+        logit = self.mlp(torch.cat([embedded, pooled], dim=1)).squeeze(1)
         return {"p_redeem": torch.sigmoid(logit)}

@@ -147,13 +147,15 @@ class DMBGN(RedeemModel):
                  alpha: float = 1.0, hidden: Sequence[int] = (128, 64), dropout: float = 0.5,
                  attention_units: int = 64, history_len: int = 6, directed: bool = True, sparse: bool = True,
                  item_embeddings: Tensor | None = None, freeze_items: bool = False,
-                 pretrained: dict[str, Tensor] | None = None, freeze_pretrained: bool = False):
+                 pretrained: dict[str, Tensor] | None = None, freeze_pretrained: bool = False,
+                 oov_dropout: float = 0.0):
         super().__init__()
         if history_pooling not in HISTORY_POOLINGS:
             raise DataError(f"history_pooling must be one of {HISTORY_POOLINGS}, got {history_pooling!r}")
         self.store = store
         self.alpha, self.history_pooling, self.history_len = alpha, history_pooling, history_len
-        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse)
+        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse,
+                                      oov_dropout=oov_dropout)
         self.uvg = UVGEncoder(store, emb_dim, uvg_dim, gnn_layers, ratio, encoder, directed, sparse,
                               item_embeddings, freeze_items)
         width = self.uvg.output_dim

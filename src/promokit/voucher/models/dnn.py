@@ -16,9 +16,10 @@ class DNN(RedeemModel):
     into an MLP (128, 64) with dropout 0.5 — the paper's section 4.4 settings."""
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
-                 dropout: float = 0.5, sparse: bool = True):
+                 dropout: float = 0.5, sparse: bool = True, oov_dropout: float = 0.0):
         super().__init__()
-        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse)
+        self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse,
+                                      oov_dropout=oov_dropout)
         self.mlp = MLP(self.input.output_dim, hidden, dropout=dropout)
 
     def logit(self, batch: dict[str, Tensor]) -> Tensor:

@@ -17,11 +17,12 @@ class LR(RedeemModel):
     voucher_id one-hots (the sparse LR of CTR prediction, and WDL's wide part).
     """
 
-    def __init__(self, layout: FieldLayout, ids: bool = False, sparse: bool = True):
+    def __init__(self, layout: FieldLayout, ids: bool = False, sparse: bool = True, oov_dropout: float = 0.0):
         super().__init__()
         fields = list(range(len(layout.cardinalities))) if ids else list(layout.dense_fields)
         self.register_buffer("fields", torch.tensor(fields, dtype=torch.long), persistent=False)
-        self.weights = FieldEmbedding([layout.cardinalities[j] for j in fields], 1, sparse=sparse)
+        self.weights = FieldEmbedding([layout.cardinalities[j] for j in fields], 1, sparse=sparse,
+                                      oov_dropout=oov_dropout)
         nn.init.zeros_(self.weights.table.weight)
         self.numeric = nn.Linear(layout.n_numeric, 1)
 

@@ -17,10 +17,10 @@ class WDL(RedeemModel):
     DNN (the deep part), trained jointly; the paper feeds all features to both sides."""
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
-                 dropout: float = 0.5, sparse: bool = True):
+                 dropout: float = 0.5, sparse: bool = True, oov_dropout: float = 0.0):
         super().__init__()
-        self.wide = LR(layout, ids=True, sparse=sparse)
-        self.deep = DNN(layout, emb_dim, hidden, dropout, sparse)
+        self.wide = LR(layout, ids=True, sparse=sparse, oov_dropout=oov_dropout)
+        self.deep = DNN(layout, emb_dim, hidden, dropout, sparse, oov_dropout)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {"p_redeem": torch.sigmoid(self.wide.logit(batch) + self.deep.logit(batch))}
