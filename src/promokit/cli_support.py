@@ -49,3 +49,14 @@ def json_option(flag: str, text: str | None, default=None):
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{flag} is not valid JSON: {exc}") from None
+
+
+def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_title: str) -> None:
+    """An ``evaluate`` command's output: ``report.md`` / ``report.json`` in ``out`` and the table on screen."""
+    import pandas as pd
+
+    from promokit.report import Report
+
+    frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+    Report(title, data={"model": model_name, "metrics": metrics}).add("Metrics", frame).write(out)
+    print_table(table_title, frame.set_index("metric"))

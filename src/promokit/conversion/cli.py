@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, json_option, print_table, user_errors
+from promokit.cli_support import get_console, json_option, print_table, user_errors, write_metrics_report
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
 
@@ -94,19 +94,12 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
              gauc_weight: Annotated[str, typer.Option(help="impressions | uniform (the ESM² paper uses uniform).")] = "impressions"):
     """Score a trained model on a labelled table: AUCs, GAUC, logloss, MSE, P/R/F1 at top k."""
     with user_errors():
-        import pandas as pd
-
         from promokit.conversion import ConversionModel
         from promokit.data import read_table
-        from promokit.report import Report
 
         estimator = ConversionModel.load(model)
         metrics = estimator.evaluate(read_table(data), gauc_weight)
-        frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
-        report = Report(f"Evaluation of {model}", data={"model": estimator.name, "metrics": metrics})
-        report.add("Metrics", frame)
-        report.write(out)
-        print_table(f"{estimator.name} on {data.name}", frame.set_index("metric"))
+        write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {data.name}")
 
 
 @app.command()

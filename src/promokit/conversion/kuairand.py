@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data import DataError, FeatureSpec
+from promokit.data.errors import unique_index
 
 LOG_FILE = "kuairand_pure_val_20220425_0430.parquet"
 USER_FILE = "user_features_pure.csv"
@@ -242,13 +243,6 @@ def _binary(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     return values.astype(np.int8)
 
 
-def _unique_ids(side: pd.DataFrame, key: str, path: Path) -> pd.DataFrame:
-    duplicated = side[key].duplicated()
-    if duplicated.any():
-        raise DataError(f"{path}: {int(duplicated.sum())} duplicate {key} values, e.g. "
-                        f"{side.loc[duplicated, key].iloc[0]}; side features need one row per id")
-    return side.set_index(key)
-
 
 def _codes(series: pd.Series) -> np.ndarray:
     """Integer-coded categorical (possibly float with NaN) → int64 with −1 for missing."""
@@ -257,7 +251,7 @@ def _codes(series: pd.Series) -> np.ndarray:
 
 def _join_users(table: pd.DataFrame, users: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, int]:
     _require(users, ["user_id", *USER_COLUMNS], path)
-    side = _unique_ids(users, "user_id", path).reindex(table["user_id"].to_numpy())
+    side = unique_index(users, "user_id", str(path)).reindex(table["user_id"].to_numpy())
     missing = int(side["user_active_degree"].isna().sum())
     out = table.copy()
     for source, name in USER_COLUMNS.items():
@@ -271,7 +265,7 @@ def _join_users(table: pd.DataFrame, users: pd.DataFrame, path: Path) -> tuple[p
 
 def _join_videos(table: pd.DataFrame, videos: pd.DataFrame, path: Path) -> tuple[pd.DataFrame, int]:
     _require(videos, ["video_id", *VIDEO_COLUMNS], path)
-    side = _unique_ids(videos, "video_id", path).reindex(table["item_id"].to_numpy())
+    side = unique_index(videos, "video_id", str(path)).reindex(table["item_id"].to_numpy())
     missing = int(side["video_type"].isna().sum())
     out = table.copy()
     for name in ("video_type", "upload_type"):

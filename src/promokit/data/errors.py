@@ -27,3 +27,13 @@ def example_row(frame: pd.DataFrame, mask, columns: list[str] | None = None) -> 
 def _plain(value):
     """numpy scalars print as ``np.int64(0)``; show the Python value instead."""
     return value.item() if hasattr(value, "item") else value
+
+
+def unique_index(frame: pd.DataFrame, key: str, where: str) -> pd.DataFrame:
+    """``frame`` indexed by ``key``, or a DataError (prefixed by ``where``, e.g. a file name) counting the
+    duplicated keys and showing one: side tables need one row per id."""
+    duplicated = frame[key].duplicated()
+    if duplicated.any():
+        raise DataError(f"{where}: {int(duplicated.sum())} duplicate {key} values in {len(frame)} rows, e.g. "
+                        f"{_plain(frame.loc[duplicated, key].iloc[0])!r}; one row per {key} is needed")
+    return frame.set_index(key)

@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from promokit.data.errors import DataError
+from promokit.data.errors import DataError, unique_index
 from promokit.voucher.contract import VoucherTables, check_tables
 
 TRAIN_FILE = "train.csv"
@@ -110,7 +110,7 @@ def load_amexpert(directory: str | os.PathLike) -> tuple[VoucherTables, AmExpert
     items = _read(folder, ITEM_FILE, ["item_id", *ITEM_FEATURES])
     demographics = _read(folder, DEMOGRAPHICS_FILE, ["customer_id", *DEMOGRAPHICS])
 
-    campaigns = _unique(campaigns, "campaign_id", CAMPAIGN_FILE)
+    campaigns = unique_index(campaigns, "campaign_id", CAMPAIGN_FILE)
     campaigns = campaigns[campaigns.index.isin(train["campaign_id"])].copy()
     for column in ("start_date", "end_date"):
         campaigns[column] = _dates(campaigns[column], column)
@@ -127,7 +127,7 @@ def load_amexpert(directory: str | os.PathLike) -> tuple[VoucherTables, AmExpert
         "collect_time": campaign["start_date"].to_numpy(), "outcome_time": campaign["end_date"].to_numpy(),
         "redeemed": train["redemption_status"].to_numpy(),
     })
-    people = _unique(demographics, "customer_id", DEMOGRAPHICS_FILE).reindex(sessions["user_id"].to_numpy())
+    people = unique_index(demographics, "customer_id", DEMOGRAPHICS_FILE).reindex(sessions["user_id"].to_numpy())
     for column in DEMOGRAPHICS:
         values = people[column]
         if pd.api.types.is_float_dtype(values):  # integer codes read as floats because of missing values
@@ -187,13 +187,6 @@ def _read(folder: Path, name: str, columns: list[str]) -> pd.DataFrame:
                         f"columns present: {list(frame.columns)}")
     return frame
 
-
-def _unique(frame: pd.DataFrame, key: str, name: str) -> pd.DataFrame:
-    duplicated = frame[key].duplicated()
-    if duplicated.any():
-        raise DataError(f"{name}: {int(duplicated.sum())} duplicate {key} values, e.g. "
-                        f"{frame.loc[duplicated, key].iloc[0]!r}; one row per {key} is needed")
-    return frame.set_index(key)
 
 
 def _dates(values: pd.Series, column: str) -> np.ndarray:

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, json_option, print_table, user_errors
+from promokit.cli_support import get_console, json_option, print_table, user_errors, write_metrics_report
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -124,18 +124,10 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
              start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
     """AUC and logloss of a trained model on labelled sessions."""
     with user_errors():
-        import pandas as pd
-
-        from promokit.report import Report
-
         tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
         estimator = _load(model)
         metrics = estimator.evaluate(tables, _rows_from(tables, start))
-        frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
-        report = Report(f"Evaluation of {model}", data={"model": estimator.name, "metrics": metrics})
-        report.add("Metrics", frame)
-        report.write(out)
-        print_table(f"{estimator.name} on {sessions.name}", frame.set_index("metric"))
+        write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {sessions.name}")
 
 
 @app.command()
