@@ -48,9 +48,9 @@ def test_optimizers_split_sparse_and_dense_parameters():
 def test_trainer_learns_and_restores_best_epoch():
     model, history = _fit(TrainConfig(epochs=5, batch_size=100, lr=0.05, progress=False))
     assert history.epochs[-1]["train_loss"] < history.epochs[0]["train_loss"]
-    assert history.best_valid_loss == min(e["valid_loss"] for e in history.epochs)
+    assert history.best_score == min(e["valid_loss"] for e in history.epochs)
     assert Trainer(TrainConfig(progress=False)).evaluate_loss(model, _data(500, 1))[0] == pytest.approx(
-        history.best_valid_loss, rel=1e-5)
+        history.best_score, rel=1e-5)
 
 
 def test_same_seed_same_result():
@@ -92,3 +92,38 @@ def test_interrupt_keeps_the_best_model_so_far(tmp_path):
         model, _data(), _data(500, 1))
     assert history.stopped == "interrupted" and len(history.epochs) == 2
     assert (tmp_path / CHECKPOINT).exists()
+
+
+def _scripted(values):
+    """A validation metric returning ``values`` epoch after epoch, whatever the model does."""
+    calls = iter(values)
+    return lambda outputs, batch: next(calls)
+
+
+def test_monitored_metric_picks_the_kept_epoch_and_is_recorded():
+    config = TrainConfig(epochs=4, batch_size=100, lr=0.05, patience=10, progress=False, monitor="score")
+    model, history = _fit(config, metrics={"score": _scripted([0.1, 0.9, 0.3, 0.2])})
+    assert history.best_epoch == 1 and history.best_score == 0.9 and history.monitor == "score"
+    assert [e["valid_score"] for e in history.epochs] == [0.1, 0.9, 0.3, 0.2]
+    two_epochs, _ = _fit(TrainConfig(**{**config.to_dict(), "epochs": 2}), metrics={"score": _scripted([0.0, 1.0])})
+    for pa, pb in zip(model.parameters(), two_epochs.parameters()):
+        torch.testing.assert_close(pa, pb)
+    assert history.summary() == "completed after 4 epochs; best validation score 0.90000 at epoch 2"
+
+
+def test_early_stopping_on_a_metric_stops_when_it_stops_rising():
+    config = TrainConfig(epochs=10, batch_size=100, lr=0.05, patience=2, progress=False, monitor="score")
+    _, history = _fit(config, metrics={"score": _scripted([0.5, 0.4, 0.3, 0.9])})
+    assert history.stopped == "early_stopping" and len(history.epochs) == 3 and history.best_epoch == 0
+
+
+def test_metrics_are_recorded_while_the_loss_is_monitored():
+    _, history = _fit(TrainConfig(epochs=2, batch_size=100, lr=0.05, progress=False),
+                      metrics={"mean_p": lambda outputs, batch: float(outputs["p"].mean())})
+    assert history.best_score == min(e["valid_loss"] for e in history.epochs)
+    assert all(0 < e["valid_mean_p"] < 1 for e in history.epochs)
+
+
+def test_unknown_monitor_is_refused():
+    with pytest.raises(ValueError, match="monitor 'auc' is neither 'loss' nor one of the metrics"):
+        _fit(TrainConfig(epochs=1, progress=False, monitor="auc"))

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -37,6 +38,7 @@ def test_train_predict_evaluate_round_trip(tmp_path, paths):
     result = _invoke("voucher", "train", *_table_args(paths), "--out", model_dir, "--model", "din",
                      "--epochs", 2, "--params", NET)
     assert result.exit_code == 0, result.output
+    assert "best validation auc" in result.output
     assert (model_dir / "weights.safetensors").exists() and (model_dir / "encoder.json").exists()
 
     out = tmp_path / "pred.parquet"
@@ -51,9 +53,11 @@ def test_train_predict_evaluate_round_trip(tmp_path, paths):
     assert len(predictions) == int((sessions.collect_time >= "2024-05-01").sum()) > 0
     assert predictions.p_redeem.between(0, 1).all()
 
-    result = _invoke("voucher", "evaluate", "--model", model_dir, *_table_args(paths), "--out", tmp_path / "eval")
+    result = _invoke("voucher", "evaluate", "--model", model_dir, *_table_args(paths), "--out", tmp_path / "eval",
+                     "--gauc-by", "voucher_id")
     assert result.exit_code == 0, result.output
-    assert "auc" in (tmp_path / "eval" / "report.md").read_text()
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert "auc" in report and "gauc" in report
 
 
 def test_a_missing_column_is_one_line_and_exit_2(tmp_path, paths):
@@ -64,6 +68,17 @@ def test_a_missing_column_is_one_line_and_exit_2(tmp_path, paths):
     result = _invoke("voucher", "train", *args, "--out", tmp_path / "m")
     assert result.exit_code == 2
     assert "voucher_id" in result.output and "Traceback" not in result.output
+
+
+def test_monitor_loss_picks_the_epoch_on_validation_logloss(tmp_path, paths):
+    result = _invoke("voucher", "train", *_table_args(paths), "--out", tmp_path / "m", "--model", "din",
+                     "--epochs", 2, "--params", NET, "--monitor", "loss")
+    assert result.exit_code == 0, result.output
+    history = json.loads((tmp_path / "m" / "history.json").read_text())
+    assert history["monitor"] == "loss"
+    assert history["best_score"] == min(e["valid_loss"] for e in history["epochs"])
+    refused = _invoke("voucher", "train", *_table_args(paths), "--out", tmp_path / "m", "--monitor", "f1")
+    assert refused.exit_code == 2 and "monitor must be one of ['auc', 'loss'], got 'f1'" in refused.output
 
 
 def test_unknown_model_is_a_user_error(tmp_path, paths):

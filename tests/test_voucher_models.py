@@ -9,6 +9,7 @@ import torch
 from promokit.data import DataError
 from promokit.metrics import auc
 from promokit.training import TrainConfig, Trainer
+from promokit.voucher.bench import summarise
 from promokit.voucher.estimator import VoucherModel
 from promokit.voucher.history import default_cuts, split_by_time
 from promokit.voucher.models import DIN, DNN, GBDT, LR, MODELS, WDL, FieldLayout
@@ -253,6 +254,46 @@ def test_dmbgn_beats_chance_on_a_small_world(world, split):
     assert metrics["auc"] > 0.55
 
 
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_dmbgn_oov_dropout_trains_the_unknown_voucher_row_of_the_graph(world, split, rate):
+    no_epochs = TrainConfig(**{**TINY_TRAIN.to_dict(), "epochs": 0})
+    untrained = VoucherModel("dmbgn-avgpooling", TINY_GRAPH, no_epochs).fit(world.tables, split.train, split.valid)
+    model = VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "oov_dropout": rate}, TINY_TRAIN)
+    model.fit(world.tables, split.train, split.valid)
+    unknown_row = model.net.uvg.voucher_id.table.weight[0]
+    moved = not torch.equal(unknown_row, untrained.net.uvg.voucher_id.table.weight[0])
+    assert moved == (rate > 0)
+
+
+def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):
+    assert VoucherModel("dnn").train_config.monitor == "auc"
+    config = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc", "epochs": 3, "patience": 3})
+    model = VoucherModel("dnn", TINY_NET, config).fit(world.tables, split.train, split.valid)
+    history = model.report.history
+    aucs = [e["valid_auc"] for e in history.epochs]
+    assert history.best_epoch == int(np.argmax(aucs)) and history.best_score == max(aucs)
+    assert model.evaluate(world.tables, split.valid)["auc"] == pytest.approx(history.best_score)
+
+
+def test_evaluate_reports_gauc_within_groups_and_bench_summarises_it(world, split):
+    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    metrics = model.evaluate(world.tables, split.test, group_by="voucher_id")
+    p = model.predict(world.tables, split.test)["p_redeem"].to_numpy()
+    sessions = world.tables.sessions.iloc[split.test]
+    per_voucher = [(len(g), auc(g.redeemed, p[sessions.index.get_indexer(g.index)]))
+                   for _, g in sessions.groupby("voucher_id") if 0 < g.redeemed.sum() < len(g)]
+    expected = sum(n * a for n, a in per_voucher) / sum(n for n, _ in per_voucher)
+    assert metrics["gauc"] == pytest.approx(expected) and metrics["gauc_groups"] == len(per_voucher)
+    with pytest.raises(DataError, match="no column 'campaign'"):
+        model.evaluate(world.tables, split.test, group_by="campaign")
+
+    results = pd.DataFrame({"model": ["dnn", "dnn", "din", "din"], "seed": [0, 1, 0, 1], "auc": [0.6, 0.7, 0.7, 0.8],
+                            "gauc": [0.5, 0.6, 0.6, 0.6], "logloss": [0.3, 0.3, 0.2, 0.2], "fit_seconds": [1, 1, 2, 2]})
+    table = summarise(results, {"model": "oracle", "auc": 0.9, "gauc": 0.8, "logloss": 0.1})
+    assert table.loc["din", "GAUC mean ± std"] == "0.6000 ± 0.0000" and table.loc["oracle", "GAUC mean ± std"] == "0.8000"
+    assert table.loc["din", "AUC mean ± std"] == "0.7500 ± 0.0707" and table.loc["din", "RelaImpr (DNN)"] == "+66.67%"  # (0.75 − 0.5) / (0.65 − 0.5) − 1
+
+
 def test_documented_errors(world, split):
     with pytest.raises(DataError, match="unknown model"):
         VoucherModel("xgboost")
@@ -262,3 +303,8 @@ def test_documented_errors(world, split):
     sessions.loc[split.train[:3], "redeemed"] = np.nan
     with pytest.raises(DataError, match="3 of the .* training sessions have no 'redeemed'"):
         VoucherModel("lr", None, TINY_TRAIN).fit(replace(world.tables, sessions=sessions), split.train, split.valid)
+    redeemed = world.tables.sessions["redeemed"].to_numpy()
+    one_class = split.valid[redeemed[split.valid] == 0]
+    by_auc = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc"})
+    with pytest.raises(DataError, match=f"0 of the {len(one_class)} are redeemed"):
+        VoucherModel("dnn", TINY_NET, by_auc).fit(world.tables, split.train, one_class)

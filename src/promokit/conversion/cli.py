@@ -53,8 +53,7 @@ def train(data: DataOpt,
             console.print(f"repaired {count} rows where {role}=1 without a click")
         if report.history is not None:
             h = report.history
-            console.print(f"{h.stopped} after {len(h.epochs)} epochs; best validation loss "
-                          f"{h.best_valid_loss:.5f} at epoch {h.best_epoch + 1}")
+            console.print(h.summary())
             if h.stopped == "interrupted":
                 console.print("interrupted: the best model so far is saved; continue with --resume")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")

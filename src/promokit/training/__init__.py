@@ -3,7 +3,7 @@
 from promokit.training.artifact import ModelDirWriter, read_json, read_weights, write_model_dir
 from promokit.training.batches import Batch, iterate_batches, n_rows, take
 from promokit.training.seed import seed_everything
-from promokit.training.trainer import History, TrainConfig, Trainer, make_optimizers
+from promokit.training.trainer import History, TrainConfig, Trainer, make_optimizers, progress_display
 
 __all__ = ["Batch", "History", "ModelDirWriter", "TrainConfig", "Trainer", "iterate_batches",
-           "make_optimizers", "n_rows", "read_json", "read_weights", "seed_everything", "take", "write_model_dir"]
+           "make_optimizers", "n_rows", "progress_display", "read_json", "read_weights", "seed_everything", "take", "write_model_dir"]

@@ -1,7 +1,8 @@
 """One model-agnostic trainer.
 
 A model is an ``nn.Module`` whose ``forward(batch)`` returns a dict of named tensors and whose
-``loss(outputs, batch)`` returns ``(total, parts)``. The trainer sees nothing else of it.
+``loss(outputs, batch)`` returns ``(total, parts)``. The trainer sees nothing else of it; validation metrics
+beyond the loss are functions ``metric(outputs, batch) -> float`` passed to :meth:`Trainer.fit`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import copy
 import math
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -31,7 +33,11 @@ CHECKPOINT = "checkpoint.pt"
 
 @dataclass
 class TrainConfig:
-    """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000)."""
+    """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000).
+
+    ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
+    validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
+    """
 
     epochs: int = 10
     batch_size: int = 1000
@@ -41,20 +47,35 @@ class TrainConfig:
     seed: int = 0
     eval_batch_size: int = 16384
     progress: bool = True
+    monitor: str = "loss"
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+#: A validation metric: named outputs of a whole table and that table's batch → a number, higher is better.
+Metric = Callable[[dict[str, Tensor], Batch], float]
 
 
 @dataclass
 class History:
+    """Per-epoch records; ``best_score`` is the monitored quantity at ``best_epoch`` (validation loss, or the
+    monitored metric's value; the training loss without validation rows)."""
+
     epochs: list[dict] = field(default_factory=list)
     best_epoch: int = -1
-    best_valid_loss: float = math.inf
+    monitor: str = "loss"
+    best_score: float = math.nan
     stopped: str = "completed"  # completed | early_stopping | interrupted
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def summary(self) -> str:
+        """One line for a terminal, e.g. ``early_stopping after 5 epochs; best validation auc 0.71234 at epoch 3``."""
+        validated = bool(self.epochs) and "valid_loss" in self.epochs[0]
+        watched = f"validation {self.monitor}" if validated else "training loss"
+        return f"{self.stopped} after {len(self.epochs)} epochs; best {watched} {self.best_score:.5f} at epoch {self.best_epoch + 1}"
 
 
 def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[torch.optim.Optimizer]:
@@ -72,8 +93,8 @@ def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0) -> l
 
 
 class Trainer:
-    """Mini-batch training with early stopping on the validation loss, a checkpoint after every epoch,
-    resume after interruption, and a progress display.
+    """Mini-batch training with early stopping on the validation loss or a validation metric, a checkpoint
+    after every epoch, resume after interruption, and a progress display.
 
     Each epoch's shuffle and dropout are seeded from ``(seed, epoch)``, so a resumed run continues exactly
     as the uninterrupted one would have.
@@ -83,10 +104,16 @@ class Trainer:
         self.config = config or TrainConfig()
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
 
-    def fit(self, model: nn.Module, train: Batch, valid: Batch | None = None, resume: bool = False) -> History:
+    def fit(self, model: nn.Module, train: Batch, valid: Batch | None = None, resume: bool = False,
+            metrics: Mapping[str, Metric] | None = None) -> History:
+        """Train ``model``; keep the epoch that is best on ``valid`` by ``config.monitor``. Every ``metrics``
+        entry is computed on ``valid`` after each epoch and recorded as ``valid_<name>``."""
         cfg = self.config
+        metrics = dict(metrics or {})
+        if cfg.monitor != "loss" and cfg.monitor not in metrics:
+            raise ValueError(f"monitor {cfg.monitor!r} is neither 'loss' nor one of the metrics {sorted(metrics)}")
         optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay)
-        history, best_state, bad_epochs, start = History(), None, 0, 0
+        history, best_state, bad_epochs, start = History(monitor=cfg.monitor), None, 0, 0
         if resume and self.checkpoint_dir and (self.checkpoint_dir / CHECKPOINT).exists():
             state = torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True)
             model.load_state_dict(state["model"])
@@ -94,17 +121,18 @@ class Trainer:
                 opt.load_state_dict(opt_state)
             history = History(**state["history"])
             best_state, bad_epochs, start = state["best_state"], state["bad_epochs"], state["epoch"] + 1
-        with _progress(cfg.progress) as progress:
+        maximise = valid is not None and cfg.monitor != "loss"  # a metric; losses are minimised
+        key = f"valid_{cfg.monitor}" if maximise else "valid_loss" if valid is not None else "train_loss"
+        sign = 1.0 if maximise else -1.0
+        with progress_display(cfg.progress) as progress:
             try:
                 for epoch in range(start, cfg.epochs):
                     record = self._train_epoch(model, optimizers, train, epoch, progress)
                     if valid is not None:
-                        record["valid_loss"], parts = self.evaluate_loss(model, valid)
-                        record.update({f"valid_{k}": v for k, v in parts.items()})
+                        record.update(self._validate(model, valid, metrics))
                     history.epochs.append(record)
-                    score = record.get("valid_loss", record["train_loss"])
-                    if score < history.best_valid_loss:
-                        history.best_valid_loss, history.best_epoch, bad_epochs = score, epoch, 0
+                    if history.best_epoch < 0 or sign * record[key] > sign * history.best_score:
+                        history.best_score, history.best_epoch, bad_epochs = record[key], epoch, 0
                         best_state = copy.deepcopy(model.state_dict())
                     else:
                         bad_epochs += 1
@@ -146,6 +174,14 @@ class Trainer:
         return {"epoch": epoch, "train_loss": total.item() / max(seen, 1), "seconds": seconds,
                 "samples_per_second": seen / max(seconds, 1e-9)}
 
+    def _validate(self, model: nn.Module, valid: Batch, metrics: Mapping[str, Metric]) -> dict[str, float]:
+        loss, parts = self.evaluate_loss(model, valid)
+        record = {"valid_loss": loss, **{f"valid_{k}": v for k, v in parts.items()}}
+        if metrics:
+            outputs = self.predict(model, valid)
+            record.update({f"valid_{name}": float(metric(outputs, valid)) for name, metric in metrics.items()})
+        return record
+
     @torch.no_grad()
     def evaluate_loss(self, model: nn.Module, tensors: Batch) -> tuple[float, dict[str, float]]:
         """Mean loss and loss parts over a whole table, in evaluation mode."""
@@ -179,7 +215,9 @@ class Trainer:
             torch.save(state, tmp)
 
 
-def _progress(enabled: bool):
+def progress_display(enabled: bool):
+    """A transient rich progress display (description, bar, done/total, a ``loss`` field, time left) for
+    training loops; a null context when not ``enabled``."""
     if not enabled:
         return contextlib.nullcontext()
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

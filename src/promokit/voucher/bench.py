@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from promokit.metrics import auc, logloss, rela_impr
+from promokit.metrics import auc, gauc, logloss, rela_impr
 from promokit.training import TrainConfig
 from promokit.voucher.estimator import VoucherModel
 
@@ -26,13 +26,14 @@ class Split:
 
 
 def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[str, dict] | None = None,
-        train: TrainConfig | None = None, on_result=None, train_overrides: dict[str, dict] | None = None
-        ) -> pd.DataFrame:
+        train: TrainConfig | None = None, on_result=None, train_overrides: dict[str, dict] | None = None,
+        group_by: str | None = None) -> pd.DataFrame:
     """Fit every model with every seed on ``split.train`` (epochs / trees selected on ``split.valid``) and
-    score it on ``split.test``: one row per (model, seed) with auc, logloss and the fit time in seconds.
-    ``train_overrides[name]`` changes fields of ``train`` for one model (e.g. LR's learning rate)."""
+    score it on ``split.test``: one row per (model, seed) with auc, logloss (and gauc within the ``group_by``
+    groups) and the fit time in seconds. ``train_overrides[name]`` changes fields of ``train`` for one model
+    (e.g. LR's learning rate)."""
     rows = []
-    train = train or TrainConfig(lr=1e-3, batch_size=1024)
+    train = train or TrainConfig(lr=1e-3, batch_size=1024, monitor="auc")
     for seed in seeds:
         for name in models:
             config = TrainConfig(**{**train.to_dict(), **(train_overrides or {}).get(name, {}), "seed": seed})
@@ -40,32 +41,40 @@ def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[
             started = time.perf_counter()
             model.fit(tables, split.train, split.valid)
             seconds = time.perf_counter() - started
-            metrics = model.evaluate(tables, split.test)
+            metrics = model.evaluate(tables, split.test, group_by)
             row = {"model": name, "seed": seed, "auc": metrics["auc"], "logloss": metrics["logloss"],
-                   "fit_seconds": seconds}
+                   **({"gauc": metrics["gauc"]} if group_by else {}), "fit_seconds": seconds}
             rows.append(row)
             if on_result is not None:
                 on_result(row)
     return pd.DataFrame(rows)
 
 
-def oracle_row(tables, rows: np.ndarray, truth: np.ndarray) -> dict:
-    """AUC and logloss of the generator's true probabilities: the best any model can do on these rows."""
+def oracle_row(tables, rows: np.ndarray, truth: np.ndarray, group_by: str | None = None) -> dict:
+    """AUC and logloss (and GAUC) of the generator's true probabilities: the best any model can do on these rows."""
     y = tables.sessions["redeemed"].to_numpy(dtype=np.float64)[rows]
-    return {"model": "oracle", "auc": auc(y, truth[rows]), "logloss": logloss(y, truth[rows])}
+    row = {"model": "oracle", "auc": auc(y, truth[rows]), "logloss": logloss(y, truth[rows])}
+    if group_by:
+        row["gauc"] = gauc(y, truth[rows], tables.sessions[group_by].to_numpy()[rows]).value
+    return row
 
 
 def summarise(results: pd.DataFrame, oracle: dict | None = None, bases=BASES) -> pd.DataFrame:
-    """Table 3: AUC mean ± std over seeds (the mean alone for one seed), RelaImpr (eq. 11) of the mean AUC vs each base, mean logloss;
-    the oracle (``oracle_row``) as a last row when given."""
+    """Table 3: AUC (and GAUC, when ``results`` has it) mean ± std over seeds (the mean alone for one seed),
+    RelaImpr (eq. 11) of the mean AUC vs each base, mean logloss; the oracle (``oracle_row``) as a last row."""
     grouped = results.groupby("model", sort=False)
-    mean, std = grouped["auc"].mean(), grouped["auc"].std(ddof=1)
-    table = pd.DataFrame(index=mean.index)
-    table["AUC mean ± std"] = [f"{m:.4f} ± {s:.4f}" if np.isfinite(s) else f"{m:.4f}" for m, s in zip(mean, std)]
+    mean = grouped["auc"].mean()
+    table = pd.DataFrame(index=[*mean.index, *(["oracle"] if oracle is not None else [])])
+    for metric, title in (("auc", "AUC"), ("gauc", "GAUC")):
+        if metric in results:
+            column = pd.Series([_mean_std(m, s) for m, s in zip(grouped[metric].mean(), grouped[metric].std(ddof=1))],
+                               index=mean.index)
+            if oracle is not None:
+                column.loc["oracle"] = f"{oracle[metric]:.4f}"
+            table[f"{title} mean ± std"] = column
     logloss_mean = grouped["logloss"].mean()
     seconds = grouped["fit_seconds"].mean().map("{:.1f}".format)
     if oracle is not None:
-        table.loc["oracle"] = f"{oracle['auc']:.4f}"
         mean.loc["oracle"], logloss_mean.loc["oracle"], seconds.loc["oracle"] = oracle["auc"], oracle["logloss"], "—"
     for base in bases:
         if base in results["model"].values:
@@ -74,3 +83,7 @@ def summarise(results: pd.DataFrame, oracle: dict | None = None, bases=BASES) ->
     table["fit_seconds"] = seconds
     table.index.name = "model"
     return table
+
+
+def _mean_std(mean: float, std: float) -> str:
+    return f"{mean:.4f} ± {std:.4f}" if np.isfinite(std) else f"{mean:.4f}"

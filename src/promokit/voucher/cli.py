@@ -19,10 +19,19 @@ VoucherItemsOpt = Annotated[Optional[Path], typer.Option("--voucher-items", help
 CategoricalOpt = Annotated[Optional[str], typer.Option("--categorical", help="Comma-separated categorical profile columns.")]
 NumericOpt = Annotated[Optional[str], typer.Option("--numeric", help="Comma-separated numeric profile columns.")]
 ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help="Voucher validity (e.g. 7D) when outcome_time is absent.")]
+MonitorOpt = Annotated[str, typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
+GaucByOpt = Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within, e.g. campaign_id.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Torch threads; 1 is fastest for these small batches, "
                                         "especially on a shared machine.")]
 MODEL_NAMES = "lr | gbdt | dnn | wdl | din | dmbgn | dmbgn-avgpooling | dmbgn-pretrained"
+ItemEmbeddingsOpt = Annotated[Optional[str], typer.Option(
+    "--item-embeddings", help="DMBGN models: initial item embeddings (paper §3.4.2). 'metapath2vec' pre-trains them "
+    "on the training sessions' behaviour (or voucher_items) co-occurrence; otherwise a CSV/Parquet table of "
+    "item_id + k numeric columns, one row per item (items without a row get zeros). Options of the pre-training: "
+    '--params \'{"item_pretrain": {"dim": 16, "epochs": 5}}\'.')]
+FreezeItemsOpt = Annotated[bool, typer.Option("--freeze-items", help="DMBGN models: keep the item embeddings fixed "
+                                              "during training.")]
 
 
 def _set_threads(threads: int) -> None:
@@ -52,8 +61,10 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           numeric: NumericOpt = None, validity: ValidityOpt = None,
           model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
           valid_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")] = None,
-          epochs: int = 10, batch_size: int = 1024, lr: float = 1e-3, patience: int = 2, seed: int = 0,
+          epochs: int = 10, batch_size: int = 1024, lr: float = 1e-3, patience: int = 2, monitor: MonitorOpt = "auc",
+          seed: int = 0,
           params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [64]}\'.')] = None,
+          item_embeddings: ItemEmbeddingsOpt = None, freeze_items: FreezeItemsOpt = False,
           threads: ThreadsOpt = 1):
     """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
     with user_errors():
@@ -65,7 +76,8 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import split_by_time
 
-        model_params = json_option("--params", params)
+        model_params = _with_item_options(json_option("--params", params), item_embeddings, freeze_items)
+        VoucherModel(model, model_params)  # parameter errors before the tables are read
         tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
         collect = tables.sessions["collect_time"]
         cut = pd.Timestamp(valid_from) if valid_from else collect.quantile(0.9)
@@ -73,16 +85,33 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
         if len(parts.train) == 0 or len(parts.valid) == 0:
             raise DataError(f"--valid-from {cut} leaves {len(parts.train)} training and {len(parts.valid)} "
                             f"validation sessions of {len(collect)}; both must be non-empty")
-        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed)
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
+                             monitor=monitor)
         estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid)
         estimator.save(out)
         console = get_console()
         h = estimator.report.history
         if h is not None:
-            console.print(f"{h.stopped} after {len(h.epochs)} epochs; best validation loss "
-                          f"{h.best_valid_loss:.5f} at epoch {h.best_epoch + 1}")
+            console.print(h.summary())
         console.print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
                       f"{len(parts.valid)} validation sessions)")
+
+
+def _with_item_options(params: Optional[dict], item_embeddings: Optional[str], freeze_items: bool) -> Optional[dict]:
+    """``--params`` plus ``--item-embeddings`` / ``--freeze-items``; a table path must exist."""
+    from promokit.data import DataError
+    from promokit.voucher.item_embedding import METAPATH2VEC
+
+    if item_embeddings is None and not freeze_items:
+        return params
+    params = dict(params or {})
+    if item_embeddings is not None:
+        if item_embeddings != METAPATH2VEC and not Path(item_embeddings).exists():
+            raise DataError(f"--item-embeddings {item_embeddings}: no such file (or pass {METAPATH2VEC!r})")
+        params["item_embeddings"] = item_embeddings
+    if freeze_items:
+        params["freeze_items"] = True
+    return params
 
 
 def _load(model: Path):
@@ -121,12 +150,13 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
              events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
              numeric: NumericOpt = None, validity: ValidityOpt = None,
-             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
-    """AUC and logloss of a trained model on labelled sessions."""
+             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
+             gauc_by: GaucByOpt = None):
+    """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on labelled sessions."""
     with user_errors():
         tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
         estimator = _load(model)
-        metrics = estimator.evaluate(tables, _rows_from(tables, start))
+        metrics = estimator.evaluate(tables, _rows_from(tables, start), gauc_by)
         write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {sessions.name}")
 
 
@@ -156,13 +186,25 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
         console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
 
 
+def _net_for(name: str, net: dict) -> dict:
+    """The bench network of model ``name``: the item-embedding parameters only for DMBGN models (the others have
+    no item graph), so that one --params serves every model."""
+    from promokit.voucher.item_embedding import ITEM_PARAMS
+    from promokit.voucher.models import MODELS
+
+    if hasattr(MODELS.get(name, (None,))[0], "attach"):
+        return net
+    return {k: v for k, v in net.items() if k not in ITEM_PARAMS}
+
+
 @app.command()
 def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 2019 folder, or 'synthetic'.")] = "synthetic",
           models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,wdl,din,dmbgn",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
-          epochs: int = 8, batch_size: int = 512, lr: float = 1e-3, patience: int = 1,
+          epochs: int = 8, batch_size: int = 512, lr: float = 1e-3, patience: int = 1, monitor: MonitorOpt = "auc",
           params: Annotated[Optional[str], typer.Option(help="Network parameters for every neural model as JSON; they override the bench network's, e.g. {\"oov_dropout\": 0.2}.")] = None,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
+          gauc_by: Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within (default: campaign_id on AmExpert, none on synthetic data).")] = None,
           threads: ThreadsOpt = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs DNN and vs DIN, logloss (Table 3)."""
     with user_errors():
@@ -184,20 +226,23 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
 
             tables, load_report = load_amexpert(data_dir)
             get_console().print(load_report.summary(), highlight=False)
+            gauc_by = gauc_by or "campaign_id"
         split = time_split(tables)
         names = _names(models)
-        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, progress=False)
+        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, progress=False,
+                             monitor=monitor)
         console = get_console()
 
         def done(row):
-            console.print(f"  seed {row['seed']} {row['model']:>16}: AUC {row['auc']:.4f}  logloss "
+            grouped = f"  GAUC {row['gauc']:.4f}" if "gauc" in row else ""
+            console.print(f"  seed {row['seed']} {row['model']:>16}: AUC {row['auc']:.4f}{grouped}  logloss "
                           f"{row['logloss']:.4f}  ({row['fit_seconds']:.0f} s)")
 
         results = runner.run(tables, split, names, [int(s) for s in seeds.split(",")],
-                             {n: net for n in names if n not in ("lr", "gbdt")}, config, on_result=done,
-                             train_overrides=DEMO_TRAIN_OVERRIDES)
+                             {n: _net_for(n, net) for n in names if n not in ("lr", "gbdt")}, config, on_result=done,
+                             train_overrides=DEMO_TRAIN_OVERRIDES, group_by=gauc_by)
         if data_dir == "synthetic":
-            oracle = runner.oracle_row(tables, split.test, world.truth)
+            oracle = runner.oracle_row(tables, split.test, world.truth, gauc_by)
         summary = runner.summarise(results, oracle)
         print_table("mean ± std over seeds (test split)", summary)
         if out is not None:

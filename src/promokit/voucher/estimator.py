@@ -15,10 +15,11 @@ from torch import nn
 
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec, TableEncoder
-from promokit.metrics import auc, logloss
+from promokit.metrics import auc, gauc, logloss
 from promokit.training import History, TrainConfig, Trainer, read_json, read_weights, take, write_model_dir
 from promokit.training.seed import seed_everything
 from promokit.voucher.history import redeemed_history
+from promokit.voucher.item_embedding import ESTIMATOR_KEYS, check_item_params
 from promokit.voucher.models import MODELS, FieldLayout
 
 #: Columns that are never features: keys, times and everything known only after the outcome. The tables'
@@ -27,6 +28,8 @@ NOT_FEATURES = ("session_id", "collect_time", "outcome_time", "redeemed")
 POST_OUTCOME = re.compile(r"redeem|outcome|expire|_time", re.IGNORECASE)
 VOUCHER_NUMERIC = ("min_spend", "discount")
 GRAPH_VOCABULARY = "graph_vocabulary.json"
+#: What picks the epoch on the validation sessions: AUC (the paper's metric, default) or the logloss.
+MONITORS = ("auc", "loss")
 
 
 @dataclass
@@ -60,7 +63,10 @@ class VoucherModel:
             raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
         self.name = model
         self.params = {**MODELS[model][1], **(params or {})}
-        self.train_config = train or TrainConfig(lr=1e-3, batch_size=1024)
+        self.params = check_item_params(self.params, self.uses_graphs, model)
+        self.train_config = train or TrainConfig(lr=1e-3, batch_size=1024, monitor="auc")
+        if self.train_config.monitor not in MONITORS:
+            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
         self.max_history = max_history
         self.spec: FeatureSpec | None = None
         self.encoder: TableEncoder | None = None
@@ -83,8 +89,10 @@ class VoucherModel:
 
     @property
     def net_params(self) -> dict:
-        """``params`` minus the estimator's own keys (``pretrain``: pre-train the UVG encoder, eq. 6)."""
-        return {k: v for k, v in self.params.items() if k != "pretrain"}
+        """``params`` minus the estimator's own keys: ``pretrain`` (pre-train the UVG encoder, eq. 6),
+        ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2) and ``item_pretrain`` (its
+        MetaPath2Vec options)."""
+        return {k: v for k, v in self.params.items() if k != "pretrain" and k not in ESTIMATOR_KEYS}
 
     # ---- features -------------------------------------------------------------------------------------
     def _feature_spec(self, tables) -> FeatureSpec:
@@ -162,34 +170,63 @@ class VoucherModel:
             if unknown.any():
                 raise DataError(f"{int(unknown.sum())} of the {len(rows)} {name} sessions have no 'redeemed' label, "
                                 f"e.g. session_id {sessions['session_id'].iloc[rows[unknown][0]]!r}")
+        if valid_rows is not None and self.is_neural and self.train_config.monitor == "auc":
+            positives = int(inputs["redeemed"].numpy()[valid_rows].sum())
+            if positives in (0, len(valid_rows)):
+                raise DataError(f"early stopping on validation AUC needs redeemed and unredeemed validation sessions; "
+                                f"{positives} of the {len(valid_rows)} are redeemed (use monitor='loss' or more "
+                                "validation sessions)")
         self.report = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows))
         train = take(inputs, torch.from_numpy(train_rows))
         valid = None if valid_rows is None else take(inputs, torch.from_numpy(valid_rows))
         if self.is_neural:
-            self.net = self._build_net(self._pretrained(tables, train_rows))
-            self.report.history = Trainer(self.train_config, checkpoint_dir).fit(self.net, train, valid, resume)
+            items = self._item_embeddings(tables, train_rows)
+            self.net = self._build_net(self._pretrained(tables, train_rows, items), items)
+            self.report.history = Trainer(self.train_config, checkpoint_dir).fit(self.net, train, valid, resume,
+                                                                                 metrics={"auc": _validation_auc})
         else:
             self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.params})
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
         return self
 
-    def _pretrained(self, tables, train_rows: np.ndarray):
-        """The UVG encoder pre-trained by eq. (6) on the training sessions only, when ``params["pretrain"]``."""
+    def _item_embeddings(self, tables, train_rows: np.ndarray) -> torch.Tensor | None:
+        """DMBGN's initial item embeddings (section 3.4.2), aligned to the training store's item codes, when
+        ``params["item_embeddings"]``: MetaPath2Vec on the training sessions only (``"metapath2vec"``, options
+        ``params["item_pretrain"]``) or a user table's path. Records their width as ``params["item_dim"]``, so
+        :meth:`load` rebuilds the net without them (the saved weights hold the table)."""
+        source = self.params.get("item_embeddings")
+        if not self.uses_graphs or not source:
+            return None
+        from promokit.voucher.item_embedding import METAPATH2VEC, pretrain_item_embeddings, read_item_embeddings
+
+        if source == METAPATH2VEC:
+            options = {"seed": self.train_config.seed, "progress": self.train_config.progress,
+                       **(self.params.get("item_pretrain") or {})}
+            table = pretrain_item_embeddings(tables, train_rows, self.store, **options)
+        else:
+            table = read_item_embeddings(source, self.store)
+        self.params["item_dim"] = int(table.shape[1])
+        return table
+
+    def _pretrained(self, tables, train_rows: np.ndarray, item_embeddings: torch.Tensor | None = None):
+        """The UVG encoder pre-trained by eq. (6) on the training sessions only, when ``params["pretrain"]``,
+        starting from (and, with ``freeze_items``, keeping) the item embeddings."""
         if not self.params.get("pretrain"):
             return None
         from promokit.voucher.pretrain import pretrain_uvg
 
-        shared = ("emb_dim", "uvg_dim", "gnn_layers", "ratio", "encoder", "directed")
+        shared = ("emb_dim", "uvg_dim", "gnn_layers", "ratio", "encoder", "directed", "freeze_items", "item_dim")
         labels = _labels(tables.sessions)[train_rows]
         result = pretrain_uvg(self.store, train_rows, labels, **{k: v for k, v in self.net_params.items() if k in shared},
-                              epochs=int(self.params["pretrain"]), batch_size=self.train_config.batch_size,
-                              lr=self.train_config.lr, seed=self.train_config.seed)
+                              item_embeddings=item_embeddings, epochs=int(self.params["pretrain"]),
+                              batch_size=self.train_config.batch_size, lr=self.train_config.lr,
+                              seed=self.train_config.seed)
         return result.state
 
-    def _build_net(self, pretrained=None) -> nn.Module:
+    def _build_net(self, pretrained=None, item_embeddings: torch.Tensor | None = None) -> nn.Module:
         if self.uses_graphs:
             return self.model_class(self.layout(), self.store, history_len=self.max_history, pretrained=pretrained,
-                                    **self.net_params)
+                                    item_embeddings=item_embeddings, **self.net_params)
         return self.model_class(self.layout(), **self.net_params)
 
     def predict(self, tables, rows=None) -> pd.DataFrame:
@@ -205,8 +242,12 @@ class VoucherModel:
         return pd.DataFrame({"session_id": tables.sessions["session_id"].to_numpy()[rows],
                              "p_redeem": np.asarray(p, dtype=np.float64)})
 
-    def evaluate(self, tables, rows=None) -> dict[str, float]:
-        """AUC and logloss (DMBGN section 4.3) of the labelled sessions ``rows``."""
+    def evaluate(self, tables, rows=None, group_by: str | None = None) -> dict[str, float]:
+        """AUC and logloss (DMBGN section 4.3) of the labelled sessions ``rows``; with ``group_by`` (a sessions
+        column, e.g. ``campaign_id``) also ``gauc``, the AUC within each group weighted by its sessions
+        (``promokit.metrics.gauc``), which ignores how groups differ from each other."""
+        if group_by is not None and group_by not in tables.sessions.columns:
+            raise DataError(f"group_by: no column {group_by!r} in sessions; columns are {list(tables.sessions.columns)}")
         predictions = self.predict(tables, rows)
         n = len(tables.sessions)
         rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
@@ -214,8 +255,12 @@ class VoucherModel:
         if np.isnan(y).any():
             raise DataError(f"{int(np.isnan(y).sum())} of the {len(y)} evaluated sessions have no 'redeemed' label")
         p = predictions["p_redeem"].to_numpy()
-        return {"auc": auc(y, p), "logloss": logloss(y, p), "n": int(len(y)), "positives": int(y.sum()),
-                "mean_p_redeem": float(p.mean()), "redemption_rate": float(y.mean())}
+        metrics = {"auc": auc(y, p), "logloss": logloss(y, p), "n": int(len(y)), "positives": int(y.sum()),
+                   "mean_p_redeem": float(p.mean()), "redemption_rate": float(y.mean())}
+        if group_by is not None:
+            grouped = gauc(y, p, tables.sessions[group_by].to_numpy()[rows])
+            metrics.update(gauc=grouped.value, gauc_groups=grouped.n_scored, gauc_skipped_groups=grouped.n_skipped)
+        return metrics
 
     def _check_fitted(self) -> None:
         if self.net is None or self.encoder is None:
@@ -233,7 +278,8 @@ class VoucherModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> VoucherModel:
-        """A model directory written by :meth:`save`. A DMBGN net is sized by the saved graph vocabulary; the
+        """A model directory written by :meth:`save`. A DMBGN net is sized by the saved graph vocabulary (and
+        ``params["item_dim"]``: item embeddings are neither re-read nor re-trained, the weights hold them); the
         graphs of the tables it scores are built with that vocabulary at ``predict`` / ``evaluate``."""
         config = read_json(path)
         if config.get("task") != "voucher":
@@ -253,6 +299,10 @@ class VoucherModel:
         else:
             model.net = model.model_class(model.layout(), **model.params).load_texts(path)
         return model
+
+
+def _validation_auc(outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> float:
+    return auc(batch["redeemed"].numpy(), outputs["p_redeem"].numpy())
 
 
 def _labels(sessions: pd.DataFrame) -> np.ndarray:

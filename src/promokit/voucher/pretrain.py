@@ -7,8 +7,10 @@ is known — so pre-training must only see TRAINING sessions: the caller passes 
 else is read. The resulting state dict initialises :class:`promokit.voucher.models.dmbgn.DMBGN`
 (``pretrained=``; fine-tuned by DMBGN, frozen by DMBGN-Pretrained).
 
-Item-embedding pre-training (section 3.4.2, meta-path graph embeddings) is not implemented; pre-computed item
-embeddings indexed by the store's item codes can be passed as ``item_embeddings``.
+Item embeddings (section 3.4.2: MetaPath2Vec pre-training or a user table, see
+:mod:`promokit.voucher.item_embedding`) enter as ``item_embeddings`` (indexed by the store's item codes) and
+initialise the encoder here as in DMBGN; with ``freeze_items`` eq. (6) leaves them unchanged, and the state dict
+carries them on into DMBGN.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ class PretrainedUVG:
 
 def pretrain_uvg(store: UVGStore, rows, redeemed, *, emb_dim: int = 16, uvg_dim: int = 32, gnn_layers: int = 2,
                  ratio: float = 0.9, encoder: str = "gnn", directed: bool = True,
-                 item_embeddings: Tensor | None = None, epochs: int = 3, batch_size: int = 1024, lr: float = 1e-3,
-                 seed: int = 0) -> PretrainedUVG:
+                 item_embeddings: Tensor | None = None, freeze_items: bool = False, item_dim: int | None = None,
+                 epochs: int = 3, batch_size: int = 1024, lr: float = 1e-3, seed: int = 0) -> PretrainedUVG:
     """Train a UVG encoder on eq. (6) over the session ``rows`` (training sessions only) with their 0/1
-    ``redeemed`` labels, Adam at ``lr`` (SparseAdam for the embeddings), seeded."""
+    ``redeemed`` labels, Adam at ``lr`` (SparseAdam for the embeddings), seeded. ``item_embeddings``,
+    ``freeze_items``, ``item_dim`` as in :class:`UVGEncoder`."""
     rows = torch.as_tensor(np.asarray(rows), dtype=torch.long)
     labels = torch.as_tensor(np.asarray(redeemed), dtype=torch.float32)
     if rows.shape != labels.shape:
@@ -51,11 +54,12 @@ def pretrain_uvg(store: UVGStore, rows, redeemed, *, emb_dim: int = 16, uvg_dim:
     not_binary = (labels != 0) & (labels != 1)
     if not_binary.any():
         raise DataError(f"redeemed: {int(not_binary.sum())} labels not 0/1, e.g. {labels[not_binary][0].item()}")
-    params = {"emb_dim": emb_dim, "uvg_dim": uvg_dim, "gnn_layers": gnn_layers, "ratio": ratio,
-              "encoder": encoder, "directed": directed}
     seed_everything(seed)
     model = UVGEncoder(store, emb_dim, uvg_dim, gnn_layers, ratio, encoder, directed,
-                       item_embeddings=item_embeddings)
+                       item_embeddings=item_embeddings, freeze_items=freeze_items, item_dim=item_dim)
+    params = {"emb_dim": emb_dim, "uvg_dim": uvg_dim, "gnn_layers": gnn_layers, "ratio": ratio,
+              "encoder": encoder, "directed": directed, "freeze_items": freeze_items,
+              "item_dim": model.item.embedding_dim}
     optimizers = make_optimizers(model, lr)
     generator = torch.Generator().manual_seed(seed)
     losses = []

@@ -49,29 +49,37 @@ class UVGEncoder(nn.Module):
     eq. (3): e_b = MLP(e_atc_pre ‖ e_ord_pre ‖ e_atc_post ‖ e_ord_post); eq. (4): e = e_b ‖ e_o;
     eq. (5): s = σ(e_b · e_o).
 
-    ``item_embeddings`` (n_item_codes, k), indexed by the store's item codes, replaces the learned item-id table
-    (pre-trained item embeddings, section 3.4.2); ``freeze_items`` keeps it fixed.
+    ``item_embeddings`` (n_item_codes, k), indexed by the store's item codes, initialises the item-id table
+    (pre-trained item embeddings, section 3.4.2, see :mod:`promokit.voucher.item_embedding`); ``freeze_items``
+    keeps the table fixed. ``item_dim`` is the table's width (default ``emb_dim``, or k): a saved model is
+    rebuilt with it and its weights bring the values, so the embeddings are not needed again. ``oov_dropout``
+    trains the voucher-id table's unknown row for vouchers first seen after training (see :class:`FieldEmbedding`).
     """
 
     def __init__(self, store: UVGStore, emb_dim: int = 16, dim: int = 32, layers: int = 2, ratio: float = 0.9,
                  encoder: str = "gnn", directed: bool = True, sparse: bool = True,
-                 item_embeddings: Tensor | None = None, freeze_items: bool = False):
+                 item_embeddings: Tensor | None = None, freeze_items: bool = False, item_dim: int | None = None,
+                 oov_dropout: float = 0.0):
         super().__init__()
         if encoder not in ENCODERS:
             raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
         self.encoder, self.directed, self.n_zones, self.dim = encoder, directed, len(store.zones), dim
+        self.freeze_items = freeze_items
         if item_embeddings is None:
-            self.item = nn.Embedding(store.cardinality("item"), emb_dim, sparse=sparse)
+            self.item = nn.Embedding(store.cardinality("item"), item_dim or emb_dim, sparse=sparse)
             nn.init.normal_(self.item.weight, std=0.05)
+            self.item.weight.requires_grad_(not freeze_items)
         else:
-            if item_embeddings.shape[0] != store.cardinality("item"):
-                raise DataError(f"item_embeddings has {item_embeddings.shape[0]} rows, the store has "
+            if item_embeddings.dim() != 2 or item_embeddings.shape[0] != store.cardinality("item"):
+                raise DataError(f"item_embeddings has shape {tuple(item_embeddings.shape)}, the store has "
                                 f"{store.cardinality('item')} item codes (OOV row 0 included)")
-            self.item = nn.Embedding.from_pretrained(item_embeddings.float(), freeze=freeze_items, sparse=sparse)
+            if item_dim is not None and item_dim != item_embeddings.shape[1]:
+                raise DataError(f"item_dim is {item_dim} but item_embeddings has {item_embeddings.shape[1]} columns")
+            self.item = nn.Embedding.from_pretrained(item_embeddings.float().clone(), freeze=freeze_items,
+                                                     sparse=sparse)
         self.item_side = FieldEmbedding([store.cardinality(name) for name in store.item_features], emb_dim,
                                         sparse=sparse)
-        self.voucher_id = nn.Embedding(store.cardinality("voucher"), emb_dim, sparse=sparse)
-        nn.init.normal_(self.voucher_id.weight, std=0.05)
+        self.voucher_id = FieldEmbedding([store.cardinality("voucher")], emb_dim, sparse=sparse, oov_dropout=oov_dropout)
         self.item_in = nn.Linear(self.item.embedding_dim + self.item_side.output_dim, dim)
         self.voucher_in = nn.Linear(emb_dim + len(store.schema_columns), dim)
         self.convs = nn.ModuleList(GraphConv(dim, dim) for _ in range(layers if encoder == "gnn" else 0))
@@ -86,7 +94,7 @@ class UVGEncoder(nn.Module):
     def node_features(self, graphs: Batch) -> Tensor:
         """f⁽⁰⁾ of every node: item projection, overwritten on voucher nodes by the voucher projection."""
         items = self.item_in(torch.cat([self.item(graphs.x[:, 0]), self.item_side(graphs.x[:, 1:])], dim=1))
-        vouchers = self.voucher_in(torch.cat([self.voucher_id(graphs.voucher), graphs.schema], dim=1))
+        vouchers = self.voucher_in(torch.cat([self.voucher_id(graphs.voucher.unsqueeze(1)), graphs.schema], dim=1))
         return items.index_copy(0, graphs.voucher_index, vouchers)
 
     def forward(self, graphs: Batch) -> UVGEmbedding:
@@ -128,6 +136,8 @@ class DMBGN(RedeemModel):
     no GNN); ``pretrained`` (a state dict of :func:`promokit.voucher.pretrain.pretrain_uvg`) initialises the
     UVG encoder — the paper's DMBGN fine-tunes it, DMBGN-Pretrained (``freeze_pretrained=True``) keeps it
     fixed. ``history_pooling="avg"`` replaces the attention by the plain mean of the history UVGs.
+    ``oov_dropout`` trains the unknown-id rows of the profile's id fields and of the UVG's voucher node, which
+    unseen (cold-start) users and vouchers get at prediction time.
 
     Loss, eqs. (8)–(10): L = L_target + α·L_aux, L_aux = 1/N Σ_n 1/R_n Σ_r −log s_r over the real history
     entries (a sample without history adds 0).
@@ -146,7 +156,7 @@ class DMBGN(RedeemModel):
                  gnn_layers: int = 2, ratio: float = 0.9, encoder: str = "gnn", history_pooling: str = "attention",
                  alpha: float = 1.0, hidden: Sequence[int] = (128, 64), dropout: float = 0.5,
                  attention_units: int = 64, history_len: int = 6, directed: bool = True, sparse: bool = True,
-                 item_embeddings: Tensor | None = None, freeze_items: bool = False,
+                 item_embeddings: Tensor | None = None, freeze_items: bool = False, item_dim: int | None = None,
                  pretrained: dict[str, Tensor] | None = None, freeze_pretrained: bool = False,
                  oov_dropout: float = 0.0):
         super().__init__()
@@ -157,7 +167,7 @@ class DMBGN(RedeemModel):
         self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse,
                                       oov_dropout=oov_dropout)
         self.uvg = UVGEncoder(store, emb_dim, uvg_dim, gnn_layers, ratio, encoder, directed, sparse,
-                              item_embeddings, freeze_items)
+                              item_embeddings, freeze_items, item_dim=item_dim, oov_dropout=oov_dropout)
         width = self.uvg.output_dim
         self.attention = AttentionUnit(width, attention_units) if history_pooling == "attention" else None
         self.mlp = MLP(self.input.output_dim + 2 * width + history_len + 1, hidden, dropout=dropout)
@@ -169,10 +179,13 @@ class DMBGN(RedeemModel):
         return self
 
     def load_pretrained(self, state: dict[str, Tensor], freeze: bool = False) -> None:
-        """Load the UVG encoder's pre-trained weights (voucher and item embeddings, GNN, eq. 3 MLP)."""
+        """Load the UVG encoder's pre-trained weights (voucher and item embeddings, GNN, eq. 3 MLP); frozen item
+        embeddings (``freeze_items``) stay frozen."""
         self.uvg.load_state_dict(state)
         for parameter in self.uvg.parameters():
             parameter.requires_grad_(not freeze)
+        if self.uvg.freeze_items:
+            self.uvg.item.weight.requires_grad_(False)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         history = batch["history"]
