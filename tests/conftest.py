@@ -22,3 +22,12 @@ def impressions() -> pd.DataFrame:
     return pd.DataFrame({"user_id": user, "item_id": item, "segment": [f"s{s}" for s in segment],
                          "price": price, "click": click.astype(int), "daction": daction.astype(int),
                          "purchase": purchase.astype(int)})
+
+
+@pytest.fixture(scope="module")
+def split(world):
+    """Train / validation / test rows of the module's voucher ``world`` fixture, 80/10/10 by collection time."""
+    from promokit.voucher.history import default_cuts, split_by_time
+
+    cuts = default_cuts(world.tables.sessions)
+    return split_by_time(world.tables.sessions, cuts.valid_from, cuts.test_from)

@@ -16,7 +16,6 @@ from promokit.training import TrainConfig, read_weights
 from promokit.voucher.contract import check_tables
 from promokit.voucher.estimator import VoucherModel
 from promokit.voucher.graph import UVGStore
-from promokit.voucher.history import default_cuts, split_by_time
 from promokit.voucher.item_embedding import co_occurrence_graph, pretrain_item_embeddings, read_item_embeddings
 from promokit.voucher.synthetic import PROFILE_CATEGORICAL, make_voucher_world
 
@@ -29,12 +28,6 @@ TINY_TRAIN = TrainConfig(epochs=2, batch_size=256, lr=0.003, patience=1, progres
 @pytest.fixture(scope="module")
 def world():
     return make_voucher_world(n_users=200, n_vouchers=20, n_items=200, n_sessions=1500, seed=2)
-
-
-@pytest.fixture(scope="module")
-def split(world):
-    cuts = default_cuts(world.tables.sessions)
-    return split_by_time(world.tables.sessions, cuts.valid_from, cuts.test_from)
 
 
 @pytest.fixture(scope="module")

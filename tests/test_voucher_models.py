@@ -11,7 +11,6 @@ from promokit.metrics import auc
 from promokit.training import TrainConfig, Trainer
 from promokit.voucher.bench import summarise
 from promokit.voucher.estimator import VoucherModel
-from promokit.voucher.history import default_cuts, split_by_time
 from promokit.voucher.models import DIN, DNN, GBDT, LR, MODELS, WDL, FieldLayout
 from promokit.voucher.synthetic import make_voucher_world
 
@@ -142,12 +141,6 @@ def world():
     return make_voucher_world(n_users=300, n_vouchers=30, n_items=200, n_sessions=2500, seed=1)
 
 
-@pytest.fixture(scope="module")
-def split(world):
-    cuts = default_cuts(world.tables.sessions)
-    return split_by_time(world.tables.sessions, cuts.valid_from, cuts.test_from)
-
-
 def _params(name):
     return {"lr": {}, "gbdt": {"n_trees": 30, "threads": 1}}.get(name, TINY_GRAPH if name.startswith("dmbgn") else
                                                                 TINY_NET if name != "din" else
@@ -244,6 +237,19 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
     test_only = _only(world.tables, split.test)
     metrics = VoucherModel.load(tmp_path / "dmbgn").evaluate(test_only)
     assert metrics["n"] == len(split.test) and 0 <= metrics["auc"] <= 1
+
+
+def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history(world, split):
+    model = VoucherModel("dmbgn", TINY_GRAPH, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    inputs = model.inputs(world.tables)
+    rows = torch.from_numpy(split.test[:200])
+    history = inputs["history"][rows]
+    real = history[history >= 0]
+    assert len(real) > len(torch.unique(real))  # the batch shares history sessions
+    batch = {k: v[rows] for k, v in inputs.items()}
+    together = model.net(batch)["p_redeem"]
+    alone = torch.cat([model.net({k: v[i:i + 1] for k, v in batch.items()})["p_redeem"] for i in range(len(rows))])
+    torch.testing.assert_close(together, alone)
 
 
 def test_dmbgn_beats_chance_on_a_small_world(world, split):

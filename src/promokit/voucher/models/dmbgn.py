@@ -196,9 +196,11 @@ class DMBGN(RedeemModel):
         hist_e = target.e.new_zeros(*history.shape, target.e.shape[1])
         hist_s = target.e.new_zeros(history.shape)
         if mask.any():
-            past = self.uvg(self.store.batch(history[mask]))
-            hist_e = hist_e.index_put((mask,), past.e)
-            hist_s = hist_s.index_put((mask,), past.score)
+            # a session is in the history of many later ones (same user): embed each distinct one once
+            rows, position = torch.unique(history[mask], return_inverse=True)
+            past = self.uvg(self.store.batch(rows))
+            hist_e = hist_e.index_put((mask,), past.e[position])
+            hist_s = hist_s.index_put((mask,), past.score[position])
         count = mask.sum(dim=1, keepdim=True).clamp_min(1)
         if self.attention is not None:
             pooled = self.attention(hist_e, target.e, mask)  # eq. (7)
