@@ -167,7 +167,7 @@ def main(argv=None) -> int:
         h = model.report.history
         if h is not None:
             histories.append({"model": model.name, "seed": model.train_config.seed, "epochs": len(h.epochs),
-                              "best_epoch": h.best_epoch + 1, "best_valid_loss": h.best_valid_loss,
+                              "best_epoch": h.best_epoch + 1, "best_valid_loss": h.best_score,
                               "valid_losses": [round(e.get("valid_loss", float("nan")), 5) for e in h.epochs],
                               "stopped": h.stopped})
         if model.name in ("esmm", "esm2"):

@@ -261,14 +261,14 @@ def test_dmbgn_beats_chance_on_a_small_world(world, split):
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.3])
-def test_dmbgn_oov_dropout_trains_the_unknown_voucher_row_of_the_graph(world, split, rate):
+def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph(world, split, rate):
     no_epochs = TrainConfig(**{**TINY_TRAIN.to_dict(), "epochs": 0})
     untrained = VoucherModel("dmbgn-avgpooling", TINY_GRAPH, no_epochs).fit(world.tables, split.train, split.valid)
     model = VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "oov_dropout": rate}, TINY_TRAIN)
     model.fit(world.tables, split.train, split.valid)
-    unknown_row = model.net.uvg.voucher_id.table.weight[0]
-    moved = not torch.equal(unknown_row, untrained.net.uvg.voucher_id.table.weight[0])
-    assert moved == (rate > 0)
+    for table in ("voucher_id.table", "item"):
+        before, after = (m.net.uvg.get_submodule(table).weight[0] for m in (untrained, model))
+        assert (not torch.equal(before, after)) == (rate > 0), table
 
 
 def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):

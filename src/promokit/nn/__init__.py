@@ -1,9 +1,9 @@
 """Neural blocks shared by several models."""
 
 from promokit.nn.attention import AttentionUnit
-from promokit.nn.embedding import FieldEmbedding
+from promokit.nn.embedding import FieldEmbedding, drop_to_oov
 from promokit.nn.inputs import FeatureEmbedding
 from promokit.nn.losses import binary_log_loss
 from promokit.nn.mlp import MLP
 
-__all__ = ["MLP", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "binary_log_loss"]
+__all__ = ["MLP", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "binary_log_loss", "drop_to_oov"]

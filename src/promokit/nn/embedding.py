@@ -54,6 +54,14 @@ class FieldEmbedding(nn.Module):
         nn.init.normal_(self.table.weight, std=0.05)
 
     def forward(self, codes: Tensor) -> Tensor:
-        if self.training and self.oov_dropout > 0:
-            codes = codes.masked_fill(torch.rand(codes.shape, device=codes.device) < self.oov_dropout, 0)
+        if self.training:
+            codes = drop_to_oov(codes, self.oov_dropout)
         return self.table(codes + self.offsets).flatten(1)
+
+
+def drop_to_oov(codes: Tensor, p: float) -> Tensor:
+    """``codes`` with each replaced by the out-of-vocabulary code 0 with probability ``p`` (OOV dropout, see
+    :class:`FieldEmbedding`); apply in training only."""
+    if p <= 0:
+        return codes
+    return codes.masked_fill(torch.rand(codes.shape, device=codes.device) < p, 0)

@@ -12,7 +12,7 @@ from torch_geometric.nn import GraphConv, TopKPooling
 from torch_geometric.utils import scatter
 
 from promokit.data import DataError
-from promokit.nn import MLP, AttentionUnit, FeatureEmbedding, FieldEmbedding, binary_log_loss
+from promokit.nn import MLP, AttentionUnit, FeatureEmbedding, FieldEmbedding, binary_log_loss, drop_to_oov
 from promokit.nn.losses import EPS
 from promokit.voucher.graph import UVGStore
 from promokit.voucher.models.base import FieldLayout, RedeemModel
@@ -53,7 +53,8 @@ class UVGEncoder(nn.Module):
     (pre-trained item embeddings, section 3.4.2, see :mod:`promokit.voucher.item_embedding`); ``freeze_items``
     keeps the table fixed. ``item_dim`` is the table's width (default ``emb_dim``, or k): a saved model is
     rebuilt with it and its weights bring the values, so the embeddings are not needed again. ``oov_dropout``
-    trains the voucher-id table's unknown row for vouchers first seen after training (see :class:`FieldEmbedding`).
+    trains the unknown rows of the voucher-id and item-id tables, which vouchers and items first seen after
+    training get (see :class:`FieldEmbedding`).
     """
 
     def __init__(self, store: UVGStore, emb_dim: int = 16, dim: int = 32, layers: int = 2, ratio: float = 0.9,
@@ -64,7 +65,7 @@ class UVGEncoder(nn.Module):
         if encoder not in ENCODERS:
             raise DataError(f"encoder must be one of {ENCODERS}, got {encoder!r}")
         self.encoder, self.directed, self.n_zones, self.dim = encoder, directed, len(store.zones), dim
-        self.freeze_items = freeze_items
+        self.freeze_items, self.oov_dropout = freeze_items, oov_dropout
         if item_embeddings is None:
             self.item = nn.Embedding(store.cardinality("item"), item_dim or emb_dim, sparse=sparse)
             nn.init.normal_(self.item.weight, std=0.05)
@@ -93,7 +94,8 @@ class UVGEncoder(nn.Module):
 
     def node_features(self, graphs: Batch) -> Tensor:
         """f⁽⁰⁾ of every node: item projection, overwritten on voucher nodes by the voucher projection."""
-        items = self.item_in(torch.cat([self.item(graphs.x[:, 0]), self.item_side(graphs.x[:, 1:])], dim=1))
+        item_codes = drop_to_oov(graphs.x[:, 0], self.oov_dropout) if self.training else graphs.x[:, 0]
+        items = self.item_in(torch.cat([self.item(item_codes), self.item_side(graphs.x[:, 1:])], dim=1))
         vouchers = self.voucher_in(torch.cat([self.voucher_id(graphs.voucher.unsqueeze(1)), graphs.schema], dim=1))
         return items.index_copy(0, graphs.voucher_index, vouchers)
 
@@ -136,8 +138,8 @@ class DMBGN(RedeemModel):
     no GNN); ``pretrained`` (a state dict of :func:`promokit.voucher.pretrain.pretrain_uvg`) initialises the
     UVG encoder — the paper's DMBGN fine-tunes it, DMBGN-Pretrained (``freeze_pretrained=True``) keeps it
     fixed. ``history_pooling="avg"`` replaces the attention by the plain mean of the history UVGs.
-    ``oov_dropout`` trains the unknown-id rows of the profile's id fields and of the UVG's voucher node, which
-    unseen (cold-start) users and vouchers get at prediction time.
+    ``oov_dropout`` trains the unknown-id rows of the profile's id fields and of the UVG's voucher and item
+    nodes, which unseen (cold-start) users, vouchers and items get at prediction time.
 
     Loss, eqs. (8)–(10): L = L_target + α·L_aux, L_aux = 1/N Σ_n 1/R_n Σ_r −log s_r over the real history
     entries (a sample without history adds 0).
