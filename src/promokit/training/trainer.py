@@ -174,12 +174,13 @@ class Trainer:
         return {"epoch": epoch, "train_loss": total.item() / max(seen, 1), "seconds": seconds,
                 "samples_per_second": seen / max(seconds, 1e-9)}
 
+    @torch.no_grad()
     def _validate(self, model: nn.Module, valid: Batch, metrics: Mapping[str, Metric]) -> dict[str, float]:
-        loss, parts = self.evaluate_loss(model, valid)
-        record = {"valid_loss": loss, **{f"valid_{k}": v for k, v in parts.items()}}
-        if metrics:
-            outputs = self.predict(model, valid)
-            record.update({f"valid_{name}": float(metric(outputs, valid)) for name, metric in metrics.items()})
+        """Loss, loss parts and ``metrics`` of the whole validation table, from one prediction pass."""
+        outputs = self.predict(model, valid)
+        loss, parts = model.loss(outputs, valid)
+        record = {"valid_loss": float(loss), **{f"valid_{k}": float(v) for k, v in parts.items()}}
+        record.update({f"valid_{name}": float(metric(outputs, valid)) for name, metric in metrics.items()})
         return record
 
     @torch.no_grad()
