@@ -81,6 +81,31 @@ def test_monitor_loss_picks_the_epoch_on_validation_logloss(tmp_path, paths):
     assert refused.exit_code == 2 and "monitor must be one of ['auc', 'loss'], got 'f1'" in refused.output
 
 
+def test_an_interrupted_train_keeps_its_checkpoint_and_resume_finishes_it(tmp_path, paths, monkeypatch):
+    from promokit.training import Trainer
+
+    epoch = Trainer._train_epoch
+
+    def interrupted_in_the_second_epoch(self, model, optimizers, train, number, progress):
+        if number == 1:
+            raise KeyboardInterrupt
+        return epoch(self, model, optimizers, train, number, progress)
+
+    args = ("voucher", "train", *_table_args(paths), "--out", tmp_path / "m", "--model", "din", "--epochs", 3,
+            "--patience", 5, "--params", NET)
+    with monkeypatch.context() as patch:
+        patch.setattr(Trainer, "_train_epoch", interrupted_in_the_second_epoch)
+        result = _invoke(*args)
+    assert result.exit_code == 0 and "continue with --resume" in result.output
+    assert (tmp_path / ".m.checkpoint" / "checkpoint.pt").exists()
+
+    result = _invoke(*args, "--resume")
+    assert result.exit_code == 0, result.output
+    history = json.loads((tmp_path / "m" / "history.json").read_text())
+    assert [e["epoch"] for e in history["epochs"]] == [0, 1, 2] and history["stopped"] == "completed"
+    assert not (tmp_path / ".m.checkpoint").exists()
+
+
 def test_unknown_model_is_a_user_error(tmp_path, paths):
     result = _invoke("voucher", "train", *_table_args(paths), "--out", tmp_path / "m", "--model", "xgboost")
     assert result.exit_code == 2 and "unknown model" in result.output

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
 
 import typer
+
+ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its checkpoint "
+                                         "(.OUT.checkpoint beside --out).")]
 
 
 @contextmanager
@@ -60,3 +66,20 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
     frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
     Report(title, data={"model": model_name, "metrics": metrics}).add("Metrics", frame).write(out)
     print_table(table_title, frame.set_index("metric"))
+
+
+def checkpoint_dir(out: Path) -> Path:
+    """Where ``train --out OUT`` keeps its per-epoch checkpoint: ``.OUT.checkpoint`` beside OUT."""
+    return out.parent / f".{out.name}.checkpoint"
+
+
+def finish_training(out: Path, history) -> None:
+    """Print a trainer ``History`` in one line; keep the checkpoint only when the run was interrupted (for
+    ``--resume``), else remove it."""
+    if history is not None:
+        console = get_console()
+        console.print(history.summary())
+        if history.stopped == "interrupted":
+            console.print("interrupted: the best model so far is saved; continue with --resume")
+            return
+    shutil.rmtree(checkpoint_dir(out), ignore_errors=True)

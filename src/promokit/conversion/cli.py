@@ -7,7 +7,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, json_option, print_table, user_errors, write_metrics_report
+from promokit.cli_support import (
+    ResumeOpt,
+    checkpoint_dir,
+    finish_training,
+    get_console,
+    json_option,
+    print_table,
+    user_errors,
+    write_metrics_report,
+)
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
 
@@ -33,7 +42,7 @@ def train(data: DataOpt,
           epochs: int = 10, batch_size: int = 1000, lr: float = 5e-4, patience: int = 2, seed: SeedOpt = 0,
           params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [128, 64]}\'.')] = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase to 0 on unclicked rows instead of failing.")] = False,
-          resume: Annotated[bool, typer.Option(help="Continue from the checkpoint in OUT/.checkpoint.")] = False):
+          resume: ResumeOpt = False):
     """Fit a model on an impression table and write it as a model directory."""
     with user_errors():
         from promokit.conversion import ConversionModel
@@ -44,18 +53,13 @@ def train(data: DataOpt,
         table = read_table(data)
         config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed)
         estimator = ConversionModel(model, model_params, config, _spec(spec), repair_labels)
-        checkpoints = out.parent / f".{out.name}.checkpoint"
-        estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoints, resume)
+        estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoint_dir(out), resume)
         estimator.save(out)
         report = estimator.report
         console = get_console()
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
-        if report.history is not None:
-            h = report.history
-            console.print(h.summary())
-            if h.stopped == "interrupted":
-                console.print("interrupted: the best model so far is saved; continue with --resume")
+        finish_training(out, report.history)
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 

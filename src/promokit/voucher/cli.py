@@ -7,7 +7,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, json_option, print_table, user_errors, write_metrics_report
+from promokit.cli_support import (
+    ResumeOpt,
+    checkpoint_dir,
+    finish_training,
+    get_console,
+    json_option,
+    print_table,
+    user_errors,
+    write_metrics_report,
+)
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -65,7 +74,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           seed: int = 0,
           params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [64]}\'.')] = None,
           item_embeddings: ItemEmbeddingsOpt = None, freeze_items: FreezeItemsOpt = False,
-          threads: ThreadsOpt = 1):
+          threads: ThreadsOpt = 1, resume: ResumeOpt = False):
     """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
     with user_errors():
         _set_threads(threads)
@@ -87,13 +96,11 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
                             f"validation sessions of {len(collect)}; both must be non-empty")
         config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                              monitor=monitor)
-        estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid)
+        estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid,
+                                                                  checkpoint_dir(out), resume)
         estimator.save(out)
-        console = get_console()
-        h = estimator.report.history
-        if h is not None:
-            console.print(h.summary())
-        console.print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
+        finish_training(out, estimator.report.history)
+        get_console().print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
                       f"{len(parts.valid)} validation sessions)")
 
 
