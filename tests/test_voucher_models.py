@@ -252,6 +252,25 @@ def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history
     torch.testing.assert_close(together, alone)
 
 
+def test_graph_settings_shape_the_graphs_and_survive_save_load(world, split, tmp_path):
+    params = {**TINY_GRAPH, "z": 1, "max_pre_events": 2}
+    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    store = model.store
+    pre = np.isin(store.node_zone, [store.zones.index(zone) for zone in store.target_zones])
+    per_session = np.bincount(np.searchsorted(store.node_ptr, np.flatnonzero(pre), side="right") - 1,
+                              minlength=store.n_graphs)
+    assert per_session.max() == 2
+    model.save(tmp_path / "m")
+    again = VoucherModel.load(tmp_path / "m")
+    assert again.params["max_pre_events"] == 2
+    np.testing.assert_array_equal(again.predict(world.tables, split.test)["p_redeem"],
+                                  model.predict(world.tables, split.test)["p_redeem"])
+    with pytest.raises(DataError, match="z applies to DMBGN models only"):
+        VoucherModel("din", {"z": 3})
+    with pytest.raises(DataError, match="max_pre_events ≥ 0"):
+        VoucherModel("dmbgn-avgpooling", {**params, "max_pre_events": -1}, TINY_TRAIN).fit(world.tables, split.train)
+
+
 def test_dmbgn_beats_chance_on_a_small_world(world, split):
     """2,450 sessions are few for the world's signal (its oracle AUC is about 0.78): a loose bound."""
     train = TrainConfig(epochs=4, batch_size=256, lr=0.003, patience=1, progress=False)

@@ -194,14 +194,14 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
 
 
 def _net_for(name: str, net: dict) -> dict:
-    """The bench network of model ``name``: the item-embedding parameters only for DMBGN models (the others have
-    no item graph), so that one --params serves every model."""
-    from promokit.voucher.estimator import VoucherModel
+    """The bench network of model ``name``: the graph and item-embedding parameters only for DMBGN models (the
+    others have no graph), so that one --params serves every model."""
+    from promokit.voucher.estimator import GRAPH_PARAMS, VoucherModel
     from promokit.voucher.item_embedding import ITEM_PARAMS
 
     if VoucherModel(name).uses_graphs:
         return net
-    return {k: v for k, v in net.items() if k not in ITEM_PARAMS}
+    return {k: v for k, v in net.items() if k not in (*ITEM_PARAMS, *GRAPH_PARAMS)}
 
 
 @app.command()

@@ -28,6 +28,9 @@ NOT_FEATURES = ("session_id", "collect_time", "outcome_time", "redeemed")
 POST_OUTCOME = re.compile(r"redeem|outcome|expire|_time", re.IGNORECASE)
 VOUCHER_NUMERIC = ("min_spend", "discount")
 GRAPH_VOCABULARY = "graph_vocabulary.json"
+#: DMBGN parameters of its graphs (``UVGStore.build``): ``z`` nearest items the voucher links to per zone (6) and
+#: ``max_pre_events`` pre-collection events kept per session (50; items per voucher without a behaviour log).
+GRAPH_PARAMS = ("z", "max_pre_events")
 #: What picks the epoch on the validation sessions: AUC (the paper's metric, default) or the logloss.
 MONITORS = ("auc", "loss")
 
@@ -64,6 +67,10 @@ class VoucherModel:
         self.name = model
         self.params = {**MODELS[model][1], **(params or {})}
         self.params = check_item_params(self.params, self.uses_graphs, model)
+        graph_params = [k for k in GRAPH_PARAMS if k in self.params]
+        if graph_params and not self.uses_graphs:
+            raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model {model!r} "
+                            "has none")
         self.train_config = train or TrainConfig(lr=1e-3, batch_size=1024, monitor="auc")
         if self.train_config.monitor not in MONITORS:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
@@ -90,9 +97,10 @@ class VoucherModel:
     @property
     def net_params(self) -> dict:
         """``params`` minus the estimator's own keys: ``pretrain`` (pre-train the UVG encoder, eq. 6),
-        ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2) and ``item_pretrain`` (its
-        MetaPath2Vec options)."""
-        return {k: v for k, v in self.params.items() if k != "pretrain" and k not in ESTIMATOR_KEYS}
+        ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2), ``item_pretrain`` (its
+        MetaPath2Vec options) and the graph settings :data:`GRAPH_PARAMS`."""
+        own = ("pretrain", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
+        return {k: v for k, v in self.params.items() if k not in own}
 
     # ---- features -------------------------------------------------------------------------------------
     def _feature_spec(self, tables) -> FeatureSpec:
@@ -148,7 +156,8 @@ class VoucherModel:
         from promokit.voucher.graph import UVGStore
 
         vocabulary = None if fit_rows is not None else self.store.vocabulary()
-        self.store = UVGStore.build(tables, fit_rows=fit_rows, vocabulary=vocabulary)
+        settings = {k: self.params[k] for k in GRAPH_PARAMS if k in self.params}
+        self.store = UVGStore.build(tables, **settings, fit_rows=fit_rows, vocabulary=vocabulary)
         if self.net is not None:
             self.net.attach(self.store)
 

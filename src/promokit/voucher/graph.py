@@ -100,11 +100,11 @@ class UVGStore:
         """
         sessions, events, items = tables.sessions, tables.events, tables.items
         voucher_items = getattr(tables, "voucher_items", None)
+        if z < 1 or max_pre_events < 0:
+            raise DataError(f"z must be ≥ 1 and max_pre_events ≥ 0, got z={z}, max_pre_events={max_pre_events}")
         if (events is None or events.empty) and voucher_items is not None:
             return cls.from_voucher_items(sessions, voucher_items, items, max_pre_events, fit_rows,
                                           getattr(tables, "item_features", None), vocabulary)
-        if z < 1 or max_pre_events < 0:
-            raise DataError(f"z must be ≥ 1 and max_pre_events ≥ 0, got z={z}, max_pre_events={max_pre_events}")
         n_sessions = len(sessions)
         row_of = pd.Index(sessions["session_id"])
         owner = row_of.get_indexer(events["session_id"])
