@@ -108,9 +108,10 @@ def test_ctrl_c_stops_and_keeps_what_was_learned(world, split, store, monkeypatc
     assert torch.equal(kept, one_epoch)
 
 
-def _two_cluster_world(voucher_items: bool = False):
-    """Users 0–29 act only on items 0–9, users 30–59 only on items 10–19 (or, with ``voucher_items``, vouchers
-    v0–v5 cover items 0–9 and v6–v11 items 10–19, and there is no behaviour log). Item features carry nothing."""
+def _two_cluster_world(edges: str = "events"):
+    """Users 0–29 act only on items 0–9, users 30–59 only on items 10–19 (``edges="events"``), or vouchers v0–v5
+    cover items 0–9 and v6–v11 items 10–19 and there is no behaviour log (``"voucher_items"``), or both
+    (``"both"``: the walks alternate item → user → item → voucher → item). Item features carry nothing."""
     rng = np.random.default_rng(0)
     n = 240
     user = np.arange(n) % 60
@@ -120,23 +121,24 @@ def _two_cluster_world(voucher_items: bool = False):
                              "min_spend": 10.0, "discount": 2.0, "collect_time": 1000.0 * np.arange(n) + 500.0,
                              "outcome_time": 1000.0 * np.arange(n) + 900.0, "redeemed": rng.integers(0, 2, n)})
     items = pd.DataFrame({"item_id": np.arange(20), "category": "c", "brand": 0, "price_level": 0})
-    if voucher_items:
-        pairs = pd.DataFrame({"voucher_id": [f"v{v}" for v in range(12) for _ in range(5)],
-                              "item_id": [10 * (v // 6) + i for v in range(12)
-                                          for i in rng.choice(10, 5, replace=False)]})
-        return check_tables(sessions, None, items, voucher_items=pairs), cluster
+    pairs = pd.DataFrame({"voucher_id": [f"v{v}" for v in range(12) for _ in range(5)],
+                          "item_id": [10 * (v // 6) + i for v in range(12) for i in rng.choice(10, 5, replace=False)]})
     owner = np.repeat(np.arange(n), 4)
     events = pd.DataFrame({"session_id": owner, "item_id": 10 * cluster[owner] + rng.integers(0, 10, len(owner)),
                            "action": rng.choice(["atc", "ord"], len(owner)),
                            "action_time": sessions["collect_time"].to_numpy()[owner] - rng.uniform(1, 400, len(owner))})
-    return check_tables(sessions, events, items), cluster
+    return check_tables(sessions, None if edges == "voucher_items" else events, items,
+                        voucher_items=None if edges == "events" else pairs)
 
 
-@pytest.mark.parametrize("voucher_items", [False, True], ids=["user-item", "voucher-item"])
-def test_items_that_co_occur_end_closer_than_items_that_never_do(voucher_items):
-    tables, _ = _two_cluster_world(voucher_items)
+@pytest.mark.parametrize("edges", ["events", "voucher_items", "both"])
+def test_items_that_co_occur_end_closer_than_items_that_never_do(edges):
+    tables = _two_cluster_world(edges)
     train = np.arange(200)
     store = UVGStore.build(tables, fit_rows=train)
+    graph, _ = co_occurrence_graph(tables, train, store)
+    assert (("user", "acts_on", "item") in graph) == (edges != "voucher_items")
+    assert (("voucher", "covers", "item") in graph) == (edges != "events")
     table = pretrain_item_embeddings(tables, train, store, dim=8, epochs=10, progress=False)
     codes = _code(store, np.arange(20))
     assert (codes > 0).all()
