@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,6 +22,16 @@ def test_read_table_reads_csv_and_parquet(tmp_path, impressions):
     impressions.to_csv(tmp_path / "t.csv", index=False)
     write_parquet(impressions, tmp_path / "t.parquet")
     pd.testing.assert_frame_equal(read_table(tmp_path / "t.csv"), read_table(tmp_path / "t.parquet"))
+
+
+def test_written_files_get_the_permissions_of_a_new_file_not_the_temp_files(tmp_path, impressions):
+    old = os.umask(0o022)
+    try:
+        path = write_parquet(impressions.head(), tmp_path / "t.parquet")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert [f.name for f in tmp_path.iterdir()] == ["t.parquet"]  # no temporary file left
 
 
 @pytest.mark.parametrize("content, message", [("", "empty"), ("a,b\n", "no rows")])

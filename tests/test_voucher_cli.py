@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from promokit.cli import app
+from test_voucher_data import fake_amexpert
 from promokit.voucher.synthetic import PROFILE_CATEGORICAL, make_voucher_world
 
 runner = CliRunner()
@@ -104,6 +105,38 @@ def test_an_interrupted_train_keeps_its_checkpoint_and_resume_finishes_it(tmp_pa
     history = json.loads((tmp_path / "m" / "history.json").read_text())
     assert [e["epoch"] for e in history["epochs"]] == [0, 1, 2] and history["stopped"] == "completed"
     assert not (tmp_path / ".m.checkpoint").exists()
+
+
+def _suggested_train_args(output: str) -> list[str]:
+    return output.split("promokit voucher train ", 1)[1].split(" --model")[0].split()
+
+
+def test_synth_writes_tables_that_train_reads_back(tmp_path):
+    result = _invoke("voucher", "synth", "--out", tmp_path / "world", "--users", 200, "--sessions", 1500,
+                     "--vouchers", 20, "--items", 200, "--truth")
+    assert result.exit_code == 0, result.output
+    truth = pd.read_parquet(tmp_path / "world" / "truth.parquet")
+    assert list(truth.columns) == ["session_id", "true_p_redeem"] and truth["true_p_redeem"].between(0, 1).all()
+    trained = _invoke("voucher", "train", *_suggested_train_args(result.output), "--model", "lr", "--epochs", 1,
+                      "--out", tmp_path / "m")
+    assert trained.exit_code == 0, trained.output
+
+
+def test_amexpert_writes_contract_tables_that_train_and_evaluate_read_back(tmp_path):
+    fake_amexpert(tmp_path)
+    result = _invoke("voucher", "amexpert", "--src", tmp_path, "--out", tmp_path / "tables")
+    assert result.exit_code == 0, result.output
+    args = _suggested_train_args(result.output)
+    assert "--no-terms" in args and "--item-features" in args and "--voucher-items" in args
+    assert json.loads((tmp_path / "tables" / "amexpert.json").read_text())["rows"] == 6
+    trained = _invoke("voucher", "train", *args, "--model", "lr", "--epochs", 1, "--monitor", "loss",
+                      "--valid-from", "2013-03-01", "--out", tmp_path / "m")
+    assert trained.exit_code == 0, trained.output
+    evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, "--gauc-by", "campaign_id",
+                        "--out", tmp_path / "eval")
+    assert evaluated.exit_code == 0, evaluated.output
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert "gauc" in json.dumps(report)
 
 
 def test_unknown_model_is_a_user_error(tmp_path, paths):

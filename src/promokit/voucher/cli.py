@@ -28,6 +28,8 @@ VoucherItemsOpt = Annotated[Optional[Path], typer.Option("--voucher-items", help
 CategoricalOpt = Annotated[Optional[str], typer.Option("--categorical", help="Comma-separated categorical profile columns.")]
 NumericOpt = Annotated[Optional[str], typer.Option("--numeric", help="Comma-separated numeric profile columns.")]
 ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help="Voucher validity (e.g. 7D) when outcome_time is absent.")]
+TermsOpt = Annotated[bool, typer.Option("--terms/--no-terms", help="Sessions carry the voucher terms min_spend and discount (--no-terms: data without them, e.g. AmExpert).")]
+ItemFeaturesOpt = Annotated[Optional[str], typer.Option("--item-features", help="Comma-separated item feature columns (default: category,brand,price_level).")]
 MonitorOpt = Annotated[str, typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
 GaucByOpt = Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within, e.g. campaign_id.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
@@ -53,13 +55,15 @@ def _names(text: Optional[str]) -> list[str]:
     return [c.strip() for c in text.split(",") if c.strip()] if text else []
 
 
-def _tables(sessions, events, items, voucher_items, categorical, numeric, validity, require_labels):
+def _tables(sessions, events, items, voucher_items, categorical, numeric, validity, require_labels, terms=True,
+            item_features=None):
     from promokit.data import read_table
-    from promokit.voucher.contract import check_tables
+    from promokit.voucher.contract import ITEM_FEATURES, check_tables
 
     return check_tables(read_table(sessions), read_table(events) if events else None, read_table(items),
                         categorical=_names(categorical), numeric=_names(numeric), validity=validity,
-                        require_labels=require_labels,
+                        require_labels=require_labels, terms=terms,
+                        item_features=_names(item_features) or ITEM_FEATURES,
                         voucher_items=read_table(voucher_items) if voucher_items else None)
 
 
@@ -67,7 +71,8 @@ def _tables(sessions, events, items, voucher_items, categorical, numeric, validi
 def train(sessions: SessionsOpt, items: ItemsOpt,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
-          numeric: NumericOpt = None, validity: ValidityOpt = None,
+          numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
+          item_features: ItemFeaturesOpt = None,
           model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
           valid_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")] = None,
           epochs: int = 10, batch_size: int = 1024, lr: float = 1e-3, patience: int = 2, monitor: MonitorOpt = "auc",
@@ -87,7 +92,8 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
 
         model_params = _with_item_options(json_option("--params", params), item_embeddings, freeze_items)
         VoucherModel(model, model_params)  # parameter errors before the tables are read
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
+                         item_features)
         collect = tables.sessions["collect_time"]
         cut = pd.Timestamp(valid_from) if valid_from else collect.quantile(0.9)
         parts = split_by_time(tables.sessions, cut, collect.max() + pd.Timedelta(1, "s"))
@@ -139,14 +145,16 @@ def _rows_from(tables, start: Optional[str]):
 def predict(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
             out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, p_redeem.")],
             events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
-            numeric: NumericOpt = None, validity: ValidityOpt = None,
+            numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
+            item_features: ItemFeaturesOpt = None,
             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
     the users' histories."""
     with user_errors():
         from promokit.data import write_parquet
 
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, False)
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, False, terms,
+                         item_features)
         predictions = _load(model).predict(tables, _rows_from(tables, start))
         write_parquet(predictions, out)
         get_console().print(f"{len(predictions)} predictions written to {out}")
@@ -156,12 +164,14 @@ def predict(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
 def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
              events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
-             numeric: NumericOpt = None, validity: ValidityOpt = None,
+             numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
+             item_features: ItemFeaturesOpt = None,
              start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
              gauc_by: GaucByOpt = None):
     """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on labelled sessions."""
     with user_errors():
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True)
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
+                         item_features)
         estimator = _load(model)
         metrics = estimator.evaluate(tables, _rows_from(tables, start), gauc_by)
         write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {sessions.name}")
@@ -191,6 +201,69 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
         report.write(out)
         print_table("test metrics", summary)
         console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
+
+
+def _write_tables(tables, out: Path) -> str:
+    """Write validated tables as Parquet files into the folder ``out``; return the options that read them back."""
+    from promokit.data import write_parquet
+    from promokit.voucher.contract import ITEM_FEATURES, TERM_COLUMNS
+
+    files = {"sessions": tables.sessions, "items": tables.items}
+    if len(tables.events):
+        files["events"] = tables.events[["session_id", "item_id", "action", "action_time"]]
+    if tables.voucher_items is not None:
+        files["voucher-items"] = tables.voucher_items
+    args = []
+    for name, frame in files.items():
+        write_parquet(frame, out / f"{name.replace('-', '_')}.parquet")
+        args.append(f"--{name} {out / name.replace('-', '_')}.parquet")
+    categorical = [c for c in tables.categorical if c not in ("user_id", "voucher_id")]
+    numeric = [c for c in tables.numeric if c not in TERM_COLUMNS]
+    args += [f"--categorical {','.join(categorical)}"] if categorical else []
+    args += [f"--numeric {','.join(numeric)}"] if numeric else []
+    args += [] if set(TERM_COLUMNS) <= set(tables.numeric) else ["--no-terms"]
+    args += [] if list(tables.item_features) == list(ITEM_FEATURES) else [f"--item-features {','.join(tables.item_features)}"]
+    return " ".join(args)
+
+
+@app.command()
+def synth(out: Annotated[Path, typer.Option("--out", help="Folder for sessions / events / items Parquet files.")],
+          users: int = 3000, sessions: int = 20_000, vouchers: int = 120, items: int = 1000, seed: int = 0,
+          truth: Annotated[bool, typer.Option(help="Also write truth.parquet: session_id, true_p_redeem.")] = False):
+    """Write the synthetic voucher world as tables to try train / predict / evaluate on."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.data import write_parquet
+        from promokit.voucher.synthetic import make_voucher_world
+
+        world = make_voucher_world(n_users=users, n_vouchers=vouchers, n_items=items, n_sessions=sessions, seed=seed)
+        args = _write_tables(world.tables, out)
+        if truth:
+            write_parquet(pd.DataFrame({"session_id": world.tables.sessions["session_id"],
+                                        "true_p_redeem": world.truth}), out / "truth.parquet")
+        get_console().print(f"{len(world.tables.sessions):,} sessions written to {out}; try:\n"
+                            f"promokit voucher train {args} --model dmbgn --out model", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def amexpert(src: Annotated[Path, typer.Option("--src", help="AmExpert 2019 folder (train.csv, campaign_data.csv, coupon_item_mapping.csv, item_data.csv, customer_demographics.csv).")],
+             out: Annotated[Path, typer.Option("--out", help="Folder for sessions / items / voucher_items Parquet files.")]):
+    """Map AmExpert 2019 to the voucher contract (see the README) and write it as tables, with the load report
+    (amexpert.json)."""
+    with user_errors():
+        from promokit.data import write_json
+        from promokit.voucher.amexpert import load_amexpert
+
+        tables, report = load_amexpert(src)
+        args = _write_tables(tables, out)
+        facts = {k: v if isinstance(v, int) else str(v) for k, v in report.__dict__.items()}  # dates as text
+        write_json({"summary": report.summary(), **facts}, out / "amexpert.json")
+        console = get_console()
+        console.print(report.summary(), highlight=False)
+        console.print(f"tables written to {out}; try:\npromokit voucher train {args} --model dmbgn --out model "
+                      f"[--valid-from …]\nthen: promokit voucher evaluate … --gauc-by campaign_id", highlight=False,
+                      soft_wrap=True)
 
 
 def _net_for(name: str, net: dict) -> dict:
