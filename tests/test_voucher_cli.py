@@ -130,13 +130,14 @@ def test_amexpert_writes_contract_tables_that_train_and_evaluate_read_back(tmp_p
     assert "--no-terms" in args and "--item-features" in args and "--voucher-items" in args
     assert json.loads((tmp_path / "tables" / "amexpert.json").read_text())["rows"] == 6
     trained = _invoke("voucher", "train", *args, "--model", "lr", "--epochs", 1, "--monitor", "loss",
-                      "--valid-from", "2013-03-01", "--out", tmp_path / "m")
+                      "--valid-from", "2013-02-01", "--test-from", "2013-03-01", "--out", tmp_path / "m")
     assert trained.exit_code == 0, trained.output
+    assert "2 training sessions" in trained.output and "2 validation sessions, 2 held out" in trained.output
     evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, "--gauc-by", "campaign_id",
-                        "--out", tmp_path / "eval")
+                        "--from", "2013-03-01", "--out", tmp_path / "eval")
     assert evaluated.exit_code == 0, evaluated.output
-    report = json.loads((tmp_path / "eval" / "report.json").read_text())
-    assert "gauc" in json.dumps(report)
+    report = json.dumps(json.loads((tmp_path / "eval" / "report.json").read_text()))
+    assert '"n": 2' in report and "gauc" in report
 
 
 def test_unknown_model_is_a_user_error(tmp_path, paths):

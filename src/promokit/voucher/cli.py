@@ -75,6 +75,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           item_features: ItemFeaturesOpt = None,
           model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
           valid_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")] = None,
+          test_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on); score them with evaluate --from.")] = None,
           epochs: int = 10, batch_size: int = 1024, lr: float = 1e-3, patience: int = 2, monitor: MonitorOpt = "auc",
           seed: int = 0,
           params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [64]}\'.')] = None,
@@ -95,11 +96,12 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
         tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
                          item_features)
         collect = tables.sessions["collect_time"]
-        cut = pd.Timestamp(valid_from) if valid_from else collect.quantile(0.9)
-        parts = split_by_time(tables.sessions, cut, collect.max() + pd.Timedelta(1, "s"))
+        held_out = pd.Timestamp(test_from) if test_from else collect.max() + pd.Timedelta(1, "s")
+        cut = pd.Timestamp(valid_from) if valid_from else collect[collect < held_out].quantile(0.9)
+        parts = split_by_time(tables.sessions, cut, held_out)
         if len(parts.train) == 0 or len(parts.valid) == 0:
-            raise DataError(f"--valid-from {cut} leaves {len(parts.train)} training and {len(parts.valid)} "
-                            f"validation sessions of {len(collect)}; both must be non-empty")
+            raise DataError(f"--valid-from {cut} and --test-from {held_out} leave {len(parts.train)} training and "
+                            f"{len(parts.valid)} validation sessions of {len(collect)}; both must be non-empty")
         config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
                              monitor=monitor)
         estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid,
@@ -107,7 +109,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
         estimator.save(out)
         finish_training(out, estimator.report.history)
         get_console().print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
-                      f"{len(parts.valid)} validation sessions)")
+                            f"{len(parts.valid)} validation sessions, {len(parts.test)} held out)", soft_wrap=True)
 
 
 def _with_item_options(params: Optional[dict], item_embeddings: Optional[str], freeze_items: bool) -> Optional[dict]:
