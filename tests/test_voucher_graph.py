@@ -187,6 +187,24 @@ def test_voucher_items_star_graph():
     assert edges == {(3, "V"), (4, "V"), ("V", 3), ("V", 4)}
 
 
+def test_distinct_collapses_sessions_whose_uvgs_are_identical():
+    """Sessions 0, 2, 4 collect v0 (one star graph); 0 and 4 also share the terms (min_spend differs, so only
+    if set equal): they collapse, 2 does not."""
+    sessions = sessions_frame(5).assign(min_spend=[10.0, 11.0, 12.0, 13.0, 10.0], discount=1.0)
+    voucher_items = pd.DataFrame({"voucher_id": ["v0", "v0", "v1"], "item_id": [3, 4, 3]})
+    items = pd.DataFrame({"item_id": [3, 4], "category": "a", "brand": 0, "price_level": 1})
+    store = UVGStore.from_voucher_items(sessions, voucher_items, items)
+    rows = torch.tensor([4, 0, 2, 1, 0])
+    first, position = store.distinct(rows)
+    assert len(first) == 3
+    assert position[0] == position[1] == position[4]  # sessions 4, 0, 0: one UVG
+    assert len({int(position[1]), int(position[2]), int(position[3])}) == 3
+    for i, row in enumerate(rows):  # every row's representative has its graph, voucher and terms
+        rep = int(first[position[i]])
+        assert store.session_graph[rep] == store.session_graph[row] and store.session_voucher[rep] == store.session_voucher[row]
+        assert np.array_equal(store.session_schema[rep], store.session_schema[row])
+
+
 # ------------------------------------------------------------------ model
 def small_batch(store, n=4):
     return {"cat": torch.tensor([[1, 2]] * n), "num": torch.zeros(n, 1), "session": torch.arange(n) % store.n_sessions,

@@ -194,6 +194,17 @@ class UVGStore:
         return self.encoders[name].cardinality
 
     # ---------------------------------------------------------------- batching
+    def distinct(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Collapse session ``rows`` whose UVGs are identical (same graph, voucher code and voucher terms, e.g. the
+        sessions of one voucher in a voucher–item store, or one history session in many users' batches):
+        ``(first, position)`` with ``first`` one session row per distinct UVG and ``rows[i]``'s UVG equal to
+        ``first[position[i]]``'s."""
+        picked = rows.cpu().numpy().astype(np.int64).reshape(-1)
+        key = np.column_stack([self.session_graph[picked], self.session_voucher[picked],
+                               self.session_schema[picked]])
+        _, first, position = np.unique(key, axis=0, return_index=True, return_inverse=True)
+        return torch.from_numpy(picked[first]), torch.from_numpy(position.reshape(-1))
+
     def batch(self, rows, zones: tuple[str, ...] | None = None) -> Batch:
         """The UVGs of session ``rows`` as one PyG ``Batch``, keeping only the nodes of ``zones`` (default: all)
         plus the voucher node, and the edges between kept nodes.

@@ -30,6 +30,9 @@ class UVGEmbedding:
     voucher: Tensor
     score: Tensor
 
+    def take(self, index: Tensor) -> UVGEmbedding:
+        return UVGEmbedding(self.e[index], self.behaviour[index], self.voucher[index], self.score[index])
+
 
 class UVGEncoder(nn.Module):
     r"""UVG → embedding and score (DMBGN section 3.4).
@@ -193,16 +196,14 @@ class DMBGN(RedeemModel):
         history = batch["history"]
         if history.shape[1] != self.history_len:
             raise DataError(f"history has {history.shape[1]} columns, the model was built for {self.history_len}")
-        target = self.uvg(self.store.batch(batch["session"], self.store.target_zones))
+        target = self._embed(batch["session"], self.store.target_zones)
         mask = history >= 0
         hist_e = target.e.new_zeros(*history.shape, target.e.shape[1])
         hist_s = target.e.new_zeros(history.shape)
         if mask.any():
-            # a session is in the history of many later ones (same user): embed each distinct one once
-            rows, position = torch.unique(history[mask], return_inverse=True)
-            past = self.uvg(self.store.batch(rows))
-            hist_e = hist_e.index_put((mask,), past.e[position])
-            hist_s = hist_s.index_put((mask,), past.score[position])
+            past = self._embed(history[mask])
+            hist_e = hist_e.index_put((mask,), past.e)
+            hist_s = hist_s.index_put((mask,), past.score)
         count = mask.sum(dim=1, keepdim=True).clamp_min(1)
         if self.attention is not None:
             pooled = self.attention(hist_e, target.e, mask)  # eq. (7)
@@ -211,6 +212,12 @@ class DMBGN(RedeemModel):
         scores = torch.cat([hist_s, hist_s.sum(dim=1, keepdim=True) / count], dim=1)
         logit = self.mlp(torch.cat([self.input(batch), target.e, pooled, scores], dim=1)).squeeze(1)
         return {"p_redeem": torch.sigmoid(logit), "s_uvg": target.score, "s_history": hist_s}
+
+    def _embed(self, rows: Tensor, zones: tuple[str, ...] | None = None) -> UVGEmbedding:
+        """The UVGs of session ``rows``, each distinct graph run through the encoder once (a history session recurs
+        in many later sessions of its user; without a behaviour log every session of a voucher shares its graph)."""
+        first, position = self.store.distinct(rows)
+        return self.uvg(self.store.batch(first, zones)).take(position)
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         target = binary_log_loss(out["p_redeem"], batch["redeemed"])  # eq. (8)
