@@ -68,6 +68,18 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
     print_table(table_title, frame.set_index("metric"))
 
 
+def write_bench_report(out, title: str, results, oracle: dict | None, setup: str, summary) -> None:
+    """A bench's report.md / report.json in the folder ``out``: the per-seed ``results``, the oracle row, the
+    ``setup`` line and the ``summary`` table."""
+    from promokit.report import Report
+
+    report = Report(title, data={"results": results.to_dict(orient="records"), "oracle": oracle})
+    report.add("Setup", setup)
+    report.add("Mean ± std over seeds", summary)
+    report.write(out)
+    get_console().print(f"report written to {out}/report.md")
+
+
 def checkpoint_dir(out: Path) -> Path:
     """Where ``train --out OUT`` keeps its per-epoch checkpoint: ``.OUT.checkpoint`` beside OUT."""
     return out.parent / f".{out.name}.checkpoint"

@@ -15,6 +15,7 @@ from promokit.cli_support import (
     json_option,
     print_table,
     user_errors,
+    write_bench_report,
     write_metrics_report,
 )
 
@@ -145,7 +146,6 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         from promokit.conversion.demo import DEMO_NET, world_split
         from promokit.conversion.synthetic import make_world
         from promokit.data import DataError, random_split, read_table, time_split
-        from promokit.report import Report
         from promokit.training import TrainConfig
 
         names = models.split(",")
@@ -183,13 +183,9 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
             summary.loc["oracle", list(runner.HEADLINE)] = [f"{oracle[m]:.4f}" for m in runner.HEADLINE]
         print_table("mean ± std over seeds", summary)
         if out is not None:
-            report = Report("promokit conversion bench", data={"results": results.to_dict(orient="records"),
-                                                                "oracle": oracle})
-            report.add("Setup", f"data: {data or 'synthetic world'}; split: {split}; seeds: {seeds}; "
-                                f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows")
-            report.add("Mean ± std over seeds", summary)
-            report.write(out)
-            console.print(f"report written to {out}/report.md")
+            write_bench_report(out, "promokit conversion bench", results, oracle,
+                               f"data: {data or 'synthetic world'}; split: {split}; seeds: {seeds}; "
+                               f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows", summary)
 
 
 @app.command()

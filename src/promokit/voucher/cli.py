@@ -15,6 +15,7 @@ from promokit.cli_support import (
     json_option,
     print_table,
     user_errors,
+    write_bench_report,
     write_metrics_report,
 )
 
@@ -291,7 +292,6 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs DNN and vs DIN, logloss (Table 3)."""
     with user_errors():
         _set_threads(threads)
-        from promokit.report import Report
         from promokit.training import TrainConfig
         from promokit.voucher import bench as runner
         from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN_OVERRIDES, DEMO_WORLD, time_split
@@ -328,10 +328,6 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         summary = runner.summarise(results, oracle)
         print_table("mean ± std over seeds (test split)", summary)
         if out is not None:
-            report = Report("promokit voucher bench", data={"results": results.to_dict(orient="records"),
-                                                             "oracle": oracle})
-            report.add("Setup", f"data: {data_dir}; time split; seeds: {seeds}; "
-                                f"{len(split.train)}/{len(split.valid)}/{len(split.test)} sessions")
-            report.add("Mean ± std over seeds", summary)
-            report.write(out)
-            console.print(f"report written to {out}/report.md")
+            write_bench_report(out, "promokit voucher bench", results, oracle,
+                               f"data: {data_dir}; time split; seeds: {seeds}; "
+                               f"{len(split.train)}/{len(split.valid)}/{len(split.test)} sessions", summary)
