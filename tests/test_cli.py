@@ -92,7 +92,7 @@ def test_demo_writes_report_with_oracle_and_gaps(tmp_path):
 def test_bench_on_the_synthetic_world_adds_the_oracle_and_rela_impr(tmp_path):
     out = tmp_path / "bench"
     result = _invoke("conversion", "bench", *SMALL_WORLD, "--models", "esmm,esm2", "--seeds", "0,1", "--epochs", 1,
-                     "--params", NET, "--out", out)
+                     "--params", NET, "--base", "esmm", "--out", out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
     assert [(r["model"], r["seed"]) for r in report["results"]] == [("esmm", 0), ("esm2", 0), ("esmm", 1), ("esm2", 1)]
@@ -109,3 +109,54 @@ def test_bench_on_a_table_with_a_time_split(tmp_path, impressions):
     assert "mean ± std over seeds" in result.output
     bad = _invoke("conversion", "bench", "--data", tmp_path / "t.parquet", "--split", "time:when", "--models", "esmm")
     assert bad.exit_code == 2 and "column 'when' is not in the table" in bad.output
+
+
+def test_tune_writes_params_that_train_reads_and_a_rerun_continues_the_study(tmp_path, impressions):
+    impressions.assign(day=impressions.index // 400).to_parquet(tmp_path / "t.parquet")
+    (tmp_path / "spec.yaml").write_text("categorical: [user_id, item_id, segment]\nnumeric: [price]\ntime_key: day\n")
+    data = ["--data", tmp_path / "t.parquet", "--spec", tmp_path / "spec.yaml"]
+    result = _invoke("conversion", "tune", *data, "--model", "esmm", "--trials", 2, "--epochs", 2,
+                     "--out", tmp_path / "tune")
+    assert result.exit_code == 0, result.output
+    params = json.loads((tmp_path / "tune" / "params.json").read_text())
+    assert {"lr", "emb_dim", "hidden", "dropout", "embedding_decay", "min_count"} <= set(params)
+    assert params["monitor"] == "ctcvr_auc"
+    report = json.loads((tmp_path / "tune" / "report.json").read_text())
+    assert [t["trial"] for t in report["trials"]] == [0, 1]
+
+    again = _invoke("conversion", "tune", *data, "--model", "esmm", "--trials", 3, "--epochs", 2,
+                    "--out", tmp_path / "tune")
+    assert again.exit_code == 0, again.output
+    assert [t["trial"] for t in json.loads((tmp_path / "tune" / "report.json").read_text())["trials"]] == [0, 1, 2]
+
+    trained = _invoke("conversion", "train", *data, "--model", "esmm", "--epochs", 1,
+                      "--params", tmp_path / "tune" / "params.json", "--out", tmp_path / "m")
+    assert trained.exit_code == 0, trained.output
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["train"]["lr"] == params["lr"] and config["train"]["monitor"] == "ctcvr_auc"
+    assert config["train"]["embedding_decay"] == params["embedding_decay"]
+    assert config["spec"]["min_count"] == params["min_count"]
+    assert config["params"]["emb_dim"] == params["emb_dim"] and config["params"]["hidden"] == params["hidden"]
+
+
+def test_tune_is_reproducible_from_the_seed(tmp_path, impressions):
+    impressions.to_parquet(tmp_path / "t.parquet")
+    found = []
+    for run in ("a", "b"):
+        result = _invoke("conversion", "tune", "--data", tmp_path / "t.parquet", "--model", "lr", "--trials", 2,
+                         "--seed", 3, "--out", tmp_path / run)
+        assert result.exit_code == 0, result.output
+        found.append(json.loads((tmp_path / run / "report.json").read_text())["trials"])
+    assert [(t["min_count"], t["value"]) for t in found[0]] == [(t["min_count"], t["value"]) for t in found[1]]
+
+
+def test_flags_win_over_a_params_file(tmp_path, table_path):
+    (tmp_path / "p.json").write_text(json.dumps({"lr": 0.05, "embedding_decay": 3.0, "min_count": 2, **json.loads(NET)}))
+    result = _invoke("conversion", "train", "--data", table_path, "--model", "esmm", "--epochs", 1,
+                     "--params", tmp_path / "p.json", "--lr", 0.02, "--min-count", 4, "--out", tmp_path / "m")
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert (config["train"]["lr"], config["train"]["embedding_decay"], config["spec"]["min_count"]) == (0.02, 3.0, 4)
+    missing = _invoke("conversion", "train", "--data", table_path, "--params", tmp_path / "nope.json",
+                      "--out", tmp_path / "m2")
+    assert missing.exit_code == 2 and "neither a JSON object nor a JSON file" in missing.output

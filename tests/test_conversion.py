@@ -5,7 +5,7 @@ import pytest
 from promokit.conversion.contract import check_labels
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
-from promokit.data import DataError
+from promokit.data import DataError, FeatureSpec
 from promokit.metrics import auc
 from promokit.training import TrainConfig
 
@@ -121,3 +121,43 @@ def test_fit_is_reproducible_from_the_seed(impressions):
     a = _model().fit(impressions).predict(impressions.head(100))
     b = _model().fit(impressions).predict(impressions.head(100))
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_validation_is_the_latest_rows_when_the_spec_names_a_time_key(impressions):
+    table = impressions.assign(day=impressions.index // 400)  # ten days of 400 rows
+    seen = {}
+
+    def on_epoch(epoch, record):
+        seen.setdefault("epochs", []).append(record)
+
+    model = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
+    model.fit(table, on_epoch=on_epoch)
+    assert (model.report.n_train, model.report.n_valid) == (3600, 400)
+    # the same rows as an explicit validation table of the last day
+    explicit = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"]))
+    explicit.fit(table[table.day < 9], table[table.day == 9])
+    assert seen["epochs"][0]["valid_loss"] == pytest.approx(explicit.report.history.epochs[0]["valid_loss"])
+    randomly = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
+    randomly.fit(table, valid_split="random")
+    assert randomly.report.history.epochs[0]["valid_loss"] != seen["epochs"][0]["valid_loss"]
+
+
+def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
+    config = TrainConfig(epochs=3, batch_size=200, lr=0.01, monitor="cvr_auc", patience=5, progress=False)
+    model = ConversionModel("esm2", SMALL, config).fit(impressions)
+    history = model.report.history
+    scores = [e["valid_cvr_auc"] for e in history.epochs]
+    assert {"valid_ctr_auc", "valid_ctcvr_auc"} <= set(history.epochs[0])
+    assert history.best_score == max(scores) and history.best_epoch == scores.index(max(scores))
+    with pytest.raises(DataError, match="monitor must be one of"):
+        ConversionModel("esm2", SMALL, TrainConfig(monitor="auc"))
+    no_purchase = impressions.assign(purchase=0)
+    with pytest.raises(DataError, match="monitor 'ctcvr_auc' needs both classes of 'purchase' among the 400"):
+        ConversionModel("esmm", SMALL, TrainConfig(monitor="ctcvr_auc", progress=False)).fit(no_purchase)
+
+
+def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
+    model = ConversionModel("esmm", {**SMALL, "min_count": 100}, FAST).fit(impressions)
+    assert model.spec.min_count == 100 and "min_count" not in model.params
+    # 50 users of ~80 rows each: none reaches 100, so the user field is its OOV row alone
+    assert model.encoder.categorical["user_id"].cardinality == 1

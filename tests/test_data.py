@@ -5,12 +5,15 @@ import pandas as pd
 import pytest
 
 from promokit.data import (
+    OOV,
     CategoryEncoder,
     DataError,
     FeatureSpec,
     NumericEncoder,
     TableEncoder,
     group_split,
+    holdout_split,
+    latest_split,
     random_split,
     read_table,
     time_split,
@@ -145,3 +148,63 @@ def test_group_split_keeps_groups_whole():
     groups = pd.Series(np.repeat(np.arange(20), 5))
     parts = group_split(groups, (0.5, 0.5), seed=0)
     assert set(groups[parts[0]]).isdisjoint(groups[parts[1]])
+
+
+def test_spec_min_count_maps_rare_ids_to_the_oov_row(impressions, tmp_path):
+    table = impressions.copy()
+    table.loc[:2, "user_id"] = [1000, 1001, 1001]  # seen once and twice
+    spec = FeatureSpec(categorical=["user_id"], min_count=2)
+    codes = TableEncoder.fit(table, spec).transform(table).categorical[:3, 0]
+    assert codes[0] == OOV and codes[1] == codes[2] != OOV
+    (tmp_path / "spec.yaml").write_text("categorical: [user_id]\nmin_count: 3\ntime_key: price\n")
+    loaded = FeatureSpec.from_file(tmp_path / "spec.yaml")
+    assert (loaded.min_count, loaded.time_key) == (3, "price")
+    assert TableEncoder.fit(table, loaded).transform(table).categorical[1, 0] == OOV
+    for bad in (0, 2.5, "3", True):
+        with pytest.raises(DataError, match="min_count must be a whole number >= 1"):
+            FeatureSpec(min_count=bad)
+
+
+def test_time_key_is_never_a_feature_and_must_exist(impressions):
+    table = impressions.assign(day=np.arange(len(impressions)) // 1000)
+    spec = FeatureSpec(time_key="day").resolve(table, ("click", "purchase"))
+    assert "day" not in spec.features and spec.time_key == "day"
+    with pytest.raises(DataError, match="cannot also be a feature"):
+        FeatureSpec(numeric=["price", "day"], time_key="day").resolve(table, ("click", "purchase"))
+    with pytest.raises(DataError, match=r"column 'dya' \(time key\) is missing .* did you mean 'day'"):
+        FeatureSpec(time_key="dya").resolve(table, ("click", "purchase"))
+
+
+def test_latest_split_validates_on_the_latest_rows_and_keeps_equal_times_together():
+    times = pd.Series([5, 1, 3, 3, 2, 4, 4, 1, 3, 2], name="day")
+    train, valid = latest_split(times, 0.2)
+    assert sorted(times[valid]) == [4, 4, 5] and times[train].max() < times[valid].min()
+    assert np.array_equal(np.sort(np.concatenate([train, valid])), np.arange(10))
+    with pytest.raises(DataError, match="all 3 rows are at or after 7"):
+        latest_split(pd.Series([7, 7, 7], name="day"), 0.2)
+    with pytest.raises(DataError, match="time column 'day' has 1 missing values in 3 rows"):
+        latest_split(pd.Series([1.0, None, 2.0], name="day"), 0.5)
+
+
+def test_holdout_split_by_name(impressions):
+    table = impressions.assign(day=np.arange(len(impressions)) // 400)
+    kept, held = holdout_split(table, 0.1, "time:day")
+    assert set(table["day"].iloc[held]) == {9} and len(kept) == 3600
+    kept, held = holdout_split(table, 0.1, "random", seed=3)
+    assert len(held) == 400 and table["day"].iloc[held].nunique() > 1
+    with pytest.raises(DataError, match="column 'dy' is not in the table of 4000 rows"):
+        holdout_split(table, 0.1, "time:dy")
+    with pytest.raises(DataError, match="'random' or 'time:<column>'"):
+        holdout_split(table, 0.1, "latest")
+
+
+def test_a_repeated_column_name_is_one_line(tmp_path):
+    (tmp_path / "t.csv").write_text("user_id,price,user_id\n1,2.0,3\n")
+    with pytest.raises(DataError, match=r"column names \['user_id'\] appear more than once in the header of its 1 rows"):
+        read_table(tmp_path / "t.csv")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table([[1], [2]], names=["a", "a"]), tmp_path / "t.parquet")
+    with pytest.raises(DataError, match=r"cannot be read as parquet: [^\n]*$"):
+        read_table(tmp_path / "t.parquet")

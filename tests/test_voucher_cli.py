@@ -154,3 +154,27 @@ def test_demo_on_a_tiny_world_writes_table_3_with_the_oracle(tmp_path):
     for text in ("oracle", "RelaImpr (DNN)", "RelaImpr (DIN)", "Logloss mean", "dmbgn-avgpooling"):
         assert text in report
     assert (out / "report.json").exists() and (out / "auc_vs_oracle.png").exists()
+
+
+def test_tune_writes_params_that_train_reads(tmp_path, paths):
+    out = tmp_path / "tune"
+    result = _invoke("voucher", "tune", *_table_args(paths), "--model", "dnn", "--trials", 2, "--epochs", 2,
+                     "--test-from", "2024-06-01", "--out", out)
+    assert result.exit_code == 0, result.output
+    params = json.loads((out / "params.json").read_text())
+    assert {"lr", "emb_dim", "hidden", "dropout", "embedding_decay", "min_count"} <= set(params)
+    assert [t["state"] for t in json.loads((out / "report.json").read_text())["trials"]] == ["complete"] * 2
+    trained = _invoke("voucher", "train", *_table_args(paths), "--model", "dnn", "--epochs", 1,
+                      "--params", out / "params.json", "--out", tmp_path / "m")
+    assert trained.exit_code == 0, trained.output
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["train"]["lr"] == params["lr"] and config["spec"]["min_count"] == params["min_count"]
+    assert config["params"]["hidden"] == params["hidden"]
+
+
+def test_lr_is_solved_with_its_l2_chosen_on_validation(tmp_path, paths):
+    result = _invoke("voucher", "train", *_table_args(paths), "--model", "lr", "--min-count", 2, "--out", tmp_path / "m")
+    assert result.exit_code == 0, result.output
+    assert "chosen: l2" in result.output
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["params"]["l2"] > 0 and config["spec"]["min_count"] == 2

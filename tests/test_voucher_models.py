@@ -54,8 +54,17 @@ def data():
     return _batch(4000, 0), _batch(1000, 1), _batch(2000, 2)
 
 
-@pytest.mark.parametrize("make", [lambda: LR(LAYOUT), lambda: DNN(LAYOUT, **SMALL), lambda: WDL(LAYOUT, **SMALL),
-                                  lambda: DIN(LAYOUT, **SMALL, attention_units=8)], ids=["lr", "dnn", "wdl", "din"])
+def test_lr_is_solved_and_learns_the_signal(data):
+    train, valid, test = data
+    net = LR(LAYOUT)
+    history = net.solve(train, valid)
+    assert [r["l2"] for r in history.epochs if r["chosen"]] == [net.l2]
+    p = net(test)["p_redeem"].detach().numpy()
+    assert auc(test["redeemed"].numpy(), p) > 0.7
+
+
+@pytest.mark.parametrize("make", [lambda: DNN(LAYOUT, **SMALL), lambda: WDL(LAYOUT, **SMALL),
+                                  lambda: DIN(LAYOUT, **SMALL, attention_units=8)], ids=["dnn", "wdl", "din"])
 def test_each_neural_baseline_learns_the_signal(data, make):
     train, valid, test = data
     torch.manual_seed(0)
@@ -87,9 +96,9 @@ def test_din_ignores_padded_history_entries(data):
     assert torch.equal(net(batch)["p_redeem"], before)
 
 
-def test_lr_leaves_out_the_id_fields_unless_asked():
-    assert LR(LAYOUT).weights.cardinalities == [4]
-    assert LR(LAYOUT, ids=True).weights.cardinalities == [N_USERS + 1, N_VOUCHERS + 1, 4]
+def test_lr_uses_the_id_fields_unless_asked_not_to():
+    assert LR(LAYOUT).linear.weights.cardinalities == [N_USERS + 1, N_VOUCHERS + 1, 4]
+    assert LR(LAYOUT, ids=False).linear.weights.cardinalities == [4]
 
 
 def test_gbdt_uses_dense_features_only_and_round_trips_through_text(data, tmp_path):

@@ -6,12 +6,34 @@ import json
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its checkpoint "
                                          "(.OUT.checkpoint beside --out).")]
+# Training flags shared by every domain; None means "the domain's default, or the value in --params".
+ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameters as a JSON object or a JSON file "
+                                                  "(what tune writes): model parameters, min_count and training "
+                                                  "fields such as lr or embedding_decay; flags given win.")]
+EpochsOpt = Annotated[Optional[int], typer.Option("--epochs", help="Most epochs to train.")]
+BatchSizeOpt = Annotated[Optional[int], typer.Option("--batch-size", help="Rows per training step.")]
+LrOpt = Annotated[Optional[float], typer.Option("--lr", help="Adam learning rate.")]
+PatienceOpt = Annotated[Optional[int], typer.Option("--patience", help="Epochs without a better validation score "
+                                                    "before stopping.")]
+EmbeddingDecayOpt = Annotated[Optional[float], typer.Option(
+    "--embedding-decay", help="Decoupled L2 (weight decay) on embedding rows, applied lazily to the rows a batch "
+    "touches; 0 turns it off.")]
+WeightDecayOpt = Annotated[Optional[float], typer.Option("--weight-decay", help="Decoupled L2 (AdamW) on the dense "
+                                                         "weights.")]
+MinCountOpt = Annotated[Optional[int], typer.Option("--min-count", help="Ids seen fewer times in training share "
+                                                    "the out-of-vocabulary row.")]
+TrialsOpt = Annotated[int, typer.Option("--trials", help="Finished trials the study should hold (a resumed study "
+                                        "runs only the missing ones).")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Stop starting trials after this many "
+                                                     "seconds.")]
+StorageOpt = Annotated[Optional[Path], typer.Option("--storage", help="SQLite file of the study (default: --out "
+                                                    "with .db); run the same command again to continue it.")]
 
 
 @contextmanager
@@ -57,6 +79,53 @@ def json_option(flag: str, text: str | None, default=None):
         raise DataError(f"{flag} is not valid JSON: {exc}") from None
 
 
+def params_option(flag: str, text: str | None) -> dict:
+    """A JSON object given inline or as the path of a JSON file (what ``tune`` writes); ``{}`` when not given."""
+    from promokit.data.errors import DataError
+
+    if text and not text.lstrip().startswith("{"):
+        path = Path(text)
+        if not path.is_file():
+            raise DataError(f"{flag} is neither a JSON object nor a JSON file: {text!r}")
+        text = path.read_text(encoding="utf-8")
+    value = json_option(flag, text, {})
+    if not isinstance(value, dict):
+        raise DataError(f"{flag} must be a JSON object of parameters, got {type(value).__name__}")
+    return value
+
+
+TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tune results: DIR/<model>/params.json "
+                                                 "(tune --out DIR/<model>) replaces that model's parameters.")]
+
+
+def tuned_params(folder: Path | None, names: list[str]) -> dict[str, dict]:
+    """``--tuned DIR``: the parameters ``tune`` wrote for each model that has a ``DIR/<model>/params.json``."""
+    from promokit.data.errors import DataError
+
+    if folder is None:
+        return {}
+    if not folder.is_dir():
+        raise DataError(f"--tuned {folder}: no such folder")
+    found = {name: params_option("--tuned", str(folder / name / "params.json"))
+             for name in names if (folder / name / "params.json").is_file()}
+    if not found:
+        raise DataError(f"--tuned {folder}: none of {names} has a params.json (expected {folder}/<model>/params.json)")
+    return found
+
+
+def training_options(base, params: str | None, min_count: int | None = None, **flags):
+    """The ``TrainConfig`` and model parameters of a command: ``base``, then the training fields among
+    ``--params`` (``lr``, ``embedding_decay`` …, as ``tune`` writes them), then the flags given (not None).
+    ``--min-count`` joins the model parameters (the estimators pass it to the vocabulary)."""
+    from dataclasses import replace
+
+    config, model_params = base.merged(params_option("--params", params))
+    config = replace(config, **{k: v for k, v in flags.items() if v is not None})
+    if min_count is not None:
+        model_params["min_count"] = min_count
+    return config, model_params
+
+
 def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_title: str) -> None:
     """An ``evaluate`` command's output: ``report.md`` / ``report.json`` in ``out`` and the table on screen."""
     import pandas as pd
@@ -78,6 +147,39 @@ def write_bench_report(out, title: str, results, oracle: dict | None, setup: str
     report.add("Mean ± std over seeds", summary)
     report.write(out)
     get_console().print(f"report written to {out}/report.md")
+
+
+def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) -> None:
+    """A ``tune`` command's run and output: ``search(storage, on_trial)`` runs the study (a
+    :class:`~promokit.training.tune.TuneResult`); ``out/params.json`` gets the best parameters (for
+    ``train --params``), ``out/report.md`` / ``report.json`` every trial, ``out/study.db`` the study."""
+    import pandas as pd
+
+    from promokit.data.io import write_json
+    from promokit.report import Report
+
+    console = get_console()
+    storage = storage or out / "study.db"
+    out.mkdir(parents=True, exist_ok=True)
+
+    def on_trial(record: dict) -> None:
+        value = "—" if record["value"] is None else f"{record['value']:.4f}"
+        console.print(f"  trial {record['trial']:>3} {record['state']:>8}: {value} after {record['epochs']} epochs "
+                      f"({record['seconds'] or 0:.0f} s)", highlight=False)
+
+    result = search(storage, on_trial)
+    write_json(result.best_params, out / "params.json")
+    trials = pd.DataFrame(result.trials).set_index("trial")
+    trials.index.name = "trial"
+    report = Report(title, data={"best_params": result.best_params, "best_score": result.best_score,
+                                 "trials": result.trials, "interrupted": result.interrupted})
+    report.add("Setup", f"{setup}; study {storage}").add("Trials", trials.astype(str)).write(out)
+    if result.interrupted:
+        console.print(f"interrupted: {len(result.trials)} trials are stored in {storage}; run the same command to "
+                      "continue the search")
+    console.print(f"best validation score {result.best_score:.4f} with {json.dumps(result.best_params)}",
+                  highlight=False, soft_wrap=True)
+    console.print(f"parameters written to {out / 'params.json'}; use them with: train --params {out / 'params.json'}")
 
 
 def checkpoint_dir(out: Path) -> Path:

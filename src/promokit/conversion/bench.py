@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, check_labels
-from promokit.conversion.estimator import ConversionModel
+from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
-from promokit.data import FeatureSpec
+from promokit.data import FeatureSpec, holdout_split
 from promokit.metrics import rela_impr
 from promokit.training import TrainConfig
 
 #: The columns of the paper's Table 3, then what the demo adds.
 HEADLINE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "ctr_auc", "ctcvr_logloss")
 AUC_METRICS = ("ctr_auc", "cvr_auc", "ctcvr_auc", "ctcvr_gauc")
+
+
+#: Models without a network to pass bench network parameters to.
+SHALLOW = ("lr", "gbdt")
 
 
 @dataclass
@@ -27,20 +31,32 @@ class Split:
     test: pd.DataFrame
 
 
+def split_table(table: pd.DataFrame, spec: FeatureSpec, split: str | None = None, valid_split: str | None = None,
+                seed: int = 0) -> Split:
+    """80/10/10: the test rows (the last 10 %) cut by ``split``, then the validation rows (10 % of the table)
+    from the rest by ``valid_split`` — each ``"random"`` or ``"time:<column>"`` (the latest rows). ``split``
+    defaults to ``time:<spec.time_key>`` when the spec names one, else random; ``valid_split`` to ``split``."""
+    split = split or (f"time:{spec.time_key}" if spec.time_key else "random")
+    rest, test = holdout_split(table, 0.1, split, seed)
+    train, valid = holdout_split(table.iloc[rest], 1 / 9, valid_split or split, seed)
+    return Split(table.iloc[rest[train]], table.iloc[rest[valid]], table.iloc[test])
+
+
 def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | None = None,
         params: dict[str, dict] | None = None, train: TrainConfig | None = None, gauc_weight: str = "impressions",
         repair_labels: bool = False, on_result=None, on_fitted=None) -> pd.DataFrame:
     """Fit every model with every seed on ``split.train`` (early stopping on ``split.valid``) and score it on
     ``split.test``. Returns one row per (model, seed) with the metrics and the fit time in seconds.
 
-    ``on_fitted(model)`` sees each fitted :class:`ConversionModel` (its history, its predictions) before
-    ``on_result(row)`` sees its metrics."""
+    ``params[name]`` are flat parameters of one model, as ``tune`` writes them: training fields among them
+    (``lr``, ``embedding_decay`` …) replace those of ``train`` for that model. ``on_fitted(model)`` sees each
+    fitted :class:`ConversionModel` (its history, its predictions) before ``on_result(row)`` sees its metrics."""
     rows = []
-    train = train or TrainConfig()
+    train = train or DEFAULT_TRAIN
     for seed in seeds:
         for name in models:
-            config = TrainConfig(**{**train.to_dict(), "seed": seed})
-            model = ConversionModel(name, (params or {}).get(name), config, spec, repair_labels)
+            config, model_params = replace(train, seed=seed).merged((params or {}).get(name))
+            model = ConversionModel(name, model_params, config, spec, repair_labels)
             started = time.perf_counter()
             model.fit(split.train, split.valid)
             seconds = time.perf_counter() - started

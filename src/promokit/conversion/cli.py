@@ -2,24 +2,40 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from promokit.cli_support import (
+    BatchSizeOpt,
+    EmbeddingDecayOpt,
+    EpochsOpt,
+    LrOpt,
+    MinCountOpt,
+    ParamsOpt,
+    PatienceOpt,
     ResumeOpt,
+    StorageOpt,
+    TimeoutOpt,
+    TrialsOpt,
+    TunedOpt,
+    WeightDecayOpt,
     checkpoint_dir,
     finish_training,
     get_console,
-    json_option,
     print_table,
+    run_tune,
+    training_options,
+    tuned_params,
     user_errors,
     write_bench_report,
     write_metrics_report,
 )
 
-app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT.", no_args_is_help=True)
+app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT and the linear floor LR.",
+                  no_args_is_help=True)
 
 DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet.")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
@@ -33,28 +49,45 @@ def _spec(path: Optional[Path]):
     return FeatureSpec.from_file(path) if path else FeatureSpec()
 
 
+ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2")]
+ValidSplitOpt = Annotated[Optional[str], typer.Option(
+    "--valid-split", help="How the validation rows are cut from --data: random, or time:<column> (the latest "
+    "rows). Default: time:<the spec's time_key> when the spec names one, else random.")]
+MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation rows: "
+                                                   "loss | ctr_auc | cvr_auc | ctcvr_auc.")]
+
+
+def _training(params, min_count, **flags):
+    from promokit.conversion.estimator import DEFAULT_TRAIN
+
+    return training_options(DEFAULT_TRAIN, params, min_count, **flags)
+
+
 @app.command()
 def train(data: DataOpt,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
-          model: Annotated[str, typer.Option("--model", help="esm2 | esmm | dnn | dnn-os | gbdt")] = "esm2",
+          model: ModelOpt = "esm2",
           spec: SpecOpt = None,
           valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table for early stopping.")] = None,
-          valid_fraction: Annotated[float, typer.Option(help="Random share of --data for validation when --valid is not given.")] = 0.1,
-          epochs: int = 10, batch_size: int = 1000, lr: float = 5e-4, patience: int = 2, seed: SeedOpt = 0,
-          params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [128, 64]}\'.')] = None,
+          valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = 0.1,
+          valid_split: ValidSplitOpt = None,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
+          monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
+          min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase to 0 on unclicked rows instead of failing.")] = False,
           resume: ResumeOpt = False):
     """Fit a model on an impression table and write it as a model directory."""
     with user_errors():
         from promokit.conversion import ConversionModel
         from promokit.data import read_table
-        from promokit.training import TrainConfig
 
-        model_params = json_option("--params", params)
-        table = read_table(data)
-        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed)
+        config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
+                                         patience=patience, monitor=monitor, embedding_decay=embedding_decay,
+                                         weight_decay=weight_decay, seed=seed)
         estimator = ConversionModel(model, model_params, config, _spec(spec), repair_labels)
-        estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoint_dir(out), resume)
+        table = read_table(data)
+        estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoint_dir(out), resume,
+                      valid_split)
         estimator.save(out)
         report = estimator.report
         console = get_console()
@@ -62,6 +95,39 @@ def train(data: DataOpt,
             console.print(f"repaired {count} rows where {role}=1 without a click")
         finish_training(out, report.history)
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
+
+
+@app.command()
+def tune(data: DataOpt,
+         out: Annotated[Path, typer.Option("--out", help="Folder for params.json (the best parameters), the "
+                                           "report and study.db.")],
+         model: ModelOpt = "esm2",
+         spec: SpecOpt = None,
+         valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table the trials are scored on.")] = None,
+         valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = 0.1,
+         valid_split: ValidSplitOpt = None,
+         metric: Annotated[str, typer.Option("--metric", help="Validation AUC to maximise: ctr_auc | cvr_auc | ctcvr_auc.")] = "ctcvr_auc",
+         trials: TrialsOpt = 30, timeout: TimeoutOpt = None, storage: StorageOpt = None,
+         epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, patience: PatienceOpt = None,
+         seed: SeedOpt = 0, repair_labels: bool = False):
+    """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
+    the best as params.json for train --params."""
+    with user_errors():
+        from promokit.conversion.tune import tune_conversion
+        from promokit.data import read_table
+
+        config, _ = _training(None, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
+        table = read_table(data)
+        validation = read_table(valid) if valid else None
+        feature_spec = _spec(spec)
+
+        def search(path, on_trial):
+            return tune_conversion(model, table, validation, feature_spec, config, metric, trials, timeout, str(path),
+                                   seed=seed, valid_fraction=valid_fraction, valid_split=valid_split,
+                                   repair_labels=repair_labels, on_trial=on_trial)
+
+        run_tune(out, storage, f"promokit conversion tune: {model}",
+                 f"data: {data}; model {model}; maximise validation {metric}; {trials} trials; seed {seed}", search)
 
 
 @app.command()
@@ -130,26 +196,27 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
 @app.command()
 def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impression table; the synthetic world when omitted.")] = None,
           spec: SpecOpt = None,
-          models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gbdt,dnn,dnn-os,esmm,esm2",
+          models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
-          base: Annotated[str, typer.Option(help="Model RelaImpr is measured against.")] = "esmm",
-          split: Annotated[str, typer.Option(help="random, or time:<column> to train on the past and test on the future.")] = "random",
+          base: Annotated[str, typer.Option(help="Model RelaImpr is measured against.")] = "lr",
+          split: Annotated[Optional[str], typer.Option(help="How the test rows (the last 10 %) are cut: random, or time:<column> to train on the past and test on the future. Default: time:<the spec's time_key> when it names one, else random.")] = None,
+          valid_split: Annotated[Optional[str], typer.Option(help="How the validation rows (10 %) are cut from the rest; default: as --split.")] = None,
           impressions: int = 300_000, users: int = 2000, items: int = 800,
-          epochs: int = 6, batch_size: int = 1000, lr: float = 1e-3,
-          params: Annotated[Optional[str], typer.Option(help='Network parameters for every neural model as JSON; they override the bench network\'s, e.g. \'{"dropout": 0.2}\'.')] = None,
-          repair_labels: bool = False,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
+          monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
+          params: Annotated[Optional[str], typer.Option(help='Parameters for every neural model (JSON or a JSON file); they override the defaults, e.g. \'{"dropout": 0.2}\'.')] = None,
+          tuned: TunedOpt = None, repair_labels: bool = False,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None):
-    """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base."""
+    """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
     with user_errors():
-
         from promokit.conversion import bench as runner
-        from promokit.conversion.demo import DEMO_NET, world_split
+        from promokit.conversion.demo import world_split
         from promokit.conversion.synthetic import make_world
-        from promokit.data import DataError, random_split, read_table, time_split
-        from promokit.training import TrainConfig
+        from promokit.data import read_table
 
         names = models.split(",")
-        net = {**DEMO_NET, **json_option("--params", params, {})}
+        config, net = _training(params, None, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
+                                monitor=monitor, embedding_decay=embedding_decay)
         oracle = None
         if data is None:
             world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0)
@@ -157,26 +224,19 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         else:
             table = read_table(data)
             feature_spec = _spec(spec)
-            if split.startswith("time:"):
-                column = split.split(":", 1)[1]
-                if column not in table.columns:
-                    raise DataError(f"--split {split}: column {column!r} is not in the table of {len(table)} rows")
-                rows = time_split(table[column], (0.8, 0.1, 0.1))
-            elif split == "random":
-                rows = random_split(len(table), (0.8, 0.1, 0.1), 0)
-            else:
-                raise DataError(f"--split must be 'random' or 'time:<column>', got {split!r}")
-            parts = runner.Split(*(table.iloc[r] for r in rows))
-        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=1)
+            parts = runner.split_table(table, feature_spec, split, valid_split)
+        if min_count is not None:
+            feature_spec = replace(feature_spec, min_count=min_count)
         console = get_console()
 
         def done(row):
             console.print(f"  seed {row['seed']} {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  "
                           f"CTCVR AUC {row['ctcvr_auc']:.4f}  ({row['fit_seconds']:.0f} s)")
 
-        results = runner.run(parts, names, [int(s) for s in seeds.split(",")], feature_spec,
-                             {n: net for n in names if n != "gbdt"}, config, repair_labels=repair_labels,
-                             on_result=done)
+        found = tuned_params(tuned, names)
+        per_model = {n: {**({} if n in runner.SHALLOW else net), **found.get(n, {})} for n in names}
+        results = runner.run(parts, names, [int(s) for s in seeds.split(",")], feature_spec, per_model, config,
+                             repair_labels=repair_labels, on_result=done)
         summary = runner.summarise(results, base if base in names else None)
         if data is None:
             oracle = runner.oracle_row(parts.test, truth, feature_spec)
@@ -184,7 +244,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         print_table("mean ± std over seeds", summary)
         if out is not None:
             write_bench_report(out, "promokit conversion bench", results, oracle,
-                               f"data: {data or 'synthetic world'}; split: {split}; seeds: {seeds}; "
+                               f"data: {data or 'synthetic world'}; split: {split or 'default'}; seeds: {seeds}; "
                                f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows", summary)
 
 
@@ -212,21 +272,24 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the 
 def kuairand(src: Annotated[Path, typer.Option("--src", help="KuaiRand-Pure folder (log Parquet + user/video feature CSVs).")],
              out: Annotated[Path, typer.Option("--out", help="Parquet file for the conversion table.")],
              log: Annotated[Optional[str], typer.Option(help="Log file in the folder (default: the 04-25…04-30 val log).")] = None,
-             ids: Annotated[bool, typer.Option(help="List user/item/author ids as features in the written spec.")] = True):
+             ids: Annotated[bool, typer.Option(help="List user/item/author ids as features in the written spec.")] = True,
+             purchase: Annotated[str, typer.Option(help="Log column that is the conversion, e.g. is_follow or is_like.")] = "is_follow",
+             daction: Annotated[Optional[str], typer.Option(help="Comma-separated log columns whose OR is the DAction (default: is_like,is_comment,is_forward,is_profile_enter without the --purchase column).")] = None):
     """Map KuaiRand-Pure to the conversion contract: click = is_click, DAction = like | comment | forward |
-    profile enter, purchase = is_follow (both on clicked rows). Writes the table, a feature spec beside it
-    (OUT.spec.yaml, for --spec) and the load report (OUT.json)."""
+    profile enter, purchase = is_follow (both on clicked rows; --purchase / --daction choose others). Writes the
+    table, a feature spec beside it (OUT.spec.yaml, for --spec; time_key: date) and the load report (OUT.json)."""
     with user_errors():
         import yaml
 
-        from promokit.conversion.kuairand import LOG_FILE, kuairand_spec, load_kuairand
+        from promokit.conversion.kuairand import DACTION_BEHAVIOURS, LOG_FILE, kuairand_spec, load_kuairand
         from promokit.data import write_json, write_parquet, write_text
 
-        table, report = load_kuairand(src, log=log or LOG_FILE)
+        behaviours = tuple(daction.split(",")) if daction else tuple(b for b in DACTION_BEHAVIOURS if b != purchase)
+        table, report = load_kuairand(src, log=log or LOG_FILE, daction=behaviours, purchase=purchase)
         write_parquet(table, out)
         spec_path = out.with_suffix(".spec.yaml")
         write_text(yaml.safe_dump(kuairand_spec(table, ids=ids).to_dict(), sort_keys=False), spec_path)
         write_json({"summary": report.summary(), **report.__dict__}, out.with_suffix(".json"))
         get_console().print(report.summary(), highlight=False)
         get_console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
-                         f"--spec {spec_path} --split time:date")
+                            f"--spec {spec_path}  (train on the earlier days, test on the latest)")

@@ -10,10 +10,7 @@ from promokit.data import FeatureSpec, random_split
 from promokit.report import Report
 from promokit.training import TrainConfig
 
-MODELS = ["gbdt", "dnn", "dnn-os", "esmm", "esm2"]
-#: Table 2's optimiser and dropout-free narrower towers: the demo world has ~40 fields' worth of signal, not 300M rows.
-DEMO_NET = {"emb_dim": 8, "hidden": (128, 64, 32), "dropout": 0.1}
-DEMO_TRAIN = TrainConfig(epochs=6, batch_size=1000, lr=1e-3, patience=1)
+MODELS = ["lr", "gbdt", "dnn", "dnn-os", "esmm", "esm2"]
 
 
 def world_split(world: SyntheticWorld, seed: int = 0) -> tuple[bench.Split, pd.DataFrame, FeatureSpec]:
@@ -25,11 +22,11 @@ def world_split(world: SyntheticWorld, seed: int = 0) -> tuple[bench.Split, pd.D
 
 
 def run_demo(n_users: int, n_items: int, n_impressions: int, seed: int = 0, models=MODELS,
-             train: TrainConfig = DEMO_TRAIN, on_result=None) -> tuple[pd.DataFrame, Report]:
+             train: TrainConfig | None = None, on_result=None) -> tuple[pd.DataFrame, Report]:
+    """Every model with its defaults (``train``: the estimator's ``DEFAULT_TRAIN``) on one world."""
     world = make_world(n_users=n_users, n_items=n_items, n_impressions=n_impressions, seed=seed)
     split, truth, spec = world_split(world, seed)
-    params = {name: DEMO_NET for name in models if name != "gbdt"}
-    results = bench.run(split, list(models), [seed], spec, params, train, on_result=on_result)
+    results = bench.run(split, list(models), [seed], spec, None, train, on_result=on_result)
     oracle = bench.oracle_row(split.test, truth, spec)
     table = pd.concat([results, pd.DataFrame([oracle])], ignore_index=True)
     return table, demo_report(table, world, split)

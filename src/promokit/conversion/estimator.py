@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -24,12 +24,13 @@ from promokit.data import (
     EncodedFeatures,
     FeatureSpec,
     TableEncoder,
-    random_split,
+    holdout_split,
 )
 from promokit.training import (
     History,
     TrainConfig,
     Trainer,
+    auc_metric,
     read_json,
     read_weights,
     write_model_dir,
@@ -37,6 +38,13 @@ from promokit.training import (
 from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
+#: Training defaults, chosen on validation data like the network defaults (``models.NET_DEFAULTS``).
+DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=1e-3, embedding_decay=20.0, patience=2)
+#: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
+PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2)
+#: What can pick the epoch on the validation rows: the loss, or an AUC (output, label, rows given).
+MONITORS = {"loss": None, "ctr_auc": ("p_ctr", "click", None), "cvr_auc": ("p_cvr", "purchase", "click"),
+            "ctcvr_auc": ("p_ctcvr", "purchase", None)}
 
 
 @dataclass
@@ -66,8 +74,12 @@ class ConversionModel:
             raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
         self.name = model
         self.params = {**MODELS[model][1], **(params or {})}
-        self.train_config = train or TrainConfig()
+        self.train_config = train or DEFAULT_TRAIN
+        if self.train_config.monitor not in MONITORS:
+            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
         self.spec = spec or FeatureSpec()
+        if "min_count" in self.params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
+            self.spec = replace(self.spec, min_count=self.params.pop("min_count"))
         self.repair_labels = repair_labels
         self.encoder: TableEncoder | None = None
         self.net = None
@@ -82,8 +94,12 @@ class ConversionModel:
         return issubclass(self.model_class, nn.Module)
 
     def fit(self, table: pd.DataFrame, valid: pd.DataFrame | None = None, valid_fraction: float = 0.1,
-            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False) -> ConversionModel:
-        """Fit on ``table``; early-stop on ``valid`` (or a random ``valid_fraction`` of ``table``; 0 for none)."""
+            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
+            valid_split: str | None = None, on_epoch=None) -> ConversionModel:
+        """Fit on ``table``; early-stop on ``valid``, or else on a ``valid_fraction`` of ``table`` (0 for none) cut
+        by ``valid_split``: ``"time:<column>"`` (the latest rows) or ``"random"``; by default the latest rows by
+        the spec's ``time_key`` when it names one, else random rows. ``on_epoch`` is passed to
+        :meth:`Trainer.fit` (neural models)."""
         spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
         needed = [role for role in self.model_class.labels if role not in spec.labels]
         if needed:
@@ -98,8 +114,8 @@ class ConversionModel:
             for role, count in valid_report.repaired.items():
                 label_report.repaired[role] = label_report.repaired.get(role, 0) + count
         elif valid_fraction > 0:
-            train_rows, valid_rows = random_split(len(table), (1 - valid_fraction, valid_fraction),
-                                                  self.train_config.seed)
+            how = valid_split or (f"time:{spec.time_key}" if spec.time_key else "random")
+            train_rows, valid_rows = holdout_split(table, valid_fraction, how, self.train_config.seed)
             table, valid = table.iloc[train_rows], table.iloc[valid_rows]
             labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
         self.encoder = TableEncoder.fit(table, spec)
@@ -108,13 +124,34 @@ class ConversionModel:
         self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), labels=label_report)
         if self.is_neural:
             self.net = self._build_net()
-            trainer = Trainer(self.train_config, checkpoint_dir)
+            train_tensors = _tensors(train_x, labels)
             valid_tensors = None if valid_part is None else _tensors(*valid_part)
-            self.report.history = trainer.fit(self.net, _tensors(train_x, labels), valid_tensors, resume=resume)
+            if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
+                self.report.history = self.net.solve(train_tensors, valid_tensors)
+                self.params.update(self.net.chosen_params)
+            else:
+                trainer = Trainer(self.train_config, checkpoint_dir)
+                self.report.history = trainer.fit(self.net, train_tensors, valid_tensors, resume=resume,
+                                                  metrics=self._metrics(valid_tensors), on_epoch=on_epoch)
         else:
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.params})
             self.net.fit(train_x, labels, valid_part)
         return self
+
+    def _metrics(self, valid: dict[str, torch.Tensor] | None) -> dict:
+        """The validation AUCs to record each epoch: those whose rows hold both classes. The monitored one must."""
+        if valid is None:
+            return {}
+        metrics = {}
+        for name, (output, label, given) in ((k, v) for k, v in MONITORS.items() if v is not None):
+            y = valid[label] if given is None else valid[label][valid[given] == 1]
+            if 0 < int(y.sum()) < len(y):
+                metrics[name] = auc_metric(output, label, given)
+            elif name == self.train_config.monitor:
+                raise DataError(f"monitor {name!r} needs both classes of {label!r} among the {len(y)} validation rows"
+                                f"{' with ' + given + ' = 1' if given else ''}; they have {int(y.sum())} positives "
+                                "(monitor 'loss', or validate on more rows)")
+        return metrics
 
     def _build_net(self) -> nn.Module:
         return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **self.params)

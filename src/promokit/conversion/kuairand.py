@@ -109,6 +109,8 @@ class KuaiRandReport:
     dactions: int                  # after the repair, i.e. on clicked rows
     purchases: int                 # after the repair
     purchases_after_daction: int
+    purchase_behaviour: str = PURCHASE_BEHAVIOUR
+    daction_behaviours: tuple[str, ...] = DACTION_BEHAVIOURS
     #: rows whose label was 1 on an unclicked row and was set to 0, per label (daction, purchase)
     repaired: dict[str, int] = field(default_factory=dict)
     #: the same per source behaviour (is_like, …, is_follow): rows where it was 1 without a click
@@ -121,7 +123,8 @@ class KuaiRandReport:
         behaviours = ", ".join(f"{k} {v}" for k, v in self.unclicked_behaviours.items())
         text = (f"{self.log}: {self.rows:,} impressions, {self.users:,} users, {self.items:,} videos, "
                 f"dates {self.dates[0]}–{self.dates[-1]} ({len(self.dates)} days); clicks {self.clicks:,}, "
-                f"dactions {self.dactions:,}, purchases (follows) {self.purchases:,} "
+                f"dactions ({' | '.join(self.daction_behaviours)}) {self.dactions:,}, purchases "
+                f"({self.purchase_behaviour}) {self.purchases:,} "
                 f"({self.purchases_after_daction} after a DAction). Nesting repair (set to 0 without a click): "
                 f"{repaired} [behaviours on unclicked rows: {behaviours}]")
         missing = {k: v for k, v in self.missing_side_features.items() if v}
@@ -146,6 +149,8 @@ def load_kuairand(directory: str | os.PathLike, log: str = LOG_FILE, daction: tu
                         f"and pass the folder holding {log}")
     if not daction:
         raise DataError("daction: name at least one behaviour column, e.g. ('is_like', 'is_comment')")
+    if purchase in daction:
+        raise DataError(f"the purchase behaviour {purchase!r} cannot also be a DAction behaviour {list(daction)}")
     behaviours = [*dict.fromkeys((*daction, purchase))]
     raw = _read(folder / log, "log")
     _require(raw, [*LOG_COLUMNS, CLICK, *behaviours], folder / log)
@@ -185,21 +190,23 @@ def load_kuairand(directory: str | os.PathLike, log: str = LOG_FILE, daction: tu
         dates=tuple(int(d) for d in np.unique(table["date"])), clicks=int(table["click"].sum()),
         dactions=int(table["daction"].sum()), purchases=int(table["purchase"].sum()),
         purchases_after_daction=int(((table["purchase"] == 1) & (table["daction"] == 1)).sum()),
-        repaired=repaired, unclicked_behaviours=unclicked, missing_side_features=missing_side)
+        purchase_behaviour=purchase, daction_behaviours=tuple(daction), repaired=repaired,
+        unclicked_behaviours=unclicked, missing_side_features=missing_side)
     return table, report
 
 
 def kuairand_spec(table: pd.DataFrame, ids: bool = True) -> FeatureSpec:
     """Feature roles of a :func:`load_kuairand` table: its categorical and numeric features (those present),
-    the three labels and ``user_id`` as the GAUC group key. ``date`` is not a feature: with a time split the
-    test days are unseen values. ``ids=False`` leaves out the user / item / author ids."""
+    the three labels, ``user_id`` as the GAUC group key and ``date`` as the time key (not a feature: with a
+    time split the test days are unseen values; training validates on the latest days). ``ids=False`` leaves out the user / item / author ids."""
     id_columns = set() if ids else {"user_id", "item_id", "author_id"}
     missing_labels = [c for c in LABELS if c not in table.columns]
     if missing_labels or "user_id" not in table.columns:
         raise DataError(f"not a load_kuairand table: columns {missing_labels or ['user_id']} are missing")
     return FeatureSpec(categorical=[c for c in CATEGORICAL_FEATURES if c in table.columns and c not in id_columns],
                        numeric=[c for c in NUMERIC_FEATURES if c in table.columns],
-                       labels={label: label for label in LABELS}, group_key="user_id")
+                       labels={label: label for label in LABELS}, group_key="user_id",
+                       time_key="date" if "date" in table.columns else None)
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -4,8 +4,8 @@ from promokit.data.encoders import OOV, CategoryEncoder, EncodedFeatures, Numeri
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_parquet, write_text
 from promokit.data.spec import FeatureSpec, infer_feature_columns
-from promokit.data.split import group_split, random_split, time_split
+from promokit.data.split import group_split, holdout_split, latest_split, random_split, time_split
 
 __all__ = ["OOV", "CategoryEncoder", "DataError", "EncodedFeatures", "FeatureSpec", "NumericEncoder",
-           "TableEncoder", "group_split", "infer_feature_columns", "random_split", "read_table", "time_split",
+           "TableEncoder", "group_split", "holdout_split", "latest_split", "infer_feature_columns", "random_split", "read_table", "time_split",
            "write_json", "write_parquet", "write_text"]

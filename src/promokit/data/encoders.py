@@ -121,10 +121,11 @@ class TableEncoder:
         self.numeric = numeric
 
     @classmethod
-    def fit(cls, frame: pd.DataFrame, spec: FeatureSpec, min_count: int = 1,
-            squash_numeric: bool = True) -> TableEncoder:
+    def fit(cls, frame: pd.DataFrame, spec: FeatureSpec, squash_numeric: bool = True) -> TableEncoder:
+        """One encoder per feature of ``spec``; categories seen fewer than ``spec.min_count`` times in ``frame``
+        map to the out-of-vocabulary slot."""
         check_numeric_columns(frame, spec.numeric)
-        return cls({name: CategoryEncoder.fit(frame[name], min_count) for name in spec.categorical},
+        return cls({name: CategoryEncoder.fit(frame[name], spec.min_count) for name in spec.categorical},
                    {name: NumericEncoder.fit(frame[name], squash_numeric) for name in spec.numeric})
 
     @property

@@ -28,9 +28,16 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path}: cannot be read as {kind}: {exc}") from None
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{path}: cannot be read as {kind}: {first_line}") from None
     if frame.empty:
         raise DataError(f"{path}: the table has no rows (columns: {list(frame.columns)})")
+    if kind == "csv":  # pandas renames a repeated header "x" to "x.1": check the header as written
+        header = [str(c) for c in pd.read_csv(path, nrows=1, header=None, dtype=str).iloc[0]]
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise DataError(f"{path}: column names {repeated} appear more than once in the header of its "
+                            f"{len(frame)} rows; every column needs its own name")
     return frame
 
 

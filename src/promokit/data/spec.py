@@ -15,6 +15,9 @@ from promokit.data.errors import DataError
 
 #: An integer column with at most this many distinct values is inferred as categorical.
 MAX_INTEGER_LEVELS = 64
+#: Categories seen fewer times in training map to the out-of-vocabulary row.
+DEFAULT_MIN_COUNT = 1
+SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count")
 
 
 @dataclass
@@ -22,13 +25,18 @@ class FeatureSpec:
     """Roles of the columns of a table.
 
     ``labels`` maps a domain's label role (``click``, ``daction``, ``purchase`` …) to a column name.
-    Label columns are never features, even when listed as such.
+    Label columns are never features, even when listed as such. ``time_key`` names the column that orders
+    rows in time (never a feature): training then validates on the latest rows, as a test on later data
+    would. ``min_count``: categories seen fewer times in the training table share the out-of-vocabulary
+    row (:class:`~promokit.data.CategoryEncoder`).
     """
 
     categorical: list[str] = field(default_factory=list)
     numeric: list[str] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     group_key: str | None = "user_id"
+    time_key: str | None = None
+    min_count: int = DEFAULT_MIN_COUNT
 
     @property
     def features(self) -> list[str]:
@@ -37,14 +45,18 @@ class FeatureSpec:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def __post_init__(self):
+        if isinstance(self.min_count, bool) or not isinstance(self.min_count, int) or self.min_count < 1:
+            raise DataError(f"feature spec: min_count must be a whole number >= 1, got {self.min_count!r}")
+
     @classmethod
     def from_dict(cls, data: dict) -> FeatureSpec:
-        unknown = set(data) - {"categorical", "numeric", "labels", "group_key"}
+        unknown = set(data) - set(SPEC_KEYS)
         if unknown:
-            raise DataError(f"feature spec: unknown keys {sorted(unknown)}; "
-                            "allowed: categorical, numeric, labels, group_key")
+            raise DataError(f"feature spec: unknown keys {sorted(unknown)}; allowed: {', '.join(SPEC_KEYS)}")
         return cls(categorical=list(data.get("categorical", [])), numeric=list(data.get("numeric", [])),
-                   labels=dict(data.get("labels", {})), group_key=data.get("group_key", "user_id"))
+                   labels=dict(data.get("labels", {})), group_key=data.get("group_key", "user_id"),
+                   time_key=data.get("time_key"), min_count=data.get("min_count", DEFAULT_MIN_COUNT))
 
     @classmethod
     def from_file(cls, path: str | Path) -> FeatureSpec:
@@ -80,6 +92,8 @@ class FeatureSpec:
             raise DataError(f"feature spec: unknown label roles {sorted(extra_roles)}; "
                             f"this task uses {[*required_labels, *optional_labels]}")
         label_columns = set(labels.values())
+        if self.time_key is not None and self.time_key not in frame.columns:
+            raise DataError(missing_column_message(self.time_key, columns, "time key", len(frame)))
 
         def checked(names: list[str], kind: str) -> list[str]:
             for name in names:
@@ -98,11 +112,15 @@ class FeatureSpec:
             raise DataError(f"feature spec: columns {sorted(both)} are listed as both categorical and numeric")
         if self.group_key is not None and self.group_key not in frame.columns:
             raise DataError(missing_column_message(self.group_key, columns, "group key", len(frame)))
+        if self.time_key in (*categorical, *numeric):
+            raise DataError(f"feature spec: the time key {self.time_key!r} cannot also be a feature (the test "
+                            "rows' times are never seen in training)")
         if not categorical and not numeric:
-            categorical, numeric = infer_feature_columns(frame, exclude=label_columns)
+            categorical, numeric = infer_feature_columns(frame, exclude=label_columns | {self.time_key})
         if not categorical and not numeric:
             raise DataError("the table has no feature columns besides the labels")
-        return FeatureSpec(categorical=categorical, numeric=numeric, labels=labels, group_key=self.group_key)
+        return FeatureSpec(categorical=categorical, numeric=numeric, labels=labels, group_key=self.group_key,
+                           time_key=self.time_key, min_count=self.min_count)
 
 
 def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], list[str]]:

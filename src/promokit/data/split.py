@@ -33,6 +33,41 @@ def time_split(times: pd.Series, fractions: tuple[float, ...]) -> list[np.ndarra
     return [np.sort(p) for p in np.split(order, bounds)]
 
 
+def latest_split(times: pd.Series, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(earlier rows, latest rows): the latest ``fraction`` of the rows by ``times``, widened so that rows with
+    the boundary time all fall in the latest part (validate on the future, as a time-ordered test does)."""
+    if not 0 < fraction < 1:
+        raise DataError(f"the validation fraction must be in (0, 1), got {fraction}")
+    values = times.to_numpy()
+    missing = pd.isna(values)
+    if missing.any():
+        raise DataError(f"time column {times.name!r} has {int(missing.sum())} missing values in {len(values)} rows "
+                        f"(first at row {int(np.flatnonzero(missing)[0])})")
+    ordered = np.sort(values, kind="stable")
+    threshold = ordered[len(values) - max(1, int(round(fraction * len(values))))]
+    latest = values >= threshold
+    if latest.all():
+        raise DataError(f"time column {times.name!r}: all {len(values)} rows are at or after {threshold}, which "
+                        "leaves none to train on before the validation rows")
+    return np.flatnonzero(~latest), np.flatnonzero(latest)
+
+
+def holdout_split(frame: pd.DataFrame, fraction: float, how: str = "random",
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(kept rows, held-out rows) of ``frame``: ``how`` is ``"random"`` (a seeded random ``fraction``) or
+    ``"time:<column>"`` (the latest ``fraction`` by that column, see :func:`latest_split`)."""
+    if how == "random":
+        kept, held = random_split(len(frame), (1 - fraction, fraction), seed)
+        return kept, held
+    if how.startswith("time:"):
+        column = how.split(":", 1)[1]
+        if column not in frame.columns:
+            raise DataError(f"split {how!r}: column {column!r} is not in the table of {len(frame)} rows; columns: "
+                            f"{list(frame.columns)[:20]}")
+        return latest_split(frame[column], fraction)
+    raise DataError(f"a split is 'random' or 'time:<column>', got {how!r}")
+
+
 def group_split(groups: pd.Series, fractions: tuple[float, ...], seed: int = 0) -> list[np.ndarray]:
     """Split so that every group (e.g. a user) falls in exactly one part."""
     _check_fractions(fractions)

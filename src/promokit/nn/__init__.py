@@ -3,7 +3,8 @@
 from promokit.nn.attention import AttentionUnit
 from promokit.nn.embedding import FieldEmbedding, drop_to_oov
 from promokit.nn.inputs import FeatureEmbedding
+from promokit.nn.linear import LinearLogit
 from promokit.nn.losses import binary_log_loss
 from promokit.nn.mlp import MLP
 
-__all__ = ["MLP", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "binary_log_loss", "drop_to_oov"]
+__all__ = ["MLP", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "LinearLogit", "binary_log_loss", "drop_to_oov"]

@@ -26,7 +26,9 @@ from rich.progress import (
 from torch import Tensor, nn
 
 from promokit.data.io import atomic_path
+from promokit.metrics import auc
 from promokit.training.batches import Batch, iterate_batches, n_rows
+from promokit.training.optim import LazyWeightDecay, make_optimizers
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -34,6 +36,9 @@ CHECKPOINT = "checkpoint.pt"
 @dataclass
 class TrainConfig:
     """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000).
+
+    ``weight_decay`` is decoupled L2 on the dense parameters (AdamW); ``embedding_decay`` the same on the rows
+    of sparse embedding tables, applied lazily to the rows a batch touches (:class:`LazyWeightDecay`).
 
     ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
     validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
@@ -43,6 +48,7 @@ class TrainConfig:
     batch_size: int = 1000
     lr: float = 5e-4
     weight_decay: float = 0.0
+    embedding_decay: float = 0.0
     patience: int = 2
     seed: int = 0
     eval_batch_size: int = 16384
@@ -52,44 +58,58 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def merged(self, params: Mapping | None) -> tuple[TrainConfig, dict]:
+        """Flat parameters (``--params``, or what ``tune`` writes) split into this config with their TrainConfig
+        fields replaced (``lr``, ``embedding_decay`` …) and the remaining (model) parameters."""
+        params = dict(params or {})
+        names = set(self.to_dict())
+        return (TrainConfig(**{**self.to_dict(), **{k: v for k, v in params.items() if k in names}}),
+                {k: v for k, v in params.items() if k not in names})
+
 
 #: A validation metric: named outputs of a whole table and that table's batch → a number, higher is better.
 Metric = Callable[[dict[str, Tensor], Batch], float]
 
 
+def auc_metric(output: str, label: str, given: str | None = None) -> Metric:
+    """The validation AUC of ``outputs[output]`` against ``batch[label]``; with ``given``, only on the rows where
+    ``batch[given] == 1`` (e.g. CVR on clicked rows)."""
+
+    def metric(outputs: dict[str, Tensor], batch: Batch) -> float:
+        rows = slice(None) if given is None else batch[given] == 1
+        return auc(batch[label][rows].numpy(), outputs[output][rows].numpy())
+
+    return metric
+
+
 @dataclass
 class History:
     """Per-epoch records; ``best_score`` is the monitored quantity at ``best_epoch`` (validation loss, or the
-    monitored metric's value; the training loss without validation rows)."""
+    monitored metric's value; the training loss without validation rows).
+
+    A model solved rather than trained by epochs (e.g. logistic regression over a path of L2 strengths) keeps
+    one record per candidate in ``epochs``, names them by ``unit`` and flags the kept ones ``chosen``."""
 
     epochs: list[dict] = field(default_factory=list)
     best_epoch: int = -1
     monitor: str = "loss"
     best_score: float = math.nan
     stopped: str = "completed"  # completed | early_stopping | interrupted
+    unit: str = "epoch"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def summary(self) -> str:
         """One line for a terminal, e.g. ``early_stopping after 5 epochs; best validation auc 0.71234 at epoch 3``."""
+        if self.unit != "epoch":
+            chosen = "; ".join(", ".join(f"{k} {v:.5g}" if isinstance(v, float) else f"{k} {v}"
+                                         for k, v in r.items() if k != "chosen")
+                               for r in self.epochs if r.get("chosen"))
+            return f"{self.stopped}: {len(self.epochs)} candidates ({self.unit}); chosen: {chosen}"
         validated = bool(self.epochs) and "valid_loss" in self.epochs[0]
         watched = f"validation {self.monitor}" if validated else "training loss"
         return f"{self.stopped} after {len(self.epochs)} epochs; best {watched} {self.best_score:.5f} at epoch {self.best_epoch + 1}"
-
-
-def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[torch.optim.Optimizer]:
-    """SparseAdam for sparse-gradient embeddings, Adam(W) for every other parameter."""
-    sparse_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse}
-    sparse = [p for p in model.parameters() if id(p) in sparse_ids and p.requires_grad]
-    dense = [p for p in model.parameters() if id(p) not in sparse_ids and p.requires_grad]
-    optimizers: list[torch.optim.Optimizer] = []
-    if sparse:
-        optimizers.append(torch.optim.SparseAdam(sparse, lr=lr))
-    if dense:
-        optimizers.append(torch.optim.AdamW(dense, lr=lr, weight_decay=weight_decay) if weight_decay
-                          else torch.optim.Adam(dense, lr=lr))
-    return optimizers
 
 
 class Trainer:
@@ -105,14 +125,26 @@ class Trainer:
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
 
     def fit(self, model: nn.Module, train: Batch, valid: Batch | None = None, resume: bool = False,
-            metrics: Mapping[str, Metric] | None = None) -> History:
+            metrics: Mapping[str, Metric] | None = None,
+            on_epoch: Callable[[int, dict], None] | None = None) -> History:
         """Train ``model``; keep the epoch that is best on ``valid`` by ``config.monitor``. Every ``metrics``
-        entry is computed on ``valid`` after each epoch and recorded as ``valid_<name>``."""
+        entry is computed on ``valid`` after each epoch and recorded as ``valid_<name>``. ``on_epoch(epoch,
+        record)`` sees each epoch's record (e.g. to prune a hyper-parameter trial by raising); an exception it
+        raises ends training and propagates."""
         cfg = self.config
         metrics = dict(metrics or {})
         if cfg.monitor != "loss" and cfg.monitor not in metrics:
             raise ValueError(f"monitor {cfg.monitor!r} is neither 'loss' nor one of the metrics {sorted(metrics)}")
-        optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay)
+        optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay, cfg.embedding_decay)
+        try:
+            return self._fit(model, optimizers, train, valid, resume, metrics, on_epoch)
+        finally:
+            for opt in optimizers:
+                if isinstance(opt, LazyWeightDecay):
+                    opt.remove_hooks()
+
+    def _fit(self, model, optimizers, train, valid, resume, metrics, on_epoch) -> History:
+        cfg = self.config
         history, best_state, bad_epochs, start = History(monitor=cfg.monitor), None, 0, 0
         if resume and self.checkpoint_dir and (self.checkpoint_dir / CHECKPOINT).exists():
             state = torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True)
@@ -131,6 +163,8 @@ class Trainer:
                     if valid is not None:
                         record.update(self._validate(model, valid, metrics))
                     history.epochs.append(record)
+                    if on_epoch is not None:
+                        on_epoch(epoch, record)
                     if history.best_epoch < 0 or sign * record[key] > sign * history.best_score:
                         history.best_score, history.best_epoch, bad_epochs = record[key], epoch, 0
                         best_state = copy.deepcopy(model.state_dict())
@@ -142,6 +176,7 @@ class Trainer:
                         break
             except KeyboardInterrupt:
                 history.stopped = "interrupted"
+                _flush(optimizers)  # a half-done epoch's rows, for a model interrupted before its first best
         if best_state is not None:
             model.load_state_dict(best_state)
         model.eval()
@@ -168,6 +203,7 @@ class Trainer:
             seen += size
             if task is not None and (step % 25 == 24 or step == n_batches - 1):
                 progress.update(task, completed=step + 1, loss=f"loss {total.item() / seen:.4f}")
+        _flush(optimizers)
         if task is not None:
             progress.remove_task(task)
         seconds = time.perf_counter() - started
@@ -214,6 +250,12 @@ class Trainer:
                  "history": history.to_dict(), "best_state": best_state, "bad_epochs": bad_epochs, "epoch": epoch}
         with atomic_path(self.checkpoint_dir / CHECKPOINT) as tmp:
             torch.save(state, tmp)
+
+
+def _flush(optimizers) -> None:
+    for opt in optimizers:
+        if isinstance(opt, LazyWeightDecay):
+            opt.flush()
 
 
 def progress_display(enabled: bool):

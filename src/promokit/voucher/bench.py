@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from promokit.metrics import auc, gauc, logloss, rela_impr
 from promokit.training import TrainConfig
-from promokit.voucher.estimator import VoucherModel
+from promokit.voucher.estimator import DEFAULT_TRAIN, VoucherModel
 
-#: The paper's Table 3 compares against both.
-BASES = ("dnn", "din")
+#: RelaImpr is shown against the linear floor and the two bases of the paper's Table 3.
+BASES = ("lr", "dnn", "din")
+#: Models without a network to pass bench network parameters to.
+SHALLOW = ("lr", "gbdt")
 
 
 @dataclass
@@ -26,18 +28,17 @@ class Split:
 
 
 def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[str, dict] | None = None,
-        train: TrainConfig | None = None, on_result=None, train_overrides: dict[str, dict] | None = None,
-        group_by: str | None = None) -> pd.DataFrame:
-    """Fit every model with every seed on ``split.train`` (epochs / trees selected on ``split.valid``) and
-    score it on ``split.test``: one row per (model, seed) with auc, logloss (and gauc within the ``group_by``
-    groups) and the fit time in seconds. ``train_overrides[name]`` changes fields of ``train`` for one model
-    (e.g. LR's learning rate)."""
+        train: TrainConfig | None = None, on_result=None, group_by: str | None = None) -> pd.DataFrame:
+    """Fit every model with every seed on ``split.train`` (epochs / trees / LR's L2 strength selected on
+    ``split.valid``) and score it on ``split.test``: one row per (model, seed) with auc, logloss (and gauc
+    within the ``group_by`` groups) and the fit time in seconds. ``params[name]`` are one model's flat
+    parameters as ``tune`` writes them: training fields among them replace those of ``train`` for that model."""
     rows = []
-    train = train or TrainConfig(lr=1e-3, batch_size=1024, monitor="auc")
+    train = train or DEFAULT_TRAIN
     for seed in seeds:
         for name in models:
-            config = TrainConfig(**{**train.to_dict(), **(train_overrides or {}).get(name, {}), "seed": seed})
-            model = VoucherModel(name, (params or {}).get(name), config)
+            config, model_params = replace(train, seed=seed).merged((params or {}).get(name))
+            model = VoucherModel(name, model_params, config)
             started = time.perf_counter()
             model.fit(tables, split.train, split.valid)
             seconds = time.perf_counter() - started

@@ -8,12 +8,26 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    BatchSizeOpt,
+    EmbeddingDecayOpt,
+    EpochsOpt,
+    LrOpt,
+    MinCountOpt,
+    ParamsOpt,
+    PatienceOpt,
     ResumeOpt,
+    StorageOpt,
+    TimeoutOpt,
+    TrialsOpt,
+    TunedOpt,
+    WeightDecayOpt,
     checkpoint_dir,
     finish_training,
     get_console,
-    json_option,
     print_table,
+    run_tune,
+    training_options,
+    tuned_params,
     user_errors,
     write_bench_report,
     write_metrics_report,
@@ -31,7 +45,7 @@ NumericOpt = Annotated[Optional[str], typer.Option("--numeric", help="Comma-sepa
 ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help="Voucher validity (e.g. 7D) when outcome_time is absent.")]
 TermsOpt = Annotated[bool, typer.Option("--terms/--no-terms", help="Sessions carry the voucher terms min_spend and discount (--no-terms: data without them, e.g. AmExpert).")]
 ItemFeaturesOpt = Annotated[Optional[str], typer.Option("--item-features", help="Comma-separated item feature columns (default: category,brand,price_level).")]
-MonitorOpt = Annotated[str, typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
+MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
 GaucByOpt = Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within, e.g. campaign_id.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 ThreadsOpt = Annotated[int, typer.Option("--threads", help="Torch threads; 1 is fastest for these small batches, "
@@ -68,6 +82,34 @@ def _tables(sessions, events, items, voucher_items, categorical, numeric, validi
                         voucher_items=read_table(voucher_items) if voucher_items else None)
 
 
+def _parts(tables, valid_from: Optional[str], test_from: Optional[str]):
+    """Training / validation / held-out sessions by collection time: validation from --valid-from (default: the
+    last 10 % before --test-from), held out from --test-from (default: none)."""
+    import pandas as pd
+
+    from promokit.data import DataError
+    from promokit.voucher.history import split_by_time
+
+    collect = tables.sessions["collect_time"]
+    held_out = pd.Timestamp(test_from) if test_from else collect.max() + pd.Timedelta(1, "s")
+    cut = pd.Timestamp(valid_from) if valid_from else collect[collect < held_out].quantile(0.9)
+    parts = split_by_time(tables.sessions, cut, held_out)
+    if len(parts.train) == 0 or len(parts.valid) == 0:
+        raise DataError(f"--valid-from {cut} and --test-from {held_out} leave {len(parts.train)} training and "
+                        f"{len(parts.valid)} validation sessions of {len(collect)}; both must be non-empty")
+    return parts, cut
+
+
+def _training(params, min_count, **flags):
+    from promokit.voucher.estimator import DEFAULT_TRAIN
+
+    return training_options(DEFAULT_TRAIN, params, min_count, **flags)
+
+
+ValidFromOpt = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")]
+TestFromOpt = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on); score them with evaluate --from.")]
+
+
 @app.command()
 def train(sessions: SessionsOpt, items: ItemsOpt,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
@@ -75,42 +117,65 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
           item_features: ItemFeaturesOpt = None,
           model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
-          valid_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")] = None,
-          test_from: Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on); score them with evaluate --from.")] = None,
-          epochs: int = 10, batch_size: int = 1024, lr: float = 1e-3, patience: int = 2, monitor: MonitorOpt = "auc",
-          seed: int = 0,
-          params: Annotated[Optional[str], typer.Option(help='Model parameters as JSON, e.g. \'{"hidden": [64]}\'.')] = None,
+          valid_from: ValidFromOpt = None, test_from: TestFromOpt = None,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
+          monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
+          min_count: MinCountOpt = None, seed: int = 0, params: ParamsOpt = None,
           item_embeddings: ItemEmbeddingsOpt = None, freeze_items: FreezeItemsOpt = False,
           threads: ThreadsOpt = 1, resume: ResumeOpt = False):
     """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
     with user_errors():
         _set_threads(threads)
-        import pandas as pd
-
-        from promokit.data import DataError
-        from promokit.training import TrainConfig
         from promokit.voucher.estimator import VoucherModel
-        from promokit.voucher.history import split_by_time
 
-        model_params = _with_item_options(json_option("--params", params), item_embeddings, freeze_items)
-        VoucherModel(model, model_params)  # parameter errors before the tables are read
+        config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
+                                         patience=patience, monitor=monitor, embedding_decay=embedding_decay,
+                                         weight_decay=weight_decay, seed=seed)
+        model_params = _with_item_options(model_params, item_embeddings, freeze_items)
+        VoucherModel(model, model_params, config)  # parameter errors before the tables are read
         tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
                          item_features)
-        collect = tables.sessions["collect_time"]
-        held_out = pd.Timestamp(test_from) if test_from else collect.max() + pd.Timedelta(1, "s")
-        cut = pd.Timestamp(valid_from) if valid_from else collect[collect < held_out].quantile(0.9)
-        parts = split_by_time(tables.sessions, cut, held_out)
-        if len(parts.train) == 0 or len(parts.valid) == 0:
-            raise DataError(f"--valid-from {cut} and --test-from {held_out} leave {len(parts.train)} training and "
-                            f"{len(parts.valid)} validation sessions of {len(collect)}; both must be non-empty")
-        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, seed=seed,
-                             monitor=monitor)
+        parts, cut = _parts(tables, valid_from, test_from)
         estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid,
                                                                   checkpoint_dir(out), resume)
         estimator.save(out)
         finish_training(out, estimator.report.history)
         get_console().print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
                             f"{len(parts.valid)} validation sessions, {len(parts.test)} held out)", soft_wrap=True)
+
+
+@app.command()
+def tune(sessions: SessionsOpt, items: ItemsOpt,
+         out: Annotated[Path, typer.Option("--out", help="Folder for params.json (the best parameters), the "
+                                           "report and study.db.")],
+         events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
+         numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
+         item_features: ItemFeaturesOpt = None,
+         model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
+         valid_from: ValidFromOpt = None, test_from: TestFromOpt = None,
+         trials: TrialsOpt = 30, timeout: TimeoutOpt = None, storage: StorageOpt = None,
+         epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, patience: PatienceOpt = None, seed: int = 0,
+         params: Annotated[Optional[str], typer.Option("--params", help="Fixed model parameters (JSON or a JSON file) the search does not change, e.g. DMBGN's graph settings.")] = None,
+         threads: ThreadsOpt = 1):
+    """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) for the best validation AUC;
+    write the best as params.json for train --params. Held-out sessions (--test-from) are never scored."""
+    with user_errors():
+        _set_threads(threads)
+        from promokit.voucher.tune import tune_voucher
+
+        config, fixed = _training(params, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
+        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
+                         item_features)
+        parts, cut = _parts(tables, valid_from, test_from)
+
+        def search(path, on_trial):
+            return tune_voucher(model, tables, parts.train, parts.valid, config, fixed, trials, timeout, str(path),
+                                on_trial=on_trial)
+
+        run_tune(out, storage, f"promokit voucher tune: {model}",
+                 f"sessions: {sessions}; model {model}; {len(parts.train)} training sessions before {cut}, "
+                 f"{len(parts.valid)} validation sessions; maximise validation AUC; {trials} trials; seed {seed}",
+                 search)
 
 
 def _with_item_options(params: Optional[dict], item_embeddings: Optional[str], freeze_items: bool) -> Optional[dict]:
@@ -252,7 +317,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for sessions /
 @app.command()
 def amexpert(src: Annotated[Path, typer.Option("--src", help="AmExpert 2019 folder (train.csv, campaign_data.csv, coupon_item_mapping.csv, item_data.csv, customer_demographics.csv).")],
              out: Annotated[Path, typer.Option("--out", help="Folder for sessions / items / voucher_items Parquet files.")]):
-    """Map AmExpert 2019 to the voucher contract (see the README) and write it as tables, with the load report
+    """Map AmExpert 2019 to the voucher contract (see docs/voucher.md) and write it as tables, with the load report
     (amexpert.json)."""
     with user_errors():
         from promokit.data import write_json
@@ -284,19 +349,25 @@ def _net_for(name: str, net: dict) -> dict:
 def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 2019 folder, or 'synthetic'.")] = "synthetic",
           models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,wdl,din,dmbgn",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
-          epochs: int = 8, batch_size: int = 512, lr: float = 1e-3, patience: int = 1, monitor: MonitorOpt = "auc",
-          params: Annotated[Optional[str], typer.Option(help="Network parameters for every neural model as JSON; they override the bench network's, e.g. {\"oov_dropout\": 0.2}.")] = None,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
+          monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
+          params: Annotated[Optional[str], typer.Option(help="Parameters for every neural model (JSON or a JSON file); they override the bench network's, e.g. {\"oov_dropout\": 0.2}.")] = None,
+          tuned: TunedOpt = None,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
           gauc_by: Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within (default: campaign_id on AmExpert, none on synthetic data).")] = None,
           threads: ThreadsOpt = 1):
-    """Models × seeds on a time split: AUC mean ± std, RelaImpr vs DNN and vs DIN, logloss (Table 3)."""
+    """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
     with user_errors():
         _set_threads(threads)
-        from promokit.training import TrainConfig
-        from promokit.voucher import bench as runner
-        from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN_OVERRIDES, DEMO_WORLD, time_split
+        from dataclasses import replace
 
-        net = {**DEMO_NET, **json_option("--params", params, {})}
+        from promokit.voucher import bench as runner
+        from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN, DEMO_WORLD, time_split
+
+        config, net = training_options(DEMO_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
+                                       patience=patience, monitor=monitor, embedding_decay=embedding_decay)
+        config = replace(config, progress=False)
+        net = {**DEMO_NET, **net}
         oracle = None
         if data_dir == "synthetic":
             from promokit.voucher.synthetic import make_voucher_world
@@ -311,8 +382,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
             gauc_by = gauc_by or "campaign_id"
         split = time_split(tables)
         names = _names(models)
-        config = TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, patience=patience, progress=False,
-                             monitor=monitor)
+        vocabulary = {} if min_count is None else {"min_count": min_count}
         console = get_console()
 
         def done(row):
@@ -320,9 +390,11 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
             console.print(f"  seed {row['seed']} {row['model']:>16}: AUC {row['auc']:.4f}{grouped}  logloss "
                           f"{row['logloss']:.4f}  ({row['fit_seconds']:.0f} s)")
 
-        results = runner.run(tables, split, names, [int(s) for s in seeds.split(",")],
-                             {n: _net_for(n, net) for n in names if n not in ("lr", "gbdt")}, config, on_result=done,
-                             train_overrides=DEMO_TRAIN_OVERRIDES, group_by=gauc_by)
+        found = tuned_params(tuned, names)
+        per_model = {n: {**(_net_for(n, net) if n not in runner.SHALLOW else {}), **vocabulary, **found.get(n, {})}
+                     for n in names}
+        results = runner.run(tables, split, names, [int(s) for s in seeds.split(",")], per_model, config,
+                             on_result=done, group_by=gauc_by)
         if data_dir == "synthetic":
             oracle = runner.oracle_row(tables, split.test, world.truth, gauc_by)
         summary = runner.summarise(results, oracle)

@@ -15,8 +15,18 @@ from torch import nn
 
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec, TableEncoder
+from promokit.data.spec import DEFAULT_MIN_COUNT
 from promokit.metrics import auc, gauc, logloss
-from promokit.training import History, TrainConfig, Trainer, read_json, read_weights, take, write_model_dir
+from promokit.training import (
+    History,
+    TrainConfig,
+    Trainer,
+    auc_metric,
+    read_json,
+    read_weights,
+    take,
+    write_model_dir,
+)
 from promokit.training.seed import seed_everything
 from promokit.voucher.history import redeemed_history
 from promokit.voucher.item_embedding import ESTIMATOR_KEYS, check_item_params
@@ -33,6 +43,9 @@ GRAPH_VOCABULARY = "graph_vocabulary.json"
 GRAPH_PARAMS = ("z", "max_pre_events")
 #: What picks the epoch on the validation sessions: AUC (the paper's metric, default) or the logloss.
 MONITORS = ("auc", "loss")
+#: Training defaults: Adam at the paper's lr 0.001 (section 4.4), batches of 1,024, the epoch picked on
+#: validation AUC (a later period's redemption rate shifts, and its logloss follows the shift).
+DEFAULT_TRAIN = TrainConfig(lr=1e-3, batch_size=1024, monitor="auc")
 
 
 @dataclass
@@ -71,7 +84,7 @@ class VoucherModel:
         if graph_params and not self.uses_graphs:
             raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model {model!r} "
                             "has none")
-        self.train_config = train or TrainConfig(lr=1e-3, batch_size=1024, monitor="auc")
+        self.train_config = train or DEFAULT_TRAIN
         if self.train_config.monitor not in MONITORS:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
         self.max_history = max_history
@@ -96,10 +109,11 @@ class VoucherModel:
 
     @property
     def net_params(self) -> dict:
-        """``params`` minus the estimator's own keys: ``pretrain`` (pre-train the UVG encoder, eq. 6),
+        """``params`` minus the estimator's own keys: ``min_count`` (the vocabulary's, see
+        :class:`~promokit.data.FeatureSpec`), ``pretrain`` (pre-train the UVG encoder, eq. 6),
         ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2), ``item_pretrain`` (its
         MetaPath2Vec options) and the graph settings :data:`GRAPH_PARAMS`."""
-        own = ("pretrain", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
+        own = ("pretrain", "min_count", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
         return {k: v for k, v in self.params.items() if k not in own}
 
     # ---- features -------------------------------------------------------------------------------------
@@ -111,7 +125,8 @@ class VoucherModel:
                             "they cannot be features")
         if "voucher_id" not in tables.categorical:
             raise DataError(f"voucher_id must be a categorical feature; got {list(tables.categorical)}")
-        return FeatureSpec(categorical=list(tables.categorical), numeric=list(tables.numeric), group_key=None)
+        return FeatureSpec(categorical=list(tables.categorical), numeric=list(tables.numeric), group_key=None,
+                           min_count=self.params.get("min_count", DEFAULT_MIN_COUNT))
 
     def layout(self) -> FieldLayout:
         widths = [enc.width for enc in self.encoder.numeric.values()]
@@ -163,9 +178,9 @@ class VoucherModel:
 
     # ---- fit / predict ----------------------------------------------------------------------------------
     def fit(self, tables, train_rows, valid_rows=None, checkpoint_dir: str | os.PathLike | None = None,
-            resume: bool = False) -> VoucherModel:
-        """Fit on the sessions ``train_rows`` of ``tables``; select the epoch (or the number of trees) on
-        ``valid_rows``, never on test rows."""
+            resume: bool = False, on_epoch=None) -> VoucherModel:
+        """Fit on the sessions ``train_rows`` of ``tables``; select the epoch (or the number of trees, or LR's L2
+        strength) on ``valid_rows``, never on test rows. ``on_epoch`` is passed to :meth:`Trainer.fit`."""
         train_rows = _rows(train_rows, len(tables.sessions), "train_rows")
         valid_rows = None if valid_rows is None else _rows(valid_rows, len(tables.sessions), "valid_rows")
         seed_everything(self.train_config.seed)
@@ -191,8 +206,13 @@ class VoucherModel:
         if self.is_neural:
             items = self._item_embeddings(tables, train_rows)
             self.net = self._build_net(self._pretrained(tables, train_rows, items), items)
-            self.report.history = Trainer(self.train_config, checkpoint_dir).fit(self.net, train, valid, resume,
-                                                                                 metrics={"auc": _validation_auc})
+            if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
+                self.report.history = self.net.solve(train, valid)
+                self.params.update(self.net.chosen_params)
+            else:
+                self.report.history = Trainer(self.train_config, checkpoint_dir).fit(
+                    self.net, train, valid, resume, metrics={"auc": auc_metric("p_redeem", "redeemed")},
+                    on_epoch=on_epoch)
         else:
             self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.params})
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
@@ -308,10 +328,6 @@ class VoucherModel:
         else:
             model.net = model.model_class(model.layout(), **model.params).load_texts(path)
         return model
-
-
-def _validation_auc(outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> float:
-    return auc(batch["redeemed"].numpy(), outputs["p_redeem"].numpy())
 
 
 def _labels(sessions: pd.DataFrame) -> np.ndarray:

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from promokit.nn import LinearLogit
 from promokit.voucher.models.base import FieldLayout, RedeemModel
 from promokit.voucher.models.dnn import DNN
-from promokit.voucher.models.lr import LR
 
 
 class WDL(RedeemModel):
@@ -19,8 +19,8 @@ class WDL(RedeemModel):
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
                  dropout: float = 0.5, sparse: bool = True, oov_dropout: float = 0.0):
         super().__init__()
-        self.wide = LR(layout, ids=True, sparse=sparse, oov_dropout=oov_dropout)
+        self.wide = LinearLogit(layout.cardinalities, layout.n_numeric, sparse=sparse, oov_dropout=oov_dropout)
         self.deep = DNN(layout, emb_dim, hidden, dropout, sparse, oov_dropout)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        return {"p_redeem": torch.sigmoid(self.wide.logit(batch) + self.deep.logit(batch))}
+        return {"p_redeem": torch.sigmoid(self.wide(batch["cat"], batch["num"]) + self.deep.logit(batch))}

@@ -1,0 +1,119 @@
+"""Optimisers: SparseAdam for sparse embedding tables, Adam(W) for the rest, and lazy L2 on embedding rows."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+class LazyWeightDecay:
+    r"""Decoupled L2 weight decay on sparse embedding tables, applied only to the rows a batch touches.
+
+    Dense decoupled decay (AdamW; plain SGD with ``weight_decay``) shrinks every parameter at every step,
+    :math:`w_t = (1 - \eta_t\lambda)\,w_{t-1} - \eta_t u_t`. For an embedding table of millions of rows that
+    means rewriting the whole table each step, and sparse optimisers (``torch.optim.SparseAdam``) have no
+    decay at all. Here each row remembers how much of the decay it has received,
+    :math:`\log\prod_s (1 - \eta_s\lambda)` up to its last touch, and receives the rest when it is next read:
+
+    - before a training forward pass, a pre-hook on each table catches up the rows the batch looks up to
+      the previous step, so the forward sees exactly the values dense decay would have produced;
+    - at :meth:`step`, the rows with a gradient get this step's factor, then the wrapped optimiser's update;
+    - :meth:`flush` brings every row up to date (the Trainer calls it at the end of each epoch, before the
+      model is validated or saved).
+
+    With plain SGD this reproduces dense ``SGD(weight_decay=λ)`` on the same table (up to rounding); with
+    SparseAdam it is SparseAdam plus AdamW's decoupled decay. Rows never looked up still decay, at the next
+    flush, as under dense decay: this is an L2 prior on every row, not only on frequent ones.
+
+    Args:
+        optimizer: a torch optimiser over the tables' weights (e.g. ``SparseAdam``); its learning rate is read
+            at every step, so schedules apply to the decay too.
+        modules: the ``nn.Embedding`` tables whose weights ``optimizer`` updates.
+        weight_decay: :math:`\lambda`.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, modules: list[nn.Embedding], weight_decay: float):
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+        self.optimizer = optimizer
+        self.weight_decay = weight_decay
+        self.modules = list(modules)
+        owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if any(id(m.weight) not in owned for m in self.modules):
+            raise ValueError("every module's weight must be a parameter of the optimizer")
+        #: per table: the log of the total decay factor so far, and per row the part it has received
+        self.total = [0.0 for _ in self.modules]
+        self.applied = [torch.zeros(m.num_embeddings, dtype=torch.float64) for m in self.modules]
+        self._hooks = [m.register_forward_pre_hook(self._make_hook(k)) for k, m in enumerate(self.modules)]
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def _lr(self, weight: Tensor) -> float:
+        return next(g["lr"] for g in self.optimizer.param_groups if any(p is weight for p in g["params"]))
+
+    @torch.no_grad()
+    def _catch_up(self, k: int, rows: Tensor) -> None:
+        factor = torch.exp(self.total[k] - self.applied[k][rows]).to(self.modules[k].weight.dtype)
+        self.modules[k].weight[rows] *= factor.unsqueeze(1)
+        self.applied[k][rows] = self.total[k]
+
+    def _make_hook(self, k: int):
+        def hook(module: nn.Module, args: tuple) -> None:
+            if module.training and torch.is_grad_enabled():
+                self._catch_up(k, torch.unique(args[0]))
+        return hook
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for k, module in enumerate(self.modules):
+            grad = module.weight.grad
+            if grad is None:
+                continue
+            self.total[k] += math.log1p(-self._lr(module.weight) * self.weight_decay)
+            rows = grad._indices()[0] if grad.is_sparse else torch.arange(module.num_embeddings)
+            self._catch_up(k, rows)
+        self.optimizer.step()
+
+    def flush(self) -> None:
+        """Apply every row's pending decay (before evaluating or saving the tables)."""
+        for k, module in enumerate(self.modules):
+            self._catch_up(k, torch.arange(module.num_embeddings))
+
+    def remove_hooks(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "total": list(self.total),
+                "applied": [a.clone() for a in self.applied]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.total = list(state["total"])
+        self.applied = [a.clone() for a in state["applied"]]
+
+
+def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0,
+                    embedding_decay: float = 0.0) -> list:
+    """SparseAdam for sparse-gradient embedding tables (with :class:`LazyWeightDecay` when
+    ``embedding_decay`` > 0), Adam for every other parameter (AdamW when ``weight_decay`` > 0)."""
+    tables = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad]
+    table_ids = {id(m.weight) for m in tables}
+    sparse = [m.weight for m in tables]
+    dense = [p for p in model.parameters() if id(p) not in table_ids and p.requires_grad]
+    optimizers: list = []
+    if sparse:
+        sparse_adam = torch.optim.SparseAdam(sparse, lr=lr)
+        optimizers.append(LazyWeightDecay(sparse_adam, tables, embedding_decay) if embedding_decay > 0
+                          else sparse_adam)
+    if dense:
+        optimizers.append(torch.optim.AdamW(dense, lr=lr, weight_decay=weight_decay) if weight_decay
+                          else torch.optim.Adam(dense, lr=lr))
+    return optimizers

@@ -1,0 +1,66 @@
+"""Logistic regression solved to its optimum: the linear floor of every domain."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+
+from promokit.conversion import ConversionModel
+from promokit.nn import LinearLogit
+from promokit.training import fit_logistic
+from promokit.training.logistic import design_matrix
+
+
+def _data(n, seed, cards=(6, 4)):
+    g = torch.Generator().manual_seed(seed)
+    cat = torch.stack([torch.randint(0, c, (n,), generator=g) for c in cards], dim=1)
+    num = torch.randn(n, 2, generator=g)
+    logit = (cat[:, 0].float() - 2.5) * 0.6 - (cat[:, 1] == 2).float() + num[:, 0]
+    y = (torch.rand(n, generator=g) < torch.sigmoid(logit)).float()
+    return cat, num, y
+
+
+def test_design_matrix_is_one_hot_per_field_then_numeric():
+    cat = torch.tensor([[0, 3], [5, 1]])
+    num = torch.tensor([[0.5, -1.0], [2.0, 0.0]])
+    x = design_matrix(cat, num, [6, 4]).toarray()
+    assert x.shape == (2, 12)
+    assert x[0, [0, 9]].tolist() == [1, 1] and x[1, [5, 7]].tolist() == [1, 1]
+    assert x[:, 10:].tolist() == num.tolist() and x[:, :10].sum() == 4
+
+
+def test_fit_logistic_reaches_the_scikit_learn_optimum():
+    cat, num, y = _data(600, 0)
+    model = LinearLogit([6, 4], 2)
+    fit_logistic(model, cat, num, y, l2=0.01)
+    reference = LogisticRegression(C=1 / (600 * 0.01), tol=1e-10, max_iter=10_000).fit(
+        design_matrix(cat, num, [6, 4]), y.numpy())
+    ours = torch.sigmoid(model(cat, num)).detach().numpy()
+    np.testing.assert_allclose(ours, reference.predict_proba(design_matrix(cat, num, [6, 4]))[:, 1], atol=2e-3)
+
+
+def test_fit_logistic_chooses_the_l2_strength_on_validation_auc():
+    train, valid = _data(300, 0), _data(2000, 1)
+    path = fit_logistic(LinearLogit([6, 4], 2), *train, valid=valid, patience=20)
+    assert len(path) == 9 and sum(r["chosen"] for r in path) == 1
+    best = max(path, key=lambda r: r["valid_auc"])
+    assert best["chosen"]
+    assert path[0]["valid_auc"] < best["valid_auc"]  # the strongest penalty flattens the weights
+
+
+def test_fit_logistic_needs_both_classes():
+    cat, num, _ = _data(50, 0)
+    with pytest.raises(ValueError, match="both classes"):
+        fit_logistic(LinearLogit([6, 4], 2), cat, num, torch.zeros(50))
+
+
+def test_conversion_lr_is_the_floor_every_bench_shows(impressions, tmp_path):
+    train, test = impressions.iloc[:3000], impressions.iloc[3000:]
+    model = ConversionModel("lr").fit(train)
+    assert {"l2_ctr", "l2_cvr"} <= set(model.params)
+    assert model.report.history.unit == "l2 strength"
+    metrics = model.evaluate(test)
+    assert metrics["ctr_auc"] > 0.65 and metrics["cvr_auc"] > 0.55
+    model.save(tmp_path / "lr")
+    again = ConversionModel.load(tmp_path / "lr")
+    np.testing.assert_allclose(again.predict(test).to_numpy(), model.predict(test).to_numpy())
