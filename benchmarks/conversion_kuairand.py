@@ -1,26 +1,22 @@
-"""GBDT, DNN, DNN-OS, ESMM and ESM² on KuaiRand-Pure, split by day: the ESM² paper's Table 3 on real data.
+"""The conversion models against the linear floor on KuaiRand-Pure, split by day: defaults and tuned.
 
-Mapping (see :mod:`promokit.conversion.kuairand`): click = ``is_click``, DAction = like | comment | forward |
-profile enter, purchase = ``is_follow`` — both on clicked rows only (orphans on unclicked rows set to 0).
-Split by time on ``date``: train on the earliest days, early-stop on the next day, test on the last day.
+Mapping (see :mod:`promokit.conversion.kuairand`): click = ``is_click``; purchase = ``--purchase``
+(``is_follow``, or ``is_like``); DAction = like | comment | forward | profile enter without the purchase
+behaviour — both on clicked rows only (orphans on unclicked rows set to 0). Train on 04-25…04-28, early-stop
+on 04-29, test on 04-30 (``--valid-days`` / ``--test-days`` move the cut). Every model runs with its defaults;
+``--tuned DIR`` adds a second row per model with the parameters ``promokit conversion tune`` wrote to
+``DIR/<model>/params.json`` (tuned on the validation day only). A paired bootstrap of the test day compares
+each deep model with LR, the floor it has to beat.
 
 KuaiRand (Gao et al., CIKM 2022) is CC BY-SA 4.0; this script reads a local copy and writes only metrics.
 
 Usage::
 
-    .venv/bin/python benchmarks/conversion_kuairand.py                          # 5 models × seeds 0,1,2
-    .venv/bin/python benchmarks/conversion_kuairand.py --models esmm,esm2 --seeds 0 --score-on valid
+    .venv/bin/python benchmarks/conversion_kuairand.py --purchase is_like --tuned tuned/like
+    .venv/bin/python benchmarks/conversion_kuairand.py --models lr,esm2 --seeds 0 --score-on valid
 
-``--score-on valid`` scores on the validation day instead of the test day: use it (and the printed
-validation losses) to choose settings, so the test day is looked at once.
-
-Defaults were chosen on the validation day (2022-04-29), never the test day: towers (128, 64, 32), 8-dim
-embeddings, dropout 0.1, Adam lr 5e-4, batch 1000, up to 10 epochs, early stopping with patience 2 on the
-validation loss. The networks reach their best validation loss at epoch 3–7 and stop 2 epochs later
-(overfitting, not undertraining). The id fields (user, video, author) are left out by default: with them
-the CTR part of the validation loss improves (≈ 0.606–0.611 vs 0.616–0.617) but the CTCVR part gets worse
-(best ≈ 0.0096–0.0099 vs 0.0093–0.0095; a constant predictor scores ≈ 0.0097), since ~60 training follows
-cannot fit tens of thousands of id embeddings. ``--ids`` puts them back.
+``--score-on valid`` scores on the validation day instead of the test day, for choosing settings without
+looking at the test day.
 """
 
 from __future__ import annotations
@@ -39,15 +35,12 @@ import torch
 
 from promokit.conversion import bench
 from promokit.conversion.estimator import ConversionModel
-from promokit.conversion.kuairand import LOG_FILE, kuairand_spec, load_kuairand
+from promokit.conversion.kuairand import DACTION_BEHAVIOURS, LOG_FILE, kuairand_spec, load_kuairand
 from promokit.data import DataError
 from promokit.metrics import auc
-from promokit.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = (REPO / ".." / "shared" / "data" / "kuairand_pure").resolve()
-#: Narrow towers for ~95k rows, like promokit.conversion.demo.DEMO_NET.
-NET = {"emb_dim": 8, "hidden": (128, 64, 32), "dropout": 0.1}
 HEADLINE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "ctr_auc")
 
 
@@ -55,23 +48,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help=f"KuaiRand-Pure folder (default {DEFAULT_DATA})")
     p.add_argument("--log", default=LOG_FILE, help="log file in the folder")
-    p.add_argument("--models", default="gbdt,dnn,dnn-os,esmm,esm2")
+    p.add_argument("--purchase", default="is_follow", help="log column that is the conversion (is_follow, is_like)")
+    p.add_argument("--models", default="lr,gbdt,esmm,esm2")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--lr", type=float, default=5e-4)
-    p.add_argument("--batch-size", type=int, default=1000)
-    p.add_argument("--patience", type=int, default=2)
-    p.add_argument("--params", default=None, help="network parameters for every neural model, JSON "
-                                                   f"(default {json.dumps(NET)})")
+    p.add_argument("--tuned", type=Path, default=None,
+                   help="folder of tune results: DIR/<model>/params.json gives a second, tuned row per model")
+    p.add_argument("--no-ids", action="store_true", help="leave out the user / video / author ids")
     p.add_argument("--valid-days", type=int, default=1, help="days before the test day(s) used for early stopping")
     p.add_argument("--test-days", type=int, default=1, help="last days used for testing")
     p.add_argument("--score-on", choices=("test", "valid"), default="test",
                    help="'valid' scores on the validation day(s), for choosing settings without the test day")
-    p.add_argument("--ids", action="store_true",
-                   help="also use the user/item/author ids as features (they help CTR but overfit the ~60 "
-                        "training follows: higher validation CTCVR loss, so they are off by default)")
     p.add_argument("--bootstrap", type=int, default=1000,
-                   help="paired bootstrap resamples of the scored day for ESM² − ESMM (0: skip)")
+                   help="paired bootstrap resamples of the scored day, each deep model − LR (0: skip)")
     p.add_argument("--out", type=Path, default=None, help="folder for report.md / report.json / results.csv")
     return p.parse_args(argv)
 
@@ -135,56 +123,60 @@ def paired_bootstrap(labels: np.ndarray, scores: dict[str, list[np.ndarray]], a:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     warnings.filterwarnings("ignore", message=".*imputed with the training mean.*")
     started = time.perf_counter()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
-    net = json.loads(args.params) if args.params else NET
+    tuned = {m: json.loads((args.tuned / m / "params.json").read_text()) for m in models
+             if args.tuned is not None and (args.tuned / m / "params.json").is_file()}
     try:
-        table, report = load_kuairand(args.data_dir, log=args.log)
+        daction = tuple(b for b in DACTION_BEHAVIOURS if b != args.purchase)
+        table, report = load_kuairand(args.data_dir, log=args.log, daction=daction, purchase=args.purchase)
         split, days = day_split(table, args.valid_days, args.test_days)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    spec = kuairand_spec(table, ids=args.ids)
+    spec = kuairand_spec(table, ids=not args.no_ids)
     stats = part_stats(split, days)
     print(report.summary())
     print("KuaiRand: Gao et al., CIKM 2022, CC BY-SA 4.0.\n")
     print(f"time split on date (scored on: {args.score_on})")
     print(stats.to_string(), "\n")
     print(f"features: {len(spec.categorical)} categorical {spec.categorical}, numeric {spec.numeric}")
-    config = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
-                         progress=False)
-    print(f"network {json.dumps(net)}; training {config.to_dict()}\n")
+    print("tuned parameters: " + (json.dumps(tuned) if tuned else "none") + "\n")
 
     scored = split if args.score_on == "test" else bench.Split(split.train, split.valid, split.valid)
     histories: list[dict] = []
-    predictions: dict[str, list[pd.DataFrame]] = {}  # model → its predictions on the scored part, one per seed
+    predictions: dict[str, list[pd.DataFrame]] = {}  # row label → its predictions on the scored part, per seed
+    variants = [(m, m, None) for m in models] + [(f"{m} tuned", m, p) for m, p in tuned.items()]
 
-    def record(model: ConversionModel) -> None:
-        """Keep each neural model's training history and the ESMM / ESM² predictions for the bootstrap."""
-        h = model.report.history
-        if h is not None:
-            histories.append({"model": model.name, "seed": model.train_config.seed, "epochs": len(h.epochs),
-                              "best_epoch": h.best_epoch + 1, "best_valid_loss": h.best_score,
-                              "valid_losses": [round(e.get("valid_loss", float("nan")), 5) for e in h.epochs],
-                              "stopped": h.stopped})
-        if model.name in ("esmm", "esm2"):
-            predictions.setdefault(model.name, []).append(model.predict(scored.test))
+    def record(label: str):
+        def on_fitted(model: ConversionModel) -> None:
+            h = model.report.history
+            if h is not None and h.unit == "epoch":
+                histories.append({"model": label, "seed": model.train_config.seed, "epochs": len(h.epochs),
+                                  "best_epoch": h.best_epoch + 1, "monitor": h.monitor, "best": h.best_score,
+                                  "stopped": h.stopped})
+            predictions.setdefault(label, []).append(model.predict(scored.test))
+        return on_fitted
 
-    def done(row):
-        h = next((h for h in reversed(histories) if h["model"] == row["model"] and h["seed"] == row["seed"]), None)
-        trained = (f"  best valid loss {h['best_valid_loss']:.5f} at epoch {h['best_epoch']}/{h['epochs']}"
-                   if h else "")
-        print(f"  seed {row['seed']} {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  CTCVR AUC "
-              f"{row['ctcvr_auc']:.4f}  CTCVR GAUC {row['ctcvr_gauc']:.4f}  CTR AUC {row['ctr_auc']:.4f}  "
-              f"({row['fit_seconds']:.0f} s){trained}", flush=True)
+    def done(label: str):
+        def on_result(row):
+            print(f"  seed {row['seed']} {label:>11}: CVR AUC {row['cvr_auc']:.4f}  CTCVR AUC {row['ctcvr_auc']:.4f}  "
+                  f"CTCVR GAUC {row['ctcvr_gauc']:.4f}  CTR AUC {row['ctr_auc']:.4f}  ({row['fit_seconds']:.0f} s)",
+                  flush=True)
+        return on_result
 
-    results = bench.run(scored, models, seeds, spec, {m: net for m in models if m != "gbdt"}, config,
-                        on_result=done, on_fitted=record)
+    frames = []
+    for label, name, params in variants:
+        runs = seeds if name != "lr" else seeds[:1]  # LR is solved to its optimum: seeds change nothing
+        result = bench.run(scored, [name], runs, spec, {name: params} if params else None,
+                           on_result=done(label), on_fitted=record(label))
+        frames.append(result.assign(model=label))
+    results = pd.concat(frames, ignore_index=True)
 
-    summary = bench.summarise(results, base="esmm" if "esmm" in models else None, metrics=HEADLINE)
+    summary = bench.summarise(results, base="lr" if "lr" in models else None, metrics=HEADLINE)
     pd.set_option("display.width", 250)
     pd.set_option("display.max_columns", 20)
     print("\nmean ± std over seeds", seeds)
@@ -193,32 +185,26 @@ def main(argv=None) -> int:
     evaluated = scored.test
     clicked = evaluated[evaluated["click"] == 1]
     n_pos, n_clicked = int(evaluated["purchase"].sum()), len(clicked)
-    mean_cvr = results.groupby("model")["cvr_auc"].mean()
-    se = {m: auc_standard_error(a, n_pos, n_clicked - n_pos) for m, a in mean_cvr.items()}
+    se = auc_standard_error(float(results["cvr_auc"].mean()), n_pos, n_clicked - n_pos)
     part = "test" if args.score_on == "test" else "valid"
-    gauc_users = int(results["ctcvr_gauc_groups"].iloc[0] - results["ctcvr_gauc_skipped"].iloc[0]) \
-        if "ctcvr_gauc_groups" in results else 0
-    mean_se = float(np.nanmean(list(se.values())))
-    note = (f"\n{part} part: {len(evaluated):,} impressions, {n_clicked:,} clicks, {int(evaluated['daction'].sum())} "
-            f"dactions, {n_pos} purchases (follows) — only {report.purchases} in the whole log. Noise warning: "
-            f"the CVR AUC rests on {n_pos} positives among {n_clicked:,} clicked rows; its sampling standard "
-            f"error (Hanley–McNeil) is ≈ {mean_se:.3f} per model, far larger than the seed std above (which "
-            f"measures training noise only). The CTCVR AUC rests on the same {n_pos} positives, and the CTCVR "
-            f"GAUC averages over only {gauc_users} users (those with both a follow and a non-follow "
-            f"impression), so it is noisier still. Compare models with the paired bootstrap below, not by "
-            f"eye.")
-    print(note)
-    boot = {}
-    if args.bootstrap and {"esmm", "esm2"} <= set(predictions):
+    note = (f"{part} part: {len(evaluated):,} impressions, {n_clicked:,} clicks, {n_pos} purchases "
+            f"({args.purchase}). The CVR AUC rests on {n_pos} positives among {n_clicked:,} clicked rows: its "
+            f"sampling standard error (Hanley–McNeil) is ≈ {se:.3f}, beside which the seed std above (training "
+            f"noise only) is small. Compare models with the paired bootstrap, not by eye.")
+    print("\n" + note)
+    boot, boot_text = {}, ""
+    if args.bootstrap and "lr" in predictions:
         click = evaluated["click"].to_numpy() == 1
         purchase = evaluated["purchase"].to_numpy()
-        for metric, rows, column in (("cvr_auc", click, "p_cvr"), ("ctcvr_auc", slice(None), "p_ctcvr")):
-            scores = {m: [p[column].to_numpy()[rows] for p in predictions[m]] for m in ("esm2", "esmm")}
-            boot[metric] = paired_bootstrap(purchase[rows], scores, "esm2", "esmm", args.bootstrap)
-        lines = [f"  {metric}: {b['observed']:+.4f}  95 % interval [{b['low']:+.4f}, {b['high']:+.4f}]  "
-                 f"ESM² ahead in {100 * b['share_a_better']:.0f} % of resamples" for metric, b in boot.items()]
+        lines = []
+        for label in (v[0] for v in variants if v[1] != "lr" and v[0] in predictions):
+            for metric, rows, column in (("cvr_auc", click, "p_cvr"), ("ctcvr_auc", slice(None), "p_ctcvr")):
+                scores = {m: [p[column].to_numpy()[rows] for p in predictions[m]] for m in (label, "lr")}
+                b = boot[f"{label} {metric}"] = paired_bootstrap(purchase[rows], scores, label, "lr", args.bootstrap)
+                lines.append(f"  {label:>11} − lr  {metric:>9}: {b['observed']:+.4f}  95 % interval [{b['low']:+.4f}, "
+                             f"{b['high']:+.4f}]  ahead in {100 * b['share_a_better']:.0f} % of resamples")
         boot_text = (f"paired bootstrap of the {part} day ({args.bootstrap} row resamples, seed-averaged AUC), "
-                     "ESM² − ESMM:\n" + "\n".join(lines))
+                     "model − LR:\n" + "\n".join(lines))
         print("\n" + boot_text)
     elapsed = time.perf_counter() - started
     print(f"total runtime {elapsed / 60:.1f} min")
@@ -228,14 +214,14 @@ def main(argv=None) -> int:
 
         args.out.mkdir(parents=True, exist_ok=True)
         results.to_csv(args.out / "results.csv", index=False)
-        out = Report("promokit conversion models on KuaiRand-Pure (time split)",
+        out = Report(f"promokit conversion models against LR on KuaiRand-Pure (purchase = {args.purchase}, time split)",
                      data={"results": results.to_dict(orient="records"), "histories": histories,
-                           "split": stats.reset_index().to_dict(orient="records"), "network": net,
-                           "train": config.to_dict(), "load_report": report.summary(), "bootstrap": boot})
+                           "split": stats.reset_index().to_dict(orient="records"), "tuned": tuned,
+                           "load_report": report.summary(), "bootstrap": boot})
         out.add("Data", report.summary() + "\n\nKuaiRand: Gao et al., CIKM 2022, CC BY-SA 4.0.")
         out.add("Time split", stats)
         out.add(f"Mean ± std over seeds {seeds} ({part} part)", summary)
-        out.add("Noise", note.strip() + ("\n\n" + boot_text if boot else ""))
+        out.add("Noise", note + ("\n\n" + boot_text if boot else ""))
         out.write(args.out)
         print(f"report written to {args.out}/report.md")
     return 0

@@ -160,3 +160,16 @@ def test_flags_win_over_a_params_file(tmp_path, table_path):
     missing = _invoke("conversion", "train", "--data", table_path, "--params", tmp_path / "nope.json",
                       "--out", tmp_path / "m2")
     assert missing.exit_code == 2 and "neither a JSON object nor a JSON file" in missing.output
+
+
+def test_bench_tuned_reads_each_models_params_file(tmp_path, impressions):
+    impressions.assign(day=impressions.index // 400).to_parquet(tmp_path / "t.parquet")
+    (tmp_path / "tuned" / "esmm").mkdir(parents=True)
+    (tmp_path / "tuned" / "esmm" / "params.json").write_text(json.dumps({**json.loads(NET), "lr": 0.02}))
+    args = ["conversion", "bench", "--data", tmp_path / "t.parquet", "--split", "time:day", "--seeds", "0",
+            "--epochs", 1, "--out", tmp_path / "b"]
+    result = _invoke(*args, "--models", "lr,esmm", "--tuned", tmp_path / "tuned")
+    assert result.exit_code == 0, result.output
+    assert "RelaImpr cvr_auc vs lr" in (tmp_path / "b" / "report.md").read_text()
+    missing = _invoke(*args, "--models", "lr", "--tuned", tmp_path / "tuned")
+    assert missing.exit_code == 2 and "none of ['lr'] has a params.json" in missing.output

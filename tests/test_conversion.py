@@ -161,3 +161,15 @@ def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
     assert model.spec.min_count == 100 and "min_count" not in model.params
     # 50 users of ~80 rows each: none reaches 100, so the user field is its OOV row alone
     assert model.encoder.categorical["user_id"].cardinality == 1
+
+
+def test_bench_gives_each_model_its_own_training_fields(impressions):
+    from promokit.conversion import bench
+
+    split = bench.Split(impressions.iloc[:3000], impressions.iloc[3000:3500], impressions.iloc[3500:])
+    seen = {}
+    params = {"esmm": {**SMALL, "lr": 0.02, "embedding_decay": 2.0, "min_count": 3}, "lr": {"min_count": 2}}
+    bench.run(split, ["esmm", "lr"], [0], None, params, FAST,
+              on_fitted=lambda m: seen.update({m.name: (m.train_config, m.spec.min_count)}))
+    assert (seen["esmm"][0].lr, seen["esmm"][0].embedding_decay, seen["esmm"][1]) == (0.02, 2.0, 3)
+    assert (seen["lr"][0].lr, seen["lr"][1]) == (FAST.lr, 2)

@@ -206,7 +206,8 @@ def test_history_inputs_are_zero_on_padding(world, split):
 
 @pytest.mark.parametrize("name", ["lr", "gbdt", "wdl", "din"])
 def test_save_load_gives_identical_predictions(world, split, tmp_path, name):
-    model = VoucherModel(name, _params(name), TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    model = VoucherModel(name, {**_params(name), "min_count": 3}, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    assert model.spec.min_count == 3
     before = model.predict(world.tables, split.test)
     model.save(tmp_path / name)
     loaded = VoucherModel.load(tmp_path / name)

@@ -164,8 +164,9 @@ def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) ->
 
     def on_trial(record: dict) -> None:
         value = "—" if record["value"] is None else f"{record['value']:.4f}"
-        console.print(f"  trial {record['trial']:>3} {record['state']:>8}: {value} after {record['epochs']} epochs "
-                      f"({record['seconds'] or 0:.0f} s)", highlight=False)
+        epochs = f" after {record['epochs']} epochs" if record["epochs"] else ""
+        console.print(f"  trial {record['trial']:>3} {record['state']:>8}: {value}{epochs} ({record['seconds'] or 0:.0f} s)",
+                      highlight=False)
 
     result = search(storage, on_trial)
     write_json(result.best_params, out / "params.json")

@@ -214,7 +214,7 @@ class VoucherModel:
                     self.net, train, valid, resume, metrics={"auc": auc_metric("p_redeem", "redeemed")},
                     on_epoch=on_epoch)
         else:
-            self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.params})
+            self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.net_params})
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
         return self
 
@@ -326,7 +326,7 @@ class VoucherModel:
             model.net.load_state_dict(read_weights(path))
             model.net.eval()
         else:
-            model.net = model.model_class(model.layout(), **model.params).load_texts(path)
+            model.net = model.model_class(model.layout(), **model.net_params).load_texts(path)
         return model
 
 
