@@ -145,7 +145,7 @@ def amexpert_part(args, seeds) -> pd.DataFrame:
     from dataclasses import replace
 
     from promokit.voucher.amexpert import load_amexpert
-    from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN, time_split
+    from promokit.voucher.demo import DEMO_TRAIN, time_split
     from promokit.voucher.estimator import VoucherModel
 
     tables, _ = load_amexpert(SHARED / "amexpert2019")
@@ -156,8 +156,7 @@ def amexpert_part(args, seeds) -> pd.DataFrame:
         train = np.sort(rng.permutation(split.train)[: int(round(share * len(split.train)))])
         for name in args.voucher_models.split(","):
             for seed in seeds if name != "lr" else seeds[:1]:
-                params = None if name in ("lr", "gbdt") else DEMO_NET
-                model = VoucherModel(name, params, replace(DEMO_TRAIN, seed=seed, progress=False))
+                model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False))
                 model.fit(tables, train, split.valid)
                 metrics = model.evaluate(tables, split.test, "campaign_id")
                 rows.append({"share": share, "train_sessions": len(train), "model": name, "seed": seed,

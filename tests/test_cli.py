@@ -83,9 +83,9 @@ def test_demo_writes_report_with_oracle_and_gaps(tmp_path):
     assert result.exit_code == 0, result.output
     assert {"report.md", "report.json", "auc_vs_oracle.png"} <= {p.name for p in out.iterdir()}
     rows = {row["model"]: row for row in json.loads((out / "report.json").read_text())["results"]}
-    assert set(rows) == {"gbdt", "esm2", "oracle"}
+    assert set(rows) == {"lr", "gbdt", "esm2", "oracle"}
     # the generator's own probabilities rank conversions better than any model fitted on 4,800 rows
-    assert all(rows["oracle"]["ctcvr_auc"] > rows[m]["ctcvr_auc"] for m in ("gbdt", "esm2"))
+    assert all(rows["oracle"]["ctcvr_auc"] > rows[m]["ctcvr_auc"] for m in ("lr", "gbdt", "esm2"))
     assert "Gap to the oracle" in (out / "report.md").read_text()
 
 
@@ -95,7 +95,9 @@ def test_bench_on_the_synthetic_world_adds_the_oracle_and_rela_impr(tmp_path):
                      "--params", NET, "--base", "esmm", "--out", out)
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
-    assert [(r["model"], r["seed"]) for r in report["results"]] == [("esmm", 0), ("esm2", 0), ("esmm", 1), ("esm2", 1)]
+    # the linear floor is always shown, first, even when not named
+    assert [(r["model"], r["seed"]) for r in report["results"]] == [
+        ("lr", 0), ("esmm", 0), ("esm2", 0), ("lr", 1), ("esmm", 1), ("esm2", 1)]
     assert 0.5 < report["oracle"]["ctcvr_auc"] <= 1
     assert "RelaImpr cvr_auc vs esmm" in (out / "report.md").read_text()
 

@@ -32,8 +32,10 @@ TrialsOpt = Annotated[int, typer.Option("--trials", help="Finished trials the st
                                         "runs only the missing ones).")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Stop starting trials after this many "
                                                      "seconds.")]
-StorageOpt = Annotated[Optional[Path], typer.Option("--storage", help="SQLite file of the study (default: --out "
-                                                    "with .db); run the same command again to continue it.")]
+StorageOpt = Annotated[Optional[Path], typer.Option("--storage", help="SQLite file of the study (default: study.db "
+                                                    "in --out); run the same command again to continue it.")]
+TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tune results: DIR/<model>/params.json "
+                                                 "(tune --out DIR/<model>) replaces that model's parameters.")]
 
 
 @contextmanager
@@ -94,8 +96,11 @@ def params_option(flag: str, text: str | None) -> dict:
     return value
 
 
-TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tune results: DIR/<model>/params.json "
-                                                 "(tune --out DIR/<model>) replaces that model's parameters.")]
+def bench_models(text: str) -> list[str]:
+    """A bench's comma-separated models, with the linear floor ``lr`` first when not named: every bench shows
+    what the deep models have to beat."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return names if "lr" in names else ["lr", *names]
 
 
 def tuned_params(folder: Path | None, names: list[str]) -> dict[str, dict]:
@@ -171,7 +176,6 @@ def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) ->
     result = search(storage, on_trial)
     write_json(result.best_params, out / "params.json")
     trials = pd.DataFrame(result.trials).set_index("trial")
-    trials.index.name = "trial"
     report = Report(title, data={"best_params": result.best_params, "best_score": result.best_score,
                                  "trials": result.trials, "interrupted": result.interrupted})
     report.add("Setup", f"{setup}; study {storage}").add("Trials", trials.astype(str)).write(out)

@@ -22,6 +22,7 @@ from promokit.cli_support import (
     TrialsOpt,
     TunedOpt,
     WeightDecayOpt,
+    bench_models,
     checkpoint_dir,
     finish_training,
     get_console,
@@ -175,8 +176,8 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
 @app.command()
 def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("promokit-demo"),
          users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
-         models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gbdt,dnn,dnn-os,esmm,esm2"):
-    """Train GBDT, DNN, DNN-OS, ESMM and ESM² on the synthetic world and compare them with the oracle."""
+         models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2"):
+    """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² on the synthetic world and compare them with the oracle."""
     with user_errors():
         from promokit.conversion.demo import run_demo
 
@@ -187,7 +188,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
             console.print(f"  {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  CTCVR AUC {row['ctcvr_auc']:.4f}  "
                           f"({row['fit_seconds']:.0f} s)")
 
-        table, report = run_demo(users, items, impressions, seed, models.split(","), on_result=done)
+        table, report = run_demo(users, items, impressions, seed, bench_models(models), on_result=done)
         report.write(out)
         print_table("test metrics", report.sections[2][1])
         console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
@@ -196,7 +197,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
 @app.command()
 def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impression table; the synthetic world when omitted.")] = None,
           spec: SpecOpt = None,
-          models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
+          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
           base: Annotated[str, typer.Option(help="Model RelaImpr is measured against.")] = "lr",
           split: Annotated[Optional[str], typer.Option(help="How the test rows (the last 10 %) are cut: random, or time:<column> to train on the past and test on the future. Default: time:<the spec's time_key> when it names one, else random.")] = None,
@@ -214,7 +215,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         from promokit.conversion.synthetic import make_world
         from promokit.data import read_table
 
-        names = models.split(",")
+        names = bench_models(models)
         config, net = _training(params, None, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                                 monitor=monitor, embedding_decay=embedding_decay)
         oracle = None

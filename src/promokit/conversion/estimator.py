@@ -35,11 +35,13 @@ from promokit.training import (
     read_weights,
     write_model_dir,
 )
+from promokit.training import defaults
 from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
-#: Training defaults, chosen on validation data like the network defaults (``models.NET_DEFAULTS``).
-DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=1e-3, embedding_decay=20.0, patience=2)
+#: Training defaults, chosen on validation data like the network defaults (``promokit.training.defaults``).
+DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=defaults.LR, embedding_decay=defaults.EMBEDDING_DECAY,
+                            patience=2)
 #: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
 PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2)
 #: What can pick the epoch on the validation rows: the loss, or an AUC (output, label, rows given).

@@ -21,6 +21,7 @@ from promokit.cli_support import (
     TrialsOpt,
     TunedOpt,
     WeightDecayOpt,
+    bench_models,
     checkpoint_dir,
     finish_training,
     get_console,
@@ -248,7 +249,7 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
 @app.command()
 def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("promokit-voucher-demo"),
          users: int = 3000, vouchers: int = 120, items: int = 1000, sessions: int = 20_000, seed: int = 0,
-         models: Annotated[str, typer.Option(help="Comma-separated models.")] = ",".join(
+         models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = ",".join(
              ["lr", "gbdt", "dnn", "wdl", "din", "dmbgn-avgpooling", "dmbgn-pretrained", "dmbgn"]),
          threads: ThreadsOpt = 1):
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
@@ -265,7 +266,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
                           f"({row['fit_seconds']:.0f} s)")
 
         world = {"n_users": users, "n_vouchers": vouchers, "n_items": items, "n_sessions": sessions}
-        summary, report = run_demo(world, seed, _names(models), on_result=done)
+        summary, report = run_demo(world, seed, bench_models(models), on_result=done)
         report.write(out)
         print_table("test metrics", summary)
         console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
@@ -347,7 +348,7 @@ def _net_for(name: str, net: dict) -> dict:
 
 @app.command()
 def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 2019 folder, or 'synthetic'.")] = "synthetic",
-          models: Annotated[str, typer.Option(help="Comma-separated models.")] = "lr,gbdt,dnn,wdl,din,dmbgn",
+          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,wdl,din,dmbgn",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
@@ -362,12 +363,11 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         from dataclasses import replace
 
         from promokit.voucher import bench as runner
-        from promokit.voucher.demo import DEMO_NET, DEMO_TRAIN, DEMO_WORLD, time_split
+        from promokit.voucher.demo import DEMO_TRAIN, DEMO_WORLD, time_split
 
         config, net = training_options(DEMO_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
                                        patience=patience, monitor=monitor, embedding_decay=embedding_decay)
         config = replace(config, progress=False)
-        net = {**DEMO_NET, **net}
         oracle = None
         if data_dir == "synthetic":
             from promokit.voucher.synthetic import make_voucher_world
@@ -381,7 +381,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
             get_console().print(load_report.summary(), highlight=False)
             gauc_by = gauc_by or "campaign_id"
         split = time_split(tables)
-        names = _names(models)
+        names = bench_models(models)
         vocabulary = {} if min_count is None else {"min_count": min_count}
         console = get_console()
 

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 
 from promokit.report import Report
 from promokit.training import TrainConfig
 from promokit.voucher import bench
+from promokit.voucher.estimator import DEFAULT_TRAIN
 from promokit.voucher.history import default_cuts, split_by_time
 from promokit.voucher.synthetic import VoucherWorld, make_voucher_world
 
 MODELS = ["lr", "gbdt", "dnn", "wdl", "din", "dmbgn-avgpooling", "dmbgn-pretrained", "dmbgn"]
-#: The paper's section 4.4 (Adam, lr 0.001, MLP (128, 64), embeddings 16, attention 64 PReLU) with a larger
-#: batch and early stopping after one bad epoch to fit the 5-minute budget on 2 cores.
-DEMO_TRAIN = TrainConfig(epochs=8, batch_size=512, lr=1e-3, patience=1, monitor="auc")
-DEMO_NET = {"dropout": 0.2}
+#: The estimator's defaults, stopping after one bad epoch to fit the demo's 5-minute budget on 2 cores.
+DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=8, patience=1)
 DEMO_WORLD = {"n_users": 3000, "n_vouchers": 120, "n_items": 1000, "n_sessions": 20_000}
 
 
@@ -30,8 +31,7 @@ def run_demo(world: dict | None = None, seed: int = 0, models=MODELS, train: Tra
     world_params = {**DEMO_WORLD, **(world or {})}
     voucher_world = make_voucher_world(**world_params, seed=seed)
     split = time_split(voucher_world.tables)
-    params = {name: DEMO_NET for name in models if name not in bench.SHALLOW}
-    results = bench.run(voucher_world.tables, split, list(models), [seed], params, train, on_result=on_result)
+    results = bench.run(voucher_world.tables, split, list(models), [seed], None, train, on_result=on_result)
     oracle = bench.oracle_row(voucher_world.tables, split.test, voucher_world.truth)
     summary = bench.summarise(results, oracle)
     return summary, demo_report(summary, results, oracle, voucher_world, split)

@@ -5,10 +5,11 @@ from promokit.conversion.models.esm2 import ESM2, sequential_composition
 from promokit.conversion.models.esmm import ESMM
 from promokit.conversion.models.gbdt import GBDT
 from promokit.conversion.models.lr import LR
+from promokit.training import defaults
 
-#: The neural models' default network, chosen on validation days of KuaiRand and the synthetic world (see
-#: docs/conversion.md): the classes' own defaults are the ESM² paper's Table 2, tuned for 10⁹ impressions.
-NET_DEFAULTS = {"emb_dim": 8, "hidden": (128, 64, 32), "dropout": 0.1}
+#: The neural models' default network (``promokit.training.defaults``, chosen on validation data); the classes'
+#: own defaults are the ESM² paper's Table 2, tuned for 10⁹ impressions.
+NET_DEFAULTS = defaults.NET
 #: The paper's Table 2 network as parameters (with ``promokit.conversion.estimator.PAPER_TRAIN``).
 PAPER_NET = {"emb_dim": 16, "hidden": (512, 256, 128, 32), "dropout": 0.5}
 

@@ -1,5 +1,6 @@
 """Voucher-redemption models by the names of the DMBGN paper's Table 3; each a class and its default params."""
 
+from promokit.training import defaults
 from promokit.voucher.models.base import FieldLayout, RedeemModel
 from promokit.voucher.models.din import DIN
 from promokit.voucher.models.dmbgn import DMBGN
@@ -11,15 +12,19 @@ from promokit.voucher.models.wdl import WDL
 #: name → (class, default parameters). ``pretrain: k`` makes the estimator pre-train DMBGN's UVG encoder for
 #: k epochs on the training sessions (eq. 6) first: DMBGN fine-tunes it, DMBGN-Pretrained keeps it frozen,
 #: DMBGN-AvgPooling averages item embeddings instead of running the GNN (paper section 5).
+#: Every neural model starts from the shared network defaults (``promokit.training.defaults``, chosen on
+#: validation data); the classes' own defaults are the paper's section 4.4 (MLP (128, 64), dropout 0.5), kept
+#: as ``PAPER_NET``.
 MODELS = {
     "lr": (LR, {}),
     "gbdt": (GBDT, {}),
-    "dnn": (DNN, {}),
-    "wdl": (WDL, {}),
-    "din": (DIN, {}),
-    "dmbgn-avgpooling": (DMBGN, {"encoder": "avg"}),
-    "dmbgn-pretrained": (DMBGN, {"pretrain": 3, "freeze_pretrained": True}),
-    "dmbgn": (DMBGN, {"pretrain": 3}),
+    "dnn": (DNN, defaults.NET),
+    "wdl": (WDL, defaults.NET),
+    "din": (DIN, defaults.NET),
+    "dmbgn-avgpooling": (DMBGN, {**defaults.NET, "encoder": "avg"}),
+    "dmbgn-pretrained": (DMBGN, {**defaults.NET, "pretrain": 3, "freeze_pretrained": True}),
+    "dmbgn": (DMBGN, {**defaults.NET, "pretrain": 3}),
 }
+PAPER_NET = {"emb_dim": 16, "hidden": (128, 64), "dropout": 0.5}
 
-__all__ = ["DIN", "DMBGN", "DNN", "GBDT", "LR", "MODELS", "WDL", "FieldLayout", "RedeemModel"]
+__all__ = ["DIN", "DMBGN", "DNN", "GBDT", "LR", "MODELS", "PAPER_NET", "WDL", "FieldLayout", "RedeemModel"]

@@ -1,0 +1,11 @@
+"""Defaults of the neural models of every domain, chosen on validation data (KuaiRand-Pure's validation day
+with like and with follow as the conversion, AmExpert 2019's validation campaigns, the synthetic worlds) rather
+than copied from the papers, whose settings were tuned for 10⁸–10⁹ rows. The comparison is in
+docs/training.md#defaults; each paper's own setting stays available as parameters."""
+
+#: 16-dimensional embeddings, towers (256, 128, 64), dropout 0.3.
+NET = {"emb_dim": 16, "hidden": (256, 128, 64), "dropout": 0.3}
+#: Adam's learning rate.
+LR = 1e-3
+#: Lazy L2 on embedding rows (``TrainConfig.embedding_decay``).
+EMBEDDING_DECAY = 10.0
