@@ -9,23 +9,27 @@ from torch import Tensor, nn
 
 
 class LazyWeightDecay:
-    r"""Decoupled L2 weight decay on sparse embedding tables, applied only to the rows a batch touches.
+    r"""Decoupled L2 weight decay on sparse embedding tables, applied only to the rows a batch reads.
 
-    Dense decoupled decay (AdamW; plain SGD with ``weight_decay``) shrinks every parameter at every step,
-    :math:`w_t = (1 - \eta_t\lambda)\,w_{t-1} - \eta_t u_t`. For an embedding table of millions of rows that
-    means rewriting the whole table each step, and sparse optimisers (``torch.optim.SparseAdam``) have no
-    decay at all. Here each row remembers how much of the decay it has received,
-    :math:`\log\prod_s (1 - \eta_s\lambda)` up to its last touch, and receives the rest when it is next read:
+    Dense decoupled decay shrinks every parameter at every step; here by a factor applied after the
+    optimiser's update, :math:`w_t = (1 - \eta_t\lambda)\,(w_{t-1} - \eta_t u_t)` (AdamW applies it before the
+    update, which differs by a factor :math:`1 - \eta_t\lambda` on the update, 1 % at lr 0.001 and
+    :math:`\lambda` = 10). For an embedding table of millions of rows dense decay means rewriting the whole table
+    each step, and sparse optimisers (``torch.optim.SparseAdam``) have no decay at all. Here each row remembers
+    how much of the decay :math:`\log\prod_s (1 - \eta_s\lambda)` it has received and gets the rest when it is
+    next read:
 
-    - before a training forward pass, a pre-hook on each table catches up the rows the batch looks up to
-      the previous step, so the forward sees exactly the values dense decay would have produced;
-    - at :meth:`step`, the rows with a gradient get this step's factor, then the wrapped optimiser's update;
+    - :meth:`step` runs the wrapped optimiser's update and adds this step's factor to each table's running
+      total, a scalar: no row is touched;
+    - before a training forward pass, a pre-hook on each table brings the rows the batch reads up to date,
+      so the forward sees exactly the values dense decay would have produced (tables must be read by calling
+      their module, as every promokit model does);
     - :meth:`flush` brings every row up to date (the Trainer calls it at the end of each epoch, before the
       model is validated or saved).
 
-    With plain SGD this reproduces dense ``SGD(weight_decay=λ)`` on the same table (up to rounding); with
-    SparseAdam it is SparseAdam plus AdamW's decoupled decay. Rows never looked up still decay, at the next
-    flush, as under dense decay: this is an L2 prior on every row, not only on frequent ones.
+    With plain SGD this reproduces dense SGD followed by ``w *= 1 - lr·λ`` at every step (up to rounding);
+    with SparseAdam it is SparseAdam plus decoupled decay. Rows never read still decay, at the next flush, as
+    under dense decay: this is an L2 prior on every row, not only on frequent ones.
 
     Args:
         optimizer: a torch optimiser over the tables' weights (e.g. ``SparseAdam``); its learning rate is read
@@ -57,28 +61,26 @@ class LazyWeightDecay:
 
     @torch.no_grad()
     def _catch_up(self, k: int, rows: Tensor) -> None:
-        factor = torch.exp(self.total[k] - self.applied[k][rows]).to(self.modules[k].weight.dtype)
-        self.modules[k].weight[rows] *= factor.unsqueeze(1)
-        self.applied[k][rows] = self.total[k]
+        """Give ``rows`` the decay they have not received yet (a row listed twice gets the same value twice)."""
+        weight, applied = self.modules[k].weight, self.applied[k]
+        factor = torch.exp(self.total[k] - applied.index_select(0, rows)).to(weight.dtype)
+        weight.index_copy_(0, rows, weight.index_select(0, rows) * factor.unsqueeze(1))
+        applied.index_fill_(0, rows, self.total[k])
 
     def _make_hook(self, k: int):
         def hook(module: nn.Module, args: tuple) -> None:
             if module.training and torch.is_grad_enabled():
-                self._catch_up(k, torch.unique(args[0]))
+                self._catch_up(k, args[0].reshape(-1))  # repeated rows get the same value twice: no need to sort
         return hook
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
-        for k, module in enumerate(self.modules):
-            grad = module.weight.grad
-            if grad is None:
-                continue
-            self.total[k] += math.log1p(-self._lr(module.weight) * self.weight_decay)
-            rows = grad._indices()[0] if grad.is_sparse else torch.arange(module.num_embeddings)
-            self._catch_up(k, rows)
         self.optimizer.step()
+        for k, module in enumerate(self.modules):
+            if module.weight.grad is not None:  # as AdamW, a table without a gradient this step does not decay
+                self.total[k] += math.log1p(-self._lr(module.weight) * self.weight_decay)
 
     def flush(self) -> None:
         """Apply every row's pending decay (before evaluating or saving the tables)."""
