@@ -173,3 +173,10 @@ def test_bench_gives_each_model_its_own_training_fields(impressions):
               on_fitted=lambda m: seen.update({m.name: (m.train_config, m.spec.min_count)}))
     assert (seen["esmm"][0].lr, seen["esmm"][0].embedding_decay, seen["esmm"][1]) == (0.02, 2.0, 3)
     assert (seen["lr"][0].lr, seen["lr"][1]) == (FAST.lr, 2)
+
+
+def test_an_unknown_model_parameter_is_one_line_with_a_hint():
+    with pytest.raises(DataError, match=r"model 'esm2' has no parameter 'hiden' \(did you mean 'hidden'\?\); its parameters are"):
+        ConversionModel("esm2", {"hiden": [8]})
+    with pytest.raises(DataError, match=r"model 'lr' has no parameter 'l2'; its parameters are \['l2_ctr', 'l2_cvr'\]"):
+        ConversionModel("lr", {"l2": 1e-3})

@@ -343,3 +343,9 @@ def test_documented_errors(world, split):
     by_auc = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc"})
     with pytest.raises(DataError, match=f"0 of the {len(one_class)} are redeemed"):
         VoucherModel("dnn", TINY_NET, by_auc).fit(world.tables, split.train, one_class)
+
+
+def test_an_unknown_model_parameter_is_one_line_with_a_hint():
+    with pytest.raises(DataError, match=r"model 'din' has no parameter 'droput' \(did you mean 'dropout'\?\)"):
+        VoucherModel("din", {"droput": 0.1})
+    assert VoucherModel("dmbgn", {"z": 4, "min_count": 2, "pretrain": 1}).params["z"] == 4  # the estimator's own

@@ -31,6 +31,7 @@ from promokit.training import (
     TrainConfig,
     Trainer,
     auc_metric,
+    check_model_params,
     read_json,
     read_weights,
     write_model_dir,
@@ -82,6 +83,7 @@ class ConversionModel:
         self.spec = spec or FeatureSpec()
         if "min_count" in self.params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
             self.spec = replace(self.spec, min_count=self.params.pop("min_count"))
+        check_model_params(model, self.model_class, self.params)
         self.repair_labels = repair_labels
         self.encoder: TableEncoder | None = None
         self.net = None

@@ -23,6 +23,7 @@ from promokit.training import (
     TrainConfig,
     Trainer,
     auc_metric,
+    check_model_params,
     read_json,
     read_weights,
     take,
@@ -42,6 +43,8 @@ GRAPH_VOCABULARY = "graph_vocabulary.json"
 #: DMBGN parameters of its graphs (``UVGStore.build``): ``z`` nearest items the voucher links to per zone (6) and
 #: ``max_pre_events`` pre-collection events kept per session (50; items per voucher without a behaviour log).
 GRAPH_PARAMS = ("z", "max_pre_events")
+#: Parameters the estimator uses itself rather than passing to the model class (see ``net_params``).
+ESTIMATOR_OWN = ("pretrain", "min_count", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
 #: What picks the epoch on the validation sessions: AUC (the paper's metric, default) or the logloss.
 MONITORS = ("auc", "loss")
 #: Training defaults: Adam at lr 0.001 (the paper's section 4.4 too) with lazy L2 on the embedding rows
@@ -87,6 +90,7 @@ class VoucherModel:
         if graph_params and not self.uses_graphs:
             raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model {model!r} "
                             "has none")
+        check_model_params(model, self.model_class, self.params, own=ESTIMATOR_OWN)
         self.train_config = train or DEFAULT_TRAIN
         if self.train_config.monitor not in MONITORS:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
@@ -116,8 +120,7 @@ class VoucherModel:
         :class:`~promokit.data.FeatureSpec`), ``pretrain`` (pre-train the UVG encoder, eq. 6),
         ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2), ``item_pretrain`` (its
         MetaPath2Vec options) and the graph settings :data:`GRAPH_PARAMS`."""
-        own = ("pretrain", "min_count", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
-        return {k: v for k, v in self.params.items() if k not in own}
+        return {k: v for k, v in self.params.items() if k not in ESTIMATOR_OWN}
 
     # ---- features -------------------------------------------------------------------------------------
     def _feature_spec(self, tables) -> FeatureSpec:
