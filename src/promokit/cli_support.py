@@ -103,6 +103,19 @@ def bench_models(text: str) -> list[str]:
     return names if "lr" in names else ["lr", *names]
 
 
+def seeds_option(text: str) -> list[int]:
+    """``--seeds 0,1,2`` as integers, or a one-line error."""
+    from promokit.data.errors import DataError
+
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise DataError(f"--seeds must be comma-separated whole numbers, got {text!r}") from None
+    if not seeds:
+        raise DataError("--seeds names no seed")
+    return seeds
+
+
 def tuned_params(folder: Path | None, names: list[str]) -> dict[str, dict]:
     """``--tuned DIR``: the parameters ``tune`` wrote for each model that has a ``DIR/<model>/params.json``."""
     from promokit.data.errors import DataError

@@ -28,6 +28,7 @@ from promokit.cli_support import (
     get_console,
     print_table,
     run_tune,
+    seeds_option,
     training_options,
     tuned_params,
     user_errors,
@@ -236,7 +237,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
 
         found = tuned_params(tuned, names)
         per_model = {n: {**({} if n in runner.SHALLOW else net), **found.get(n, {})} for n in names}
-        results = runner.run(parts, names, [int(s) for s in seeds.split(",")], feature_spec, per_model, config,
+        results = runner.run(parts, names, seeds_option(seeds), feature_spec, per_model, config,
                              repair_labels=repair_labels, on_result=done)
         summary = runner.summarise(results, base if base in names else None)
         if data is None:

@@ -10,6 +10,8 @@ from promokit.metrics.ranking import (
     gauc,
     precision_recall_f1_at_top,
 )
+from promokit.metrics.regression import mae, squared_error
+from promokit.metrics.uplift import uplift_by_quantile
 
 __all__ = [
     "GAUCResult",
@@ -18,7 +20,10 @@ __all__ = [
     "auc",
     "gauc",
     "logloss",
+    "mae",
     "mse",
     "precision_recall_f1_at_top",
     "rela_impr",
+    "squared_error",
+    "uplift_by_quantile",
 ]

@@ -40,6 +40,9 @@ class TrainConfig:
     ``weight_decay`` is decoupled L2 on the dense parameters (AdamW); ``embedding_decay`` the same on the rows
     of sparse embedding tables, applied lazily to the rows a batch touches (:class:`LazyWeightDecay`).
 
+    ``lr_decay`` is exponential learning-rate decay by epoch: epoch e trains at ``lr · lr_decay**e`` (the
+    joint-incentive paper's section 5 uses 0.95; 1 keeps the rate constant).
+
     ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
     validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
     """
@@ -47,6 +50,7 @@ class TrainConfig:
     epochs: int = 10
     batch_size: int = 1000
     lr: float = 5e-4
+    lr_decay: float = 1.0
     weight_decay: float = 0.0
     embedding_decay: float = 0.0
     patience: int = 2
@@ -185,6 +189,9 @@ class Trainer:
     def _train_epoch(self, model, optimizers, train: Batch, epoch: int, progress) -> dict:
         cfg = self.config
         model.train()
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["lr"] = cfg.lr * cfg.lr_decay ** epoch
         torch.manual_seed(cfg.seed * 100_003 + epoch)
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
         n = n_rows(train)

@@ -27,6 +27,7 @@ from promokit.cli_support import (
     get_console,
     print_table,
     run_tune,
+    seeds_option,
     training_options,
     tuned_params,
     user_errors,
@@ -393,7 +394,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         found = tuned_params(tuned, names)
         per_model = {n: {**(_net_for(n, net) if n not in runner.SHALLOW else {}), **vocabulary, **found.get(n, {})}
                      for n in names}
-        results = runner.run(tables, split, names, [int(s) for s in seeds.split(",")], per_model, config,
+        results = runner.run(tables, split, names, seeds_option(seeds), per_model, config,
                              on_result=done, group_by=gauc_by)
         if data_dir == "synthetic":
             oracle = runner.oracle_row(tables, split.test, world.truth, gauc_by)

@@ -1,0 +1,209 @@
+"""The incentive bench: every model on synthetic worlds, against the oracle, with the allocation they lead to.
+
+For each seed: a world (``make_world(seed=seed)``), an 85/15 split of customers and merchants (section 5),
+each model trained on the 85 % (its own 10 % validation inside), then on the held-out 15 %: the offline
+metrics of Tables 2–3, Figure 4's uplift by sensitivity quintile, Figure 5's curves, and the budget
+allocation that the model's scores lead to, scored by the true curves (the offline analogue of Tables 4–5).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from promokit.incentive.contract import IncentiveTables, check_tables
+from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, node_split
+from promokit.incentive.evaluate import Evaluation, change_point, evaluate
+from promokit.incentive.simulate import simulate
+from promokit.incentive.synthetic import IncentiveWorld, make_world
+from promokit.report import Report
+from promokit.training import TrainConfig
+
+MODELS = ["gnn-hazard", "dnn", "dnn-h", "sbbm", "cox", "dssm-c"]
+ORACLE = "oracle"
+HEADLINE = ["auc_c", "mae_c", "mse_c", "mae_m", "mse_m", "curve_mae_c"]
+
+
+@dataclass
+class BenchResult:
+    metrics: pd.DataFrame                  # one row per model × seed (+ oracle rows)
+    simulation: pd.DataFrame               # one row per model × seed × budget reading
+    curves: dict[str, pd.DataFrame] = field(default_factory=dict)   # first seed, per model
+    uplift: dict[str, pd.DataFrame] = field(default_factory=dict)   # first seed, per model
+    worlds: list[dict] = field(default_factory=list)
+
+
+def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict | None = None,
+        train: TrainConfig | None = None, params: dict[str, dict] | None = None, ratio: float | None = None,
+        on_result: Callable[[dict], None] | None = None) -> BenchResult:
+    """Train and score every model on the world of every seed; ``world`` holds :func:`make_world`'s sizes,
+    ``ratio`` the budget B of eq. 16 (default: the middle value of the list)."""
+    metrics, simulations, result = [], [], BenchResult(pd.DataFrame(), pd.DataFrame())
+    for seed in seeds:
+        w = make_world(**(world or {}), seed=seed)
+        tables = check_tables(w.customers, w.merchants, w.edges)
+        split = node_split(len(w.customers), len(w.merchants), seed=seed)
+        budget = float(ratio if ratio is not None else np.median(w.levels))
+        result.worlds.append({"seed": seed, "customers": len(w.customers), "merchants": len(w.merchants),
+                              "edges": len(w.edges), "change_point": list(w.change_point), "ratio": budget})
+        truth = Responses(w.levels, w.customer_truth, w.merchant_truth, true_hazard(w.customer_truth, w.levels))
+        scores = {}
+        for name in [*models, ORACLE]:
+            started = time.perf_counter()
+            if name == ORACLE:
+                responses, epochs = truth, 0
+            else:
+                config = TrainConfig(**{**(train or _default_train()).to_dict(), "seed": seed})
+                model = IncentiveModel(name, (params or {}).get(name), config)
+                model.fit(tables)
+                responses, epochs = model.responses(tables), len(model.history.epochs)
+                scores[name] = (responses.customers[split.test_customers], responses.merchants[split.test_merchants])
+            row = _score(name, seed, responses, tables, split, w, time.perf_counter() - started, epochs, result)
+            metrics.append(row)
+            if on_result is not None:
+                on_result(row)
+        sim = simulate(w.levels, w.customer_truth[split.test_customers], w.merchant_truth[split.test_merchants],
+                       scores, budget, seed)
+        simulations.append(sim.assign(seed=seed))
+    result.metrics, result.simulation = pd.DataFrame(metrics), pd.concat(simulations, ignore_index=True)
+    return result
+
+
+def true_hazard(curves: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """The hazard per piece of the value list behind response curves f = 1 − exp(−Λ), in the heads' unit
+    (per r / r_K): ΔΛ_j / δ_j."""
+    from promokit.incentive.models._curve import ValueList
+
+    cumulative = -np.log1p(-np.clip(curves, 0.0, 1 - 1e-12))
+    return np.diff(cumulative, axis=1, prepend=0.0) / ValueList(levels).width.numpy()
+
+
+def _default_train() -> TrainConfig:
+    from promokit.incentive.estimator import DEFAULT_TRAIN
+
+    return TrainConfig(**{**DEFAULT_TRAIN.to_dict(), "progress": False})
+
+
+def _score(name: str, seed: int, responses: Responses, tables: IncentiveTables, split: NodeSplit,
+           world: IncentiveWorld, seconds: float, epochs: int, result: BenchResult) -> dict:
+    ev: Evaluation = evaluate(responses, tables, split.test_customers, split.test_merchants, world.customer_truth)
+    found = change_point(ev.curve)
+    if name not in result.curves:
+        result.curves[name], result.uplift[name] = ev.curve, ev.uplift
+    return {"model": name, "seed": seed, **ev.metrics, "fit_seconds": seconds, "epochs": epochs,
+            "change_point": None if found is None else f"{found[0]:g}–{found[1]:g}",
+            "change_point_found": None if found is None else found == tuple(world.change_point)}
+
+
+def summary(result: BenchResult) -> pd.DataFrame:
+    """Mean ± std over seeds of the headline metrics per model, in the order run."""
+    frame = result.metrics
+    rows = []
+    for name, group in frame.groupby("model", sort=False):
+        row = {"model": name}
+        for metric in [*HEADLINE, "monotone_violations"]:
+            values = group[metric].astype(float)
+            row[metric] = f"{values.mean():.4f}" + (f" ± {values.std(ddof=0):.4f}" if len(values) > 1 else "")
+        found = group["change_point_found"].dropna()
+        row["change_point"] = f"{int(found.sum())}/{len(found)}" if len(found) else "–"
+        row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("model")
+
+
+def simulation_summary(result: BenchResult, base: str = "dnn-h") -> pd.DataFrame:
+    """Per model and budget reading: mean true redemptions, spend per redemption, true ratio, payments, and the
+    relative change of payments against ``base`` with a 95 % interval over seeds (paired by seed)."""
+    sim = result.simulation
+    rows = []
+    for (name, budget), group in sim.groupby(["model", "budget"], sort=False):
+        row = {"model": name, "budget": budget}
+        for column in ("redemptions", "spend_per_redemption", "true_ratio", "payments"):
+            row[column] = float(group[column].mean())
+        reference = sim[(sim.model == base) & (sim.budget == budget)].set_index("seed")["payments"]
+        if len(reference) and name != base:
+            change = group.set_index("seed")["payments"] / reference.reindex(group["seed"]).to_numpy() - 1
+            mean, half = float(change.mean()), _half_interval(change.to_numpy())
+            row[f"payments_vs_{base}"] = f"{100 * mean:+.2f} % [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}]"
+        rows.append(row)
+    return pd.DataFrame(rows).set_index(["model", "budget"])
+
+
+def _half_interval(values: np.ndarray) -> float:
+    """Half-width of a 95 % t-interval of the mean (0 for one value)."""
+    if len(values) < 2:
+        return 0.0
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+
+
+def bench_report(result: BenchResult, title: str = "promokit incentive bench") -> Report:
+    w = result.worlds[0]
+    report = Report(title)
+    report.add("Setup", f"{len(result.worlds)} seed(s); world {w['customers']:,} customers, {w['merchants']:,} "
+                        f"merchants, {w['edges']:,} edges; 85/15 split of customers and merchants; true change "
+                        f"point {w['change_point'][0]:g}–{w['change_point'][1]:g}; ratio budget B = {w['ratio']:g}.")
+    report.add("Held-out customers and merchants (Tables 2–3; oracle = the true curves)", summary(result))
+    report.add("Allocation at the same budget, scored by the true curves (Tables 4–5 offline)",
+               simulation_summary(result).reset_index())
+    for name, table in result.uplift.items():
+        report.add(f"Uplift by sensitivity quintile (Figure 4): {name}", table.set_index("group"))
+    report.data = {"results": result.metrics.to_dict(orient="records"),
+                   "simulation": result.simulation.to_dict(orient="records"), "worlds": result.worlds,
+                   "curves": {k: v.to_dict(orient="records") for k, v in result.curves.items()}}
+    report.figures["response_curves"] = curve_figure(result.curves)
+    return report
+
+
+def curve_figure(curves: dict[str, pd.DataFrame]):
+    """Figure 5: the mean predicted response per value of each model against the observed redemption rate,
+    and the hazard per unit value of the hazard heads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    first = next(iter(curves.values()))
+    left.plot(first["level"], first["observed_rate"], "ko", label="observed rate")
+    for name, curve in curves.items():
+        style = "--" if name == ORACLE else "-"
+        left.plot(curve["level"], curve["true"] if name == ORACLE else curve["predicted"], style, label=name)
+        if "hazard_per_unit" in curve:
+            right.step(curve["level"], curve["hazard_per_unit"], where="pre", label=name)
+    left.set(xlabel="incentive value", ylabel="response", title="mean response per value")
+    right.set(xlabel="incentive value", ylabel="hazard per unit value", title="mean hazard (pieces end at each value)")
+    left.legend(fontsize=7)
+    if right.lines:
+        right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, training: tuple[TrainConfig, dict],
+                   ratio: float | None, out) -> BenchResult:
+    """:func:`run` with a line per trained model on screen, then the summary tables and the report in ``out``."""
+    from promokit.cli_support import get_console, print_table
+
+    console = get_console()
+    config, model_params = training
+
+    def done(row: dict) -> None:
+        merchant = f"  MAE_m {row['mae_m']:.4f}" if "mae_m" in row else ""
+        console.print(f"  seed {row['seed']} {row['model']:>10}: AUC_c {row['auc_c']:.4f}  MAE_c {row['mae_c']:.4f}"
+                      f"{merchant}  change point {row['change_point'] or '–'}  ({row['fit_seconds']:.0f} s)",
+                      highlight=False)
+
+    result = run(models, seeds, world, config, {name: model_params for name in models}, ratio, on_result=done)
+    print_table("held-out customers and merchants (mean ± std over seeds)", summary(result))
+    sims = simulation_summary(result)
+    print_table("allocation at the same budget, scored by the true curves",
+                sims[["redemptions", "spend_per_redemption", "true_ratio", "payments"]].round(2))
+    bench_report(result).write(out)
+    console.print(f"report written to {out}/report.md (+ report.json, response_curves.png)")
+    return result

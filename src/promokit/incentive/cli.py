@@ -1,0 +1,253 @@
+"""``promokit incentive …``: synth, train, predict, evaluate, bench, simulate, demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from promokit.cli_support import (
+    BatchSizeOpt,
+    EpochsOpt,
+    LrOpt,
+    ParamsOpt,
+    PatienceOpt,
+    ResumeOpt,
+    checkpoint_dir,
+    finish_training,
+    get_console,
+    print_table,
+    seeds_option,
+    training_options,
+    user_errors,
+    write_metrics_report,
+)
+
+app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN + hazard regression and its baselines, "
+                       "score tables for allocate budget.", no_args_is_help=True)
+
+CustomersOpt = Annotated[Path, typer.Option("--customers", help="customers table: customer_id, level, redeemed, features.")]
+MerchantsOpt = Annotated[Path, typer.Option("--merchants", help="merchants table: merchant_id, level, shares, prior_shares, features.")]
+EdgesOpt = Annotated[Path, typer.Option("--edges", help="edges table: customer_id, merchant_id[, weight, edge features].")]
+LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
+ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | dnn | dnn-h | sbbm | cox | dssm-c")]
+ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
+RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected response (default: the median value).")]
+LrDecayOpt = Annotated[Optional[float], typer.Option("--lr-decay", help="Learning rate multiplied by this each epoch (section 5: 0.95).")]
+
+
+def _levels(text: Optional[str]):
+    from promokit.data import DataError
+
+    if text is None:
+        return None
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise DataError(f"--levels must be comma-separated numbers, got {text!r}") from None
+
+
+def _tables(customers: Path, merchants: Path, edges: Path, levels=None, require_labels: bool = True, model=None):
+    from promokit.data import read_table
+    from promokit.incentive.contract import check_tables
+
+    specs = {} if model is None else {"customer_features": model.customer_spec, "merchant_features": model.merchant_spec}
+    return check_tables(read_table(customers), read_table(merchants), read_table(edges), levels=levels,
+                        require_labels=require_labels, **specs)
+
+
+@app.command()
+def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world's tables and true curves.")],
+          customers: int = 20_000, merchants: int = 2_000,
+          degree: Annotated[float, typer.Option(help="Mean number of merchants per connected customer.")] = 4.0,
+          seed: SeedOpt = 0):
+    """Write a synthetic experiment (customers, merchants, edges) with its true response curves."""
+    with user_errors():
+        from promokit.incentive.synthetic import make_world, write_world
+
+        world = make_world(customers, merchants, degree, seed=seed)
+        paths = write_world(world, out)
+        get_console().print(f"{customers:,} customers, {merchants:,} merchants, {len(world.edges):,} edges written to "
+                            f"{out} ({', '.join(p.name for p in paths.values())})")
+
+
+@app.command()
+def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
+          out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+          model: ModelOpt = "gnn-hazard", levels: LevelsOpt = None,
+          test_fraction: Annotated[float, typer.Option(help="Share of customers and of merchants held out for evaluate (section 5: 0.15).")] = 0.15,
+          valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = 0.1,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
+          patience: PatienceOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, resume: ResumeOpt = False):
+    """Fit a response model on an incentive experiment and write it as a model directory."""
+    with user_errors():
+        from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
+
+        config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
+                                                lr_decay=lr_decay, patience=patience, seed=seed)
+        tables = _tables(customers, merchants, edges, _levels(levels))
+        estimator = IncentiveModel(model, model_params, config)
+        estimator.fit(tables, test_fraction, valid_fraction, checkpoint_dir(out), resume)
+        estimator.save(out)
+        finish_training(out, estimator.history)
+        split = estimator.split(tables)
+        get_console().print(f"model written to {out} (trained on {len(split.train_customers):,} customers and "
+                            f"{len(split.train_merchants):,} merchants; {len(split.test_customers):,} and "
+                            f"{len(split.test_merchants):,} held out for evaluate)")
+
+
+@app.command()
+def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
+            out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json.")]):
+    """Score every customer and merchant at every value: score tables in the allocate budget wide layout."""
+    with user_errors():
+        from promokit.data import write_json, write_parquet
+        from promokit.incentive.estimator import IncentiveModel
+
+        estimator = IncentiveModel.load(model)
+        tables = _tables(customers, merchants, edges, estimator.levels, require_labels=False, model=estimator)
+        customer_scores, merchant_scores = estimator.score_tables(tables)
+        write_parquet(customer_scores, out / "customers.parquet")
+        write_parquet(merchant_scores, out / "merchants.parquet")
+        summary = {"model": estimator.name, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
+                   "merchants": len(merchant_scores), **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
+                   "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
+                   "mean_merchant_response": merchant_scores.drop(columns="user_id").mean().round(6).tolist()}
+        write_json(summary, out / "summary.json")
+        get_console().print(f"scores of {len(customer_scores):,} customers and {len(merchant_scores):,} merchants at "
+                            f"{len(estimator.levels)} values written to {out}; allocate them with: promokit allocate "
+                            f"budget --scores {out / 'customers.parquet'} --merchants {out / 'merchants.parquet'} "
+                            "--ratio B --out plan/")
+
+
+@app.command()
+def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png.")],
+             all_rows: Annotated[bool, typer.Option("--all", help="Score every labelled node (a new experiment), not the nodes train held out.")] = False,
+             truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error.")] = None):
+    """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5)."""
+    with user_errors():
+        import numpy as np
+
+        from promokit.data import DataError
+        from promokit.incentive.bench import curve_figure
+        from promokit.incentive.estimator import IncentiveModel
+        from promokit.incentive.evaluate import change_point, evaluate as score
+        from promokit.incentive.synthetic import read_truth
+        from promokit.report import Report
+
+        estimator = IncentiveModel.load(model)
+        tables = _tables(customers, merchants, edges, estimator.levels, model=estimator)
+        if all_rows:
+            c_rows, m_rows = np.arange(len(tables.customers)), np.arange(len(tables.merchants))
+        else:
+            split = estimator.split(tables)
+            c_rows, m_rows = split.test_customers, split.test_merchants
+        true_curves = None
+        if truth is not None:
+            ids, _, true_curves = read_truth(truth)
+            if len(ids) != len(tables.customers) or (ids != tables.customers["customer_id"].to_numpy()).any():
+                raise DataError(f"--truth {truth}: its customer_id column does not match the customers table row by row")
+        result = score(estimator.responses(tables), tables, c_rows, m_rows, true_curves)
+        found = change_point(result.curve)
+        if found is not None:
+            result.metrics["change_point"] = f"{found[0]:g}–{found[1]:g}"
+        write_metrics_report(out, f"Evaluation of {model}", estimator.name,
+                             {k: v for k, v in result.metrics.items() if not isinstance(v, str)},
+                             f"{estimator.name}: {len(c_rows):,} customers, {len(m_rows):,} merchants")
+        report = Report(f"Evaluation of {model}", data={"metrics": result.metrics,
+                                                         "curve": result.curve.to_dict(orient="records"),
+                                                         "uplift": result.uplift.to_dict(orient="records")})
+        report.add("Metrics", "; ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                         for k, v in result.metrics.items()))
+        report.add("Response per value (Figure 5)", result.curve.set_index("level"))
+        report.add("Uplift by sensitivity quintile (Figure 4)", result.uplift.set_index("group"))
+        report.figures["response_curves"] = curve_figure({estimator.name: result.curve})
+        report.write(out)
+        print_table("response per value", result.curve.set_index("level"))
+
+
+@app.command()
+def bench(models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gnn-hazard,dnn,dnn-h,sbbm,cox,dssm-c",
+          seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
+          customers: int = 20_000, merchants: int = 2_000, degree: float = 4.0, ratio: RatioOpt = None,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
+          patience: PatienceOpt = None, params: ParamsOpt = None,
+          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png.")] = Path("incentive-bench")):
+    """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
+    with user_errors():
+        from promokit.incentive.bench import run_and_report
+
+        run_and_report(models.split(","), seeds_option(seeds), {"n_customers": customers, "n_merchants": merchants,
+                                                               "mean_degree": degree},
+                       _bench_training(params, epochs=epochs, batch_size=batch_size, lr=lr, lr_decay=lr_decay,
+                                       patience=patience), ratio, out)
+
+
+def _bench_training(params, **flags):
+    from dataclasses import replace
+
+    from promokit.incentive.estimator import DEFAULT_TRAIN
+
+    config, model_params = training_options(DEFAULT_TRAIN, params, **flags)
+    return replace(config, progress=False), model_params
+
+
+@app.command()
+def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written by synth (tables and true curves).")],
+             model: Annotated[list[Path], typer.Option("--model", help="Model directory trained on this world; repeat for several.")],
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
+             ratio: RatioOpt = None, seed: SeedOpt = 0):
+    """Allocate the world's held-out nodes by each model's scores under one ratio budget, then score the plans by
+    the true curves: expected redemptions, spend, spend per redemption (oracle and random as bounds)."""
+    with user_errors():
+        import numpy as np
+
+        from promokit.data import DataError
+        from promokit.incentive.estimator import IncentiveModel
+        from promokit.incentive.simulate import simulate as run_simulation
+        from promokit.incentive.synthetic import read_truth
+        from promokit.report import Report
+
+        _, levels, truth_c = read_truth(world / "truth_customers.parquet")
+        _, _, truth_m = read_truth(world / "truth_merchants.parquet")
+        scores, rows = {}, None
+        for path in model:
+            estimator = IncentiveModel.load(path)
+            tables = _tables(world / "customers.parquet", world / "merchants.parquet", world / "edges.parquet",
+                             estimator.levels, model=estimator)
+            split = estimator.split(tables)
+            these = (tuple(split.test_customers), tuple(split.test_merchants))
+            if rows is not None and these != rows:
+                raise DataError(f"{path} holds out other nodes than {model[0]} (another seed or test fraction); "
+                                "simulate compares models on the same held-out nodes")
+            rows = these
+            r = estimator.responses(tables)
+            scores[f"{estimator.name} ({path.name})"] = (r.customers[split.test_customers], r.merchants[split.test_merchants])
+        c_rows, m_rows = (np.asarray(part, dtype=np.int64) for part in rows)
+        budget = float(ratio if ratio is not None else np.median(levels))
+        table = run_simulation(levels, truth_c[c_rows], truth_m[m_rows], scores, budget, seed)
+        report = Report(f"promokit incentive simulate: {world}", data={"ratio": budget, "rows": table.to_dict(orient="records")})
+        report.add("Setup", f"{len(c_rows):,} held-out customers and {len(m_rows):,} merchants; ratio budget B = {budget:g}")
+        report.add("Allocation scored by the true curves", table.set_index(["model", "budget"]).reset_index())
+        report.write(out)
+        print_table(f"allocation at B = {budget:g}, scored by the true curves",
+                    table[["model", "budget", "redemptions", "spend_per_redemption", "true_ratio", "payments"]]
+                    .set_index("model"))
+        get_console().print(f"report written to {out}/report.md")
+
+
+@app.command()
+def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("incentive-demo"),
+         customers: int = 10_000, merchants: int = 1_000, seed: SeedOpt = 0,
+         models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gnn-hazard,dnn-h,sbbm,cox"):
+    """Train the paper's model and its baselines on a synthetic world, score the held-out nodes against the
+    oracle and allocate a budget by each model's scores."""
+    with user_errors():
+        from promokit.incentive.bench import run_and_report
+        from promokit.incentive.demo import DEMO_TRAIN
+
+        run_and_report(models.split(","), [seed], {"n_customers": customers, "n_merchants": merchants},
+                       (DEMO_TRAIN, {}), None, out)

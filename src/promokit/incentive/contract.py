@@ -1,0 +1,244 @@
+"""The incentive-experiment contract: customers, merchants and the bipartite graph between them.
+
+Tables (CSV or Parquet)
+-----------------------
+``customers`` — one row per customer of the randomized experiment:
+
+================  =========================================================================================
+``customer_id``   unique key, any type
+``level``         the incentive value r^c offered (a coupon), a number in the value list R
+``redeemed``      label y^c, 0/1
+other columns     customer features (numbers → numeric, anything else → categorical)
+================  =========================================================================================
+
+``merchants`` — one row per merchant: ``merchant_id``, ``level`` (the commission r^m offered, in R),
+``shares`` (incentives shared in the label window, a whole number ≥ 0), ``prior_shares`` (shared in the window
+before, ≥ 0: the paper's normaliser, section 4) and merchant features.
+
+``edges`` — the customer–merchant interaction graph: ``customer_id``, ``merchant_id``, optional ``weight``
+(payments, ≥ 0) and numeric edge features. Every id must be in its node table; nodes without edges are allowed.
+
+The value list R is the sorted distinct levels of both tables, or the ``levels`` given; a level outside it is
+an error. For scoring (``require_labels=False``) ``level``, ``redeemed``, ``shares`` and ``prior_shares`` may be
+absent. Every broken rule is a one-line :class:`DataError` naming the table, column, count and an example row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError, example_row
+from promokit.data.spec import FeatureSpec, infer_feature_columns, missing_column_message
+
+CUSTOMER, MERCHANT = "customer_id", "merchant_id"
+LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
+CUSTOMER_LABELS = (LEVEL, REDEEMED)
+MERCHANT_LABELS = (LEVEL, SHARES, PRIOR_SHARES)
+
+
+@dataclass
+class IncentiveTables:
+    """Validated tables; node tables keep their row order (row = node index) with a RangeIndex.
+
+    ``edges`` holds ``customer`` and ``merchant`` (node indices), ``weight`` (1 when not given) and the edge
+    features. Labels are float arrays (NaN where unknown); ``customer_level`` / ``merchant_level`` are indices
+    into ``levels`` (-1 where unknown).
+    """
+
+    customers: pd.DataFrame
+    merchants: pd.DataFrame
+    edges: pd.DataFrame
+    levels: np.ndarray
+    customer_spec: FeatureSpec
+    merchant_spec: FeatureSpec
+    edge_features: list[str]
+    customer_level: np.ndarray
+    merchant_level: np.ndarray
+    redeemed: np.ndarray
+    shares: np.ndarray
+    prior_shares: np.ndarray
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def has_customer_labels(self) -> bool:
+        return bool(len(self.redeemed)) and not np.isnan(self.redeemed).any()
+
+    @property
+    def has_merchant_labels(self) -> bool:
+        return bool(len(self.shares)) and not np.isnan(self.shares).any()
+
+    def merchant_target(self) -> np.ndarray:
+        """y^m: shares normalised by the previous window's shares (section 4), ``shares / max(prior_shares, 1)``."""
+        return self.shares / np.maximum(self.prior_shares, 1.0)
+
+
+def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.DataFrame, *,
+                 levels: Sequence[float] | None = None, require_labels: bool = True,
+                 customer_features: FeatureSpec | None = None,
+                 merchant_features: FeatureSpec | None = None) -> IncentiveTables:
+    """Validate the three tables and return them in contract form.
+
+    Feature columns are inferred from the remaining columns unless ``customer_features`` /
+    ``merchant_features`` name them (a trained model passes its own, so scoring tables may carry extra columns).
+    """
+    customers = _node_table(customers, "customers", CUSTOMER)
+    merchants = _node_table(merchants, "merchants", MERCHANT)
+    c_level = _levels_column(customers, "customers", require_labels)
+    m_level = _levels_column(merchants, "merchants", require_labels)
+    grid = _value_list(levels, c_level, m_level)
+    redeemed = _binary(customers, "customers", REDEEMED, require_labels)
+    shares = _counts(merchants, SHARES, require_labels, whole=True)
+    prior = _counts(merchants, PRIOR_SHARES, require_labels, whole=False)
+    edge_table, edge_features, counts = _edges(edges, customers, merchants)
+    counts.update(customers=len(customers), merchants=len(merchants),
+                  isolated_customers=int(len(customers) - edge_table["customer"].nunique()),
+                  isolated_merchants=int(len(merchants) - edge_table["merchant"].nunique()))
+    return IncentiveTables(
+        customers=customers, merchants=merchants, edges=edge_table, levels=grid,
+        customer_spec=_features(customers, "customers", CUSTOMER, CUSTOMER_LABELS + (REDEEMED,), customer_features),
+        merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS, merchant_features),
+        edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
+        redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts)
+
+
+def _node_table(frame: pd.DataFrame, table: str, key: str) -> pd.DataFrame:
+    if len(frame) == 0:
+        raise DataError(f"{table}: the table is empty")
+    frame = frame.reset_index(drop=True)
+    _require(frame, [key], table)
+    missing = frame[key].isna().to_numpy()
+    if missing.any():
+        raise DataError(f"{table}: column {key!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
+                        f"e.g. {example_row(frame, missing, [key])}")
+    repeated = frame[key].duplicated().to_numpy()
+    if repeated.any():
+        raise DataError(f"{table}: {int(repeated.sum())} repeated {key} values in {len(frame)} rows, "
+                        f"e.g. {example_row(frame, repeated, [key])}; one row per {key[:-3]} is needed")
+    return frame
+
+
+def _numbers(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:
+    """A column as float64; text, NaN or infinite values are an error."""
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise DataError(f"{table}: column {column!r} has {int(bad.sum())} missing, non-numeric or infinite values "
+                        f"in {len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
+    return values
+
+
+def _levels_column(frame: pd.DataFrame, table: str, required: bool) -> np.ndarray | None:
+    if LEVEL not in frame.columns:
+        if required:
+            _require(frame, [LEVEL], table)
+        return None
+    return _numbers(frame, table, LEVEL)
+
+
+def _value_list(levels, c_level, m_level) -> np.ndarray:
+    if levels is not None:
+        grid = np.asarray(levels, dtype=np.float64)
+        if grid.ndim != 1 or len(grid) < 2 or not np.isfinite(grid).all():
+            raise DataError(f"levels must be at least two finite numbers, got {list(np.atleast_1d(levels))}")
+        if (np.diff(grid) <= 0).any():
+            raise DataError(f"levels must be strictly increasing, got {grid.tolist()}")
+    else:
+        seen = [v for v in (c_level, m_level) if v is not None]
+        if not seen:
+            raise DataError("no value list: the tables have no 'level' column; pass the levels")
+        grid = np.unique(np.concatenate(seen))
+        if len(grid) < 2:
+            raise DataError(f"the experiment needs at least two incentive levels to learn a response; the tables "
+                            f"have only {grid.tolist()}")
+    if (grid < 0).any():
+        raise DataError(f"incentive levels must be ≥ 0, got {grid.tolist()}")
+    for table, values in (("customers", c_level), ("merchants", m_level)):
+        if values is None:
+            continue
+        outside = ~np.isin(values, grid)
+        if outside.any():
+            raise DataError(f"{table}: column 'level' has {int(outside.sum())} values outside the value list "
+                            f"{grid.tolist()}, e.g. {values[outside][0]!r}")
+    return grid
+
+
+def _level_index(values: np.ndarray | None, grid: np.ndarray) -> np.ndarray:
+    if values is None:
+        return np.empty(0, dtype=np.int64)
+    return np.searchsorted(grid, values).astype(np.int64)
+
+
+def _binary(frame: pd.DataFrame, table: str, column: str, required: bool) -> np.ndarray:
+    if column not in frame.columns:
+        if required:
+            _require(frame, [column], table)
+        return np.full(len(frame), np.nan)
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isin(values, (0.0, 1.0))
+    if bad.any():
+        raise DataError(f"{table}: label column {column!r} must be 0/1 but has {int(bad.sum())} missing or other "
+                        f"values in {len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
+    if required and len(np.unique(values)) < 2:
+        raise DataError(f"{table}: label column {column!r} has only the value {values[0]:g} in {len(frame)} rows; "
+                        "a response model needs redemptions and non-redemptions")
+    return values
+
+
+def _counts(frame: pd.DataFrame, column: str, required: bool, whole: bool) -> np.ndarray:
+    if column not in frame.columns:
+        if required:
+            _require(frame, [column], "merchants")
+        return np.full(len(frame), np.nan)
+    values = _numbers(frame, "merchants", column)
+    bad = (values < 0) | ((values != np.round(values)) if whole else False)
+    if bad.any():
+        kind = "whole numbers ≥ 0" if whole else "numbers ≥ 0"
+        raise DataError(f"merchants: column {column!r} must hold {kind} but has {int(bad.sum())} other values in "
+                        f"{len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
+    return values
+
+
+def _edges(edges: pd.DataFrame, customers: pd.DataFrame, merchants: pd.DataFrame):
+    _require(edges, [CUSTOMER, MERCHANT], "edges")
+    counts = {"edges": len(edges)}
+    index = {}
+    for key, nodes, table in ((CUSTOMER, customers, "customers"), (MERCHANT, merchants, "merchants")):
+        position = pd.Index(nodes[key]).get_indexer(edges[key])
+        unknown = position < 0
+        if unknown.any():
+            raise DataError(f"edges: column {key!r} has {int(unknown.sum())} values in {len(edges)} rows that are not "
+                            f"in the {table} table, e.g. {example_row(edges, unknown, [CUSTOMER, MERCHANT])}")
+        index[key[:-3]] = position.astype(np.int64)
+    weight = np.ones(len(edges))
+    if WEIGHT in edges.columns:
+        weight = _numbers(edges, "edges", WEIGHT)
+        negative = weight < 0
+        if negative.any():
+            raise DataError(f"edges: column 'weight' has {int(negative.sum())} negative values in {len(edges)} rows, "
+                            f"e.g. {example_row(edges, negative, [WEIGHT])}")
+    features = [c for c in edges.columns if c not in (CUSTOMER, MERCHANT, WEIGHT)]
+    table = pd.DataFrame({"customer": index["customer"], "merchant": index["merchant"], "weight": weight})
+    for name in features:
+        table[name] = _numbers(edges, "edges", name)
+    return table, features, counts
+
+
+def _features(frame: pd.DataFrame, table: str, key: str, contract: tuple[str, ...],
+              given: FeatureSpec | None) -> FeatureSpec:
+    if given is not None:
+        _require(frame, given.features, table)
+        return FeatureSpec(categorical=list(given.categorical), numeric=list(given.numeric), group_key=None,
+                           min_count=given.min_count)
+    categorical, numeric = infer_feature_columns(frame, exclude={key, *contract})
+    return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None)
+
+
+def _require(frame: pd.DataFrame, columns, table: str) -> None:
+    for name in dict.fromkeys(columns):
+        if name not in frame.columns:
+            raise DataError(f"{table}: " + missing_column_message(name, list(frame.columns), f"{table} column",
+                                                                  len(frame)))

@@ -1,0 +1,228 @@
+"""``IncentiveModel``: fit a response model on an incentive experiment, score every value, save, load."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from promokit import __version__
+from promokit.data.errors import DataError
+from promokit.data.spec import FeatureSpec
+from promokit.data.split import random_split
+from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables
+from promokit.incentive.inputs import GraphInputs, InputEncoders
+from promokit.incentive.models.network import IncentiveNet
+from promokit.metrics import auc
+from promokit.training import (
+    History,
+    TrainConfig,
+    Trainer,
+    check_model_params,
+    read_json,
+    read_weights,
+    seed_everything,
+    write_model_dir,
+)
+
+#: name → (representation, customer head): the paper's model, its Table 2 baselines (hazard head on other
+#: representations) and its Table 3 baselines (other heads on the same GNN).
+MODELS = {"gnn-hazard": ("gnn", "hazard"), "dnn": ("dnn", "hazard"), "dnn-h": ("dnn-h", "hazard"),
+          "sbbm": ("gnn", "sbbm"), "cox": ("gnn", "cox"), "dssm-c": ("gnn", "dssm-c")}
+DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=1e-3, lr_decay=0.95, patience=3, monitor="loss")
+SCORE_PREFIX = "score_"
+
+
+@dataclass
+class NodeSplit:
+    """Customer and merchant rows for training, validation (early stopping) and test (held out)."""
+
+    train_customers: np.ndarray
+    valid_customers: np.ndarray
+    test_customers: np.ndarray
+    train_merchants: np.ndarray
+    valid_merchants: np.ndarray
+    test_merchants: np.ndarray
+
+
+def node_split(n_customers: int, n_merchants: int, test_fraction: float = 0.15, valid_fraction: float = 0.1,
+               seed: int = 0) -> NodeSplit:
+    """Section 5's split by node: a random ``test_fraction`` of the customers and of the merchants is held out;
+    ``valid_fraction`` of the rest picks the epoch."""
+    for name, value in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
+        if not 0 <= value < 1:
+            raise DataError(f"{name} must be in [0, 1), got {value}")
+    fractions = ((1 - test_fraction) * (1 - valid_fraction), (1 - test_fraction) * valid_fraction, test_fraction)
+    return NodeSplit(*random_split(n_customers, fractions, seed), *random_split(n_merchants, fractions, seed + 1))
+
+
+@dataclass
+class Responses:
+    """Every node's predicted response at every value: ``customers`` ``(N_c, K)`` f_c, ``merchants``
+    ``(N_m, K)`` f_m, and the customers' hazard per unit of r / r_K for the hazard heads (else ``None``)."""
+
+    levels: np.ndarray
+    customers: np.ndarray
+    merchants: np.ndarray
+    hazard: np.ndarray | None
+
+
+class IncentiveModel:
+    """A response model by name (:data:`MODELS`), e.g.::
+
+        model = IncentiveModel("gnn-hazard").fit(tables)   # 85 % of the nodes; model.split(tables).test_*
+        scores = model.responses(tables)             # f_c and f_m at every value
+        customers, merchants = model.score_tables(tables)   # the `allocate budget` wide layout
+        model.save("model/"); IncentiveModel.load("model/")
+
+    ``params`` are :class:`IncentiveNet`'s (``conv``, ``width``, ``fanouts``, ``hidden``, ``fused_lasso`` …).
+    """
+
+    def __init__(self, model: str = "gnn-hazard", params: dict | None = None, train: TrainConfig | None = None):
+        if model not in MODELS:
+            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+        representation, head = MODELS[model]
+        self.name = model
+        self.params = {"representation": representation, "head": head, **(params or {})}
+        check_model_params(model, IncentiveNet, self.params)
+        self.train_config = train or DEFAULT_TRAIN
+        self.levels: np.ndarray | None = None
+        self.encoders: InputEncoders | None = None
+        self.customer_spec: FeatureSpec | None = None
+        self.merchant_spec: FeatureSpec | None = None
+        self.net: IncentiveNet | None = None
+        self.history: History | None = None
+        self.test_fraction, self.valid_fraction = 0.15, 0.1
+
+    # ---- fit ------------------------------------------------------------------------------------------
+    def fit(self, tables: IncentiveTables, test_fraction: float = 0.15, valid_fraction: float = 0.1,
+            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> IncentiveModel:
+        """Train on the labelled customers and merchants of ``tables`` except a held-out ``test_fraction`` of each
+        (:meth:`split` gives the rows; :func:`~promokit.incentive.evaluate.evaluate` scores them); a
+        ``valid_fraction`` of the rest picks the epoch. Features and edges of every node are used
+        (transductive, as the paper trains on 85 % of the nodes of one graph)."""
+        if not tables.has_customer_labels:
+            raise DataError("customers: training needs the 'level' and 'redeemed' columns on every row")
+        cfg = self.train_config
+        self.test_fraction, self.valid_fraction = test_fraction, valid_fraction
+        split = self.split(tables)
+        if not tables.has_merchant_labels:
+            split.train_merchants = split.valid_merchants = np.empty(0, dtype=np.int64)
+        for name, rows in (("training", split.train_customers), ("validation", split.valid_customers)):
+            if valid_fraction and len(np.unique(tables.redeemed[rows])) < 2:
+                raise DataError(f"customers: the {len(rows)} {name} customers need redemptions and non-redemptions; "
+                                "use more customers or other fractions")
+        seed_everything(cfg.seed)
+        self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
+        self.encoders = InputEncoders.fit(tables)
+        inputs = self.encoders.transform(tables)
+        self.net = self._build(inputs).attach(inputs)
+        train = labelled_rows(tables, split.train_customers, split.train_merchants)
+        valid = labelled_rows(tables, split.valid_customers, split.valid_merchants) if valid_fraction else None
+        self.history = Trainer(cfg, checkpoint_dir).fit(self.net, train, valid, resume,
+                                                       metrics={"auc_c": customer_auc} if valid else None,
+                                                       on_epoch=on_epoch)
+        return self
+
+    def split(self, tables: IncentiveTables) -> NodeSplit:
+        """The rows this model trains, validates and is tested on (seeded by the training seed)."""
+        return node_split(len(tables.customers), len(tables.merchants), self.test_fraction, self.valid_fraction,
+                          self.train_config.seed)
+
+    def _build(self, inputs: GraphInputs) -> IncentiveNet:
+        c, m = inputs.customers, inputs.merchants
+        return IncentiveNet(self.encoders.customers.cardinalities, c.num.shape[1], c.structure.shape[1],
+                            self.encoders.merchants.cardinalities, m.num.shape[1], m.structure.shape[1],
+                            self.levels.tolist(), **self.params)
+
+    # ---- predict ----------------------------------------------------------------------------------------
+    def responses(self, tables: IncentiveTables) -> Responses:
+        """f_c and f_m of every customer and merchant of ``tables`` at every value of the model's list."""
+        self._check_fitted()
+        self._check_levels(tables)
+        self.net.attach(self.encoders.transform(tables))
+        n_c, n_m = len(tables.customers), len(tables.merchants)
+        rows = {"node": torch.cat([torch.arange(n_c), torch.arange(n_m)]),
+                "customer": torch.cat([torch.ones(n_c), torch.zeros(n_m)])}
+        out = Trainer(self.train_config).predict(self.net, rows)
+        response = out["response"].numpy().astype(np.float64)
+        hazard = out["hazard"][:n_c].numpy().astype(np.float64) if "hazard" in out else None
+        return Responses(self.levels, response[:n_c], response[n_c:], hazard)
+
+    def score_tables(self, tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The customers' and merchants' score tables in the wide layout ``allocate budget`` reads (``--scores``
+        and ``--merchants``): the node id as ``user_id`` and one ``score_<level>`` column per value."""
+        r = self.responses(tables)
+        return (wide_scores(tables.customers[CUSTOMER], r.customers, r.levels),
+                wide_scores(tables.merchants[MERCHANT], r.merchants, r.levels))
+
+    def _check_levels(self, tables: IncentiveTables) -> None:
+        if tables.levels.tolist() != self.levels.tolist() and len(tables.customer_level):
+            unknown = np.setdiff1d(tables.levels, self.levels)
+            if len(unknown):
+                raise DataError(f"the tables offer levels {unknown.tolist()} that the model was not trained on "
+                                f"(its value list is {self.levels.tolist()})")
+
+    def _check_fitted(self) -> None:
+        if self.net is None:
+            raise RuntimeError("the model is not fitted: call fit() or IncentiveModel.load()")
+
+    # ---- model directory --------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        self._check_fitted()
+        config = {"promokit": __version__, "task": "incentive", "model": self.name, "params": self.params,
+                  "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
+                  "split": {"test_fraction": self.test_fraction, "valid_fraction": self.valid_fraction},
+                  "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
+        history = None if self.history is None else self.history.to_dict()
+        write_model_dir(path, config, self.encoders.to_dict(), self.net, history)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> IncentiveModel:
+        config = read_json(path)
+        if config.get("task") != "incentive":
+            raise DataError(f"{path}: holds a {config.get('task')!r} model, not an incentive model")
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]))
+        model.levels = np.asarray(config["levels"], dtype=np.float64)
+        model.test_fraction, model.valid_fraction = config["split"]["test_fraction"], config["split"]["valid_fraction"]
+        model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
+        model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
+        model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
+        widths = {name: enc.numeric_width for name, enc in (("c", model.encoders.customer_structure),
+                                                            ("m", model.encoders.merchant_structure))}
+        model.net = IncentiveNet(model.encoders.customers.cardinalities, model.encoders.customers.numeric_width,
+                                 widths["c"], model.encoders.merchants.cardinalities,
+                                 model.encoders.merchants.numeric_width, widths["m"], config["levels"],
+                                 **model.params)
+        model.net.load_state_dict(read_weights(path))
+        model.net.eval()
+        return model
+
+
+def labelled_rows(tables: IncentiveTables, customers: np.ndarray, merchants: np.ndarray) -> dict[str, torch.Tensor]:
+    """The training rows of eq. 7: customers with their offered level and redemption, merchants with theirs
+    and the normalised shares."""
+    target = tables.merchant_target()
+    return {"node": torch.as_tensor(np.concatenate([customers, merchants]), dtype=torch.long),
+            "customer": torch.cat([torch.ones(len(customers)), torch.zeros(len(merchants))]),
+            "level": torch.as_tensor(np.concatenate([tables.customer_level[customers],
+                                                     tables.merchant_level[merchants] if len(merchants) else []]),
+                                     dtype=torch.long),
+            "label": torch.as_tensor(np.concatenate([tables.redeemed[customers], target[merchants]]),
+                                     dtype=torch.float32)}
+
+
+def customer_auc(outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor]) -> float:
+    """AUC_c: the response at the offered value against the redemption, over the customer rows."""
+    rows = batch["customer"].bool()
+    at = outputs["response"][rows].gather(1, batch["level"][rows].unsqueeze(1)).squeeze(1)
+    return auc(batch["label"][rows].numpy(), at.numpy())
+
+
+def wide_scores(keys: pd.Series, scores: np.ndarray, levels: np.ndarray) -> pd.DataFrame:
+    """``user_id`` and one ``score_<level>`` column per value: the wide budget layout of ``allocate budget``."""
+    columns = {f"{SCORE_PREFIX}{level:g}": scores[:, j] for j, level in enumerate(levels)}
+    return pd.DataFrame({"user_id": keys.to_numpy(), **columns})

@@ -1,0 +1,87 @@
+"""The paper's offline metrics (section 5) on held-out customers and merchants, Figure 4's uplift by
+sensitivity quintile and Figure 5's response and hazard curves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from promokit.incentive.contract import IncentiveTables
+from promokit.incentive.estimator import Responses
+from promokit.metrics import auc, mae, mse, squared_error, uplift_by_quantile
+
+
+@dataclass
+class Evaluation:
+    metrics: dict[str, float]
+    curve: pd.DataFrame    # per value: observed rate, mean predicted response (and hazard, and truth)
+    uplift: pd.DataFrame   # Figure 4: per sensitivity quintile
+
+
+def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.ndarray, merchant_rows: np.ndarray,
+             customer_truth: np.ndarray | None = None) -> Evaluation:
+    """Score ``responses`` on the labelled ``customer_rows`` / ``merchant_rows`` (the held-out nodes).
+
+    - AUC_c, MAE_c, MSE_c: f_c at the offered value against the redemption; MAE_m, MSE_m: f_m at the offered
+      commission against shares / max(prior_shares, 1);
+    - ``monotone_violations``: the share of customers whose predicted curve decreases somewhere;
+    - with ``customer_truth`` (a synthetic world): ``curve_mae_c``, the mean |f_c − f_true| over every value;
+    - ``curve``: per value, the observed redemption rate of the customers offered it, the mean predicted
+      response over all held-out customers (Figure 5), the mean hazard per unit value for the hazard heads and
+      the mean true response;
+    - ``uplift``: customers sorted by the model's sensitivity f_c(r_K) − f_c(r_1) into five groups, with the
+      observed uplift between the highest and the lowest value (Figure 4), the predicted one and the true one.
+    """
+    levels, f_c = responses.levels, responses.customers[customer_rows]
+    offered = tables.customer_level[customer_rows]
+    y = tables.redeemed[customer_rows]
+    at = f_c[np.arange(len(offered)), offered]
+    metrics = {"auc_c": auc(y, at), "mae_c": mae(y, at), "mse_c": mse(y, np.clip(at, 0, 1)),
+               "customers": int(len(customer_rows)), "redemptions": int(y.sum()),
+               "monotone_violations": float((np.diff(f_c, axis=1) < -1e-6).any(axis=1).mean())}
+    if len(merchant_rows) and tables.has_merchant_labels:
+        target = tables.merchant_target()[merchant_rows]
+        at_m = responses.merchants[merchant_rows, tables.merchant_level[merchant_rows]]
+        metrics.update(mae_m=mae(target, at_m), mse_m=squared_error(target, at_m), merchants=int(len(merchant_rows)))
+    truth = None if customer_truth is None else customer_truth[customer_rows]
+    if truth is not None:
+        metrics["curve_mae_c"] = float(np.abs(f_c - truth).mean())
+    hazard = None if responses.hazard is None else responses.hazard[customer_rows] / levels[-1]
+    return Evaluation(metrics, response_curve(levels, offered, y, f_c, hazard, truth),
+                      sensitivity_uplift(levels, offered, y, f_c, truth))
+
+
+def response_curve(levels, offered, y, f_c, hazard=None, truth=None) -> pd.DataFrame:
+    """Figure 5's data: per value, the observed redemption rate, the mean predicted response and hazard per
+    unit value (hazard heads), and the mean true response (synthetic worlds)."""
+    observed = pd.Series(y).groupby(offered).agg(["mean", "size"]).reindex(range(len(levels)))
+    curve = pd.DataFrame({"level": levels, "offered": observed["size"].fillna(0).astype(int).to_numpy(),
+                          "observed_rate": observed["mean"].to_numpy(), "predicted": f_c.mean(axis=0)})
+    if hazard is not None:
+        curve["hazard_per_unit"] = hazard.mean(axis=0)
+    if truth is not None:
+        curve["true"] = truth.mean(axis=0)
+    return curve
+
+
+def sensitivity_uplift(levels, offered, y, f_c, truth=None, groups: int = 5) -> pd.DataFrame:
+    """Figure 4: customers sorted by predicted sensitivity f_c(r_K) − f_c(r_1) into ``groups`` groups."""
+    sensitivity = f_c[:, -1] - f_c[:, 0]
+    table = uplift_by_quantile(sensitivity, offered, y, high=len(levels) - 1, low=0, groups=groups)
+    order = np.array_split(np.argsort(-sensitivity, kind="stable"), groups)
+    table = table.rename(columns={"mean_score": "predicted_uplift"})
+    if truth is not None:
+        table["true_uplift"] = [float((truth[part, -1] - truth[part, 0]).mean()) for part in order]
+    return table
+
+
+def change_point(curve: pd.DataFrame) -> tuple[float, float] | None:
+    """The piece (r_{j−1}, r_j] whose mean hazard per unit value rises most over the previous piece's: where
+    the response starts to climb faster (Figure 5's change points). ``None`` without a hazard column."""
+    if "hazard_per_unit" not in curve or len(curve) < 3:
+        return None
+    rate = curve["hazard_per_unit"].to_numpy()
+    j = int(np.argmax(np.diff(rate[1:]))) + 2  # pieces from the second on: the first piece is (0, r_1]
+    return float(curve["level"].iloc[j - 1]), float(curve["level"].iloc[j])

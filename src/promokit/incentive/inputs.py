@@ -1,0 +1,115 @@
+"""Node inputs of the incentive models: encoded features, graph structure and 1-hop interaction history.
+
+Built once per table set (the whole graph, labelled or not), then indexed by node: the models see customers
+and merchants by their row in the node tables.
+
+- ``cat`` / ``num``: the node's own features (``TableEncoder``: vocabularies with an OOV slot, scaled numbers);
+- ``structure``: log(1 + degree), log(1 + total edge weight) and the mean of each edge feature over the node's
+  edges — what a node knows of its own interactions — and, for merchants, log(1 + prior_shares), the activity
+  of the window before the experiment (known before it starts); used by the GNN and DNN-H;
+- ``history``: DNN-H's aggregated interactions (the paper's "historical customer-merchant interactions as
+  additional features"): the mean of the neighbours' numeric features and structure, without a GNN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from promokit.data.encoders import TableEncoder
+from promokit.data.spec import FeatureSpec
+from promokit.incentive.contract import IncentiveTables
+from promokit.nn.bipartite import BipartiteGraph
+
+
+@dataclass
+class NodeInputs:
+    cat: Tensor        # (N, F) int64 codes
+    num: Tensor        # (N, D) float32
+    structure: Tensor  # (N, S) float32
+    history: Tensor    # (N, H) float32
+
+    def __len__(self) -> int:
+        return len(self.cat)
+
+
+@dataclass
+class GraphInputs:
+    customers: NodeInputs
+    merchants: NodeInputs
+    graph: BipartiteGraph
+
+
+@dataclass
+class InputEncoders:
+    """What turns tables into :class:`GraphInputs`, fitted on the training tables and saved with the model."""
+
+    customers: TableEncoder
+    merchants: TableEncoder
+    customer_structure: TableEncoder
+    merchant_structure: TableEncoder
+
+    @classmethod
+    def fit(cls, tables: IncentiveTables) -> InputEncoders:
+        c_struct, m_struct = _structure_frames(tables)
+        return cls(TableEncoder.fit(tables.customers, tables.customer_spec),
+                   TableEncoder.fit(tables.merchants, tables.merchant_spec),
+                   _numeric_encoder(c_struct), _numeric_encoder(m_struct))
+
+    def transform(self, tables: IncentiveTables) -> GraphInputs:
+        edges = tables.edges
+        customer_index = torch.from_numpy(edges["customer"].to_numpy(dtype=np.int64, copy=True))
+        merchant_index = torch.from_numpy(edges["merchant"].to_numpy(dtype=np.int64, copy=True))
+        graph = BipartiteGraph.from_edges(customer_index, merchant_index, len(tables.customers), len(tables.merchants),
+                                          weight=torch.from_numpy(edges["weight"].to_numpy(dtype=np.float32, copy=True)))
+        c_struct, m_struct = _structure_frames(tables)
+        customers = _own(self.customers, tables.customers, self.customer_structure, c_struct)
+        merchants = _own(self.merchants, tables.merchants, self.merchant_structure, m_struct)
+        customers.history = _neighbour_mean(merchants, merchant_index, customer_index, len(customers))
+        merchants.history = _neighbour_mean(customers, customer_index, merchant_index, len(merchants))
+        return GraphInputs(customers, merchants, graph)
+
+    def to_dict(self) -> dict:
+        return {name: getattr(self, name).to_dict() for name in
+                ("customers", "merchants", "customer_structure", "merchant_structure")}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> InputEncoders:
+        return cls(**{name: TableEncoder.from_dict(value) for name, value in data.items()})
+
+
+def _structure_frames(tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFrame]:
+    edges = tables.edges
+    frames = []
+    for key, n in (("customer", len(tables.customers)), ("merchant", len(tables.merchants))):
+        grouped = edges.groupby(key)
+        frame = pd.DataFrame({"log_degree": np.log1p(grouped.size()), "log_weight": np.log1p(grouped["weight"].sum())})
+        for name in tables.edge_features:
+            frame[f"edge_{name}"] = grouped[name].mean()
+        frames.append(frame.reindex(range(n)).fillna({"log_degree": 0.0, "log_weight": 0.0}))
+    frames[1]["log_prior_shares"] = np.log1p(tables.prior_shares)
+    return frames[0], frames[1]
+
+
+def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:
+    return TableEncoder.fit(frame, FeatureSpec(numeric=list(frame.columns), group_key=None))
+
+
+def _own(encoder: TableEncoder, table: pd.DataFrame, structure_encoder: TableEncoder,
+         structure: pd.DataFrame) -> NodeInputs:
+    encoded = encoder.transform(table)
+    return NodeInputs(torch.from_numpy(encoded.categorical), torch.from_numpy(encoded.numeric),
+                      torch.from_numpy(structure_encoder.transform(structure).numeric), torch.empty(0))
+
+
+def _neighbour_mean(neighbours: NodeInputs, source: Tensor, target: Tensor, n_target: int) -> Tensor:
+    """Per target node, the mean over its edges of the neighbour's numeric features and structure (0 without
+    edges)."""
+    values = torch.cat([neighbours.num, neighbours.structure], dim=1)
+    total = torch.zeros(n_target, values.shape[1]).index_add_(0, target, values[source])
+    count = torch.zeros(n_target).index_add_(0, target, torch.ones(len(target)))
+    return total / count.clamp_min(1).unsqueeze(1)

@@ -1,0 +1,37 @@
+"""Cox proportional hazards over the value list: the Table 3 baseline with one shared baseline hazard."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from promokit.incentive.models._curve import MAX_LOG_HAZARD, ValueList, from_cumulative
+
+
+class CoxResponse(nn.Module):
+    r"""Cox (1972): :math:`\lambda(u, r_j) = \lambda_0(r_j) \exp(w^\top h_u)` with a free baseline
+    :math:`\lambda_0(r_j) = \exp(b_j)` per piece and one weight vector for all pieces (the form eq. 8
+    generalises), so every customer's cumulative hazard is the baseline's times a customer factor:
+    :math:`\Lambda(u, r_k) = \exp(w^\top h_u) \sum_{j \le k} \exp(b_j)\,\delta_j`; f_c by eq. 10, loss eq. 9.
+
+    Shapes: ``h`` ``(B, D)`` → ``response``, ``log_response``, ``log_no_response``, ``hazard`` ``(B, K)``.
+    """
+
+    def __init__(self, in_dim: int, levels):
+        super().__init__()
+        self.values = ValueList(levels)
+        self.weight = nn.Linear(in_dim, 1, bias=False)
+        self.baseline = nn.Parameter(torch.empty(len(self.values)))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight.weight, std=0.01)
+        nn.init.zeros_(self.baseline)
+
+    def forward(self, h: Tensor) -> dict[str, Tensor]:
+        hazard = torch.exp((self.weight(h) + self.baseline).clamp(max=MAX_LOG_HAZARD))
+        cumulative = torch.cumsum(hazard * self.values.width, dim=1)
+        return {**from_cumulative(cumulative), "hazard": hazard}
+
+    def penalty(self) -> Tensor:
+        return self.baseline.new_zeros(())

@@ -1,0 +1,156 @@
+"""The joint customer–merchant response network: a representation, a customer head and a merchant head."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from promokit.incentive.inputs import GraphInputs, NodeInputs
+from promokit.incentive.models._curve import response_nll
+from promokit.incentive.models.cox import CoxResponse
+from promokit.incentive.models.dssm import DSSMCostResponse
+from promokit.incentive.models.hazard import HazardResponse
+from promokit.incentive.models.merchant import MerchantResponse
+from promokit.incentive.models.sbbm import SemiBlackBoxResponse
+from promokit.nn import MLP, FeatureEmbedding
+from promokit.nn.bipartite import BipartiteGNN, NodeStates, sample_neighbours
+
+REPRESENTATIONS = ("gnn", "dnn", "dnn-h")
+CUSTOMER_HEADS = {"hazard": HazardResponse, "cox": CoxResponse, "sbbm": SemiBlackBoxResponse,
+                  "dssm-c": DSSMCostResponse}
+
+
+class IncentiveNet(nn.Module):
+    """Customers' and merchants' response to every value of the list, trained jointly (eq. 7):
+
+    .. math::
+        \\mathcal{L} = \\sum_{i \\in S_c} l_c(y^c_i, f_c(h_{u_i}, r^c_i))
+                     + \\sum_{i \\in S_m} l_m(y^m_i, f_m(h_{v_i}, r^m_i)) + \\text{penalty}
+
+    with l_c the censored likelihood of eq. 9 (or the binary log-loss of the sigmoid heads), l_m the squared
+    error of the normalised shares, both averaged over the batch's rows.
+
+    Representations h:
+
+    - ``gnn``: the paper's model: each node's features and interaction structure, projected and passed through
+      a :class:`BipartiteGNN` (depth 2, width 64, section 5) shared by customers and merchants, on
+      neighbour-sampled subgraphs in training and full neighbourhoods (layer by layer) in evaluation;
+    - ``dnn``: the node's own features only (the paper's DNN);
+    - ``dnn-h``: own features, interaction structure and the mean of the neighbours' features (DNN-H).
+
+    Each node type then has a tower (``hidden``, ReLU) feeding its head: the customer head is one of
+    :data:`CUSTOMER_HEADS`, the merchant head :class:`MerchantResponse`.
+
+    A batch holds rows of both kinds: ``node`` (index in its node table), ``customer`` (1 for a customer row),
+    ``level`` (index of the offered value) and ``label`` (redeemed, or the normalised shares). Outputs per row:
+    ``response`` ``(B, K)`` and, for customer rows, ``log_response`` / ``log_no_response`` (and ``hazard`` for
+    the hazard heads); merchant rows hold zeros there. The node inputs are attached with :meth:`attach`; they
+    are data, not weights, so a saved model scores any graph with the same feature columns.
+    """
+
+    def __init__(self, customer_cardinalities: Sequence[int], customer_numeric: int, customer_structure: int,
+                 merchant_cardinalities: Sequence[int], merchant_numeric: int, merchant_structure: int,
+                 levels: Sequence[float], representation: str = "gnn", head: str = "hazard", emb_dim: int = 8,
+                 width: int = 64, depth: int = 2, conv: str = "sage", fanouts: Sequence[int] = (10, 10),
+                 hidden: Sequence[int] = (256, 128), dropout: float = 0.1, fused_lasso: float = 1e-3,
+                 merchant_weight: float = 1.0):
+        super().__init__()
+        if representation not in REPRESENTATIONS:
+            raise ValueError(f"representation must be one of {REPRESENTATIONS}, got {representation!r}")
+        if head not in CUSTOMER_HEADS:
+            raise ValueError(f"head must be one of {sorted(CUSTOMER_HEADS)}, got {head!r}")
+        if len(fanouts) != depth:
+            raise ValueError(f"fanouts {list(fanouts)} need one entry per GNN layer (depth {depth})")
+        self.representation, self.fanouts, self.merchant_weight = representation, list(fanouts), merchant_weight
+        self.customer_features = FeatureEmbedding(customer_cardinalities, customer_numeric, emb_dim)
+        self.merchant_features = FeatureEmbedding(merchant_cardinalities, merchant_numeric, emb_dim)
+        c_dim = self.customer_features.output_dim + self._extra(customer_structure, merchant_numeric, merchant_structure)
+        m_dim = self.merchant_features.output_dim + self._extra(merchant_structure, customer_numeric, customer_structure)
+        if representation == "gnn":
+            self.gnn = BipartiteGNN(c_dim, m_dim, width=width, depth=depth, conv=conv, dropout=dropout)
+            c_dim = m_dim = width
+        self.customer_tower = MLP(c_dim, hidden[:-1], out_dim=hidden[-1], dropout=dropout)
+        self.merchant_tower = MLP(m_dim, hidden[:-1], out_dim=hidden[-1], dropout=dropout)
+        head_args = {"fused_lasso": fused_lasso} if head == "hazard" else {}
+        self.customer_head = CUSTOMER_HEADS[head](hidden[-1], levels, **head_args)
+        self.merchant_head = MerchantResponse(hidden[-1], levels)
+        self.inputs: GraphInputs | None = None
+        self._states: NodeStates | None = None
+
+    def _extra(self, structure: int, neighbour_numeric: int, neighbour_structure: int) -> int:
+        """Width of what the representation adds to a node's own features."""
+        if self.representation == "dnn":
+            return 0
+        history = neighbour_numeric + neighbour_structure if self.representation == "dnn-h" else 0
+        return structure + history
+
+    def attach(self, inputs: GraphInputs) -> IncentiveNet:
+        """Use these node inputs (the graph and features of the tables being trained on or scored)."""
+        self.inputs, self._states = inputs, None
+        return self
+
+    def train(self, mode: bool = True) -> IncentiveNet:
+        self._states = None  # evaluation states are stale once the weights move
+        return super().train(mode)
+
+    def _node_features(self, nodes: NodeInputs, index: Tensor, embedding: FeatureEmbedding) -> Tensor:
+        parts = [embedding({"cat": nodes.cat[index], "num": nodes.num[index]})]
+        if self.representation != "dnn":
+            parts.append(nodes.structure[index])
+        if self.representation == "dnn-h":
+            parts.append(nodes.history[index])
+        return torch.cat(parts, dim=1)
+
+    def _represent(self, customers: Tensor, merchants: Tensor) -> NodeStates:
+        inputs = self.inputs
+        if inputs is None:
+            raise RuntimeError("attach the node inputs (IncentiveNet.attach) before calling the model")
+        if self.representation != "gnn":
+            return NodeStates(self._node_features(inputs.customers, customers, self.customer_features),
+                              self._node_features(inputs.merchants, merchants, self.merchant_features))
+        if not self.training:
+            states = self._all_states()
+            return NodeStates(states.customers[customers], states.merchants[merchants])
+        sub = sample_neighbours(inputs.graph, customers, merchants, self.fanouts)
+        x_c = self._node_features(inputs.customers, sub.customers, self.customer_features)
+        x_m = self._node_features(inputs.merchants, sub.merchants, self.merchant_features)
+        return self.gnn(x_c, x_m, sub)
+
+    @torch.no_grad()
+    def _all_states(self) -> NodeStates:
+        """GNN states of every node, full neighbourhoods, computed once per evaluation."""
+        if self._states is None:
+            inputs = self.inputs
+            x_c = self._node_features(inputs.customers, torch.arange(len(inputs.customers)), self.customer_features)
+            x_m = self._node_features(inputs.merchants, torch.arange(len(inputs.merchants)), self.merchant_features)
+            self._states = self.gnn.inference(x_c, x_m, inputs.graph)
+        return self._states
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        is_customer = batch["customer"].bool()
+        nodes = batch["node"]
+        states = self._represent(nodes[is_customer], nodes[~is_customer])
+        customer = self.customer_head(torch.relu(self.customer_tower(states.customers)))
+        merchant = self.merchant_head(torch.relu(self.merchant_tower(states.merchants)))
+        rows, k = len(nodes), len(self.customer_head.values)
+        out = {}
+        for name, value in customer.items():
+            out[name] = value.new_zeros((rows, k)).index_put((is_customer.nonzero().squeeze(1),), value)
+        out["response"] = out["response"].index_put(((~is_customer).nonzero().squeeze(1),), merchant["response"])
+        return out
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        is_customer = batch["customer"].bool()
+        level, label = batch["level"], batch["label"]
+        nll = response_nll(out, level, label)
+        at = out["response"].gather(1, level.unsqueeze(1)).squeeze(1)
+        squared = (at - label) ** 2
+        rows = max(len(level), 1)
+        customer = torch.where(is_customer, nll, torch.zeros_like(nll)).sum() / rows
+        merchant = torch.where(is_customer, torch.zeros_like(squared), squared).sum() / rows
+        penalty = self.customer_head.penalty()
+        total = customer + self.merchant_weight * merchant + penalty
+        return total, {"customer_nll": customer.detach(), "merchant_mse": merchant.detach(),
+                       "penalty": penalty.detach()}

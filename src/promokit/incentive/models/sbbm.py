@@ -1,0 +1,39 @@
+"""SBBM: the semi-black-box logit demand curve of Zhao et al. (2019), the Table 3 baseline of eq. 21's form."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from promokit.incentive.models._curve import ValueList, from_logits
+
+
+class SemiBlackBoxResponse(nn.Module):
+    r"""A logit demand curve whose slope and intercept come from the representation (eq. 21):
+
+    .. math::
+        f_c(h_u, r_j) = \mathrm{sigmoid}\big(\underbrace{\mathrm{softplus}(w_g^\top h_u)}_{\text{gradient}}
+        \cdot \tilde r_j + \underbrace{w_i^\top h_u + b}_{\text{intercept}}\big), \qquad \tilde r_j = r_j / r_K,
+
+    non-decreasing in the value because the gradient is positive, smooth (no change points), and trained by
+    the binary log-loss at the offered value, ignoring the censoring (section 1).
+
+    Shapes: ``h`` ``(B, D)`` → ``response``, ``log_response``, ``log_no_response`` ``(B, K)``.
+    """
+
+    def __init__(self, in_dim: int, levels):
+        super().__init__()
+        self.values = ValueList(levels)
+        self.gradient = nn.Linear(in_dim, 1)
+        self.intercept = nn.Linear(in_dim, 1)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.gradient.reset_parameters()
+        self.intercept.reset_parameters()
+
+    def forward(self, h: Tensor) -> dict[str, Tensor]:
+        logits = nn.functional.softplus(self.gradient(h)) * self.values.scaled + self.intercept(h)
+        return from_logits(logits)
+
+    def penalty(self) -> Tensor:
+        return self.intercept.bias.new_zeros(())

@@ -1,0 +1,135 @@
+"""The incentive domain end to end on a tiny world: contract errors, learning, score tables for allocation."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from promokit.allocation.tables import read_budget_table
+from promokit.data import DataError
+from promokit.incentive.contract import check_tables
+from promokit.incentive.estimator import IncentiveModel, node_split
+from promokit.incentive.evaluate import change_point, evaluate
+from promokit.incentive.simulate import simulate
+from promokit.incentive.synthetic import make_world
+from promokit.training import TrainConfig
+
+FAST = TrainConfig(epochs=3, batch_size=256, lr=3e-3, lr_decay=0.95, patience=3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return make_world(2500, 250, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tables(world):
+    return check_tables(world.customers, world.merchants, world.edges)
+
+
+@pytest.fixture(scope="module")
+def fitted(tables):
+    return IncentiveModel("gnn-hazard", {"width": 16, "hidden": [32, 16], "fanouts": [5, 5]}, FAST).fit(tables)
+
+
+def test_contract_reads_the_world(tables, world):
+    assert tables.levels.tolist() == list(world.levels)
+    assert tables.counts["isolated_customers"] > 0 and tables.counts["edges"] == len(world.edges)
+    assert tables.customer_spec.categorical == ["c_segment"] and "level" not in tables.customer_spec.numeric
+    assert (tables.levels[tables.customer_level] == world.customers["level"].to_numpy()).all()
+
+
+@pytest.mark.parametrize("table, change, message", [
+    ("customers", lambda f: f.drop(columns="redeemed"), "column 'redeemed'"),
+    ("customers", lambda f: f.assign(redeemed=2), "must be 0/1 but has 2500"),
+    ("customers", lambda f: f.assign(redeemed=0), "only the value 0"),
+    ("customers", lambda f: f.assign(level=f.level.astype(object).where(f.index != 5, "ten")), "non-numeric or infinite values"),
+    ("customers", lambda f: f.assign(level=f.level.where(f.index != 5, np.inf)), "1 missing, non-numeric or infinite"),
+    ("customers", lambda f: pd.concat([f, f.iloc[:1]]), "1 repeated customer_id values"),
+    ("customers", lambda f: f.iloc[:0], "customers: the table is empty"),
+    ("merchants", lambda f: f.assign(shares=f.shares.astype(float).where(f.index != 2, 1.5)), "whole numbers ≥ 0"),
+    ("merchants", lambda f: f.assign(prior_shares=-1), "must hold numbers ≥ 0"),
+    ("merchants", lambda f: f.assign(level=f.level.where(f.index != 0, 55.0)), "1 values outside the value list"),
+    ("edges", lambda f: f.assign(merchant_id=f.merchant_id.where(f.index != 4, "nobody")), "not in the merchants table"),
+    ("edges", lambda f: f.assign(weight=-f.weight), "negative values"),
+    ("edges", lambda f: f.drop(columns="customer_id"), "column 'customer_id'"),
+])
+def test_every_broken_rule_is_one_line(world, table, change, message):
+    parts = {"customers": world.customers, "merchants": world.merchants, "edges": world.edges}
+    parts[table] = change(parts[table].copy())
+    with pytest.raises(DataError, match=message) as error:
+        check_tables(parts["customers"], parts["merchants"], parts["edges"],
+                     levels=world.levels if table == "merchants" else None)
+    assert "\n" not in str(error.value)
+
+
+def test_levels_given_must_cover_the_offers(world):
+    with pytest.raises(DataError, match="outside the value list"):
+        check_tables(world.customers, world.merchants, world.edges, levels=[20, 40])
+    with pytest.raises(DataError, match="strictly increasing"):
+        check_tables(world.customers, world.merchants, world.edges, levels=[40, 20])
+
+
+def test_split_holds_out_nodes_of_both_kinds():
+    split = node_split(1000, 100, seed=1)
+    assert len(split.test_customers) == 150 and len(split.test_merchants) == 15
+    every = np.concatenate([split.train_customers, split.valid_customers, split.test_customers])
+    assert np.array_equal(np.sort(every), np.arange(1000))
+    assert np.array_equal(node_split(1000, 100, seed=1).test_customers, split.test_customers)
+
+
+def test_the_gnn_hazard_model_learns_the_response(fitted, tables, world):
+    split = fitted.split(tables)
+    responses = fitted.responses(tables)
+    result = evaluate(responses, tables, split.test_customers, split.test_merchants, world.customer_truth)
+    assert result.metrics["auc_c"] > 0.72  # oracle ≈ 0.83; a constant scores 0.5
+    assert result.metrics["monotone_violations"] == 0
+    assert np.all(np.diff(responses.customers, axis=1) >= -1e-6)
+    assert (responses.merchants >= 0).all()
+    assert result.curve["predicted"].is_monotonic_increasing
+    assert list(result.uplift["group"]) == [1, 2, 3, 4, 5]
+
+
+def test_a_saved_model_scores_the_same_and_writes_allocatable_tables(fitted, tables, tmp_path):
+    fitted.save(tmp_path / "model")
+    loaded = IncentiveModel.load(tmp_path / "model")
+    np.testing.assert_allclose(loaded.responses(tables).customers, fitted.responses(tables).customers, atol=1e-6)
+    customers, merchants = loaded.score_tables(tables)
+    customers.to_parquet(tmp_path / "c.parquet")
+    merchants.to_parquet(tmp_path / "m.parquet")
+    read = read_budget_table(tmp_path / "c.parquet")
+    assert read.levels.tolist() == tables.levels.tolist() and read.scores.shape == (len(tables.customers), 8)
+    assert read_budget_table(tmp_path / "m.parquet").scores.shape == (len(tables.merchants), 8)
+
+
+def test_scoring_tables_without_labels(fitted, world):
+    unlabelled = check_tables(world.customers.drop(columns=["level", "redeemed"]),
+                              world.merchants.drop(columns=["level", "shares", "prior_shares"]), world.edges,
+                              levels=world.levels, require_labels=False,
+                              customer_features=fitted.customer_spec, merchant_features=fitted.merchant_spec)
+    with pytest.warns(UserWarning, match="prior_shares"):
+        scores = fitted.responses(unlabelled)
+    assert scores.customers.shape == (2500, 8) and np.isfinite(scores.merchants).all()
+
+
+def test_change_point_is_the_largest_rise_of_the_hazard():
+    curve = pd.DataFrame({"level": [20, 40, 60, 80, 100, 120], "hazard_per_unit": [1.0, 1.1, 1.0, 1.2, 3.0, 3.1]})
+    assert change_point(curve) == (80.0, 100.0)
+    assert change_point(curve.drop(columns="hazard_per_unit")) is None
+
+
+def test_simulation_orders_oracle_above_random(world):
+    levels, truth_c, truth_m = world.levels, world.customer_truth[:500], world.merchant_truth[:50]
+    result = simulate(levels, truth_c, truth_m, {"truth+noise": (np.clip(truth_c + 0.05, 0, 1), truth_m)}, 90.0)
+    paced = result[result.budget == "paced"].set_index("model")
+    assert set(paced.index) == {"truth+noise", "oracle", "random"}
+    assert (paced["true_ratio"] <= 90.0 + 1e-6).all()
+    assert paced.loc["oracle", "payments"] >= paced.loc["random", "payments"]
+    planned = result[result.budget == "planned"].set_index("model")
+    assert planned.loc["oracle", "true_ratio"] == pytest.approx(planned.loc["oracle", "planned_ratio"])
+
+
+def test_unknown_model_and_parameter_are_one_line_errors():
+    with pytest.raises(DataError, match="unknown model 'gnn'"):
+        IncentiveModel("gnn")
+    with pytest.raises(DataError, match="did you mean 'fanouts'"):
+        IncentiveModel("gnn-hazard", {"fanout": [5, 5]})

@@ -1,0 +1,90 @@
+"""``promokit incentive …`` from the command line: the whole path to `allocate budget`, and bad inputs."""
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from promokit.cli import app
+
+runner = CliRunner()
+NET = '{"width": 8, "hidden": [16, 8], "fanouts": [4, 4], "emb_dim": 4}'
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("incentive") / "world"
+    result = _invoke("incentive", "synth", "--out", folder, "--customers", 1500, "--merchants", 150, "--seed", 4)
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+def _tables(folder, customers=None):
+    return ["--customers", customers or folder / "customers.parquet", "--merchants", folder / "merchants.parquet",
+            "--edges", folder / "edges.parquet"]
+
+
+@pytest.fixture(scope="module")
+def models(world):
+    paths = {}
+    for name in ("gnn-hazard", "sbbm"):
+        paths[name] = world.parent / name
+        result = _invoke("incentive", "train", *_tables(world), "--model", name, "--out", paths[name], "--epochs", 2,
+                         "--params", NET)
+        assert result.exit_code == 0, result.output
+    return paths
+
+
+def test_train_predict_allocate_evaluate_simulate(world, models, tmp_path):
+    scores = tmp_path / "scores"
+    result = _invoke("incentive", "predict", "--model", models["gnn-hazard"], *_tables(world), "--out", scores)
+    assert result.exit_code == 0, result.output
+    customers = pd.read_parquet(scores / "customers.parquet")
+    assert list(customers.columns) == ["user_id", *[f"score_{v}" for v in (20, 40, 60, 80, 100, 120, 150, 200)]]
+    plan = tmp_path / "plan"
+    result = _invoke("allocate", "budget", "--scores", scores / "customers.parquet", "--merchants",
+                     scores / "merchants.parquet", "--ratio", 90, "--out", plan)
+    assert result.exit_code == 0, result.output
+
+    result = _invoke("incentive", "evaluate", "--model", models["gnn-hazard"], *_tables(world), "--out",
+                     tmp_path / "eval", "--truth", world / "truth_customers.parquet")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert report["metrics"]["customers"] == 225 and 0.5 < report["metrics"]["auc_c"] <= 1
+    assert (tmp_path / "eval" / "response_curves.png").exists()
+
+    result = _invoke("incentive", "simulate", "--world", world, "--model", models["gnn-hazard"], "--model",
+                     models["sbbm"], "--ratio", 90, "--out", tmp_path / "sim")
+    assert result.exit_code == 0, result.output
+    rows = pd.DataFrame(json.loads((tmp_path / "sim" / "report.json").read_text())["rows"])
+    assert {"oracle", "random"} <= set(rows.model) and (rows[rows.budget == "paced"].true_ratio <= 90 + 1e-6).all()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda f: f.iloc[:1], "only the value"),
+    (lambda f: f.assign(redeemed="yes"), "must be 0/1"),
+    (lambda f: f.assign(level=float("inf")), "infinite"),
+    (lambda f: f.iloc[:0], "the table has no rows"),
+    (lambda f: f.rename(columns={"c_x1": "c_x0"}), "appear more than once"),
+])
+def test_bad_customer_tables_exit_2_with_one_line(world, tmp_path, change, message):
+    bad = tmp_path / "customers.csv"
+    change(pd.read_parquet(world / "customers.parquet")).to_csv(bad, index=False)
+    result = _invoke("incentive", "train", *_tables(world, bad), "--out", tmp_path / "m", "--epochs", 1)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_bad_options_exit_2(world, models, tmp_path):
+    for args, message in ((("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--levels", "20,x"), "--levels"),
+                          (("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--model", "gcn"), "unknown model"),
+                          (("incentive", "bench", "--seeds", "a"), "--seeds"),
+                          (("incentive", "predict", "--model", tmp_path / "none", *_tables(world), "--out", tmp_path / "s"),
+                           "not a promokit model directory")):
+        result = _invoke(*args)
+        assert result.exit_code == 2 and message in result.output, result.output
