@@ -3,7 +3,7 @@
 
 - building the world, validating the tables and encoding the node inputs;
 - training the GNN + hazard model: seconds per epoch over every labelled node with neighbour-sampled
-  mini-batches (fanouts 10, 10), and the full-neighbourhood validation pass;
+  mini-batches (the default fanouts), and the full-neighbourhood validation pass;
 - scoring every customer and merchant at every value (layer-wise inference, then the heads): rows per second;
 - the decision path of one request, in-process: the request's scores at every value, then eq. 19 with λ*
   (``promokit.allocation.decide``), with the node's GNN state precomputed (as the paper serves it, "fetch the
@@ -27,7 +27,7 @@ import torch
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget
 from promokit.incentive.contract import check_tables
-from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel, customer_auc, labelled_rows
+from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel, labelled_rows, validation_metrics
 from promokit.incentive.inputs import InputEncoders
 from promokit.incentive.synthetic import make_world
 from promokit.nn.bipartite import sample_neighbours
@@ -75,9 +75,9 @@ def main() -> None:
     train = labelled_rows(tables, split.train_customers, split.train_merchants)
     valid = labelled_rows(tables, split.valid_customers, split.valid_merchants)
     started = time.perf_counter()
-    history = Trainer(model.train_config).fit(model.net, train, valid, metrics={"auc_c": customer_auc})
+    history = Trainer(model.train_config).fit(model.net, train, valid, metrics=validation_metrics())
     epoch = history.epochs[0]
-    stage("train 1 epoch (sampled 10, 10)", epoch["seconds"],
+    stage(f"train 1 epoch (fanouts {model.net.fanouts})", epoch["seconds"],
           f"{len(train['node']):,} rows, {epoch['samples_per_second']:,.0f} rows/s")
     stage("  + validation (full neighbourhoods)", time.perf_counter() - started - epoch["seconds"],
           f"valid AUC_c {epoch['valid_auc_c']:.4f}")
@@ -107,7 +107,7 @@ def main() -> None:
                 if how == "precomputed GNN state":
                     h = states.customers[node]
                 else:
-                    sub = sample_neighbours(inputs.graph, node, torch.empty(0, dtype=torch.long), (10, 10))
+                    sub = sample_neighbours(inputs.graph, node, torch.empty(0, dtype=torch.long), net.fanouts)
                     x_c = net._node_features(inputs.customers, sub.customers, net.customer_features)
                     x_m = net._node_features(inputs.merchants, sub.merchants, net.merchant_features)
                     h = net.gnn(x_c, x_m, sub).customers

@@ -88,3 +88,12 @@ def test_bad_options_exit_2(world, models, tmp_path):
                            "not a promokit model directory")):
         result = _invoke(*args)
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_demo_writes_the_report(tmp_path):
+    out = tmp_path / "demo"
+    result = _invoke("incentive", "demo", "--out", out, "--customers", 800, "--merchants", 80, "--models", "gnn-hazard,sbbm")
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert {r["model"] for r in report["results"]} == {"gnn-hazard", "sbbm", "oracle"}
+    assert (out / "response_curves.png").exists() and "Allocation at the same budget" in (out / "report.md").read_text()

@@ -76,8 +76,8 @@ def test_cox_is_proportional_and_sbbm_is_eq_21():
 
     sbbm = SemiBlackBoxResponse(1, LEVELS)
     with torch.no_grad():
-        sbbm.gradient.weight.fill_(2.0), sbbm.gradient.bias.fill_(0.0)
-        sbbm.intercept.weight.fill_(-1.0), sbbm.intercept.bias.fill_(0.5)
+        sbbm.curve.gradient.weight.fill_(2.0), sbbm.curve.gradient.bias.fill_(0.0)
+        sbbm.curve.intercept.weight.fill_(-1.0), sbbm.curve.intercept.bias.fill_(0.5)
     f = sbbm(torch.tensor([[1.0]]))["response"][0].detach().numpy()
     slope = math.log1p(math.exp(2.0))
     expected = [1 / (1 + math.exp(-(slope * r / 4 - 0.5))) for r in LEVELS]

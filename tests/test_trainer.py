@@ -127,3 +127,15 @@ def test_metrics_are_recorded_while_the_loss_is_monitored():
 def test_unknown_monitor_is_refused():
     with pytest.raises(ValueError, match="monitor 'auc' is neither 'loss' nor one of the metrics"):
         _fit(TrainConfig(epochs=1, progress=False, monitor="auc"))
+
+
+def test_lr_decay_scales_each_epochs_rate():
+    """Epoch e trains at lr · lr_decay**e: with a decay of 0 only the first epoch moves the weights."""
+    torch.manual_seed(0)
+    model, snapshots = Logistic(), []
+    initial = model.linear.weight.detach().clone()
+    config = TrainConfig(epochs=3, batch_size=100, lr=0.05, lr_decay=0.0, patience=5, progress=False)
+    Trainer(config).fit(model, _data(), _data(500, 1),
+                        on_epoch=lambda epoch, record: snapshots.append(model.linear.weight.detach().clone()))
+    assert not torch.equal(snapshots[0], initial)
+    assert torch.equal(snapshots[0], snapshots[1]) and torch.equal(snapshots[1], snapshots[2])

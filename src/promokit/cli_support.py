@@ -61,7 +61,7 @@ def print_table(title: str, frame) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    frame = frame.reset_index() if frame.index.name else frame
+    frame = frame.reset_index() if any(name is not None for name in frame.index.names) else frame
     for column in frame.columns:
         table.add_column(str(column))
     for row in frame.itertuples(index=False):

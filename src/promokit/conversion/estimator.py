@@ -33,6 +33,7 @@ from promokit.training import (
     auc_metric,
     check_model_params,
     read_json,
+    read_model_config,
     read_weights,
     write_model_dir,
 )
@@ -194,9 +195,7 @@ class ConversionModel:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConversionModel:
-        config = read_json(path)
-        if config.get("task") != "conversion":
-            raise DataError(f"{path}: holds a {config.get('task')!r} model, not a conversion model")
+        config = read_model_config(path, "conversion")
         model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))

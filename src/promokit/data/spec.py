@@ -147,3 +147,11 @@ def missing_column_message(name: str, columns: list[str], what: str, n_rows: int
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}. "
             f"Columns present: {list(columns)[:20]}")
+
+
+def require_columns(frame: pd.DataFrame, columns, table: str) -> None:
+    """A :class:`DataError` for the first of ``columns`` missing from ``frame``, prefixed by the ``table`` name."""
+    for name in dict.fromkeys(columns):
+        if name not in frame.columns:
+            raise DataError(f"{table}: " + missing_column_message(name, list(frame.columns), f"{table} column",
+                                                                  len(frame)))

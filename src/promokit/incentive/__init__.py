@@ -1,0 +1,21 @@
+"""Incentive response on a customer–merchant graph (the joint-incentive paper): a GNN with piecewise hazard
+regression, its baselines, and score tables for ``promokit allocate budget``.
+
+Exports load lazily (PEP 562) so that ``promokit --help`` does not import torch.
+"""
+
+from promokit.lazy import lazy_exports
+
+_EXPORTS = {
+    "IncentiveModel": "promokit.incentive.estimator",
+    "MODELS": "promokit.incentive.estimator",
+    "check_tables": "promokit.incentive.contract",
+    "evaluate": "promokit.incentive.evaluate",
+    "simulate": "promokit.incentive.simulate",
+    "IncentiveWorld": "promokit.incentive.synthetic",
+    "make_world": "promokit.incentive.synthetic",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

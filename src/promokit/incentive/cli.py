@@ -35,6 +35,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initia
 ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | dnn | dnn-h | sbbm | cox | dssm-c")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected response (default: the median value).")]
+MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation nodes: customer_loglik (default) | auc_c | loss (eq. 7, merchants included).")]
 LrDecayOpt = Annotated[Optional[float], typer.Option("--lr-decay", help="Learning rate multiplied by this each epoch (section 5: 0.95).")]
 
 
@@ -80,13 +81,14 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
           test_fraction: Annotated[float, typer.Option(help="Share of customers and of merchants held out for evaluate (section 5: 0.15).")] = 0.15,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = 0.1,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
-          patience: PatienceOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, resume: ResumeOpt = False):
+          patience: PatienceOpt = None, monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
+          resume: ResumeOpt = False):
     """Fit a response model on an incentive experiment and write it as a model directory."""
     with user_errors():
         from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
-                                                lr_decay=lr_decay, patience=patience, seed=seed)
+                                                lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed)
         tables = _tables(customers, merchants, edges, _levels(levels))
         estimator = IncentiveModel(model, model_params, config)
         estimator.fit(tables, test_fraction, valid_fraction, checkpoint_dir(out), resume)
@@ -199,9 +201,10 @@ def _bench_training(params, **flags):
 def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written by synth (tables and true curves).")],
              model: Annotated[list[Path], typer.Option("--model", help="Model directory trained on this world; repeat for several.")],
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
-             ratio: RatioOpt = None, seed: SeedOpt = 0):
-    """Allocate the world's held-out nodes by each model's scores under one ratio budget, then score the plans by
-    the true curves: expected redemptions, spend, spend per redemption (oracle and random as bounds)."""
+             ratio: RatioOpt = None, seed: SeedOpt = 0,
+             with_merchants: Annotated[bool, typer.Option("--merchants", help="Allocate the held-out merchants too, under the same budget (eq. 11's joint problem).")] = False):
+    """Allocate the world's held-out customers by each model's scores under one ratio budget, then score the plans
+    by the true curves: expected redemptions, spend, spend per redemption (oracle and random as bounds)."""
     with user_errors():
         import numpy as np
 
@@ -228,9 +231,11 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
             scores[f"{estimator.name} ({path.name})"] = (r.customers[split.test_customers], r.merchants[split.test_merchants])
         c_rows, m_rows = (np.asarray(part, dtype=np.int64) for part in rows)
         budget = float(ratio if ratio is not None else np.median(levels))
-        table = run_simulation(levels, truth_c[c_rows], truth_m[m_rows], scores, budget, seed)
+        table = run_simulation(levels, truth_c[c_rows], truth_m[m_rows] if with_merchants else None, scores, budget,
+                               seed)
         report = Report(f"promokit incentive simulate: {world}", data={"ratio": budget, "rows": table.to_dict(orient="records")})
-        report.add("Setup", f"{len(c_rows):,} held-out customers and {len(m_rows):,} merchants; ratio budget B = {budget:g}")
+        allocated = f"{len(c_rows):,} held-out customers" + (f" and {len(m_rows):,} merchants" if with_merchants else "")
+        report.add("Setup", f"{allocated}; ratio budget B = {budget:g}")
         report.add("Allocation scored by the true curves", table.set_index(["model", "budget"]).reset_index())
         report.write(out)
         print_table(f"allocation at B = {budget:g}, scored by the true curves",

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, infer_feature_columns, missing_column_message
+from promokit.data.spec import FeatureSpec, infer_feature_columns, require_columns
 
 CUSTOMER, MERCHANT = "customer_id", "merchant_id"
 LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
@@ -109,7 +109,7 @@ def _node_table(frame: pd.DataFrame, table: str, key: str) -> pd.DataFrame:
     if len(frame) == 0:
         raise DataError(f"{table}: the table is empty")
     frame = frame.reset_index(drop=True)
-    _require(frame, [key], table)
+    require_columns(frame, [key], table)
     missing = frame[key].isna().to_numpy()
     if missing.any():
         raise DataError(f"{table}: column {key!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
@@ -134,7 +134,7 @@ def _numbers(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:
 def _levels_column(frame: pd.DataFrame, table: str, required: bool) -> np.ndarray | None:
     if LEVEL not in frame.columns:
         if required:
-            _require(frame, [LEVEL], table)
+            require_columns(frame, [LEVEL], table)
         return None
     return _numbers(frame, table, LEVEL)
 
@@ -175,7 +175,7 @@ def _level_index(values: np.ndarray | None, grid: np.ndarray) -> np.ndarray:
 def _binary(frame: pd.DataFrame, table: str, column: str, required: bool) -> np.ndarray:
     if column not in frame.columns:
         if required:
-            _require(frame, [column], table)
+            require_columns(frame, [column], table)
         return np.full(len(frame), np.nan)
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isin(values, (0.0, 1.0))
@@ -191,7 +191,7 @@ def _binary(frame: pd.DataFrame, table: str, column: str, required: bool) -> np.
 def _counts(frame: pd.DataFrame, column: str, required: bool, whole: bool) -> np.ndarray:
     if column not in frame.columns:
         if required:
-            _require(frame, [column], "merchants")
+            require_columns(frame, [column], "merchants")
         return np.full(len(frame), np.nan)
     values = _numbers(frame, "merchants", column)
     bad = (values < 0) | ((values != np.round(values)) if whole else False)
@@ -203,7 +203,7 @@ def _counts(frame: pd.DataFrame, column: str, required: bool, whole: bool) -> np
 
 
 def _edges(edges: pd.DataFrame, customers: pd.DataFrame, merchants: pd.DataFrame):
-    _require(edges, [CUSTOMER, MERCHANT], "edges")
+    require_columns(edges, [CUSTOMER, MERCHANT], "edges")
     counts = {"edges": len(edges)}
     index = {}
     for key, nodes, table in ((CUSTOMER, customers, "customers"), (MERCHANT, merchants, "merchants")):
@@ -230,15 +230,9 @@ def _edges(edges: pd.DataFrame, customers: pd.DataFrame, merchants: pd.DataFrame
 def _features(frame: pd.DataFrame, table: str, key: str, contract: tuple[str, ...],
               given: FeatureSpec | None) -> FeatureSpec:
     if given is not None:
-        _require(frame, given.features, table)
+        require_columns(frame, given.features, table)
         return FeatureSpec(categorical=list(given.categorical), numeric=list(given.numeric), group_key=None,
                            min_count=given.min_count)
     categorical, numeric = infer_feature_columns(frame, exclude={key, *contract})
     return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None)
 
-
-def _require(frame: pd.DataFrame, columns, table: str) -> None:
-    for name in dict.fromkeys(columns):
-        if name not in frame.columns:
-            raise DataError(f"{table}: " + missing_column_message(name, list(frame.columns), f"{table} column",
-                                                                  len(frame)))

@@ -8,7 +8,8 @@ and merchants by their row in the node tables.
   edges — what a node knows of its own interactions — and, for merchants, log(1 + prior_shares), the activity
   of the window before the experiment (known before it starts); used by the GNN and DNN-H;
 - ``history``: DNN-H's aggregated interactions (the paper's "historical customer-merchant interactions as
-  additional features"): the mean of the neighbours' numeric features and structure, without a GNN.
+  additional features"): the payment-weighted mean of the neighbours' numeric features and structure, without
+  a GNN.
 """
 
 from __future__ import annotations
@@ -64,13 +65,14 @@ class InputEncoders:
         edges = tables.edges
         customer_index = torch.from_numpy(edges["customer"].to_numpy(dtype=np.int64, copy=True))
         merchant_index = torch.from_numpy(edges["merchant"].to_numpy(dtype=np.int64, copy=True))
+        weight = torch.from_numpy(edges["weight"].to_numpy(dtype=np.float32, copy=True))
         graph = BipartiteGraph.from_edges(customer_index, merchant_index, len(tables.customers), len(tables.merchants),
-                                          weight=torch.from_numpy(edges["weight"].to_numpy(dtype=np.float32, copy=True)))
+                                          weight=weight)
         c_struct, m_struct = _structure_frames(tables)
         customers = _own(self.customers, tables.customers, self.customer_structure, c_struct)
         merchants = _own(self.merchants, tables.merchants, self.merchant_structure, m_struct)
-        customers.history = _neighbour_mean(merchants, merchant_index, customer_index, len(customers))
-        merchants.history = _neighbour_mean(customers, customer_index, merchant_index, len(merchants))
+        customers.history = _neighbour_mean(merchants, merchant_index, customer_index, weight, len(customers))
+        merchants.history = _neighbour_mean(customers, customer_index, merchant_index, weight, len(merchants))
         return GraphInputs(customers, merchants, graph)
 
     def to_dict(self) -> dict:
@@ -96,7 +98,9 @@ def _structure_frames(tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFra
 
 
 def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:
-    return TableEncoder.fit(frame, FeatureSpec(numeric=list(frame.columns), group_key=None))
+    # standardised, not tanh-squashed: counts on a log scale carry their information in the tails (a merchant's
+    # prior shares set the scale of its normalised label)
+    return TableEncoder.fit(frame, FeatureSpec(numeric=list(frame.columns), group_key=None), squash_numeric=False)
 
 
 def _own(encoder: TableEncoder, table: pd.DataFrame, structure_encoder: TableEncoder,
@@ -106,10 +110,10 @@ def _own(encoder: TableEncoder, table: pd.DataFrame, structure_encoder: TableEnc
                       torch.from_numpy(structure_encoder.transform(structure).numeric), torch.empty(0))
 
 
-def _neighbour_mean(neighbours: NodeInputs, source: Tensor, target: Tensor, n_target: int) -> Tensor:
-    """Per target node, the mean over its edges of the neighbour's numeric features and structure (0 without
-    edges)."""
+def _neighbour_mean(neighbours: NodeInputs, source: Tensor, target: Tensor, weight: Tensor, n_target: int) -> Tensor:
+    """Per target node, the payment-weighted mean over its edges of the neighbour's numeric features and
+    structure (0 without edges, or when its edges weigh nothing)."""
     values = torch.cat([neighbours.num, neighbours.structure], dim=1)
-    total = torch.zeros(n_target, values.shape[1]).index_add_(0, target, values[source])
-    count = torch.zeros(n_target).index_add_(0, target, torch.ones(len(target)))
-    return total / count.clamp_min(1).unsqueeze(1)
+    total = torch.zeros(n_target, values.shape[1]).index_add_(0, target, values[source] * weight.unsqueeze(1))
+    mass = torch.zeros(n_target).index_add_(0, target, weight)
+    return total / mass.clamp_min(1e-12).unsqueeze(1)

@@ -24,15 +24,16 @@ from promokit.allocation.budget import decide, ratio_form, solve_budget, stack_p
 ORACLE, RANDOM = "oracle", "random"
 
 
-def simulate(levels: np.ndarray, truth_customers: np.ndarray, truth_merchants: np.ndarray,
-             scores: Mapping[str, tuple[np.ndarray, np.ndarray]], ratio: float, seed: int = 0) -> pd.DataFrame:
+def simulate(levels: np.ndarray, truth_customers: np.ndarray, truth_merchants: np.ndarray | None,
+             scores: Mapping[str, tuple[np.ndarray, np.ndarray | None]], ratio: float, seed: int = 0) -> pd.DataFrame:
     """Two rows (``budget`` = ``planned`` and ``paced``) per model of ``scores`` (name → (f_c, f_m), rows aligned with the truths), plus ``oracle`` (the
     truth as scores: the best any model can do) and ``random`` (scores drawn at random, sorted along each row so
     they rise with the value: an allocation that knows nothing of the nodes, spending the same budget: the
     floor).
 
     Customers and merchants are stacked under one ratio budget (eq. 16: expected incentive per expected
-    response ≤ ``ratio``). Columns: ``redemptions`` (Σ true f_c at the chosen values), ``drawn_redemptions``
+    response ≤ ``ratio``); with ``truth_merchants`` None only the customers are allocated (the merchant
+    scores are ignored), which isolates the customer response model. Columns: ``redemptions`` (Σ true f_c at the chosen values), ``drawn_redemptions``
     (one Bernoulli draw), ``customer_spend`` (Σ r·f_c), ``spend_per_redemption``, ``merchant_response``
     (Σ true f_m), ``merchant_spend``, ``true_ratio`` (all spend over all responses, to compare with B: a model
     whose scores are miscalibrated spends more or less than it planned), ``planned_ratio`` (the same by the
@@ -40,10 +41,13 @@ def simulate(levels: np.ndarray, truth_customers: np.ndarray, truth_merchants: n
     """
     rng = np.random.default_rng(seed)
     uniform = rng.random(len(truth_customers))
+    if truth_merchants is None:
+        truth_merchants = np.zeros((0, len(levels)))
+        scores = {name: (f_c, truth_merchants) for name, (f_c, _) in scores.items()}
     noise = tuple(np.sort(rng.random(t.shape), axis=1) for t in (truth_customers, truth_merchants))
     rows = []
     for name, (f_c, f_m) in {**scores, ORACLE: (truth_customers, truth_merchants), RANDOM: noise}.items():
-        problem = stack_populations([ratio_form(f_c, levels, ratio), ratio_form(f_m, levels, ratio)])
+        problem = stack_populations([ratio_form(f, levels, ratio) for f in (f_c, f_m) if len(f)])
         plan = solve_budget(*problem, seed=seed)
         paced = _paced_lambda(problem, levels, truth_customers, truth_merchants, ratio)
         for budget, choice, lam in (("planned", plan.choice, plan.lam), ("paced", decide(*problem[:2], paced), paced)):

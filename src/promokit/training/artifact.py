@@ -87,6 +87,14 @@ def read_json(model_dir: str | os.PathLike, name: str = CONFIG) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def read_model_config(model_dir: str | os.PathLike, task: str) -> dict:
+    """``config.json`` of a model directory written for ``task`` (``conversion``, ``voucher`` …), or a DataError."""
+    config = read_json(model_dir)
+    if config.get("task") != task:
+        raise DataError(f"{model_dir}: holds a {config.get('task')!r} model, not a {task} model")
+    return config
+
+
 def read_weights(model_dir: str | os.PathLike, name: str = WEIGHTS) -> dict[str, torch.Tensor]:
     path = Path(model_dir) / name
     if not path.exists():

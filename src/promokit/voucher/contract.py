@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, missing_column_message
+from promokit.data.spec import FeatureSpec, missing_column_message, require_columns
 
 ID_COLUMNS = ("session_id", "user_id", "voucher_id")
 TERM_COLUMNS = ("min_spend", "discount")
@@ -135,7 +135,7 @@ def _check_sessions(sessions: pd.DataFrame, categorical: list[str], numeric: lis
                                                n) + "; or pass validity (e.g. '7D') to use collect_time + validity")
     required = [*ID_COLUMNS, *(TERM_COLUMNS if terms else ()), "collect_time",
                 *([LABEL] if require_labels else []), *categorical, *numeric]
-    _require(sessions, required, "sessions")
+    require_columns(sessions, required, "sessions")
     for column in ID_COLUMNS:
         _no_missing(sessions, column, "sessions")
     duplicated = sessions["session_id"].duplicated(keep=False).to_numpy()
@@ -226,7 +226,7 @@ def _check_events(events: pd.DataFrame | None, sessions: pd.DataFrame, known_ite
     n = len(events)
     by_user = "session_id" not in events.columns and "user_id" in events.columns
     key = "user_id" if by_user else "session_id"
-    _require(events, [key, *EVENT_COLUMNS[1:]], "events")
+    require_columns(events, [key, *EVENT_COLUMNS[1:]], "events")
     if not by_user:
         session = pd.Index(sessions["session_id"]).get_indexer(events["session_id"])
         unknown = session < 0
@@ -299,7 +299,7 @@ def _assign_user_log(sessions: pd.DataFrame, user: np.ndarray, time: np.ndarray,
 
 # ------------------------------------------------------------------------------------------------ items
 def _check_items(items: pd.DataFrame, item_features: list[str]) -> pd.DataFrame:
-    _require(items, ["item_id", *item_features], "items")
+    require_columns(items, ["item_id", *item_features], "items")
     _no_missing(items, "item_id", "items")
     duplicated = items["item_id"].duplicated(keep=False).to_numpy()
     if duplicated.any():
@@ -310,7 +310,7 @@ def _check_items(items: pd.DataFrame, item_features: list[str]) -> pd.DataFrame:
 
 def _check_voucher_items(pairs: pd.DataFrame, known_items: pd.Index, unknown_items: str,
                          repairs: dict[str, int]) -> pd.DataFrame:
-    _require(pairs, VOUCHER_ITEM_COLUMNS, "voucher_items")
+    require_columns(pairs, VOUCHER_ITEM_COLUMNS, "voucher_items")
     missing_item = ~pairs["item_id"].isin(known_items).to_numpy()
     if missing_item.any() and unknown_items == "error":
         raise DataError(f"voucher_items: column 'item_id' has {int(missing_item.sum())} items missing from the "
@@ -321,13 +321,6 @@ def _check_voucher_items(pairs: pd.DataFrame, known_items: pd.Index, unknown_ite
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _require(frame: pd.DataFrame, columns, table: str) -> None:
-    for name in dict.fromkeys(columns):
-        if name not in frame.columns:
-            raise DataError(f"{table}: " + missing_column_message(name, list(frame.columns), f"{table} column",
-                                                                  len(frame)))
-
-
 def _no_missing(frame: pd.DataFrame, column: str, table: str) -> None:
     missing = frame[column].isna().to_numpy()
     if missing.any():

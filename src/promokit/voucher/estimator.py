@@ -25,6 +25,7 @@ from promokit.training import (
     auc_metric,
     check_model_params,
     read_json,
+    read_model_config,
     read_weights,
     take,
     write_model_dir,
@@ -316,9 +317,7 @@ class VoucherModel:
         """A model directory written by :meth:`save`. A DMBGN net is sized by the saved graph vocabulary (and
         ``params["item_dim"]``: item embeddings are neither re-read nor re-trained, the weights hold them); the
         graphs of the tables it scores are built with that vocabulary at ``predict`` / ``evaluate``."""
-        config = read_json(path)
-        if config.get("task") != "voucher":
-            raise DataError(f"{path}: holds a {config.get('task')!r} model, not a voucher model")
+        config = read_model_config(path, "voucher")
         model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
                     config["max_history"])
         model.spec = FeatureSpec.from_dict(config["spec"])

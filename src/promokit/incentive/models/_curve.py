@@ -34,6 +34,24 @@ class ValueList(nn.Module):
         return len(self.levels)
 
 
+class GradientIntercept(nn.Module):
+    """Eq. 21's two linear maps of a representation h, evaluated over the value list: the "gradient"
+    softplus(w_g·h) ≥ 0 times r_j / r_K, and the "intercept" w_i·h + b. Returns both ``(B, K)`` and ``(B, 1)``."""
+
+    def __init__(self, in_dim: int, levels):
+        super().__init__()
+        self.values = ValueList(levels)
+        self.gradient = nn.Linear(in_dim, 1)
+        self.intercept = nn.Linear(in_dim, 1)
+
+    def reset_parameters(self) -> None:
+        self.gradient.reset_parameters()
+        self.intercept.reset_parameters()
+
+    def forward(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        return nn.functional.softplus(self.gradient(h)) * self.values.scaled, self.intercept(h)
+
+
 def from_cumulative(cumulative: Tensor) -> dict[str, Tensor]:
     """A response curve from its cumulative hazard Λ (eq. 10: f = 1 − exp(−Λ)), with log f and log(1 − f) = −Λ
     computed stably for the censored likelihood of eq. 9."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from promokit.incentive.models._curve import ValueList
+from promokit.incentive.models._curve import GradientIntercept
 
 
 class MerchantResponse(nn.Module):
@@ -23,15 +23,11 @@ class MerchantResponse(nn.Module):
 
     def __init__(self, in_dim: int, levels):
         super().__init__()
-        self.values = ValueList(levels)
-        self.gradient = nn.Linear(in_dim, 1)
-        self.intercept = nn.Linear(in_dim, 1)
-        self.reset_parameters()
+        self.curve = GradientIntercept(in_dim, levels)
 
     def reset_parameters(self) -> None:
-        self.gradient.reset_parameters()
-        self.intercept.reset_parameters()
+        self.curve.reset_parameters()
 
     def forward(self, h: Tensor) -> dict[str, Tensor]:
-        gradient = nn.functional.softplus(self.gradient(h))
-        return {"response": gradient * self.values.scaled + nn.functional.softplus(self.intercept(h))}
+        slope, intercept = self.curve(h)
+        return {"response": slope + nn.functional.softplus(intercept)}

@@ -53,7 +53,7 @@ class IncentiveNet(nn.Module):
     def __init__(self, customer_cardinalities: Sequence[int], customer_numeric: int, customer_structure: int,
                  merchant_cardinalities: Sequence[int], merchant_numeric: int, merchant_structure: int,
                  levels: Sequence[float], representation: str = "gnn", head: str = "hazard", emb_dim: int = 8,
-                 width: int = 64, depth: int = 2, conv: str = "sage", fanouts: Sequence[int] = (10, 10),
+                 width: int = 64, depth: int = 2, conv: str = "sage", fanouts: Sequence[int] = (10, 25),
                  hidden: Sequence[int] = (256, 128), dropout: float = 0.1, fused_lasso: float = 1e-3,
                  merchant_weight: float = 1.0):
         super().__init__()
@@ -64,6 +64,7 @@ class IncentiveNet(nn.Module):
         if len(fanouts) != depth:
             raise ValueError(f"fanouts {list(fanouts)} need one entry per GNN layer (depth {depth})")
         self.representation, self.fanouts, self.merchant_weight = representation, list(fanouts), merchant_weight
+        self.n_levels = len(levels)
         self.customer_features = FeatureEmbedding(customer_cardinalities, customer_numeric, emb_dim)
         self.merchant_features = FeatureEmbedding(merchant_cardinalities, merchant_numeric, emb_dim)
         c_dim = self.customer_features.output_dim + self._extra(customer_structure, merchant_numeric, merchant_structure)
@@ -134,7 +135,7 @@ class IncentiveNet(nn.Module):
         states = self._represent(nodes[is_customer], nodes[~is_customer])
         customer = self.customer_head(torch.relu(self.customer_tower(states.customers)))
         merchant = self.merchant_head(torch.relu(self.merchant_tower(states.merchants)))
-        rows, k = len(nodes), len(self.customer_head.values)
+        rows, k = len(nodes), self.n_levels
         out = {}
         for name, value in customer.items():
             out[name] = value.new_zeros((rows, k)).index_put((is_customer.nonzero().squeeze(1),), value)

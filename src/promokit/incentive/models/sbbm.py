@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from promokit.incentive.models._curve import ValueList, from_logits
+from promokit.incentive.models._curve import GradientIntercept, from_logits
 
 
 class SemiBlackBoxResponse(nn.Module):
@@ -22,18 +22,14 @@ class SemiBlackBoxResponse(nn.Module):
 
     def __init__(self, in_dim: int, levels):
         super().__init__()
-        self.values = ValueList(levels)
-        self.gradient = nn.Linear(in_dim, 1)
-        self.intercept = nn.Linear(in_dim, 1)
-        self.reset_parameters()
+        self.curve = GradientIntercept(in_dim, levels)
 
     def reset_parameters(self) -> None:
-        self.gradient.reset_parameters()
-        self.intercept.reset_parameters()
+        self.curve.reset_parameters()
 
     def forward(self, h: Tensor) -> dict[str, Tensor]:
-        logits = nn.functional.softplus(self.gradient(h)) * self.values.scaled + self.intercept(h)
-        return from_logits(logits)
+        slope, intercept = self.curve(h)
+        return from_logits(slope + intercept)
 
     def penalty(self) -> Tensor:
-        return self.intercept.bias.new_zeros(())
+        return self.curve.intercept.bias.new_zeros(())
