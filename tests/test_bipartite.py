@@ -183,3 +183,18 @@ def test_sampled_training_step_and_reset(conv):
 def test_unknown_conv_lists_the_choices():
     with pytest.raises(ValueError, match="sage, gat, graph"):
         BipartiteGNN(4, 4, conv="gcn")
+
+
+def test_graph_conv_aggregates_the_weighted_mean():
+    """α = w_ij / Σ_k w_ik: scaling every weight changes nothing, and a node's state is the conv of the weighted
+    mean of its neighbours (here a customer with two merchants weighted 1 and 3)."""
+    torch.manual_seed(0)
+    graph = BipartiteGraph.from_edges(np.array([0, 0, 1]), np.array([0, 1, 1]), 2, 2, weight=np.array([1.0, 3.0, 2.0]))
+    scaled = BipartiteGraph.from_edges(np.array([0, 0, 1]), np.array([0, 1, 1]), 2, 2, weight=np.array([5.0, 15.0, 10.0]))
+    model = BipartiteGNN(3, 3, width=4, depth=1, conv="graph").eval()
+    x_c, x_m = torch.randn(2, 3), torch.randn(2, 3)
+    states = model.inference(x_c, x_m, graph)
+    torch.testing.assert_close(states.customers, model.inference(x_c, x_m, scaled).customers)
+    conv, h_c, h_m = model.to_customer[0], model.customer_in(x_c), model.merchant_in(x_m)
+    expected = conv.lin_rel((h_m[0] + 3 * h_m[1]) / 4) + conv.lin_root(h_c[0])
+    torch.testing.assert_close(states.customers[0], expected.detach())

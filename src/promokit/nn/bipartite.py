@@ -207,7 +207,7 @@ def _make_conv(conv: str, width: int) -> nn.Module:
     if conv == "gat":
         # residual=True is GAT's root weight: without it a node with no neighbours would get only the bias
         return GATConv((width, width), width, heads=1, add_self_loops=False, residual=True)
-    return GraphConv((width, width), width, aggr="mean")
+    return GraphConv((width, width), width, aggr="add")  # with weights normalised per destination: a weighted mean
 
 
 class BipartiteGNN(nn.Module):
@@ -222,7 +222,9 @@ class BipartiteGNN(nn.Module):
 
     - ``"sage"``: :math:`\alpha = 1/\deg(v_i)` (SAGEConv, mean);
     - ``"gat"``: :math:`\alpha` a softmax over v_i's neighbours of learned scores (GATConv, one head);
-    - ``"graph"``: :math:`\alpha = w_{ij}/\deg(v_i)` with the edge weights (GraphConv, mean; 1 without weights).
+    - ``"graph"``: :math:`\alpha = w_{ij} / \sum_k w_{ik}`, the edge-weighted mean of the neighbours (GraphConv
+      summing weights normalised per destination; the plain mean without weights). On a payment graph this is
+      the payment-weighted mean, e.g. a customer's merchants weighted by how often it pays each.
 
     SAGE and GAT ignore edge weights. ReLU and dropout come between layers, not after the last: the states are
     features for the head that consumes them.
@@ -294,7 +296,10 @@ def _trim(sub: Subgraph, hops: int) -> tuple[int, int, tuple[Tensor, Tensor | No
 
 def _conv(conv: nn.Module, source: Tensor, destination: Tensor, edge_index: Tensor, weight: Tensor | None) -> Tensor:
     if isinstance(conv, GraphConv):
-        return conv((source, destination), edge_index, edge_weight=weight)
+        if weight is None:
+            weight = torch.ones(edge_index.shape[1])
+        total = torch.zeros(len(destination)).index_add_(0, edge_index[1], weight)
+        return conv((source, destination), edge_index, edge_weight=weight / total.clamp_min(1e-12)[edge_index[1]])
     return conv((source, destination), edge_index)
 
 

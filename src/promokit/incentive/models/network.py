@@ -53,7 +53,7 @@ class IncentiveNet(nn.Module):
     def __init__(self, customer_cardinalities: Sequence[int], customer_numeric: int, customer_structure: int,
                  merchant_cardinalities: Sequence[int], merchant_numeric: int, merchant_structure: int,
                  levels: Sequence[float], representation: str = "gnn", head: str = "hazard", emb_dim: int = 8,
-                 width: int = 64, depth: int = 2, conv: str = "sage", fanouts: Sequence[int] = (10, 25),
+                 width: int = 64, depth: int = 2, conv: str = "graph", fanouts: Sequence[int] = (10, 25),
                  hidden: Sequence[int] = (256, 128), dropout: float = 0.1, fused_lasso: float = 1e-3,
                  merchant_weight: float = 1.0):
         super().__init__()
