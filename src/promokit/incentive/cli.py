@@ -94,7 +94,9 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
         estimator.fit(tables, test_fraction, valid_fraction, checkpoint_dir(out), resume)
         estimator.save(out)
         finish_training(out, estimator.history)
-        split = estimator.split(tables)
+        split, counts = estimator.split(tables), tables.counts
+        get_console().print(f"graph: {counts['edges']:,} edges; {counts['isolated_customers']:,} customers and "
+                            f"{counts['isolated_merchants']:,} merchants without edges")
         get_console().print(f"model written to {out} (trained on {len(split.train_customers):,} customers and "
                             f"{len(split.train_merchants):,} merchants; {len(split.test_customers):,} and "
                             f"{len(split.test_merchants):,} held out for evaluate)")

@@ -36,7 +36,7 @@ MODELS = {"gnn-hazard": ("gnn", "hazard"), "dnn": ("dnn", "hazard"), "dnn-h": ("
           "sbbm": ("gnn", "sbbm"), "cox": ("gnn", "cox"), "dssm-c": ("gnn", "dssm-c")}
 #: The epoch is picked on the customers' validation log-likelihood (eq. 9): the merchants' squared error of a few
 #: hundred heavy-tailed share ratios jumps between epochs and, in the joint loss, stopped some runs after one epoch.
-DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=3e-3, lr_decay=0.95, patience=3,
+DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=1e-3, lr_decay=0.95, patience=3,
                             monitor="customer_loglik")
 MONITORS = ("loss", "customer_loglik", "auc_c")
 SCORE_PREFIX = "score_"
