@@ -133,3 +133,14 @@ def test_unknown_model_and_parameter_are_one_line_errors():
         IncentiveModel("gnn")
     with pytest.raises(DataError, match="did you mean 'fanouts'"):
         IncentiveModel("gnn-hazard", {"fanout": [5, 5]})
+
+
+def test_a_level_that_was_not_randomised_is_refused(world):
+    with pytest.raises(DataError, match="every one of the 2500 rows was offered the level 100"):
+        check_tables(world.customers.assign(level=100.0), world.merchants, world.edges)
+
+
+def test_a_numeric_feature_with_a_stray_text_value_is_refused(world):
+    spoiled = world.customers.assign(c_x0=world.customers.c_x0.astype(object).where(world.customers.index != 3, "abc"))
+    with pytest.raises(DataError, match=r"column 'c_x0' holds numbers in 99.96% .* 1 values are not numbers, e.g. row 3"):
+        check_tables(spoiled, world.merchants, world.edges)

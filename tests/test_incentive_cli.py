@@ -66,7 +66,7 @@ def test_train_predict_allocate_evaluate_simulate(world, models, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda f: f.iloc[:1], "only the value"),
+    (lambda f: f.iloc[:1], "every one of the 1 rows was offered"),
     (lambda f: f.assign(redeemed="yes"), "must be 0/1"),
     (lambda f: f.assign(level=float("inf")), "infinite"),
     (lambda f: f.iloc[:0], "the table has no rows"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from promokit.data.errors import DataError
+from promokit.data.errors import DataError, example_row
 
 #: An integer column with at most this many distinct values is inferred as categorical.
 MAX_INTEGER_LEVELS = 64
@@ -133,6 +133,7 @@ def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], l
         if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
             if pd.api.types.is_datetime64_any_dtype(series):
                 continue
+            _check_mostly_numeric(frame, name)
             categorical.append(name)
         elif pd.api.types.is_integer_dtype(series):
             is_id = str(name).lower().endswith("id")
@@ -140,6 +141,26 @@ def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], l
         else:
             numeric.append(name)
     return categorical, numeric
+
+
+#: A text column whose values are numbers at least this often is a numeric column with a few bad values.
+MOSTLY_NUMERIC = 0.95
+
+
+def _check_mostly_numeric(frame: pd.DataFrame, name) -> None:
+    """Refuse to infer a numeric column spoiled by a few non-numbers (``"abc"``, ``"n/a"``) as categorical: it
+    would silently become thousands of categories. A column of ids or codes that are mostly numbers can still be
+    listed as categorical in the spec."""
+    values = frame[name].dropna()
+    if values.empty or pd.api.types.is_bool_dtype(values):
+        return
+    parsed = pd.to_numeric(values, errors="coerce")
+    share = float(parsed.notna().mean())
+    if MOSTLY_NUMERIC <= share < 1.0:
+        bad = frame[name].notna() & pd.to_numeric(frame[name], errors="coerce").isna()
+        raise DataError(f"column {name!r} holds numbers in {share:.2%} of its {len(frame)} rows but "
+                        f"{int(bad.sum())} values are not numbers, e.g. {example_row(frame, bad.to_numpy(), [name])}; "
+                        "clean them, or list the column as categorical in the spec")
 
 
 def missing_column_message(name: str, columns: list[str], what: str, n_rows: int) -> str:

@@ -90,6 +90,9 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
     c_level = _levels_column(customers, "customers", require_labels)
     m_level = _levels_column(merchants, "merchants", require_labels)
     grid = _value_list(levels, c_level, m_level)
+    if require_labels:
+        _randomised(customers, "customers", c_level)
+        _randomised(merchants, "merchants", m_level)
     redeemed = _binary(customers, "customers", REDEEMED, require_labels)
     shares = _counts(merchants, SHARES, require_labels, whole=True)
     prior = _counts(merchants, PRIOR_SHARES, require_labels, whole=False)
@@ -164,6 +167,13 @@ def _value_list(levels, c_level, m_level) -> np.ndarray:
             raise DataError(f"{table}: column 'level' has {int(outside.sum())} values outside the value list "
                             f"{grid.tolist()}, e.g. {values[outside][0]!r}")
     return grid
+
+
+def _randomised(frame: pd.DataFrame, table: str, values: np.ndarray | None) -> None:
+    """A response to the value can only be learned from rows offered different values."""
+    if values is not None and len(np.unique(values)) < 2:
+        raise DataError(f"{table}: every one of the {len(frame)} rows was offered the level {values[0]:g}; the "
+                        "experiment must randomise the level over at least two values to learn a response to it")
 
 
 def _level_index(values: np.ndarray | None, grid: np.ndarray) -> np.ndarray:
