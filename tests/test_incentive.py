@@ -144,3 +144,15 @@ def test_a_numeric_feature_with_a_stray_text_value_is_refused(world):
     spoiled = world.customers.assign(c_x0=world.customers.c_x0.astype(object).where(world.customers.index != 3, "abc"))
     with pytest.raises(DataError, match=r"column 'c_x0' holds numbers in 99.96% .* 1 values are not numbers, e.g. row 3"):
         check_tables(spoiled, world.merchants, world.edges)
+
+
+def test_a_model_directory_that_does_not_fit_its_weights_is_a_one_line_error(fitted, tmp_path):
+    import json
+
+    fitted.save(tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["params"]["conv"] == "graph" and config["params"]["fanouts"] == [5, 5]  # every setting is saved
+    config["params"]["conv"] = "gat"
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match="the weights do not fit the network its config.json describes"):
+        IncentiveModel.load(tmp_path / "model")

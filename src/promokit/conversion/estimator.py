@@ -33,8 +33,8 @@ from promokit.training import (
     auc_metric,
     check_model_params,
     read_json,
+    load_weights,
     read_model_config,
-    read_weights,
     write_model_dir,
 )
 from promokit.training import defaults
@@ -201,7 +201,7 @@ class ConversionModel:
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         if model.is_neural:
             model.net = model._build_net()
-            model.net.load_state_dict(read_weights(path))
+            load_weights(model.net, path)
             model.net.eval()
         else:
             model.net = model.model_class(**model.params).load_texts(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from dataclasses import dataclass, replace
 
@@ -24,8 +25,8 @@ from promokit.training import (
     Trainer,
     check_model_params,
     read_json,
+    load_weights,
     read_model_config,
-    read_weights,
     seed_everything,
     write_model_dir,
 )
@@ -92,8 +93,10 @@ class IncentiveModel:
             raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
         representation, head = MODELS[model]
         self.name = model
-        self.params = {"representation": representation, "head": head, **(params or {})}
-        check_model_params(model, IncentiveNet, self.params)
+        check_model_params(model, IncentiveNet, params or {})
+        # every network setting is written to the model directory, so a later change of a default cannot change
+        # what a saved model is
+        self.params = {**net_defaults(), "representation": representation, "head": head, **(params or {})}
         self.train_config = train or DEFAULT_TRAIN
         if self.train_config.monitor not in MONITORS:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
@@ -203,9 +206,16 @@ class IncentiveModel:
                                  widths["c"], model.encoders.merchants.cardinalities,
                                  model.encoders.merchants.numeric_width, widths["m"], config["levels"],
                                  **model.params)
-        model.net.load_state_dict(read_weights(path))
+        load_weights(model.net, path)
         model.net.eval()
         return model
+
+
+def net_defaults() -> dict:
+    """:class:`IncentiveNet`'s keyword settings and their defaults (lists for JSON)."""
+    signature = inspect.signature(IncentiveNet.__init__).parameters
+    return {name: list(p.default) if isinstance(p.default, tuple) else p.default
+            for name, p in signature.items() if p.default is not inspect.Parameter.empty}
 
 
 def labelled_rows(tables: IncentiveTables, customers: np.ndarray, merchants: np.ndarray) -> dict[str, torch.Tensor]:

@@ -100,3 +100,14 @@ def read_weights(model_dir: str | os.PathLike, name: str = WEIGHTS) -> dict[str,
     if not path.exists():
         raise DataError(f"{model_dir}: {name} is missing")
     return load_file(str(path))
+
+
+def load_weights(net: torch.nn.Module, model_dir: str | os.PathLike, name: str = WEIGHTS) -> None:
+    """Load ``weights.safetensors`` into ``net``, or a one-line DataError when they do not fit the network that
+    ``config.json`` describes (a directory edited by hand, or written by a promokit whose models differ)."""
+    try:
+        net.load_state_dict(read_weights(model_dir, name))
+    except RuntimeError as exc:
+        first = str(exc).split("\n\t", 2)[1] if "\n\t" in str(exc) else str(exc)
+        raise DataError(f"{model_dir}: the weights do not fit the network its config.json describes "
+                        f"({first.strip()[:200]}…); retrain the model with this promokit version") from None

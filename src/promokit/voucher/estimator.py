@@ -25,8 +25,8 @@ from promokit.training import (
     auc_metric,
     check_model_params,
     read_json,
+    load_weights,
     read_model_config,
-    read_weights,
     take,
     write_model_dir,
 )
@@ -328,7 +328,7 @@ class VoucherModel:
             model.store = UVGStore.empty(read_json(path, GRAPH_VOCABULARY))
         if model.is_neural:
             model.net = model._build_net()
-            model.net.load_state_dict(read_weights(path))
+            load_weights(model.net, path)
             model.net.eval()
         else:
             model.net = model.model_class(model.layout(), **model.net_params).load_texts(path)
