@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from promokit.allocation.tables import read_budget_table
 from promokit.data import DataError
@@ -156,3 +157,11 @@ def test_a_model_directory_that_does_not_fit_its_weights_is_a_one_line_error(fit
     (tmp_path / "model" / "config.json").write_text(json.dumps(config))
     with pytest.raises(DataError, match="the weights do not fit the network its config.json describes"):
         IncentiveModel.load(tmp_path / "model")
+
+
+def test_the_linear_floor_learns_and_has_no_tower(tables, world):
+    model = IncentiveModel("lr", train=FAST).fit(tables)
+    assert isinstance(model.net.customer_tower, torch.nn.Identity)
+    split = model.split(tables)
+    result = evaluate(model.responses(tables), tables, split.test_customers, split.test_merchants)
+    assert result.metrics["auc_c"] > 0.7 and result.metrics["monotone_violations"] == 0

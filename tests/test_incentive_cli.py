@@ -95,5 +95,5 @@ def test_demo_writes_the_report(tmp_path):
     result = _invoke("incentive", "demo", "--out", out, "--customers", 800, "--merchants", 80, "--models", "gnn-hazard,sbbm")
     assert result.exit_code == 0, result.output
     report = json.loads((out / "report.json").read_text())
-    assert {r["model"] for r in report["results"]} == {"gnn-hazard", "sbbm", "oracle"}
+    assert {r["model"] for r in report["results"]} == {"lr", "gnn-hazard", "sbbm", "oracle"}
     assert (out / "response_curves.png").exists() and "Allocation at the same budget" in (out / "report.md").read_text()

@@ -23,7 +23,7 @@ from promokit.incentive.synthetic import IncentiveWorld, make_world
 from promokit.report import Report
 from promokit.training import TrainConfig
 
-MODELS = ["gnn-hazard", "dnn", "dnn-h", "sbbm", "cox", "dssm-c"]
+MODELS = ["lr", "gnn-hazard", "dnn", "dnn-h", "sbbm", "cox", "dssm-c"]
 ORACLE = "oracle"
 HEADLINE = ["auc_c", "mae_c", "mse_c", "mae_m", "mse_m", "curve_mae_c"]
 

@@ -14,6 +14,7 @@ from promokit.cli_support import (
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
+    bench_models,
     checkpoint_dir,
     finish_training,
     get_console,
@@ -32,7 +33,7 @@ MerchantsOpt = Annotated[Path, typer.Option("--merchants", help="merchants table
 EdgesOpt = Annotated[Path, typer.Option("--edges", help="edges table: customer_id, merchant_id[, weight, edge features].")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | dnn | dnn-h | sbbm | cox | dssm-c")]
+ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected response (default: the median value).")]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation nodes: customer_loglik (default) | auc_c | loss (eq. 7, merchants included).")]
@@ -174,7 +175,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
 
 
 @app.command()
-def bench(models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gnn-hazard,dnn,dnn-h,sbbm,cox,dssm-c",
+def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "gnn-hazard,dnn,dnn-h,sbbm,cox,dssm-c",
           seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
           customers: int = 20_000, merchants: int = 2_000, degree: float = 4.0, ratio: RatioOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
@@ -184,7 +185,7 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models.")] =
     with user_errors():
         from promokit.incentive.bench import run_and_report
 
-        run_and_report(models.split(","), seeds_option(seeds), {"n_customers": customers, "n_merchants": merchants,
+        run_and_report(bench_models(models), seeds_option(seeds), {"n_customers": customers, "n_merchants": merchants,
                                                                "mean_degree": degree},
                        _bench_training(params, epochs=epochs, batch_size=batch_size, lr=lr, lr_decay=lr_decay,
                                        patience=patience), ratio, out)
@@ -249,12 +250,12 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
 @app.command()
 def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("incentive-demo"),
          customers: int = 10_000, merchants: int = 1_000, seed: SeedOpt = 0,
-         models: Annotated[str, typer.Option(help="Comma-separated models.")] = "gnn-hazard,dnn-h,sbbm,cox"):
+         models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "gnn-hazard,dnn-h,sbbm,cox"):
     """Train the paper's model and its baselines on a synthetic world, score the held-out nodes against the
     oracle and allocate a budget by each model's scores."""
     with user_errors():
         from promokit.incentive.bench import run_and_report
         from promokit.incentive.demo import DEMO_TRAIN
 
-        run_and_report(models.split(","), [seed], {"n_customers": customers, "n_merchants": merchants},
+        run_and_report(bench_models(models), [seed], {"n_customers": customers, "n_merchants": merchants},
                        (DEMO_TRAIN, {}), None, out)

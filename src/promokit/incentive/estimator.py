@@ -31,10 +31,10 @@ from promokit.training import (
     write_model_dir,
 )
 
-#: name → (representation, customer head): the paper's model, its Table 2 baselines (hazard head on other
-#: representations) and its Table 3 baselines (other heads on the same GNN).
-MODELS = {"gnn-hazard": ("gnn", "hazard"), "dnn": ("dnn", "hazard"), "dnn-h": ("dnn-h", "hazard"),
-          "sbbm": ("gnn", "sbbm"), "cox": ("gnn", "cox"), "dssm-c": ("gnn", "dssm-c")}
+#: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
+#: head on other representations) and its Table 3 baselines (other heads on the same GNN).
+MODELS = {"lr": ("linear", "hazard"), "gnn-hazard": ("gnn", "hazard"), "dnn": ("dnn", "hazard"),
+          "dnn-h": ("dnn-h", "hazard"), "sbbm": ("gnn", "sbbm"), "cox": ("gnn", "cox"), "dssm-c": ("gnn", "dssm-c")}
 #: The epoch is picked on the customers' validation log-likelihood (eq. 9): the merchants' squared error of a few
 #: hundred heavy-tailed share ratios jumps between epochs and, in the joint loss, stopped some runs after one epoch.
 DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=1e-3, lr_decay=0.95, patience=3,

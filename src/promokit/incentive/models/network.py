@@ -17,7 +17,9 @@ from promokit.incentive.models.sbbm import SemiBlackBoxResponse
 from promokit.nn import MLP, FeatureEmbedding
 from promokit.nn.bipartite import BipartiteGNN, NodeStates, sample_neighbours
 
-REPRESENTATIONS = ("gnn", "dnn", "dnn-h")
+REPRESENTATIONS = ("gnn", "dnn", "dnn-h", "linear")
+#: representations that read the 1-hop interaction history as inputs
+WITH_HISTORY = ("dnn-h", "linear")
 CUSTOMER_HEADS = {"hazard": HazardResponse, "cox": CoxResponse, "sbbm": SemiBlackBoxResponse,
                   "dssm-c": DSSMCostResponse}
 
@@ -38,7 +40,9 @@ class IncentiveNet(nn.Module):
       a :class:`BipartiteGNN` (depth 2, width 64, section 5) shared by customers and merchants, on
       neighbour-sampled subgraphs in training and full neighbourhoods (layer by layer) in evaluation;
     - ``dnn``: the node's own features only (the paper's DNN);
-    - ``dnn-h``: own features, interaction structure and the mean of the neighbours' features (DNN-H).
+    - ``dnn-h``: own features, interaction structure and the mean of the neighbours' features (DNN-H);
+    - ``linear``: DNN-H's inputs fed to the heads without a tower: per-piece log-linear hazards, the linear
+      floor every deep model has to beat.
 
     Each node type then has a tower (``hidden``, ReLU) feeding its head: the customer head is one of
     :data:`CUSTOMER_HEADS`, the merchant head :class:`MerchantResponse`.
@@ -72,11 +76,15 @@ class IncentiveNet(nn.Module):
         if representation == "gnn":
             self.gnn = BipartiteGNN(c_dim, m_dim, width=width, depth=depth, conv=conv, dropout=dropout)
             c_dim = m_dim = width
-        self.customer_tower = MLP(c_dim, hidden[:-1], out_dim=hidden[-1], dropout=dropout)
-        self.merchant_tower = MLP(m_dim, hidden[:-1], out_dim=hidden[-1], dropout=dropout)
+        if representation == "linear":  # the heads read the inputs directly: log-linear hazards, the linear floor
+            self.customer_tower, self.merchant_tower = nn.Identity(), nn.Identity()
+        else:
+            self.customer_tower = nn.Sequential(MLP(c_dim, hidden[:-1], out_dim=hidden[-1], dropout=dropout), nn.ReLU())
+            self.merchant_tower = nn.Sequential(MLP(m_dim, hidden[:-1], out_dim=hidden[-1], dropout=dropout), nn.ReLU())
+            c_dim = m_dim = hidden[-1]
         head_args = {"fused_lasso": fused_lasso} if head == "hazard" else {}
-        self.customer_head = CUSTOMER_HEADS[head](hidden[-1], levels, **head_args)
-        self.merchant_head = MerchantResponse(hidden[-1], levels)
+        self.customer_head = CUSTOMER_HEADS[head](c_dim, levels, **head_args)
+        self.merchant_head = MerchantResponse(m_dim, levels)
         self.inputs: GraphInputs | None = None
         self._states: NodeStates | None = None
 
@@ -84,7 +92,7 @@ class IncentiveNet(nn.Module):
         """Width of what the representation adds to a node's own features."""
         if self.representation == "dnn":
             return 0
-        history = neighbour_numeric + neighbour_structure if self.representation == "dnn-h" else 0
+        history = neighbour_numeric + neighbour_structure if self.representation in WITH_HISTORY else 0
         return structure + history
 
     def attach(self, inputs: GraphInputs) -> IncentiveNet:
@@ -100,7 +108,7 @@ class IncentiveNet(nn.Module):
         parts = [embedding({"cat": nodes.cat[index], "num": nodes.num[index]})]
         if self.representation != "dnn":
             parts.append(nodes.structure[index])
-        if self.representation == "dnn-h":
+        if self.representation in WITH_HISTORY:
             parts.append(nodes.history[index])
         return torch.cat(parts, dim=1)
 
@@ -133,8 +141,8 @@ class IncentiveNet(nn.Module):
         is_customer = batch["customer"].bool()
         nodes = batch["node"]
         states = self._represent(nodes[is_customer], nodes[~is_customer])
-        customer = self.customer_head(torch.relu(self.customer_tower(states.customers)))
-        merchant = self.merchant_head(torch.relu(self.merchant_tower(states.merchants)))
+        customer = self.customer_head(self.customer_tower(states.customers))
+        merchant = self.merchant_head(self.merchant_tower(states.merchants))
         rows, k = len(nodes), self.n_levels
         out = {}
         for name, value in customer.items():
