@@ -130,6 +130,7 @@ def synth_budget(out: Annotated[Path, typer.Option("--out", help="Folder for sco
 
         from promokit.allocation.synthetic import DEFAULT_LEVELS, make_budget_instance
         from promokit.allocation.tables import LEVEL, SCORE, score_frame
+        from promokit.data import write_table
 
         grid = _floats("--levels", levels) if levels else DEFAULT_LEVELS
         suffix = _suffix(fmt)
@@ -140,7 +141,7 @@ def synth_budget(out: Annotated[Path, typer.Option("--out", help="Folder for sco
             if name == "scores" or count > 0:
                 instance = make_budget_instance(count, grid, seed=stream)
                 frame = score_frame(np.arange(count), instance.levels, {SCORE: instance.scores}, LEVEL, layout)
-                written.append(_write_table(frame, out / f"{name}.{suffix}"))
+                written.append(write_table(frame, out / f"{name}.{suffix}"))
         get_console().print(f"{users + max(merchants, 0):,} requests × {len(grid)} levels written to "
                          + ", ".join(map(str, written)))
 
@@ -157,14 +158,15 @@ def synth_quota(out: Annotated[Path, typer.Option("--out", help="Folder for scor
 
         from promokit.allocation.synthetic import make_quota_instance
         from promokit.allocation.tables import FUND, QUOTA, RISK, SCORE, TOLERANCE, score_frame
+        from promokit.data import write_table
 
         suffix = _suffix(fmt)
         instance = make_quota_instance(users, types, seed)
         frame = score_frame(np.arange(users), instance.funds, {SCORE: instance.etv}, FUND, layout,
                             per_user={TOLERANCE: instance.tolerance})
-        scores_path = _write_table(frame, out / f"scores.{suffix}")
+        scores_path = write_table(frame, out / f"scores.{suffix}")
         quotas = pd.DataFrame({FUND: instance.funds, QUOTA: instance.quotas, RISK: instance.risk})
-        quotas_path = _write_table(quotas, out / "quotas.csv")
+        quotas_path = write_table(quotas, out / "quotas.csv")
         get_console().print(f"{users:,} users × {types} funds written to {scores_path} and {quotas_path}")
 
 
@@ -311,15 +313,3 @@ def _suffix(fmt: str) -> str:
     if fmt not in ("parquet", "csv"):
         raise DataError(f"--format must be 'parquet' or 'csv', got {fmt!r}")
     return fmt
-
-
-def _write_table(frame, path: Path) -> Path:
-    """CSV or Parquet by the suffix, written atomically."""
-    from promokit.data.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        if path.suffix == ".csv":
-            frame.to_csv(tmp, index=False)
-        else:
-            frame.to_parquet(tmp, index=False)
-    return path

@@ -70,6 +70,17 @@ def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     return Path(path)
 
 
+def write_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """A table as CSV or Parquet by the suffix of ``path``, written atomically, without the index."""
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        if path.suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        else:
+            frame.to_parquet(tmp, index=False)
+    return path
+
+
 def write_text(text: str, path: str | os.PathLike) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")

@@ -170,6 +170,24 @@ def missing_column_message(name: str, columns: list[str], what: str, n_rows: int
             f"Columns present: {list(columns)[:20]}")
 
 
+def keyed_table(frame: pd.DataFrame, table: str, key: str) -> pd.DataFrame:
+    """``frame`` with a fresh RangeIndex, or a :class:`DataError` when it is empty, lacks ``key``, or has a missing
+    or repeated ``key``: a table of entities (users, funds, customers …) needs one row per id."""
+    if len(frame) == 0:
+        raise DataError(f"{table}: the table is empty")
+    frame = frame.reset_index(drop=True)
+    require_columns(frame, [key], table)
+    missing = frame[key].isna().to_numpy()
+    if missing.any():
+        raise DataError(f"{table}: column {key!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
+                        f"e.g. {example_row(frame, missing, [key])}")
+    repeated = frame[key].duplicated().to_numpy()
+    if repeated.any():
+        raise DataError(f"{table}: {int(repeated.sum())} repeated {key} values in {len(frame)} rows, "
+                        f"e.g. {example_row(frame, repeated, [key])}; one row per {key.removesuffix('_id')} is needed")
+    return frame
+
+
 def require_columns(frame: pd.DataFrame, columns, table: str) -> None:
     """A :class:`DataError` for the first of ``columns`` missing from ``frame``, prefixed by the ``table`` name."""
     for name in dict.fromkeys(columns):

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, infer_feature_columns, require_columns
+from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns
 
 CUSTOMER, MERCHANT = "customer_id", "merchant_id"
 LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
@@ -85,8 +85,8 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
     Feature columns are inferred from the remaining columns unless ``customer_features`` /
     ``merchant_features`` name them (a trained model passes its own, so scoring tables may carry extra columns).
     """
-    customers = _node_table(customers, "customers", CUSTOMER)
-    merchants = _node_table(merchants, "merchants", MERCHANT)
+    customers = keyed_table(customers, "customers", CUSTOMER)
+    merchants = keyed_table(merchants, "merchants", MERCHANT)
     c_level = _levels_column(customers, "customers", require_labels)
     m_level = _levels_column(merchants, "merchants", require_labels)
     grid = _value_list(levels, c_level, m_level)
@@ -106,22 +106,6 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
         merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS, merchant_features),
         edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
         redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts)
-
-
-def _node_table(frame: pd.DataFrame, table: str, key: str) -> pd.DataFrame:
-    if len(frame) == 0:
-        raise DataError(f"{table}: the table is empty")
-    frame = frame.reset_index(drop=True)
-    require_columns(frame, [key], table)
-    missing = frame[key].isna().to_numpy()
-    if missing.any():
-        raise DataError(f"{table}: column {key!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
-                        f"e.g. {example_row(frame, missing, [key])}")
-    repeated = frame[key].duplicated().to_numpy()
-    if repeated.any():
-        raise DataError(f"{table}: {int(repeated.sum())} repeated {key} values in {len(frame)} rows, "
-                        f"e.g. {example_row(frame, repeated, [key])}; one row per {key[:-3]} is needed")
-    return frame
 
 
 def _numbers(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:

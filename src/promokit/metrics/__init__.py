@@ -1,4 +1,4 @@
-"""Evaluation metrics for promotion-response models (ESM² and DMBGN papers)."""
+"""Evaluation metrics for promotion-response models (ESM², DMBGN and EOCA papers)."""
 
 from promokit.metrics.compare import rela_impr
 from promokit.metrics.probabilistic import logloss, mse
@@ -12,16 +12,30 @@ from promokit.metrics.ranking import (
 )
 from promokit.metrics.regression import mae, squared_error
 from promokit.metrics.uplift import uplift_by_quantile
+from promokit.metrics.value import (
+    decile_figure,
+    decile_table,
+    hit_metrics,
+    normalized_gini,
+    order_of_magnitude_share,
+    per_mille,
+)
 
 __all__ = [
     "GAUCResult",
     "MetricWarning",
     "TopKResult",
     "auc",
+    "decile_figure",
+    "decile_table",
     "gauc",
+    "hit_metrics",
     "logloss",
     "mae",
     "mse",
+    "normalized_gini",
+    "order_of_magnitude_share",
+    "per_mille",
     "precision_recall_f1_at_top",
     "rela_impr",
     "squared_error",

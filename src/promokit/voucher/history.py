@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
+from promokit.data.history import last_events_before
 
 
 def redeemed_history(sessions: pd.DataFrame, max_len: int = 6) -> np.ndarray:
@@ -26,32 +27,23 @@ def redeemed_history(sessions: pd.DataFrame, max_len: int = 6) -> np.ndarray:
 
     Returns an ``(n_sessions, max_len)`` int64 array of row positions in ``sessions``, most recent first
     (by ``outcome_time``, ties by ``collect_time`` then row), padded with −1. Sessions with a missing
-    ``redeemed`` (outcome unknown) are never history. Vectorised: one ``searchsorted`` on (user, time) keys.
+    ``redeemed`` (outcome unknown) or a missing ``outcome_time`` are never history. The rule above is
+    :func:`promokit.data.history.last_events_before` with the redeemed sessions as events at their
+    ``outcome_time`` and every session as a target at its ``collect_time`` (vectorised: sorts and
+    ``searchsorted``, no loop over rows).
     """
-    if max_len < 1:
-        raise DataError(f"max_len must be at least 1, got {max_len}")
-    n = len(sessions)
-    user = pd.factorize(sessions["user_id"])[0].astype(np.int64)
-    collect = sessions["collect_time"].to_numpy().astype("datetime64[ns]").view(np.int64)
-    outcome = sessions["outcome_time"].to_numpy().astype("datetime64[ns]").view(np.int64)
+    user = sessions["user_id"].to_numpy()
+    collect = sessions["collect_time"].to_numpy().astype("datetime64[ns]")
+    outcome = sessions["outcome_time"].to_numpy().astype("datetime64[ns]")
     redeemed = pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan) == 1
 
-    candidates = np.flatnonzero(redeemed)
-    candidates = candidates[np.lexsort((candidates, collect[candidates], outcome[candidates], user[candidates]))]
-    # dense ranks of all times involved turn (user, time) into one int64 key without overflow
-    ranks = np.unique(np.concatenate([outcome[candidates], collect]), return_inverse=True)[1]
-    n_ranks = int(ranks.max()) + 1 if len(ranks) else 1
-    candidate_key = user[candidates] * n_ranks + ranks[:len(candidates)]
-    target_rank = ranks[len(candidates):]
-    known_end = np.searchsorted(candidate_key, user * n_ranks + target_rank, side="left")
-    user_start = np.searchsorted(candidate_key, user * n_ranks, side="left")
-    count = np.minimum(known_end - user_start, max_len)
-
-    history = np.full((n, max_len), -1, dtype=np.int64)
-    slot = np.arange(max_len)
-    filled = slot[None, :] < count[:, None]
-    position = known_end[:, None] - 1 - slot[None, :]
-    history[filled] = candidates[position[filled]]
+    # equal outcome times: the later-collected (then later-row) session is the more recent, so order the
+    # events by (collect_time, row) — the core breaks ties by position
+    events = np.flatnonzero(redeemed)
+    events = events[np.lexsort((events, collect[events].view(np.int64)))]
+    history = last_events_before(user[events], outcome[events], user, collect, max_len)
+    entries = history >= 0
+    history[entries] = events[history[entries]]
     return history
 
 

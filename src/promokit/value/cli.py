@@ -1,0 +1,157 @@
+"""``promokit value …``: synth, train, predict, evaluate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from promokit.cli_support import (
+    BatchSizeOpt,
+    EpochsOpt,
+    LrOpt,
+    ParamsOpt,
+    PatienceOpt,
+    ResumeOpt,
+    checkpoint_dir,
+    finish_training,
+    get_console,
+    print_table,
+    training_options,
+    user_errors,
+)
+
+app = typer.Typer(help="Expected transaction value: ESDPM with the ESJ loss and its baselines, ETV tables for "
+                       "allocate quota.", no_args_is_help=True)
+
+DataOpt = Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for initialisation, sampling and shuffling.")]
+ModelOpt = Annotated[str, typer.Option("--model", help="esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn")]
+ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
+RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversions without a click or an amount, and amounts without a conversion, to 0 (counted) instead of failing.")]
+MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (default, §5.1) | auc.")]
+
+
+def _read(data: Path, require_labels: bool = True, repair: bool = False, model=None):
+    from promokit.value.contract import read_folder
+
+    return read_folder(data, require_labels, repair, None if model is None else model.specs)
+
+
+@app.command()
+def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world's tables, true ETVs and quotas.")],
+          users: int = 20_000, funds: int = 8,
+          deliveries: Annotated[float, typer.Option(help="Mean deliveries per user.")] = 5.0,
+          seed: SeedOpt = 0):
+    """Write a synthetic fund-promotion world (deliveries, users, funds, behaviors, consumption) with its truth."""
+    with user_errors():
+        from promokit.data import write_table
+        from promokit.value.simulate import feasible_quotas
+        from promokit.value.synthetic import make_world, write_world
+
+        world = make_world(users, funds, deliveries_per_user=deliveries, seed=seed)
+        paths = write_world(world, out)
+        quotas = feasible_quotas(world.users["tolerance"].to_numpy(), world.funds["risk"].to_numpy(),
+                                 world.funds["fund"], seed)
+        paths["quotas"] = write_table(quotas, out / "quotas.csv")
+        get_console().print(f"{users:,} users, {funds} funds, {len(world.deliveries):,} deliveries, "
+                            f"{len(world.behaviors):,} behaviours and {len(world.consumption):,} payments written to "
+                            f"{out} ({', '.join(p.name for p in paths.values())})")
+
+
+@app.command()
+def train(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+          model: ModelOpt = "esdpm",
+          test_fraction: Annotated[float, typer.Option(help="Latest share of the deliveries held out for evaluate.")] = 0.1,
+          valid_fraction: Annotated[float, typer.Option(help="Latest share of the rest that picks the epoch (§5.1: 0.1).")] = 0.1,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
+          monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
+          resume: ResumeOpt = False):
+    """Fit a value model on the earlier deliveries and write it as a model directory."""
+    with user_errors():
+        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, time_split
+
+        config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
+                                                patience=patience, monitor=monitor, seed=seed)
+        tables = _read(data, repair=repair_labels)
+        estimator = ValueModel(model, model_params, config)
+        train_rows, valid_rows, test_rows = time_split(tables, test_fraction, valid_fraction)
+        estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction}
+        estimator.fit(tables, train_rows, valid_rows, checkpoint_dir(out), resume)
+        estimator.save(out)
+        finish_training(out, estimator.history)
+        repaired = {k: v for k, v in tables.counts.items() if k.startswith("repaired")}
+        dropped = {k: v for k, v in tables.counts.items() if k.endswith("(dropped)") and v}
+        for what, count in {**repaired, **dropped}.items():
+            get_console().print(f"{what}: {count:,}")
+        get_console().print(f"model written to {out} (trained on {len(train_rows):,} deliveries, validated on "
+                            f"{len(valid_rows):,}; the latest {len(test_rows):,} held out for evaluate)")
+
+
+@app.command()
+def predict(model: ModelDirOpt, data: DataOpt,
+            out: Annotated[Path, typer.Option("--out", help="Folder for scores.parquet, deliveries.parquet and summary.json.")],
+            at: Annotated[Optional[str], typer.Option("--at", help="Score as of this time (a date or a number like the deliveries' times); default just after the latest delivery.")] = None,
+            contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4):
+    """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery."""
+    with user_errors():
+        from promokit.data import DataError, write_json, write_parquet
+        from promokit.value.estimator import ValueModel
+
+        if contexts < 1:
+            raise DataError(f"--contexts must be at least 1, got {contexts}")
+        estimator = ValueModel.load(model)
+        tables = _read(data, require_labels=False, model=estimator)
+        scores = estimator.score_table(tables, at, contexts)
+        per_delivery = estimator.predict(tables)
+        per_delivery.insert(0, "fund", tables.deliveries["fund"].to_numpy())
+        per_delivery.insert(0, "user_id", tables.deliveries["user_id"].to_numpy())
+        write_parquet(scores, out / "scores.parquet")
+        write_parquet(per_delivery.reset_index(drop=True), out / "deliveries.parquet")
+        etv = scores[[c for c in scores.columns if c.startswith("score_")]]
+        summary = {"model": estimator.name, "users": len(scores), "funds": tables.fund_names,
+                   "mean_etv": etv.mean().round(6).to_dict(), "deliveries": len(per_delivery),
+                   "best_fund_share": etv.idxmax(axis=1).value_counts(normalize=True).round(4).to_dict()}
+        write_json(summary, out / "summary.json")
+        get_console().print(f"ETV of {len(scores):,} users × {len(tables.funds)} funds written to {out}; allocate them "
+                            f"with: promokit allocate quota --scores {out / 'scores.parquet'} --quotas QUOTAS --out plan/")
+
+
+@app.command()
+def evaluate(model: ModelDirOpt, data: DataOpt,
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")],
+             all_rows: Annotated[bool, typer.Option("--all", help="Score every delivery (new data), not the latest ones train held out.")] = False,
+             repair_labels: RepairOpt = False):
+    """AUC, logloss, MSE, MAE, normalised Gini, THC, THA and the decile calibration of a trained model."""
+    with user_errors():
+        import numpy as np
+
+        from promokit.data import DataError
+        from promokit.metrics.value import decile_figure
+        from promokit.report import Report
+        from promokit.value.estimator import ValueModel, time_split
+        from promokit.value.evaluate import evaluate as evaluate_model
+
+        estimator = ValueModel.load(model)
+        tables = _read(data, repair=repair_labels, model=estimator)
+        if all_rows:
+            rows = np.arange(len(tables.deliveries))
+        else:
+            if not estimator.split["test_fraction"]:
+                raise DataError("the model was trained on every delivery (--test-fraction 0); evaluate with --all on "
+                                "new data")
+            rows = time_split(tables, estimator.split["test_fraction"], 0)[2]
+        metrics, deciles = evaluate_model(estimator, tables, rows)
+        report = Report(f"Value model {estimator.name}", data={"model": estimator.name, "metrics": metrics,
+                                                               "deciles": deciles.to_dict(orient="records")})
+        report.add("Metrics", _metrics_frame(metrics)).add("Decile calibration", deciles)
+        report.figures["deciles"] = decile_figure(deciles, f"{estimator.name}: mean ETV and amount per decile")
+        report.write(out)
+        print_table(f"{estimator.name} on {len(rows):,} deliveries", _metrics_frame(metrics).set_index("metric"))
+
+
+def _metrics_frame(metrics: dict):
+    import pandas as pd
+
+    return pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})

@@ -1,0 +1,224 @@
+"""ValueModel: value tables in → fitted model → ETV per delivery and per user × fund out, saved as a model
+directory."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from promokit import __version__
+from promokit.data import DataError, FeatureSpec
+from promokit.data.split import latest_split
+from promokit.training import (
+    History,
+    TrainConfig,
+    Trainer,
+    auc_metric,
+    check_model_params,
+    load_weights,
+    read_json,
+    read_model_config,
+    write_model_dir,
+)
+from promokit.training.seed import seed_everything
+from promokit.value.contract import FUND, TOLERANCE, USER, ValueTables
+from promokit.value.inputs import InputEncoders
+from promokit.value.models import ESDPM, MODELS
+
+OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "etv")
+#: The paper's §5.1 optimiser: Adam, batch 512, early stopping on the validation loss.
+DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
+MONITORS = ("loss", "auc")
+#: Context rows averaged over when a user × fund pair is scored without a delivery (see ``score_table``).
+SCORE_CONTEXTS = 4
+
+
+def time_split(tables: ValueTables, test_fraction: float = 0.1, valid_fraction: float = 0.1
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the deliveries to train on, validate on and test on, by time: the latest ``test_fraction`` is the
+    test, the latest ``valid_fraction`` of the rest the validation (0 for none); a time shared by rows never
+    straddles a cut. The paper trains and validates on earlier days and tests on the following ones (§5.1)."""
+    times = pd.Series(tables.time, name="time")
+    rest, test = latest_split(times, test_fraction) if test_fraction else (np.arange(len(times)), np.empty(0, int))
+    if not valid_fraction:
+        return rest, np.empty(0, dtype=np.int64), test
+    train, valid = latest_split(times.iloc[rest].reset_index(drop=True), valid_fraction)
+    return rest[train], rest[valid], test
+
+
+class ValueModel:
+    """A value model by name (:data:`~promokit.value.models.MODELS`: ``esdpm``, ``esdpm-ncg``, ``mtl-ziln``,
+    ``mtl-mse``, ``esmm``, ``mmoe``, ``shared-bottom``, ``dnn``) with its encoders.
+
+    Example::
+
+        tables = check_tables(deliveries, users, funds, behaviors, consumption)
+        train, valid, test = time_split(tables)
+        model = ValueModel("esdpm").fit(tables, train, valid)
+        per_delivery = model.predict(tables, test)        # p_ctcvr, mu, sigma, etv …
+        scores = model.score_table(tables)                 # user_id, score_<fund> …, tolerance
+        model.save("model/"); ValueModel.load("model/")
+
+    ``params`` are :class:`~promokit.value.models.ESDPM`'s (``n_experts``, ``dropout``, ``sigma_floor`` …) and
+    ``max_len``, the behaviour events kept per delivery (50).
+    """
+
+    def __init__(self, model: str = "esdpm", params: dict | None = None, train: TrainConfig | None = None):
+        if model not in MODELS:
+            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
+        params = dict(params or {})
+        self.max_len = int(params.pop("max_len", 50))
+        if self.max_len < 1:
+            raise DataError(f"max_len must be at least 1, got {self.max_len}")
+        self.name = model
+        check_model_params(model, ESDPM, params)
+        # every setting is written to the model directory, so a later change of a default cannot change a model
+        self.params = {**net_defaults(), **MODELS[model][1], **params}
+        self.train_config = train or DEFAULT_TRAIN
+        if self.train_config.monitor not in MONITORS:
+            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+        self.encoders: InputEncoders | None = None
+        self.specs: dict[str, FeatureSpec] | None = None
+        self.net: ESDPM | None = None
+        self.history: History | None = None
+        self.split = {"test_fraction": 0.1, "valid_fraction": 0.1}  # what train held out, for evaluate
+
+    @property
+    def reads_graph(self) -> bool:
+        return bool(self.params["graph"])
+
+    def fit(self, tables: ValueTables, train: np.ndarray | None = None, valid: np.ndarray | None = None,
+            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> ValueModel:
+        """Train on the delivery rows ``train`` (all by default), early-stopping on the rows ``valid`` (none by
+        default: the last epoch is kept). Encoders are fitted on the training rows; every user, fund, behaviour
+        and payment of ``tables`` is an input."""
+        if not tables.has_labels:
+            raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
+        if self.reads_graph and tables.consumption is None:
+            raise DataError(f"model {self.name!r} reads the consumption graph: give the consumption table "
+                            "(or train esdpm-ncg, the same model without it)")
+        train = np.arange(len(tables.deliveries)) if train is None else np.asarray(train)
+        valid = np.empty(0, dtype=np.int64) if valid is None else np.asarray(valid)
+        for name, rows in (("training", train), ("validation", valid)):
+            if len(rows) and len(np.unique(tables.convert[rows])) < 2:
+                raise DataError(f"deliveries: the {len(rows)} {name} rows need conversions and non-conversions; "
+                                "use more deliveries or other fractions")
+        cfg = self.train_config
+        seed_everything(cfg.seed)
+        self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+        self.encoders = InputEncoders.fit(tables, self.max_len, rows=train)
+        self.net = ESDPM(self.encoders.sizes(), **self.params).attach(self.encoders.nodes(tables))
+        train_rows = self.encoders.rows(tables, train)
+        self.net.init_amount(train_rows["v"], train_rows["convert"])
+        valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
+        metrics = {"auc": auc_metric("p_ctcvr", "convert")} if valid_rows is not None else None
+        config = cfg if valid_rows is not None else replace(cfg, monitor="loss")
+        self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows,
+                                                           resume, metrics=metrics, on_epoch=on_epoch)
+        return self
+
+    def predict(self, tables: ValueTables, rows: np.ndarray | None = None) -> pd.DataFrame:
+        """Named outputs per delivery of ``rows`` (all by default): p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma,
+        v_hat where the model has them."""
+        self._check_fitted()
+        self._attach(tables)
+        out = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))
+        index = tables.deliveries.index if rows is None else tables.deliveries.index[rows]
+        return pd.DataFrame({k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}, index=index)
+
+    def score_matrix(self, tables: ValueTables, at=None, users: np.ndarray | None = None,
+                     contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 4096) -> np.ndarray:
+        """ETV of every user (or the user rows ``users``) × fund of ``tables`` as ``(n_users, n_funds)``, as if the
+        fund were shown at time ``at`` (default: just after the latest delivery, so every behaviour counts).
+
+        A pair has no delivery context yet: its ETV is the mean over ``contexts`` context rows drawn (seeded) from
+        the deliveries of ``tables`` — the ETV of showing the fund on a typical occasion."""
+        self._check_fitted()
+        self._attach(tables)
+        users = np.arange(len(tables.users)) if users is None else np.asarray(users, dtype=np.int64)
+        n_users, n_funds = len(users), len(tables.funds)
+        at = _time_value(tables, at)
+        rng = np.random.default_rng(seed)
+        drawn = rng.choice(len(tables.deliveries), size=min(contexts, len(tables.deliveries)), replace=False)
+        context = self.encoders.context.transform(tables.deliveries.iloc[drawn])
+        k = len(drawn)
+        trainer = Trainer(replace(self.train_config, progress=False))
+        scores = np.empty((n_users, n_funds))
+        for start in range(0, n_users, chunk):
+            part = users[start:start + chunk]
+            seq = self.encoders.sequences(_at(tables, part, at), np.arange(len(part)))
+            pairs = len(part) * n_funds
+            batch = {"user": torch.from_numpy(np.repeat(part, n_funds * k)),
+                     "fund": torch.from_numpy(np.tile(np.repeat(np.arange(n_funds), k), len(part))),
+                     "ctx_cat": torch.from_numpy(np.tile(context.categorical, (pairs, 1))),
+                     "ctx_num": torch.from_numpy(np.tile(context.numeric, (pairs, 1))),
+                     "seq": torch.from_numpy(np.repeat(seq, n_funds * k, axis=0))}
+            etv = trainer.predict(self.net, batch)["etv"].numpy().astype(np.float64)
+            scores[start:start + len(part)] = etv.reshape(len(part), n_funds, k).mean(axis=2)
+        return scores
+
+    def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0) -> pd.DataFrame:
+        """The ETV table in the wide layout ``allocate quota --scores`` reads: ``user_id``, ``score_<fund>`` per fund
+        and the users' ``tolerance`` when the users table has one (see :meth:`score_matrix`)."""
+        scores = self.score_matrix(tables, at, contexts=contexts, seed=seed)
+        frame = pd.DataFrame({USER: tables.users[USER].to_numpy()})
+        for j, fund in enumerate(tables.fund_names):
+            frame[f"score_{fund}"] = scores[:, j]
+        tolerance = tables.tolerance()
+        if tolerance is not None:
+            frame[TOLERANCE] = tolerance
+        return frame
+
+    def _attach(self, tables: ValueTables) -> None:
+        if self.reads_graph and tables.consumption is None:
+            raise DataError(f"model {self.name!r} reads the consumption graph: give the consumption table")
+        self.net.attach(self.encoders.nodes(tables))
+
+    def _check_fitted(self) -> None:
+        if self.net is None:
+            raise RuntimeError("the model is not fitted: call fit() or ValueModel.load()")
+
+    def save(self, path: str | os.PathLike) -> None:
+        self._check_fitted()
+        config = {"promokit": __version__, "task": "value", "model": self.name,
+                  "params": {**self.params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
+                  "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.split}
+        history = None if self.history is None else self.history.to_dict()
+        write_model_dir(path, config, self.encoders.to_dict(), self.net, history)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> ValueModel:
+        config = read_model_config(path, "value")
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]))
+        model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
+        model.split = config["split"]
+        model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
+        model.net = ESDPM(model.encoders.sizes(), **model.params)
+        load_weights(model.net, path)
+        model.net.eval()
+        return model
+
+
+def net_defaults() -> dict:
+    """:class:`ESDPM`'s keyword settings and their defaults (lists for JSON)."""
+    signature = inspect.signature(ESDPM.__init__)
+    return {name: list(p.default) if isinstance(p.default, tuple) else p.default
+            for name, p in signature.parameters.items() if name not in ("self", "sizes")}
+
+
+def _time_value(tables: ValueTables, at) -> int | float:
+    if at is None:
+        return tables.time.max() + (1 if tables.time.dtype.kind == "i" else 1e-9)
+    if tables.time.dtype.kind == "i":
+        return pd.Timestamp(at).value
+    return float(at)
+
+
+def _at(tables: ValueTables, users: np.ndarray, at) -> ValueTables:
+    """``tables`` with one delivery per user of ``users`` at time ``at`` (for :meth:`InputEncoders.sequences`)."""
+    return replace(tables, user=users, time=np.full(len(users), at, dtype=tables.time.dtype))

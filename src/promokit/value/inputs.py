@@ -1,0 +1,168 @@
+"""Model inputs of the value domain: encoded users, funds and delivery contexts, leak-free behaviour sequences
+and the user–merchant consumption graph.
+
+- users, funds and merchants are node tables indexed by row (:class:`NodeInputs`, attached to the network as
+  data, not weights, so a saved model scores any population with the same feature columns);
+- a delivery is a row of :meth:`InputEncoders.rows`: its user and fund rows, its context features and its
+  behaviour sequence — the user's last ``max_len`` events strictly before the delivery's time
+  (:func:`promokit.data.history.last_events_before`), each a (fund, action) token;
+- the consumption graph joins users to the merchants they paid; a user's structure is log(1 + payments),
+  log(1 + total amount) and log(1 + mean amount), a merchant's the same over its customers, plus the merchant's
+  id (merchants seen fewer than twice in training share the unknown row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from promokit.data.encoders import CategoryEncoder, TableEncoder
+from promokit.data.history import last_events_before
+from promokit.data.spec import FeatureSpec
+from promokit.nn.bipartite import BipartiteGraph
+from promokit.value.contract import ACTION, AMOUNT, FUND, MERCHANT, TIME, ValueTables
+
+STRUCTURE = ("log_payments", "log_total_amount", "log_mean_amount")
+MERCHANT_MIN_COUNT = 2
+
+
+@dataclass
+class NodeInputs:
+    """Per-row tensors of the users, funds and (with a consumption graph) merchants, and the graph itself."""
+
+    user_cat: Tensor
+    user_num: Tensor
+    fund_cat: Tensor
+    fund_num: Tensor
+    user_structure: Tensor | None = None
+    merchant_code: Tensor | None = None
+    merchant_structure: Tensor | None = None
+    graph: BipartiteGraph | None = None
+
+
+@dataclass
+class InputEncoders:
+    """What turns :class:`ValueTables` into tensors, fitted on the training tables and saved with the model."""
+
+    context: TableEncoder
+    users: TableEncoder
+    funds: TableEncoder
+    actions: CategoryEncoder
+    max_len: int
+    merchants: CategoryEncoder | None = None
+    user_structure: TableEncoder | None = None
+    merchant_structure: TableEncoder | None = None
+
+    @classmethod
+    def fit(cls, tables: ValueTables, max_len: int = 50, rows: np.ndarray | None = None) -> InputEncoders:
+        """Fit on ``tables``; the context vocabulary and scaling only on the delivery ``rows`` (training rows)."""
+        deliveries = tables.deliveries if rows is None else tables.deliveries.iloc[rows]
+        actions = tables.behaviors[ACTION] if tables.behaviors is not None else pd.Series([], dtype="string")
+        encoders = cls(TableEncoder.fit(deliveries, tables.context_spec), TableEncoder.fit(tables.users, tables.user_spec),
+                       TableEncoder.fit(tables.funds, tables.fund_spec), CategoryEncoder.fit(actions), max_len)
+        if tables.consumption is not None:
+            users, merchants, _ = _graph_frames(tables)
+            encoders.merchants = CategoryEncoder.fit(tables.consumption[MERCHANT], MERCHANT_MIN_COUNT)
+            encoders.user_structure = _numeric_encoder(users)
+            encoders.merchant_structure = _numeric_encoder(merchants)
+        return encoders
+
+    @property
+    def has_graph(self) -> bool:
+        return self.merchants is not None
+
+    def sizes(self) -> dict:
+        """The input widths a network is built with."""
+        sizes = {"user_cardinalities": self.users.cardinalities, "user_numeric": self.users.numeric_width,
+                 "fund_cardinalities": self.funds.cardinalities, "fund_numeric": self.funds.numeric_width,
+                 "context_cardinalities": self.context.cardinalities, "context_numeric": self.context.numeric_width,
+                 "sequence_cardinalities": [self.funds.categorical[FUND].cardinality, self.actions.cardinality],
+                 "max_len": self.max_len}
+        if self.has_graph:
+            sizes.update(merchant_cardinality=self.merchants.cardinality, structure=len(STRUCTURE))
+        return sizes
+
+    def nodes(self, tables: ValueTables) -> NodeInputs:
+        users, funds = self.users.transform(tables.users), self.funds.transform(tables.funds)
+        inputs = NodeInputs(torch.from_numpy(users.categorical), torch.from_numpy(users.numeric),
+                            torch.from_numpy(funds.categorical), torch.from_numpy(funds.numeric))
+        if self.has_graph and tables.consumption is not None:
+            user_frame, merchant_frame, merchant_names = _graph_frames(tables)
+            edges = tables.consumption
+            merchant_index = pd.Index(merchant_names).get_indexer(edges[MERCHANT])
+            inputs.graph = BipartiteGraph.from_edges(edges["user"].to_numpy(copy=True), merchant_index, len(tables.users),
+                                                     len(merchant_names))
+            inputs.user_structure = torch.from_numpy(self.user_structure.transform(user_frame).numeric)
+            inputs.merchant_structure = torch.from_numpy(self.merchant_structure.transform(merchant_frame).numeric)
+            inputs.merchant_code = torch.from_numpy(self.merchants.transform(pd.Series(merchant_names)))
+        return inputs
+
+    def rows(self, tables: ValueTables, rows: np.ndarray | None = None) -> dict[str, Tensor]:
+        """The per-delivery tensors (a Trainer batch source) of ``rows`` (all deliveries by default), with the
+        labels ``click``, ``convert`` and ``v`` = log(1 + amount) when the tables have them."""
+        rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
+        context = self.context.transform(tables.deliveries.iloc[rows])
+        batch = {"user": torch.from_numpy(tables.user[rows]), "fund": torch.from_numpy(tables.fund[rows]),
+                 "ctx_cat": torch.from_numpy(context.categorical), "ctx_num": torch.from_numpy(context.numeric),
+                 "seq": torch.from_numpy(self.sequences(tables, rows))}
+        if tables.has_labels:
+            batch.update(click=torch.from_numpy(tables.click[rows]), convert=torch.from_numpy(tables.convert[rows]),
+                         v=torch.from_numpy(tables.log_amount[rows].astype(np.float32)))
+        return batch
+
+    def sequences(self, tables: ValueTables, rows: np.ndarray) -> np.ndarray:
+        """``(len(rows), max_len, 2)`` int64 (fund, action) codes of the events strictly before each delivery,
+        most recent first; -1 pads."""
+        out = np.full((len(rows), self.max_len, 2), -1, dtype=np.int64)
+        behaviors = tables.behaviors
+        if behaviors is None or len(behaviors) == 0:
+            return out
+        position = last_events_before(behaviors["user"].to_numpy(), behaviors[TIME].to_numpy(),
+                                      tables.user[rows], tables.time[rows], self.max_len)
+        real = position >= 0
+        fund_codes = self.funds.categorical[FUND].transform(behaviors[FUND])
+        action_codes = self.actions.transform(behaviors[ACTION])
+        out[real, 0] = fund_codes[position[real]]
+        out[real, 1] = action_codes[position[real]]
+        return out
+
+    def to_dict(self) -> dict:
+        data = {"context": self.context.to_dict(), "users": self.users.to_dict(), "funds": self.funds.to_dict(),
+                "actions": self.actions.to_dict(), "max_len": self.max_len}
+        if self.has_graph:
+            data.update(merchants=self.merchants.to_dict(), user_structure=self.user_structure.to_dict(),
+                        merchant_structure=self.merchant_structure.to_dict())
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> InputEncoders:
+        graph = "merchants" in data
+        return cls(TableEncoder.from_dict(data["context"]), TableEncoder.from_dict(data["users"]),
+                   TableEncoder.from_dict(data["funds"]), CategoryEncoder.from_dict(data["actions"]), data["max_len"],
+                   CategoryEncoder.from_dict(data["merchants"]) if graph else None,
+                   TableEncoder.from_dict(data["user_structure"]) if graph else None,
+                   TableEncoder.from_dict(data["merchant_structure"]) if graph else None)
+
+
+def _graph_frames(tables: ValueTables) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """Structure of every user (row order of ``users``) and of every merchant (sorted ids), and those ids."""
+    edges = tables.consumption
+    users = _structure(edges.groupby("user")[AMOUNT], len(tables.users))
+    merchant_names, merchant = np.unique(edges[MERCHANT].to_numpy(dtype=str), return_inverse=True)
+    merchants = _structure(edges[AMOUNT].groupby(merchant), len(merchant_names))
+    return users, merchants, merchant_names
+
+
+def _structure(grouped, n: int) -> pd.DataFrame:
+    payments = grouped.size().reindex(range(n), fill_value=0).to_numpy(dtype=np.float64)
+    total = grouped.sum().reindex(range(n), fill_value=0.0).to_numpy(dtype=np.float64)
+    mean = np.divide(total, payments, out=np.zeros(n), where=payments > 0)
+    return pd.DataFrame(dict(zip(STRUCTURE, (np.log1p(payments), np.log1p(total), np.log1p(mean)))))
+
+
+def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:
+    return TableEncoder.fit(frame, FeatureSpec(numeric=list(frame.columns), group_key=None), squash_numeric=False)

@@ -1,0 +1,21 @@
+"""The value models by name: ESDPM and the baselines of the EOCA paper's Tables 1–2, as ESDPM configurations.
+
+Following §5.1, every model reads the same behaviour sequence through the same self-attention encoder; only
+ESDPM reads the consumption graph (MTL-ZILN and MTL-MSE share ESDPM-NCG's bottom, as the paper notes).
+"""
+
+from promokit.value.models.esdpm import ESDPM
+
+NO_GRAPH = {"graph": False}
+MODELS = {
+    "esdpm": (ESDPM, {}),
+    "esdpm-ncg": (ESDPM, NO_GRAPH),
+    "mtl-ziln": (ESDPM, {**NO_GRAPH, "loss": "ziln"}),
+    "mtl-mse": (ESDPM, {**NO_GRAPH, "amount": "mse"}),
+    "esmm": (ESDPM, {**NO_GRAPH, "amount": None}),
+    "mmoe": (ESDPM, {**NO_GRAPH, "conversion": "direct", "amount": "mse"}),
+    "shared-bottom": (ESDPM, {**NO_GRAPH, "bottom": "shared", "conversion": "direct", "amount": "mse"}),
+    "dnn": (ESDPM, {**NO_GRAPH, "bottom": "separate", "conversion": "direct", "amount": "mse"}),
+}
+
+__all__ = ["ESDPM", "MODELS"]

@@ -1,0 +1,96 @@
+"""The input vector every value model shares: e = [e_u ‖ e_f ‖ e_x ‖ e_b ‖ e_c] (EOCA eq. 14)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from promokit.nn import FeatureEmbedding
+from promokit.nn.bipartite import BipartiteGNN, NodeStates, sample_neighbours
+from promokit.nn.sequence import BehaviourEncoder
+from promokit.value.inputs import NodeInputs
+
+
+class DeliveryEncoder(nn.Module):
+    r"""One delivery (user u shown fund f in context x) → the vector of eq. 14,
+
+    .. math:: \mathbf e = [\mathbf e_u \,\|\, \mathbf e_f \,\|\, \mathbf e_x \,\|\, \mathbf e_b \,\|\, \mathbf e_c]
+
+    - e_u, e_f, e_x: the user's, the fund's and the delivery context's feature embeddings, concatenated
+      (:class:`FeatureEmbedding`; the context is this library's addition: the paper's deliveries have none);
+    - e_b: the behaviour sequence through self-attention (:class:`BehaviourEncoder`, 128 wide as §5.1);
+    - e_c (``graph=True``): a 2-layer graph attention network on the user–merchant–user consumption graph
+      (:class:`BipartiteGNN` with GAT convolutions, §4.1.2): the user's state after merchants → user, where the
+      merchants first gathered from their own customers. Users enter with their feature embedding and payment
+      structure, merchants with an id embedding and their structure. Training samples ``fanouts`` neighbours per
+      hop; evaluation runs every user's full neighbourhood once per evaluation (cached until training resumes).
+
+    The node tensors (users, funds, merchants, graph) are attached with :meth:`attach`: they are data.
+    """
+
+    def __init__(self, user_cardinalities: Sequence[int], user_numeric: int, fund_cardinalities: Sequence[int],
+                 fund_numeric: int, context_cardinalities: Sequence[int], context_numeric: int,
+                 sequence_cardinalities: Sequence[int], max_len: int, emb_dim: int = 16, sequence_dim: int = 32,
+                 behaviour_dim: int = 128, graph: bool = True, merchant_cardinality: int = 1, structure: int = 0,
+                 width: int = 64, conv: str = "gat", fanouts: Sequence[int] = (10, 10), dropout: float = 0.0):
+        super().__init__()
+        self.user = FeatureEmbedding(user_cardinalities, user_numeric, emb_dim)
+        self.fund = FeatureEmbedding(fund_cardinalities, fund_numeric, emb_dim)
+        self.context = FeatureEmbedding(context_cardinalities, context_numeric, emb_dim)
+        self.behaviour = BehaviourEncoder(sequence_cardinalities, max_len, sequence_dim, out_dim=behaviour_dim)
+        self.output_dim = (self.user.output_dim + self.fund.output_dim + self.context.output_dim
+                           + self.behaviour.output_dim)
+        self.graph, self.fanouts = graph, list(fanouts)
+        if graph:
+            self.merchant = nn.Embedding(merchant_cardinality, emb_dim)
+            self.gnn = BipartiteGNN(self.user.output_dim + structure, emb_dim + structure, width=width,
+                                    depth=len(fanouts), conv=conv, dropout=dropout)
+            self.output_dim += width
+        self.inputs: NodeInputs | None = None
+        self._states: NodeStates | None = None
+
+    def attach(self, inputs: NodeInputs) -> DeliveryEncoder:
+        """Use these node inputs (the users, funds and graph of the tables being trained on or scored)."""
+        if self.graph and inputs.graph is None:
+            raise ValueError("this model reads the consumption graph; give the consumption table")
+        self.inputs, self._states = inputs, None
+        return self
+
+    def train(self, mode: bool = True) -> DeliveryEncoder:
+        self._states = None  # evaluation states are stale once the weights move
+        return super().train(mode)
+
+    def _users(self, index: Tensor) -> Tensor:
+        return self.user({"cat": self.inputs.user_cat[index], "num": self.inputs.user_num[index]})
+
+    def _node_features(self, users: Tensor, merchants: Tensor) -> tuple[Tensor, Tensor]:
+        x_users = torch.cat([self._users(users), self.inputs.user_structure[users]], dim=1)
+        x_merchants = torch.cat([self.merchant(self.inputs.merchant_code[merchants]),
+                                 self.inputs.merchant_structure[merchants]], dim=1)
+        return x_users, x_merchants
+
+    def _consumption(self, users: Tensor) -> Tensor:
+        if not self.training:
+            if self._states is None:
+                with torch.no_grad():
+                    graph = self.inputs.graph
+                    x = self._node_features(torch.arange(graph.n_customers), torch.arange(graph.n_merchants))
+                    self._states = self.gnn.inference(*x, graph)
+            return self._states.customers[users]
+        seeds, inverse = torch.unique(users, return_inverse=True)
+        sub = sample_neighbours(self.inputs.graph, seeds, torch.empty(0, dtype=torch.long), self.fanouts)
+        return self.gnn(*self._node_features(sub.customers, sub.merchants), sub).customers[inverse]
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        if self.inputs is None:
+            raise RuntimeError("attach the node inputs (attach) before calling the model")
+        fund = batch["fund"]
+        parts = [self._users(batch["user"]),
+                 self.fund({"cat": self.inputs.fund_cat[fund], "num": self.inputs.fund_num[fund]}),
+                 self.context({"cat": batch["ctx_cat"], "num": batch["ctx_num"]}),
+                 self.behaviour(batch["seq"])]
+        if self.graph:
+            parts.append(self._consumption(batch["user"]))
+        return torch.cat(parts, dim=1)

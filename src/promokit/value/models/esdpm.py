@@ -1,0 +1,135 @@
+"""ESDPM, the entire space deep probabilistic model (EOCA §4.1), and the multi-task baselines of Tables 1–2 as
+its configurations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from promokit.nn import MLP
+from promokit.nn.mmoe import MMoE
+from promokit.value.losses import binary_nll, esj_loss, expected_value, log1mexp, ziln_loss
+from promokit.value.models.encoder import DeliveryEncoder
+
+BOTTOMS = ("mmoe", "shared", "separate")
+CONVERSIONS = ("esmm", "direct")
+AMOUNTS = ("lognormal", "mse", None)
+AMOUNT_LOSSES = {"esj": esj_loss, "ziln": ziln_loss}
+
+
+class ESDPM(nn.Module):
+    r"""Expected transaction value of a delivery: pCTCVR, the amount's distribution and ETV (eqs. 6–14).
+
+    The delivery's vector e (eq. 14, :class:`DeliveryEncoder`) feeds a multi-task bottom and one tower per task:
+
+    - conversion ``"esmm"``: CTR and CVR towers, pCTCVR = pCTR · pCVR with the post-click CVR a hidden variable
+      as ESMM; ``"direct"``: one tower predicts pCTCVR (the paper's MMoE, Shared-Bottom and DNN-C);
+    - amount ``"lognormal"``: μ and σ towers (σ = ``sigma_floor`` + softplus) of the log amount v = log(PA + 1),
+      trained with ``loss`` ``"esj"`` (eq. 12) or ``"ziln"``; ETV = pCTCVR · (exp(μ + σ²/2) − 1) (eq. 13);
+      ``"mse"``: one tower v̂ fitted to v over every delivery (zeros included) with the squared error, ETV = exp(v̂)
+      − 1; ``None``: no amount, ETV = pCTCVR (ESMM: allocation by conversion alone);
+    - bottom ``"mmoe"`` (MMoE with one gate per tower, §4.1.2), ``"shared"`` (3 shared layers, 2-layer towers)
+      or ``"separate"`` (one network per task, each with its own input encoder: DNN-C and DNN-V).
+
+    With the ESMM conversion the CTR tower is also fitted to the clicks (ESMM's L_ctr); the conversion enters the
+    ESJ/ZILN loss, or a cross-entropy when there is no lognormal amount. The floor on σ keeps eq. 12 bounded:
+    its R3 term is a density at v = 0, which grows without limit as σ → 0 with μ → 0.
+
+    Outputs: ``p_ctcvr``, ``etv``, and where they exist ``p_ctr``, ``p_cvr``, ``mu``, ``sigma``, ``v_hat``.
+    """
+
+    labels = ("click", "convert", "v")
+
+    def __init__(self, sizes: dict, bottom: str = "mmoe", conversion: str = "esmm", amount: str | None = "lognormal",
+                 loss: str = "esj", graph: bool = True, emb_dim: int = 16, n_experts: int = 4,
+                 expert_hidden: Sequence[int] = (256,), expert_dim: int = 128, tower_hidden: Sequence[int] = (64,),
+                 dropout: float = 0.1, sigma_floor: float = 0.1, conv: str = "gat", fanouts: Sequence[int] = (10, 10)):
+        super().__init__()
+        for name, value, allowed in (("bottom", bottom, BOTTOMS), ("conversion", conversion, CONVERSIONS),
+                                     ("amount", amount, AMOUNTS), ("loss", loss, tuple(AMOUNT_LOSSES))):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        self.conversion, self.amount, self.sigma_floor = conversion, amount, sigma_floor
+        self.amount_loss = AMOUNT_LOSSES[loss]
+        self.towers = ["ctr", "cvr"] if conversion == "esmm" else ["ctcvr"]
+        self.towers += {"lognormal": ["mu", "sigma"], "mse": ["v_hat"], None: []}[amount]
+        # DNN-C / DNN-V: the conversion towers and the amount towers each get their own network
+        groups = [[t for t in self.towers if t in ("ctr", "cvr", "ctcvr")],
+                  [t for t in self.towers if t in ("mu", "sigma", "v_hat")]] if bottom == "separate" else [self.towers]
+        groups = [g for g in groups if g]
+        self.group_of = {tower: i for i, group in enumerate(groups) for tower in group}
+        self.encoders = nn.ModuleList(DeliveryEncoder(**sizes, emb_dim=emb_dim, graph=graph, conv=conv,
+                                                      fanouts=fanouts, dropout=dropout) for _ in groups)
+        in_dim = self.encoders[0].output_dim
+        if bottom == "mmoe":
+            self.bottoms = nn.ModuleList([MMoE(in_dim, len(self.towers), n_experts, expert_hidden, expert_dim, dropout)])
+        else:
+            layers = 3 if bottom == "shared" else 2
+            self.bottoms = nn.ModuleList(
+                nn.Sequential(MLP(in_dim, [expert_dim] * (layers - 1), out_dim=expert_dim, dropout=dropout), nn.ReLU())
+                for _ in groups)
+        self.bottom = bottom
+        self.heads = nn.ModuleDict({t: MLP(expert_dim, tower_hidden, dropout=dropout) for t in self.towers})
+
+    @torch.no_grad()
+    def init_amount(self, v: Tensor, converted: Tensor) -> None:
+        """Start the amount towers at the training rows' log amounts: μ at the mean and σ at the spread of v over
+        the converted rows, v̂ at the mean of v over all rows. From a zero start, μ would spend many epochs
+        climbing to amounts of e^7 while σ inflated to cover the gap."""
+        positive = v[converted > 0]
+        if self.amount == "lognormal" and len(positive) > 1:
+            self.heads["mu"].layers[-1].bias.fill_(float(positive.mean()))
+            spread = max(float(positive.std()) - self.sigma_floor, 1e-3)
+            self.heads["sigma"].layers[-1].bias.fill_(spread + float(torch.log(-torch.expm1(torch.tensor(-spread)))))
+        elif self.amount == "mse":
+            self.heads["v_hat"].layers[-1].bias.fill_(float(v.mean()))
+
+    def attach(self, inputs) -> ESDPM:
+        for encoder in self.encoders:
+            encoder.attach(inputs)
+        return self
+
+    def _tower_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        if self.bottom == "mmoe":
+            return dict(zip(self.towers, self.bottoms[0](self.encoders[0](batch))))
+        shared = [bottom(encoder(batch)) for encoder, bottom in zip(self.encoders, self.bottoms)]
+        return {tower: shared[self.group_of[tower]] for tower in self.towers}
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        x = self._tower_inputs(batch)
+        logit = {tower: self.heads[tower](x[tower]).squeeze(1) for tower in self.towers}
+        out = {}
+        if self.conversion == "esmm":
+            out["log_p"] = F.logsigmoid(logit["ctr"]) + F.logsigmoid(logit["cvr"])
+            out["log_1mp"] = log1mexp(out["log_p"])
+            out["p_ctr"], out["p_cvr"] = torch.sigmoid(logit["ctr"]), torch.sigmoid(logit["cvr"])
+            out["log_ctr"], out["log_1m_ctr"] = F.logsigmoid(logit["ctr"]), F.logsigmoid(-logit["ctr"])
+        else:
+            out["log_p"], out["log_1mp"] = F.logsigmoid(logit["ctcvr"]), F.logsigmoid(-logit["ctcvr"])
+        out["p_ctcvr"] = out["log_p"].exp()
+        if self.amount == "lognormal":
+            out["mu"], out["sigma"] = logit["mu"], self.sigma_floor + F.softplus(logit["sigma"])
+            out["etv"] = expected_value(out["log_p"], out["mu"], out["sigma"])
+        elif self.amount == "mse":
+            out["v_hat"] = logit["v_hat"]
+            out["etv"] = torch.expm1(out["v_hat"]).clamp_min(0.0)
+        else:
+            out["etv"] = out["p_ctcvr"]
+        return out
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        parts = {}
+        if self.conversion == "esmm":
+            parts["ctr"] = binary_nll(out["log_ctr"], out["log_1m_ctr"], batch["click"])
+        if self.amount == "lognormal":
+            parts["amount"] = self.amount_loss(out["log_p"], out["log_1mp"], out["mu"], out["sigma"], batch["v"],
+                                               batch["convert"])
+        else:
+            parts["ctcvr"] = binary_nll(out["log_p"], out["log_1mp"], batch["convert"])
+        if self.amount == "mse":
+            parts["mse"] = ((out["v_hat"] - batch["v"]) ** 2).mean()
+        total = sum(parts.values())
+        return total, {k: v.detach() for k, v in parts.items()}

@@ -1,0 +1,162 @@
+"""The value domain: its contract's errors, leak-free behaviour, learning on a small world, the model directory
+and the ETV table that `allocate quota` reads."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from promokit.allocation.tables import read_quota_table
+from promokit.data import DataError
+from promokit.metrics import auc
+from promokit.training import TrainConfig
+from promokit.value.contract import check_tables
+from promokit.value.estimator import ValueModel, time_split
+from promokit.value.evaluate import evaluate
+from promokit.value.synthetic import make_world
+
+SMALL = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "fanouts": [4, 4],
+         "max_len": 12}
+QUICK = TrainConfig(epochs=2, batch_size=256, lr=3e-3, patience=2, progress=False)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return make_world(1200, seed=3)
+
+
+@pytest.fixture(scope="module")
+def tables(world):
+    return check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
+
+
+@pytest.fixture(scope="module")
+def fitted(tables):
+    train, valid, test = time_split(tables)
+    return ValueModel("esdpm", SMALL, QUICK).fit(tables, train, valid), test
+
+
+def _check(world, **changes):
+    frames = {"deliveries": world.deliveries, "users": world.users, "funds": world.funds,
+              "behaviors": world.behaviors, "consumption": world.consumption, **changes}
+    return check_tables(frames["deliveries"], frames["users"], frames["funds"], frames["behaviors"],
+                        frames["consumption"])
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.iloc[:0], "deliveries: the table is empty"),
+    (lambda d: d.assign(user_id="nobody"), "not in the users table"),
+    (lambda d: d.assign(fund=np.where(np.arange(len(d)) == 3, "F99", d.fund)), "1 values in"),
+    (lambda d: d.assign(click=0), "conversions without a click"),
+    (lambda d: d.assign(amount=np.where(d.convert == 1, 0.0, d.amount)), "conversions without an amount"),
+    (lambda d: d.assign(amount=d.amount + 1.0), "amounts without a conversion"),
+    (lambda d: d.assign(amount=np.where(np.arange(len(d)) == 5, np.inf, d.amount)), "finite numbers ≥ 0"),
+    (lambda d: d.assign(convert="yes"), "must be 0/1"),
+    (lambda d: d.assign(time=np.where(np.arange(len(d)) == 2, "soon", d.time.astype(str))), "unreadable"),
+    (lambda d: d.assign(click=0, convert=0, amount=0.0), "'convert' is 0 on all"),
+    (lambda d: d.drop(columns="amount"), "column 'amount'"),
+])
+def test_broken_deliveries_are_one_line_errors(world, change, message):
+    with pytest.raises(DataError, match=message) as caught:
+        _check(world, deliveries=change(world.deliveries))
+    assert "\n" not in str(caught.value)
+
+
+def test_other_tables_errors(world):
+    with pytest.raises(DataError, match="users: 1 repeated user_id"):
+        _check(world, users=pd.concat([world.users, world.users.iloc[:1]]))
+    with pytest.raises(DataError, match="tolerance.*whole numbers"):
+        _check(world, users=world.users.assign(tolerance=2.5))
+    with pytest.raises(DataError, match="behaviors: column 'time' holds numbers"):
+        _check(world, behaviors=world.behaviors.assign(time=1.0))
+    with pytest.raises(DataError, match="consumption: column 'amount'"):
+        _check(world, consumption=world.consumption.assign(amount=-1.0))
+    odd = pd.concat([world.consumption, pd.DataFrame({"user_id": ["ghost"], "merchant_id": ["m1"], "amount": [3.0]})])
+    assert _check(world, consumption=odd).counts["payments of unknown users (dropped)"] == 1
+
+
+def test_repair_labels_counts_each_repair_once(world):
+    broken = world.deliveries.copy()
+    converted = np.flatnonzero(broken.convert.to_numpy() == 1)
+    broken.loc[converted[:3], "click"] = 0         # conversions without a click (their amounts go too)
+    broken.loc[converted[3:5], "amount"] = 0.0     # conversions without an amount
+    unconverted = np.flatnonzero(broken.convert.to_numpy() == 0)
+    broken.loc[unconverted[:4], "amount"] = 7.0    # amounts without a conversion
+    tables = check_tables(broken, world.users, world.funds, repair_labels=True)
+    assert tables.counts["repaired conversions without a click"] == 3
+    assert tables.counts["repaired conversions without an amount"] == 2
+    assert tables.counts["repaired amounts without a conversion"] == 4
+    assert ((tables.amount > 0) == (tables.convert == 1)).all() and (tables.convert <= tables.click).all()
+
+
+def test_no_behaviour_at_or_after_a_delivery_reaches_its_prediction(world, tables, fitted):
+    """Every delivery's own click and purchase are echoed as behaviours at exactly its time: changing or removing
+    every behaviour at or after a delivery's time must leave its prediction unchanged."""
+    model, test = fitted
+    rows = test[:300]
+    cut = tables.time[rows].min()
+    behaviors = world.behaviors
+    later = behaviors.time.to_numpy().astype("datetime64[ns]").view(np.int64) >= cut
+    forged = behaviors.copy()
+    forged.loc[later, "action"] = "purchase"
+    forged.loc[later, "fund"] = "F1"
+    before = model.predict(tables, rows)
+    after = model.predict(_check(world, behaviors=forged), rows)
+    # rows at exactly the cut see nothing later; later rows may see the forged events before them, so compare those
+    at_cut = tables.time[rows] == cut
+    assert at_cut.sum() >= 1
+    pd.testing.assert_frame_equal(before[at_cut], after[at_cut])
+    only_past = _check(world, behaviors=behaviors[~later])
+    pd.testing.assert_frame_equal(before[at_cut], model.predict(only_past, rows)[at_cut])
+    assert not np.allclose(before.etv, model.predict(_check(world, behaviors=behaviors.iloc[:0]), rows).etv)
+
+
+def test_sequences_hold_only_strictly_earlier_events(world, tables, fitted):
+    model, _ = fitted
+    rows = np.arange(0, len(tables.deliveries), 37)
+    seq = model.encoders.sequences(tables, rows)
+    behaviour_time = tables.behaviors.time.to_numpy()
+    for i, row in enumerate(rows):
+        user_events = tables.behaviors.user.to_numpy() == tables.user[row]
+        earlier = int((user_events & (behaviour_time < tables.time[row])).sum())
+        assert int((seq[i, :, 0] >= 0).sum()) == min(earlier, model.max_len)
+
+
+def test_esdpm_learns_conversion_and_amount_signal(tables, fitted):
+    model, test = fitted
+    predictions = model.predict(tables, test)
+    assert auc(tables.convert[test], predictions.p_ctcvr) > 0.7
+    assert (predictions.sigma >= 0.1).all() and np.isfinite(predictions.etv).all()
+    converted = tables.convert[test] == 1
+    assert np.corrcoef(predictions.mu[converted], tables.log_amount[test][converted])[0, 1] > 0.3
+    metrics, deciles = evaluate(model, tables, test)
+    assert metrics["gini"] > 0.3 and len(deciles) == 10 and metrics["deliveries"] == len(test)
+
+
+def test_model_directory_round_trip_and_quota_table(tables, fitted, tmp_path):
+    model, test = fitted
+    model.save(tmp_path / "m")
+    loaded = ValueModel.load(tmp_path / "m")
+    pd.testing.assert_frame_equal(model.predict(tables, test), loaded.predict(tables, test))
+    scores = loaded.score_table(tables)
+    assert list(scores.columns) == ["user_id", *[f"score_{f}" for f in tables.fund_names], "tolerance"]
+    quota = read_quota_table(scores)
+    assert quota.etv.shape == (len(tables.users), len(tables.funds)) and (quota.etv >= 0).all()
+    assert quota.funds == tables.fund_names and (quota.tolerance == tables.tolerance()).all()
+
+
+def test_graph_models_need_the_consumption_table(world, tables):
+    without = check_tables(world.deliveries, world.users, world.funds, world.behaviors)
+    with pytest.raises(DataError, match="reads the consumption graph"):
+        ValueModel("esdpm", SMALL, QUICK).fit(without)
+    with pytest.raises(DataError, match="no parameter 'experts'"):
+        ValueModel("esdpm", {"experts": 3})
+
+
+@pytest.mark.parametrize("name", ["esdpm-ncg", "mtl-ziln", "mtl-mse", "esmm", "mmoe", "shared-bottom", "dnn"])
+def test_every_baseline_trains_and_scores(world, name):
+    small = make_world(300, seed=5)
+    tables = check_tables(small.deliveries, small.users, small.funds, small.behaviors, small.consumption)
+    model = ValueModel(name, SMALL, TrainConfig(epochs=1, batch_size=256, progress=False)).fit(tables)
+    predictions = model.predict(tables)
+    assert np.isfinite(predictions.to_numpy()).all() and (predictions.etv >= 0).all()
+    assert model.score_matrix(tables, contexts=2).shape == (300, len(tables.funds))

@@ -1,0 +1,102 @@
+"""``promokit value …`` from the command line: synth → train → predict → allocate quota → evaluate, and bad
+inputs as one-line errors."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from promokit.cli import app
+
+runner = CliRunner()
+NET = ('{"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "fanouts": [4, 4], '
+       '"max_len": 10}')
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("value") / "world"
+    result = _invoke("value", "synth", "--out", folder, "--users", 600, "--seed", 2)
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model(world):
+    path = world.parent / "esdpm"
+    result = _invoke("value", "train", "--data", world, "--out", path, "--epochs", 1, "--params", NET)
+    assert result.exit_code == 0, result.output
+    assert "held out for evaluate" in result.output
+    return path
+
+
+def test_train_predict_allocate_evaluate(world, model, tmp_path):
+    scores = tmp_path / "scores"
+    result = _invoke("value", "predict", "--model", model, "--data", world, "--out", scores)
+    assert result.exit_code == 0, result.output
+    table = pd.read_parquet(scores / "scores.parquet")
+    funds = pd.read_parquet(world / "funds.parquet").fund.tolist()
+    assert list(table.columns) == ["user_id", *[f"score_{f}" for f in funds], "tolerance"] and len(table) == 600
+    assert len(pd.read_parquet(scores / "deliveries.parquet")) == len(pd.read_parquet(world / "deliveries.parquet"))
+    plan = tmp_path / "plan"
+    result = _invoke("allocate", "quota", "--scores", scores / "scores.parquet", "--quotas", world / "quotas.csv",
+                     "--out", plan)
+    assert result.exit_code == 0, result.output
+
+    result = _invoke("value", "evaluate", "--model", model, "--data", world, "--out", tmp_path / "eval")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "eval" / "report.json").read_text())
+    assert {"auc", "logloss", "mse", "mae", "gini", "thc", "tha"} <= set(report["metrics"])
+    assert len(report["deciles"]) == 10 and (tmp_path / "eval" / "deciles.png").exists()
+
+
+def _copy(world, tmp_path):
+    folder = tmp_path / "bad"
+    shutil.copytree(world, folder)
+    return folder
+
+
+@pytest.mark.parametrize("table, change, message", [
+    ("deliveries", lambda f: f.iloc[:1], "'convert' is 0 on all 1 rows"),
+    ("deliveries", lambda f: f.assign(amount="lots"), "finite numbers ≥ 0"),
+    ("deliveries", lambda f: f.iloc[:0], "the table has no rows"),
+    ("deliveries", lambda f: f.assign(click=2), "must be 0/1"),
+    ("users", lambda f: f.iloc[:10], "not in the users table"),
+    ("funds", lambda f: f.assign(risk="high"), "must hold whole numbers"),
+    ("behaviors", lambda f: f.drop(columns="action"), "column 'action'"),
+])
+def test_bad_tables_exit_2_with_one_line(world, tmp_path, table, change, message):
+    folder = _copy(world, tmp_path)
+    (folder / f"{table}.parquet").unlink()
+    change(pd.read_parquet(world / f"{table}.parquet")).to_csv(folder / f"{table}.csv", index=False)
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m", "--epochs", 1, "--params", NET)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_folder_errors(world, tmp_path):
+    result = _invoke("value", "train", "--data", tmp_path / "nowhere", "--out", tmp_path / "m")
+    assert result.exit_code == 2 and "not a folder" in result.output
+    folder = _copy(world, tmp_path)
+    (folder / "funds.parquet").unlink()
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m")
+    assert result.exit_code == 2 and "funds.parquet (or .csv) is missing" in result.output
+    pd.read_parquet(world / "funds.parquet").to_csv(folder / "funds.csv", index=False)
+    pd.read_parquet(world / "funds.parquet").to_parquet(folder / "funds.parquet")
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m")
+    assert result.exit_code == 2 and "keep one" in result.output
+
+
+def test_model_and_option_errors(world, model, tmp_path):
+    result = _invoke("value", "train", "--data", world, "--out", tmp_path / "m", "--model", "esdmp")
+    assert result.exit_code == 2 and "unknown model 'esdmp'" in result.output
+    result = _invoke("value", "predict", "--model", world, "--data", world, "--out", tmp_path / "p")
+    assert result.exit_code == 2 and "not a promokit model directory" in result.output
+    result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p", "--contexts", 0)
+    assert result.exit_code == 2 and "--contexts must be at least 1" in result.output
