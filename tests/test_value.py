@@ -160,3 +160,50 @@ def test_every_baseline_trains_and_scores(world, name):
     predictions = model.predict(tables)
     assert np.isfinite(predictions.to_numpy()).all() and (predictions.etv >= 0).all()
     assert model.score_matrix(tables, contexts=2).shape == (300, len(tables.funds))
+
+
+def test_pair_scoring_equals_scoring_each_delivery(tables, fitted):
+    """score_matrix computes each user's part once; it must equal scoring every user × fund × context as rows."""
+    import torch
+
+    model, _ = fitted
+    users = np.arange(7)
+    at = tables.time.max() + 1
+    fast = model.score_matrix(tables, at=at, users=users, contexts=3, seed=4)
+    rng = np.random.default_rng(4)
+    drawn = rng.choice(len(tables.deliveries), size=3, replace=False)
+    context = model.encoders.context.transform(tables.deliveries.iloc[drawn])
+    n_funds = len(tables.funds)
+    user = np.repeat(users, n_funds * 3)
+    seq = model.encoders.sequences(tables.__class__(**{**tables.__dict__, "user": users,
+                                                       "time": np.full(len(users), at)}), users)
+    batch = {"user": torch.from_numpy(user), "fund": torch.from_numpy(np.tile(np.repeat(np.arange(n_funds), 3), 7)),
+             "ctx_cat": torch.from_numpy(np.tile(context.categorical, (7 * n_funds, 1))),
+             "ctx_num": torch.from_numpy(np.tile(context.numeric, (7 * n_funds, 1))),
+             "seq": torch.from_numpy(np.repeat(seq, n_funds * 3, axis=0))}
+    with torch.no_grad():
+        slow = model.net.eval()(batch)["etv"].numpy().reshape(7, n_funds, 3).mean(axis=2)
+    assert np.allclose(fast, slow, rtol=1e-5)
+
+
+def test_cdnow_tables_from_a_hand_made_log(tmp_path):
+    from promokit.value.cdnow import cdnow_tables, read_cdnow
+
+    (tmp_path / "CDNOW_master.txt").write_text(
+        " customer_id  date number_of_cds  dollar_value\n"
+        " 00001 19970101  1   10.00\n"
+        " 00001 19970301  2   30.00\n"
+        " 00001 19971115  1   25.50\n"      # holdout: the label
+        " 00002 19970105  3   40.00\n"
+        " 00003 19970110  1    5.00\n"
+        " 00003 19980701  1   99.00\n")     # after the holdout: ignored
+    tables = cdnow_tables(read_cdnow(tmp_path))
+    assert list(tables.users.user_id) == ["00001", "00002", "00003"]
+    assert tables.amount.tolist() == [25.5, 0.0, 0.0] and tables.convert.tolist() == [1.0, 0.0, 0.0]
+    first = tables.users.iloc[0]
+    assert first.log_total_spend == pytest.approx(np.log1p(40.0)) and first.log_purchases == pytest.approx(np.log1p(2))
+    assert first.days_since_last == (pd.Timestamp("1997-09-30") - pd.Timestamp("1997-03-01")).days
+    # only calibration purchases are behaviours, all before the delivery at the end of calibration
+    assert len(tables.behaviors) == 4 and (tables.behaviors.time < tables.time.min()).all()
+    with pytest.raises(DataError, match="no such file"):
+        read_cdnow(tmp_path / "missing")

@@ -100,3 +100,32 @@ def test_model_and_option_errors(world, model, tmp_path):
     assert result.exit_code == 2 and "not a promokit model directory" in result.output
     result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p", "--contexts", 0)
     assert result.exit_code == 2 and "--contexts must be at least 1" in result.output
+
+
+def test_simulate_scores_plans_by_the_true_model(world, model, tmp_path):
+    result = _invoke("value", "simulate", "--world", world, "--model", model, "--out", tmp_path / "sim",
+                     "--allocators", "ha,ours")
+    assert result.exit_code == 0, result.output
+    rows = pd.DataFrame(json.loads((tmp_path / "sim" / "report.json").read_text())["rows"])
+    assert set(rows.allocator) == {"ha", "ours"} and "oracle" in set(rows.model)
+    oracle = rows[rows.model == "oracle"].set_index("allocator").expected_tapmd
+    mine = rows[rows.model != "oracle"].set_index("allocator").expected_tapmd
+    assert (oracle >= mine * 0.999).all()  # the true ETV's plan is the best plan under the true ETV (ours is exact)
+    folder = _copy(world, tmp_path)  # a truth that does not cover the tables' users
+    truth = pd.read_parquet(world / "truth_etv.parquet")
+    truth[truth.user_id != truth.user_id.iloc[0]].to_parquet(folder / "truth_etv.parquet")
+    result = _invoke("value", "simulate", "--world", folder, "--model", model, "--out", tmp_path / "sim2")
+    assert result.exit_code == 2 and "simulate on the world the tables come from" in result.output
+
+
+def test_bench_writes_the_tables_and_the_decile_figure(tmp_path):
+    result = _invoke("value", "bench", "--models", "esdpm,esmm", "--seeds", "0", "--users", 300, "--epochs", 1,
+                     "--params", NET, "--out", tmp_path / "bench")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "bench" / "report.json").read_text())
+    metrics = pd.DataFrame(report["results"])
+    assert list(metrics.model) == ["esdpm", "esmm", "oracle"]
+    assert metrics.set_index("model").loc["oracle", "etv_mae_true"] == 0
+    plans = pd.DataFrame(report["simulation"])
+    assert set(plans.allocator) == {"manual", "ha", "ours"} and set(plans.model) == {"esdpm", "esmm", "oracle"}
+    assert (tmp_path / "bench" / "deciles.png").exists()

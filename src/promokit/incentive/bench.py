@@ -20,6 +20,7 @@ from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, n
 from promokit.incentive.evaluate import Evaluation, change_point, evaluate
 from promokit.incentive.simulate import simulate
 from promokit.incentive.synthetic import IncentiveWorld, make_world
+from promokit.metrics.compare import mean_std, paired_change
 from promokit.report import Report
 from promokit.training import TrainConfig
 
@@ -107,8 +108,7 @@ def summary(result: BenchResult) -> pd.DataFrame:
     for name, group in frame.groupby("model", sort=False):
         row = {"model": name}
         for metric in [*HEADLINE, "monotone_violations"]:
-            values = group[metric].astype(float)
-            row[metric] = f"{values.mean():.4f}" + (f" ± {values.std(ddof=0):.4f}" if len(values) > 1 else "")
+            row[metric] = mean_std(group[metric].astype(float))
         found = group["change_point_found"].dropna()
         row["change_point"] = f"{int(found.sum())}/{len(found)}" if len(found) else "–"
         row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
@@ -129,20 +129,10 @@ def simulation_summary(result: BenchResult, base: str = "dnn-h") -> pd.DataFrame
         same = (sim.population == population) & (sim.model == base) & (sim.budget == budget)
         reference = sim[same].set_index("seed")["payments"]
         if len(reference) and name != base:
-            change = group.set_index("seed")["payments"] / reference.reindex(group["seed"]).to_numpy() - 1
-            mean, half = float(change.mean()), _half_interval(change.to_numpy())
-            row[f"payments_vs_{base}"] = f"{100 * mean:+.2f} % [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}]"
+            row[f"payments_vs_{base}"] = paired_change(group["payments"].to_numpy(),
+                                                       reference.reindex(group["seed"]).to_numpy())
         rows.append(row)
     return pd.DataFrame(rows)
-
-
-def _half_interval(values: np.ndarray) -> float:
-    """Half-width of a 95 % t-interval of the mean (0 for one value)."""
-    if len(values) < 2:
-        return 0.0
-    from scipy import stats
-
-    return float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
 
 
 def bench_report(result: BenchResult, title: str = "promokit incentive bench") -> Report:

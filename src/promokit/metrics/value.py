@@ -81,10 +81,8 @@ def decile_figure(table: pd.DataFrame, title: str):
     """A matplotlib Figure of mean predicted vs mean observed value per decile, as grouped bars.
 
     ``table`` is a :func:`decile_table` (at least ``decile``, ``mean_predicted`` and ``mean_observed``). With a
-    ``model`` column it may hold several models: one predicted bar per model and decile. The observed bar is
-    drawn once per decile when every model has the same observed means (e.g. models sharing one ordering);
-    otherwise each model's deciles hold different rows, so each model gets its own observed bar, outlined in
-    the model's colour next to its predicted bar.
+    ``model`` column it may hold several models: one panel per model (each model's deciles hold other rows),
+    predicted and observed means side by side on a symmetric-log scale.
     """
     if not isinstance(table, pd.DataFrame):
         raise ValueError(f"table must be a pandas DataFrame, got {type(table).__name__}")
@@ -105,8 +103,6 @@ def decile_figure(table: pd.DataFrame, title: str):
     models = list(pd.unique(frame["model"]))
     predicted = frame.pivot(index="decile", columns="model", values="mean_predicted")[models]
     observed = frame.pivot(index="decile", columns="model", values="mean_observed")[models]
-    shared = all(np.allclose(observed[m], observed[models[0]], rtol=1e-12, atol=0, equal_nan=True)
-                 for m in models)
 
     import matplotlib
 
@@ -115,29 +111,22 @@ def decile_figure(table: pd.DataFrame, title: str):
 
     deciles = predicted.index.to_numpy()
     x = np.arange(len(deciles))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    n_bars = len(models) + 1 if shared else 2 * len(models)
-    width = 0.8 / n_bars
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * n_bars * len(deciles) + 1.5), 3.6))
-    slot = 0
-    for i, model in enumerate(models):
-        color = colors[i % len(colors)]
-        label = str(model) if "model" in table.columns else "mean predicted"
-        ax.bar(x + (slot - (n_bars - 1) / 2) * width, predicted[model].to_numpy(), width, color=color,
-               label=label)
-        slot += 1
-        if not shared:
-            ax.bar(x + (slot - (n_bars - 1) / 2) * width, observed[model].to_numpy(), width, fill=False,
-                   edgecolor=color, hatch="//", label=f"{model} observed")
-            slot += 1
-    if shared:
-        ax.bar(x + (slot - (n_bars - 1) / 2) * width, observed[models[0]].to_numpy(), width, color="#888888",
-               label="mean observed")
-    ax.set_xticks(x, [str(d) for d in deciles])
-    ax.set_xlabel("decile of the prediction (1 = lowest)")
-    ax.set_ylabel("mean value")
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize="small")
+    columns = min(3, len(models))
+    rows = -(-len(models) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.2 * rows), squeeze=False, sharey=True)
+    for ax, model in zip(axes.flat, models):
+        ax.bar(x - 0.2, predicted[model].to_numpy(), 0.4, color="tab:blue", label="mean predicted")
+        ax.bar(x + 0.2, observed[model].to_numpy(), 0.4, color="#888888", label="mean observed")
+        ax.set_xticks(x, [str(d) for d in deciles])
+        ax.set_yscale("symlog", linthresh=1.0)  # means span orders of magnitude across deciles, zeros included
+        ax.set_title(str(model) if "model" in table.columns else title, fontsize="medium")
+        ax.set_xlabel("decile of the prediction (1 = lowest)")
+    for ax in axes.flat[len(models):]:
+        ax.set_visible(False)
+    axes[0, 0].set_ylabel("mean value (symlog)")
+    axes[0, 0].legend(loc="upper left", fontsize="small")
+    if "model" in table.columns:
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 

@@ -1,4 +1,4 @@
-"""``promokit value …``: synth, train, predict, evaluate."""
+"""``promokit value …``: synth, train, predict, evaluate, bench, simulate, demo."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from promokit.cli_support import (
     ResumeOpt,
     checkpoint_dir,
     finish_training,
+    seeds_option,
     get_console,
     print_table,
     training_options,
@@ -155,3 +156,94 @@ def _metrics_frame(metrics: dict):
     import pandas as pd
 
     return pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+
+
+@app.command()
+def bench(models: Annotated[str, typer.Option(help="Comma-separated models.")] = "esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,mmoe,shared-bottom,dnn",
+          seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
+          users: int = 20_000, funds: int = 8,
+          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
+          params: ParamsOpt = None,
+          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench")):
+    """Every model on synthetic worlds (one per seed) against the oracle, and the delivery plans each leads to."""
+    with user_errors():
+        from promokit.value.bench import run_and_report
+
+        run_and_report(_models(models), seeds_option(seeds), {"n_users": users, "n_funds": funds},
+                       _bench_training(params, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience), out)
+
+
+@app.command()
+def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written by synth (tables, truth_etv.parquet, quotas.csv).")],
+             model: Annotated[list[Path], typer.Option("--model", help="Model directory trained on this world; repeat for several.")],
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
+             allocators: Annotated[str, typer.Option(help="Comma-separated: manual, ha, ours, exact.")] = "manual,ha,ours",
+             seed: SeedOpt = 0):
+    """Allocate every user of the world one fund by each model's ETV (and the true ETV) under the quotas and the risk
+    rule, then draw outcomes from the true model: CPMD and TAPMD per model and allocator (Table 3 offline)."""
+    with user_errors():
+        import pandas as pd
+
+        from promokit.data import read_table
+        from promokit.report import Report
+        from promokit.value.bench import ORACLE, true_etv_matrix_from
+        from promokit.value.estimator import ValueModel
+        from promokit.value.simulate import simulate_plans
+        from promokit.value.synthetic import read_truth_etv
+
+        truth_etv = read_truth_etv(world)
+        quotas = read_table(world / "quotas.csv")
+        rows, tables = [], None
+        names = [p for p in allocators.split(",") if p.strip()]
+        for path in [*model, None]:
+            if path is None:
+                name, scores = ORACLE, truth
+            else:
+                estimator = ValueModel.load(path)
+                tables = _read(world, model=estimator)
+                truth = true_etv_matrix_from(truth_etv, tables)
+                name, scores = f"{estimator.name} ({path.name})", estimator.score_matrix(tables, seed=seed)
+            rows += simulate_plans(name, scores, truth, quotas, tables.tolerance(), tables.risk(),
+                                   tables.users["user_id"], tables.fund_names, truth_etv, seed, names)
+        table = pd.DataFrame(rows).drop(columns="seed")
+        report = Report(f"promokit value simulate: {world}", data={"rows": table.to_dict(orient="records")})
+        report.add("Setup", f"{len(tables.users):,} users, quotas {quotas['quota'].tolist()}, risk rule "
+                            f"{'on' if tables.risk() is not None else 'off'}; outcomes drawn from the true model")
+        report.add("Delivery plans (per mille deliveries)", table)
+        report.write(out)
+        print_table("delivery plans scored by the true model (per mille deliveries)",
+                    table.set_index(["model", "allocator"]).round(1))
+        get_console().print(f"report written to {out}/report.md")
+
+
+@app.command()
+def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("value-demo"),
+         users: int = 6_000, seed: SeedOpt = 0,
+         models: Annotated[str, typer.Option(help="Comma-separated models.")] = "esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
+    """Train ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the oracle and
+    allocate users to funds by each model's ETV."""
+    with user_errors():
+        from promokit.value.bench import run_and_report
+        from promokit.value.estimator import DEMO_TRAIN
+
+        run_and_report(_models(models), [seed], {"n_users": users}, (DEMO_TRAIN, {}), out)
+
+
+def _models(text: str) -> list[str]:
+    from promokit.data import DataError
+    from promokit.value.models import MODELS
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        raise DataError(f"unknown model {unknown[0] if unknown else text!r}; choose from {sorted(MODELS)}")
+    return names
+
+
+def _bench_training(params, **flags):
+    from dataclasses import replace
+
+    from promokit.value.estimator import DEFAULT_TRAIN
+
+    config, model_params = training_options(DEFAULT_TRAIN, params, **flags)
+    return replace(config, progress=False), model_params

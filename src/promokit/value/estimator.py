@@ -33,6 +33,8 @@ from promokit.value.models import ESDPM, MODELS
 OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "etv")
 #: The paper's §5.1 optimiser: Adam, batch 512, early stopping on the validation loss.
 DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
+#: The demo's: the defaults with fewer epochs, so the demo runs in a few minutes.
+DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4, progress=False)
 MONITORS = ("loss", "auc")
 #: Context rows averaged over when a user × fund pair is scored without a delivery (see ``score_table``).
 SCORE_CONTEXTS = 4
@@ -132,7 +134,7 @@ class ValueModel:
         return pd.DataFrame({k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}, index=index)
 
     def score_matrix(self, tables: ValueTables, at=None, users: np.ndarray | None = None,
-                     contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 4096) -> np.ndarray:
+                     contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 2048) -> np.ndarray:
         """ETV of every user (or the user rows ``users``) × fund of ``tables`` as ``(n_users, n_funds)``, as if the
         fund were shown at time ``at`` (default: just after the latest delivery, so every behaviour counts).
 
@@ -146,20 +148,15 @@ class ValueModel:
         rng = np.random.default_rng(seed)
         drawn = rng.choice(len(tables.deliveries), size=min(contexts, len(tables.deliveries)), replace=False)
         context = self.encoders.context.transform(tables.deliveries.iloc[drawn])
-        k = len(drawn)
-        trainer = Trainer(replace(self.train_config, progress=False))
+        ctx_cat, ctx_num = torch.from_numpy(context.categorical), torch.from_numpy(context.numeric)
+        self.net.eval()
         scores = np.empty((n_users, n_funds))
+        sequences = self.encoders.sequences(_at(tables, users, at), np.arange(n_users))
         for start in range(0, n_users, chunk):
             part = users[start:start + chunk]
-            seq = self.encoders.sequences(_at(tables, part, at), np.arange(len(part)))
-            pairs = len(part) * n_funds
-            batch = {"user": torch.from_numpy(np.repeat(part, n_funds * k)),
-                     "fund": torch.from_numpy(np.tile(np.repeat(np.arange(n_funds), k), len(part))),
-                     "ctx_cat": torch.from_numpy(np.tile(context.categorical, (pairs, 1))),
-                     "ctx_num": torch.from_numpy(np.tile(context.numeric, (pairs, 1))),
-                     "seq": torch.from_numpy(np.repeat(seq, n_funds * k, axis=0))}
-            etv = trainer.predict(self.net, batch)["etv"].numpy().astype(np.float64)
-            scores[start:start + len(part)] = etv.reshape(len(part), n_funds, k).mean(axis=2)
+            seq = torch.from_numpy(sequences[start:start + chunk])
+            etv = self.net.pair_outputs(torch.from_numpy(part), seq, ctx_cat, ctx_num, n_funds)["etv"]
+            scores[start:start + len(part)] = etv.numpy().astype(np.float64).reshape(len(part), n_funds, -1).mean(axis=2)
         return scores
 
     def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0) -> pd.DataFrame:

@@ -7,7 +7,8 @@ and the user–merchant consumption graph.
   behaviour sequence — the user's last ``max_len`` events strictly before the delivery's time
   (:func:`promokit.data.history.last_events_before`), each a (fund, action) token;
 - the consumption graph joins users to the merchants they paid; a user's structure is log(1 + payments),
-  log(1 + total amount) and log(1 + mean amount), a merchant's the same over its customers, plus the merchant's
+  log(1 + total amount) and the mean of log(1 + amount) over its payments (robust to a few large ones), a
+  merchant's the same over its customers, plus the merchant's
   id (merchants seen fewer than twice in training share the unknown row).
 """
 
@@ -26,7 +27,7 @@ from promokit.data.spec import FeatureSpec
 from promokit.nn.bipartite import BipartiteGraph
 from promokit.value.contract import ACTION, AMOUNT, FUND, MERCHANT, TIME, ValueTables
 
-STRUCTURE = ("log_payments", "log_total_amount", "log_mean_amount")
+STRUCTURE = ("log_payments", "log_total_amount", "mean_log_amount")
 MERCHANT_MIN_COUNT = 2
 
 
@@ -151,17 +152,18 @@ class InputEncoders:
 def _graph_frames(tables: ValueTables) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
     """Structure of every user (row order of ``users``) and of every merchant (sorted ids), and those ids."""
     edges = tables.consumption
-    users = _structure(edges.groupby("user")[AMOUNT], len(tables.users))
     merchant_names, merchant = np.unique(edges[MERCHANT].to_numpy(dtype=str), return_inverse=True)
-    merchants = _structure(edges[AMOUNT].groupby(merchant), len(merchant_names))
-    return users, merchants, merchant_names
+    amount = edges[AMOUNT].to_numpy(dtype=np.float64)
+    return (_structure(edges["user"].to_numpy(), amount, len(tables.users)),
+            _structure(merchant, amount, len(merchant_names)), merchant_names)
 
 
-def _structure(grouped, n: int) -> pd.DataFrame:
-    payments = grouped.size().reindex(range(n), fill_value=0).to_numpy(dtype=np.float64)
-    total = grouped.sum().reindex(range(n), fill_value=0.0).to_numpy(dtype=np.float64)
-    mean = np.divide(total, payments, out=np.zeros(n), where=payments > 0)
-    return pd.DataFrame(dict(zip(STRUCTURE, (np.log1p(payments), np.log1p(total), np.log1p(mean)))))
+def _structure(node: np.ndarray, amount: np.ndarray, n: int) -> pd.DataFrame:
+    payments = np.bincount(node, minlength=n).astype(np.float64)
+    total = np.bincount(node, weights=amount, minlength=n)
+    log_sum = np.bincount(node, weights=np.log1p(amount), minlength=n)
+    mean_log = np.divide(log_sum, payments, out=np.zeros(n), where=payments > 0)
+    return pd.DataFrame(dict(zip(STRUCTURE, (np.log1p(payments), np.log1p(total), mean_log))))
 
 
 def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:

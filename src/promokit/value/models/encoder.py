@@ -83,14 +83,22 @@ class DeliveryEncoder(nn.Module):
         sub = sample_neighbours(self.inputs.graph, seeds, torch.empty(0, dtype=torch.long), self.fanouts)
         return self.gnn(*self._node_features(sub.customers, sub.merchants), sub).customers[inverse]
 
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+    def user_part(self, user: Tensor, seq: Tensor) -> Tensor:
+        """[e_u ‖ e_b ‖ e_c] of deliveries to ``user`` with behaviour tokens ``seq``: what does not depend on the fund."""
         if self.inputs is None:
             raise RuntimeError("attach the node inputs (attach) before calling the model")
-        fund = batch["fund"]
-        parts = [self._users(batch["user"]),
-                 self.fund({"cat": self.inputs.fund_cat[fund], "num": self.inputs.fund_num[fund]}),
-                 self.context({"cat": batch["ctx_cat"], "num": batch["ctx_num"]}),
-                 self.behaviour(batch["seq"])]
+        parts = [self._users(user), self.behaviour(seq)]
         if self.graph:
-            parts.append(self._consumption(batch["user"]))
+            parts.append(self._consumption(user))
         return torch.cat(parts, dim=1)
+
+    def item_part(self, fund: Tensor, ctx_cat: Tensor, ctx_num: Tensor) -> Tensor:
+        """[e_f ‖ e_x]: the fund's and the context's embeddings."""
+        return torch.cat([self.fund({"cat": self.inputs.fund_cat[fund], "num": self.inputs.fund_num[fund]}),
+                          self.context({"cat": ctx_cat, "num": ctx_num})], dim=1)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """e of each delivery, its parts in the order user, behaviour, graph, fund, context (the dense layers that
+        follow do not care about the order of eq. 14)."""
+        return torch.cat([self.user_part(batch["user"], batch["seq"]),
+                          self.item_part(batch["fund"], batch["ctx_cat"], batch["ctx_num"])], dim=1)

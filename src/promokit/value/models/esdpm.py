@@ -92,14 +92,32 @@ class ESDPM(nn.Module):
             encoder.attach(inputs)
         return self
 
-    def _tower_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    def _tower_inputs(self, inputs: list[Tensor]) -> dict[str, Tensor]:
         if self.bottom == "mmoe":
-            return dict(zip(self.towers, self.bottoms[0](self.encoders[0](batch))))
-        shared = [bottom(encoder(batch)) for encoder, bottom in zip(self.encoders, self.bottoms)]
+            return dict(zip(self.towers, self.bottoms[0](inputs[0])))
+        shared = [bottom(e) for e, bottom in zip(inputs, self.bottoms)]
         return {tower: shared[self.group_of[tower]] for tower in self.towers}
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        x = self._tower_inputs(batch)
+        return self._outputs([encoder(batch) for encoder in self.encoders])
+
+    @torch.no_grad()
+    def pair_outputs(self, user: Tensor, seq: Tensor, ctx_cat: Tensor, ctx_num: Tensor, n_funds: int
+                     ) -> dict[str, Tensor]:
+        """Outputs of every user (``user``, ``seq``: one row each) × fund × context row (``ctx_cat``, ``ctx_num``),
+        ordered user-major, then fund, then context. The user's part of e (features, behaviours, graph) is computed
+        once per user, not once per pair: scoring a population on k funds costs one sequence encoding per user."""
+        n_users, n_contexts = len(user), len(ctx_cat)
+        fund = torch.arange(n_funds).repeat_interleave(n_contexts)
+        inputs = []
+        for encoder in self.encoders:
+            users = encoder.user_part(user, seq).repeat_interleave(n_funds * n_contexts, dim=0)
+            items = encoder.item_part(fund, ctx_cat.repeat(n_funds, 1), ctx_num.repeat(n_funds, 1))
+            inputs.append(torch.cat([users, items.repeat(n_users, 1)], dim=1))
+        return self._outputs(inputs)
+
+    def _outputs(self, inputs: list[Tensor]) -> dict[str, Tensor]:
+        x = self._tower_inputs(inputs)
         logit = {tower: self.heads[tower](x[tower]).squeeze(1) for tower in self.towers}
         out = {}
         if self.conversion == "esmm":
