@@ -10,7 +10,7 @@ from promokit.data import DataError
 from promokit.metrics import auc
 from promokit.training import TrainConfig
 from promokit.value.contract import check_tables
-from promokit.value.estimator import ValueModel, time_split
+from promokit.value.estimator import ValueModel, delivery_split
 from promokit.value.evaluate import evaluate
 from promokit.value.synthetic import make_world
 
@@ -31,7 +31,7 @@ def tables(world):
 
 @pytest.fixture(scope="module")
 def fitted(tables):
-    train, valid, test = time_split(tables)
+    train, valid, test = delivery_split(tables)
     return ValueModel("esdpm", SMALL, QUICK).fit(tables, train, valid), test
 
 

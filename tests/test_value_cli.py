@@ -129,3 +129,20 @@ def test_bench_writes_the_tables_and_the_decile_figure(tmp_path):
     plans = pd.DataFrame(report["simulation"])
     assert set(plans.allocator) == {"manual", "ha", "ours"} and set(plans.model) == {"esdpm", "esmm", "oracle"}
     assert (tmp_path / "bench" / "deciles.png").exists()
+
+
+def test_random_split_for_deliveries_sharing_one_time(world, tmp_path):
+    folder = _copy(world, tmp_path)
+    deliveries = pd.read_parquet(world / "deliveries.parquet")
+    deliveries.assign(time=pd.Timestamp("2026-03-15")).to_parquet(folder / "deliveries.parquet")
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m", "--epochs", 1, "--params", NET)
+    assert result.exit_code == 2 and "leaves none to train on" in result.output
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m", "--epochs", 1, "--params", NET,
+                     "--split", "random")
+    assert result.exit_code == 0, result.output
+    result = _invoke("value", "evaluate", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "e")
+    assert result.exit_code == 0, result.output
+    held_out = json.loads((tmp_path / "e" / "report.json").read_text())["metrics"]["deliveries"]
+    assert held_out == round(0.1 * len(deliveries))
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m2", "--split", "users")
+    assert result.exit_code == 2 and "a split is one of" in result.output

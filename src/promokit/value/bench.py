@@ -23,7 +23,7 @@ from promokit.metrics.value import decile_figure
 from promokit.report import Report
 from promokit.training import TrainConfig
 from promokit.value.contract import ValueTables, check_tables
-from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, time_split
+from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
 from promokit.value.evaluate import amount_scale, calibration, delivery_metrics, hits
 from promokit.value.simulate import feasible_quotas, simulate_plans
 from promokit.value.synthetic import ValueWorld, make_world
@@ -53,7 +53,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
     for seed in seeds:
         w = make_world(**(world or {}), seed=seed)
         tables = check_tables(w.deliveries, w.users, w.funds, w.behaviors, w.consumption)
-        train_rows, valid_rows, test_rows = time_split(tables)
+        train_rows, valid_rows, test_rows = delivery_split(tables)
         at = tables.time[test_rows].min()
         truth = true_etv_matrix(w, tables)
         quotas = feasible_quotas(tables.tolerance(), tables.risk(), tables.fund_names, seed)

@@ -64,21 +64,22 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
 @app.command()
 def train(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "esdpm",
-          test_fraction: Annotated[float, typer.Option(help="Latest share of the deliveries held out for evaluate.")] = 0.1,
-          valid_fraction: Annotated[float, typer.Option(help="Latest share of the rest that picks the epoch (§5.1: 0.1).")] = 0.1,
+          test_fraction: Annotated[float, typer.Option(help="Share of the deliveries held out for evaluate (the latest with --split time).")] = 0.1,
+          valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch (§5.1: 0.1).")] = 0.1,
+          split: Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")] = "time",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
           resume: ResumeOpt = False):
     """Fit a value model on the earlier deliveries and write it as a model directory."""
     with user_errors():
-        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, time_split
+        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 patience=patience, monitor=monitor, seed=seed)
         tables = _read(data, repair=repair_labels)
         estimator = ValueModel(model, model_params, config)
-        train_rows, valid_rows, test_rows = time_split(tables, test_fraction, valid_fraction)
-        estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction}
+        estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction, "how": split, "seed": seed}
+        train_rows, valid_rows, test_rows = delivery_split(tables, **estimator.split)
         estimator.fit(tables, train_rows, valid_rows, checkpoint_dir(out), resume)
         estimator.save(out)
         finish_training(out, estimator.history)
@@ -131,7 +132,7 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
         from promokit.data import DataError
         from promokit.metrics.value import decile_figure
         from promokit.report import Report
-        from promokit.value.estimator import ValueModel, time_split
+        from promokit.value.estimator import ValueModel, delivery_split
         from promokit.value.evaluate import evaluate as evaluate_model
 
         estimator = ValueModel.load(model)
@@ -142,7 +143,7 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
             if not estimator.split["test_fraction"]:
                 raise DataError("the model was trained on every delivery (--test-fraction 0); evaluate with --all on "
                                 "new data")
-            rows = time_split(tables, estimator.split["test_fraction"], 0)[2]
+            rows = delivery_split(tables, **estimator.split)[2]
         metrics, deciles = evaluate_model(estimator, tables, rows)
         report = Report(f"Value model {estimator.name}", data={"model": estimator.name, "metrics": metrics,
                                                                "deciles": deciles.to_dict(orient="records")})

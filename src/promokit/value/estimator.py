@@ -36,17 +36,33 @@ DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
 #: The demo's: the defaults with fewer epochs, so the demo runs in a few minutes.
 DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4, progress=False)
 MONITORS = ("loss", "auc")
+SPLITS = ("time", "random")
 #: Context rows averaged over when a user × fund pair is scored without a delivery (see ``score_table``).
 SCORE_CONTEXTS = 4
 
 
-def time_split(tables: ValueTables, test_fraction: float = 0.1, valid_fraction: float = 0.1
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of the deliveries to train on, validate on and test on, by time: the latest ``test_fraction`` is the
-    test, the latest ``valid_fraction`` of the rest the validation (0 for none); a time shared by rows never
-    straddles a cut. The paper trains and validates on earlier days and tests on the following ones (§5.1)."""
+def delivery_split(tables: ValueTables, test_fraction: float = 0.1, valid_fraction: float = 0.1, how: str = "time",
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the deliveries to train on, validate on and test on.
+
+    ``how="time"`` (the default, §5.1: train and validate on earlier days, test on the following ones): the latest
+    ``test_fraction`` is the test, the latest ``valid_fraction`` of the rest the validation; a time shared by rows
+    never straddles a cut. ``how="random"``: seeded random rows, for data whose deliveries share one time (a
+    customer-value table such as CDNOW's). A fraction of 0 leaves its part empty."""
+    if how not in SPLITS:
+        raise DataError(f"a split is one of {list(SPLITS)}, got {how!r}")
+    n = len(tables.deliveries)
+    for name, fraction in (("test", test_fraction), ("validation", valid_fraction)):
+        if not 0 <= fraction < 1:
+            raise DataError(f"the {name} fraction must be in [0, 1), got {fraction}")
+    if how == "random":
+        order = np.random.default_rng(seed).permutation(n)
+        n_test = int(round(test_fraction * n))
+        n_valid = int(round(valid_fraction * (n - n_test)))
+        test, valid, train = np.split(order, [n_test, n_test + n_valid])
+        return np.sort(train), np.sort(valid), np.sort(test)
     times = pd.Series(tables.time, name="time")
-    rest, test = latest_split(times, test_fraction) if test_fraction else (np.arange(len(times)), np.empty(0, int))
+    rest, test = latest_split(times, test_fraction) if test_fraction else (np.arange(n), np.empty(0, dtype=np.int64))
     if not valid_fraction:
         return rest, np.empty(0, dtype=np.int64), test
     train, valid = latest_split(times.iloc[rest].reset_index(drop=True), valid_fraction)
@@ -60,7 +76,7 @@ class ValueModel:
     Example::
 
         tables = check_tables(deliveries, users, funds, behaviors, consumption)
-        train, valid, test = time_split(tables)
+        train, valid, test = delivery_split(tables)
         model = ValueModel("esdpm").fit(tables, train, valid)
         per_delivery = model.predict(tables, test)        # p_ctcvr, mu, sigma, etv …
         scores = model.score_table(tables)                 # user_id, score_<fund> …, tolerance
@@ -88,7 +104,8 @@ class ValueModel:
         self.specs: dict[str, FeatureSpec] | None = None
         self.net: ESDPM | None = None
         self.history: History | None = None
-        self.split = {"test_fraction": 0.1, "valid_fraction": 0.1}  # what train held out, for evaluate
+        #: what train held out (``delivery_split``'s arguments), for evaluate
+        self.split = {"test_fraction": 0.1, "valid_fraction": 0.1, "how": "time", "seed": 0}
 
     @property
     def reads_graph(self) -> bool:
