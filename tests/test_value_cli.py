@@ -100,6 +100,8 @@ def test_model_and_option_errors(world, model, tmp_path):
     assert result.exit_code == 2 and "not a promokit model directory" in result.output
     result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p", "--contexts", 0)
     assert result.exit_code == 2 and "--contexts must be at least 1" in result.output
+    result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p", "--at", "soon")
+    assert result.exit_code == 2 and "--at must be a date" in result.output
 
 
 def test_simulate_scores_plans_by_the_true_model(world, model, tmp_path):

@@ -228,9 +228,11 @@ def net_defaults() -> dict:
 def _time_value(tables: ValueTables, at) -> int | float:
     if at is None:
         return tables.time.max() + (1 if tables.time.dtype.kind == "i" else 1e-9)
-    if tables.time.dtype.kind == "i":
-        return pd.Timestamp(at).value
-    return float(at)
+    try:
+        return pd.Timestamp(at).value if tables.time.dtype.kind == "i" else float(at)
+    except (ValueError, TypeError):
+        kind = "a date" if tables.time.dtype.kind == "i" else "a number"
+        raise DataError(f"--at must be {kind}, like the deliveries' times; got {at!r}") from None
 
 
 def _at(tables: ValueTables, users: np.ndarray, at) -> ValueTables:
