@@ -27,7 +27,6 @@ import gc
 import resource
 import time
 
-import numpy as np
 import torch
 
 from promokit.allocation.quota import solve_quota

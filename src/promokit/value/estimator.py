@@ -26,7 +26,7 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training.seed import seed_everything
-from promokit.value.contract import FUND, TOLERANCE, USER, ValueTables
+from promokit.value.contract import TOLERANCE, USER, ValueTables
 from promokit.value.inputs import InputEncoders
 from promokit.value.models import ESDPM, MODELS
 
