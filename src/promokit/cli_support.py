@@ -144,6 +144,14 @@ def training_options(base, params: str | None, min_count: int | None = None, **f
     return config, model_params
 
 
+def bench_training(base, params: str | None, **flags):
+    """:func:`training_options` for a bench: the same, without the per-epoch progress display."""
+    from dataclasses import replace
+
+    config, model_params = training_options(base, params, **flags)
+    return replace(config, progress=False), model_params
+
+
 def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_title: str) -> None:
     """An ``evaluate`` command's output: ``report.md`` / ``report.json`` in ``out`` and the table on screen."""
     import pandas as pd

@@ -15,6 +15,7 @@ from promokit.cli_support import (
     PatienceOpt,
     ResumeOpt,
     bench_models,
+    bench_training,
     checkpoint_dir,
     finish_training,
     get_console,
@@ -184,20 +185,12 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
     """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
     with user_errors():
         from promokit.incentive.bench import run_and_report
+        from promokit.incentive.estimator import DEFAULT_TRAIN
 
         run_and_report(bench_models(models), seeds_option(seeds), {"n_customers": customers, "n_merchants": merchants,
                                                                "mean_degree": degree},
-                       _bench_training(params, epochs=epochs, batch_size=batch_size, lr=lr, lr_decay=lr_decay,
-                                       patience=patience), ratio, out)
-
-
-def _bench_training(params, **flags):
-    from dataclasses import replace
-
-    from promokit.incentive.estimator import DEFAULT_TRAIN
-
-    config, model_params = training_options(DEFAULT_TRAIN, params, **flags)
-    return replace(config, progress=False), model_params
+                       bench_training(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
+                                      lr_decay=lr_decay, patience=patience), ratio, out)
 
 
 @app.command()

@@ -14,6 +14,7 @@ from promokit.cli_support import (
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
+    bench_training,
     checkpoint_dir,
     finish_training,
     seeds_option,
@@ -169,9 +170,11 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models.")] =
     """Every model on synthetic worlds (one per seed) against the oracle, and the delivery plans each leads to."""
     with user_errors():
         from promokit.value.bench import run_and_report
+        from promokit.value.estimator import DEFAULT_TRAIN
 
         run_and_report(_models(models), seeds_option(seeds), {"n_users": users, "n_funds": funds},
-                       _bench_training(params, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience), out)
+                       bench_training(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
+                                      patience=patience), out)
 
 
 @app.command()
@@ -239,12 +242,3 @@ def _models(text: str) -> list[str]:
     if unknown or not names:
         raise DataError(f"unknown model {unknown[0] if unknown else text!r}; choose from {sorted(MODELS)}")
     return names
-
-
-def _bench_training(params, **flags):
-    from dataclasses import replace
-
-    from promokit.value.estimator import DEFAULT_TRAIN
-
-    config, model_params = training_options(DEFAULT_TRAIN, params, **flags)
-    return replace(config, progress=False), model_params
