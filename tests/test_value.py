@@ -207,3 +207,14 @@ def test_cdnow_tables_from_a_hand_made_log(tmp_path):
     assert len(tables.behaviors) == 4 and (tables.behaviors.time < tables.time.min()).all()
     with pytest.raises(DataError, match="no such file"):
         read_cdnow(tmp_path / "missing")
+
+
+def test_one_table_set_is_encoded_once_for_predict_and_scores(world, fitted, monkeypatch):
+    model, test = fitted
+    tables = _check(world)  # a fresh table set: the model holds another's node inputs
+    calls = []
+    original = model.encoders.nodes
+    monkeypatch.setattr(model.encoders, "nodes", lambda t: calls.append(t) or original(t))
+    model.predict(tables, test[:50])
+    model.score_matrix(tables, users=np.arange(5), contexts=1)
+    assert len(calls) == 1

@@ -104,6 +104,7 @@ class ValueModel:
         self.specs: dict[str, FeatureSpec] | None = None
         self.net: ESDPM | None = None
         self.history: History | None = None
+        self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
         #: what train held out (``delivery_split``'s arguments), for evaluate
         self.split = {"test_fraction": 0.1, "valid_fraction": 0.1, "how": "time", "seed": 0}
 
@@ -132,6 +133,7 @@ class ValueModel:
         self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
         self.encoders = InputEncoders.fit(tables, self.max_len, rows=train)
         self.net = ESDPM(self.encoders.sizes(), **self.params).attach(self.encoders.nodes(tables))
+        self._attached = tables
         train_rows = self.encoders.rows(tables, train)
         self.net.init_amount(train_rows["v"], train_rows["convert"])
         valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
@@ -189,9 +191,14 @@ class ValueModel:
         return frame
 
     def _attach(self, tables: ValueTables) -> None:
+        """Give the network the node inputs (features, graph) of ``tables``, unless it already holds them: predict
+        and score_matrix on one table set encode it once."""
+        if tables is self._attached:
+            return
         if self.reads_graph and tables.consumption is None:
             raise DataError(f"model {self.name!r} reads the consumption graph: give the consumption table")
         self.net.attach(self.encoders.nodes(tables))
+        self._attached = tables
 
     def _check_fitted(self) -> None:
         if self.net is None:
