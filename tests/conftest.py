@@ -31,3 +31,30 @@ def split(world):
 
     cuts = default_cuts(world.tables.sessions)
     return split_by_time(world.tables.sessions, cuts.valid_from, cuts.test_from)
+
+
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh database on the machine's PostgreSQL server (dropped afterwards), or a skip saying why none."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    admin = create_engine(POSTGRES_ADMIN.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    name = f"promokit_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.skip(f"no PostgreSQL server at 127.0.0.1:5432 ({str(exc).splitlines()[0]}); .ci/run starts one")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()

@@ -1,0 +1,241 @@
+"""A campaign directory: everything the decision service needs, made offline by the existing commands.
+
+Layout (every file written atomically; nothing is unpickled when it is read back)::
+
+    campaign.json        levels, budget form and B, λ* of the offline plan, the money-at-risk cap, coupon
+                         lifetime, what to answer when the cap is reached, pacing settings, model version
+    customers.parquet    the customers' score table, wide layout (``user_id``, ``score_<level>`` …) as written by
+                         ``incentive predict`` and read by ``allocate budget --scores``
+    merchants.parquet    optional, the merchants' score table (``allocate budget --merchants``)
+    assignments.parquet  optional, ``user_id, fund`` from an ``allocate quota`` plan
+
+:func:`build_campaign` checks that the score tables offer the levels the budget plan was solved for and that
+the plan's λ* and B are there; :func:`load_campaign` reads the directory into arrays the engine indexes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from promokit import __version__
+from promokit.allocation.tables import FUND, USER, BudgetTable, read_budget_table
+from promokit.data.errors import DataError
+from promokit.data.io import read_table, write_json, write_parquet
+
+CONFIG = "campaign.json"
+TABLES = {"customer": "customers.parquet", "merchant": "merchants.parquet"}
+ASSIGNMENTS = "assignments.parquet"
+WHEN_EXHAUSTED = ("lowest", "none")
+PAID_ON = ("response", "request")
+
+
+@dataclass
+class Pacing:
+    """How λ follows the traffic (see :mod:`promokit.serve.pacing`)."""
+
+    window: int = 4096  # recent requests λ is re-solved on
+    every: int = 256  # re-solve after this many decisions of one worker
+    gain: float = 0.5  # exponent of the ratio correction, 0 = no feedback
+    enabled: bool = True
+
+
+@dataclass
+class CampaignConfig:
+    levels: list[float]
+    form: str  # "ratio" (eq. 16, B is spend per response) or "absolute" (B is the expected spend)
+    B: float
+    lam: float  # λ* of the offline plan; the service starts from it
+    cap: float  # hard cap on money at risk: face value of open coupons + money paid
+    coupon_ttl_seconds: float = 7 * 24 * 3600.0
+    when_exhausted: str = "lowest"  # "lowest" level if its face value fits, else none; "none" at once
+    merchant_paid_on: str = "response"
+    model_version: str = ""
+    pacing: Pacing = field(default_factory=Pacing)
+
+    def to_dict(self) -> dict:
+        return {"promokit": __version__, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CampaignConfig:
+        data = {k: v for k, v in data.items() if k != "promokit"}
+        try:
+            config = cls(**{**data, "pacing": Pacing(**data.get("pacing", {}))})
+        except TypeError as exc:
+            raise DataError(f"{CONFIG}: {exc}") from None
+        config.check()
+        return config
+
+    def check(self) -> None:
+        levels = np.asarray(self.levels, dtype=np.float64)
+        if levels.ndim != 1 or len(levels) < 1 or not np.isfinite(levels).all() or (levels < 0).any() \
+                or (np.diff(levels) <= 0).any():
+            raise DataError(f"levels must be increasing finite numbers ≥ 0, got {self.levels}")
+        if self.form not in ("ratio", "absolute"):
+            raise DataError(f"form must be 'ratio' or 'absolute', got {self.form!r}")
+        for name in ("B", "lam", "cap", "coupon_ttl_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise DataError(f"{name} must be a finite number ≥ 0, got {value!r}")
+        if self.coupon_ttl_seconds <= 0:
+            raise DataError(f"coupon_ttl_seconds must be > 0, got {self.coupon_ttl_seconds!r}")
+        if self.when_exhausted not in WHEN_EXHAUSTED:
+            raise DataError(f"when_exhausted must be one of {list(WHEN_EXHAUSTED)}, got {self.when_exhausted!r}")
+        if self.merchant_paid_on not in PAID_ON:
+            raise DataError(f"merchant_paid_on must be one of {list(PAID_ON)}, got {self.merchant_paid_on!r}")
+        p = self.pacing
+        if p.window < 16 or p.every < 1 or not (0 <= p.gain <= 2):
+            raise DataError(f"pacing needs window ≥ 16, every ≥ 1 and 0 ≤ gain ≤ 2, got {asdict(p)}")
+
+
+@dataclass
+class Population:
+    """One population's precomputed responses: row ``index[id]`` of ``scores`` is that request's f over levels."""
+
+    ids: np.ndarray
+    scores: np.ndarray  # (N, K) float64
+    index: dict[str, int]
+    mean: np.ndarray  # (K,) the population's mean curve, for ids the table does not hold (cold start)
+
+
+@dataclass
+class Campaign:
+    path: Path
+    config: CampaignConfig
+    populations: dict[str, Population]
+    assignments: dict[str, str]
+
+    @property
+    def levels(self) -> np.ndarray:
+        return np.asarray(self.config.levels, dtype=np.float64)
+
+
+def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float, *,
+                   merchants=None, quota_plan=None, coupon_ttl_seconds: float = 7 * 24 * 3600.0,
+                   when_exhausted: str = "lowest", merchant_paid_on: str = "response",
+                   pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
+    """Write a campaign directory from ``incentive predict``'s score tables (paths or frames), the folder (or
+    ``report.json``) ``allocate budget`` wrote for them, a cap on money at risk and an optional quota plan."""
+    report = _read_report(Path(budget_report))
+    tables = {"customer": read_budget_table(customers)}
+    if merchants is not None:
+        tables["merchant"] = read_budget_table(merchants)
+    for population, table in tables.items():
+        _check_table(population, table, report["levels"])
+    config = CampaignConfig(levels=[float(x) for x in report["levels"]], form=report["form"], B=float(report["B"]),
+                            lam=float(report["lam"]), cap=float(cap) if _is_number(cap) else cap,
+                            coupon_ttl_seconds=coupon_ttl_seconds, when_exhausted=when_exhausted,
+                            merchant_paid_on=merchant_paid_on, pacing=pacing or Pacing())
+    config.check()
+    frames = {population: _wide(table) for population, table in tables.items()}
+    plan = None if quota_plan is None else _read_assignments(quota_plan)
+    config.model_version = model_version or _fingerprint(frames)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for population in TABLES:
+        if population not in frames and (out / TABLES[population]).exists():
+            (out / TABLES[population]).unlink()  # a rebuilt campaign without merchants must not keep old ones
+    for population, frame in frames.items():
+        write_parquet(frame, out / TABLES[population])
+    if plan is not None:
+        write_parquet(plan, out / ASSIGNMENTS)
+    elif (out / ASSIGNMENTS).exists():
+        (out / ASSIGNMENTS).unlink()
+    write_json(config.to_dict(), out / CONFIG)
+    return load_campaign(out)
+
+
+def load_campaign(path: str | os.PathLike) -> Campaign:
+    path = Path(path)
+    if not (path / CONFIG).is_file():
+        raise DataError(f"{path} is not a campaign directory: {CONFIG} is missing (make one with "
+                        f"`promokit campaign build`)")
+    try:
+        config = CampaignConfig.from_dict(json.loads((path / CONFIG).read_text(encoding="utf-8")))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path / CONFIG} is not valid JSON: {exc}") from None
+    populations = {}
+    for population, name in TABLES.items():
+        if (path / name).is_file():
+            table = read_budget_table(path / name)
+            _check_table(population, table, config.levels)
+            scores = np.asarray(table.scores, dtype=np.float64)
+            ids = table.user_ids.astype(str)
+            populations[population] = Population(ids, scores, {key: i for i, key in enumerate(ids)},
+                                                 scores.mean(axis=0))
+    if "customer" not in populations:
+        raise DataError(f"{path} holds no {TABLES['customer']}")
+    assignments = {}
+    if (path / ASSIGNMENTS).is_file():
+        plan = _read_assignments(path / ASSIGNMENTS)
+        assignments = dict(zip(plan[USER].tolist(), plan[FUND].tolist()))
+    return Campaign(path, config, populations, assignments)
+
+
+def _read_report(path: Path) -> dict:
+    file = path / "report.json" if path.is_dir() else path
+    if not file.is_file():
+        raise DataError(f"{file} not found: give the folder `allocate budget --out` wrote, or its report.json")
+    try:
+        report = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{file} is not valid JSON: {exc}") from None
+    missing = [key for key in ("problem", "form", "B", "lam", "levels") if key not in report]
+    if missing or report.get("problem") != "budget":
+        raise DataError(f"{file} is not an `allocate budget` report (missing {missing or ['problem: budget']})")
+    return report
+
+
+def _check_table(population: str, table: BudgetTable, levels) -> None:
+    if table.value is not None or table.cost is not None:
+        raise DataError(f"the {population} score table has value_/cost_ columns; the service prices levels itself "
+                        f"(value f, cost r·f) and takes score tables without them")
+    if table.levels.tolist() != [float(x) for x in levels]:
+        raise DataError(f"the {population} score table offers levels {table.levels.tolist()} but the budget plan "
+                        f"was solved for {list(levels)}")
+    scores = table.scores
+    bad = (scores < 0) | (scores > 1)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise DataError(f"the {population} score table has {int(bad.any(axis=1).sum())} rows with a response "
+                        f"probability outside [0, 1], e.g. user_id {table.user_ids[row]!r}")
+
+
+def _wide(table: BudgetTable) -> pd.DataFrame:
+    columns = {f"score_{level:g}": table.scores[:, j] for j, level in enumerate(table.levels)}
+    return pd.DataFrame({USER: table.user_ids.astype(str), **columns})
+
+
+def _read_assignments(source) -> pd.DataFrame:
+    frame = source if isinstance(source, pd.DataFrame) else read_table(source)
+    missing = [c for c in (USER, FUND) if c not in frame.columns]
+    if missing:
+        raise DataError(f"the quota plan needs columns {missing} ({len(frame)} rows; columns are "
+                        f"{list(frame.columns)[:8]})")
+    plan = pd.DataFrame({USER: frame[USER].astype(str), FUND: frame[FUND].astype(str)})
+    repeated = plan[USER].duplicated()
+    if repeated.any():
+        raise DataError(f"the quota plan gives {int(repeated.sum())} users more than one fund, e.g. user_id "
+                        f"{plan[USER][repeated].iloc[0]!r}")
+    return plan
+
+
+def _fingerprint(frames: dict[str, pd.DataFrame]) -> str:
+    digest = hashlib.sha256()
+    for population in sorted(frames):
+        frame = frames[population]
+        digest.update(population.encode())
+        digest.update(frame[USER].str.cat(sep="\n").encode())
+        digest.update(np.ascontiguousarray(frame.drop(columns=USER).to_numpy(np.float64)).tobytes())
+    return digest.hexdigest()[:12]
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool)

@@ -1,0 +1,85 @@
+"""``promokit serve`` and ``promokit campaign build``: the decision service and the directory it serves."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from promokit.cli_support import get_console, user_errors
+
+campaign_app = typer.Typer(help="Campaign directories: what the decision service serves.", no_args_is_help=True)
+
+CampaignOpt = Annotated[Path, typer.Option("--campaign", help="Campaign directory made by `promokit campaign build`.")]
+
+
+@campaign_app.command("build")
+def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to write.")],
+          scores: Annotated[Path, typer.Option("--scores", help="Customers' score table (incentive predict; wide).")],
+          budget_plan: Annotated[Path, typer.Option("--budget-plan", help="Folder `allocate budget --out` wrote for these scores (its report.json holds λ*, B, levels).")],
+          cap: Annotated[float, typer.Option("--cap", help="Hard cap on money at risk: face value of open coupons + money paid.")],
+          merchants: Annotated[Optional[Path], typer.Option("--merchants", help="Merchants' score table (eq. 20), same levels.")] = None,
+          quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="plan.parquet of `allocate quota` (user_id, fund), served by GET /v1/assignments.")] = None,
+          coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = 7 * 24 * 3600.0,
+          when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = "lowest",
+          merchant_paid_on: Annotated[str, typer.Option("--merchant-paid-on", help="response | request: as given to allocate budget.")] = "response",
+          pacing_window: Annotated[int, typer.Option("--pacing-window", help="Recent requests λ is re-solved on.")] = 4096,
+          pacing_every: Annotated[int, typer.Option("--pacing-every", help="Re-solve λ after this many decisions (per worker).")] = 256,
+          pacing_gain: Annotated[float, typer.Option("--pacing-gain", help="Feedback exponent g of B_t = B·(B/ρ̂)^g; 0 follows traffic only.")] = 0.5,
+          pacing: Annotated[bool, typer.Option("--pacing/--no-pacing", help="Re-solve λ online (ratio budgets only).")] = True,
+          model_version: Annotated[Optional[str], typer.Option("--model-version", help="Version string returned with every decision (default: a hash of the score tables).")] = None):
+    """Make a campaign directory from `incentive predict` score tables and the `allocate budget` plan."""
+    with user_errors():
+        from promokit.serve.campaign import Pacing, build_campaign
+
+        campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
+                                  coupon_ttl_seconds=coupon_ttl, when_exhausted=when_exhausted,
+                                  merchant_paid_on=merchant_paid_on,
+                                  pacing=Pacing(pacing_window, pacing_every, pacing_gain, pacing),
+                                  model_version=model_version)
+        sizes = ", ".join(f"{len(p.ids):,} {name}s" for name, p in campaign.populations.items())
+        get_console().print(f"campaign {campaign.config.model_version} in {out}: {sizes}, levels "
+                            f"{campaign.config.levels}, λ* {campaign.config.lam:.6g}, cap {campaign.config.cap:,.2f}")
+
+
+def serve(campaign: CampaignOpt,
+          ledger: Annotated[Optional[str], typer.Option("--ledger", help="sqlite:///FILE (default: ledger.sqlite in the campaign) or postgresql://USER@HOST/DB.")] = None,
+          host: Annotated[str, typer.Option("--host", help="Address to bind; loopback unless you mean otherwise.")] = "127.0.0.1",
+          port: Annotated[int, typer.Option("--port")] = 8000,
+          workers: Annotated[int, typer.Option("--workers", help="Worker processes; they share the ledger.")] = 1):
+    """Serve real-time decisions (eqs. 19–20) under a hard cap on money at risk. Needs $PROMOKIT_API_TOKEN."""
+    with user_errors():
+        import uvicorn
+
+        from promokit.data.errors import DataError
+        from promokit.serve.app import TOKEN_ENV
+        from promokit.serve.campaign import load_campaign
+        from promokit.serve.ledger import Ledger
+
+        if not os.environ.get(TOKEN_ENV):
+            raise DataError(f"set {TOKEN_ENV} to the bearer token clients must send with POST requests")
+        if workers < 1 or not 0 < port < 65536:
+            raise DataError(f"--workers must be ≥ 1 and --port in 1..65535, got {workers} and {port}")
+        loaded = load_campaign(campaign)
+        url = ledger or f"sqlite:///{(loaded.path / 'ledger.sqlite').resolve()}"
+        opened = Ledger(url)
+        opened.open(loaded.config.cap)  # migrate once here, not racing in every worker
+        opened.close()
+        console = get_console()
+        if not _loopback(host):
+            console.print(f"[yellow]binding {host}: the service is reachable from other machines[/]")
+        console.print(f"serving campaign {loaded.config.model_version} on http://{host}:{port} with {workers} "
+                      f"worker(s), ledger {url.split('@')[-1]}")
+        os.environ["PROMOKIT_CAMPAIGN"], os.environ["PROMOKIT_LEDGER"] = str(loaded.path.resolve()), url
+        uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
+                    workers=workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

@@ -1,0 +1,61 @@
+"""From a request to a proposed decision: the precomputed curve, eq. 19/20 at the current λ, and the fallbacks.
+
+No solver runs here: the curve f_j of the requester over the levels is a row of the campaign's score table (the
+population's mean curve for an id the table does not hold, flagged ``cold_start``) and the level is
+``argmax_j f_j − λ·cost_j`` (:func:`promokit.allocation.budget.decide`), with ``cost_j = f_j (r_j − B_t)`` for the
+ratio budget of eq. 16 (eq. 19), ``r_j − B_t`` for merchants paid on request (eq. 20), or ``r_j f_j`` for an
+absolute budget. The ledger then issues it, or a fallback when the money-at-risk cap leaves no room.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from promokit.allocation.budget import decide
+from promokit.serve.campaign import Campaign
+from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Option, no_incentive
+from promokit.serve.pacing import Pacer
+
+
+class DecisionEngine:
+    def __init__(self, campaign: Campaign):
+        config = campaign.config
+        self.campaign = campaign
+        self.levels = campaign.levels
+        self.paid_on = {"customer": "response", "merchant": config.merchant_paid_on}
+        self.pacer = Pacer(self.levels, config.B, config.lam, {p: self.paid_on[p] for p in campaign.populations},
+                           config.pacing.window, config.pacing.every, config.pacing.gain,
+                           enabled=config.pacing.enabled and config.form == "ratio")
+
+    def curve(self, population: str, subject_id: str) -> tuple[np.ndarray, bool]:
+        """The requester's f over the levels, and whether it is the population's mean (an unknown id)."""
+        table = self.campaign.populations[population]
+        row = table.index.get(subject_id)
+        return (table.mean, True) if row is None else (table.scores[row], False)
+
+    def propose(self, request_id: str, population: str, subject_id: str) -> tuple[DecisionRequest, bool]:
+        """The decision to record, and whether the pacer asks for a re-solve."""
+        f, cold_start = self.curve(population, subject_id)
+        lam, target = self.pacer.state
+        paid_on = self.paid_on[population]
+        r = self.levels
+        if self.campaign.config.form == "ratio":
+            cost = (r - target) if paid_on == "request" else f * (r - target)
+        else:
+            cost = r if paid_on == "request" else f * r
+        chosen = int(decide(f, cost, lam))
+        options = [self.option(j, f, paid_on) for j in range(len(r))]
+        fallbacks = (options[0], no_incentive()) if self.campaign.config.when_exhausted == "lowest" \
+            else (no_incentive(),)
+        config = self.campaign.config
+        request = DecisionRequest(request_id, population, subject_id, options[chosen], fallbacks, lam,
+                                  config.model_version, cold_start, paid_on, config.coupon_ttl_seconds)
+        return request, self.pacer.observe(population, f)
+
+    def option(self, j: int, f: np.ndarray, paid_on: str) -> Option:
+        level = float(self.levels[j])
+        return Option(j, level, level, float(f[j]), level if paid_on == "request" else level * float(f[j]))
+
+
+def level_of(index: int) -> int | None:
+    return None if index == NO_LEVEL else index

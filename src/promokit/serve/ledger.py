@@ -1,0 +1,393 @@
+"""The budget ledger: every decision and outcome, and the money at risk, in SQLite or PostgreSQL.
+
+One code path for both servers: SQLAlchemy Core 2.x with the same SQL text (``ON CONFLICT … DO UPDATE`` and
+``IN`` lists read alike in SQLite ≥ 3.24 and PostgreSQL). SQLAlchemy rather than psycopg 3 alone because psycopg
+speaks only PostgreSQL, and the embedded default is SQLite: one engine API, one pool and one set of statements
+keep the two ledgers from drifting apart. Its per-statement cost is paid once per batch, not per request (see
+:meth:`Ledger.apply`).
+
+Budget safety. Money at risk is ``committed`` (face value of issued coupons that are neither closed nor expired)
+plus ``paid`` (money paid out). Every write is one transaction that first takes the budget row's lock
+(``SELECT … FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so writers in any number of threads and
+processes are serialised; inside it a coupon is issued only if ``committed + paid + face ≤ cap``, so the cap
+holds whatever the concurrency. ``request_id`` is the primary key of ``decisions``: a request seen before gets
+its stored answer and is written once.
+
+Schema migrations are the numbered entries of :data:`MIGRATIONS`; ``schema_version`` records those applied.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from sqlalchemy import bindparam, create_engine, event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+
+from promokit.data.errors import DataError
+
+#: Money comparisons allow this much rounding, far below any currency's smallest unit.
+EPSILON = 1e-9
+NO_LEVEL = -1
+
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (1, [
+        """CREATE TABLE budget (
+            id INTEGER PRIMARY KEY, cap DOUBLE PRECISION NOT NULL,
+            committed DOUBLE PRECISION NOT NULL DEFAULT 0, paid DOUBLE PRECISION NOT NULL DEFAULT 0,
+            decisions BIGINT NOT NULL DEFAULT 0, responses BIGINT NOT NULL DEFAULT 0,
+            capped BIGINT NOT NULL DEFAULT 0, replays BIGINT NOT NULL DEFAULT 0,
+            expected_cost DOUBLE PRECISION NOT NULL DEFAULT 0, expected_responses DOUBLE PRECISION NOT NULL DEFAULT 0,
+            open_expected_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
+            open_expected_responses DOUBLE PRECISION NOT NULL DEFAULT 0,
+            last_sweep DOUBLE PRECISION NOT NULL DEFAULT 0)""",
+        """CREATE TABLE decisions (
+            request_id VARCHAR(128) PRIMARY KEY, population VARCHAR(16) NOT NULL, subject_id VARCHAR(128) NOT NULL,
+            level_index INTEGER NOT NULL, level DOUBLE PRECISION, face DOUBLE PRECISION NOT NULL,
+            expected_response DOUBLE PRECISION NOT NULL, expected_cost DOUBLE PRECISION NOT NULL,
+            lam DOUBLE PRECISION NOT NULL, model_version VARCHAR(64) NOT NULL, reason VARCHAR(32) NOT NULL,
+            cold_start INTEGER NOT NULL, paid_on VARCHAR(16) NOT NULL, state VARCHAR(16) NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+            redeemed INTEGER, paid DOUBLE PRECISION NOT NULL DEFAULT 0, outcome_at DOUBLE PRECISION)""",
+        "CREATE INDEX decisions_open ON decisions (state, expires_at)",
+        """CREATE TABLE per_level (
+            population VARCHAR(16) NOT NULL, level_index INTEGER NOT NULL, decisions BIGINT NOT NULL DEFAULT 0,
+            responses BIGINT NOT NULL DEFAULT 0, paid DOUBLE PRECISION NOT NULL DEFAULT 0,
+            PRIMARY KEY (population, level_index))""",
+        """CREATE TABLE timeline (
+            second BIGINT PRIMARY KEY, decisions BIGINT NOT NULL DEFAULT 0, responses BIGINT NOT NULL DEFAULT 0,
+            at_risk DOUBLE PRECISION NOT NULL, paid DOUBLE PRECISION NOT NULL, lam DOUBLE PRECISION)""",
+    ]),
+]
+
+OPEN, REDEEMED, CLOSED, EXPIRED, SETTLED = "issued", "redeemed", "closed", "expired", "settled"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One answer the service may give: a level (``index`` −1 and ``level`` None for no incentive)."""
+
+    index: int
+    level: float | None
+    face: float  # money the coupon can cost: reserved against the cap when it is issued
+    expected_response: float
+    expected_cost: float
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    request_id: str
+    population: str
+    subject_id: str
+    chosen: Option  # what eq. 19/20 chose at ``lam``
+    fallbacks: tuple[Option, ...]  # tried in order when ``chosen`` does not fit under the cap
+    lam: float
+    model_version: str
+    cold_start: bool
+    paid_on: str  # "response": paid when redeemed; "request": paid when issued (eq. 20 as printed)
+    ttl: float
+
+
+@dataclass(frozen=True)
+class OutcomeRequest:
+    request_id: str
+    redeemed: bool
+    amount: float | None  # money paid; defaults to the face value when redeemed
+
+
+class LedgerConflict(DataError):
+    """An outcome that contradicts the ledger (unknown request, expired coupon, a different repeated outcome)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Budget:
+    cap: float
+    committed: float
+    paid: float
+    decisions: int
+    responses: int
+    capped: int
+    replays: int
+    expected_cost: float
+    expected_responses: float
+    open_expected_cost: float
+    open_expected_responses: float
+    last_sweep: float
+    levels: dict = field(default_factory=dict)  # (population, level_index) → [decisions, responses, paid]
+
+    @property
+    def at_risk(self) -> float:
+        return self.committed + self.paid
+
+    def totals(self) -> dict:
+        return {**{k: v for k, v in vars(self).items() if k != "levels"}, "at_risk": self.at_risk}
+
+    def level(self, population: str, index: int) -> list:
+        """This batch's [decisions, responses, paid] of one level, added to ``per_level`` at commit."""
+        return self.levels.setdefault((population, index), [0, 0, 0.0])
+
+
+class Ledger:
+    """Decisions, outcomes and the money at risk of one campaign, in the database at ``url``."""
+
+    def __init__(self, url: str, sweep_seconds: float = 1.0):
+        self.url = normalise_url(url)
+        self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
+        self.sweep_seconds = sweep_seconds
+        self.engine = _engine(self.url, immediate=True)
+        self.reader = _engine(self.url, immediate=False) if self.dialect == "sqlite" else self.engine
+        self.last_totals: dict | None = None  # the budget row as the last apply() left it
+        self._lock = "SELECT * FROM budget WHERE id = 1" + (" FOR UPDATE" if self.dialect == "postgresql" else "")
+
+    # ---- set-up ------------------------------------------------------------------------------------------
+    def migrate(self) -> int:
+        """Apply the migrations not yet applied; returns the schema version. Safe to run from several processes."""
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":  # one migrator at a time; released at commit
+                conn.execute(text("SELECT pg_advisory_xact_lock(727274)"))
+            conn.execute(text("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, "
+                              "applied_at DOUBLE PRECISION NOT NULL)"))
+            applied = {row[0] for row in conn.execute(text("SELECT version FROM schema_version"))}
+            for version, statements in MIGRATIONS:
+                if version in applied:
+                    continue
+                for statement in statements:
+                    conn.execute(text(statement))
+                conn.execute(text("INSERT INTO schema_version VALUES (:v, :t)"), {"v": version, "t": time.time()})
+            return max(v for v, _ in MIGRATIONS)
+
+    def open(self, cap: float) -> None:
+        """Migrate and set the cap (the campaign's; a restart with a new cap changes it, never the money)."""
+        try:
+            self.migrate()
+            with self.engine.begin() as conn:
+                conn.execute(text("INSERT INTO budget (id, cap) VALUES (1, :cap) ON CONFLICT (id) DO UPDATE SET "
+                                  "cap = excluded.cap"), {"cap": float(cap)})
+        except OperationalError as exc:
+            where = self.url.split("@")[-1]
+            raise DataError(f"cannot open the ledger at {where}: {str(exc.orig).strip().splitlines()[0]}") from None
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.reader is not self.engine:
+            self.reader.dispose()
+
+    # ---- writes ------------------------------------------------------------------------------------------
+    def apply(self, items: list, now: float | None = None) -> list:
+        """Decide and record a batch of :class:`DecisionRequest` / :class:`OutcomeRequest` in one transaction.
+
+        Returns, per item in order, the decision row as a dict (with ``replayed`` True when the request_id was
+        answered before) or the :class:`LedgerConflict` an outcome raised. Batching is what makes the ledger
+        fast: one lock, one commit and a few ``executemany`` calls for the whole batch.
+        """
+        now = time.time() if now is None else now
+        with self.engine.begin() as conn:
+            budget = _Budget(**{k: v for k, v in conn.execute(text(self._lock)).one()._mapping.items() if k != "id"})
+            if now - budget.last_sweep >= self.sweep_seconds:
+                self._expire(conn, budget, now)
+            known = self._rows(conn, {item.request_id for item in items})
+            inserted, updates, results = {}, [], []
+            for item in items:
+                if isinstance(item, DecisionRequest):
+                    results.append(self._decide(item, budget, known, inserted, now))
+                else:
+                    results.append(self._outcome(item, budget, known, inserted, updates, now))
+            if inserted:
+                conn.execute(text(_INSERT), list(inserted.values()))
+            if updates:
+                conn.execute(text("UPDATE decisions SET state = :state, redeemed = :redeemed, paid = :paid, "
+                                  "outcome_at = :outcome_at WHERE request_id = :request_id"), updates)
+            responses = sum(isinstance(item, OutcomeRequest) and isinstance(r, dict) and not r["replayed"]
+                            and item.redeemed for item, r in zip(items, results))
+            self._save(conn, budget, now, list(inserted.values()), responses)
+        self.last_totals = budget.totals()
+        return results
+
+    def _decide(self, item: DecisionRequest, budget: _Budget, known: dict, inserted: dict, now: float) -> dict:
+        if item.request_id in known:
+            budget.replays += 1
+            return {**known[item.request_id], "replayed": True}
+        room = budget.cap - budget.at_risk + EPSILON
+        option, reason = item.chosen, "rule"
+        if option.face > room:
+            budget.capped += 1
+            reason = "cap_reached"
+            option = next((o for o in item.fallbacks if o.face <= room), _NONE)
+        settled = item.paid_on == "request" and option.index != NO_LEVEL
+        row = {"request_id": item.request_id, "population": item.population, "subject_id": item.subject_id,
+               "level_index": option.index, "level": option.level, "face": option.face,
+               "expected_response": option.expected_response, "expected_cost": option.expected_cost,
+               "lam": item.lam, "model_version": item.model_version, "reason": reason,
+               "cold_start": int(item.cold_start), "paid_on": item.paid_on, "state": SETTLED if settled else OPEN,
+               "created_at": now, "expires_at": now + item.ttl, "redeemed": None,
+               "paid": option.face if settled else 0.0, "outcome_at": None}
+        stats = budget.level(item.population, option.index)
+        stats[0] += 1
+        if settled:  # eq. 20 as printed: the commission is paid on the request itself
+            budget.paid += option.face
+            stats[2] += option.face
+        else:
+            budget.committed += option.face
+            budget.open_expected_cost += option.expected_cost
+        budget.open_expected_responses += option.expected_response
+        budget.decisions += 1
+        budget.expected_cost += option.expected_cost
+        budget.expected_responses += option.expected_response
+        known[item.request_id] = inserted[item.request_id] = row
+        return {**row, "replayed": False}
+
+    def _outcome(self, item: OutcomeRequest, budget: _Budget, known: dict, inserted: dict, updates: list,
+                 now: float):
+        row = known.get(item.request_id)
+        if row is None:
+            return LedgerConflict(f"no decision with request_id {item.request_id!r}", 404)
+        settled = row["paid_on"] == "request" and row["level_index"] != NO_LEVEL
+        if row["redeemed"] is not None:
+            paid_now = row["paid"] - (row["face"] if settled else 0.0)
+            if bool(row["redeemed"]) == item.redeemed and (item.amount is None or math.isclose(item.amount, paid_now)):
+                return {**row, "replayed": True}
+            return LedgerConflict(f"request_id {item.request_id!r} already has a different outcome (redeemed="
+                                  f"{bool(row['redeemed'])}, paid {paid_now:g})", 409)
+        if row["state"] == EXPIRED or (row["state"] == OPEN and row["expires_at"] <= now):  # swept or not yet
+            return LedgerConflict(f"the coupon of request_id {item.request_id!r} expired at {row['expires_at']:.3f}",
+                                  409)
+        limit = row["face"] if item.redeemed and not settled else 0.0
+        amount = limit if item.amount is None else item.amount
+        if amount > limit + EPSILON:
+            return LedgerConflict(f"amount {amount:g} for request_id {item.request_id!r} exceeds what its coupon can "
+                                  f"cost now ({limit:g})", 422)
+        if not settled:
+            budget.committed -= row["face"]
+            budget.open_expected_cost -= row["expected_cost"]
+        budget.paid += amount
+        budget.open_expected_responses -= row["expected_response"]
+        budget.responses += int(item.redeemed)
+        stats = budget.level(row["population"], row["level_index"])
+        stats[1] += int(item.redeemed)
+        stats[2] += amount
+        row.update(state=SETTLED if settled else REDEEMED if item.redeemed else CLOSED,
+                   redeemed=int(item.redeemed), paid=row["paid"] + amount, outcome_at=now)
+        if item.request_id not in inserted:  # one decided in this very batch is inserted with its outcome
+            updates.append({k: row[k] for k in ("request_id", "state", "redeemed", "paid", "outcome_at")})
+        return {**row, "replayed": False}
+
+    def _expire(self, conn, budget: _Budget, now: float) -> None:
+        rows = conn.execute(text("SELECT population, level_index, face, expected_cost, expected_response FROM "
+                                 "decisions WHERE state = :open AND expires_at <= :now"),
+                            {"open": OPEN, "now": now}).all()
+        if rows:
+            conn.execute(text("UPDATE decisions SET state = :expired WHERE state = :open AND expires_at <= :now"),
+                         {"expired": EXPIRED, "open": OPEN, "now": now})
+            budget.committed -= sum(r.face for r in rows)
+            budget.open_expected_cost -= sum(r.expected_cost for r in rows)
+            budget.open_expected_responses -= sum(r.expected_response for r in rows)
+        budget.last_sweep = now
+
+    def _rows(self, conn, request_ids: set[str]) -> dict[str, dict]:
+        if not request_ids:
+            return {}
+        query = text("SELECT * FROM decisions WHERE request_id IN :ids").bindparams(bindparam("ids", expanding=True))
+        return {row.request_id: dict(row._mapping) for row in conn.execute(query, {"ids": sorted(request_ids)})}
+
+    def _save(self, conn, budget: _Budget, now: float, inserted: list[dict], responses: int) -> None:
+        values = {k: getattr(budget, k) for k in ("committed", "paid", "decisions", "responses", "capped", "replays",
+                                                  "expected_cost", "expected_responses", "open_expected_cost",
+                                                  "open_expected_responses", "last_sweep")}
+        conn.execute(text("UPDATE budget SET " + ", ".join(f"{k} = :{k}" for k in values) + " WHERE id = 1"), values)
+        if budget.levels:
+            conn.execute(text("INSERT INTO per_level VALUES (:population, :level_index, :decisions, :responses, "
+                              ":paid) ON CONFLICT (population, level_index) DO UPDATE SET decisions = "
+                              "per_level.decisions + excluded.decisions, responses = per_level.responses + "
+                              "excluded.responses, paid = per_level.paid + excluded.paid"),
+                         [{"population": p, "level_index": j, "decisions": d, "responses": r, "paid": m}
+                          for (p, j), (d, r, m) in budget.levels.items()])
+        conn.execute(text("INSERT INTO timeline VALUES (:second, :decisions, :responses, :at_risk, :paid, :lam) "
+                          "ON CONFLICT (second) DO UPDATE SET decisions = timeline.decisions + excluded.decisions, "
+                          "responses = timeline.responses + excluded.responses, at_risk = excluded.at_risk, "
+                          "paid = excluded.paid, lam = COALESCE(excluded.lam, timeline.lam)"),
+                     {"second": int(now), "decisions": len(inserted), "responses": responses,
+                      "at_risk": budget.at_risk, "paid": budget.paid,
+                      "lam": inserted[-1]["lam"] if inserted else None})
+
+    # ---- reads -------------------------------------------------------------------------------------------
+    def totals(self) -> dict:
+        with self.reader.connect() as conn:
+            row = conn.execute(text("SELECT * FROM budget WHERE id = 1")).one()._mapping
+            return {**dict(row), "at_risk": row["committed"] + row["paid"]}
+
+    def per_level(self) -> list[dict]:
+        with self.reader.connect() as conn:
+            rows = conn.execute(text("SELECT * FROM per_level ORDER BY population, level_index")).all()
+        return [dict(r._mapping) for r in rows]
+
+    def timeline(self, seconds: int = 3600) -> list[dict]:
+        with self.reader.connect() as conn:
+            rows = conn.execute(text("SELECT * FROM timeline WHERE second >= (SELECT COALESCE(MAX(second), 0) FROM "
+                                     "timeline) - :span ORDER BY second"), {"span": seconds}).all()
+        return [dict(r._mapping) for r in rows]
+
+    def decision(self, request_id: str) -> dict | None:
+        with self.reader.connect() as conn:
+            row = conn.execute(text("SELECT * FROM decisions WHERE request_id = :id"), {"id": request_id}).first()
+        return None if row is None else dict(row._mapping)
+
+    def audit(self) -> dict:
+        """Recompute the money at risk and the counters from the decision rows (tests and benchmarks check
+        that they equal the running totals)."""
+        with self.reader.connect() as conn:
+            row = conn.execute(text(
+                "SELECT COUNT(*) AS decisions, COUNT(DISTINCT request_id) AS distinct_ids, "
+                "COALESCE(SUM(CASE WHEN state = :open THEN face ELSE 0 END), 0) AS committed, "
+                "COALESCE(SUM(paid), 0) AS paid, COALESCE(SUM(CASE WHEN redeemed = 1 THEN 1 ELSE 0 END), 0) AS "
+                "responses FROM decisions"), {"open": OPEN}).one()._mapping
+        return {**dict(row), "at_risk": row["committed"] + row["paid"]}
+
+
+_NONE = Option(NO_LEVEL, None, 0.0, 0.0, 0.0)
+_INSERT = ("INSERT INTO decisions (request_id, population, subject_id, level_index, level, face, expected_response, "
+           "expected_cost, lam, model_version, reason, cold_start, paid_on, state, created_at, expires_at, redeemed, "
+           "paid, outcome_at) VALUES (:request_id, :population, :subject_id, :level_index, :level, :face, "
+           ":expected_response, :expected_cost, :lam, :model_version, :reason, :cold_start, :paid_on, :state, "
+           ":created_at, :expires_at, :redeemed, :paid, :outcome_at)")
+
+
+def no_incentive() -> Option:
+    return _NONE
+
+
+def normalise_url(url: str) -> str:
+    """``sqlite:///path`` or ``postgresql://…`` (also ``postgres://``); PostgreSQL is reached through psycopg 3."""
+    scheme = urlsplit(url).scheme
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        return "postgresql+psycopg" + url[len(scheme):]
+    if scheme == "sqlite" and url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
+        return url
+    raise DataError(f"--ledger must be sqlite:///FILE or postgresql://USER@HOST/DB, got {url!r}")
+
+
+def _engine(url: str, immediate: bool) -> Engine:
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (SQLAlchemy's pysqlite recipe)
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
