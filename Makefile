@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 demo: install
-	$(BIN)/promokit conversion demo --out $(OUT)
+	$(BIN)/promokit campaign demo --out $(OUT)
 
 test: install
 	$(BIN)/python -m pytest

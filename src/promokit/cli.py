@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from promokit.allocation.cli import app as allocate_app
+from promokit.campaign.cli import demo as campaign_demo
 from promokit.conversion.cli import app as conversion_app
 from promokit.incentive.cli import app as incentive_app
 from promokit.serve.cli import campaign_app, serve
@@ -18,6 +19,7 @@ app.add_typer(allocate_app, name="allocate")
 app.add_typer(voucher_app, name="voucher")
 app.add_typer(incentive_app, name="incentive")
 app.add_typer(value_app, name="value")
+campaign_app.command("demo")(campaign_demo)
 app.add_typer(campaign_app, name="campaign")
 app.command("serve")(serve)
 

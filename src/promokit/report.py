@@ -1,7 +1,8 @@
-"""The report writer: one folder with report.md, report.json and PNG figures."""
+"""The report writer: one folder with report.md, report.json, PNG figures and, on request, report.html."""
 
 from __future__ import annotations
 
+import html as html_text
 import math
 import os
 from dataclasses import dataclass, field
@@ -32,7 +33,19 @@ class Report:
         lines += [f"![{stem}]({stem}.png)\n" for stem in self.figures]
         return "\n".join(lines)
 
-    def write(self, out_dir: str | os.PathLike) -> Path:
+    def html(self) -> str:
+        """The same sections as one self-contained HTML page (text escaped; figures are the PNGs beside it)."""
+        escape = html_text.escape
+        parts = [f"<h1>{escape(self.title)}</h1>"]
+        for heading, body in self.sections:
+            parts.append(f"<h2>{escape(heading)}</h2>")
+            parts.append(_html_table(body) if isinstance(body, pd.DataFrame) else f"<p>{escape(body)}</p>")
+        parts += [f'<p><img src="{escape(stem)}.png" alt="{escape(stem)}"></p>' for stem in self.figures]
+        return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(self.title)}</title>'
+                f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+    def write(self, out_dir: str | os.PathLike, html: bool = False) -> Path:
+        """Write report.md, report.json and the PNGs into ``out_dir`` (and report.html when ``html``)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for stem, figure in self.figures.items():
@@ -40,6 +53,8 @@ class Report:
                 figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
         write_json(_clean(self.data), out / "report.json")
         write_text(self.markdown(), out / "report.md")
+        if html:
+            write_text(self.html(), out / "report.html")
         return out
 
 
@@ -55,6 +70,16 @@ def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
+
+
+def _html_table(frame: pd.DataFrame, digits: int = 4) -> str:
+    frame = frame.reset_index() if frame.index.name else frame
+    return frame.to_html(index=False, escape=True, na_rep="—", float_format=lambda v: f"{v:.{digits}f}")
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}"
+        "table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+        "text-align:right}th{background:#f3f3f3}img{max-width:100%}")
 
 
 def _clean(value):

@@ -44,11 +44,10 @@ class DecisionEngine:
         else:
             cost = r if paid_on == "request" else f * r
         chosen = int(decide(f, cost, lam))
-        options = [self.option(j, f, paid_on) for j in range(len(r))]
-        fallbacks = (options[0], no_incentive()) if self.campaign.config.when_exhausted == "lowest" \
-            else (no_incentive(),)
         config = self.campaign.config
-        request = DecisionRequest(request_id, population, subject_id, options[chosen], fallbacks, lam,
+        fallbacks = (self.option(0, f, paid_on), no_incentive()) if config.when_exhausted == "lowest" \
+            else (no_incentive(),)
+        request = DecisionRequest(request_id, population, subject_id, self.option(chosen, f, paid_on), fallbacks, lam,
                                   config.model_version, cold_start, paid_on, config.coupon_ttl_seconds)
         return request, self.pacer.observe(population, f)
 

@@ -144,7 +144,7 @@ class Ledger:
         self.engine = _engine(self.url, immediate=True)
         self.reader = _engine(self.url, immediate=False) if self.dialect == "sqlite" else self.engine
         self.last_totals: dict | None = None  # the budget row as the last apply() left it
-        self._lock = "SELECT * FROM budget WHERE id = 1" + (" FOR UPDATE" if self.dialect == "postgresql" else "")
+        self._lock = text("SELECT * FROM budget WHERE id = 1" + (" FOR UPDATE" if self.dialect == "postgresql" else ""))
 
     # ---- set-up ------------------------------------------------------------------------------------------
     def migrate(self) -> int:
@@ -189,7 +189,7 @@ class Ledger:
         """
         now = time.time() if now is None else now
         with self.engine.begin() as conn:
-            budget = _Budget(**{k: v for k, v in conn.execute(text(self._lock)).one()._mapping.items() if k != "id"})
+            budget = _Budget(**{k: v for k, v in conn.execute(self._lock).one()._mapping.items() if k != "id"})
             if now - budget.last_sweep >= self.sweep_seconds:
                 self._expire(conn, budget, now)
             known = self._rows(conn, {item.request_id for item in items})
@@ -200,10 +200,9 @@ class Ledger:
                 else:
                     results.append(self._outcome(item, budget, known, inserted, updates, now))
             if inserted:
-                conn.execute(text(_INSERT), list(inserted.values()))
+                conn.execute(_INSERT, list(inserted.values()))
             if updates:
-                conn.execute(text("UPDATE decisions SET state = :state, redeemed = :redeemed, paid = :paid, "
-                                  "outcome_at = :outcome_at WHERE request_id = :request_id"), updates)
+                conn.execute(_OUTCOME, updates)
             responses = sum(isinstance(item, OutcomeRequest) and isinstance(r, dict) and not r["replayed"]
                             and item.redeemed for item, r in zip(items, results))
             self._save(conn, budget, now, list(inserted.values()), responses)
@@ -279,12 +278,9 @@ class Ledger:
         return {**row, "replayed": False}
 
     def _expire(self, conn, budget: _Budget, now: float) -> None:
-        rows = conn.execute(text("SELECT population, level_index, face, expected_cost, expected_response FROM "
-                                 "decisions WHERE state = :open AND expires_at <= :now"),
-                            {"open": OPEN, "now": now}).all()
+        rows = conn.execute(_EXPIRING, {"open": OPEN, "now": now}).all()
         if rows:
-            conn.execute(text("UPDATE decisions SET state = :expired WHERE state = :open AND expires_at <= :now"),
-                         {"expired": EXPIRED, "open": OPEN, "now": now})
+            conn.execute(_EXPIRE, {"expired": EXPIRED, "open": OPEN, "now": now})
             budget.committed -= sum(r.face for r in rows)
             budget.open_expected_cost -= sum(r.expected_cost for r in rows)
             budget.open_expected_responses -= sum(r.expected_response for r in rows)
@@ -293,26 +289,14 @@ class Ledger:
     def _rows(self, conn, request_ids: set[str]) -> dict[str, dict]:
         if not request_ids:
             return {}
-        query = text("SELECT * FROM decisions WHERE request_id IN :ids").bindparams(bindparam("ids", expanding=True))
-        return {row.request_id: dict(row._mapping) for row in conn.execute(query, {"ids": sorted(request_ids)})}
+        return {row.request_id: dict(row._mapping) for row in conn.execute(_LOOKUP, {"ids": sorted(request_ids)})}
 
     def _save(self, conn, budget: _Budget, now: float, inserted: list[dict], responses: int) -> None:
-        values = {k: getattr(budget, k) for k in ("committed", "paid", "decisions", "responses", "capped", "replays",
-                                                  "expected_cost", "expected_responses", "open_expected_cost",
-                                                  "open_expected_responses", "last_sweep")}
-        conn.execute(text("UPDATE budget SET " + ", ".join(f"{k} = :{k}" for k in values) + " WHERE id = 1"), values)
+        conn.execute(_SAVE_BUDGET, {k: getattr(budget, k) for k in _RUNNING})
         if budget.levels:
-            conn.execute(text("INSERT INTO per_level VALUES (:population, :level_index, :decisions, :responses, "
-                              ":paid) ON CONFLICT (population, level_index) DO UPDATE SET decisions = "
-                              "per_level.decisions + excluded.decisions, responses = per_level.responses + "
-                              "excluded.responses, paid = per_level.paid + excluded.paid"),
-                         [{"population": p, "level_index": j, "decisions": d, "responses": r, "paid": m}
+            conn.execute(_SAVE_LEVELS, [{"population": p, "level_index": j, "decisions": d, "responses": r, "paid": m}
                           for (p, j), (d, r, m) in budget.levels.items()])
-        conn.execute(text("INSERT INTO timeline VALUES (:second, :decisions, :responses, :at_risk, :paid, :lam) "
-                          "ON CONFLICT (second) DO UPDATE SET decisions = timeline.decisions + excluded.decisions, "
-                          "responses = timeline.responses + excluded.responses, at_risk = excluded.at_risk, "
-                          "paid = excluded.paid, lam = COALESCE(excluded.lam, timeline.lam)"),
-                     {"second": int(now), "decisions": len(inserted), "responses": responses,
+        conn.execute(_SAVE_TIMELINE, {"second": int(now), "decisions": len(inserted), "responses": responses,
                       "at_risk": budget.at_risk, "paid": budget.paid,
                       "lam": inserted[-1]["lam"] if inserted else None})
 
@@ -351,11 +335,29 @@ class Ledger:
 
 
 _NONE = Option(NO_LEVEL, None, 0.0, 0.0, 0.0)
-_INSERT = ("INSERT INTO decisions (request_id, population, subject_id, level_index, level, face, expected_response, "
-           "expected_cost, lam, model_version, reason, cold_start, paid_on, state, created_at, expires_at, redeemed, "
-           "paid, outcome_at) VALUES (:request_id, :population, :subject_id, :level_index, :level, :face, "
-           ":expected_response, :expected_cost, :lam, :model_version, :reason, :cold_start, :paid_on, :state, "
-           ":created_at, :expires_at, :redeemed, :paid, :outcome_at)")
+#: The write path's statements, parsed once (SQLAlchemy re-parses a ``text()`` built per call).
+_DECISION_COLUMNS = ("request_id", "population", "subject_id", "level_index", "level", "face", "expected_response",
+                     "expected_cost", "lam", "model_version", "reason", "cold_start", "paid_on", "state", "created_at",
+                     "expires_at", "redeemed", "paid", "outcome_at")
+_INSERT = text(f"INSERT INTO decisions ({', '.join(_DECISION_COLUMNS)}) "
+               f"VALUES ({', '.join(':' + c for c in _DECISION_COLUMNS)})")
+_OUTCOME = text("UPDATE decisions SET state = :state, redeemed = :redeemed, paid = :paid, outcome_at = :outcome_at "
+                "WHERE request_id = :request_id")
+_LOOKUP = text("SELECT * FROM decisions WHERE request_id IN :ids").bindparams(bindparam("ids", expanding=True))
+_EXPIRING = text("SELECT population, level_index, face, expected_cost, expected_response FROM decisions "
+                 "WHERE state = :open AND expires_at <= :now")
+_EXPIRE = text("UPDATE decisions SET state = :expired WHERE state = :open AND expires_at <= :now")
+_RUNNING = ("committed", "paid", "decisions", "responses", "capped", "replays", "expected_cost", "expected_responses",
+            "open_expected_cost", "open_expected_responses", "last_sweep")
+_SAVE_BUDGET = text(f"UPDATE budget SET {', '.join(f'{k} = :{k}' for k in _RUNNING)} WHERE id = 1")
+_SAVE_LEVELS = text("INSERT INTO per_level VALUES (:population, :level_index, :decisions, :responses, :paid) "
+                    "ON CONFLICT (population, level_index) DO UPDATE SET decisions = per_level.decisions + "
+                    "excluded.decisions, responses = per_level.responses + excluded.responses, "
+                    "paid = per_level.paid + excluded.paid")
+_SAVE_TIMELINE = text("INSERT INTO timeline VALUES (:second, :decisions, :responses, :at_risk, :paid, :lam) "
+                      "ON CONFLICT (second) DO UPDATE SET decisions = timeline.decisions + excluded.decisions, "
+                      "responses = timeline.responses + excluded.responses, at_risk = excluded.at_risk, "
+                      "paid = excluded.paid, lam = COALESCE(excluded.lam, timeline.lam)")
 
 
 def no_incentive() -> Option:
@@ -374,7 +376,10 @@ def normalise_url(url: str) -> str:
 
 def _engine(url: str, immediate: bool) -> Engine:
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
+        # psycopg prepares a statement after 5 runs and PostgreSQL may then keep a generic plan chosen while the
+        # table was tiny (a sequential scan for the request_id lookup); custom plans keep using the primary key.
+        return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True,
+                             connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
     engine = create_engine(url, connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")

@@ -1,0 +1,471 @@
+"""``promokit campaign demo``: the main job on the embedded incentive world, one command, no download.
+
+Each step runs the code of the matching command, and ``OUT`` keeps what it wrote:
+
+1. **World**: :func:`~promokit.incentive.synthetic.make_world`, a randomized coupon experiment on a
+   customer–merchant payment graph, with the true response curves f_c(u, r) kept (``OUT/world``).
+2. **Train and score**: the paper's model ``gnn-hazard`` and the baseline ``dnn-h`` (the same piecewise-hazard head
+   without the graph), trained with the incentive demo's settings (:data:`~promokit.incentive.demo.DEMO_TRAIN`) on
+   one node split. Each scores every customer at every level (``OUT/models/<model>``, and
+   ``OUT/scores/<model>/customers.parquet`` in ``allocate budget``'s wide layout) and is evaluated on the held-out
+   customers.
+3. **Allocate**: ``allocate budget --ratio B`` (eq. 16: expected incentive per expected redemption ≤ B) on the
+   paper's model's scores gives λ* and the offline plan (``OUT/plan``). By default B is the median level, as in
+   ``incentive simulate`` and ``bench``.
+4. **Campaign**: :func:`~promokit.serve.campaign.build_campaign` (``OUT/campaign``, coupons valid for 7 days) with a
+   hard cap on money at risk of ``cap_factor`` × the plan's expected spend Σ r·f. An open coupon counts at its face
+   value, so the cap binds when the model underrates the response or when many coupons are open at once.
+5. **Serve and replay**: ``promokit serve`` runs on loopback with a random token. The customers, in a seeded random
+   order, each ask for a decision once, in ``waves`` waves with at most ``concurrency`` requests in flight.
+   ``retry_share`` of each wave's requests are sent again and must come back ``replayed`` with the first answer.
+   After a wave's decisions, each answered customer's outcome is drawn from the TRUE curve at the level issued
+   (redeemed ~ Bernoulli(f_c(u, r))) and posted to ``/v1/outcomes`` with amount = face value. A customer without a
+   coupon cannot redeem: f_c(u, 0) = 0. The pacing controller therefore sees real redemptions. ``GET /v1/status``
+   after each wave's decisions and after its outcomes records money at risk, λ and the realised spend per
+   redemption.
+6. **Compare** at the same B, scored by the true curves:
+
+   - ``served``: the decisions the service issued.
+   - From :func:`~promokit.incentive.simulate.simulate`, for each model: ``planned``, the plan on the model's own
+     scores (for gnn-hazard this is ``OUT/plan``), and ``paced``, with λ moved until the truth spends B per
+     redemption (what perfect pacing would reach).
+   - ``random``: random increasing curves allocated the same way. Its ``paced`` row spends exactly B and is the
+     floor.
+   - ``oracle``: the true curves allocated. This is the ceiling.
+7. **Report**: ``OUT/report.md``, ``report.html``, ``report.json``, the PNGs and ``status.html`` (the service's live
+   page at the end). It covers:
+
+   - budget safety from the ledger: money at risk ≤ cap, the ledger's audit equal to its running totals, one
+     decision per customer, retries replayed, and the count of capped answers;
+   - latency on the client and server sides, and throughput;
+   - the controller trace;
+   - four figures.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError
+from promokit.data.io import write_parquet, write_text
+from promokit.incentive.contract import CUSTOMER, check_tables
+from promokit.incentive.demo import DEMO_TRAIN
+from promokit.incentive.estimator import IncentiveModel, Responses, wide_scores
+from promokit.incentive.evaluate import evaluate
+from promokit.incentive.simulate import ORACLE, simulate
+from promokit.incentive.synthetic import IncentiveWorld, make_world, write_world
+from promokit.report import Report
+from promokit.serve.campaign import build_campaign
+from promokit.serve.ledger import Ledger
+from promokit.serve.replay import ReplayResult, run_replay, running_service
+
+PAPER, BASELINE = "gnn-hazard", "dnn-h"
+SERVED = "served"
+#: A customer's entry in the issued level indices: the service answered "no incentive" or did not answer.
+NO_COUPON, UNDECIDED = -1, -2
+#: Fields of a decision that a retried request must get back unchanged.
+DECISION_FIELDS = ("level", "level_index", "expected_response", "expected_cost", "lam", "reason", "expires_at",
+                   "model_version")
+#: Ledger totals that its audit (recomputed from the decision rows) must reproduce.
+AUDITED = ("decisions", "responses", "committed", "paid", "at_risk")
+
+
+@dataclass
+class DemoConfig:
+    """The demo's sizes and settings. ``epochs`` None keeps DEMO_TRAIN's; ``ratio`` None is the median level."""
+
+    customers: int = 20_000
+    merchants: int = 2_000
+    seed: int = 0
+    epochs: int | None = None
+    ratio: float | None = None
+    cap_factor: float = 1.1
+    waves: int = 50
+    concurrency: int = 16
+    retry_share: float = 0.02
+    max_seconds: float = 180.0  # time allowed for sending the decisions of all waves
+
+    def check(self) -> None:
+        if self.customers < 100 or self.merchants < 10:
+            raise DataError(f"the demo needs ≥ 100 customers and ≥ 10 merchants, got {self.customers} and "
+                            f"{self.merchants}")
+        if not 1 <= self.waves <= self.customers or self.concurrency < 1:
+            raise DataError(f"need 1 ≤ waves ≤ customers and concurrency ≥ 1, got {self.waves} and {self.concurrency}")
+        if self.epochs is not None and self.epochs < 1:
+            raise DataError(f"epochs must be ≥ 1, got {self.epochs}")
+        if not (self.cap_factor > 0 and 0 <= self.retry_share <= 1 and self.max_seconds > 0):
+            raise DataError(f"need cap_factor > 0, 0 ≤ retry_share ≤ 1 and max_seconds > 0, got {self.cap_factor}, "
+                            f"{self.retry_share} and {self.max_seconds}")
+
+
+@dataclass
+class Served:
+    """What the replay against the service produced."""
+
+    level_index: np.ndarray  # per customer: the level index issued, NO_COUPON or UNDECIDED
+    redeemed: np.ndarray  # per customer: the outcome drawn from the true curve (False without a coupon)
+    decisions: ReplayResult  # every decision request of every wave, retries included
+    outcomes: ReplayResult
+    retries: dict
+    trace: list[dict]  # /v1/status after each wave's decisions and after its outcomes
+    started: float  # epoch seconds of the first request
+    status: dict  # the last /v1/status
+    page: str  # the last GET /
+
+
+def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) -> dict:
+    """Run the whole path of the module docstring into ``out``, write the report and return its data."""
+    from promokit.allocation.cli import budget as allocate_budget
+    from promokit.cli_support import get_console
+
+    config = config or DemoConfig()
+    config.check()
+    out, console = Path(out), console or get_console()
+    stages = _Stages(console)
+    with stages("world"):
+        world = make_world(config.customers, config.merchants, seed=config.seed)
+        write_world(world, out / "world")
+        tables = check_tables(world.customers, world.merchants, world.edges)
+    B = float(config.ratio if config.ratio is not None else np.median(world.levels))
+    responses, models = _train(world, tables, config, out, stages)
+    with stages("allocate"):
+        allocate_budget(scores=_scores_path(out, PAPER), out=out / "plan", ratio=B, seed=config.seed)
+        plan = json.loads((out / "plan" / "report.json").read_text(encoding="utf-8"))
+    cap = config.cap_factor * plan["expected_spend"]
+    campaign_dir = out / "campaign"
+    with stages("campaign"):
+        for stale in campaign_dir.glob("ledger.sqlite*"):  # a rerun into OUT starts a new ledger
+            stale.unlink()
+        build_campaign(campaign_dir, _scores_path(out, PAPER), out / "plan", cap)
+    with stages("serve and replay"):
+        served = _serve(campaign_dir, world, config)
+    with stages("compare"):
+        arms = _arms(world, responses, served, B, config.seed)
+        safety = _safety(campaign_dir, cap, served)
+    data = {"setup": {**asdict(config), "B": B, "cap": cap, "levels": world.levels.tolist(),
+                      "edges": len(world.edges), "change_point": list(world.change_point)},
+            "models": models.to_dict(orient="records"), "plan": plan, "arms": arms.to_dict(orient="records"),
+            "safety": safety, "latency": _latency(served), "retries": served.retries,
+            "served_levels": _served_levels(world, responses[PAPER], served).to_dict(orient="records"),
+            "waves": served.trace, "pacing_trace": served.status["pacing"]["trace"],
+            "timeline": served.status["timeline"], "replay_started": served.started, "seconds": stages.seconds}
+    with stages("report"):
+        _report(data).write(out, html=True)
+        write_text(served.page, out / "status.html")
+    return data
+
+
+# ------------------------------------------------------------------------------------------------ steps 2–4
+def _train(world: IncentiveWorld, tables, config: DemoConfig, out: Path, stages) -> tuple[dict, pd.DataFrame]:
+    """Fit both models on one split, save them, write their score tables; held-out metrics with the oracle's."""
+    train = replace(DEMO_TRAIN, seed=config.seed, **({"epochs": config.epochs} if config.epochs else {}))
+    responses, rows = {}, []
+    for name in (PAPER, BASELINE):
+        stage = f"train and score {name}"
+        with stages(stage):
+            model = IncentiveModel(name, train=train).fit(tables)
+            model.save(out / "models" / name)
+            responses[name] = model.responses(tables)
+            write_parquet(wide_scores(tables.customers[CUSTOMER], responses[name].customers, world.levels),
+                          _scores_path(out, name))
+        rows.append((name, responses[name], len(model.history.epochs), stages.seconds[stage]))
+    split = model.split(tables)  # the same for both: the split follows the training seed
+    rows.append((ORACLE, Responses(world.levels, world.customer_truth, world.merchant_truth, None), 0, 0.0))
+    metrics = []
+    for name, r, epochs, seconds in rows:
+        found = evaluate(r, tables, split.test_customers, split.test_merchants, world.customer_truth).metrics
+        metrics.append({"model": name, "epochs": epochs, "seconds": seconds,
+                        **{k: found[k] for k in ("auc_c", "mae_c", "curve_mae_c", "customers")},
+                        "mean_response": float(r.customers.mean())})
+    return responses, pd.DataFrame(metrics)
+
+
+def _scores_path(out: Path, model: str) -> Path:
+    return out / "scores" / model / "customers.parquet"
+
+
+# ------------------------------------------------------------------------------------------------ step 5
+def _serve(campaign_dir: Path, world: IncentiveWorld, config: DemoConfig) -> Served:
+    """Step 5 of the module docstring against a ``promokit serve`` subprocess."""
+    n, levels, truth = len(world.customers), world.levels, world.customer_truth
+    rng = np.random.default_rng(config.seed)
+    order, uniform = rng.permutation(n), rng.random(n)  # the outcome draws are fixed per customer up front
+    ids = world.customers[CUSTOMER].astype(str).to_numpy()
+    request = lambda i: {"request_id": f"demo-{ids[i]}", "customer_id": ids[i]}  # noqa: E731
+    level_index, redeemed = np.full(n, UNDECIDED), np.zeros(n, dtype=bool)
+    decisions, outcomes, trace = [], [], []
+    retries = {"sent": 0, "answered_once": 0, "same_answer": 0}
+    token = secrets.token_urlsafe(24)
+    with running_service(campaign_dir, token) as base:
+        started, deadline = time.time(), time.perf_counter() + config.max_seconds
+        for wave, rows in enumerate(np.array_split(order, config.waves), start=1):
+            again = rng.choice(len(rows), int(round(config.retry_share * len(rows))), replace=False)
+            result = run_replay(base, token, [request(i) for i in (*rows, *rows[again])], config.concurrency,
+                                max_seconds=max(deadline - time.perf_counter(), 1e-3))
+            decisions.append(result)
+            answers = [a if s == 200 else None for s, a in zip(result.statuses, result.answers)]
+            for i, answer in zip(rows, answers):
+                if answer is not None:
+                    level_index[i] = NO_COUPON if answer["level_index"] is None else answer["level_index"]
+            for first, second in zip((answers[k] for k in again), answers[len(rows):]):
+                _check_retry(first, second, retries)
+            trace.append(_status_point(base, wave, "decisions", started))
+
+            mine = rows[level_index[rows] != UNDECIDED]
+            issued = level_index[mine]
+            p = np.where(issued >= 0, truth[mine, np.maximum(issued, 0)], 0.0)
+            redeemed[mine] = uniform[mine] < p
+            bodies = [{"request_id": request(i)["request_id"], "redeemed": bool(redeemed[i]),
+                       **({"amount": float(levels[j])} if redeemed[i] else {})} for i, j in zip(mine, issued)]
+            outcomes.append(run_replay(base, token, bodies, config.concurrency, path="/v1/outcomes"))
+            trace.append(_status_point(base, wave, "outcomes", started))
+        status, page = _get(base, "/v1/status"), _get(base, "/", parse=False)
+    return Served(level_index, redeemed, _merge(decisions), _merge(outcomes), retries, trace, started, status, page)
+
+
+def _check_retry(first: dict | None, second: dict | None, counts: dict) -> None:
+    """Count a retried request: exactly one of its two answers is fresh (the other ``replayed``), both the same."""
+    counts["sent"] += 1
+    if first is not None and second is not None and first["replayed"] + second["replayed"] == 1:
+        counts["answered_once"] += 1
+        counts["same_answer"] += all(first[k] == second[k] for k in DECISION_FIELDS)
+
+
+def _status_point(base: str, wave: int, after: str, started: float) -> dict:
+    status = _get(base, "/v1/status")
+    budget, pacing = status["budget"], status["pacing"]
+    return {"wave": wave, "after": after, "seconds": status["time"] - started,
+            **{k: budget[k] for k in ("decisions", "responses", "capped", "committed", "paid", "at_risk")},
+            "lam": pacing["lam"], "target": pacing["target"], "realised_ratio": pacing["realised_ratio"]}
+
+
+def _get(base: str, path: str, parse: bool = True):
+    with urllib.request.urlopen(base + path, timeout=30) as answer:
+        body = answer.read().decode("utf-8")
+    return json.loads(body) if parse else body
+
+
+def _merge(results: list[ReplayResult]) -> ReplayResult:
+    return ReplayResult(np.concatenate([r.statuses for r in results]), [a for r in results for a in r.answers],
+                        np.concatenate([r.latency_ms for r in results]), sum(r.seconds for r in results))
+
+
+# ------------------------------------------------------------------------------------------------ steps 6–7
+def _arms(world: IncentiveWorld, responses: dict[str, Responses], served: Served, B: float, seed: int) -> pd.DataFrame:
+    """Step 6: every allocation at ratio budget B, scored by the true curves."""
+    levels, truth = world.levels, world.customer_truth
+    sim = simulate(levels, truth, None, {name: (r.customers, None) for name, r in responses.items()}, B, seed)
+    rows = np.flatnonzero(served.level_index >= 0)
+    p = truth[rows, served.level_index[rows]]
+    redemptions, spend = float(p.sum()), float((levels[served.level_index[rows]] * p).sum())
+    served_row = {"model": PAPER, "budget": SERVED, "redemptions": redemptions,
+                  "drawn_redemptions": int(served.redeemed.sum()), "customer_spend": spend,
+                  "spend_per_redemption": spend / max(redemptions, 1e-12), "lam": served.status["pacing"]["lam"]}
+    arms = pd.concat([pd.DataFrame([served_row]), sim[list(served_row)]], ignore_index=True)
+    arms = arms.rename(columns={"customer_spend": "spend"})
+    arms["ratio_to_B"] = arms["spend_per_redemption"] / B
+    ceiling = arms.loc[(arms.model == ORACLE) & (arms.budget == "planned"), "redemptions"].iloc[0]
+    arms["share_of_oracle"] = arms["redemptions"] / ceiling
+    return arms
+
+
+def _safety(campaign_dir: Path, cap: float, served: Served) -> dict:
+    """Step 7's budget checks from the ledger the service wrote (read after it stopped)."""
+    ledger = Ledger(f"sqlite:///{(campaign_dir / 'ledger.sqlite').resolve()}")
+    try:
+        audit, totals = ledger.audit(), ledger.totals()
+    finally:
+        ledger.close()
+    peak = max([p["at_risk"] for p in served.trace] + [t["at_risk"] for t in served.status["timeline"]])
+    n = len(served.level_index)
+    return {"cap": cap, "peak_at_risk": peak, "at_risk": totals["at_risk"], "paid": totals["paid"],
+            "committed": totals["committed"], "within_cap": peak <= cap + 1e-9,
+            "audit": {k: audit[k] for k in (*AUDITED, "distinct_ids")}, "totals": {k: totals[k] for k in AUDITED},
+            "audit_matches": all(math.isclose(audit[k], totals[k], rel_tol=1e-9, abs_tol=1e-6) for k in AUDITED),
+            "customers": n, "decided": int((served.level_index != UNDECIDED).sum()),
+            "decided_once": totals["decisions"] == audit["distinct_ids"] == n,
+            "ledger_replays": totals["replays"], "capped": totals["capped"],
+            "no_coupon": int((served.level_index == NO_COUPON).sum()),
+            "failed_decisions": int((served.decisions.statuses != 200).sum()),
+            "failed_outcomes": int((served.outcomes.statuses != 200).sum())}
+
+
+def _latency(served: Served) -> dict:
+    def client(result: ReplayResult) -> dict:
+        return {"requests": len(result.statuses), **result.percentiles(), "seconds": result.seconds,
+                "throughput": result.throughput}
+
+    return {"decisions": client(served.decisions), "outcomes": client(served.outcomes),
+            "server_decisions": served.status["latency_ms"]}
+
+
+def _served_levels(world: IncentiveWorld, scores: Responses, served: Served) -> pd.DataFrame:
+    """Per level issued: decisions, the drawn redemption rate, the mean true response and the model's."""
+    rows = np.flatnonzero(served.level_index >= 0)
+    j = served.level_index[rows]
+    frame = pd.DataFrame({"level": world.levels[j], "drawn": served.redeemed[rows],
+                          "true": world.customer_truth[rows, j], "model": scores.customers[rows, j]})
+    table = frame.groupby("level").agg(decisions=("drawn", "size"), drawn_rate=("drawn", "mean"),
+                                       true_rate=("true", "mean"), model_rate=("model", "mean"))
+    table = table.reindex(world.levels)
+    table["decisions"] = table["decisions"].fillna(0).astype(int)
+    return table.reset_index()
+
+
+def _report(data: dict) -> Report:
+    s, safety, lat = data["setup"], data["safety"], data["latency"]
+    plan, retries = data["plan"], data["retries"]
+    report = Report("promokit campaign demo: world → model → allocation → service → outcomes", data=data)
+    report.add("Setup", f"Synthetic incentive world (seed {s['seed']}): {s['customers']:,} customers, "
+                        f"{s['merchants']:,} merchants, {s['edges']:,} payment edges; levels "
+                        f"{', '.join(f'{v:g}' for v in s['levels'])} (true change point {s['change_point'][0]:g}–"
+                        f"{s['change_point'][1]:g}). Ratio budget B = {s['B']:g} (eq. 16: expected incentive per "
+                        f"expected redemption). Cap on money at risk {s['cap']:,.0f} = {s['cap_factor']:g} × the "
+                        f"plan's expected spend. {s['waves']} waves, {s['concurrency']} requests in flight, "
+                        f"{retries['sent']} retries.")
+    report.add("Models on the held-out customers (same split; oracle = the true curves)",
+               pd.DataFrame(data["models"]).set_index("model"))
+    report.add("Offline plan (allocate budget on gnn-hazard's scores)",
+               f"λ* = {plan['lam']:.6g}; expected redemptions {plan['expected_responses']:,.1f} and spend "
+               f"{plan['expected_spend']:,.0f} by the model's own scores ({plan['spend_per_response']:.2f} per "
+               f"redemption); solved in {plan['seconds']:.2f} s, relative gap {plan['relative_gap']:.1e}.")
+    report.add("Allocations at the same B, scored by the true curves (served = what the service issued)",
+               pd.DataFrame(data["arms"]))
+    checks = [("money at risk ≤ cap (peak)", f"{safety['peak_at_risk']:,.2f} ≤ {safety['cap']:,.2f}",
+               safety["within_cap"]),
+              ("ledger audit = running totals", ", ".join(f"{k} {safety['totals'][k]:,.6g}" for k in AUDITED),
+               safety["audit_matches"]),
+              ("every customer decided once", f"{safety['decided']:,} of {safety['customers']:,}; ledger rows "
+               f"{safety['audit']['distinct_ids']:,}", safety["decided_once"]),
+              ("retries replayed with the same answer", f"{retries['same_answer']} of {retries['sent']}; ledger "
+               f"replays {safety['ledger_replays']}", retries["same_answer"] == retries["sent"]),
+              ("answers changed by the cap", f"{safety['capped']:,} ({safety['no_coupon']:,} without a coupon)", True),
+              ("failed requests", f"{safety['failed_decisions']} decisions, {safety['failed_outcomes']} outcomes",
+               safety["failed_decisions"] + safety["failed_outcomes"] == 0)]
+    report.add("Budget safety (from the ledger)", pd.DataFrame(checks, columns=["check", "value", "ok"]))
+    by_level = pd.DataFrame(data["served_levels"])
+    report.add("Redemptions by level issued (served): drawn, true and predicted rates",
+               by_level.assign(level=[f"{v:g}" for v in by_level["level"]]))
+    waves = pd.DataFrame(data["waves"])
+    shown = np.unique(np.linspace(1, s["waves"], min(s["waves"], 10)).round().astype(int))
+    report.add(f"Pacing controller and budget after the decisions and after the outcomes of waves "
+               f"{', '.join(map(str, shown))} (every wave in report.json)", waves[waves["wave"].isin(shown)])
+    latency = pd.DataFrame([{"measured": name, "requests": v.get("requests", v.get("count")),
+                             **{k: v.get(k) for k in ("p50", "p90", "p99", "max", "throughput")}}
+                            for name, v in (("client: decisions", lat["decisions"]),
+                                            ("client: outcomes", lat["outcomes"]),
+                                            ("server: decision handler", lat["server_decisions"]))])
+    report.add("Latency (ms) and throughput (answers per second)", latency)
+    report.add("Seconds per step", pd.DataFrame({"step": list(data["seconds"]), "seconds": list(data["seconds"].values())}))
+    report.figures.update(_figures(data))
+    return report
+
+
+def _figures(data: dict) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figures = {}
+    s, started = data["setup"], data["replay_started"]
+    waves, timeline = pd.DataFrame(data["waves"]), pd.DataFrame(data["timeline"])
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    if len(timeline):
+        ax.plot(timeline["second"] - started, timeline["at_risk"], label="money at risk (ledger, per second)")
+        ax.plot(timeline["second"] - started, timeline["paid"], label="paid (ledger, per second)")
+    ax.plot(waves["seconds"], waves["at_risk"], "k.-", linewidth=0.6, label="money at risk after each wave's "
+            "decisions / outcomes")
+    ax.plot(waves["seconds"], waves["paid"], "g.-", linewidth=0.6, label="paid after each wave step")
+    ax.axhline(s["cap"], color="red", linestyle="--", label=f"cap {s['cap']:,.0f}")
+    ax.set(xlabel="seconds since the first request", ylabel="money", title="Budget burn")
+    ax.legend(fontsize=7)
+    figures["budget_burn"] = fig
+
+    trace = pd.DataFrame(data["pacing_trace"])
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    if len(trace):
+        x = trace["time"] - started
+        ax.step(x, trace["lam"], where="post", label="λ")
+        right = ax.twinx()
+        right.step(x, trace["target"], where="post", color="tab:orange", label="B_t (corrected target)")
+        right.axhline(s["B"], color="tab:orange", linestyle=":", label=f"B = {s['B']:g}")
+        right.set_ylabel("spend per redemption target")
+        right.legend(fontsize=7, loc="lower right")
+    ax.set(xlabel="seconds since the first request", ylabel="λ", title="Pacing: λ re-solved on recent traffic")
+    ax.legend(fontsize=7, loc="upper left")
+    figures["pacing"] = fig
+
+    levels = pd.DataFrame(data["served_levels"])
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    positions = np.arange(len(levels))
+    ax.bar(positions, levels["decisions"], color="lightgray", label="decisions")
+    ax.set(xticks=positions, xticklabels=[f"{v:g}" for v in levels["level"]], xlabel="level issued",
+           ylabel="decisions", title="Served: redemption rate by level")
+    right = ax.twinx()
+    for column, style in (("drawn_rate", "ko"), ("true_rate", "g^-"), ("model_rate", "bs--")):
+        right.plot(positions, levels[column], style, label=column.replace("_", " "))
+    right.set_ylabel("redemption rate")
+    right.legend(fontsize=7, loc="upper left")
+    figures["served_levels"] = fig
+
+    arms = pd.DataFrame(data["arms"])
+    labels = [f"{m} {b}" for m, b in zip(arms["model"], arms["budget"])]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    left.barh(labels, arms["redemptions"], color="tab:blue")
+    left.set(xlabel="expected redemptions (true curves)", title="Redemptions")
+    right.barh(labels, arms["spend_per_redemption"], color="tab:orange")
+    right.axvline(s["B"], color="black", linestyle="--", label=f"B = {s['B']:g}")
+    right.set(xlabel="spend per redemption (true curves)", title="Spend per redemption")
+    right.legend(fontsize=7)
+    left.invert_yaxis()
+    fig.tight_layout()
+    figures["arms"] = fig
+    return figures
+
+
+# ------------------------------------------------------------------------------------------------ progress
+class _Stages:
+    """Times each step and prints one line when it ends."""
+
+    def __init__(self, console):
+        self.console, self.seconds = console, {}
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.perf_counter()
+        yield
+        self.seconds[name] = time.perf_counter() - started
+        self.console.print(f"{name}: {self.seconds[name]:.1f} s", highlight=False)
+
+
+def print_summary(data: dict, out: Path, console=None) -> None:
+    """The headline table and lines on screen."""
+    from promokit.cli_support import get_console, print_table
+
+    console = console or get_console()
+    arms = pd.DataFrame(data["arms"]).set_index(["model", "budget"])
+    print_table(f"allocations at B = {data['setup']['B']:g}, scored by the true curves",
+                arms[["redemptions", "drawn_redemptions", "spend_per_redemption", "share_of_oracle"]])
+    safety, lat, retries = data["safety"], data["latency"], data["retries"]
+    console.print(f"budget: peak money at risk {safety['peak_at_risk']:,.0f} of cap {safety['cap']:,.0f}, paid "
+                  f"{safety['paid']:,.0f}; {safety['capped']:,} answers capped; audit "
+                  f"{'matches' if safety['audit_matches'] else 'DIFFERS from'} the totals; "
+                  f"{safety['decided']:,}/{safety['customers']:,} customers decided once; "
+                  f"{retries['same_answer']}/{retries['sent']} retries replayed", highlight=False)
+    d, server = lat["decisions"], lat["server_decisions"]
+    ms = lambda value: "–" if value is None else f"{value:.1f} ms"  # noqa: E731  (None: nothing answered)
+    console.print(f"latency: client p50 {ms(d['p50'])}, p99 {ms(d['p99'])} at {d['throughput']:,.0f} decisions/s; "
+                  f"server p50 {ms(server['p50'])}, p99 {ms(server['p99'])}", highlight=False)
+    console.print(f"total {sum(data['seconds'].values()):.0f} s; report written to {out / 'report.md'} "
+                  f"(+ report.html, report.json, PNGs, status.html)", highlight=False)
