@@ -12,8 +12,8 @@ from promokit.campaign.cli import demo
 
 runner = CliRunner()
 CUSTOMERS, WAVES = 600, 5
-ARMS = {("gnn-hazard", "served"), *((m, b) for m in ("gnn-hazard", "dnn-h", "oracle", "random")
-                                    for b in ("planned", "paced"))}
+ARMS = {("gnn-hazard", "served"), ("uniform level", "none"),
+        *((m, b) for m in ("gnn-hazard", "dnn-h", "oracle", "random") for b in ("planned", "paced"))}
 
 
 def _invoke(*args):

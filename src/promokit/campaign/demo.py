@@ -30,7 +30,8 @@ Each step runs the code of the matching command, and ``OUT`` keeps what it wrote
      scores (for gnn-hazard this is ``OUT/plan``), and ``paced``, with λ moved until the truth spends B per
      redemption (what perfect pacing would reach).
    - ``random``: random increasing curves allocated the same way. Its ``paced`` row spends exactly B and is the
-     floor.
+     floor at the same budget.
+   - ``uniform level``: a level drawn uniformly per customer, with no budget (it spends what it spends).
    - ``oracle``: the true curves allocated. This is the ceiling.
 7. **Report**: ``OUT/report.md``, ``report.html``, ``report.json``, the PNGs and ``status.html`` (the service's live
    page at the end). It covers:
@@ -70,7 +71,7 @@ from promokit.serve.ledger import Ledger
 from promokit.serve.replay import ReplayResult, run_replay, running_service
 
 PAPER, BASELINE = "gnn-hazard", "dnn-h"
-SERVED = "served"
+SERVED, UNIFORM = "served", "uniform level"
 #: A customer's entry in the issued level indices: the service answered "no incentive" or did not answer.
 NO_COUPON, UNDECIDED = -1, -2
 #: Fields of a decision that a retried request must get back unchanged.
@@ -271,7 +272,14 @@ def _arms(world: IncentiveWorld, responses: dict[str, Responses], served: Served
     served_row = {"model": PAPER, "budget": SERVED, "redemptions": redemptions,
                   "drawn_redemptions": int(served.redeemed.sum()), "customer_spend": spend,
                   "spend_per_redemption": spend / max(redemptions, 1e-12), "lam": served.status["pacing"]["lam"]}
-    arms = pd.concat([pd.DataFrame([served_row]), sim[list(served_row)]], ignore_index=True)
+    rng = np.random.default_rng(seed)
+    j = rng.integers(len(levels), size=len(truth))  # a level drawn uniformly per customer: no budget at all
+    p = truth[np.arange(len(truth)), j]
+    uniform_row = {"model": UNIFORM, "budget": "none", "redemptions": float(p.sum()),
+                   "drawn_redemptions": int((rng.random(len(p)) < p).sum()),
+                   "customer_spend": float((levels[j] * p).sum()),
+                   "spend_per_redemption": float((levels[j] * p).sum() / max(p.sum(), 1e-12)), "lam": float("nan")}
+    arms = pd.concat([pd.DataFrame([served_row, uniform_row]), sim[list(served_row)]], ignore_index=True)
     arms = arms.rename(columns={"customer_spend": "spend"})
     arms["ratio_to_B"] = arms["spend_per_redemption"] / B
     ceiling = arms.loc[(arms.model == ORACLE) & (arms.budget == "planned"), "redemptions"].iloc[0]
