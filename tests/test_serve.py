@@ -315,6 +315,19 @@ def test_cap_is_never_exceeded_through_the_api(tmp_path):
     assert all(a["level"] is None and a["level_index"] is None for a in capped)
 
 
+def test_merchants_paid_on_request_follow_eq_20(tmp_path):
+    f, g = curves(50), curves(30, seed=3)
+    plan_folder(tmp_path / "plan", f)
+    campaign = build_campaign(tmp_path / "c", score_frame(f), tmp_path / "plan", cap=1e6,
+                              merchants=score_frame(g, prefix="m"), merchant_paid_on="request")
+    with TestClient(create_app(campaign.path, token=TOKEN)) as test_client:
+        answer = test_client.post("/v1/decisions", json={"request_id": "q", "merchant_id": "m4"}, headers=AUTH).json()
+        budget = test_client.get("/v1/status").json()["budget"]
+    j = decide(g[4], LEVELS - B, campaign.config.lam)  # eq. 20: the commission r − B is paid on every request
+    assert answer["population"] == "merchant" and answer["level"] == LEVELS[j] and answer["expected_cost"] == LEVELS[j]
+    assert budget["paid"] == LEVELS[j] and budget["committed"] == 0.0
+
+
 def test_app_needs_a_token(campaign, monkeypatch):
     monkeypatch.delenv("PROMOKIT_API_TOKEN", raising=False)
     with pytest.raises(RuntimeError, match="PROMOKIT_API_TOKEN"):

@@ -102,6 +102,8 @@ class DemoConfig:
                             f"{self.merchants}")
         if not 1 <= self.waves <= self.customers or self.concurrency < 1:
             raise DataError(f"need 1 ≤ waves ≤ customers and concurrency ≥ 1, got {self.waves} and {self.concurrency}")
+        if self.ratio is not None and not (math.isfinite(self.ratio) and self.ratio > 0):
+            raise DataError(f"ratio B must be a finite number > 0, got {self.ratio}")
         if self.epochs is not None and self.epochs < 1:
             raise DataError(f"epochs must be ≥ 1, got {self.epochs}")
         if not (self.cap_factor > 0 and 0 <= self.retry_share <= 1 and self.max_seconds > 0):
