@@ -1,23 +1,31 @@
-"""Run several conversion models over seeds on one split and summarise them like the ESM² paper's Table 3."""
+"""Run several conversion models over seeds on one split and summarise them like the ESM² paper's Table 3 (or,
+with RI, like the GMCM paper's Tables 2–3)."""
 
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
-from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, check_labels
+from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, check_labels, check_micro_behaviors
 from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec, holdout_split
-from promokit.metrics import rela_impr
+from promokit.metrics import rela_impr, relative_improvement_permille
 from promokit.training import TrainConfig
 
 #: The columns of the paper's Table 3, then what the demo adds.
 HEADLINE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "ctr_auc", "ctcvr_logloss")
 AUC_METRICS = ("ctr_auc", "cvr_auc", "ctcvr_auc", "ctcvr_gauc")
+#: The columns of the GMCM paper's Tables 2 and 3.
+GMCM_TABLE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "cvr_mse", "ctcvr_mse")
+#: GMCM's RI groups: column ``ri_permille_<group>`` averages the relative improvements over the group's metrics
+#: (Table 2 over the AUC-type metrics, Table 3 over the MSEs); the metrics where lower is better.
+RI_GROUPS = {"auc": ("cvr_auc", "ctcvr_auc", "ctcvr_gauc"), "mse": ("cvr_mse", "ctcvr_mse")}
+LOWER_IS_BETTER = ("cvr_mse", "ctcvr_mse", "ctr_mse", "ctr_logloss", "cvr_logloss", "ctcvr_logloss")
 
 
 #: Models without a network to pass bench network parameters to.
@@ -70,26 +78,71 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
 
 
 def oracle_row(test: pd.DataFrame, truth: pd.DataFrame, spec: FeatureSpec, gauc_weight: str = "impressions") -> dict:
-    """Metrics of the generator's true probabilities: the best any model can do on this test set."""
+    """Metrics of the generator's true probabilities: the best any model can do on this test set.
+
+    ``truth`` holds p_ctr, p_ctavr, p_cvr and p_ctcvr per test row (in its row order); its ``p_node_<name>``
+    columns, if any, are the true micro-behaviour probabilities, scored as ``node_auc_<name>`` against the test
+    column ``<name>`` (nodes whose column the test table lacks are left out)."""
     spec = spec.resolve(test, REQUIRED_LABELS, OPTIONAL_LABELS)
-    labels, _ = check_labels(test, spec.labels)
+    labels, report = check_labels(test, spec.labels)
     predictions = {k: truth[k].to_numpy() for k in ("p_ctr", "p_ctavr", "p_cvr", "p_ctcvr")}
+    # true micro-behaviour probabilities p_node_<name>, scored against the test column <name> (node AUCs)
+    nodes = [c.removeprefix("p_node_") for c in truth.columns if c.startswith("p_node_")]
+    nodes = [name for name in nodes if name in test.columns]
+    if nodes:
+        micro = check_micro_behaviors(test, nodes, labels["click"], spec.labels["click"], False, report)
+        labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(nodes)})
+        predictions.update({f"p_node_{name}": truth[f"p_node_{name}"].to_numpy() for name in nodes})
     groups = test[spec.group_key].to_numpy() if spec.group_key else None
     return {"model": "oracle", **conversion_metrics(labels, predictions, groups, gauc_weight)}
 
 
-def summarise(results: pd.DataFrame, base: str | None = None, metrics=HEADLINE) -> pd.DataFrame:
-    """Mean ± std over seeds per model, plus RelaImpr (DMBGN eq. 11) of each AUC metric against ``base``."""
+def relative_improvements(results: pd.DataFrame, model: str, groups=None) -> pd.DataFrame:
+    """GMCM's RI in permille (:func:`~promokit.metrics.relative_improvement_permille`) of ``model`` against every
+    model of ``results``, one column ``ri_permille_<group>`` per group of ``groups`` (default ``RI_GROUPS``: the
+    AUC-type metrics of Table 2 and the MSEs of Table 3), computed from the means over seeds. The row of
+    ``model`` itself is NaN. A group with a metric that ``results`` lacks gets no column (with a warning)."""
+    groups = RI_GROUPS if groups is None else groups
+    means = results.groupby("model", sort=False).mean(numeric_only=True)
+    if model not in means.index:
+        raise KeyError(f"no results for model {model!r}; models: {list(means.index)}")
+    table = pd.DataFrame(index=means.index)
+    for group, metrics in groups.items():
+        missing = [m for m in metrics if m not in means.columns]
+        if missing:
+            warnings.warn(f"no RI over {group}: the results have no {missing}", stacklevel=2)
+            continue
+        table[f"ri_permille_{group}"] = [
+            float("nan") if base == model else
+            relative_improvement_permille(means.loc[model], means.loc[base], metrics, LOWER_IS_BETTER)
+            for base in means.index]
+    table.index.name = "model"
+    return table
+
+
+def summarise(results: pd.DataFrame, base: str | None = None, metrics=HEADLINE, ri: str | None = None,
+              ri_groups=None) -> pd.DataFrame:
+    """Mean ± std over seeds per model, plus RelaImpr (DMBGN eq. 11) of each AUC metric against ``base``.
+
+    With ``ri`` (a model name, e.g. ``"gmcm"``), also the GMCM paper's RI of that model against each other model,
+    in permille (:func:`relative_improvements`, columns ``ri_permille_<group>`` before ``fit_seconds``; "—" on the
+    row of ``ri`` itself). MSE columns get six decimals. ``metrics=GMCM_TABLE`` with ``ri`` gives the layout of
+    the paper's Tables 2–3."""
     metrics = [m for m in metrics if m in results.columns]
     grouped = results.groupby("model", sort=False)
     mean, std = grouped[metrics].mean(), grouped[metrics].std(ddof=1).fillna(0.0)
     table = pd.DataFrame(index=mean.index)
     for metric in metrics:
-        table[metric] = [f"{m:.4f} ± {s:.4f}" if np.isfinite(m) else "—" for m, s in zip(mean[metric], std[metric])]
+        digits = 6 if metric.endswith("_mse") else 4
+        table[metric] = [f"{m:.{digits}f} ± {s:.{digits}f}" if np.isfinite(m) else "—"
+                         for m, s in zip(mean[metric], std[metric])]
     if base is not None and base in mean.index:
         for metric in (m for m in metrics if m in AUC_METRICS):
             table[f"RelaImpr {metric} vs {base}"] = [
                 f"{rela_impr(value, mean.loc[base, metric]):+.2f}%" for value in mean[metric]]
+    if ri is not None:
+        for column, values in relative_improvements(results, ri, ri_groups).items():
+            table[column] = [f"{v:+.2f}‰" if np.isfinite(v) else "—" for v in values]
     table["fit_seconds"] = grouped["fit_seconds"].mean().map("{:.1f}".format)
     table.index.name = "model"
     return table

@@ -27,32 +27,53 @@ def check_labels(frame: pd.DataFrame, labels: dict[str, str], repair: bool = Fal
     and 4 rely on it): a 1 on an unclicked row is an error naming the count and an example row, or, with
     ``repair=True``, is set to 0 and counted in the report.
     """
-    n = len(frame)
-    arrays = {}
-    for role, column in labels.items():
-        series = frame[column]
-        missing = series.isna().to_numpy()
-        if missing.any():
-            raise DataError(f"label column {column!r} ({role}) has {int(missing.sum())} missing values in {n} rows, "
-                            f"e.g. {example_row(frame, missing, [column])}")
-        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = ~np.isin(values, (0.0, 1.0))
-        if bad.any():
-            raise DataError(f"label column {column!r} ({role}) must be 0/1 but has {int(bad.sum())} other values "
-                            f"in {n} rows, e.g. {example_row(frame, bad, [column])}")
-        arrays[role] = values.astype(np.float32)
+    arrays = {role: _binary(frame, column, role) for role, column in labels.items()}
     report = LabelReport()
-    unclicked = arrays["click"] == 0
     for role in ("daction", "purchase"):
-        if role not in arrays:
-            continue
-        orphan = unclicked & (arrays[role] == 1)
-        if not orphan.any():
-            continue
-        if not repair:
-            raise DataError(f"label {labels[role]!r} ({role}) is 1 on {int(orphan.sum())} of {n} rows where "
-                            f"{labels['click']!r} is 0, e.g. {example_row(frame, orphan, [labels['click'], labels[role]])}; "
-                            "post-click labels need a click (pass repair to set them to 0)")
-        arrays[role] = np.where(orphan, 0.0, arrays[role]).astype(np.float32)
-        report.repaired[role] = int(orphan.sum())
+        if role in arrays:
+            arrays[role] = _after_click(frame, arrays, labels["click"], labels[role], role, repair, report)
     return arrays, report
+
+
+def check_micro_behaviors(frame: pd.DataFrame, columns: list[str], click: np.ndarray, click_column: str,
+                          repair: bool, report: LabelReport) -> np.ndarray:
+    """The micro-behaviour label columns as one ``(rows, behaviours)`` float32 array, checked like DAction: 0/1,
+    nothing missing, and a 1 only after a click (an error naming the column, or set to 0 and counted under its
+    name in ``report`` with ``repair``)."""
+    if not columns:
+        return np.zeros((len(frame), 0), dtype=np.float32)
+    arrays = {"click": click}
+    for name in columns:
+        arrays[name] = _after_click(frame, {**arrays, name: _binary(frame, name, "micro-behaviour")}, click_column,
+                                    name, name, repair, report)
+    return np.stack([arrays[name] for name in columns], axis=1)
+
+
+def _binary(frame: pd.DataFrame, column: str, role: str) -> np.ndarray:
+    n = len(frame)
+    series = frame[column]
+    missing = series.isna().to_numpy()
+    if missing.any():
+        raise DataError(f"label column {column!r} ({role}) has {int(missing.sum())} missing values in {n} rows, "
+                        f"e.g. {example_row(frame, missing, [column])}")
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isin(values, (0.0, 1.0))
+    if bad.any():
+        raise DataError(f"label column {column!r} ({role}) must be 0/1 but has {int(bad.sum())} other values "
+                        f"in {n} rows, e.g. {example_row(frame, bad, [column])}")
+    return values.astype(np.float32)
+
+
+def _after_click(frame: pd.DataFrame, arrays: dict, click_column: str, column: str, role: str, repair: bool,
+                 report: LabelReport) -> np.ndarray:
+    """``arrays[role]`` with no 1 where the click is 0: an error, or (``repair``) set to 0 and counted."""
+    values = arrays[role]
+    orphan = (arrays["click"] == 0) & (values == 1)
+    if not orphan.any():
+        return values
+    if not repair:
+        raise DataError(f"label {column!r} ({role}) is 1 on {int(orphan.sum())} of {len(frame)} rows where "
+                        f"{click_column!r} is 0, e.g. {example_row(frame, orphan, [click_column, column])}; "
+                        "post-click labels need a click (pass repair to set them to 0)")
+    report.repaired[role] = int(orphan.sum())
+    return np.where(orphan, 0.0, values).astype(np.float32)

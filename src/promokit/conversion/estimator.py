@@ -16,9 +16,11 @@ from promokit.conversion.contract import (
     REQUIRED_LABELS,
     LabelReport,
     check_labels,
+    check_micro_behaviors,
 )
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.conversion.models import MODELS
+from promokit.conversion.pmg import concurrence_probability
 from promokit.data import (
     DataError,
     EncodedFeatures,
@@ -87,6 +89,7 @@ class ConversionModel:
         check_model_params(model, self.model_class, self.params)
         self.repair_labels = repair_labels
         self.encoder: TableEncoder | None = None
+        self.pmg: np.ndarray | None = None  # (N, N) concurrence prior of the micro-behaviours, when declared
         self.net = None
         self.report = FitReport()
 
@@ -106,16 +109,20 @@ class ConversionModel:
         the spec's ``time_key`` when it names one, else random rows. ``on_epoch`` is passed to
         :meth:`Trainer.fit` (neural models)."""
         spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
-        needed = [role for role in self.model_class.labels if role not in spec.labels]
+        if self.uses_micro and not spec.micro_behaviors:
+            raise DataError(f"model {self.name!r} learns from micro-behaviour labels, and the table of {len(table)} "
+                            "rows has none declared: name its 0/1 post-click columns in the spec (micro_behaviors: "
+                            "[cart, favorite, …]) or with --micro-behaviors")
+        needed = [role for role in self.model_class.labels if role not in spec.labels and role != "micro"]
         if needed:
             raise DataError(f"model {self.name!r} needs the {needed} label(s), which the table of {len(table)} rows "
                             f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
         self.spec = spec
         seed_everything(self.train_config.seed)
-        labels, label_report = check_labels(table, spec.labels, self.repair_labels)
+        labels, label_report = self._labels(table)
         valid_labels = None
         if valid is not None:
-            valid_labels, valid_report = check_labels(valid, spec.labels, self.repair_labels)
+            valid_labels, valid_report = self._labels(valid)
             for role, count in valid_report.repaired.items():
                 label_report.repaired[role] = label_report.repaired.get(role, 0) + count
         elif valid_fraction > 0:
@@ -123,6 +130,8 @@ class ConversionModel:
             train_rows, valid_rows = holdout_split(table, valid_fraction, how, self.train_config.seed)
             table, valid = table.iloc[train_rows], table.iloc[valid_rows]
             labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
+        if spec.micro_behaviors:  # the PMG prior, from the clicked training rows only (GMCM section 3)
+            self.pmg = concurrence_probability(labels["micro"], labels["click"])
         self.encoder = TableEncoder.fit(table, spec)
         train_x = self.encoder.transform(table)
         valid_part = None if valid is None else (self.encoder.transform(valid), valid_labels)
@@ -143,6 +152,19 @@ class ConversionModel:
             self.net.fit(train_x, labels, valid_part)
         return self
 
+    @property
+    def uses_micro(self) -> bool:
+        return "micro" in getattr(self.model_class, "labels", ())
+
+    def _labels(self, table: pd.DataFrame) -> tuple[dict[str, np.ndarray], LabelReport]:
+        """The label arrays by role, with the micro-behaviours as one ``(rows, N)`` array under ``micro``."""
+        labels, report = check_labels(table, {r: c for r, c in self.spec.labels.items() if c in table.columns},
+                                      self.repair_labels)
+        if self.spec.micro_behaviors and set(self.spec.micro_behaviors) <= set(table.columns):
+            labels["micro"] = check_micro_behaviors(table, self.spec.micro_behaviors, labels["click"],
+                                                    self.spec.labels["click"], self.repair_labels, report)
+        return labels, report
+
     def _metrics(self, valid: dict[str, torch.Tensor] | None) -> dict:
         """The validation AUCs to record each epoch: those whose rows hold both classes. The monitored one must."""
         if valid is None:
@@ -159,7 +181,8 @@ class ConversionModel:
         return metrics
 
     def _build_net(self) -> nn.Module:
-        return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **self.params)
+        graph = {"nodes": self.spec.micro_behaviors, "pmg": self.pmg} if self.uses_micro else {}
+        return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **graph, **self.params)
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
         """Named outputs per row, in the row order of ``table``: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM²)."""
@@ -169,14 +192,19 @@ class ConversionModel:
             outputs = {k: v.numpy() for k, v in Trainer(self.train_config).predict(self.net, _tensors(x)).items()}
         else:
             outputs = self.net.predict(x)
-        return pd.DataFrame({k: np.asarray(outputs[k], dtype=np.float64) for k in OUTPUT_COLUMNS if k in outputs},
-                            index=table.index)
+        columns = {k: np.asarray(outputs[k], dtype=np.float64) for k in OUTPUT_COLUMNS if k in outputs}
+        if "p_node" in outputs:  # one column per micro-behaviour node the model predicts
+            nodes = np.asarray(outputs["p_node"], dtype=np.float64)
+            columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
+        return pd.DataFrame(columns, index=table.index)
 
     def evaluate(self, table: pd.DataFrame, gauc_weight: str = "impressions") -> dict[str, float]:
         """Conversion metrics on a labelled table (see :func:`conversion_metrics`)."""
         self._check_fitted()
-        labels, _ = check_labels(table, {r: c for r, c in self.spec.labels.items() if c in table.columns},
-                                 self.repair_labels)
+        labels, _ = self._labels(table)
+        micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
+        if micro is not None:
+            labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(self.spec.micro_behaviors)})
         predictions = {k: v.to_numpy() for k, v in self.predict(table).items()}
         groups = table[self.spec.group_key].to_numpy() if self.spec.group_key else None
         return conversion_metrics(labels, predictions, groups, gauc_weight)
@@ -189,7 +217,8 @@ class ConversionModel:
         self._check_fitted()
         config = {"promokit": __version__, "task": "conversion", "model": self.name, "params": self.params,
                   "spec": self.spec.to_dict(), "train": self.train_config.to_dict(),
-                  "repair_labels": self.repair_labels}
+                  "repair_labels": self.repair_labels,
+                  "pmg": None if self.pmg is None else self.pmg.tolist()}
         history = None if self.report.history is None else self.report.history.to_dict()
         write_model_dir(path, config, self.encoder.to_dict(), self.net, history)
 
@@ -199,6 +228,7 @@ class ConversionModel:
         model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
+        model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)
         if model.is_neural:
             model.net = model._build_net()
             load_weights(model.net, path)

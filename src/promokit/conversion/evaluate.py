@@ -1,4 +1,5 @@
-"""The conversion metrics of the ESM² paper (Tables 3–5), each computed once over the evaluation set."""
+"""The conversion metrics of the ESM² paper (Tables 3–5) and the GMCM paper (section 5.3, Tables 2–3), each
+computed once over the evaluation set."""
 
 from __future__ import annotations
 
@@ -19,8 +20,14 @@ def conversion_metrics(labels: dict[str, np.ndarray], predictions: dict[str, np.
     - ``ctavr_auc``: p_ctavr vs daction over all impressions (ESM² only);
     - ``ctcvr_gauc``: ESM² eq. (13) grouped by ``groups`` (default user), single-class groups skipped
       (``ctcvr_gauc_skipped`` counts them);
-    - logloss and MSE of p_ctr, p_cvr (clicked rows) and p_ctcvr;
-    - precision / recall / F1 at the top 0.1 %, 0.6 % and 1 % for CVR (clicked rows) and CTCVR (all rows).
+    - logloss and MSE of p_ctr, p_cvr (clicked rows) and p_ctcvr (all rows): ``cvr_mse`` is GMCM's CVR MSE,
+      eq. (21) over the observed (clicked) pairs, ``ctcvr_mse`` its CTCVR MSE over all impressions;
+    - precision / recall / F1 at the top 0.1 %, 0.6 % and 1 % for CVR (clicked rows) and CTCVR (all rows);
+    - ``node_auc_<name>``: for each micro-behaviour node (GMCM) with a prediction ``predictions["p_node_<name>"]``
+      and a 0/1 label ``labels["micro_<name>"]`` (the key convention for micro-behaviour labels: ``micro_``
+      and the node's name, one array per node over all rows), the AUC of the node's probability against its
+      label on clicked rows, where micro-behaviours are observed. A node whose clicked rows hold a single class
+      has no AUC and no key; a prediction without its label (or a label without its prediction) is ignored.
     """
     click = labels["click"] == 1
     purchase = labels["purchase"]
@@ -45,4 +52,15 @@ def conversion_metrics(labels: dict[str, np.ndarray], predictions: dict[str, np.
             top = precision_recall_f1_at_top(y, p, fraction)
             tag = f"{task}@{fraction * 100:g}%"
             out[f"{tag}_precision"], out[f"{tag}_recall"], out[f"{tag}_f1"] = top.precision, top.recall, top.f1
+    for name, (y, p) in _node_pairs(labels, predictions, click).items():
+        if 0 < y.sum() < len(y):
+            out[f"node_auc_{name}"] = auc(y, p)
     return out
+
+
+def _node_pairs(labels: dict[str, np.ndarray], predictions: dict[str, np.ndarray],
+                click: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """(label, probability) on clicked rows per micro-behaviour node that has both, in prediction order."""
+    nodes = [key.removeprefix("p_node_") for key in predictions if key.startswith("p_node_")]
+    return {name: (np.asarray(labels[f"micro_{name}"])[click], np.asarray(predictions[f"p_node_{name}"])[click])
+            for name in nodes if f"micro_{name}" in labels}

@@ -17,7 +17,7 @@ from promokit.data.errors import DataError, example_row
 MAX_INTEGER_LEVELS = 64
 #: Categories seen fewer times in training map to the out-of-vocabulary row.
 DEFAULT_MIN_COUNT = 1
-SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count")
+SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count", "micro_behaviors")
 
 
 @dataclass
@@ -28,7 +28,8 @@ class FeatureSpec:
     Label columns are never features, even when listed as such. ``time_key`` names the column that orders
     rows in time (never a feature): training then validates on the latest rows, as a test on later data
     would. ``min_count``: categories seen fewer times in the training table share the out-of-vocabulary
-    row (:class:`~promokit.data.CategoryEncoder`).
+    row (:class:`~promokit.data.CategoryEncoder`). ``micro_behaviors`` lists 0/1 post-click label columns (add to
+    cart, favourite …: the nodes of GMCM's micro-behaviour graph); like every label they are never features.
     """
 
     categorical: list[str] = field(default_factory=list)
@@ -37,6 +38,7 @@ class FeatureSpec:
     group_key: str | None = "user_id"
     time_key: str | None = None
     min_count: int = DEFAULT_MIN_COUNT
+    micro_behaviors: list[str] = field(default_factory=list)
 
     @property
     def features(self) -> list[str]:
@@ -56,7 +58,8 @@ class FeatureSpec:
             raise DataError(f"feature spec: unknown keys {sorted(unknown)}; allowed: {', '.join(SPEC_KEYS)}")
         return cls(categorical=list(data.get("categorical", [])), numeric=list(data.get("numeric", [])),
                    labels=dict(data.get("labels", {})), group_key=data.get("group_key", "user_id"),
-                   time_key=data.get("time_key"), min_count=data.get("min_count", DEFAULT_MIN_COUNT))
+                   time_key=data.get("time_key"), min_count=data.get("min_count", DEFAULT_MIN_COUNT),
+                   micro_behaviors=list(data.get("micro_behaviors", [])))
 
     @classmethod
     def from_file(cls, path: str | Path) -> FeatureSpec:
@@ -91,7 +94,20 @@ class FeatureSpec:
         if extra_roles:
             raise DataError(f"feature spec: unknown label roles {sorted(extra_roles)}; "
                             f"this task uses {[*required_labels, *optional_labels]}")
-        label_columns = set(labels.values())
+        micro = list(self.micro_behaviors)
+        for name in micro:
+            if name not in frame.columns:
+                raise DataError(missing_column_message(name, columns, "micro-behaviour label", len(frame)))
+        repeated = sorted({name for name in micro if micro.count(name) > 1})
+        taken = sorted(set(micro) & set(labels.values()))
+        if repeated or taken:
+            raise DataError(f"feature spec: micro-behaviour columns {repeated or taken} are "
+                            f"{'listed twice' if repeated else 'already label columns'}")
+        as_features = sorted(set(micro) & {*self.categorical, *self.numeric})
+        if as_features:
+            raise DataError(f"feature spec: {as_features} are listed both as micro-behaviours and as features; "
+                            "micro-behaviours happen after the click, so they are labels, never inputs")
+        label_columns = set(labels.values()) | set(micro)
         if self.time_key is not None and self.time_key not in frame.columns:
             raise DataError(missing_column_message(self.time_key, columns, "time key", len(frame)))
 
@@ -120,7 +136,7 @@ class FeatureSpec:
         if not categorical and not numeric:
             raise DataError("the table has no feature columns besides the labels")
         return FeatureSpec(categorical=categorical, numeric=numeric, labels=labels, group_key=self.group_key,
-                           time_key=self.time_key, min_count=self.min_count)
+                           time_key=self.time_key, min_count=self.min_count, micro_behaviors=micro)
 
 
 def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], list[str]]:

@@ -1,6 +1,6 @@
 """Evaluation metrics for promotion-response models (ESM², DMBGN and EOCA papers)."""
 
-from promokit.metrics.compare import rela_impr
+from promokit.metrics.compare import rela_impr, relative_improvement_permille
 from promokit.metrics.probabilistic import logloss, mse
 from promokit.metrics.ranking import (
     GAUCResult,
@@ -38,6 +38,7 @@ __all__ = [
     "per_mille",
     "precision_recall_f1_at_top",
     "rela_impr",
+    "relative_improvement_permille",
     "squared_error",
     "uplift_by_quantile",
 ]

@@ -6,29 +6,39 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
+ACTIVATIONS = {"relu": nn.ReLU, "leaky_relu": nn.LeakyReLU}
+
 
 class MLP(nn.Module):
-    """Linear → ReLU → Dropout blocks, then a linear output layer (no activation: it returns logits).
+    """Linear → [BatchNorm] → activation → [Dropout] blocks, then a linear output layer (logits, no activation).
 
     ESM² eq. (6) is ``sigmoid(MLP(g))`` with hidden sizes (512, 256, 128, 32) and a 2-way softmax output
-    (Table 2); a single logit with a sigmoid is the same model with one parameter set fewer.
+    (Table 2); a single logit with a sigmoid is the same model with one parameter set fewer. GMCM's towers use
+    leaky ReLU (eqs. 11–13) and batch normalisation (its section 5.4). ``out_dim=None`` drops the output layer
+    and returns the last hidden layer (GMCM's eq. 13 representation).
     """
 
-    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int = 1, dropout: float = 0.0):
+    def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int | None = 1, dropout: float = 0.0,
+                 activation: str = "relu", batch_norm: bool = False):
         super().__init__()
         layers: list[nn.Module] = []
         width = in_dim
         for size in hidden:
-            layers += [nn.Linear(width, size), nn.ReLU()]
+            layers.append(nn.Linear(width, size))
+            if batch_norm:
+                layers.append(nn.BatchNorm1d(size))
+            layers.append(ACTIVATIONS[activation]())
             if dropout > 0:
                 layers.append(nn.Dropout(dropout))
             width = size
-        layers.append(nn.Linear(width, out_dim))
+        if out_dim is not None:
+            layers.append(nn.Linear(width, out_dim))
+        self.out_dim = width if out_dim is None else out_dim
         self.layers = nn.Sequential(*layers)
 
     def reset_parameters(self) -> None:
         for layer in self.layers:
-            if isinstance(layer, nn.Linear):
+            if isinstance(layer, (nn.Linear, nn.BatchNorm1d)):
                 layer.reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
