@@ -42,13 +42,52 @@ app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-
 DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet.")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
+MicroOpt = Annotated[Optional[str], typer.Option(
+    "--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns (post-click actions: cart, "
+    "favorite, …; labels, never features), the nodes of GMCM's graph; replaces the spec's micro_behaviors.")]
 
 
-
-def _spec(path: Optional[Path]):
+def _spec(path: Optional[Path], micro_behaviors: Optional[str] = None):
+    """The spec file's FeatureSpec (or an empty one), with ``--micro-behaviors`` as its micro_behaviors."""
     from promokit.data import FeatureSpec
 
-    return FeatureSpec.from_file(path) if path else FeatureSpec()
+    spec = FeatureSpec.from_file(path) if path else FeatureSpec()
+    if micro_behaviors is not None:
+        spec = replace(spec, micro_behaviors=_micro_names(micro_behaviors))
+    return spec
+
+
+def _micro_names(value: str) -> list[str]:
+    """The column names of a ``--micro-behaviors`` list: comma-separated, blanks ignored, at least one."""
+    from promokit.data import DataError
+
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise DataError(f"--micro-behaviors names no column ({value!r}); give comma-separated column names, "
+                        "e.g. cart,favorite")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataError(f"--micro-behaviors lists {repeated} more than once")
+    return names
+
+
+def _synthetic_micro(value: str) -> tuple[list[str], int]:
+    """The synthetic world's micro-behaviours that ``--micro-behaviors`` asks for — a count N (the first N of
+    cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button, micro_11 …) or their names — and
+    how many the world must generate to have them."""
+    from promokit.conversion.synthetic import micro_behavior_names
+    from promokit.data import DataError
+
+    if value.strip().isdigit():
+        return micro_behavior_names(int(value)), int(value)
+    names = _micro_names(value)
+    numbered = [int(n.removeprefix("micro_")) for n in names if n.startswith("micro_") and n[6:].isdigit()]
+    known = micro_behavior_names(max([10, *numbered]))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise DataError(f"--micro-behaviors: the synthetic world has no micro-behaviours {unknown}; it has "
+                        f"{', '.join(known[:10])}, micro_11, micro_12 … (or give a count, e.g. 10)")
+    return names, max(known.index(name) for name in names) + 1
 
 
 ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2")]
@@ -77,7 +116,7 @@ def train(data: DataOpt,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase to 0 on unclicked rows instead of failing.")] = False,
-          resume: ResumeOpt = False):
+          resume: ResumeOpt = False, micro_behaviors: MicroOpt = None):
     """Fit a model on an impression table and write it as a model directory."""
     with user_errors():
         from promokit.conversion import ConversionModel
@@ -86,7 +125,7 @@ def train(data: DataOpt,
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
                                          weight_decay=weight_decay, seed=seed)
-        estimator = ConversionModel(model, model_params, config, _spec(spec), repair_labels)
+        estimator = ConversionModel(model, model_params, config, _spec(spec, micro_behaviors), repair_labels)
         table = read_table(data)
         estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoint_dir(out), resume,
                       valid_split)
@@ -111,7 +150,7 @@ def tune(data: DataOpt,
          metric: Annotated[str, typer.Option("--metric", help="Validation AUC to maximise: ctr_auc | cvr_auc | ctcvr_auc.")] = "ctcvr_auc",
          trials: TrialsOpt = 30, timeout: TimeoutOpt = None, storage: StorageOpt = None,
          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, patience: PatienceOpt = None,
-         seed: SeedOpt = 0, repair_labels: bool = False):
+         seed: SeedOpt = 0, repair_labels: bool = False, micro_behaviors: MicroOpt = None):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
     with user_errors():
@@ -121,7 +160,7 @@ def tune(data: DataOpt,
         config, _ = _training(None, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
         table = read_table(data)
         validation = read_table(valid) if valid else None
-        feature_spec = _spec(spec)
+        feature_spec = _spec(spec, micro_behaviors)
 
         def search(path, on_trial):
             return tune_conversion(model, table, validation, feature_spec, config, metric, trials, timeout, str(path),
@@ -163,14 +202,35 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
 def evaluate(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
              data: DataOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
-             gauc_weight: Annotated[str, typer.Option(help="impressions | uniform (the ESM² paper uses uniform).")] = "impressions"):
-    """Score a trained model on a labelled table: AUCs, GAUC, logloss, MSE, P/R/F1 at top k."""
+             gauc_weight: Annotated[str, typer.Option(help="impressions | uniform (the ESM² paper uses uniform).")] = "impressions",
+             micro_behaviors: Annotated[Optional[str], typer.Option(
+                 "--micro-behaviors", help="Comma-separated micro-behaviour label columns whose node AUCs to report "
+                 "(node_auc_<name>); default: those the model was trained with, when the table has them. A model "
+                 "that predicts nodes is scored only on nodes it was trained on.")] = None):
+    """Score a trained model on a labelled table: AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of
+    a micro-behaviour model)."""
     with user_errors():
         from promokit.conversion import ConversionModel
-        from promokit.data import read_table
+        from promokit.data import DataError, read_table
+        from promokit.data.spec import missing_column_message
 
         estimator = ConversionModel.load(model)
-        metrics = estimator.evaluate(read_table(data), gauc_weight)
+        table = read_table(data)
+        if micro_behaviors is not None:
+            names = _micro_names(micro_behaviors)
+            trained = list(estimator.spec.micro_behaviors)
+            if estimator.uses_micro and set(names) - set(trained):
+                raise DataError(f"--micro-behaviors: model {estimator.name!r} was trained on the nodes {trained}, "
+                                f"not {sorted(set(names) - set(trained))}")
+            for name in names:
+                if name not in table.columns:
+                    raise DataError(missing_column_message(name, list(table.columns), "micro-behaviour label",
+                                                           len(table)))
+            if not estimator.uses_micro:
+                get_console().print(f"note: model {estimator.name!r} predicts no micro-behaviour nodes; "
+                                    "--micro-behaviors adds node AUCs only for gmcm / mcm-* models")
+            estimator.spec = replace(estimator.spec, micro_behaviors=names)
+        metrics = estimator.evaluate(table, gauc_weight)
         write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {data.name}")
 
 
@@ -208,6 +268,11 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
           params: Annotated[Optional[str], typer.Option(help='Parameters for every neural model (JSON or a JSON file); they override the defaults, e.g. \'{"dropout": 0.2}\'.')] = None,
           tuned: TunedOpt = None, repair_labels: bool = False,
+          micro_behaviors: Annotated[Optional[str], typer.Option(
+              "--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns of --data (labels, never "
+              "features; replaces the spec's micro_behaviors). On the synthetic world: a count N (its first N of "
+              "cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button) or their names; the "
+              "oracle row then has their true node AUCs.")] = None,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
     with user_errors():
@@ -221,11 +286,14 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
                                 monitor=monitor, embedding_decay=embedding_decay)
         oracle = None
         if data is None:
-            world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0)
+            nodes, n_micro = _synthetic_micro(micro_behaviors) if micro_behaviors is not None else ([], 0)
+            world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0, n_micro=n_micro)
             parts, truth, feature_spec = world_split(world)
+            feature_spec = replace(feature_spec, micro_behaviors=nodes)
+            truth = truth.drop(columns=[f"p_node_{n}" for n in world.micro_behaviors if n not in nodes])
         else:
             table = read_table(data)
-            feature_spec = _spec(spec)
+            feature_spec = _spec(spec, micro_behaviors)
             parts = runner.split_table(table, feature_spec, split, valid_split)
         if min_count is not None:
             feature_spec = replace(feature_spec, min_count=min_count)
@@ -253,21 +321,41 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
 @app.command()
 def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the impression table.")],
           users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
-          truth: Annotated[bool, typer.Option(help="Also write the true probabilities as columns true_p_*.")] = False):
-    """Write the synthetic impression world as a table to try the other commands on."""
+          truth: Annotated[bool, typer.Option(help="Also write the true probabilities as columns true_p_* (with "
+                                              "micro-behaviours: true_p_node_<name>, P(behaviour | click, "
+                                              "features)).")] = False,
+          micro_behaviors: Annotated[int, typer.Option(
+              "--micro-behaviors", min=0, help="Add this many 0/1 micro-behaviour label columns (GMCM): cart, "
+              "favorite, review, qa, zoom, sku, share, detail, coupon, buy_button, then micro_11 …; 0 on unclicked "
+              "rows. They are post-click labels, never features, so a spec declaring them (micro_behaviors: "
+              "[…]) is written beside the table as OUT.spec.yaml: pass it with --spec.")] = 0):
+    """Write the synthetic impression world as a table to try the other commands on.
+
+    Columns: the categorical and numeric features, the labels click, daction, purchase, and with
+    --micro-behaviors N the N micro-behaviour labels (plus OUT.spec.yaml, their feature spec)."""
     with user_errors():
         import pandas as pd
+        import yaml
 
         from promokit.conversion.synthetic import make_world
-        from promokit.data import write_parquet
+        from promokit.data import FeatureSpec, write_parquet, write_text
 
-        world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=seed)
+        world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=seed,
+                           n_micro=micro_behaviors)
         table = world.table
         if truth:
             table = pd.concat([table, world.truth.add_prefix("true_")], axis=1)
         write_parquet(table, out)
-        get_console().print(f"{len(table):,} impressions written to {out}; categorical: {world.categorical}; "
-                         f"numeric: {world.numeric}")
+        console = get_console()
+        console.print(f"{len(table):,} impressions written to {out}; categorical: {world.categorical}; "
+                      f"numeric: {world.numeric}")
+        if world.micro_behaviors:
+            spec_path = out.with_suffix(".spec.yaml")
+            spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id",
+                               micro_behaviors=world.micro_behaviors)
+            write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False), spec_path)
+            console.print(f"micro-behaviour labels: {world.micro_behaviors}; spec written to {spec_path} (try: "
+                          f"promokit conversion train --data {out} --spec {spec_path} --model gmcm --out model)")
 
 
 @app.command()

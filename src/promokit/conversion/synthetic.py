@@ -10,11 +10,45 @@ biases, user-segment × item-category tastes and the fit of price to purchasing 
 categorical features, and monotone effects of noisy numeric features. A latent purchase intent shared by
 y2, y3 and y4 makes DAction labels informative about purchase. A small per-impression noise is left for
 no model to learn.
+
+Micro-behaviours (GMCM §3; ``make_world(n_micro=N)``)
+------------------------------------------------------
+With ``n_micro = N > 0`` the table gains N 0/1 post-click LABEL columns (never features), named after the
+paper's behaviours in the order of :data:`MICRO_BEHAVIORS` — ``cart, favorite, review, qa, zoom, sku, share,
+detail, coupon, buy_button`` — and ``micro_11``, ``micro_12`` … beyond ten. They are 0 on every unclicked row.
+On a clicked row, with the purchase label b already drawn from its true p_cvr as before::
+
+    z     = (logit p_cvr − m) / s            buying intent: the purchase logit, standardised over the
+                                             impressions (m, s its mean and std); a function of the features
+    d     ~ N(0, 1)                          shared "browsing depth" of the visit
+    c_k   ~ N(0, 1), k ∈ {evaluate, inspect, purchase}   one factor per behaviour cluster
+    η_j   = α_j + β_j·z + γ_j·b + λ_j·d + κ_j·c_{k(j)}
+    m_j | click, features, b, d, c  ~  Bernoulli(σ(η_j)),  independent over j
+
+with the clusters review↔qa (evaluate), zoom↔sku↔detail (inspect) and cart↔coupon↔buy_button (purchase);
+favorite and share belong to none (κ_j = 0). Every behaviour loads positively on the intent (β_j > 0) and on
+the purchase itself (γ_j > 0), so purchases show more of every behaviour (GMCM Figure 2) and the behaviours
+share the latent intent with the purchase: a multi-task model learns about CVR from them although they are
+never inputs. The depth factor correlates all behaviours with one another, the cluster factor those of one
+cluster more (so the concurrence matrix P of the PMG is informative). ``micro_{j+1}`` for j ≥ 10 reuses the
+parameters of behaviour ``j mod 10`` with β and γ scaled by 0.7, and joins its cluster.
+
+Truth. d and c are independent of b and of the features, and b | click, features ~ Bernoulli(p_cvr), so the
+true probability given the click and the features (the truth column ``p_node_<name>``) is, exactly,
+
+    p_node_j = p_cvr·E[σ(α_j + β_j z + γ_j + τ_j ε)] + (1 − p_cvr)·E[σ(α_j + β_j z + τ_j ε)],
+    ε ~ N(0, 1),  τ_j² = λ_j² + κ_j²,
+
+each expectation a logistic-normal integral computed by 16-point Gauss–Hermite quadrature (error < 1e-6).
+The purchase, and with it p_cvr and the other truth columns, is untouched: the CVR oracle stays the true
+probability given the features. The micro-behaviour draws come from a third child of the world's
+SeedSequence, after everything else, so a world with ``n_micro = 0`` is the same as before the option existed,
+and the first K behaviours of a world are the same for every ``n_micro ≥ K``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -28,6 +62,26 @@ INTERCEPT = {"y1": -2.43, "y2": -1.65, "y3": -1.4, "y4": -4.1}
 #: Evening peak (14 h phase) of both traffic and click propensity over the hours of the day.
 EVENING = np.sin(2 * np.pi * (np.arange(N_HOUR) - 14) / N_HOUR)
 
+#: The micro-behaviours of GMCM (Figure 2), in the order ``make_world(n_micro=…)`` adds them.
+MICRO_BEHAVIORS = ("cart", "favorite", "review", "qa", "zoom", "sku", "share", "detail", "coupon", "buy_button")
+#: Clusters of micro-behaviours sharing a factor of their own on top of the browsing depth.
+MICRO_CLUSTERS = ("evaluate", "inspect", "purchase")
+#: Per behaviour: base logit α, intent loading β, purchase effect γ, depth loading λ, cluster loading κ, cluster.
+MICRO_PARAMS = {
+    "cart":       (-1.7, 0.7, 1.6, 0.6, 0.9, "purchase"),
+    "favorite":   (-1.9, 0.5, 0.8, 0.7, 0.0, None),
+    "review":     (-1.2, 0.5, 0.9, 0.8, 1.0, "evaluate"),
+    "qa":         (-2.3, 0.5, 0.9, 0.7, 1.0, "evaluate"),
+    "zoom":       (-0.6, 0.4, 0.6, 0.8, 1.0, "inspect"),
+    "sku":        (-1.2, 0.6, 1.2, 0.7, 1.0, "inspect"),
+    "share":      (-2.7, 0.3, 0.6, 0.6, 0.0, None),
+    "detail":     (-0.3, 0.4, 0.5, 0.8, 1.0, "inspect"),
+    "coupon":     (-2.3, 0.6, 1.2, 0.6, 0.9, "purchase"),
+    "buy_button": (-2.6, 0.8, 2.4, 0.5, 0.9, "purchase"),
+}
+#: Gauss–Hermite points of the logistic-normal integrals of the p_node truth.
+QUADRATURE_POINTS = 16
+
 
 @dataclass(frozen=True)
 class SyntheticWorld:
@@ -37,18 +91,24 @@ class SyntheticWorld:
     truth: pd.DataFrame
     categorical: list[str]
     numeric: list[str]
+    #: The micro-behaviour label columns of ``table`` (none unless ``make_world(n_micro=…)``).
+    micro_behaviors: list[str] = field(default_factory=list)
 
 
 def make_world(n_users: int = 2000, n_items: int = 800, n_impressions: int = 300_000, seed: int = 0,
                n_extra_categorical: int = 0, extra_cardinality: int = 100_000,
-               n_extra_numeric: int = 0) -> SyntheticWorld:
+               n_extra_numeric: int = 0, n_micro: int = 0) -> SyntheticWorld:
     """Draw users, items and impressions, their true y1..y4 and labels along the ESM² graph.
 
     ``n_extra_categorical`` / ``n_extra_numeric`` add pure-noise fields ``cat_extra_{k}`` (uniform ids in
     ``[0, extra_cardinality)``) and ``num_extra_{k}`` (standard normal), drawn from their own stream so the
-    rest of the world does not depend on them.
+    rest of the world does not depend on them. ``n_micro`` adds that many micro-behaviour label columns
+    (:func:`micro_behavior_names`; 0 on unclicked rows) and their true probabilities given a click,
+    ``p_node_<name>``, to the truth (see the module docstring), also from a stream of their own.
     """
-    world_seed, extra_seed = np.random.SeedSequence(seed).spawn(2)
+    if isinstance(n_micro, bool) or not isinstance(n_micro, (int, np.integer)) or n_micro < 0:
+        raise ValueError(f"n_micro must be a whole number >= 0, got {n_micro!r}")
+    world_seed, extra_seed, micro_seed = np.random.SeedSequence(seed).spawn(3)
     rng = np.random.default_rng(world_seed)
     world = _World(rng, n_users, n_items)
     users, items = _popular(rng, n_users, n_impressions), _popular(rng, n_items, n_impressions)
@@ -58,9 +118,58 @@ def make_world(n_users: int = 2000, n_items: int = 800, n_impressions: int = 300
                                    extra_cardinality, n_extra_numeric)
     categorical = [*features["categorical"], *extra_cat]
     numeric = [*features["numeric"], *extra_num]
-    table = pd.DataFrame({**features["categorical"], **extra_cat, **features["numeric"], **extra_num, **labels},
-                         copy=False)
-    return SyntheticWorld(table, compose_truth(*y), categorical, numeric)
+    truth = compose_truth(*y)
+    micro, node_truth = {}, {}
+    if n_micro > 0:
+        micro, node_truth = draw_micro_behaviors(np.random.default_rng(micro_seed), n_micro, labels["click"],
+                                                 labels["purchase"], truth["p_cvr"].to_numpy())
+        truth = pd.concat([truth, pd.DataFrame(node_truth, index=truth.index)], axis=1)
+    table = pd.DataFrame({**features["categorical"], **extra_cat, **features["numeric"], **extra_num, **labels,
+                          **micro}, copy=False)
+    return SyntheticWorld(table, truth, categorical, numeric, list(micro))
+
+
+def micro_behavior_names(n: int) -> list[str]:
+    """The first ``n`` micro-behaviour names: GMCM's ten behaviours, then ``micro_11``, ``micro_12`` …"""
+    return [MICRO_BEHAVIORS[j] if j < len(MICRO_BEHAVIORS) else f"micro_{j + 1}" for j in range(n)]
+
+
+def micro_params(j: int) -> tuple[float, float, float, float, float, str | None]:
+    """(α, β, γ, λ, κ, cluster) of behaviour ``j`` (0-based): those of ``MICRO_PARAMS``, and for j ≥ 10 those of
+    behaviour ``j mod 10`` with the intent and purchase loadings β, γ scaled by 0.7."""
+    alpha, beta, gamma, depth, loading, cluster = MICRO_PARAMS[MICRO_BEHAVIORS[j % len(MICRO_BEHAVIORS)]]
+    if j >= len(MICRO_BEHAVIORS):
+        beta, gamma = 0.7 * beta, 0.7 * gamma
+    return alpha, beta, gamma, depth, loading, cluster
+
+
+def draw_micro_behaviors(rng: np.random.Generator, n_micro: int, click: np.ndarray, purchase: np.ndarray,
+                         p_cvr: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The micro-behaviour labels (0 where ``click`` is 0) and their truth ``p_node_<name>`` = P(behaviour |
+    click, features), by the equations of the module docstring. Draws d, the cluster factors, then one uniform
+    per row and behaviour in behaviour order, for every row (clicked or not) so the streams do not depend on
+    the clicks."""
+    n = len(click)
+    logit = np.log(p_cvr) - np.log1p(-p_cvr)
+    intent = (logit - logit.mean()) / logit.std()
+    depth = rng.standard_normal(n)
+    clusters = dict(zip(MICRO_CLUSTERS, rng.standard_normal((len(MICRO_CLUSTERS), n))))
+    uniforms = rng.random((n_micro, n))
+    clicked = np.asarray(click) == 1
+    x, w = np.polynomial.hermite_e.hermegauss(QUADRATURE_POINTS)  # ∫ f(x) e^{-x²/2} dx ≈ Σ w_k f(x_k)
+    w = w / np.sqrt(2 * np.pi)
+    labels, truth = {}, {}
+    for j, name in enumerate(micro_behavior_names(n_micro)):
+        alpha, beta, gamma, lam, kappa, cluster = micro_params(j)
+        base = alpha + beta * intent
+        shared = lam * depth + (kappa * clusters[cluster] if cluster else 0.0)
+        fired = clicked & (uniforms[j] < _sigmoid(base + gamma * purchase + shared))
+        labels[name] = fired.astype(np.int64)
+        tau = np.hypot(lam, kappa)
+        buy = sum(wk * _sigmoid(base + gamma + tau * xk) for xk, wk in zip(x, w))
+        no_buy = sum(wk * _sigmoid(base + tau * xk) for xk, wk in zip(x, w))
+        truth[f"p_node_{name}"] = p_cvr * buy + (1 - p_cvr) * no_buy
+    return labels, truth
 
 
 def compose_truth(y1: np.ndarray, y2: np.ndarray, y3: np.ndarray, y4: np.ndarray) -> pd.DataFrame:
