@@ -1,4 +1,7 @@
-"""load_kuairand / kuairand_spec on a tiny fake KuaiRand-Pure folder (never the real data)."""
+"""load_kuairand / kuairand_spec on a tiny fake KuaiRand-Pure folder; the micro-behaviour / GMCM tests at the end
+also read the shared 2,000-row smoke log (skipped when ../shared/data/kuairand_pure is absent)."""
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -7,6 +10,8 @@ import pytest
 from promokit.conversion.contract import check_labels
 from promokit.conversion.kuairand import (
     LOG_FILE,
+    MICRO_BEHAVIOURS,
+    MICRO_NAMES,
     OUTCOME_COLUMNS,
     USER_FILE,
     VIDEO_FILE,
@@ -42,7 +47,7 @@ def fake_log() -> pd.DataFrame:
         "hourmin": [0, 100, 200, 300, 400, 500, 600, 700, 800, 900],
         "time_ms": np.arange(n) * 1000 + 1650812741436,
         **{name: pd.array(flags[:, j], dtype="Int64") for j, name in enumerate(NAMES)},
-        "is_hate": pd.array([0] * n, dtype="Int64"),
+        "is_hate": pd.array([1, 0, 0, 0, 0, 0, 0, 0, 0, 1], dtype="Int64"),  # row 9: hate without click
         "long_view": pd.array([1, 1, 1, 0, 0, 1, 0, 0, 1, 0], dtype="Int64"),
         "play_time_ms": pd.array(np.arange(n) * 5000, dtype="Int64"),
         "duration_ms": pd.array([50_000] * n, dtype="Int64"),
@@ -141,18 +146,19 @@ def test_daction_behaviours_are_configurable(folder):
 
 
 def test_nesting_repair_is_counted(folder):
-    _, report = load_kuairand(folder)
+    _, report = load_kuairand(folder, micro=None)
     assert report.repaired == {"daction": 2, "purchase": 1}
     assert report.unclicked_behaviours == {"is_like": 2, "is_comment": 0, "is_forward": 0,
                                            "is_profile_enter": 1, "is_follow": 1}
-    assert "daction 2, purchase 1" in report.summary()
+    assert "daction 2, purchase 1 [" in report.summary()
+    assert "micro" not in report.summary() and report.micro_behaviours == {}
     with pytest.raises(AttributeError):  # frozen
         report.rows = 0
     assert isinstance(report, KuaiRandReport)
 
 
 def test_no_outcome_column_leaks_into_table_or_spec(folder):
-    table, _ = load_kuairand(folder)
+    table, _ = load_kuairand(folder, micro=None)
     spec = kuairand_spec(table)
     assert not OUTCOME_COLUMNS & set(table.columns)
     assert not [c for c in table.columns if c.startswith("is_")]
@@ -184,7 +190,7 @@ def test_side_features_are_joined_and_cleaned(folder):
     assert table.loc[5, "tag"] == "unknown"
     assert np.isnan(table.loc[1, "video_duration"])
     assert report.missing_side_features == {"user": 0, "video": 0}
-    assert list(table.columns[-3:]) == ["click", "daction", "purchase"]
+    assert list(table.columns[-9:]) == ["click", "daction", "purchase", *MICRO_NAMES]
 
 
 def test_without_side_features(tmp_path):
@@ -193,7 +199,7 @@ def test_without_side_features(tmp_path):
     fake_log().to_parquet(folder / LOG_FILE, index=False)
     table, report = load_kuairand(folder, side_features=False)
     assert list(table.columns) == ["user_id", "item_id", "author_id", "tab", "date", "hourmin", "tag",
-                                   "video_duration", "freshness_days", "click", "daction", "purchase"]
+                                   "video_duration", "freshness_days", "click", "daction", "purchase", *MICRO_NAMES]
     assert report.missing_side_features == {}
     assert "user_active_degree" not in kuairand_spec(table).features
 
@@ -253,9 +259,161 @@ def test_cli_writes_table_spec_and_report(tmp_path, folder):
     table = read_table(out)
     spec = FeatureSpec.from_file(out.with_suffix(".spec.yaml"))
     assert spec.labels == {"click": "click", "daction": "daction", "purchase": "purchase"}
+    assert spec.micro_behaviors == list(MICRO_NAMES) and not set(MICRO_NAMES) & set(spec.features)
+    assert list(table.columns[-6:]) == list(MICRO_NAMES)
     assert "user_id" not in spec.categorical and "video_duration" in spec.numeric
     assert spec.resolve(table, ("click", "purchase"), ("daction",)).features == spec.features
     assert '"repaired"' in out.with_suffix(".json").read_text()
 
     missing = CliRunner().invoke(app, ["conversion", "kuairand", "--src", str(tmp_path / "nowhere"), "--out", str(out)])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+    chosen = tmp_path / "chosen.parquet"
+    result = CliRunner().invoke(app, ["conversion", "kuairand", "--src", str(folder), "--out", str(chosen),
+                                      "--micro-behaviors", "is_like, finish"])
+    assert result.exit_code == 0, result.output
+    assert FeatureSpec.from_file(chosen.with_suffix(".spec.yaml")).micro_behaviors == ["like", "finish"]
+    none = tmp_path / "none.parquet"
+    assert CliRunner().invoke(app, ["conversion", "kuairand", "--src", str(folder), "--out", str(none),
+                                    "--micro-behaviors", "none"]).exit_code == 0
+    assert FeatureSpec.from_file(none.with_suffix(".spec.yaml")).micro_behaviors == []
+    assert list(read_table(none).columns[-3:]) == ["click", "daction", "purchase"]
+    clash = CliRunner().invoke(app, ["conversion", "kuairand", "--src", str(folder), "--out", str(none),
+                                     "--micro-behaviors", "is_follow"])
+    assert clash.exit_code == 2 and "is the purchase" in clash.output
+
+
+# ------------------------------------------------------------------------------------------ micro-behaviours
+def test_micro_behaviours_are_post_click_labels(folder):
+    table, report = load_kuairand(folder)
+    assert MICRO_NAMES == ("like", "comment", "forward", "profile_enter", "long_view", "hate")
+    assert table["like"].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0]           # rows 7, 8 unclicked → 0
+    assert table["comment"].tolist() == [0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+    assert table["forward"].tolist() == [0, 0, 0, 1, 0, 0, 0, 0, 0, 0]
+    assert table["profile_enter"].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]  # row 8 unclicked → 0
+    assert table["long_view"].tolist() == [1, 1, 1, 0, 0, 1, 0, 0, 0, 0]      # row 8 unclicked → 0
+    assert table["hate"].tolist() == [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]           # row 9 unclicked → 0
+    for name in MICRO_NAMES:
+        assert table[name].dtype == np.int8
+        assert (table.loc[table["click"] == 0, name] == 0).all()
+    assert report.micro_behaviours == dict(zip(MICRO_NAMES, MICRO_BEHAVIOURS))
+    assert report.micro_counts == {"like": 1, "comment": 1, "forward": 1, "profile_enter": 1, "long_view": 4,
+                                   "hate": 1}
+    assert report.repaired == {"daction": 2, "purchase": 1, "like": 2, "comment": 0, "forward": 0,
+                               "profile_enter": 1, "long_view": 1, "hate": 1}
+    assert report.unclicked_behaviours["long_view"] == 1 and report.unclicked_behaviours["is_hate"] == 1
+    assert "like 2, comment 0, forward 0, profile_enter 1, long_view 1, hate 1 [" in report.summary()
+    assert "micro-behaviours (labels, 1 only after a click): like 1, comment 1" in report.summary()
+    # the conversion contract checks them as post-click labels: nothing left to repair
+    from promokit.conversion.contract import LabelReport, check_micro_behaviors
+    label_report = LabelReport()
+    check_micro_behaviors(table, list(MICRO_NAMES), table["click"].to_numpy(), "click", False, label_report)
+    assert label_report.repaired == {}
+
+
+def test_micro_behaviours_leave_the_other_columns_unchanged(folder):
+    without, report_without = load_kuairand(folder, micro=None)
+    with_micro, report = load_kuairand(folder)
+    assert list(with_micro.columns) == [*without.columns, *MICRO_NAMES]
+    pd.testing.assert_frame_equal(with_micro[list(without.columns)], without)
+    assert load_kuairand(folder, micro=())[0].equals(without)
+    for field in ("rows", "clicks", "dactions", "purchases", "purchases_after_daction"):
+        assert getattr(report, field) == getattr(report_without, field)
+    assert {k: report.repaired[k] for k in ("daction", "purchase")} == report_without.repaired
+    assert report.summary().startswith(report_without.summary().split(" Nesting repair")[0])
+
+
+def test_spec_lists_micro_behaviours_never_as_features(folder):
+    table, _ = load_kuairand(folder)
+    spec = kuairand_spec(table)
+    assert spec.micro_behaviors == list(MICRO_NAMES)
+    assert not set(MICRO_NAMES) & set(spec.features)
+    assert not OUTCOME_COLUMNS & set(spec.features)
+    assert set(table.columns) & OUTCOME_COLUMNS == {"like", "long_view"}  # only as the micro-behaviour labels
+    resolved = spec.resolve(table, ("click", "purchase"), ("daction",))
+    assert resolved.micro_behaviors == list(MICRO_NAMES) and resolved.features == spec.features
+    assert kuairand_spec(table, micro_behaviors=["like"]).micro_behaviors == ["like"]
+    assert kuairand_spec(table, micro_behaviors=[]).micro_behaviors == []
+    assert kuairand_spec(load_kuairand(folder, micro=None)[0]).micro_behaviors == []
+    with pytest.raises(DataError, match=r"\['tag'\] are features"):
+        kuairand_spec(table, micro_behaviors=["like", "tag"])
+    with pytest.raises(DataError, match="missing"):
+        kuairand_spec(table, micro_behaviors=["share"])
+
+
+def test_micro_behaviours_are_configurable(folder):
+    table, report = load_kuairand(folder, micro=("is_like", "finish"), side_features=False)
+    assert list(table.columns[-5:]) == ["click", "daction", "purchase", "like", "finish"]
+    assert table["finish"].tolist() == [1, 0, 1, 0, 1, 0, 0, 0, 0, 0]      # the log's finish, 0 without a click
+    assert report.repaired["finish"] == 2 and kuairand_spec(table).micro_behaviors == ["like", "finish"]
+    # the default leaves out the purchase behaviour when it is one of them
+    table, report = load_kuairand(folder, purchase="is_like", daction=("is_comment",))
+    assert "like" not in table.columns and list(report.micro_behaviours) == [n for n in MICRO_NAMES if n != "like"]
+    assert table["purchase"].tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_bad_micro_behaviours_are_refused(folder):
+    with pytest.raises(DataError, match="'is_follow' is the purchase"):
+        load_kuairand(folder, micro=("is_like", "is_follow"))
+    with pytest.raises(DataError, match="'is_click' is the click"):
+        load_kuairand(folder, micro=("is_click",))
+    with pytest.raises(DataError, match="more than once"):
+        load_kuairand(folder, micro=("is_like", "is_like"))
+    with pytest.raises(DataError, match="repeat or clash"):
+        load_kuairand(folder, micro=("is_like", "like"))
+    with pytest.raises(DataError, match="clash"):
+        load_kuairand(folder, micro=("tab",))
+    with pytest.raises(DataError, match="not the string"):
+        load_kuairand(folder, micro="is_like")
+    with pytest.raises(DataError, match=r"\['is_share'\] are missing"):
+        load_kuairand(folder, micro=("is_like", "is_share"), side_features=False)
+    log = fake_log()
+    log.loc[2, "long_view"] = pd.NA
+    with pytest.raises(DataError, match="'long_view' must be 0/1 but has 1 missing"):
+        load_kuairand(write_folder(folder.parent / "bad", log=log))
+
+
+# ------------------------------------------------------------------------------------- the shared smoke log
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kuairand_pure"
+SMOKE = "kuairand_pure_smoke_2000.parquet"
+needs_smoke = pytest.mark.skipif(not (SHARED / SMOKE).is_file(), reason=f"no {SHARED / SMOKE}")
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    table, report = load_kuairand(SHARED, log=SMOKE)
+    return table, report, kuairand_spec(table)
+
+
+@needs_smoke
+def test_smoke_log_micro_behaviours(smoke):
+    table, report, spec = smoke
+    raw = pd.read_parquet(SHARED / SMOKE)
+    assert len(table) == len(raw) == 2000
+    assert list(table.columns[-6:]) == list(MICRO_NAMES)
+    clicked = raw["is_click"].to_numpy() == 1
+    for name, source in zip(MICRO_NAMES, MICRO_BEHAVIOURS):
+        assert set(np.unique(table[name])) <= {0, 1}
+        assert (table.loc[table["click"] == 0, name] == 0).all()
+        expected = (raw[source].to_numpy() == 1) & clicked
+        assert np.array_equal(table[name].to_numpy() == 1, expected), name
+        assert report.repaired[name] == int(((raw[source].to_numpy() == 1) & ~clicked).sum())
+    assert spec.micro_behaviors == list(MICRO_NAMES)
+    assert not set(MICRO_NAMES) & set(spec.features) and not OUTCOME_COLUMNS & set(spec.features)
+    assert table["long_view"].sum() > 0 and table["like"].sum() > 0
+
+
+@needs_smoke
+def test_gmcm_fits_the_smoke_table(smoke):
+    from promokit.conversion import ConversionModel
+    from promokit.training import TrainConfig
+
+    table, _, spec = smoke
+    model = ConversionModel("gmcm", spec=spec, train=TrainConfig(epochs=1, batch_size=256, progress=False)).fit(table)
+    assert model.net.nodes == list(MICRO_NAMES) and model.pmg.shape == (6, 6)
+    predictions = model.predict(table)
+    assert [f"p_node_{name}" for name in MICRO_NAMES] == [c for c in predictions.columns if c.startswith("p_node_")]
+    assert {"p_ctr", "p_cvr", "p_ctcvr"} <= set(predictions.columns)
+    values = predictions.to_numpy()
+    assert np.isfinite(values).all() and ((values >= 0) & (values <= 1)).all()
+    assert "node_auc_like" in model.evaluate(table)

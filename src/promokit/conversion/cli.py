@@ -364,18 +364,31 @@ def kuairand(src: Annotated[Path, typer.Option("--src", help="KuaiRand-Pure fold
              log: Annotated[Optional[str], typer.Option(help="Log file in the folder (default: the 04-25…04-30 val log).")] = None,
              ids: Annotated[bool, typer.Option(help="List user/item/author ids as features in the written spec.")] = True,
              purchase: Annotated[str, typer.Option(help="Log column that is the conversion, e.g. is_follow or is_like.")] = "is_follow",
-             daction: Annotated[Optional[str], typer.Option(help="Comma-separated log columns whose OR is the DAction (default: is_like,is_comment,is_forward,is_profile_enter without the --purchase column).")] = None):
+             daction: Annotated[Optional[str], typer.Option(help="Comma-separated log columns whose OR is the DAction (default: is_like,is_comment,is_forward,is_profile_enter without the --purchase column).")] = None,
+             micro_behaviors: Annotated[Optional[str], typer.Option(
+                 "--micro-behaviors", help="Comma-separated 0/1 log columns written as micro-behaviour labels (GMCM's "
+                 "graph nodes, named without is_; 'none' for none). Default: is_like, is_comment, is_forward, "
+                 "is_profile_enter, long_view, is_hate without the --purchase column.")] = None):
     """Map KuaiRand-Pure to the conversion contract: click = is_click, DAction = like | comment | forward |
-    profile enter, purchase = is_follow (both on clicked rows; --purchase / --daction choose others). Writes the
-    table, a feature spec beside it (OUT.spec.yaml, for --spec; time_key: date) and the load report (OUT.json)."""
+    profile enter, purchase = is_follow (both on clicked rows; --purchase / --daction choose others), and the
+    post-click behaviours as micro-behaviour labels (GMCM). Writes the table, a feature spec beside it
+    (OUT.spec.yaml, for --spec; time_key: date; micro_behaviors: the labels) and the load report (OUT.json)."""
     with user_errors():
         import yaml
 
-        from promokit.conversion.kuairand import DACTION_BEHAVIOURS, LOG_FILE, kuairand_spec, load_kuairand
+        from promokit.conversion.kuairand import (
+            DACTION_BEHAVIOURS,
+            LOG_FILE,
+            MICRO_BEHAVIOURS,
+            kuairand_spec,
+            load_kuairand,
+        )
         from promokit.data import write_json, write_parquet, write_text
 
         behaviours = tuple(daction.split(",")) if daction else tuple(b for b in DACTION_BEHAVIOURS if b != purchase)
-        table, report = load_kuairand(src, log=log or LOG_FILE, daction=behaviours, purchase=purchase)
+        micro = (MICRO_BEHAVIOURS if micro_behaviors is None else
+                 () if micro_behaviors.strip().lower() == "none" else tuple(_micro_names(micro_behaviors)))
+        table, report = load_kuairand(src, log=log or LOG_FILE, daction=behaviours, purchase=purchase, micro=micro)
         write_parquet(table, out)
         spec_path = out.with_suffix(".spec.yaml")
         write_text(yaml.safe_dump(kuairand_spec(table, ids=ids).to_dict(), sort_keys=False), spec_path)

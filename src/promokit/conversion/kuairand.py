@@ -1,4 +1,4 @@
-"""KuaiRand-Pure as an entire-space conversion table: impression → click → DAction → purchase.
+"""KuaiRand-Pure as an entire-space conversion table: impression → click → DAction / micro-behaviours → purchase.
 
 Data and licence
 ----------------
@@ -22,11 +22,25 @@ Mapping to the conversion contract (:mod:`promokit.conversion.contract`)
               high-value conversion (≈ 0.1 % of impressions)
 ============  =============================================================================================
 
+Micro-behaviours (GMCM)
+-----------------------
+The post-click behaviours are also written one by one as 0/1 micro-behaviour label columns, the nodes of
+GMCM's micro-behaviour graph (the ``micro`` argument, default :data:`MICRO_BEHAVIOURS`), named without the
+``is_`` prefix: ``like, comment, forward, profile_enter, long_view, hate`` (:data:`MICRO_NAMES`).
+``is_follow`` (the purchase) and ``is_click`` are never micro-behaviours; the default leaves the purchase
+column out when it is one of them (e.g. ``purchase="is_like"``). They are labels, never features:
+:func:`kuairand_spec` lists them under ``micro_behaviors``. The log's other post-click signals are
+duplicates or derived from play time: ``like`` = ``is_like``, ``long_watch`` = ``long_view``, ``finish``
+(played to the end; 0/1, can be named in ``micro``), ``is_positive`` (≈ an OR of the others), ``watch_ratio``,
+``play_time_ms``, ``profile_stay_time`` and ``comment_stay_time`` (not 0/1). ``is_hate`` is mostly used
+*without* a click (38 of its 65 rows in the val log), so its node sees only 27 positives.
+
 Nesting repair: in this log the post-click behaviours are not strictly nested under the click (the
-val log has 291 likes, 128 profile entries and 21 follows on rows with ``is_click = 0``). ESM²'s
-composition (p_ctcvr = p_ctr · p_cvr) needs them nested, so :func:`load_kuairand` sets ``daction`` and
-``purchase`` to 0 on unclicked rows and counts the changed rows, per label and per source behaviour, in
-:class:`KuaiRandReport`.
+val log has 291 likes, 128 profile entries, 104 long views, 38 hates and 21 follows on rows with
+``is_click = 0``). ESM²'s composition (p_ctcvr = p_ctr · p_cvr) and GMCM's graph need them nested, so
+:func:`load_kuairand` sets ``daction``, ``purchase`` and each micro-behaviour to 0 on unclicked rows and counts
+the changed rows, per label and per source behaviour, in :class:`KuaiRandReport`. The micro-behaviour columns
+are computed from the log independently of the other labels: asking for them changes no other column.
 
 Features
 --------
@@ -65,6 +79,10 @@ VIDEO_FILE = "video_features_basic_pure.csv"
 CLICK = "is_click"
 DACTION_BEHAVIOURS = ("is_like", "is_comment", "is_forward", "is_profile_enter")
 PURCHASE_BEHAVIOUR = "is_follow"
+#: Default micro-behaviours (GMCM's graph nodes): the 0/1 post-click behaviours of the log other than the purchase.
+MICRO_BEHAVIOURS = ("is_like", "is_comment", "is_forward", "is_profile_enter", "long_view", "is_hate")
+#: Their column names in the table (the log column without its ``is_`` prefix).
+MICRO_NAMES = tuple(c.removeprefix("is_") for c in MICRO_BEHAVIOURS)
 
 #: Log columns measured during or after the impression: labels or outcomes, never features.
 OUTCOME_COLUMNS = frozenset({
@@ -117,6 +135,10 @@ class KuaiRandReport:
     unclicked_behaviours: dict[str, int] = field(default_factory=dict)
     #: rows whose user / video had no side-feature row (features set to missing)
     missing_side_features: dict[str, int] = field(default_factory=dict)
+    #: micro-behaviour column in the table → its log column (empty when none were asked for)
+    micro_behaviours: dict[str, str] = field(default_factory=dict)
+    #: micro-behaviour column → its 1s after the repair (i.e. on clicked rows)
+    micro_counts: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         repaired = ", ".join(f"{k} {v}" for k, v in self.repaired.items()) or "none"
@@ -127,6 +149,9 @@ class KuaiRandReport:
                 f"({self.purchase_behaviour}) {self.purchases:,} "
                 f"({self.purchases_after_daction} after a DAction). Nesting repair (set to 0 without a click): "
                 f"{repaired} [behaviours on unclicked rows: {behaviours}]")
+        if self.micro_behaviours:
+            counts = ", ".join(f"{k} {v:,}" for k, v in self.micro_counts.items())
+            text += f"; micro-behaviours (labels, 1 only after a click): {counts}"
         missing = {k: v for k, v in self.missing_side_features.items() if v}
         if missing:
             text += f"; rows without side features: {missing}"
@@ -134,14 +159,17 @@ class KuaiRandReport:
 
 
 def load_kuairand(directory: str | os.PathLike, log: str = LOG_FILE, daction: tuple[str, ...] = DACTION_BEHAVIOURS,
-                  purchase: str = PURCHASE_BEHAVIOUR,
-                  side_features: bool = True) -> tuple[pd.DataFrame, KuaiRandReport]:
+                  purchase: str = PURCHASE_BEHAVIOUR, side_features: bool = True,
+                  micro: tuple[str, ...] | None = MICRO_BEHAVIOURS) -> tuple[pd.DataFrame, KuaiRandReport]:
     """Read a KuaiRand-Pure folder as a conversion table (one row per impression) and a report.
 
     Columns: ``user_id, item_id, author_id, tab, date, hourmin, tag, video_duration, freshness_days``, the
-    side features of the module docstring when ``side_features``, and the labels ``click, daction,
-    purchase`` (int8, nested: daction and purchase are 1 only on clicked rows). Raises :class:`DataError`
-    when the folder, a file or a needed column is missing or a label is not 0/1.
+    side features of the module docstring when ``side_features``, the labels ``click, daction, purchase``
+    (int8, nested: daction and purchase are 1 only on clicked rows) and, last, one int8 micro-behaviour label
+    per log column of ``micro`` (named without ``is_``, 1 only on clicked rows; ``None`` or ``()`` for none,
+    giving the table without them). The default :data:`MICRO_BEHAVIOURS` leaves out the ``purchase`` column;
+    naming the purchase or the click in ``micro`` is an error. Raises :class:`DataError` when the folder, a
+    file or a needed column is missing or a label is not 0/1.
     """
     folder = Path(directory)
     if not folder.is_dir():
@@ -151,7 +179,8 @@ def load_kuairand(directory: str | os.PathLike, log: str = LOG_FILE, daction: tu
         raise DataError("daction: name at least one behaviour column, e.g. ('is_like', 'is_comment')")
     if purchase in daction:
         raise DataError(f"the purchase behaviour {purchase!r} cannot also be a DAction behaviour {list(daction)}")
-    behaviours = [*dict.fromkeys((*daction, purchase))]
+    micro_columns = _micro_columns(micro, purchase)
+    behaviours = [*dict.fromkeys((*daction, purchase, *micro_columns.values()))]
     raw = _read(folder / log, "log")
     _require(raw, [*LOG_COLUMNS, CLICK, *behaviours], folder / log)
 
@@ -176,13 +205,16 @@ def load_kuairand(directory: str | os.PathLike, log: str = LOG_FILE, daction: tu
     table["click"] = clicked.astype(np.int8)
     table["daction"] = (any_daction & clicked).astype(np.int8)
     table["purchase"] = (is_purchase & clicked).astype(np.int8)
+    for name, source in micro_columns.items():  # from the log flags only: no other column depends on them
+        table[name] = ((flags[source] == 1) & clicked).astype(np.int8)
+        repaired[name] = unclicked[source]
 
     missing_side = {}
     if side_features:
         table, missing_side["user"] = _join_users(table, _read(folder / USER_FILE, "user features"), folder / USER_FILE)
         table, missing_side["video"] = _join_videos(table, _read(folder / VIDEO_FILE, "video features"),
                                                     folder / VIDEO_FILE)
-    label_columns = list(LABELS)
+    label_columns = [*LABELS, *micro_columns]
     table = table[[c for c in table.columns if c not in label_columns] + label_columns]
 
     report = KuaiRandReport(
@@ -191,22 +223,58 @@ def load_kuairand(directory: str | os.PathLike, log: str = LOG_FILE, daction: tu
         dactions=int(table["daction"].sum()), purchases=int(table["purchase"].sum()),
         purchases_after_daction=int(((table["purchase"] == 1) & (table["daction"] == 1)).sum()),
         purchase_behaviour=purchase, daction_behaviours=tuple(daction), repaired=repaired,
-        unclicked_behaviours=unclicked, missing_side_features=missing_side)
+        unclicked_behaviours=unclicked, missing_side_features=missing_side, micro_behaviours=micro_columns,
+        micro_counts={name: int(table[name].sum()) for name in micro_columns})
     return table, report
 
 
-def kuairand_spec(table: pd.DataFrame, ids: bool = True) -> FeatureSpec:
+def _micro_columns(micro: tuple[str, ...] | None, purchase: str) -> dict[str, str]:
+    """Table column → log column of the micro-behaviours asked for (see :func:`load_kuairand`)."""
+    if not micro:
+        return {}
+    if isinstance(micro, str):
+        raise DataError(f"micro: give a tuple of log columns, e.g. ('is_like', 'long_view'), not the string {micro!r}")
+    micro = tuple(micro)
+    if micro == MICRO_BEHAVIOURS:  # the default: every post-click behaviour but the purchase
+        micro = tuple(c for c in micro if c != purchase)
+    repeated = sorted({c for c in micro if micro.count(c) > 1})
+    if repeated:
+        raise DataError(f"micro: the behaviours {repeated} are listed more than once")
+    for column, role in ((purchase, "the purchase"), (CLICK, "the click")):
+        if column in micro:
+            raise DataError(f"micro: {column!r} is {role}, not a micro-behaviour; micro-behaviours are the other "
+                            f"post-click behaviours, e.g. {list(MICRO_BEHAVIOURS)}")
+    columns = {c.removeprefix("is_"): c for c in micro}
+    taken = sorted(set(columns) & {*LOG_COLUMNS, "item_id", *CATEGORICAL_FEATURES, *NUMERIC_FEATURES, *LABELS})
+    if len(columns) < len(micro) or taken:
+        raise DataError(f"micro: the behaviours {list(micro)} would write the columns {list(columns)}, which repeat "
+                        f"or clash with the table's own {taken}")
+    return columns
+
+
+def kuairand_spec(table: pd.DataFrame, ids: bool = True, micro_behaviors: list[str] | None = None) -> FeatureSpec:
     """Feature roles of a :func:`load_kuairand` table: its categorical and numeric features (those present),
     the three labels, ``user_id`` as the GAUC group key and ``date`` as the time key (not a feature: with a
-    time split the test days are unseen values; training validates on the latest days). ``ids=False`` leaves out the user / item / author ids."""
+    time split the test days are unseen values; training validates on the latest days). ``ids=False`` leaves out
+    the user / item / author ids. ``micro_behaviors`` (labels, never features) defaults to the table's columns
+    after ``purchase``: where :func:`load_kuairand` writes them."""
     id_columns = set() if ids else {"user_id", "item_id", "author_id"}
     missing_labels = [c for c in LABELS if c not in table.columns]
     if missing_labels or "user_id" not in table.columns:
         raise DataError(f"not a load_kuairand table: columns {missing_labels or ['user_id']} are missing")
+    columns = list(table.columns)
+    if micro_behaviors is None:
+        micro_behaviors = columns[columns.index("purchase") + 1:]
+    micro = list(micro_behaviors)
+    missing = [c for c in micro if c not in table.columns]
+    clash = [c for c in micro if c in (*CATEGORICAL_FEATURES, *NUMERIC_FEATURES, *LABELS, "date")]
+    if missing or clash:
+        what = "missing from the table" if missing else "features, labels or the date, never micro-behaviours"
+        raise DataError(f"kuairand_spec: micro_behaviors {missing or clash} are {what}")
     return FeatureSpec(categorical=[c for c in CATEGORICAL_FEATURES if c in table.columns and c not in id_columns],
                        numeric=[c for c in NUMERIC_FEATURES if c in table.columns],
                        labels={label: label for label in LABELS}, group_key="user_id",
-                       time_key="date" if "date" in table.columns else None)
+                       time_key="date" if "date" in table.columns else None, micro_behaviors=micro)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
