@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -67,6 +68,62 @@ def test_train_errors_are_one_line_and_exit_2(tmp_path, table_path, args, messag
     result = _invoke("conversion", "train", *[x for kv in base.items() for x in kv])
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+def _spoil(table: pd.DataFrame, how: str) -> str:
+    """The CSV text of ``table`` spoiled as a new user's table might be."""
+    if how == "one row":
+        table = table.head(1)
+    elif how == "empty":
+        table = table.head(0)
+    elif how == "infinite":
+        table = table.assign(price=table["price"].where(table.index != 7, np.inf))
+    elif how == "text in numbers":
+        table = table.assign(price=table["price"].astype(object).where(table.index != 7, "abc"))
+    elif how == "no purchase":
+        table = table.assign(purchase=0)
+    elif how == "only clicks":
+        table = table.assign(click=1)
+    text = table.to_csv(index=False)
+    if how == "duplicate columns":
+        header, rest = text.split("\n", 1)
+        text = header.replace("segment", "price") + "\n" + rest
+    return text
+
+
+@pytest.mark.parametrize("how, message", [
+    ("one row", "holding out 10% of 1 rows (random) leaves 1 rows to keep and 0 to hold out"),
+    ("empty", "the table has no rows"),
+    ("infinite", "numeric column 'price' has 1 infinite values in 4000 rows, e.g. row 7"),
+    ("text in numbers", "column 'price' holds numbers in 99.98% of its 4000 rows but 1 values are not numbers, e.g. row 7"),
+    ("duplicate columns", "column names ['price'] appear more than once in the header of its 4000 rows"),
+    ("no purchase", "label 'purchase' (purchase) is 0 on all"),
+    ("only clicks", "label 'click' (click) is 1 on all"),
+])
+def test_a_bad_table_is_a_one_line_error(tmp_path, impressions, how, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(_spoil(impressions, how))
+    result = _invoke("conversion", "train", "--data", path, "--out", tmp_path / "m", "--model", "esmm",
+                     "--epochs", 1, "--params", NET)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_predict_refuses_an_infinite_feature_and_evaluate_warns_on_one_class(tmp_path, table_path, impressions):
+    model_dir = tmp_path / "m"
+    assert _invoke("conversion", "train", "--data", table_path, "--out", model_dir, "--model", "esmm", "--epochs", 2,
+                   "--lr", 0.01, "--params", NET).exit_code == 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text(_spoil(impressions, "infinite"))
+    result = _invoke("conversion", "predict", "--model", model_dir, "--data", bad, "--out", tmp_path / "p.parquet")
+    assert result.exit_code == 2 and "'price' has 1 infinite values in 4000 rows" in result.output
+    one_class = tmp_path / "no_purchase.csv"
+    one_class.write_text(_spoil(impressions, "no purchase"))
+    result = _invoke("conversion", "evaluate", "--model", model_dir, "--data", one_class, "--out", tmp_path / "ev")
+    assert result.exit_code == 0, result.output
+    assert "warning: AUC is undefined: y_true has 0 positives" in result.output and "Traceback" not in result.output
+    assert json.loads((tmp_path / "ev" / "report.json").read_text())["metrics"]["ctr_auc"] > 0.5
 
 
 def test_help_is_fast_and_does_not_import_torch():

@@ -151,9 +151,11 @@ def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
     assert history.best_score == max(scores) and history.best_epoch == scores.index(max(scores))
     with pytest.raises(DataError, match="monitor must be one of"):
         ConversionModel("esm2", SMALL, TrainConfig(monitor="auc"))
-    no_purchase = impressions.assign(purchase=0)
+    no_purchase = impressions.head(400).assign(purchase=0)
     with pytest.raises(DataError, match="monitor 'ctcvr_auc' needs both classes of 'purchase' among the 400"):
-        ConversionModel("esmm", SMALL, TrainConfig(monitor="ctcvr_auc", progress=False)).fit(no_purchase)
+        ConversionModel("esmm", SMALL, TrainConfig(monitor="ctcvr_auc", progress=False)).fit(impressions, no_purchase)
+    with pytest.raises(DataError, match=r"label 'purchase' \(purchase\) is 0 on all \d+ clicked rows of the 3600"):
+        ConversionModel("esmm", SMALL, TrainConfig(progress=False)).fit(impressions.assign(purchase=0))
 
 
 def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):

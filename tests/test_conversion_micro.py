@@ -169,5 +169,11 @@ def test_bench_on_the_synthetic_world_with_micro_behaviours_scores_the_oracle_no
     assert {"node_auc_cart", "node_auc_buy_button"} <= set(report["oracle"])
     assert not any(k.startswith("node_auc_") and k not in ("node_auc_cart", "node_auc_buy_button")
                    for k in report["oracle"])
+    markdown = (out / "report.md").read_text()
+    assert "GMCM's Tables 2–3" in markdown and "ri_permille_auc" in markdown and "ri_permille_mse" in markdown
+    table = markdown.split("GMCM's Tables 2–3")[1]
+    assert "| cvr_auc | ctcvr_auc | ctcvr_gauc | cvr_mse | ctcvr_mse | node_auc_cart | node_auc_buy_button |" in table
+    lr_row = next(line for line in table.splitlines() if line.startswith("| lr |"))
+    assert lr_row.count("—") == 2 and "‰" in lr_row  # no node heads; gmcm's RI against it
     bad = _invoke("conversion", "bench", "--impressions", 6000, "--micro-behaviors", "carts")
     assert bad.exit_code != 0 and "no micro-behaviours ['carts']" in bad.output

@@ -134,6 +134,23 @@ def test_micro_behaviours_are_never_features_and_gmcm_needs_them():
     assert not set(NODES) & set(inferred.features)
 
 
+def test_node_labels_never_reach_the_inputs():
+    table = _table(3_000)
+    model = ConversionModel("gmcm", spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False)).fit(table)
+    test = table.head(300)
+    forged = test.assign(**{name: 1 - test[name] for name in NODES}, purchase=1 - test["purchase"])
+    pd.testing.assert_frame_equal(model.predict(forged), model.predict(test))
+    pd.testing.assert_frame_equal(model.predict(test.drop(columns=[*NODES, "purchase", "click"])), model.predict(test))
+
+
+def test_a_node_that_never_fires_is_a_warning_and_a_table_without_purchases_an_error():
+    table = _table(2_000).assign(review=0)
+    with pytest.warns(UserWarning, match=r"label 'review' is 0 on all \d+ clicked training rows"):
+        ConversionModel("gmcm", spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False)).fit(table)
+    with pytest.raises(DataError, match=r"label 'purchase' \(purchase\) is 0 on all"):
+        ConversionModel("gmcm", spec=SPEC, train=QUICK).fit(table.assign(purchase=0))
+
+
 def test_repair_sets_unclicked_micro_behaviours_to_zero_and_counts_them():
     table = _table(2_000)
     table.loc[table["click"] == 0, "review"] = 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -40,11 +41,17 @@ TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tun
 
 @contextmanager
 def user_errors():
-    """Turn contract violations into one red line (never wrapped) and exit code 2, not a traceback."""
+    """Turn contract violations into one red line (never wrapped) and exit code 2, not a traceback; warnings into
+    one yellow line each."""
     from promokit.data.errors import DataError
 
+    def show(message, category, filename, lineno, file=None, line=None):
+        get_console(stderr=True).print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.showwarning = show
+            yield
     except DataError as exc:
         get_console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -163,14 +170,17 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
     print_table(table_title, frame.set_index("metric"))
 
 
-def write_bench_report(out, title: str, results, oracle: dict | None, setup: str, summary) -> None:
+def write_bench_report(out, title: str, results, oracle: dict | None, setup: str, summary,
+                       tables: dict | None = None) -> None:
     """A bench's report.md / report.json in the folder ``out``: the per-seed ``results``, the oracle row, the
-    ``setup`` line and the ``summary`` table."""
+    ``setup`` line, the ``summary`` table and any further ``tables`` (section title → table)."""
     from promokit.report import Report
 
     report = Report(title, data={"results": results.to_dict(orient="records"), "oracle": oracle})
     report.add("Setup", setup)
     report.add("Mean ± std over seeds", summary)
+    for section, table in (tables or {}).items():
+        report.add(section, table)
     report.write(out)
     get_console().print(f"report written to {out}/report.md")
 

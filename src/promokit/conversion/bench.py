@@ -146,3 +146,20 @@ def summarise(results: pd.DataFrame, base: str | None = None, metrics=HEADLINE, 
     table["fit_seconds"] = grouped["fit_seconds"].mean().map("{:.1f}".format)
     table.index.name = "model"
     return table
+
+
+def with_oracle(summary: pd.DataFrame, oracle: dict) -> pd.DataFrame:
+    """``summary`` with an ``oracle`` row: the oracle's value in every metric column it has, "—" elsewhere."""
+    summary = summary.copy()
+    summary.loc["oracle"] = [f"{oracle[c]:.{6 if c.endswith('_mse') else 4}f}" if c in oracle else "—"
+                             for c in summary.columns]
+    return summary
+
+
+def gmcm_summary(results: pd.DataFrame, nodes: list[str], ri: str = "gmcm") -> pd.DataFrame:
+    """The GMCM paper's Tables 2–3 in one: CVR AUC, CTCVR AUC, CTCVR GAUC, CVR MSE, CTCVR MSE (mean ± std over
+    seeds), the RI of ``ri`` against each other model in permille (when ``ri`` is among the results) and the node
+    AUC of each micro-behaviour in ``nodes`` (models without node heads: "—")."""
+    metrics = (*GMCM_TABLE, *(f"node_auc_{name}" for name in nodes))
+    table = summarise(results, metrics=metrics, ri=ri if ri in set(results["model"]) else None)
+    return table.fillna("—")

@@ -308,14 +308,21 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         results = runner.run(parts, names, seeds_option(seeds), feature_spec, per_model, config,
                              repair_labels=repair_labels, on_result=done)
         summary = runner.summarise(results, base if base in names else None)
+        tables = {}
+        if feature_spec.micro_behaviors:
+            tables["GMCM's Tables 2–3: mean ± std over seeds, RI of gmcm in ‰, node AUCs"] = runner.gmcm_summary(
+                results, feature_spec.micro_behaviors)
         if data is None:
             oracle = runner.oracle_row(parts.test, truth, feature_spec)
-            summary.loc["oracle", list(runner.HEADLINE)] = [f"{oracle[m]:.4f}" for m in runner.HEADLINE]
+            summary = runner.with_oracle(summary, oracle)
+            tables = {title: runner.with_oracle(table, oracle) for title, table in tables.items()}
         print_table("mean ± std over seeds", summary)
+        for title, table in tables.items():
+            print_table(title, table)
         if out is not None:
             write_bench_report(out, "promokit conversion bench", results, oracle,
                                f"data: {data or 'synthetic world'}; split: {split or 'default'}; seeds: {seeds}; "
-                               f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows", summary)
+                               f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows", summary, tables)
 
 
 @app.command()

@@ -49,6 +49,35 @@ def check_micro_behaviors(frame: pd.DataFrame, columns: list[str], click: np.nda
     return np.stack([arrays[name] for name in columns], axis=1)
 
 
+def check_learnable(labels: dict[str, np.ndarray], columns: dict[str, str], micro: list[str]) -> list[str]:
+    """Refuse training labels that no conversion model can learn from, and return a warning per label that
+    carries nothing.
+
+    ``labels`` are the training rows' arrays by role (``micro``: ``(rows, N)`` in the order of ``micro``) and
+    ``columns`` the table column of each role. The click needs both classes over the rows (CTR) and the purchase
+    both classes over the clicked rows (CVR is P(purchase | click)): otherwise a :class:`DataError`. A DAction or
+    micro-behaviour that is constant over the clicked rows is kept, with a warning: its tower or node learns a
+    constant and its AUC is undefined.
+    """
+    n, click = len(labels["click"]), labels["click"] == 1
+    if click.all() or not click.any():
+        raise DataError(f"label {columns['click']!r} (click) is {int(click.any())} on all {n} training rows: CTR "
+                        "needs clicked and unclicked impressions")
+    purchases = int(labels["purchase"][click].sum())
+    if purchases in (0, int(click.sum())):
+        raise DataError(f"label {columns['purchase']!r} (purchase) is {int(purchases > 0)} on all {int(click.sum())} "
+                        f"clicked rows of the {n} training rows: CVR needs clicked rows with and without a purchase")
+    optional = {columns["daction"]: labels["daction"]} if "daction" in labels else {}
+    optional.update({name: labels["micro"][:, j] for j, name in enumerate(micro)})
+    warnings = []
+    for column, values in optional.items():
+        fired = int(values[click].sum())
+        if fired in (0, int(click.sum())):
+            warnings.append(f"label {column!r} is {int(fired > 0)} on all {int(click.sum())} clicked training rows: "
+                            "it teaches nothing and its AUC is undefined")
+    return warnings
+
+
 def _binary(frame: pd.DataFrame, column: str, role: str) -> np.ndarray:
     n = len(frame)
     series = frame[column]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -16,6 +17,7 @@ from promokit.conversion.contract import (
     REQUIRED_LABELS,
     LabelReport,
     check_labels,
+    check_learnable,
     check_micro_behaviors,
 )
 from promokit.conversion.evaluate import conversion_metrics
@@ -28,6 +30,7 @@ from promokit.data import (
     TableEncoder,
     holdout_split,
 )
+from promokit.data.encoders import check_numeric_columns
 from promokit.training import (
     History,
     TrainConfig,
@@ -109,6 +112,7 @@ class ConversionModel:
         the spec's ``time_key`` when it names one, else random rows. ``on_epoch`` is passed to
         :meth:`Trainer.fit` (neural models)."""
         spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
+        check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
         if self.uses_micro and not spec.micro_behaviors:
             raise DataError(f"model {self.name!r} learns from micro-behaviour labels, and the table of {len(table)} "
                             "rows has none declared: name its 0/1 post-click columns in the spec (micro_behaviors: "
@@ -130,6 +134,8 @@ class ConversionModel:
             train_rows, valid_rows = holdout_split(table, valid_fraction, how, self.train_config.seed)
             table, valid = table.iloc[train_rows], table.iloc[valid_rows]
             labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
+        for message in check_learnable(labels, spec.labels, spec.micro_behaviors):
+            warnings.warn(message, stacklevel=2)
         if spec.micro_behaviors:  # the PMG prior, from the clicked training rows only (GMCM section 3)
             self.pmg = concurrence_probability(labels["micro"], labels["click"])
         self.encoder = TableEncoder.fit(table, spec)

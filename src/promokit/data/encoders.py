@@ -168,14 +168,21 @@ class TableEncoder:
 
 
 def check_numeric_columns(frame: pd.DataFrame, names: list[str]) -> None:
-    """Numeric features must hold numbers (NaN allowed): name the column and show a bad value otherwise."""
+    """Numeric features must hold finite numbers (NaN allowed: imputed): name the column and show a bad value
+    otherwise. An infinity is refused rather than imputed: it is a broken value upstream (a division by zero),
+    and standardising around it would hide it."""
     for name in names:
         series = frame[name]
-        if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
-            continue
-        coerced = pd.to_numeric(series, errors="coerce")
-        bad = coerced.isna() & series.notna()
-        if bad.any():
-            raise DataError(f"numeric column {name!r} has {int(bad.sum())} non-numeric values in {len(frame)} "
-                            f"rows, e.g. {example_row(frame, bad.to_numpy(), [name])}; "
-                            "list it as categorical or clean it")
+        if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
+            coerced = pd.to_numeric(series, errors="coerce")
+            bad = coerced.isna() & series.notna()
+            if bad.any():
+                raise DataError(f"numeric column {name!r} has {int(bad.sum())} non-numeric values in {len(frame)} "
+                                f"rows, e.g. {example_row(frame, bad.to_numpy(), [name])}; "
+                                "list it as categorical or clean it")
+            series = coerced
+        infinite = np.isinf(series.to_numpy(dtype=np.float64, na_value=np.nan))
+        if infinite.any():
+            raise DataError(f"numeric column {name!r} has {int(infinite.sum())} infinite values in {len(frame)} rows, "
+                            f"e.g. {example_row(frame, infinite, [name])}; replace them with a number, or leave the "
+                            "cells empty to have them imputed")

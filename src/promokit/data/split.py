@@ -58,14 +58,18 @@ def holdout_split(frame: pd.DataFrame, fraction: float, how: str = "random",
     ``"time:<column>"`` (the latest ``fraction`` by that column, see :func:`latest_split`)."""
     if how == "random":
         kept, held = random_split(len(frame), (1 - fraction, fraction), seed)
-        return kept, held
-    if how.startswith("time:"):
+    elif how.startswith("time:"):
         column = how.split(":", 1)[1]
         if column not in frame.columns:
             raise DataError(f"split {how!r}: column {column!r} is not in the table of {len(frame)} rows; columns: "
                             f"{list(frame.columns)[:20]}")
-        return latest_split(frame[column], fraction)
-    raise DataError(f"a split is 'random' or 'time:<column>', got {how!r}")
+        kept, held = latest_split(frame[column], fraction)
+    else:
+        raise DataError(f"a split is 'random' or 'time:<column>', got {how!r}")
+    if len(kept) == 0 or len(held) == 0:
+        raise DataError(f"holding out {fraction:.0%} of {len(frame)} rows ({how}) leaves {len(kept)} rows to keep and "
+                        f"{len(held)} to hold out; both need rows: give a larger table or another fraction")
+    return kept, held
 
 
 def group_split(groups: pd.Series, fractions: tuple[float, ...], seed: int = 0) -> list[np.ndarray]:
