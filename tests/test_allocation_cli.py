@@ -201,6 +201,106 @@ def test_errors_are_one_line_and_exit_2(bad_inputs, budget_files, quota_files, a
     assert not (bad_inputs / "out" / "plan.parquet").exists()
 
 
+def _spoil(column, row, value):
+    def edit(frame):
+        frame[column] = frame[column].astype(object)
+        frame.loc[row, column] = value
+        return frame
+    return edit
+
+
+@pytest.fixture
+def spoiled(tmp_path, budget_files, quota_files):
+    """Write ``edit(table)`` of a budget (wide), long budget or quota (long) table as CSV; ``header`` replaces the
+    written column names, ``text`` the whole file."""
+    tables = {"budget": pd.read_parquet(budget_files / "scores.parquet"), "quota": pd.read_csv(quota_files / "scores.csv"),
+              "quotas": pd.read_csv(quota_files / "quotas.csv")}
+    wide = tables["budget"]
+    tables["long"] = wide.melt(id_vars="user_id", var_name="level", value_name="score").assign(
+        level=lambda f: f["level"].str.removeprefix("score_").astype(float))
+
+    def write(kind, edit=None, header=None, text=None):
+        path = tmp_path / f"{kind}_spoiled.csv"
+        frame = edit(tables[kind].copy()) if edit else tables[kind]
+        if text is not None:
+            path.write_text(text)
+        elif header is not None:
+            path.write_text(",".join(header(list(frame.columns))) + "\n" + frame.to_csv(index=False, header=False))
+        else:
+            frame.to_csv(path, index=False)
+        return path
+    return write
+
+
+@pytest.mark.parametrize("kind, spoil, message", [
+    # (b) infinite values
+    ("budget", dict(edit=_spoil("score_2", 4, np.inf)), "budget_spoiled.csv: column 'score_2' has missing, non-numeric, "
+     "infinite or negative values: 1 of 300 rows in the wide table, e.g. row 4 {user_id=4, score_2=inf}"),
+    ("long", dict(edit=lambda f: f.assign(cost=f["score"] * f["level"]).pipe(_spoil("cost", 9, np.inf))),
+     "column 'cost' has missing, non-numeric, infinite or negative values: 1 of 3000 rows in the long table"),
+    ("quota", dict(edit=_spoil("tolerance", 0, -np.inf)), "column 'tolerance' has missing, non-numeric or infinite "
+     "values: 1 of 2000 rows in the long table"),
+    ("quotas", dict(edit=_spoil("quota", 1, np.inf)), "column 'quota' has missing, non-numeric, infinite or negative "
+     "values: 1 of 5 rows in the quotas table"),
+    # (c) numbers with a few text values
+    ("long", dict(edit=_spoil("level", 3, "high")), "column 'level' has missing, non-numeric or infinite values: 1 of "
+     "3000 rows in the long table, e.g. row 3 {user_id=3, level='high'}"),
+    ("quota", dict(edit=_spoil("score", 11, "abc")), "column 'score' has missing, non-numeric, infinite or negative "
+     "values: 1 of 2000 rows in the long table"),
+    # (d) a repeated column name
+    ("budget", dict(header=lambda names: [*names[:-1], "score_1"]), "column names ['score_1'] appear more than once "
+     "in the header of its 300 rows"),
+    ("quotas", dict(header=lambda names: ["fund", "quota", "quota"]), "column names ['quota'] appear more than once"),
+    # (f) empty
+    ("budget", dict(edit=lambda f: f.head(0)), "budget_spoiled.csv: the table has no rows"),
+    ("quota", dict(text=""), "quota_spoiled.csv: the file is empty"),
+    # (g) text where a number is needed
+    ("budget", dict(edit=lambda f: f.assign(score_1="likely")), "column 'score_1' has missing, non-numeric, infinite "
+     "or negative values: 300 of 300 rows in the wide table"),
+    ("quotas", dict(edit=lambda f: f.assign(risk="low")), "column 'risk' has missing, non-numeric or infinite values: "
+     "5 of 5 rows in the quotas table"),
+])
+def test_bad_tables_are_one_line_errors(spoiled, budget_files, quota_files, tmp_path, kind, spoil, message):
+    path = spoiled(kind, **spoil)
+    if kind in ("budget", "long"):
+        args = ["budget", "--scores", path, "--ratio", 3]
+    else:
+        args = ["quota", "--scores", path if kind == "quota" else quota_files / "scores.csv",
+                "--quotas", path if kind == "quotas" else quota_files / "quotas.csv"]
+    result = _invoke("allocate", *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+    assert len([line for line in result.output.splitlines() if line.startswith("error:")]) == 1
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--ratio", "inf"], "--ratio must be a finite number, got inf"),
+    (["--total", "nan"], "--total must be a finite number, got nan"),
+    (["--total", "-inf"], "--total must be a finite number, got -inf"),
+])
+def test_an_infinite_budget_names_its_option(budget_files, tmp_path, option, message):
+    result = _invoke("allocate", "budget", "--scores", budget_files / "scores.parquet", *option, "--out", tmp_path)
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_one_row_tables_are_a_problem_of_one_user(spoiled, quota_files, tmp_path):
+    """(a) A score table of one user is valid: one request gets its best affordable level; one user fills the one
+    fund with a quota of 1."""
+    _ok("allocate", "budget", "--scores", spoiled("budget", edit=lambda f: f.head(1)), "--ratio", 3,
+        "--out", tmp_path / "b")
+    plan = pd.read_parquet(tmp_path / "b" / "plan.parquet")
+    assert len(plan) == 1 and plan["cost"].sum() <= 3 * plan["score"].sum() + 1e-12
+    quotas = pd.read_csv(quota_files / "quotas.csv").assign(quota=0)
+    quotas.loc[quotas["risk"].idxmin(), "quota"] = 1
+    quotas.to_csv(tmp_path / "q1.csv", index=False)
+    one = pd.read_csv(quota_files / "scores.csv").query("user_id == 0")
+    one.assign(tolerance=quotas["risk"].max()).to_csv(tmp_path / "one.csv", index=False)
+    for method in ("ours", "ha", "manual", "exact"):
+        _ok("allocate", "quota", "--scores", tmp_path / "one.csv", "--quotas", tmp_path / "q1.csv", "--method", method,
+            "--out", tmp_path / method)
+        chosen = pd.read_parquet(tmp_path / method / "plan.parquet")
+        assert chosen["fund"].tolist() == quotas.loc[quotas["quota"] == 1, "fund"].tolist()
+
+
 def test_help_and_the_allocation_package_do_not_import_torch_or_the_solvers():
     code = ("import sys; from promokit.cli import app; import promokit.allocation as a; "
             "heavy = [m for m in ('torch', 'scipy', 'promokit.allocation.budget', 'promokit.allocation.quota') "

@@ -1,7 +1,10 @@
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -178,3 +181,198 @@ def test_lr_is_solved_with_its_l2_chosen_on_validation(tmp_path, paths):
     assert "chosen: l2" in result.output
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["params"]["l2"] > 0 and config["spec"]["min_count"] == 2
+
+
+# ------------------------------------------------------------------------------------------------ model columns
+#: Non-default table options; predict / evaluate must not need them again.
+TRAINED_WITH = ["--categorical", "user_age,voucher_category", "--numeric", "user_spend", "--no-terms",
+                "--item-features", "price_level,category"]
+DMBGN_NET = '{"emb_dim": 4, "uvg_dim": 8, "hidden": [16], "dropout": 0.0, "attention_units": 8}'
+
+
+@pytest.fixture(scope="module")
+def profiled(paths, tmp_path_factory):
+    """The synthetic tables with a numeric profile column, user_spend."""
+    folder = tmp_path_factory.mktemp("voucher_profiled")
+    sessions = pd.read_csv(paths / "sessions.csv")
+    sessions["user_spend"] = np.random.default_rng(0).gamma(2.0, 30.0, len(sessions)).round(2)
+    sessions.to_csv(folder / "sessions.csv", index=False)
+    shutil.copy(paths / "events.csv", folder / "events.csv")
+    shutil.copy(paths / "items.parquet", folder / "items.parquet")
+    return folder
+
+
+def _profiled_args(folder, sessions=None, events=True):
+    return ["--sessions", sessions or folder / "sessions.csv", *(["--events", folder / "events.csv"] if events else []),
+            "--items", folder / "items.parquet"]
+
+
+@pytest.fixture(scope="module")
+def trained(profiled, tmp_path_factory):
+    """LR and DMBGN model directories trained with the options TRAINED_WITH."""
+    folder = tmp_path_factory.mktemp("voucher_trained")
+    for name, extra in (("lr", []), ("dmbgn", ["--epochs", 1, "--params", DMBGN_NET])):
+        result = _invoke("voucher", "train", *_profiled_args(profiled), *TRAINED_WITH, "--model", name, *extra,
+                         "--out", folder / name)
+        assert result.exit_code == 0, result.output
+    return folder
+
+
+def _predict_and_evaluate(model_dir, profiled, out, *options):
+    predicted = _invoke("voucher", "predict", "--model", model_dir, *_profiled_args(profiled), *options,
+                        "--from", "2024-05-01", "--out", out / "p.parquet")
+    assert predicted.exit_code == 0, predicted.output
+    evaluated = _invoke("voucher", "evaluate", "--model", model_dir, *_profiled_args(profiled), *options,
+                        "--from", "2024-05-01", "--out", out / "eval")
+    assert evaluated.exit_code == 0, evaluated.output
+    return pd.read_parquet(out / "p.parquet"), json.loads((out / "eval" / "report.json").read_text())["metrics"]
+
+
+@pytest.mark.parametrize("name", ["lr", "dmbgn"])
+def test_predict_and_evaluate_read_the_training_columns_from_the_model_directory(trained, profiled, tmp_path, name):
+    config = json.loads((trained / name / "config.json").read_text())
+    assert config["tables"] == {"categorical": ["user_age", "voucher_category"], "numeric": ["user_spend"],
+                                "terms": False, "item_features": ["price_level", "category"]}
+    without, metrics = _predict_and_evaluate(trained / name, profiled, tmp_path / "without")
+    repeated, repeated_metrics = _predict_and_evaluate(trained / name, profiled, tmp_path / "with", *TRAINED_WITH)
+    assert len(without) > 0 and without["p_redeem"].nunique() > 1
+    pd.testing.assert_frame_equal(without, repeated)
+    assert metrics == repeated_metrics and metrics["n"] == len(without)
+    reordered = ["--categorical", "voucher_category,user_age", "--item-features", "category,price_level"]
+    same, _ = _predict_and_evaluate(trained / name, profiled, tmp_path / "reordered", *reordered)
+    pd.testing.assert_frame_equal(without, same)
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--categorical", "user_age"], "--categorical 'user_age' contradicts the model, trained with --categorical "
+                                    "'user_age,voucher_category'; the model directory remembers its columns: leave "
+                                    "--categorical out"),
+    (["--numeric", "user_spend,user_age"], "--numeric 'user_spend,user_age' contradicts the model"),
+    (["--terms"], "--terms contradicts the model, trained with --no-terms"),
+    (["--item-features", "category,brand,price_level"], "--item-features 'category,brand,price_level' contradicts "
+                                                        "the model, trained with --item-features 'price_level,category'"),
+])
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+def test_options_that_contradict_the_training_are_one_line_errors(trained, profiled, tmp_path, command, options,
+                                                                  message):
+    result = _invoke("voucher", command, "--model", trained / "dmbgn", *_profiled_args(profiled), *options,
+                     "--out", tmp_path / "out")
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert result.output.count("error:") == 1
+
+
+@pytest.mark.parametrize("name", ["lr", "dmbgn"])
+def test_a_model_directory_from_before_the_saved_columns_still_predicts(trained, profiled, tmp_path, name):
+    """Older config.json files have no "tables": the columns come from the saved features (and DMBGN's item features
+    from its graph vocabulary), so predict gives the same numbers without the options."""
+    old = tmp_path / "old"
+    shutil.copytree(trained / name, old)
+    config = json.loads((old / "config.json").read_text())
+    del config["tables"]
+    (old / "config.json").write_text(json.dumps(config))
+    expected, metrics = _predict_and_evaluate(trained / name, profiled, tmp_path / "new")
+    got, old_metrics = _predict_and_evaluate(old, profiled, tmp_path / "old_out")
+    pd.testing.assert_frame_equal(expected, got)
+    assert metrics == old_metrics
+
+
+# ------------------------------------------------------------------------------------------------ bad tables
+def _write_spoiled(profiled, tmp_path, spoil) -> Path:
+    """The profiled sessions as CSV after ``spoil(frame, path)`` wrote them (or their text) to ``path``."""
+    path = tmp_path / "spoiled.csv"
+    spoil(pd.read_csv(profiled / "sessions.csv"), path)
+    return path
+
+
+def _cell(column, row, value):
+    def spoil(frame, path):
+        frame[column] = frame[column].astype(object)
+        frame.loc[row, column] = value
+        frame.to_csv(path, index=False)
+    return spoil
+
+
+def _assign(**columns):
+    return lambda frame, path: frame.assign(**columns).to_csv(path, index=False)
+
+
+def _redeemed_before_validation(value):
+    def spoil(frame, path):
+        collect = pd.to_datetime(frame["collect_time"])
+        frame.loc[collect < collect.quantile(0.9), "redeemed"] = value
+        frame.to_csv(path, index=False)
+    return spoil
+
+
+def _header(names):
+    return lambda frame, path: path.write_text(",".join(names(list(frame.columns))) + "\n" +
+                                               frame.to_csv(index=False, header=False))
+
+
+LR = ["--model", "lr"]
+BAD_SESSIONS = [
+    # (a) one row
+    ("train", LR, lambda f, p: f.head(1).to_csv(p, index=False), [],
+     "leave 0 training and 1 validation sessions of 1; both must be non-empty"),
+    # (b) an infinite value in a feature column, in a voucher term
+    ("train", LR, _cell("user_spend", 7, np.inf), [], "numeric column 'user_spend' has 1 infinite values in {n} rows, "
+                                                      "e.g. row 7 {{user_spend=inf}}"),
+    ("predict", [], _cell("user_spend", 7, -np.inf), [], "numeric column 'user_spend' has 1 infinite values in {n} rows"),
+    ("train", LR, _cell("min_spend", 3, np.inf), [], "column 'min_spend' has 1 missing, non-numeric or infinite values "
+                                                     "in {n} rows, e.g. row 3 {{min_spend=inf}}"),
+    # (c) a numeric column with a few text values
+    ("train", LR, _cell("user_spend", 5, "unknown"), [], "numeric column 'user_spend' has 1 non-numeric values in {n} "
+                                                         "rows, e.g. row 5 {{user_spend='unknown'}}"),
+    ("evaluate", [], _cell("user_spend", 5, "abc"), [], "numeric column 'user_spend' has 1 non-numeric values in {n} rows"),
+    # (d) a repeated column name
+    ("train", LR, _header(lambda names: [*names[:-1], "discount"]), [],
+     "column names ['discount'] appear more than once in the header of its {n} rows"),
+    ("predict", [], _header(lambda names: [*names[:-1], "user_id"]), [], "column names ['user_id'] appear more than once"),
+    # (e) one class
+    ("train", LR, _assign(redeemed=0), [], "training needs redeemed and unredeemed sessions; 0 of the"),
+    ("train", ["--model", "gbdt"], _assign(redeemed=1), [], "training sessions are redeemed (column 'redeemed' is 1 on "
+                                                           "all of them): a classifier cannot learn from one class"),
+    ("train", ["--model", "dnn", "--monitor", "loss"], _assign(redeemed=0), [], "training needs redeemed and unredeemed"),
+    ("train", LR, _redeemed_before_validation(0), [], "training needs redeemed and unredeemed sessions; 0 of the"),
+    # (f) empty
+    ("train", LR, lambda f, p: f.head(0).to_csv(p, index=False), [], "spoiled.csv: the table has no rows"),
+    ("predict", [], lambda f, p: p.write_text(""), [], "spoiled.csv: the file is empty"),
+    # (g) text where a number or a time is needed
+    ("train", LR, _assign(user_spend="lots"), [], "numeric column 'user_spend' has {n} non-numeric values in {n} rows"),
+    ("predict", [], lambda f, p: f.assign(redeemed=f["redeemed"].map({0: "no", 1: "yes"})).to_csv(p, index=False), [],
+     "label column 'redeemed' must be 0/1 but has {n} other values in {n} rows"),
+    ("predict", [], _assign(), ["--from", "soon"], "--from 'soon' is not a time"),
+    ("evaluate", [], _assign(), ["--from", "2099-01-01"], "--from 2099-01-01 selects none of the {n} sessions"),
+    ("train", LR, _assign(), ["--valid-from", "later"], "--valid-from 'later' is not a time"),
+]
+
+
+@pytest.mark.parametrize("command, extra, spoil, options, message", BAD_SESSIONS)
+def test_bad_sessions_tables_are_one_line_errors(trained, profiled, tmp_path, command, extra, spoil, options, message):
+    n = len(pd.read_csv(profiled / "sessions.csv"))
+    sessions = _write_spoiled(profiled, tmp_path, spoil)
+    model = ["--model", trained / "lr"] if command != "train" else ["--numeric", "user_spend", *extra, "--epochs", 1]
+    result = _invoke("voucher", command, *model, *_profiled_args(profiled, sessions, events=False), *options,
+                     "--out", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert message.format(n=n) in result.output and "Traceback" not in result.output
+    assert [line.startswith("error:") for line in result.output.strip().splitlines()] == [True]
+
+
+def test_one_session_is_predicted_and_its_evaluation_warns_that_auc_is_undefined(trained, profiled, tmp_path):
+    sessions = _write_spoiled(profiled, tmp_path, lambda frame, path: frame.tail(1).to_csv(path, index=False))
+    args = ["--model", trained / "lr", *_profiled_args(profiled, sessions, events=False)]
+    predicted = _invoke("voucher", "predict", *args, "--out", tmp_path / "p.parquet")
+    assert predicted.exit_code == 0, predicted.output
+    assert len(pd.read_parquet(tmp_path / "p.parquet")) == 1
+    evaluated = _invoke("voucher", "evaluate", *args, "--out", tmp_path / "eval")
+    assert evaluated.exit_code == 0 and "AUC is undefined: y_true has" in evaluated.output
+
+
+def test_evaluating_sessions_of_one_class_warns_that_auc_is_undefined(trained, profiled, tmp_path):
+    sessions = _write_spoiled(profiled, tmp_path, _assign(redeemed=0))
+    result = _invoke("voucher", "evaluate", "--model", trained / "lr", *_profiled_args(profiled, sessions, events=False),
+                     "--out", tmp_path / "eval")
+    assert result.exit_code == 0 and "AUC is undefined: y_true has 0 positives" in result.output
+    metrics = json.loads((tmp_path / "eval" / "report.json").read_text())["metrics"]
+    assert metrics["positives"] == 0 and metrics["auc"] is None  # NaN in the report

@@ -114,7 +114,7 @@ ERRORS = [
     (_set("events", "action_time", 2, "yesterday"), r"events: column 'action_time' has 1 values that are not times"),
     (_set("sessions", "outcome_time", 3, "2023-12-01"), r"times out of order.*1 of 5 rows, e.g. row 3"),
     (_set("sessions", "min_spend", 1, -5.0), r"'min_spend' has 1 negative values in 5 rows, e.g. row 1"),
-    (_set("sessions", "discount", 0, None), r"'discount' has 1 missing or non-numeric values"),
+    (_set("sessions", "discount", 0, None), r"'discount' has 1 missing, non-numeric or infinite values"),
     (_set("sessions", "user_id", 0, None), r"'user_id' has 1 missing values"),
     (_set("items", "item_id", 2, 100), r"items: column 'item_id' has 2 rows with a duplicate id"),
 ]
@@ -127,6 +127,59 @@ def test_check_tables_errors(mutate, message):
     with pytest.raises(DataError, match=message) as error:
         check_tables(frames["sessions"], frames["events"], frames["items"], keep_clicks=True)
     assert "\n" not in str(error.value)
+
+
+def test_numeric_profile_columns_are_checked_on_the_table_as_written():
+    """Infinite and text values in a numeric profile column are refused when the tables are read, counting all the
+    rows and showing the row as it is in the file (not the training subset, not the time-sorted order)."""
+    sessions = tiny_sessions().assign(spend=[1.5, 2.0, np.inf, 3.0, 4.0])
+    with pytest.raises(DataError, match=r"numeric column 'spend' has 1 infinite values in 5 rows, e.g. row 2 "
+                                        r"\{spend=inf\}"):
+        check_tables(sessions, None, tiny_items(), numeric=["spend"])
+    spoiled = sessions.assign(spend=pd.Series([1.5, "n/a", 2.0, 3.0, 4.0], dtype=object))
+    with pytest.raises(DataError, match=r"'spend' has 1 non-numeric values in 5 rows, e.g. row 1 \{spend='n/a'\}"):
+        check_tables(spoiled, None, tiny_items(), numeric=["spend"])
+
+
+def test_an_infinite_voucher_term_is_named_as_such():
+    sessions = tiny_sessions()
+    sessions.loc[3, "discount"] = np.inf
+    with pytest.raises(DataError, match=r"'discount' has 1 missing, non-numeric or infinite values in 5 rows, "
+                                        r"e.g. row 3 \{discount=inf\}"):
+        check_tables(sessions, None, tiny_items())
+
+
+def test_labels_that_are_not_0_1_are_refused_even_where_labels_are_optional():
+    sessions = tiny_sessions()
+    sessions["redeemed"] = [1, None, 0, 1, 0]  # an outcome not yet known: fine for predict
+    assert check_tables(sessions, None, tiny_items(), require_labels=False).sessions["redeemed"].isna().sum() == 1
+    sessions["redeemed"] = ["yes", None, "no", "yes", "no"]
+    with pytest.raises(DataError, match=r"'redeemed' must be 0/1 but has 4 other values in 5 rows, e.g. row 0"):
+        check_tables(sessions, None, tiny_items(), require_labels=False)
+
+
+def test_ids_spoiled_by_text_say_why_they_match_nothing():
+    """A numeric id column with one text value is read as text, and text never equals the other table's numbers."""
+    events = tiny_events()
+    events["item_id"] = events["item_id"].astype(str)
+    events.loc[5, "item_id"] = "abc"
+    with pytest.raises(DataError, match=r"6 items missing .* its ids hold text \(1 values are not numbers, e.g. "
+                                        r"'abc'\) and the other side numbers"):
+        check_tables(tiny_sessions(), events, tiny_items(), keep_clicks=True)
+    items = tiny_items().astype({"item_id": object})
+    items.loc[2, "item_id"] = "x9"
+    with pytest.raises(DataError, match=r"the items table's ids hold text \(1 values are not numbers, e.g. 'x9'\)"):
+        check_tables(tiny_sessions(), tiny_events(), items, keep_clicks=True)
+
+
+def test_options_are_the_check_tables_options_that_read_the_tables():
+    sessions = tiny_sessions().assign(spend=[1.0, 2.0, 3.0, 4.0, 5.0])
+    tables = check_tables(sessions, None, tiny_items(), categorical=["age"], numeric=["spend"], terms=False,
+                          item_features=["brand", "category"])
+    assert tables.options == {"categorical": ["age"], "numeric": ["spend"], "terms": False,
+                              "item_features": ["brand", "category"]}
+    assert check_tables(sessions, None, tiny_items()).options == {
+        "categorical": [], "numeric": [], "terms": True, "item_features": ["category", "brand", "price_level"]}
 
 
 def test_unknown_items_dropped_with_count():
@@ -396,3 +449,20 @@ def test_load_amexpert_errors(tmp_path):
     pd.read_csv(tmp_path / "train.csv").drop(columns="redemption_status").to_csv(tmp_path / "train.csv", index=False)
     with pytest.raises(DataError, match=r"needed columns \['redemption_status'\]"):
         load_amexpert(tmp_path)
+
+
+@pytest.mark.parametrize("write, message", [
+    (lambda path: path.write_text("id,campaign_id,coupon_id,coupon_id,redemption_status\n1,8,100,1,1\n"),
+     r"train.csv: column names \['coupon_id'\] appear more than once in the header"),
+    (lambda path: path.write_text("id,campaign_id,coupon_id,customer_id,redemption_status\n"),
+     r"train.csv: the table has no rows"),
+    (lambda path: path.write_text(""), r"train.csv: the file is empty"),
+])
+def test_amexpert_files_with_a_repeated_column_or_no_rows_are_refused(tmp_path, write, message):
+    """AmExpert files are read like every other table: pandas would rename a repeated column to coupon_id.1, and a
+    header-only train.csv used to load as zero sessions."""
+    fake_amexpert(tmp_path)
+    write(tmp_path / "train.csv")
+    with pytest.raises(DataError, match=message) as error:
+        load_amexpert(tmp_path)
+    assert "\n" not in str(error.value)

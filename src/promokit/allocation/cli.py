@@ -6,6 +6,7 @@ Each plan command writes ``OUT/plan.parquet`` (one row per user) and ``OUT/repor
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,6 +48,9 @@ def budget(scores: ScoresOpt, out: OutOpt,
 
         if (ratio is None) == (total is None):
             raise DataError("give exactly one of --ratio B (eq. 16) or --total B (absolute budget)")
+        bound = ratio if ratio is not None else total
+        if not math.isfinite(bound):
+            raise DataError(f"--{'ratio' if ratio is not None else 'total'} must be a finite number, got {bound}")
         if method not in BUDGET_METHODS:
             raise DataError(f"--method must be one of {list(BUDGET_METHODS)}, got {method!r}")
         console = get_console()

@@ -220,12 +220,12 @@ def _read_long(frame: pd.DataFrame, option: str, matrices, per_user, numeric_opt
     first[user_codes[::-1]] = np.arange(len(frame))[::-1]  # each user's first row
     users = {}
     for name in (p for p in per_user if p in frame.columns):
-        column = frame[name].to_numpy()
-        varies = pd.Series(column != column[first][user_codes]) & frame[name].notna().to_numpy()
+        column = _numeric(frame, name, what, negative_ok=True)  # first, so a bad value is shown, not its neighbours
+        varies = column != column[first][user_codes]
         if varies.any():
-            raise _bad_rows(frame, varies.to_numpy(), f"column {name!r} differs between rows of the same user",
+            raise _bad_rows(frame, varies, f"column {name!r} differs between rows of the same user",
                             what, [USER, option, name])
-        users[name] = _numeric(frame, name, what, negative_ok=True)[first]
+        users[name] = column[first]
     return _Scores(np.asarray(user_ids), options, out, users, LONG)
 
 

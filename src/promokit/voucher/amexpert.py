@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, unique_index
+from promokit.data.io import read_table
 from promokit.voucher.contract import VoucherTables, check_tables
 
 TRAIN_FILE = "train.csv"
@@ -177,10 +178,7 @@ def _read(folder: Path, name: str, columns: list[str]) -> pd.DataFrame:
     if not path.is_file():
         present = sorted(p.name for p in folder.iterdir())
         raise DataError(f"AmExpert file {path} is missing (the folder holds {present})")
-    try:
-        frame = pd.read_csv(path)
-    except Exception as exc:  # unreadable file: one clear line rather than an engine traceback
-        raise DataError(f"cannot read AmExpert file {path}: {exc}") from None
+    frame = read_table(path)  # unreadable, empty or with a repeated column name: one clear line
     absent = [c for c in columns if c not in frame.columns]
     if absent:
         raise DataError(f"{path}: needed columns {absent} are missing from its {len(frame)} rows; "

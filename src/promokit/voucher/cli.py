@@ -47,6 +47,12 @@ NumericOpt = Annotated[Optional[str], typer.Option("--numeric", help="Comma-sepa
 ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help="Voucher validity (e.g. 7D) when outcome_time is absent.")]
 TermsOpt = Annotated[bool, typer.Option("--terms/--no-terms", help="Sessions carry the voucher terms min_spend and discount (--no-terms: data without them, e.g. AmExpert).")]
 ItemFeaturesOpt = Annotated[Optional[str], typer.Option("--item-features", help="Comma-separated item feature columns (default: category,brand,price_level).")]
+# predict / evaluate: the model directory keeps train's table options; repeated, they must agree with it
+_SAVED = "Optional: the model directory remembers the training's; given, it must agree."
+SavedCategoricalOpt = Annotated[Optional[str], typer.Option("--categorical", help=_SAVED)]
+SavedNumericOpt = Annotated[Optional[str], typer.Option("--numeric", help=_SAVED)]
+SavedItemFeaturesOpt = Annotated[Optional[str], typer.Option("--item-features", help=_SAVED)]
+SavedTermsOpt = Annotated[Optional[bool], typer.Option("--terms/--no-terms", help=_SAVED)]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
 GaucByOpt = Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within, e.g. campaign_id.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
@@ -72,15 +78,14 @@ def _names(text: Optional[str]) -> list[str]:
     return [c.strip() for c in text.split(",") if c.strip()] if text else []
 
 
-def _tables(sessions, events, items, voucher_items, categorical, numeric, validity, require_labels, terms=True,
-            item_features=None):
+def _tables(sessions, events, items, voucher_items, categorical: list[str], numeric: list[str], validity,
+            require_labels, terms=True, item_features: list[str] | None = None):
     from promokit.data import read_table
     from promokit.voucher.contract import ITEM_FEATURES, check_tables
 
     return check_tables(read_table(sessions), read_table(events) if events else None, read_table(items),
-                        categorical=_names(categorical), numeric=_names(numeric), validity=validity,
-                        require_labels=require_labels, terms=terms,
-                        item_features=_names(item_features) or ITEM_FEATURES,
+                        categorical=categorical, numeric=numeric, validity=validity,
+                        require_labels=require_labels, terms=terms, item_features=item_features or ITEM_FEATURES,
                         voucher_items=read_table(voucher_items) if voucher_items else None)
 
 
@@ -93,11 +98,12 @@ def _parts(tables, valid_from: Optional[str], test_from: Optional[str]):
     from promokit.voucher.history import split_by_time
 
     collect = tables.sessions["collect_time"]
-    held_out = pd.Timestamp(test_from) if test_from else collect.max() + pd.Timedelta(1, "s")
-    cut = pd.Timestamp(valid_from) if valid_from else collect[collect < held_out].quantile(0.9)
+    held_out = _time_option("--test-from", test_from) if test_from else collect.max() + pd.Timedelta(1, "s")
+    cut = _time_option("--valid-from", valid_from) if valid_from else collect[collect < held_out].quantile(0.9)
     parts = split_by_time(tables.sessions, cut, held_out)
     if len(parts.train) == 0 or len(parts.valid) == 0:
-        raise DataError(f"--valid-from {cut} and --test-from {held_out} leave {len(parts.train)} training and "
+        default = "" if valid_from else " (default: the last 10 % validate)"
+        raise DataError(f"--valid-from {cut} and --test-from {held_out}{default} leave {len(parts.train)} training and "
                         f"{len(parts.valid)} validation sessions of {len(collect)}; both must be non-empty")
     return parts, cut
 
@@ -135,8 +141,8 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
                                          weight_decay=weight_decay, seed=seed)
         model_params = _with_item_options(model_params, item_embeddings, freeze_items)
         VoucherModel(model, model_params, config)  # parameter errors before the tables are read
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
-                         item_features)
+        tables = _tables(sessions, events, items, voucher_items, _names(categorical), _names(numeric), validity, True,
+                         terms, _names(item_features))
         parts, cut = _parts(tables, valid_from, test_from)
         estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid,
                                                                   checkpoint_dir(out), resume)
@@ -166,8 +172,8 @@ def tune(sessions: SessionsOpt, items: ItemsOpt,
         from promokit.voucher.tune import tune_voucher
 
         config, fixed = _training(params, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
-                         item_features)
+        tables = _tables(sessions, events, items, voucher_items, _names(categorical), _names(numeric), validity, True,
+                         terms, _names(item_features))
         parts, cut = _parts(tables, valid_from, test_from)
 
         def search(path, on_trial):
@@ -203,29 +209,76 @@ def _load(model: Path):
     return VoucherModel.load(model)
 
 
-def _rows_from(tables, start: Optional[str]):
-    import numpy as np
+def _time_option(flag: str, text: str):
+    """A time given on the command line (``2024-06-01``, ``2024-06-01 12:00``), or a one-line error."""
     import pandas as pd
 
+    from promokit.data import DataError
+
+    try:
+        time = pd.Timestamp(text)
+    except ValueError:
+        time = pd.NaT
+    if pd.isna(time):
+        raise DataError(f"{flag} {text!r} is not a time; use e.g. 2024-06-01 or '2024-06-01 12:00'")
+    return time.tz_convert("UTC").tz_localize(None) if time.tzinfo else time  # the tables' times are UTC
+
+
+def _rows_from(tables, start: Optional[str]):
+    import numpy as np
+
+    from promokit.data import DataError
+
     collect = tables.sessions["collect_time"]
-    return np.arange(len(collect)) if start is None else np.flatnonzero(collect >= pd.Timestamp(start))
+    if start is None:
+        return np.arange(len(collect))
+    rows = np.flatnonzero(collect >= _time_option("--from", start))
+    if len(rows) == 0:
+        raise DataError(f"--from {start} selects none of the {len(collect)} sessions, collected from {collect.min()} "
+                        f"to {collect.max()}")
+    return rows
+
+
+def _model_tables(estimator, sessions, events, items, voucher_items, validity, require_labels, categorical, numeric,
+                  terms, item_features):
+    """The tables read with the options the model was trained with (``VoucherModel.table_options``). Training
+    options repeated here must name the same columns (in any order): one that contradicts the model is an error.
+    Model directories written before the options were kept do not know a non-DMBGN model's item features: those
+    follow --item-features (default category,brand,price_level), as before."""
+    from promokit.data import DataError
+    from promokit.voucher.contract import ITEM_FEATURES
+
+    saved = estimator.table_options
+    given = {"categorical": categorical, "numeric": numeric, "item_features": item_features}
+    for name, text in given.items():
+        if text is not None and saved[name] is not None and set(_names(text)) != set(saved[name]):
+            flag = f"--{name.replace('_', '-')}"
+            raise DataError(f"{flag} {text!r} contradicts the model, trained with {flag} "
+                            f"{','.join(saved[name])!r}; the model directory remembers its columns: leave {flag} out")
+    if terms is not None and terms != saved["terms"]:
+        raise DataError(f"--{'' if terms else 'no-'}terms contradicts the model, trained with "
+                        f"--{'' if saved['terms'] else 'no-'}terms; the model directory remembers it: leave it out")
+    features = saved["item_features"] if saved["item_features"] is not None else _names(item_features) or ITEM_FEATURES
+    return _tables(sessions, events, items, voucher_items, saved["categorical"], saved["numeric"], validity,
+                   require_labels, saved["terms"], features)
 
 
 @app.command()
 def predict(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
             out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, p_redeem.")],
-            events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
-            numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
-            item_features: ItemFeaturesOpt = None,
+            events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
+            numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
+            item_features: SavedItemFeaturesOpt = None,
             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
     the users' histories."""
     with user_errors():
         from promokit.data import write_parquet
 
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, False, terms,
-                         item_features)
-        predictions = _load(model).predict(tables, _rows_from(tables, start))
+        estimator = _load(model)
+        tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, False, categorical, numeric,
+                               terms, item_features)
+        predictions = estimator.predict(tables, _rows_from(tables, start))
         write_parquet(predictions, out)
         get_console().print(f"{len(predictions)} predictions written to {out}")
 
@@ -233,16 +286,16 @@ def predict(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
 @app.command()
 def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
-             events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: CategoricalOpt = None,
-             numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
-             item_features: ItemFeaturesOpt = None,
+             events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
+             numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
+             item_features: SavedItemFeaturesOpt = None,
              start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
              gauc_by: GaucByOpt = None):
     """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on labelled sessions."""
     with user_errors():
-        tables = _tables(sessions, events, items, voucher_items, categorical, numeric, validity, True, terms,
-                         item_features)
         estimator = _load(model)
+        tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, True, categorical, numeric,
+                               terms, item_features)
         metrics = estimator.evaluate(tables, _rows_from(tables, start), gauc_by)
         write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {sessions.name}")
 
@@ -276,7 +329,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
 def _write_tables(tables, out: Path) -> str:
     """Write validated tables as Parquet files into the folder ``out``; return the options that read them back."""
     from promokit.data import write_parquet
-    from promokit.voucher.contract import ITEM_FEATURES, TERM_COLUMNS
+    from promokit.voucher.contract import ITEM_FEATURES
 
     files = {"sessions": tables.sessions, "items": tables.items}
     if len(tables.events):
@@ -287,12 +340,11 @@ def _write_tables(tables, out: Path) -> str:
     for name, frame in files.items():
         write_parquet(frame, out / f"{name.replace('-', '_')}.parquet")
         args.append(f"--{name} {out / name.replace('-', '_')}.parquet")
-    categorical = [c for c in tables.categorical if c not in ("user_id", "voucher_id")]
-    numeric = [c for c in tables.numeric if c not in TERM_COLUMNS]
-    args += [f"--categorical {','.join(categorical)}"] if categorical else []
-    args += [f"--numeric {','.join(numeric)}"] if numeric else []
-    args += [] if set(TERM_COLUMNS) <= set(tables.numeric) else ["--no-terms"]
-    args += [] if list(tables.item_features) == list(ITEM_FEATURES) else [f"--item-features {','.join(tables.item_features)}"]
+    options = tables.options
+    args += [f"--categorical {','.join(options['categorical'])}"] if options["categorical"] else []
+    args += [f"--numeric {','.join(options['numeric'])}"] if options["numeric"] else []
+    args += [] if options["terms"] else ["--no-terms"]
+    args += [] if options["item_features"] == list(ITEM_FEATURES) else [f"--item-features {','.join(options['item_features'])}"]
     return " ".join(args)
 
 

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError, example_row
 from promokit.data.spec import FeatureSpec, missing_column_message, require_columns
 
@@ -89,6 +90,21 @@ class VoucherTables:
         """The session features as a :class:`FeatureSpec` for a ``TableEncoder``."""
         return FeatureSpec(categorical=list(self.categorical), numeric=list(self.numeric),
                            labels={LABEL: LABEL}, group_key="user_id")
+
+    @property
+    def options(self) -> dict:
+        """The :func:`check_tables` options that read these tables (what a model directory keeps, so that predict
+        needs only the tables): see :func:`table_options`."""
+        return table_options(self.categorical, self.numeric, self.item_features)
+
+
+def table_options(categorical: Sequence[str], numeric: Sequence[str], item_features: Sequence[str] | None) -> dict:
+    """The :func:`check_tables` options whose tables have the session features ``categorical`` / ``numeric``:
+    the ``categorical`` / ``numeric`` profile columns (the features minus the ids and terms), ``terms`` and
+    ``item_features`` (``None`` stays unknown)."""
+    return {"categorical": [c for c in categorical if c not in ("user_id", "voucher_id")],
+            "numeric": [c for c in numeric if c not in TERM_COLUMNS], "terms": set(TERM_COLUMNS) <= set(numeric),
+            "item_features": None if item_features is None else list(item_features)}
 
 
 def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.DataFrame, *,
@@ -138,6 +154,7 @@ def _check_sessions(sessions: pd.DataFrame, categorical: list[str], numeric: lis
     require_columns(sessions, required, "sessions")
     for column in ID_COLUMNS:
         _no_missing(sessions, column, "sessions")
+    check_numeric_columns(sessions, numeric)  # here, so that an error counts and shows the rows as written
     duplicated = sessions["session_id"].duplicated(keep=False).to_numpy()
     if duplicated.any():
         raise DataError(f"sessions: column 'session_id' has {int(duplicated.sum())} rows with a duplicate id in "
@@ -184,11 +201,13 @@ def _labels(sessions: pd.DataFrame, require_labels: bool) -> np.ndarray:
     if LABEL not in sessions.columns:
         return np.full(len(sessions), np.nan, dtype=np.float32)
     values = pd.to_numeric(sessions[LABEL], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    allowed = np.isin(values, (0.0, 1.0)) | (np.isnan(values) & (not require_labels))
+    unknown = sessions[LABEL].isna().to_numpy()  # an outcome not yet known: allowed where labels are optional
+    allowed = np.isin(values, (0.0, 1.0)) | (unknown & (not require_labels))
     if not allowed.all():
         bad = ~allowed
-        raise DataError(f"sessions: label column {LABEL!r} must be 0/1 but has {int(bad.sum())} missing or other "
-                        f"values in {len(sessions)} rows, e.g. {example_row(sessions, bad, ['session_id', LABEL])}")
+        kinds = "missing or other" if require_labels else "other"
+        raise DataError(f"sessions: label column {LABEL!r} must be 0/1 but has {int(bad.sum())} {kinds} values in "
+                        f"{len(sessions)} rows, e.g. {example_row(sessions, bad, ['session_id', LABEL])}")
     return values.astype(np.float32)
 
 
@@ -196,7 +215,7 @@ def _non_negative(frame: pd.DataFrame, column: str) -> np.ndarray:
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
     if bad.any():
-        raise DataError(f"sessions: column {column!r} has {int(bad.sum())} missing or non-numeric values in "
+        raise DataError(f"sessions: column {column!r} has {int(bad.sum())} missing, non-numeric or infinite values in "
                         f"{len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
     negative = values < 0
     if negative.any():
@@ -232,7 +251,8 @@ def _check_events(events: pd.DataFrame | None, sessions: pd.DataFrame, known_ite
         unknown = session < 0
         if unknown.any():
             raise DataError(f"events: column 'session_id' has {int(unknown.sum())} values of unknown sessions in "
-                            f"{n} rows, e.g. {example_row(events, unknown, ['session_id', 'item_id'])}")
+                            f"{n} rows, e.g. {example_row(events, unknown, ['session_id', 'item_id'])}"
+                            + _id_types(events["session_id"], sessions["session_id"], "sessions"))
     action = events["action"].astype("string").str.strip().str.lower()
     bad = ~action.isin(ACTIONS).fillna(False).to_numpy(dtype=bool)
     if bad.any():
@@ -247,8 +267,8 @@ def _check_events(events: pd.DataFrame | None, sessions: pd.DataFrame, known_ite
     missing_item = ~events["item_id"].isin(known_items).to_numpy()
     if missing_item.any() and unknown_items == "error":
         raise DataError(f"events: column 'item_id' has {int(missing_item.sum())} items missing from the items "
-                        f"table in {n} rows, e.g. {example_row(events, missing_item, [key, 'item_id'])}; "
-                        "pass unknown_items='drop' to drop them")
+                        f"table in {n} rows, e.g. {example_row(events, missing_item, [key, 'item_id'])}"
+                        f"{_id_types(events['item_id'], known_items, 'items')}; pass unknown_items='drop' to drop them")
     repairs["events_of_unknown_items_dropped"] = int((missing_item & keep).sum())
     keep &= ~missing_item
     if by_user:
@@ -314,8 +334,8 @@ def _check_voucher_items(pairs: pd.DataFrame, known_items: pd.Index, unknown_ite
     missing_item = ~pairs["item_id"].isin(known_items).to_numpy()
     if missing_item.any() and unknown_items == "error":
         raise DataError(f"voucher_items: column 'item_id' has {int(missing_item.sum())} items missing from the "
-                        f"items table in {len(pairs)} rows, e.g. {example_row(pairs, missing_item)}; "
-                        "pass unknown_items='drop' to drop them")
+                        f"items table in {len(pairs)} rows, e.g. {example_row(pairs, missing_item)}"
+                        f"{_id_types(pairs['item_id'], known_items, 'items')}; pass unknown_items='drop' to drop them")
     repairs["voucher_items_of_unknown_items_dropped"] = int(missing_item.sum())
     return pairs.loc[~missing_item, list(VOUCHER_ITEM_COLUMNS)].drop_duplicates().reset_index(drop=True)
 
@@ -326,6 +346,18 @@ def _no_missing(frame: pd.DataFrame, column: str, table: str) -> None:
     if missing.any():
         raise DataError(f"{table}: column {column!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
                         f"e.g. {example_row(frame, missing)}")
+
+
+def _id_types(values: pd.Series, known, table: str) -> str:
+    """Why ids do not match when one side holds numbers and the other text (a numeric id column spoiled by a few
+    text values is read as text): the text side and a value of it that is not a number; empty otherwise."""
+    known = pd.Series(known)
+    for side, other, name in ((values, known, "its ids"), (known, values, f"the {table} table's ids")):
+        if pd.api.types.is_numeric_dtype(other) and not pd.api.types.is_numeric_dtype(side):
+            text = side[side.notna() & pd.to_numeric(side, errors="coerce").isna()]
+            detail = f" ({len(text)} values are not numbers, e.g. {text.iloc[0]!r})" if len(text) else ""
+            return f"; {name} hold text{detail} and the other side numbers, and text never equals a number"
+    return ""
 
 
 def _nanoseconds(values: np.ndarray) -> np.ndarray:

@@ -31,6 +31,7 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training.seed import seed_everything
+from promokit.voucher.contract import table_options
 from promokit.voucher.history import redeemed_history
 from promokit.voucher.item_embedding import ESTIMATOR_KEYS, check_item_params
 from promokit.voucher.models import MODELS, FieldLayout
@@ -97,6 +98,7 @@ class VoucherModel:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
         self.max_history = max_history
         self.spec: FeatureSpec | None = None
+        self.table_options: dict | None = None  # VoucherTables.options of the training tables
         self.encoder: TableEncoder | None = None
         self.net = None
         self.report = FitReport()
@@ -193,6 +195,7 @@ class VoucherModel:
         seed_everything(self.train_config.seed)
         sessions = tables.sessions
         self.spec = self._feature_spec(tables)
+        self.table_options = tables.options
         self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.spec)
         self.net, self._cache = None, None
         inputs = self.inputs(tables, fit_rows=train_rows)
@@ -201,6 +204,11 @@ class VoucherModel:
             if unknown.any():
                 raise DataError(f"{int(unknown.sum())} of the {len(rows)} {name} sessions have no 'redeemed' label, "
                                 f"e.g. session_id {sessions['session_id'].iloc[rows[unknown][0]]!r}")
+        positives = int(inputs["redeemed"].numpy()[train_rows].sum())
+        if positives in (0, len(train_rows)):
+            raise DataError(f"training needs redeemed and unredeemed sessions; {positives} of the {len(train_rows)} "
+                            f"training sessions are redeemed (column 'redeemed' is {int(positives > 0)} on all of "
+                            "them): a classifier cannot learn from one class")
         if valid_rows is not None and self.is_neural and self.train_config.monitor == "auc":
             positives = int(inputs["redeemed"].numpy()[valid_rows].sum())
             if positives in (0, len(valid_rows)):
@@ -306,7 +314,7 @@ class VoucherModel:
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
         config = {"promokit": __version__, "task": "voucher", "model": self.name, "params": self.params,
-                  "spec": self.spec.to_dict(), "train": self.train_config.to_dict(),
+                  "spec": self.spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
                   "max_history": self.max_history}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
@@ -322,10 +330,15 @@ class VoucherModel:
                     config["max_history"])
         model.spec = FeatureSpec.from_dict(config["spec"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
+        vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
+        # directories written before config.json kept the table options: the profile columns and terms from the
+        # features, DMBGN's item features from its graph vocabulary (unknown for the others, which do not read them)
+        model.table_options = config.get("tables") or table_options(
+            model.spec.categorical, model.spec.numeric, vocabulary and vocabulary["item_features"])
         if model.uses_graphs:
             from promokit.voucher.graph import UVGStore
 
-            model.store = UVGStore.empty(read_json(path, GRAPH_VOCABULARY))
+            model.store = UVGStore.empty(vocabulary)
         if model.is_neural:
             model.net = model._build_net()
             load_weights(model.net, path)
