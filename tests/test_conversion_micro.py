@@ -177,3 +177,15 @@ def test_bench_on_the_synthetic_world_with_micro_behaviours_scores_the_oracle_no
     assert lr_row.count("—") == 2 and "‰" in lr_row  # no node heads; gmcm's RI against it
     bad = _invoke("conversion", "bench", "--impressions", 6000, "--micro-behaviors", "carts")
     assert bad.exit_code != 0 and "no micro-behaviours ['carts']" in bad.output
+
+
+def test_demo_with_micro_behaviours_trains_gmcm_and_reports_its_table(tmp_path):
+    out = tmp_path / "demo"
+    result = _invoke("conversion", "demo", "--out", out, "--impressions", 6000, "--users", 120, "--items", 60,
+                     "--models", "gmcm", "--micro-behaviors", 3)
+    assert result.exit_code == 0, result.output
+    rows = {row["model"]: row for row in json.loads((out / "report.json").read_text())["results"]}
+    assert set(rows) == {"lr", "gmcm", "oracle"}
+    assert {"node_auc_cart", "node_auc_favorite", "node_auc_review"} <= set(rows["gmcm"])
+    markdown = (out / "report.md").read_text()
+    assert "GMCM's Tables 2–3" in markdown and "| oracle |" in markdown.split("GMCM's Tables 2–3")[1]

@@ -61,6 +61,12 @@ def test_eq18_self_normalised_inverse_propensity_loss():
     total.backward()  # p_ctr gets gradient from L_CTR only: the propensity is detached in eq. 18
     expected = -(torch.tensor([1.0, 1, 0, 0]) / p_ctr - torch.tensor([0.0, 0, 1, 1]) / (1 - p_ctr)) / 4
     torch.testing.assert_close(p_ctr.grad, expected.detach())
+    # the IPW ablation: the clicked rows weigh alike
+    plain = GMCM([3], 0, NODES, np.zeros((3, 3)), ctr_hidden=(4,), cvr_hidden=(4,), node_dim=4, gcn_hidden=(4,),
+                 ipw=False)
+    _, parts = plain.loss(out, batch)
+    assert float(parts["cvr"]) == pytest.approx(cvr.mean(), rel=1e-5)
+    assert float(parts["node"]) == pytest.approx(np.mean(node), rel=1e-5)
 
 
 def _table(n: int = 12_000, seed: int = 0) -> pd.DataFrame:

@@ -30,7 +30,8 @@ class GMCM(nn.Module):
       node logloss by :math:`1/\hat r^{CTR}`, self-normalised over the batch's clicked rows (the paper's remedy
       for unstable inverse propensities) with :math:`\hat r^{CTR}` detached: the propensity weights the CVR task,
       it is not trained by it. Micro-behaviours and purchases are observed only after a click, so unclicked rows
-      enter through :math:`L^{CTR}` alone.
+      enter through :math:`L^{CTR}` alone. ``ipw=False`` weights every clicked row alike (the IPW ablation: the
+      plain mean over the clicked rows).
 
     ``nodes`` names the micro-behaviours (label columns, never inputs) and ``pmg`` is their ``(N, N)`` prior ``P``
     from the clicked training rows (:func:`promokit.conversion.pmg.concurrence_probability`). Batch normalisation
@@ -44,15 +45,15 @@ class GMCM(nn.Module):
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, nodes: Sequence[str], pmg,
                  emb_dim: int = 16, ctr_hidden: Sequence[int] = (512, 256, 128, 64),
                  cvr_hidden: Sequence[int] = (512, 256, 128), node_dim: int = 64, gcn_hidden: Sequence[int] = (64, 64),
-                 output: str = "concat", dropout: float = 0.0, batch_norm: bool = True, sparse: bool = True,
-                 oov_dropout: float = 0.0):
+                 output: str = "concat", dropout: float = 0.0, batch_norm: bool = True, ipw: bool = True,
+                 sparse: bool = True, oov_dropout: float = 0.0):
         super().__init__()
         if output not in OUTPUT_FUNCTIONS:
             raise ValueError(f"output must be one of {OUTPUT_FUNCTIONS}, got {output!r}")
         self.nodes = list(nodes)
         if not self.nodes:
             raise ValueError("GMCM needs at least one micro-behaviour node")
-        self.output = output
+        self.output, self.ipw = output, ipw
         tower = {"dropout": dropout, "activation": "leaky_relu", "batch_norm": batch_norm}
         self.sem = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse, oov_dropout=oov_dropout)
         self.ctr = MLP(self.sem.output_dim, ctr_hidden, **tower)
@@ -90,10 +91,11 @@ class GMCM(nn.Module):
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         click = batch["click"]
-        inverse_propensity = click / out["p_ctr"].detach().clamp_min(1e-6)  # eq. 18's weights, 0 off the clicks
+        # eq. 18's weights, 0 off the clicks
+        weight = click / out["p_ctr"].detach().clamp_min(1e-6) if self.ipw else click
         node_terms = log_loss_terms(out["p_node"], batch["micro"]).mean(1)
         parts = {"ctr": binary_log_loss(out["p_ctr"], click),
-                 "cvr": binary_log_loss(out["p_cvr"], batch["purchase"], inverse_propensity),
-                 "node": (node_terms * inverse_propensity).sum() / inverse_propensity.sum().clamp_min(1.0)}
+                 "cvr": binary_log_loss(out["p_cvr"], batch["purchase"], weight),
+                 "node": (node_terms * weight).sum() / weight.sum().clamp_min(1.0)}
         total = parts["ctr"] + parts["cvr"] + parts["node"]  # eq. 19: L_CTR + L_PMG, L_PMG = cvr + node
         return total, {k: v.detach() for k, v in parts.items()}
