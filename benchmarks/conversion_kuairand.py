@@ -6,7 +6,13 @@ behaviour — both on clicked rows only (orphans on unclicked rows set to 0). Tr
 on 04-29, test on 04-30 (``--valid-days`` / ``--test-days`` move the cut). Every model runs with its defaults;
 ``--tuned DIR`` adds a second row per model with the parameters ``promokit conversion tune`` wrote to
 ``DIR/<model>/params.json`` (tuned on the validation day only). A paired bootstrap of the test day compares
-each deep model with LR, the floor it has to beat.
+each model with each ``--against`` model (LR, the floor every deep model has to beat, and ESMM by default).
+
+Micro-behaviours (GMCM): the post-click behaviours of ``--micro-behaviors`` (default like, comment, forward,
+profile enter, long view, hate without the purchase behaviour) are written as 0/1 labels nested under the click
+and declared in the spec; they are never features. The models that learn from them (gmcm, mcm-2, mcm-10,
+mcm-gru) get node AUCs, and a second table gives the GMCM paper's Tables 2–3 (CVR/CTCVR AUC, CTCVR GAUC, CVR/CTCVR
+MSE, RI of gmcm in permille).
 
 KuaiRand (Gao et al., CIKM 2022) is CC BY-SA 4.0; this script reads a local copy and writes only metrics.
 
@@ -14,6 +20,7 @@ Usage::
 
     .venv/bin/python benchmarks/conversion_kuairand.py --purchase is_like --tuned tuned/like
     .venv/bin/python benchmarks/conversion_kuairand.py --models lr,esm2 --seeds 0 --score-on valid
+    .venv/bin/python benchmarks/conversion_kuairand.py --models lr,esmm,esm2,base,dcn,mcm-10,mcm-gru,gmcm
 
 ``--score-on valid`` scores on the validation day instead of the test day, for choosing settings without
 looking at the test day.
@@ -35,7 +42,13 @@ import torch
 
 from promokit.conversion import bench
 from promokit.conversion.estimator import ConversionModel
-from promokit.conversion.kuairand import DACTION_BEHAVIOURS, LOG_FILE, kuairand_spec, load_kuairand
+from promokit.conversion.kuairand import (
+    DACTION_BEHAVIOURS,
+    LOG_FILE,
+    MICRO_BEHAVIOURS,
+    kuairand_spec,
+    load_kuairand,
+)
 from promokit.data import DataError
 from promokit.metrics import auc
 
@@ -58,8 +71,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--test-days", type=int, default=1, help="last days used for testing")
     p.add_argument("--score-on", choices=("test", "valid"), default="test",
                    help="'valid' scores on the validation day(s), for choosing settings without the test day")
+    p.add_argument("--micro-behaviors", default=None,
+                   help="comma-separated log columns written as micro-behaviour labels ('none': none; default: "
+                        "like, comment, forward, profile enter, long view, hate without the purchase)")
+    p.add_argument("--against", default="lr,esmm",
+                   help="comma-separated models every other model is compared with in the paired bootstrap")
     p.add_argument("--bootstrap", type=int, default=1000,
-                   help="paired bootstrap resamples of the scored day, each deep model − LR (0: skip)")
+                   help="paired bootstrap resamples of the scored day, each model − each --against model (0: skip)")
     p.add_argument("--out", type=Path, default=None, help="folder for report.md / report.json / results.csv")
     return p.parse_args(argv)
 
@@ -132,7 +150,10 @@ def main(argv=None) -> int:
              if args.tuned is not None and (args.tuned / m / "params.json").is_file()}
     try:
         daction = tuple(b for b in DACTION_BEHAVIOURS if b != args.purchase)
-        table, report = load_kuairand(args.data_dir, log=args.log, daction=daction, purchase=args.purchase)
+        micro = (MICRO_BEHAVIOURS if args.micro_behaviors is None else () if args.micro_behaviors == "none"
+                 else tuple(c.strip() for c in args.micro_behaviors.split(",")))
+        table, report = load_kuairand(args.data_dir, log=args.log, daction=daction, purchase=args.purchase,
+                                      micro=micro)
         split, days = day_split(table, args.valid_days, args.test_days)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -143,7 +164,8 @@ def main(argv=None) -> int:
     print("KuaiRand: Gao et al., CIKM 2022, CC BY-SA 4.0.\n")
     print(f"time split on date (scored on: {args.score_on})")
     print(stats.to_string(), "\n")
-    print(f"features: {len(spec.categorical)} categorical {spec.categorical}, numeric {spec.numeric}")
+    print(f"features: {len(spec.categorical)} categorical {spec.categorical}, numeric {spec.numeric}; "
+          f"micro-behaviour labels: {spec.micro_behaviors}")
     print("tuned parameters: " + (json.dumps(tuned) if tuned else "none") + "\n")
 
     scored = split if args.score_on == "test" else bench.Split(split.train, split.valid, split.valid)
@@ -181,6 +203,10 @@ def main(argv=None) -> int:
     pd.set_option("display.max_columns", 20)
     print("\nmean ± std over seeds", seeds)
     print(summary.to_string())
+    gmcm_table = bench.gmcm_summary(results, spec.micro_behaviors) if spec.micro_behaviors else None
+    if gmcm_table is not None:
+        print("\nGMCM's Tables 2–3 (RI of gmcm in ‰) and node AUCs")
+        print(gmcm_table.to_string())
 
     evaluated = scored.test
     clicked = evaluated[evaluated["click"] == 1]
@@ -193,18 +219,22 @@ def main(argv=None) -> int:
             f"noise only) is small. Compare models with the paired bootstrap, not by eye.")
     print("\n" + note)
     boot, boot_text = {}, ""
-    if args.bootstrap and "lr" in predictions:
+    references = [m.strip() for m in args.against.split(",") if m.strip() in predictions]
+    if args.bootstrap and references:
         click = evaluated["click"].to_numpy() == 1
         purchase = evaluated["purchase"].to_numpy()
         lines = []
-        for label in (v[0] for v in variants if v[1] != "lr" and v[0] in predictions):
-            for metric, rows, column in (("cvr_auc", click, "p_cvr"), ("ctcvr_auc", slice(None), "p_ctcvr")):
-                scores = {m: [p[column].to_numpy()[rows] for p in predictions[m]] for m in (label, "lr")}
-                b = boot[f"{label} {metric}"] = paired_bootstrap(purchase[rows], scores, label, "lr", args.bootstrap)
-                lines.append(f"  {label:>11} − lr  {metric:>9}: {b['observed']:+.4f}  95 % interval [{b['low']:+.4f}, "
-                             f"{b['high']:+.4f}]  ahead in {100 * b['share_a_better']:.0f} % of resamples")
+        for k, reference in enumerate(references):  # a pair once: no esmm − lr after lr − esmm
+            for label in (v[0] for v in variants if v[0] not in references[:k + 1] and v[0] in predictions):
+                for metric, rows, column in (("cvr_auc", click, "p_cvr"), ("ctcvr_auc", slice(None), "p_ctcvr")):
+                    scores = {m: [p[column].to_numpy()[rows] for p in predictions[m]] for m in (label, reference)}
+                    b = boot[f"{label} − {reference} {metric}"] = paired_bootstrap(purchase[rows], scores, label,
+                                                                                     reference, args.bootstrap)
+                    lines.append(f"  {label:>11} − {reference:<5} {metric:>9}: {b['observed']:+.4f}  95 % interval "
+                                 f"[{b['low']:+.4f}, {b['high']:+.4f}]  ahead in {100 * b['share_a_better']:.0f} % "
+                                 "of resamples")
         boot_text = (f"paired bootstrap of the {part} day ({args.bootstrap} row resamples, seed-averaged AUC), "
-                     "model − LR:\n" + "\n".join(lines))
+                     f"model − {' / '.join(references)}:\n" + "\n".join(lines))
         print("\n" + boot_text)
     elapsed = time.perf_counter() - started
     print(f"total runtime {elapsed / 60:.1f} min")
@@ -214,13 +244,15 @@ def main(argv=None) -> int:
 
         args.out.mkdir(parents=True, exist_ok=True)
         results.to_csv(args.out / "results.csv", index=False)
-        out = Report(f"promokit conversion models against LR on KuaiRand-Pure (purchase = {args.purchase}, time split)",
+        out = Report(f"promokit conversion models on KuaiRand-Pure (purchase = {args.purchase}, time split)",
                      data={"results": results.to_dict(orient="records"), "histories": histories,
                            "split": stats.reset_index().to_dict(orient="records"), "tuned": tuned,
                            "load_report": report.summary(), "bootstrap": boot})
         out.add("Data", report.summary() + "\n\nKuaiRand: Gao et al., CIKM 2022, CC BY-SA 4.0.")
         out.add("Time split", stats)
         out.add(f"Mean ± std over seeds {seeds} ({part} part)", summary)
+        if gmcm_table is not None:
+            out.add("GMCM's Tables 2–3 (RI of gmcm in ‰) and node AUCs", gmcm_table)
         out.add("Noise", note + ("\n\n" + boot_text if boot else ""))
         out.write(args.out)
         print(f"report written to {args.out}/report.md")

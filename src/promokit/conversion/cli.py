@@ -36,7 +36,8 @@ from promokit.cli_support import (
     write_metrics_report,
 )
 
-app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT and the linear floor LR.",
+app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT, the linear floor LR, and "
+                  "GMCM (micro-behaviour graph) with its baselines and ablations.",
                   no_args_is_help=True)
 
 DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet.")]
@@ -90,7 +91,9 @@ def _synthetic_micro(value: str) -> tuple[list[str], int]:
     return names, max(known.index(name) for name in names) + 1
 
 
-ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2")]
+ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2; with micro-behaviours: "
+                                        "gmcm | mcm-2 | mcm-10 | mcm-gru; GMCM's baselines: base | division | resnet "
+                                        "| dcn")]
 ValidSplitOpt = Annotated[Optional[str], typer.Option(
     "--valid-split", help="How the validation rows are cut from --data: random, or time:<column> (the latest "
     "rows). Default: time:<the spec's time_key> when the spec names one, else random.")]
@@ -115,7 +118,7 @@ def train(data: DataOpt,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
-          repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase to 0 on unclicked rows instead of failing.")] = False,
+          repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = False,
           resume: ResumeOpt = False, micro_behaviors: MicroOpt = None):
     """Fit a model on an impression table and write it as a model directory."""
     with user_errors():
@@ -176,7 +179,8 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
             data: DataOpt,
             out: Annotated[Path, typer.Option("--out", help="Parquet file of predictions.")],
             keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None):
-    """Write p_ctr, p_cvr, p_ctavr (ESM²) and p_ctcvr per row, with the input's key columns."""
+    """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
+    with the input's key columns."""
     with user_errors():
         import pandas as pd
 

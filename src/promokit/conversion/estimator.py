@@ -67,7 +67,9 @@ class FitReport:
 
 
 class ConversionModel:
-    """A conversion model by name (``esm2``, ``esmm``, ``dnn``, ``dnn-os``, ``gbdt``) with its encoders.
+    """A conversion model by name (``esm2``, ``esmm``, ``dnn``, ``dnn-os``, ``gbdt``, ``lr``, ``gmcm`` and its
+    baselines and ablations: see :data:`~promokit.conversion.models.MODELS`) with its encoders and, for the
+    micro-behaviour models, the PMG prior.
 
     Example::
 
@@ -191,7 +193,8 @@ class ConversionModel:
         return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **graph, **self.params)
 
     def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        """Named outputs per row, in the row order of ``table``: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM²)."""
+        """Named outputs per row, in the row order of ``table``: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM², +
+        p_node_<name> per micro-behaviour for GMCM and the MCM ablations)."""
         self._check_fitted()
         x = self.encoder.transform(table)
         if self.is_neural:
