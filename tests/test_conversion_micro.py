@@ -169,10 +169,14 @@ def test_bench_on_the_synthetic_world_with_micro_behaviours_scores_the_oracle_no
     assert {"node_auc_cart", "node_auc_buy_button"} <= set(report["oracle"])
     assert not any(k.startswith("node_auc_") and k not in ("node_auc_cart", "node_auc_buy_button")
                    for k in report["oracle"])
+    # AUCs against the truth: the oracle's are the ceiling of every model's
+    for metric in ("cvr_auc_truth", "cvr_auc_truth_all", "ctcvr_auc_truth"):
+        assert all(row[metric] <= report["oracle"][metric] + 1e-12 for row in report["results"])
     markdown = (out / "report.md").read_text()
     assert "GMCM's Tables 2–3" in markdown and "ri_permille_auc" in markdown and "ri_permille_mse" in markdown
     table = markdown.split("GMCM's Tables 2–3")[1]
-    assert "| cvr_auc | ctcvr_auc | ctcvr_gauc | cvr_mse | ctcvr_mse | node_auc_cart | node_auc_buy_button |" in table
+    assert ("| cvr_auc | ctcvr_auc | ctcvr_gauc | cvr_mse | ctcvr_mse | cvr_auc_truth | cvr_auc_truth_all | "
+            "ctcvr_auc_truth | node_auc_cart | node_auc_buy_button |") in table
     lr_row = next(line for line in table.splitlines() if line.startswith("| lr |"))
     assert lr_row.count("—") == 2 and "‰" in lr_row  # no node heads; gmcm's RI against it
     bad = _invoke("conversion", "bench", "--impressions", 6000, "--micro-behaviors", "carts")
@@ -187,5 +191,8 @@ def test_demo_with_micro_behaviours_trains_gmcm_and_reports_its_table(tmp_path):
     rows = {row["model"]: row for row in json.loads((out / "report.json").read_text())["results"]}
     assert set(rows) == {"lr", "gmcm", "oracle"}
     assert {"node_auc_cart", "node_auc_favorite", "node_auc_review"} <= set(rows["gmcm"])
+    # AUCs against the truth: the oracle's are the ceiling of every model's
+    for metric in ("cvr_auc_truth", "cvr_auc_truth_all", "ctcvr_auc_truth"):
+        assert rows["gmcm"][metric] <= rows["oracle"][metric] + 1e-12
     markdown = (out / "report.md").read_text()
     assert "GMCM's Tables 2–3" in markdown and "| oracle |" in markdown.split("GMCM's Tables 2–3")[1]

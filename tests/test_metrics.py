@@ -12,6 +12,7 @@ from promokit.metrics import (
     MetricWarning,
     TopKResult,
     auc,
+    expected_auc,
     gauc,
     logloss,
     mse,
@@ -58,6 +59,37 @@ def test_auc_matches_sklearn_with_ties(rows):
     y, s = map(list, zip(*rows))
     assume(0 < sum(y) < len(y))
     assert auc(y, s) == pytest.approx(roc_auc_score(y, s))
+
+
+def test_expected_auc_hand_computed():
+    # p = (0.5, 0.2, 1.0) with scores (0.3, 0.1, 0.3); weight p_i(1 − p_j) of each ordered pair i ≠ j:
+    # (0,1) 0.4 won, (0,2) 0 tied, (1,0) 0.1 lost, (1,2) 0 lost, (2,0) 0.5 tied, (2,1) 0.8 won
+    # → (0.4 + 0.5/2 + 0.8) / (0.4 + 0.1 + 0.5 + 0.8) = 1.45 / 1.8
+    assert expected_auc([0.5, 0.2, 1.0], [0.3, 0.1, 0.3]) == pytest.approx(1.45 / 1.8)
+
+
+@settings(derandomize=True, max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.1, 0.5, 0.9, 1.0]), st.sampled_from([0.0, 0.2, 0.5, 0.7])),
+                min_size=2, max_size=40))
+def test_expected_auc_is_the_pair_sum_and_auc_on_certain_labels(rows):
+    p, s = map(np.array, zip(*rows))
+    weight = np.outer(p, 1 - p)
+    np.fill_diagonal(weight, 0.0)
+    assume(weight.sum() > 0)
+    won = (s[:, None] > s[None, :]) + 0.5 * (s[:, None] == s[None, :])
+    assert expected_auc(p, s) == pytest.approx((weight * won).sum() / weight.sum())
+    certain = (p > 0.5).astype(float)
+    if 0 < certain.sum() < len(certain):
+        assert expected_auc(certain, s) == pytest.approx(auc(certain, s))
+
+
+def test_expected_auc_undefined_or_bad_input():
+    with pytest.warns(MetricWarning, match="expected AUC is undefined"):
+        assert math.isnan(expected_auc([1.0, 1.0], [0.1, 0.2]))
+    with pytest.raises(ValueError, match="probabilities in"):
+        expected_auc([0.5, 1.5], [0.1, 0.2])
+    with pytest.raises(ValueError, match="must be finite"):
+        expected_auc([0.5, 0.5], [0.1, np.inf])
 
 
 def test_auc_accepts_lists_arrays_series_and_bool_labels():

@@ -14,7 +14,7 @@ from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, check
 from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec, holdout_split
-from promokit.metrics import rela_impr, relative_improvement_permille
+from promokit.metrics import expected_auc, rela_impr, relative_improvement_permille
 from promokit.training import TrainConfig
 
 #: The columns of the paper's Table 3, then what the demo adds.
@@ -22,6 +22,8 @@ HEADLINE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "ctr_auc", "ctcvr_logloss")
 AUC_METRICS = ("ctr_auc", "cvr_auc", "ctcvr_auc", "ctcvr_gauc")
 #: The columns of the GMCM paper's Tables 2 and 3.
 GMCM_TABLE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "cvr_mse", "ctcvr_mse")
+#: AUCs against a synthetic world's true probabilities (:func:`truth_metrics`), where a truth exists.
+TRUTH_AUCS = ("cvr_auc_truth", "cvr_auc_truth_all", "ctcvr_auc_truth")
 #: GMCM's RI groups: column ``ri_permille_<group>`` averages the relative improvements over the group's metrics
 #: (Table 2 over the AUC-type metrics, Table 3 over the MSEs); the metrics where lower is better.
 RI_GROUPS = {"auc": ("cvr_auc", "ctcvr_auc", "ctcvr_gauc"), "mse": ("cvr_mse", "ctcvr_mse")}
@@ -52,9 +54,10 @@ def split_table(table: pd.DataFrame, spec: FeatureSpec, split: str | None = None
 
 def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | None = None,
         params: dict[str, dict] | None = None, train: TrainConfig | None = None, gauc_weight: str = "impressions",
-        repair_labels: bool = False, on_result=None, on_fitted=None) -> pd.DataFrame:
+        repair_labels: bool = False, on_result=None, on_fitted=None, truth: pd.DataFrame | None = None) -> pd.DataFrame:
     """Fit every model with every seed on ``split.train`` (early stopping on ``split.valid``) and score it on
-    ``split.test``. Returns one row per (model, seed) with the metrics and the fit time in seconds.
+    ``split.test``. Returns one row per (model, seed) with the metrics and the fit time in seconds; with the test
+    rows' ``truth`` (a synthetic world's, in their order), also :func:`truth_metrics`.
 
     ``params[name]`` are flat parameters of one model, as ``tune`` writes them: training fields among them
     (``lr``, ``embedding_decay`` …) replace those of ``train`` for that model. ``on_fitted(model)`` sees each
@@ -70,7 +73,11 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
             seconds = time.perf_counter() - started
             if on_fitted is not None:
                 on_fitted(model)
-            row = {"model": name, "seed": seed, **model.evaluate(split.test, gauc_weight), "fit_seconds": seconds}
+            predictions = model.predict(split.test)
+            row = {"model": name, "seed": seed, **model.evaluate(split.test, gauc_weight, predictions)}
+            if truth is not None:
+                row.update(truth_metrics(predictions, truth, split.test[model.spec.labels["click"]].to_numpy()))
+            row["fit_seconds"] = seconds
             rows.append(row)
             if on_result is not None:
                 on_result(row)
@@ -94,7 +101,21 @@ def oracle_row(test: pd.DataFrame, truth: pd.DataFrame, spec: FeatureSpec, gauc_
         labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(nodes)})
         predictions.update({f"p_node_{name}": truth[f"p_node_{name}"].to_numpy() for name in nodes})
     groups = test[spec.group_key].to_numpy() if spec.group_key else None
-    return {"model": "oracle", **conversion_metrics(labels, predictions, groups, gauc_weight)}
+    return {"model": "oracle", **conversion_metrics(labels, predictions, groups, gauc_weight),
+            **truth_metrics(truth, truth, labels["click"])}
+
+
+def truth_metrics(predictions: pd.DataFrame, truth: pd.DataFrame, click: np.ndarray) -> dict[str, float]:
+    """AUCs against a synthetic world's true probabilities rather than its drawn labels
+    (:func:`~promokit.metrics.expected_auc`: no test-label noise): ``cvr_auc_truth`` on the clicked rows (where
+    the CVR AUC is measured), ``cvr_auc_truth_all`` over every impression (the entire space, where the CVR is
+    used to rank and where inverse-propensity weighting and ESMM claim to remove the selection bias) and
+    ``ctcvr_auc_truth``. ``predictions`` and ``truth`` hold ``p_cvr`` and ``p_ctcvr`` per test row, in order."""
+    clicked = np.asarray(click) == 1
+    p_cvr, true_cvr = predictions["p_cvr"].to_numpy(), truth["p_cvr"].to_numpy()
+    return {"cvr_auc_truth": expected_auc(true_cvr[clicked], p_cvr[clicked]),
+            "cvr_auc_truth_all": expected_auc(true_cvr, p_cvr),
+            "ctcvr_auc_truth": expected_auc(truth["p_ctcvr"].to_numpy(), predictions["p_ctcvr"].to_numpy())}
 
 
 def relative_improvements(results: pd.DataFrame, model: str, groups=None) -> pd.DataFrame:
@@ -158,8 +179,9 @@ def with_oracle(summary: pd.DataFrame, oracle: dict) -> pd.DataFrame:
 
 def gmcm_summary(results: pd.DataFrame, nodes: list[str], ri: str = "gmcm") -> pd.DataFrame:
     """The GMCM paper's Tables 2–3 in one: CVR AUC, CTCVR AUC, CTCVR GAUC, CVR MSE, CTCVR MSE (mean ± std over
-    seeds), the RI of ``ri`` against each other model in permille (when ``ri`` is among the results) and the node
-    AUC of each micro-behaviour in ``nodes`` (models without node heads: "—")."""
-    metrics = (*GMCM_TABLE, *(f"node_auc_{name}" for name in nodes))
+    seeds), the AUCs against the truth (on a synthetic world), the RI of ``ri`` against each other model in
+    permille (when ``ri`` is among the results) and the node AUC of each micro-behaviour in ``nodes`` (models
+    without node heads: "—")."""
+    metrics = (*GMCM_TABLE, *TRUTH_AUCS, *(f"node_auc_{name}" for name in nodes))
     table = summarise(results, metrics=metrics, ri=ri if ri in set(results["model"]) else None)
     return table.fillna("—")

@@ -294,7 +294,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         names = bench_models(models)
         config, net = _training(params, None, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
                                 monitor=monitor, embedding_decay=embedding_decay)
-        oracle = None
+        oracle = truth = None
         if data is None:
             nodes, n_micro = _synthetic_micro(micro_behaviors) if micro_behaviors is not None else ([], 0)
             world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=0, n_micro=n_micro)
@@ -316,8 +316,8 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impressio
         found = tuned_params(tuned, names)
         per_model = {n: {**({} if n in runner.SHALLOW else net), **found.get(n, {})} for n in names}
         results = runner.run(parts, names, seeds_option(seeds), feature_spec, per_model, config,
-                             repair_labels=repair_labels, on_result=done)
-        summary = runner.summarise(results, base if base in names else None)
+                             repair_labels=repair_labels, on_result=done, truth=truth)
+        summary = runner.summarise(results, base if base in names else None, (*runner.HEADLINE, *runner.TRUTH_AUCS))
         tables = {}
         if feature_spec.micro_behaviors:
             tables["GMCM's Tables 2–3: mean ± std over seeds, RI of gmcm in ‰, node AUCs"] = runner.gmcm_summary(

@@ -34,7 +34,7 @@ def run_demo(n_users: int, n_items: int, n_impressions: int, seed: int = 0, mode
     world = make_world(n_users=n_users, n_items=n_items, n_impressions=n_impressions, seed=seed, n_micro=n_micro)
     split, truth, spec = world_split(world, seed)
     spec = replace(spec, micro_behaviors=world.micro_behaviors)
-    results = bench.run(split, list(models), [seed], spec, None, train, on_result=on_result)
+    results = bench.run(split, list(models), [seed], spec, None, train, on_result=on_result, truth=truth)
     oracle = bench.oracle_row(split.test, truth, spec)
     table = pd.concat([results, pd.DataFrame([oracle])], ignore_index=True)
     report = demo_report(table, world, split)

@@ -207,14 +207,17 @@ class ConversionModel:
             columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
         return pd.DataFrame(columns, index=table.index)
 
-    def evaluate(self, table: pd.DataFrame, gauc_weight: str = "impressions") -> dict[str, float]:
-        """Conversion metrics on a labelled table (see :func:`conversion_metrics`)."""
+    def evaluate(self, table: pd.DataFrame, gauc_weight: str = "impressions",
+                 predictions: pd.DataFrame | None = None) -> dict[str, float]:
+        """Conversion metrics on a labelled table (see :func:`conversion_metrics`); ``predictions``, this model's
+        :meth:`predict` of ``table`` when the caller has them already."""
         self._check_fitted()
         labels, _ = self._labels(table)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
             labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(self.spec.micro_behaviors)})
-        predictions = {k: v.to_numpy() for k, v in self.predict(table).items()}
+        predictions = self.predict(table) if predictions is None else predictions
+        predictions = {k: v.to_numpy() for k, v in predictions.items()}
         groups = table[self.spec.group_key].to_numpy() if self.spec.group_key else None
         return conversion_metrics(labels, predictions, groups, gauc_weight)
 

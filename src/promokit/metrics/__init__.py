@@ -7,6 +7,7 @@ from promokit.metrics.ranking import (
     MetricWarning,
     TopKResult,
     auc,
+    expected_auc,
     gauc,
     precision_recall_f1_at_top,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "auc",
     "decile_figure",
     "decile_table",
+    "expected_auc",
     "gauc",
     "hit_metrics",
     "logloss",

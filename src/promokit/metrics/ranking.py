@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from promokit.metrics._validation import check_labels_and_scores
+from promokit.metrics._validation import as_float_1d, check_labels_and_scores
 
 GAUC_WEIGHTS = ("impressions", "uniform")
 
@@ -58,6 +58,38 @@ def auc(y_true, y_score) -> float:
         return float("nan")
     ranks = _average_ranks_within(np.zeros(len(scores), dtype=np.intp), scores)
     return float(_mann_whitney_auc(ranks[labels == 1].sum(), n_pos, n_neg))
+
+
+def expected_auc(p_true, y_score) -> float:
+    r"""The AUC of ``y_score`` expected over labels drawn from their true probabilities ``p_true`` (a synthetic
+    world's truth): every ordered pair of distinct rows counts with the chance that the first is a positive and
+    the second a negative,
+
+    .. math::
+        \mathrm{AUC}^* = \frac{\sum_{i \ne j} p_i (1 - p_j)\,[s_i > s_j] + \tfrac12 [s_i = s_j]}
+                              {\sum_{i \ne j} p_i (1 - p_j)},
+
+    the AUC that a test set of infinitely many label draws per row would give. It equals :func:`auc` when every
+    ``p_true`` is 0 or 1, and removes the test labels' sampling noise from a comparison of models. O(n log n).
+    Returns NaN with a ``MetricWarning`` when no pair has weight (fewer than two rows, or all p equal to 0 or 1).
+    """
+    probabilities = as_float_1d(p_true, "p_true")
+    _, scores = check_labels_and_scores(np.zeros(len(probabilities)), y_score)
+    if len(scores) != len(probabilities) or ((probabilities < 0) | (probabilities > 1)).any():
+        raise ValueError("p_true must hold probabilities in [0, 1], one per score")
+    order = np.argsort(scores, kind="stable")
+    s, positive = scores[order], probabilities[order]
+    negative = 1 - positive
+    block = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
+    block_negative = np.bincount(block, weights=negative)
+    below = np.r_[0.0, np.cumsum(block_negative)[:-1]][block]  # negative weight of strictly lower scores
+    beaten = below + 0.5 * (block_negative[block] - negative)  # ties count 1/2, the row itself not at all
+    pairs = positive.sum() * negative.sum() - positive @ negative
+    if pairs <= 0:
+        warnings.warn("expected AUC is undefined: no pair of rows can hold a positive and a negative; returning NaN",
+                      MetricWarning, stacklevel=2)
+        return float("nan")
+    return float(positive @ beaten / pairs)
 
 
 def gauc(y_true, y_score, groups, weight: str = "impressions") -> GAUCResult:
