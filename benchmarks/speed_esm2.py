@@ -9,8 +9,17 @@ A dense-Adam variant of the bare loop (``sparse=False``) shows what sparse embed
 
 Usage::
 
-    .venv/bin/python benchmarks/speed_esm2.py            # 1M rows, batch 2048: 4–5 minutes on 2 cores
+    .venv/bin/python benchmarks/speed_esm2.py            # 1M rows, batch 2048: 4–5 minutes on 2 cores, + 8 for GMCM
     .venv/bin/python benchmarks/speed_esm2.py --quick    # 100k rows: a smoke run
+    .venv/bin/python benchmarks/speed_esm2.py --gmcm-only --repeats 2   # ESM² beside GMCM, best of 2: 23 minutes
+
+GMCM settings (``--micro N``, 10 by default; 0 skips them): the ESM² setting's table plus ``N`` synthetic 0/1
+micro-behaviour columns (0 on unclicked rows; on clicked rows more frequent when the row purchased), GMCM trained
+by promokit's ConversionModel/Trainer for one epoch exactly like promokit's ESM², twice: with GMCM's own (paper)
+networks, CTR (512, 256, 128, 64) and CVR (512, 256, 128) with batch normalisation, node embeddings of 64 and two
+GCN layers of 64; and with both towers set to the ESM² setting's ``--hidden`` (a comparison of equal widths). A last
+table gives each one's seconds per epoch beside ESM²'s (target: GMCM within 2×). There is no bare GMCM loop.
+``--gmcm-only`` times just that comparison: promokit's ESM² and the GMCM settings (no ESMM, no bare loops).
 
 ``--rechub`` also times torch-rechub 0.9.0's ESMM with its own trainer and DataLoader on the same
 ESMM data, when ``torch_rechub`` can be imported (see benchmarks/README.md). Without it, the peer
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import io
 import json
 import math
@@ -39,6 +49,7 @@ from rich.table import Table
 from torch import Tensor, nn
 
 from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
+from promokit.conversion.models import GMCM
 from promokit.data import FeatureSpec
 from promokit.training import TrainConfig
 
@@ -53,10 +64,20 @@ RECHUB_TOWERS = [16, 8]  # the ESMM towers of torch-rechub's own Ali-CCP example
 @dataclass
 class Setting:
     name: str
-    kind: str  # esm2 | esmm
+    kind: str  # esm2 | esmm | gmcm
     fields: int
     numeric: int
     hidden: list[int]
+    params: dict | None = None  # model parameters besides emb_dim and dropout (GMCM: its towers); None: hidden
+    micro: int = 0  # micro-behaviour columns the model learns from (GMCM)
+
+    @property
+    def towers(self) -> str:
+        if self.kind != "gmcm":
+            return ",".join(map(str, self.hidden))
+        defaults = inspect.signature(GMCM).parameters
+        params = {k: defaults[k].default for k in ("ctr_hidden", "cvr_hidden")} | (self.params or {})
+        return f"ctr {','.join(map(str, params['ctr_hidden']))}; cvr {','.join(map(str, params['cvr_hidden']))}"
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -82,6 +103,19 @@ def make_table(rows: int, fields: int, numeric: int, cardinality: int, seed: int
     purchase = click & (rng.random(rows) < sigmoid(-2.5 + 1.5 * daction + 0.5 * signal))
     columns.update(click=click.astype(np.int64), daction=daction.astype(np.int64), purchase=purchase.astype(np.int64))
     return pd.DataFrame(columns)
+
+
+def add_micro_behaviors(table: pd.DataFrame, n: int, seed: int) -> pd.DataFrame:
+    """``table`` with ``n`` 0/1 micro-behaviour columns ``m0`` … (cart, favourite …): 0 on unclicked rows; on
+    clicked rows Bernoulli with a rate that rises with the node's index and is higher when the row purchased."""
+    rng = np.random.default_rng(seed + 7)
+    click, purchase = table["click"].to_numpy() == 1, table["purchase"].to_numpy() == 1
+    columns = {}
+    for j in range(n):
+        base = -2.5 + 2.0 * j / max(n - 1, 1)  # from about 8 % to 38 % of the clicked, non-purchased rows
+        rate = 1.0 / (1.0 + np.exp(-(base + 2.0 * purchase)))
+        columns[f"m{j}"] = (click & (rng.random(len(table)) < rate)).astype(np.int64)
+    return table.assign(**columns)
 
 
 # ------------------------------------------------------------------------------------------ CPU contention
@@ -218,10 +252,13 @@ def bare_epoch(setting: Setting, tensors: dict[str, Tensor], cardinalities: list
 def promokit_model(setting: Setting, table: pd.DataFrame, args, embedding_decay: float = 0.0) -> ConversionModel:
     categorical = [c for c in table.columns if c.startswith("c") and c[1:].isdigit()]
     numeric = [c for c in table.columns if c.startswith("n") and c[1:].isdigit()]
-    return ConversionModel(setting.kind, params={"emb_dim": args.emb_dim, "hidden": tuple(setting.hidden), "dropout": 0.0},
+    micro = [f"m{j}" for j in range(setting.micro)]
+    model_params = {"hidden": tuple(setting.hidden)} if setting.params is None else setting.params
+    return ConversionModel(setting.kind, params={"emb_dim": args.emb_dim, **model_params, "dropout": 0.0},
                            train=TrainConfig(epochs=1, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                                              embedding_decay=embedding_decay, progress=False),
-                           spec=FeatureSpec(categorical=categorical, numeric=numeric, group_key=None))
+                           spec=FeatureSpec(categorical=categorical, numeric=numeric, group_key=None,
+                                            micro_behaviors=micro))
 
 
 def promokit_run(setting: Setting, table: pd.DataFrame, args,
@@ -296,14 +333,34 @@ def rechub_epoch(setting: Setting, table: pd.DataFrame, args) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------ main
+def gmcm_table(results: list[dict], args) -> Table:
+    """Seconds per epoch and rows/s of promokit's ESM² and GMCM settings, with GMCM's time over ESM²'s."""
+    esm2 = next(r for r in results if r["model"] == "esm2")
+    table = Table(title=f"GMCM beside ESM², promokit, {args.rows:,} rows, batch {args.batch_size}, "
+                        f"{args.threads} threads, one epoch")
+    paths = [("promokit", "")] + ([("promokit_l2", " + L2")] if args.embedding_decay > 0 else [])
+    for column in ("model", "towers", "s / epoch", "rows/s", "ratio to ESM²"):
+        table.add_column(column, justify="left" if column in ("model", "towers") else "right")
+    for r in [esm2] + [r for r in results if r["model"] == "gmcm"]:
+        for key, suffix in paths:
+            run, reference = r[key], esm2[key]
+            ratio = run["seconds"] / reference["seconds"]
+            r[f"ratio_seconds_over_esm2{suffix.replace(' + L2', '_l2')}"] = ratio
+            table.add_row(r["setting"] + suffix, r["towers"], f"{run['seconds']:.1f}",
+                          f"{run['samples_per_second']:,.0f}",
+                          f"[{'green' if ratio <= 2 else 'red'}]{ratio:.2f}×[/]")
+    return table
+
+
 def best(runs: list[dict]) -> dict:
     return max(runs, key=lambda r: r["samples_per_second"])
 
 
 def run_setting(setting: Setting, table: pd.DataFrame, args, console: Console) -> dict:
     result: dict = {"setting": setting.name, "model": setting.kind, "fields": setting.fields,
-                    "numeric": setting.numeric, "hidden": setting.hidden, "rows": len(table)}
-    console.print(f"[bold]{setting.name}[/], towers {tuple(setting.hidden)}")
+                    "numeric": setting.numeric, "hidden": setting.hidden, "towers": setting.towers,
+                    "params": setting.params, "micro": setting.micro, "rows": len(table)}
+    console.print(f"[bold]{setting.name}[/], towers {setting.towers}")
     runs = [promokit_run(setting, table, args) for _ in range(args.repeats)]
     result["promokit"], fitted = max(runs, key=lambda r: r[0]["samples_per_second"])
     p = result["promokit"]
@@ -317,6 +374,9 @@ def run_setting(setting: Setting, table: pd.DataFrame, args, console: Console) -
         console.print(f"  promokit+L2  {r['samples_per_second']:>9,.0f} samples/s training ({r['seconds']:.1f} s) with "
                       f"lazy L2 on the embedding rows (embedding_decay {args.embedding_decay:g})")
 
+    if setting.kind == "gmcm" or args.gmcm_only:  # no bare loop: timed against promokit's ESM² instead
+        del runs, fitted
+        return _contention(result, console)
     tensors, cardinalities = encoded_tensors(fitted, table), fitted.encoder.cardinalities
     del runs, fitted
     result["bare_sparse"] = b = best([bare_epoch(setting, tensors, cardinalities, args, sparse=True)
@@ -342,7 +402,12 @@ def run_setting(setting: Setting, table: pd.DataFrame, args, console: Console) -
     result["ratio_bare_over_promokit"] = b["samples_per_second"] / p["samples_per_second"]
     if "promokit_l2" in result:
         result["ratio_bare_over_promokit_l2"] = b["samples_per_second"] / result["promokit_l2"]["samples_per_second"]
-    result["other_cpu"] = max(part["other_cpu"] for part in result.values() if isinstance(part, dict))
+    return _contention(result, console)
+
+
+def _contention(result: dict, console: Console) -> dict:
+    result["other_cpu"] = max(part["other_cpu"] for part in result.values()
+                              if isinstance(part, dict) and "other_cpu" in part)
     if result["other_cpu"] > 0.05:
         console.print(f"  [red]other processes used up to {100 * result['other_cpu']:.0f}% of the CPUs while a path of "
                       "this setting was timed: its figures are not reliable, run again on a quiet machine[/]")
@@ -378,6 +443,10 @@ def parse_args(argv=None):
     parser.add_argument("--dense-rows", type=int, default=250_000,
                         help="rows timed for the dense-Adam bare loop (its cost per batch is constant)")
     parser.add_argument("--no-dense", action="store_true", help="skip the dense-Adam bare loop")
+    parser.add_argument("--micro", type=int, default=10,
+                        help="micro-behaviour columns of the GMCM settings (ESM²'s table plus these); 0: no GMCM")
+    parser.add_argument("--gmcm-only", action="store_true",
+                        help="only promokit's ESM² and the GMCM settings: no ESMM, no bare loops")
     parser.add_argument("--rechub", action="store_true", help="also time torch-rechub's ESMM, if importable")
     parser.add_argument("--json", help="also write every figure to this JSON file")
     args = parser.parse_args(argv)
@@ -387,6 +456,10 @@ def parse_args(argv=None):
         parser.error("--epochs: every path is timed over exactly one epoch")
     if args.esmm_hidden is None:
         args.esmm_hidden = [args.hidden, RECHUB_TOWERS]
+    if args.gmcm_only:
+        if args.micro <= 0:
+            parser.error("--gmcm-only needs --micro > 0")
+        args.esmm_hidden, args.rechub = [], False
     return args
 
 
@@ -401,13 +474,22 @@ def main(argv=None) -> dict:
                   f"batches, then one epoch{f', best of {args.repeats}' if args.repeats > 1 else ''}")
     settings = [Setting(f"ESM² {args.fields} ids + {args.numeric} numeric", "esm2", args.fields, args.numeric,
                         args.hidden)]
+    if args.micro > 0:  # right after ESM², so they share the machine's state
+        gmcm = f"GMCM {args.fields} ids + {args.numeric} numeric + {args.micro} micro"
+        settings += [Setting(f"{gmcm}, paper towers", "gmcm", args.fields, args.numeric, args.hidden, {}, args.micro),
+                     Setting(f"{gmcm}, ESM²'s widths", "gmcm", args.fields, args.numeric, args.hidden,
+                             {"ctr_hidden": tuple(args.hidden), "cvr_hidden": tuple(args.hidden)}, args.micro)]
     settings += [Setting(f"ESMM {args.esmm_fields} ids", "esmm", args.esmm_fields, 0, hidden)
                  for hidden in args.esmm_hidden]
     started, tables, results = time.perf_counter(), {}, []
     for setting in settings:
-        key = (setting.fields, setting.numeric)
+        key = (setting.fields, setting.numeric, setting.micro)
         if key not in tables:
-            tables[key] = make_table(args.rows, setting.fields, setting.numeric, args.cardinality, args.seed)
+            if setting.micro:
+                tables[key] = add_micro_behaviors(tables[(setting.fields, setting.numeric, 0)], setting.micro,
+                                                  args.seed)
+            else:
+                tables[key] = make_table(args.rows, setting.fields, setting.numeric, args.cardinality, args.seed)
         results.append(run_setting(setting, tables[key], args, console))
     total_seconds = time.perf_counter() - started
 
@@ -420,10 +502,10 @@ def main(argv=None) -> dict:
         columns += ["torch-rechub", "promokit / rechub"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("setting", "towers") else "right")
-    for r in results:
+    for r in (r for r in results if "bare_sparse" in r):
         p, b, d, peer = r["promokit"], r["bare_sparse"], r.get("bare_dense"), r.get("rechub")
         ratio = r["ratio_bare_over_promokit"]
-        row = [r["setting"], ",".join(map(str, r["hidden"])), f"{p['samples_per_second']:,.0f}",
+        row = [r["setting"], r["towers"], f"{p['samples_per_second']:,.0f}",
                f"{p['end_to_end_rows_per_second']:,.0f}", f"{p['predict_rows_per_second']:,.0f}",
                f"{b['samples_per_second']:,.0f}", f"{d['samples_per_second']:,.0f}" if d else "-",
                f"[{'green' if ratio <= 1.3 else 'red'}]{ratio:.2f}×[/]"]
@@ -436,15 +518,24 @@ def main(argv=None) -> dict:
             row += [f"{peer['samples_per_second']:,.0f}" if peer else "-",
                     f"[{'green' if gain >= 2 else 'red'}]{gain:.2f}×[/]" if gain else "-"]
         table.add_row(*row)
-    console.print(table)
-    console.print("promokit train: Trainer's own samples/s (the training loop); fit e2e: rows / wall time of "
-                  "ConversionModel.fit, encoding included; predict: rows / wall time of predict, encoding included; "
-                  "promokit + L2: the training loop with lazy L2 on the embedding rows, against the same bare loop "
-                  "without it. Targets: bare / promokit ≤ 1.3 (with and without L2); promokit ≥ 2× the peers.")
-    console.print("Reference, measured by the issue author, not in this run (7-field ESMM, batch 2048, tower sizes "
-                  "not stated): " + ", ".join(f"{k} ≈ {v / 1000:.0f}k" for k, v in PEER_REFERENCE.items())
-                  + " samples/s; a bare 20-field loop with one MLP (512, 256, 128): ≈ 9.6k with dense Adam, ≈ 27k "
-                  "with sparse embedding gradients.")
+    if table.row_count:
+        console.print(table)
+        console.print("promokit train: Trainer's own samples/s (the training loop); fit e2e: rows / wall time of "
+                      "ConversionModel.fit, encoding included; predict: rows / wall time of predict, encoding "
+                      "included; promokit + L2: the training loop with lazy L2 on the embedding rows, against the "
+                      "same bare loop without it. Targets: bare / promokit ≤ 1.3 (with and without L2); promokit ≥ 2× "
+                      "the peers.")
+        console.print("Reference, measured by the issue author, not in this run (7-field ESMM, batch 2048, tower sizes "
+                      "not stated): " + ", ".join(f"{k} ≈ {v / 1000:.0f}k" for k, v in PEER_REFERENCE.items())
+                      + " samples/s; a bare 20-field loop with one MLP (512, 256, 128): ≈ 9.6k with dense Adam, ≈ 27k "
+                      "with sparse embedding gradients.")
+    if args.micro > 0:
+        console.print(gmcm_table(results, args))
+        console.print("ratio: GMCM's seconds per epoch over ESM²'s (target ≤ 2); both are promokit's Trainer, one "
+                      "epoch, same table, batch, embedding and optimisers. paper towers: GMCM's defaults, CTR (512, "
+                      "256, 128, 64) and CVR (512, 256, 128) with BatchNorm, node embeddings 64, GCN (64, 64); ESM²'s "
+                      "widths: both GMCM towers set to the ESM² towers' hidden sizes. ESM² has four towers, GMCM two "
+                      "plus the micro-behaviour graph.")
     console.print(f"Total time {total_seconds:.0f} s.")
     report = {"args": vars(args), "torch": torch.__version__, "results": results, "total_seconds": total_seconds,
               "peer_reference": PEER_REFERENCE}
