@@ -165,6 +165,25 @@ def test_repair_sets_unclicked_micro_behaviours_to_zero_and_counts_them():
     assert model.report.labels.repaired == {"review": int((table["click"] == 0).sum())}
 
 
+def test_mcm_gru_runs_in_the_declared_order():
+    from promokit.conversion.models.mcm_gru import MCMGRU
+
+    torch.manual_seed(0)
+    model = MCMGRU([3], 0, NODES, np.zeros((3, 3)), order=["review", "cart", "favorite"], ctr_hidden=(4,),
+                   cvr_hidden=(4,), node_dim=4, gru_hidden=5).eval()
+    e = torch.randn(2, 3, 4)  # node embeddings in the declared order cart, favorite, review
+    steps, _ = model.gru(e[:, [2, 0, 1]])  # the GRU reads review, cart, favorite
+    h = model.mix(e)
+    torch.testing.assert_close(h[:, 2], steps[:, 0])  # review's output is the first step's
+    torch.testing.assert_close(h[:, 0], steps[:, 1])
+    torch.testing.assert_close(model.pool(h), steps[:, -1])  # the CVR reads the state after favorite, the last
+    with pytest.raises(ValueError, match="order must list each declared micro-behaviour"):
+        MCMGRU([3], 0, NODES, np.zeros((3, 3)), order=["review", "cart"])
+    predictions = ConversionModel("mcm-gru", {"order": ["review", "cart", "favorite"]}, spec=SPEC,
+                                  train=TrainConfig(epochs=1, batch_size=512, progress=False)).fit(_table(2_000))
+    assert list(predictions.predict(_table(50)).columns)[3:] == [f"p_node_{n}" for n in NODES]
+
+
 def test_mcm_keeps_the_first_or_named_nodes_and_checks_params():
     assert MCM([3], 0, NODES, np.zeros((3, 3)), keep=2).nodes == ["cart", "favorite"]
     assert MCM([3], 0, NODES, np.zeros((3, 3)), keep=["review"]).nodes == ["review"]

@@ -10,26 +10,34 @@ from promokit.conversion.models.gmcm import GMCM
 
 
 class MCMGRU(GMCM):
-    """GMCM with the GCN replaced by a GRU over the node embeddings in the declared order of the micro-behaviours
-    (section 5.6): each node's logit comes from the GRU's output at its step, the CVR from the hidden state after
-    the last step. Everything else (towers, node embeddings, eqs. 16 and 18–19) is GMCM's.
+    """GMCM with the GCN replaced by a GRU over the node embeddings (section 5.6): each node's logit comes from the
+    GRU's output at its step, the CVR from the hidden state after the last step. Everything else (towers, node
+    embeddings, eqs. 16 and 18–19) is GMCM's.
 
-    The order is the spec's, the same for every row: the table holds whether each behaviour happened, not when,
-    so a per-row order is not available to any model here.
+    The steps follow ``order`` (the micro-behaviours' names, e.g. the funnel review → qa → cart → buy_button),
+    by default the declared order of the spec. The order is the same for every row: a row's own order of
+    behaviours would be post-click information, unknown when an impression is scored, so no model can read it.
     """
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, nodes: Sequence[str], pmg,
-                 gru_hidden: int = 64, **params):
-        self.gru_hidden = gru_hidden
+                 gru_hidden: int = 64, order: Sequence[str] | None = None, **params):
+        nodes = list(nodes)
+        order = nodes if order is None else list(order)
+        if sorted(order) != sorted(nodes):
+            raise ValueError(f"order must list each declared micro-behaviour {nodes} once, got {order}")
+        self.gru_hidden, self.steps = gru_hidden, [nodes.index(name) for name in order]
         super().__init__(cardinalities, n_numeric, nodes, pmg, output="concat", **params)
         self.cvr_logit = nn.Linear(gru_hidden, 1)
+        self.unsort = [self.steps.index(j) for j in range(len(nodes))]  # node j's step
 
     def _build_mixer(self, node_dim: int, hidden: Sequence[int], pmg) -> int:
         self.gru = nn.GRU(node_dim, self.gru_hidden, batch_first=True)
         return self.gru_hidden
 
     def mix(self, e: Tensor) -> Tensor:
-        return self.gru(e)[0]
+        """The GRU's output at each node's step, ``(B, N, gru_hidden)``, back in the nodes' order."""
+        return self.gru(e[:, self.steps])[0][:, self.unsort]
 
     def pool(self, h: Tensor) -> Tensor:
-        return h[:, -1]
+        """The hidden state after the last step: the output of the node that comes last in ``order``."""
+        return h[:, self.steps[-1]]
