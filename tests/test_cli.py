@@ -126,6 +126,12 @@ def test_predict_refuses_an_infinite_feature_and_evaluate_warns_on_one_class(tmp
     assert json.loads((tmp_path / "ev" / "report.json").read_text())["metrics"]["ctr_auc"] > 0.5
 
 
+def test_an_error_message_prints_its_brackets_as_written(tmp_path, table_path):
+    result = _invoke("conversion", "train", "--data", table_path, "--out", tmp_path / "m", "--model", "gmcm")
+    assert result.exit_code == 2
+    assert "(micro_behaviors: [cart, favorite, …])" in result.output  # not eaten as rich markup
+
+
 def test_help_is_fast_and_does_not_import_torch():
     code = "import sys; from promokit.cli import app; assert 'torch' not in sys.modules, 'torch imported'"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -43,17 +43,20 @@ TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tun
 def user_errors():
     """Turn contract violations into one red line (never wrapped) and exit code 2, not a traceback; warnings into
     one yellow line each."""
+    from rich.markup import escape
+
     from promokit.data.errors import DataError
 
     def show(message, category, filename, lineno, file=None, line=None):
-        get_console(stderr=True).print(f"[bold yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        get_console(stderr=True).print(f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False,
+                                       soft_wrap=True)
 
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show
             yield
-    except DataError as exc:
-        get_console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    except DataError as exc:  # the message is text, not markup: "[cart, favorite]" must print as written
+        get_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
