@@ -69,13 +69,13 @@ def check_learnable(labels: dict[str, np.ndarray], columns: dict[str, str], micr
                         f"clicked rows of the {n} training rows: CVR needs clicked rows with and without a purchase")
     optional = {columns["daction"]: labels["daction"]} if "daction" in labels else {}
     optional.update({name: labels["micro"][:, j] for j, name in enumerate(micro)})
-    warnings = []
+    notes = []
     for column, values in optional.items():
         fired = int(values[click].sum())
         if fired in (0, int(click.sum())):
-            warnings.append(f"label {column!r} is {int(fired > 0)} on all {int(click.sum())} clicked training rows: "
+            notes.append(f"label {column!r} is {int(fired > 0)} on all {int(click.sum())} clicked training rows: "
                             "it teaches nothing and its AUC is undefined")
-    return warnings
+    return notes
 
 
 def _binary(frame: pd.DataFrame, column: str, role: str) -> np.ndarray:
