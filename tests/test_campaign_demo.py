@@ -48,12 +48,12 @@ def test_writes_every_artefact(run):
 def test_budget_is_safe_and_every_customer_decided_once(run):
     _, report, _ = run
     safety, retries = report["safety"], report["retries"]
-    assert safety["cap"] == pytest.approx(report["setup"]["cap_factor"] * report["plan"]["expected_spend"])
-    assert safety["within_cap"] and safety["peak_at_risk"] <= safety["cap"] + 1e-9
-    assert safety["at_risk"] <= safety["cap"] + 1e-9
+    assert safety["cap"] == pytest.approx(report["setup"]["cap_factor"] * report["plan"]["expected_spend"], abs=0.01)
+    assert safety["cap"] == round(safety["cap"], 2)  # whole cents
+    assert safety["within_cap"] and safety["peak_at_risk"] <= safety["cap"] and safety["at_risk"] <= safety["cap"]
     assert safety["audit_matches"]
     for key, value in safety["totals"].items():
-        assert safety["audit"][key] == pytest.approx(value, abs=1e-6), key
+        assert isinstance(value, int) and safety["audit"][key] == value, key  # counts and cents, exactly
     assert safety["decided"] == safety["customers"] == safety["audit"]["distinct_ids"] == CUSTOMERS
     assert safety["totals"]["decisions"] == CUSTOMERS and safety["decided_once"]
     assert retries["sent"] == WAVES * round(0.02 * CUSTOMERS / WAVES) > 0

@@ -50,11 +50,12 @@ def campaign(tmp_path):
     return build_campaign(tmp_path / "campaign", score_frame(f), tmp_path / "plan", cap=1_000.0, quota_plan=quota)
 
 
-def request(request_id: str, face: float = 10.0, fallback: float = 5.0, paid_on: str = "response",
-            ttl: float = 100.0) -> DecisionRequest:
-    chosen = Option(2, face, face, 0.5, face * 0.5)
-    return DecisionRequest(request_id, "customer", "c1", chosen, (Option(1, fallback, fallback, 0.2, fallback * 0.2),
-                                                                  Option(NO_LEVEL, None, 0.0, 0.0, 0.0)),
+def request(request_id: str, face: int = 1000, fallback: int = 500, paid_on: str = "response",
+            ttl: float = 100.0, subject: str = "c1") -> DecisionRequest:
+    """A decision whose rule chose a coupon of ``face`` minor units (cents), falling back to ``fallback``."""
+    chosen = Option(2, face, 0.5, face / 200)
+    return DecisionRequest(request_id, "customer", subject, chosen, (Option(1, fallback, 0.2, fallback / 500),
+                                                                     Option(NO_LEVEL, 0, 0.0, 0.0)),
                            0.1, "v1", False, paid_on, ttl)
 
 
@@ -113,60 +114,62 @@ def ledger_url(request, tmp_path):
 
 def test_ledger_cap_fallbacks_and_replays(ledger_url):
     ledger = Ledger(ledger_url)
-    ledger.open(cap=27.0)
+    ledger.open(cap=2700)
     answers = ledger.apply([request("a"), request("b"), request("a"), request("c"), request("d"), request("e")])
     # 10 + 10 fit, "a" is replayed, then 5 (the fallback) fits twice in the remaining 7? only once: 25, then none.
-    assert [(r["level"], r["reason"], r["replayed"]) for r in answers] == [
-        (10.0, "rule", False), (10.0, "rule", False), (10.0, "rule", True), (5.0, "cap_reached", False),
-        (None, "cap_reached", False), (None, "cap_reached", False)]
+    assert [(r["face"], r["level_index"], r["reason"], r["replayed"]) for r in answers] == [
+        (1000, 2, "rule", False), (1000, 2, "rule", False), (1000, 2, "rule", True), (500, 1, "cap_reached", False),
+        (0, NO_LEVEL, "cap_reached", False), (0, NO_LEVEL, "cap_reached", False)]
+    assert [r["seq"] for r in answers] == [1, 2, 1, 3, 4, 5]  # numbered in commit order; a replay keeps its number
     totals, audit = ledger.totals(), ledger.audit()
-    assert totals["at_risk"] == audit["at_risk"] == 25.0 <= totals["cap"]
-    assert totals["decisions"] == audit["decisions"] == 5 and totals["replays"] == 1 and totals["capped"] == 3
-    assert ledger.migrate() == 1  # migrations are idempotent
+    assert totals["at_risk"] == audit["at_risk"] == 2500 <= totals["cap"]
+    assert totals["decisions"] == audit["decisions"] == audit["last_seq"] == 5
+    assert totals["replays"] == 1 and totals["capped"] == 3
+    assert ledger.migrate() == 2  # migrations are idempotent
     ledger.close()
 
 
 def test_ledger_outcomes(ledger_url):
     ledger = Ledger(ledger_url)
-    ledger.open(cap=100.0)
+    ledger.open(cap=10000)
     ledger.apply([request("a"), request("b"), request("c"), request("old", ttl=1.0), request("late", ttl=1.5)],
                  now=1000.0)
-    results = ledger.apply([OutcomeRequest("a", True, None), OutcomeRequest("b", True, 4.0),
+    results = ledger.apply([OutcomeRequest("a", True, None), OutcomeRequest("b", True, 400),
                             OutcomeRequest("c", False, None), OutcomeRequest("a", True, None),
-                            OutcomeRequest("a", False, None), OutcomeRequest("b", True, 11.0),
+                            OutcomeRequest("a", False, None), OutcomeRequest("b", True, 1100),
                             OutcomeRequest("nope", True, None), OutcomeRequest("old", True, None)], now=1002.0)
-    assert [r["paid"] for r in results[:4]] == [10.0, 4.0, 0.0, 10.0] and results[3]["replayed"]
+    assert [r["paid"] for r in results[:4]] == [1000, 400, 0, 1000] and results[3]["replayed"]
     assert [getattr(r, "status", None) for r in results[4:]] == [409, 409, 404, 409]
     assert "expired" in str(results[7]) and "different outcome" in str(results[4])
     # a coupon past its expiry cannot be redeemed; its face value no longer counts as money at risk
     assert ledger.apply([OutcomeRequest("late", True, None)], now=1002.0)[0].status == 409
     totals, audit = ledger.totals(), ledger.audit()
-    assert totals["committed"] == audit["committed"] == 0.0  # a and b redeemed, c closed, old expired
-    assert totals["paid"] == audit["paid"] == 14.0 and totals["responses"] == audit["responses"] == 2
+    assert totals["committed"] == audit["committed"] == 0  # a and b redeemed, c closed, old expired
+    assert totals["paid"] == audit["paid"] == 1400 and totals["responses"] == audit["responses"] == 2
     assert realised_ratio(totals) == pytest.approx(14.0 / 2)
     ledger.close()
 
 
 def test_ledger_amount_above_face_is_refused(tmp_path):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
-    ledger.open(cap=100.0)
+    ledger.open(cap=10000)
     ledger.apply([request("a")])
-    result = ledger.apply([OutcomeRequest("a", True, 10.5)])[0]
-    assert result.status == 422 and ledger.totals()["paid"] == 0.0
+    result = ledger.apply([OutcomeRequest("a", True, 1001)])[0]
+    assert result.status == 422 and ledger.totals()["paid"] == 0
 
 
 def test_paid_on_request_settles_at_issue(tmp_path):
     ledger = Ledger(f"sqlite:///{tmp_path / 'l.sqlite'}")
-    ledger.open(cap=100.0)
+    ledger.open(cap=10000)
     row = ledger.apply([request("m", paid_on="request")])[0]
-    assert row["state"] == "settled" and ledger.totals()["paid"] == 10.0 and ledger.totals()["committed"] == 0.0
+    assert row["state"] == "settled" and ledger.totals()["paid"] == 1000 and ledger.totals()["committed"] == 0
     ledger.apply([OutcomeRequest("m", True, None)])
-    assert ledger.totals()["paid"] == 10.0 and ledger.totals()["responses"] == 1
+    assert ledger.totals()["paid"] == 1000 and ledger.totals()["responses"] == 1
 
 
 def test_ledger_cap_holds_under_concurrent_writers(ledger_url):
     """Eight writers (separate engines, as separate processes would be) race for a cap of 50 coupons."""
-    Ledger(ledger_url).open(cap=500.0)
+    Ledger(ledger_url).open(cap=50000)
     writers = [Ledger(ledger_url) for _ in range(8)]
     acknowledged, errors = [], []
 
@@ -185,12 +188,12 @@ def test_ledger_cap_holds_under_concurrent_writers(ledger_url):
         thread.join()
     assert not errors
     totals, audit = writers[0].totals(), writers[0].audit()
-    assert totals["at_risk"] == audit["at_risk"] <= 500.0
+    assert totals["at_risk"] == audit["at_risk"] <= 50000
     assert audit["decisions"] == audit["distinct_ids"] == 200 == totals["decisions"]
     first = {}
     for row in acknowledged:  # a retried id always gets the first answer
         first.setdefault(row["request_id"], row)
-        assert (row["level"], row["created_at"]) == (first[row["request_id"]]["level"],
+        assert (row["face"], row["created_at"]) == (first[row["request_id"]]["face"],
                                                      first[row["request_id"]]["created_at"])
     for writer in writers:
         writer.close()
@@ -282,9 +285,9 @@ def test_decision_validation(client, body, status, message):
 
 
 @pytest.mark.parametrize("body, status, message", [
-    ({"request_id": "r", "redeemed": True, "amount": -1}, 422, "greater_than_equal"),
-    ({"request_id": "r", "redeemed": True, "amount": "ten"}, 422, "float_parsing"),
-    ({"request_id": "r", "redeemed": "maybe"}, 422, "bool_parsing"),
+    ({"request_id": "r", "redeemed": True, "amount": -1}, 422, "amount must be ≥ 0"),
+    ({"request_id": "r", "redeemed": True, "amount": "ten"}, 422, "number_type"),
+    ({"request_id": "r", "redeemed": "maybe"}, 422, "bool_type"),
     ({"request_id": "unknown", "redeemed": True}, 404, "no decision with request_id"),
 ])
 def test_outcome_validation(client, body, status, message):

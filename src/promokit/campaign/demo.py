@@ -68,6 +68,7 @@ from promokit.incentive.synthetic import IncentiveWorld, make_world, write_world
 from promokit.report import Report
 from promokit.serve.campaign import build_campaign
 from promokit.serve.ledger import Ledger
+from promokit.serve.money import to_major, to_minor
 from promokit.serve.replay import ReplayResult, run_replay, running_service
 
 PAPER, BASELINE = "gnn-hazard", "dnn-h"
@@ -144,7 +145,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
     with stages("allocate"):
         allocate_budget(scores=_scores_path(out, PAPER), out=out / "plan", ratio=B, seed=config.seed)
         plan = json.loads((out / "plan" / "report.json").read_text(encoding="utf-8"))
-    cap = config.cap_factor * plan["expected_spend"]
+    cap = math.floor(config.cap_factor * plan["expected_spend"] * 100) / 100  # money in cents: floored, not rounded
     campaign_dir = out / "campaign"
     with stages("campaign"):
         for stale in campaign_dir.glob("ledger.sqlite*"):  # a rerun into OUT starts a new ledger
@@ -290,18 +291,21 @@ def _arms(world: IncentiveWorld, responses: dict[str, Responses], served: Served
 
 
 def _safety(campaign_dir: Path, cap: float, served: Served) -> dict:
-    """Step 7's budget checks from the ledger the service wrote (read after it stopped)."""
+    """Step 7's budget checks from the ledger the service wrote (read after it stopped); money compared exactly,
+    in the ledger's minor units."""
     ledger = Ledger(f"sqlite:///{(campaign_dir / 'ledger.sqlite').resolve()}")
     try:
         audit, totals = ledger.audit(), ledger.totals()
     finally:
         ledger.close()
     peak = max([p["at_risk"] for p in served.trace] + [t["at_risk"] for t in served.status["timeline"]])
-    n = len(served.level_index)
-    return {"cap": cap, "peak_at_risk": peak, "at_risk": totals["at_risk"], "paid": totals["paid"],
-            "committed": totals["committed"], "within_cap": peak <= cap + 1e-9,
+    n, e = len(served.level_index), totals["exponent"]
+    major = lambda units: to_major(units, e)  # noqa: E731
+    return {"cap": cap, "peak_at_risk": peak, "at_risk": major(totals["at_risk"]), "paid": major(totals["paid"]),
+            "committed": major(totals["committed"]),
+            "within_cap": to_minor(peak, e, "peak") <= totals["cap"] == to_minor(cap, e, "cap"),
             "audit": {k: audit[k] for k in (*AUDITED, "distinct_ids")}, "totals": {k: totals[k] for k in AUDITED},
-            "audit_matches": all(math.isclose(audit[k], totals[k], rel_tol=1e-9, abs_tol=1e-6) for k in AUDITED),
+            "audit_matches": all(audit[k] == totals[k] for k in AUDITED),
             "customers": n, "decided": int((served.level_index != UNDECIDED).sum()),
             "decided_once": totals["decisions"] == audit["distinct_ids"] == n,
             "ledger_replays": totals["replays"], "capped": totals["capped"],
@@ -353,7 +357,8 @@ def _report(data: dict) -> Report:
                pd.DataFrame(data["arms"]))
     checks = [("money at risk ≤ cap (peak)", f"{safety['peak_at_risk']:,.2f} ≤ {safety['cap']:,.2f}",
                safety["within_cap"]),
-              ("ledger audit = running totals", ", ".join(f"{k} {safety['totals'][k]:,.6g}" for k in AUDITED),
+              ("ledger audit = running totals, exactly (money in cents)",
+               ", ".join(f"{k} {safety['totals'][k]:,}" for k in AUDITED),
                safety["audit_matches"]),
               ("every customer decided once", f"{safety['decided']:,} of {safety['customers']:,}; ledger rows "
                f"{safety['audit']['distinct_ids']:,}", safety["decided_once"]),

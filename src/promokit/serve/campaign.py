@@ -20,6 +20,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +30,14 @@ from promokit import __version__
 from promokit.allocation.tables import FUND, USER, BudgetTable, read_budget_table
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_parquet
+from promokit.serve.money import EXPONENTS, to_minor
 
 CONFIG = "campaign.json"
 TABLES = {"customer": "customers.parquet", "merchant": "merchants.parquet"}
 ASSIGNMENTS = "assignments.parquet"
 WHEN_EXHAUSTED = ("lowest", "none")
 PAID_ON = ("response", "request")
+COLD_START = ("mean", "lowest", "none")
 
 
 @dataclass
@@ -53,10 +56,12 @@ class CampaignConfig:
     form: str  # "ratio" (eq. 16, B is spend per response) or "absolute" (B is the expected spend)
     B: float
     lam: float  # λ* of the offline plan; the service starts from it
-    cap: float  # hard cap on money at risk: face value of open coupons + money paid
+    cap: float  # hard cap on money at risk (face value of open coupons + money paid), ≤ currency_exponent decimals
     coupon_ttl_seconds: float = 7 * 24 * 3600.0
     when_exhausted: str = "lowest"  # "lowest" level if its face value fits, else none; "none" at once
     merchant_paid_on: str = "response"
+    cold_start: str = "mean"  # an id the score table does not hold: "mean" curve, "lowest" level, or "none"
+    currency_exponent: int = 2  # decimals of the currency's minor unit: money is kept in integer minor units
     model_version: str = ""
     pacing: Pacing = field(default_factory=Pacing)
 
@@ -66,6 +71,9 @@ class CampaignConfig:
     @classmethod
     def from_dict(cls, data: dict) -> CampaignConfig:
         data = {k: v for k, v in data.items() if k != "promokit"}
+        if "currency_exponent" not in data and _is_number(data.get("cap")):
+            # written before money was exact: cents, and a cap that had more decimals is floored to the cent
+            data["cap"] = math.floor(Decimal(str(data["cap"])).scaleb(2)) / 100
         try:
             config = cls(**{**data, "pacing": Pacing(**data.get("pacing", {}))})
         except TypeError as exc:
@@ -86,13 +94,28 @@ class CampaignConfig:
                 raise DataError(f"{name} must be a finite number ≥ 0, got {value!r}")
         if self.coupon_ttl_seconds <= 0:
             raise DataError(f"coupon_ttl_seconds must be > 0, got {self.coupon_ttl_seconds!r}")
-        if self.when_exhausted not in WHEN_EXHAUSTED:
-            raise DataError(f"when_exhausted must be one of {list(WHEN_EXHAUSTED)}, got {self.when_exhausted!r}")
-        if self.merchant_paid_on not in PAID_ON:
-            raise DataError(f"merchant_paid_on must be one of {list(PAID_ON)}, got {self.merchant_paid_on!r}")
+        for name, allowed in (("when_exhausted", WHEN_EXHAUSTED), ("merchant_paid_on", PAID_ON),
+                              ("cold_start", COLD_START)):
+            if getattr(self, name) not in allowed:
+                raise DataError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if isinstance(self.currency_exponent, bool) or self.currency_exponent not in EXPONENTS:
+            raise DataError(f"currency_exponent must be an integer in 0..{EXPONENTS[-1]}, got "
+                            f"{self.currency_exponent!r}")
+        self.cap_minor
+        self.level_faces
         p = self.pacing
         if p.window < 16 or p.every < 1 or not (0 <= p.gain <= 2):
             raise DataError(f"pacing needs window ≥ 16, every ≥ 1 and 0 ≤ gain ≤ 2, got {asdict(p)}")
+
+    @property
+    def cap_minor(self) -> int:
+        """The cap in minor units of the currency."""
+        return to_minor(self.cap, self.currency_exponent, "cap")
+
+    @property
+    def level_faces(self) -> list[int]:
+        """Each level's face value in minor units (a level finer than the minor unit is an error)."""
+        return [to_minor(level, self.currency_exponent, f"level {level:g}") for level in self.levels]
 
 
 @dataclass
@@ -119,8 +142,9 @@ class Campaign:
 
 def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float, *,
                    merchants=None, quota_plan=None, coupon_ttl_seconds: float = 7 * 24 * 3600.0,
-                   when_exhausted: str = "lowest", merchant_paid_on: str = "response",
-                   pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
+                   when_exhausted: str = "lowest", merchant_paid_on: str = "response", cold_start: str = "mean",
+                   currency_exponent: int = 2, pacing: Pacing | None = None,
+                   model_version: str | None = None) -> Campaign:
     """Write a campaign directory from ``incentive predict``'s score tables (paths or frames), the folder (or
     ``report.json``) ``allocate budget`` wrote for them, a cap on money at risk and an optional quota plan."""
     report = _read_report(Path(budget_report))
@@ -130,9 +154,10 @@ def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.Pa
     for population, table in tables.items():
         _check_table(population, table, report["levels"])
     config = CampaignConfig(levels=[float(x) for x in report["levels"]], form=report["form"], B=float(report["B"]),
-                            lam=float(report["lam"]), cap=float(cap) if _is_number(cap) else cap,
+                            lam=float(report["lam"]), cap=_decimal_number(cap),
                             coupon_ttl_seconds=coupon_ttl_seconds, when_exhausted=when_exhausted,
-                            merchant_paid_on=merchant_paid_on, pacing=pacing or Pacing())
+                            merchant_paid_on=merchant_paid_on, cold_start=cold_start,
+                            currency_exponent=currency_exponent, pacing=pacing or Pacing())
     config.check()
     frames = {population: _wide(table) for population, table in tables.items()}
     plan = None if quota_plan is None else _read_assignments(quota_plan)
@@ -194,18 +219,26 @@ def _read_report(path: Path) -> dict:
 
 
 def _check_table(population: str, table: BudgetTable, levels) -> None:
+    """Levels as the plan's and scores on the population's scale: a customer's f_j is a redemption probability
+    in [0, 1] (eq. 19); a merchant's is a normalised share count, shares / max(prior shares, 1), finite and
+    ≥ 0 but not bounded by 1 (``incentive predict``'s merchant head; eq. 20 prices it as such)."""
     if table.value is not None or table.cost is not None:
         raise DataError(f"the {population} score table has value_/cost_ columns; the service prices levels itself "
                         f"(value f, cost r·f) and takes score tables without them")
     if table.levels.tolist() != [float(x) for x in levels]:
         raise DataError(f"the {population} score table offers levels {table.levels.tolist()} but the budget plan "
                         f"was solved for {list(levels)}")
-    scores = table.scores
-    bad = (scores < 0) | (scores > 1)
+    scores = np.asarray(table.scores, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        if population == "merchant":
+            bad, what = ~np.isfinite(scores) | (scores < 0), "a share that is missing, infinite or negative"
+        else:
+            bad, what = ~((scores >= 0) & (scores <= 1)), "a response probability outside [0, 1] or missing"
     if bad.any():
-        row = int(np.argwhere(bad)[0][0])
-        raise DataError(f"the {population} score table has {int(bad.any(axis=1).sum())} rows with a response "
-                        f"probability outside [0, 1], e.g. user_id {table.user_ids[row]!r}")
+        row, col = (int(i) for i in np.argwhere(bad)[0])
+        raise DataError(f"the {population} score table has {int(bad.any(axis=1).sum())} rows with {what}, e.g. "
+                        f"score_{table.levels[col]:g} = {float(scores[row, col])!r} for user_id "
+                        f"{table.user_ids[row]!r}")
 
 
 def _wide(table: BudgetTable) -> pd.DataFrame:
@@ -235,6 +268,18 @@ def _fingerprint(frames: dict[str, pd.DataFrame]) -> str:
         digest.update(frame[USER].str.cat(sep="\n").encode())
         digest.update(np.ascontiguousarray(frame.drop(columns=USER).to_numpy(np.float64)).tobytes())
     return digest.hexdigest()[:12]
+
+
+def _decimal_number(value):
+    """A cap given as text or a number, kept as the number JSON writes (exactness is checked by ``check``)."""
+    if isinstance(value, str):
+        try:
+            value = Decimal(value)
+        except ArithmeticError:
+            raise DataError(f"cap must be a number, got {value!r}") from None
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return float(value) if _is_number(value) else value
 
 
 def _is_number(value) -> bool:

@@ -20,12 +20,14 @@ CampaignOpt = Annotated[Path, typer.Option("--campaign", help="Campaign director
 def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to write.")],
           scores: Annotated[Path, typer.Option("--scores", help="Customers' score table (incentive predict; wide).")],
           budget_plan: Annotated[Path, typer.Option("--budget-plan", help="Folder `allocate budget --out` wrote for these scores (its report.json holds λ*, B, levels).")],
-          cap: Annotated[float, typer.Option("--cap", help="Hard cap on money at risk: face value of open coupons + money paid.")],
+          cap: Annotated[str, typer.Option("--cap", help="Hard cap on money at risk: face value of open coupons + money paid (a decimal with at most --currency-exponent decimals).")],
           merchants: Annotated[Optional[Path], typer.Option("--merchants", help="Merchants' score table (eq. 20), same levels.")] = None,
           quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="plan.parquet of `allocate quota` (user_id, fund), served by GET /v1/assignments.")] = None,
           coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = 7 * 24 * 3600.0,
           when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = "lowest",
           merchant_paid_on: Annotated[str, typer.Option("--merchant-paid-on", help="response | request: as given to allocate budget.")] = "response",
+          cold_start: Annotated[str, typer.Option("--cold-start", help="An id the score table does not hold: mean (the rule on the population's mean curve; anyone can mint ids, so this gives coupons to unknown ids) | lowest (the lowest level) | none (no incentive).")] = "mean",
+          currency_exponent: Annotated[int, typer.Option("--currency-exponent", help="Decimals of the currency's minor unit (2 for cents, 0 for yen): the ledger keeps money in integer minor units.")] = 2,
           pacing_window: Annotated[int, typer.Option("--pacing-window", help="Recent requests λ is re-solved on.")] = 4096,
           pacing_every: Annotated[int, typer.Option("--pacing-every", help="Re-solve λ after this many decisions (per worker).")] = 256,
           pacing_gain: Annotated[float, typer.Option("--pacing-gain", help="Feedback exponent g of B_t = B·(B/ρ̂)^g; 0 follows traffic only.")] = 0.5,
@@ -37,7 +39,8 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
 
         campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
                                   coupon_ttl_seconds=coupon_ttl, when_exhausted=when_exhausted,
-                                  merchant_paid_on=merchant_paid_on,
+                                  merchant_paid_on=merchant_paid_on, cold_start=cold_start,
+                                  currency_exponent=currency_exponent,
                                   pacing=Pacing(pacing_window, pacing_every, pacing_gain, pacing),
                                   model_version=model_version)
         sizes = ", ".join(f"{len(p.ids):,} {name}s" for name, p in campaign.populations.items())
@@ -65,8 +68,8 @@ def serve(campaign: CampaignOpt,
             raise DataError(f"--workers must be ≥ 1 and --port in 1..65535, got {workers} and {port}")
         loaded = load_campaign(campaign)
         url = ledger or f"sqlite:///{(loaded.path / 'ledger.sqlite').resolve()}"
-        opened = Ledger(url)
-        opened.open(loaded.config.cap)  # migrate once here, not racing in every worker
+        opened = Ledger(url, exponent=loaded.config.currency_exponent)
+        opened.open(loaded.config.cap_minor)  # migrate once here, not racing in every worker
         opened.close()
         console = get_console()
         if not _loopback(host):

@@ -20,8 +20,9 @@ from promokit.serve.pacing import Pacer
 class DecisionEngine:
     def __init__(self, campaign: Campaign):
         config = campaign.config
-        self.campaign = campaign
+        self.campaign, self.config = campaign, config
         self.levels = campaign.levels
+        self.faces = config.level_faces
         self.paid_on = {"customer": "response", "merchant": config.merchant_paid_on}
         self.pacer = Pacer(self.levels, config.B, config.lam, {p: self.paid_on[p] for p in campaign.populations},
                            config.pacing.window, config.pacing.every, config.pacing.gain,
@@ -34,17 +35,26 @@ class DecisionEngine:
         return (table.mean, True) if row is None else (table.scores[row], False)
 
     def propose(self, request_id: str, population: str, subject_id: str) -> tuple[DecisionRequest, bool]:
-        """The decision to record, and whether the pacer asks for a re-solve."""
+        """The decision to record, and whether the pacer asks for a re-solve.
+
+        An id the score table does not hold is answered as the campaign's ``cold_start`` says: by the rule on
+        the population's mean curve (``mean``), with the lowest level (``lowest``) or with no incentive
+        (``none``); the last two are not the rule's choice and do not enter the pacing window.
+        """
         f, cold_start = self.curve(population, subject_id)
+        config, paid_on = self.config, self.paid_on[population]
+        if cold_start and config.cold_start != "mean":
+            chosen = no_incentive() if config.cold_start == "none" else self.option(0, f, paid_on)
+            return DecisionRequest(request_id, population, subject_id, chosen, (no_incentive(),), self.pacer.lam,
+                                   config.model_version, True, paid_on, config.coupon_ttl_seconds,
+                                   reason="cold_start"), False
         lam, target = self.pacer.state
-        paid_on = self.paid_on[population]
         r = self.levels
-        if self.campaign.config.form == "ratio":
+        if config.form == "ratio":
             cost = (r - target) if paid_on == "request" else f * (r - target)
         else:
             cost = r if paid_on == "request" else f * r
         chosen = int(decide(f, cost, lam))
-        config = self.campaign.config
         fallbacks = (self.option(0, f, paid_on), no_incentive()) if config.when_exhausted == "lowest" \
             else (no_incentive(),)
         request = DecisionRequest(request_id, population, subject_id, self.option(chosen, f, paid_on), fallbacks, lam,
@@ -53,7 +63,7 @@ class DecisionEngine:
 
     def option(self, j: int, f: np.ndarray, paid_on: str) -> Option:
         level = float(self.levels[j])
-        return Option(j, level, level, float(f[j]), level if paid_on == "request" else level * float(f[j]))
+        return Option(j, self.faces[j], float(f[j]), level if paid_on == "request" else level * float(f[j]))
 
 
 def level_of(index: int) -> int | None:

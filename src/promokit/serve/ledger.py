@@ -6,19 +6,23 @@ speaks only PostgreSQL, and the embedded default is SQLite: one engine API, one 
 keep the two ledgers from drifting apart. Its per-statement cost is paid once per batch, not per request (see
 :meth:`Ledger.apply`).
 
+Money is exact: integers of the currency's minor unit (:mod:`promokit.serve.money`) in ``BIGINT`` columns,
+added and compared without rounding. Expectations (expected cost and responses) are model estimates, not money
+held, and stay floating point.
+
 Budget safety. Money at risk is ``committed`` (face value of issued coupons that are neither closed nor expired)
 plus ``paid`` (money paid out). Every write is one transaction that first takes the budget row's lock
 (``SELECT … FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so writers in any number of threads and
 processes are serialised; inside it a coupon is issued only if ``committed + paid + face ≤ cap``, so the cap
-holds whatever the concurrency. ``request_id`` is the primary key of ``decisions``: a request seen before gets
-its stored answer and is written once.
+holds whatever the concurrency. Decisions are stamped (``created_at``) and numbered (``seq``) after the lock is
+taken, so both follow the commit order. ``request_id`` is the primary key of ``decisions``: the same request
+seen again gets its stored answer and is written once; the same id with another body is refused.
 
 Schema migrations are the numbered entries of :data:`MIGRATIONS`; ``schema_version`` records those applied.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -29,10 +33,17 @@ from sqlalchemy.exc import OperationalError
 
 from promokit.data.errors import DataError
 
-#: Money comparisons allow this much rounding, far below any currency's smallest unit.
-EPSILON = 1e-9
 NO_LEVEL = -1
 
+_V2_DECISION_COLUMNS = """request_id VARCHAR(128) PRIMARY KEY, seq BIGINT NOT NULL, population VARCHAR(16) NOT NULL,
+            subject_id VARCHAR(128) NOT NULL, level_index INTEGER NOT NULL, face BIGINT NOT NULL,
+            expected_response DOUBLE PRECISION NOT NULL, expected_cost DOUBLE PRECISION NOT NULL,
+            lam DOUBLE PRECISION NOT NULL, model_version VARCHAR(64) NOT NULL, reason VARCHAR(32) NOT NULL,
+            cold_start INTEGER NOT NULL, paid_on VARCHAR(16) NOT NULL, state VARCHAR(16) NOT NULL,
+            created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL,
+            redeemed INTEGER, paid BIGINT NOT NULL DEFAULT 0, outcome_at DOUBLE PRECISION"""
+
+#: ``{scale}`` is 10^exponent of the campaign's currency, ``{exponent}`` the exponent (see :meth:`Ledger.migrate`).
 MIGRATIONS: list[tuple[int, list[str]]] = [
     (1, [
         """CREATE TABLE budget (
@@ -61,6 +72,46 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             second BIGINT PRIMARY KEY, decisions BIGINT NOT NULL DEFAULT 0, responses BIGINT NOT NULL DEFAULT 0,
             at_risk DOUBLE PRECISION NOT NULL, paid DOUBLE PRECISION NOT NULL, lam DOUBLE PRECISION)""",
     ]),
+    (2, [  # money in integer minor units; decisions numbered in commit order (seq); the currency's exponent kept
+        """CREATE TABLE budget_v2 (
+            id INTEGER PRIMARY KEY, exponent INTEGER NOT NULL, cap BIGINT NOT NULL,
+            committed BIGINT NOT NULL DEFAULT 0, paid BIGINT NOT NULL DEFAULT 0,
+            decisions BIGINT NOT NULL DEFAULT 0, responses BIGINT NOT NULL DEFAULT 0,
+            capped BIGINT NOT NULL DEFAULT 0, replays BIGINT NOT NULL DEFAULT 0,
+            expected_cost DOUBLE PRECISION NOT NULL DEFAULT 0, expected_responses DOUBLE PRECISION NOT NULL DEFAULT 0,
+            open_expected_cost DOUBLE PRECISION NOT NULL DEFAULT 0,
+            open_expected_responses DOUBLE PRECISION NOT NULL DEFAULT 0,
+            last_sweep DOUBLE PRECISION NOT NULL DEFAULT 0)""",
+        """INSERT INTO budget_v2 SELECT id, {exponent}, CAST(ROUND(cap * {scale}) AS BIGINT),
+            CAST(ROUND(committed * {scale}) AS BIGINT), CAST(ROUND(paid * {scale}) AS BIGINT), decisions, responses,
+            capped, replays, expected_cost, expected_responses, open_expected_cost, open_expected_responses, last_sweep
+            FROM budget""",
+        "DROP TABLE budget",
+        "ALTER TABLE budget_v2 RENAME TO budget",
+        f"CREATE TABLE decisions_v2 ({_V2_DECISION_COLUMNS})",
+        """INSERT INTO decisions_v2 SELECT request_id, ROW_NUMBER() OVER (ORDER BY created_at, request_id), population,
+            subject_id, level_index, CAST(ROUND(face * {scale}) AS BIGINT), expected_response, expected_cost, lam,
+            model_version, reason, cold_start, paid_on, state, created_at, expires_at, redeemed,
+            CAST(ROUND(paid * {scale}) AS BIGINT), outcome_at FROM decisions""",
+        "DROP TABLE decisions",
+        "ALTER TABLE decisions_v2 RENAME TO decisions",
+        "CREATE INDEX decisions_open ON decisions (state, expires_at)",
+        """CREATE TABLE per_level_v2 (
+            population VARCHAR(16) NOT NULL, level_index INTEGER NOT NULL, decisions BIGINT NOT NULL DEFAULT 0,
+            responses BIGINT NOT NULL DEFAULT 0, paid BIGINT NOT NULL DEFAULT 0,
+            PRIMARY KEY (population, level_index))""",
+        """INSERT INTO per_level_v2 SELECT population, level_index, decisions, responses,
+            CAST(ROUND(paid * {scale}) AS BIGINT) FROM per_level""",
+        "DROP TABLE per_level",
+        "ALTER TABLE per_level_v2 RENAME TO per_level",
+        """CREATE TABLE timeline_v2 (
+            second BIGINT PRIMARY KEY, decisions BIGINT NOT NULL DEFAULT 0, responses BIGINT NOT NULL DEFAULT 0,
+            at_risk BIGINT NOT NULL, paid BIGINT NOT NULL, lam DOUBLE PRECISION)""",
+        """INSERT INTO timeline_v2 SELECT second, decisions, responses, CAST(ROUND(at_risk * {scale}) AS BIGINT),
+            CAST(ROUND(paid * {scale}) AS BIGINT), lam FROM timeline""",
+        "DROP TABLE timeline",
+        "ALTER TABLE timeline_v2 RENAME TO timeline",
+    ]),
 ]
 
 OPEN, REDEEMED, CLOSED, EXPIRED, SETTLED = "issued", "redeemed", "closed", "expired", "settled"
@@ -68,13 +119,12 @@ OPEN, REDEEMED, CLOSED, EXPIRED, SETTLED = "issued", "redeemed", "closed", "expi
 
 @dataclass(frozen=True)
 class Option:
-    """One answer the service may give: a level (``index`` −1 and ``level`` None for no incentive)."""
+    """One answer the service may give: a level (``index`` −1 for no incentive)."""
 
     index: int
-    level: float | None
-    face: float  # money the coupon can cost: reserved against the cap when it is issued
+    face: int  # minor units the coupon can cost: reserved against the cap when it is issued
     expected_response: float
-    expected_cost: float
+    expected_cost: float  # in the currency's major unit (an expectation, not money held)
 
 
 @dataclass(frozen=True)
@@ -89,17 +139,19 @@ class DecisionRequest:
     cold_start: bool
     paid_on: str  # "response": paid when redeemed; "request": paid when issued (eq. 20 as printed)
     ttl: float
+    reason: str = "rule"  # why ``chosen``: the "rule" (eq. 19/20) or the campaign's "cold_start" setting
 
 
 @dataclass(frozen=True)
 class OutcomeRequest:
     request_id: str
     redeemed: bool
-    amount: float | None  # money paid; defaults to the face value when redeemed
+    amount: int | None  # minor units paid; defaults to the face value when redeemed
 
 
 class LedgerConflict(DataError):
-    """An outcome that contradicts the ledger (unknown request, expired coupon, a different repeated outcome)."""
+    """A request the ledger refuses (HTTP ``status``): an unknown request, an expired coupon, an id reused with
+    another body, a redemption of no coupon. A refused request changes nothing."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
@@ -108,9 +160,10 @@ class LedgerConflict(DataError):
 
 @dataclass
 class _Budget:
-    cap: float
-    committed: float
-    paid: float
+    exponent: int
+    cap: int
+    committed: int
+    paid: int
     decisions: int
     responses: int
     capped: int
@@ -123,7 +176,7 @@ class _Budget:
     levels: dict = field(default_factory=dict)  # (population, level_index) → [decisions, responses, paid]
 
     @property
-    def at_risk(self) -> float:
+    def at_risk(self) -> int:
         return self.committed + self.paid
 
     def totals(self) -> dict:
@@ -131,19 +184,24 @@ class _Budget:
 
     def level(self, population: str, index: int) -> list:
         """This batch's [decisions, responses, paid] of one level, added to ``per_level`` at commit."""
-        return self.levels.setdefault((population, index), [0, 0, 0.0])
+        return self.levels.setdefault((population, index), [0, 0, 0])
 
 
 class Ledger:
-    """Decisions, outcomes and the money at risk of one campaign, in the database at ``url``."""
+    """Decisions, outcomes and the money at risk of one campaign, in the database at ``url``.
 
-    def __init__(self, url: str, sweep_seconds: float = 1.0):
+    ``exponent`` is the campaign currency's (2: amounts in cents); it converts a version-1 ledger's floating-point
+    money when it is migrated, and a ledger refuses to open for a campaign with another exponent.
+    """
+
+    def __init__(self, url: str, exponent: int = 2, sweep_seconds: float = 1.0):
         self.url = normalise_url(url)
         self.dialect = "sqlite" if self.url.startswith("sqlite") else "postgresql"
+        self.exponent = exponent
         self.sweep_seconds = sweep_seconds
         self.engine = _engine(self.url, immediate=True)
         self.reader = _engine(self.url, immediate=False) if self.dialect == "sqlite" else self.engine
-        self.last_totals: dict | None = None  # the budget row as the last apply() left it
+        self.last_totals: dict | None = None  # the budget row as the last committed apply() left it
         self._lock = text("SELECT * FROM budget WHERE id = 1" + (" FOR UPDATE" if self.dialect == "postgresql" else ""))
 
     # ---- set-up ------------------------------------------------------------------------------------------
@@ -159,20 +217,30 @@ class Ledger:
                 if version in applied:
                     continue
                 for statement in statements:
-                    conn.execute(text(statement))
+                    conn.execute(text(statement.format(scale=10**self.exponent, exponent=self.exponent)))
                 conn.execute(text("INSERT INTO schema_version VALUES (:v, :t)"), {"v": version, "t": time.time()})
             return max(v for v, _ in MIGRATIONS)
 
-    def open(self, cap: float) -> None:
-        """Migrate and set the cap (the campaign's; a restart with a new cap changes it, never the money)."""
+    def open(self, cap: int) -> None:
+        """Migrate and set the cap in minor units (the campaign's; a restart with a new cap changes it, never
+        the money)."""
         try:
             self.migrate()
             with self.engine.begin() as conn:
-                conn.execute(text("INSERT INTO budget (id, cap) VALUES (1, :cap) ON CONFLICT (id) DO UPDATE SET "
-                                  "cap = excluded.cap"), {"cap": float(cap)})
+                kept = conn.execute(text("SELECT exponent FROM budget WHERE id = 1")).scalar()
+                if kept is not None and kept != self.exponent:
+                    raise DataError(f"the ledger at {self.where} keeps money with currency exponent {kept}; this "
+                                    f"campaign's is {self.exponent}: use a new ledger")
+                conn.execute(text("INSERT INTO budget (id, exponent, cap) VALUES (1, :exponent, :cap) "
+                                  "ON CONFLICT (id) DO UPDATE SET cap = excluded.cap"),
+                             {"cap": int(cap), "exponent": self.exponent})
         except OperationalError as exc:
-            where = self.url.split("@")[-1]
-            raise DataError(f"cannot open the ledger at {where}: {str(exc.orig).strip().splitlines()[0]}") from None
+            raise DataError(f"cannot open the ledger at {self.where}: "
+                            f"{str(exc.orig).strip().splitlines()[0]}") from None
+
+    @property
+    def where(self) -> str:
+        return self.url.split("@")[-1]
 
     def close(self) -> None:
         self.engine.dispose()
@@ -183,15 +251,18 @@ class Ledger:
     def apply(self, items: list, now: float | None = None) -> list:
         """Decide and record a batch of :class:`DecisionRequest` / :class:`OutcomeRequest` in one transaction.
 
-        Returns, per item in order, the decision row as a dict (with ``replayed`` True when the request_id was
-        answered before) or the :class:`LedgerConflict` an outcome raised. Batching is what makes the ledger
-        fast: one lock, one commit and a few ``executemany`` calls for the whole batch.
+        Returns, per item in order, the decision row as a dict (with ``replayed`` True when the same request was
+        answered before) or the :class:`LedgerConflict` that refused it. A batch whose every item is refused
+        rolls back: a refused request writes nothing. Batching is what makes the ledger fast: one lock, one
+        commit and a few ``executemany`` calls for the whole batch. ``now`` (tests) replaces the clock, which is
+        otherwise read once the lock is held.
         """
-        now = time.time() if now is None else now
-        with self.engine.begin() as conn:
+        with self.engine.connect() as conn:
+            transaction = conn.begin()
             budget = _Budget(**{k: v for k, v in conn.execute(self._lock).one()._mapping.items() if k != "id"})
-            if now - budget.last_sweep >= self.sweep_seconds:
-                self._expire(conn, budget, now)
+            now = time.time() if now is None else now
+            saved = budget.totals()
+            expired = self._expire(conn, budget, now) if now - budget.last_sweep >= self.sweep_seconds else 0
             known = self._rows(conn, {item.request_id for item in items})
             inserted, updates, results = {}, [], []
             for item in items:
@@ -199,34 +270,45 @@ class Ledger:
                     results.append(self._decide(item, budget, known, inserted, now))
                 else:
                     results.append(self._outcome(item, budget, known, inserted, updates, now))
+            if all(isinstance(result, LedgerConflict) for result in results):
+                transaction.rollback()
+                self.last_totals = saved
+                return results
             if inserted:
                 conn.execute(_INSERT, list(inserted.values()))
             if updates:
                 conn.execute(_OUTCOME, updates)
             responses = sum(isinstance(item, OutcomeRequest) and isinstance(r, dict) and not r["replayed"]
                             and item.redeemed for item, r in zip(items, results))
-            self._save(conn, budget, now, list(inserted.values()), responses)
+            self._save(conn, budget, now, list(inserted.values()), responses, bool(inserted or updates or expired))
+            transaction.commit()
         self.last_totals = budget.totals()
         return results
 
-    def _decide(self, item: DecisionRequest, budget: _Budget, known: dict, inserted: dict, now: float) -> dict:
-        if item.request_id in known:
+    def _decide(self, item: DecisionRequest, budget: _Budget, known: dict, inserted: dict, now: float):
+        row = known.get(item.request_id)
+        if row is not None:
+            if (row["population"], row["subject_id"]) != (item.population, item.subject_id):
+                return LedgerConflict(f"request_id {item.request_id!r} was used for {row['population']} "
+                                      f"{row['subject_id']!r}; this request is for {item.population} "
+                                      f"{item.subject_id!r}: an idempotency key names one request", 409)
             budget.replays += 1
-            return {**known[item.request_id], "replayed": True}
-        room = budget.cap - budget.at_risk + EPSILON
-        option, reason = item.chosen, "rule"
+            return {**row, "replayed": True}
+        room = budget.cap - budget.at_risk
+        option, reason = item.chosen, item.reason
         if option.face > room:
             budget.capped += 1
             reason = "cap_reached"
-            option = next((o for o in item.fallbacks if o.face <= room), _NONE)
+            option = next(o for o in item.fallbacks if o.face <= room)  # the last fallback is no incentive
         settled = item.paid_on == "request" and option.index != NO_LEVEL
-        row = {"request_id": item.request_id, "population": item.population, "subject_id": item.subject_id,
-               "level_index": option.index, "level": option.level, "face": option.face,
+        budget.decisions += 1
+        row = {"request_id": item.request_id, "seq": budget.decisions, "population": item.population,
+               "subject_id": item.subject_id, "level_index": option.index, "face": option.face,
                "expected_response": option.expected_response, "expected_cost": option.expected_cost,
                "lam": item.lam, "model_version": item.model_version, "reason": reason,
                "cold_start": int(item.cold_start), "paid_on": item.paid_on, "state": SETTLED if settled else OPEN,
                "created_at": now, "expires_at": now + item.ttl, "redeemed": None,
-               "paid": option.face if settled else 0.0, "outcome_at": None}
+               "paid": option.face if settled else 0, "outcome_at": None}
         stats = budget.level(item.population, option.index)
         stats[0] += 1
         if settled:  # eq. 20 as printed: the commission is paid on the request itself
@@ -236,7 +318,6 @@ class Ledger:
             budget.committed += option.face
             budget.open_expected_cost += option.expected_cost
         budget.open_expected_responses += option.expected_response
-        budget.decisions += 1
         budget.expected_cost += option.expected_cost
         budget.expected_responses += option.expected_response
         known[item.request_id] = inserted[item.request_id] = row
@@ -249,19 +330,22 @@ class Ledger:
             return LedgerConflict(f"no decision with request_id {item.request_id!r}", 404)
         settled = row["paid_on"] == "request" and row["level_index"] != NO_LEVEL
         if row["redeemed"] is not None:
-            paid_now = row["paid"] - (row["face"] if settled else 0.0)
-            if bool(row["redeemed"]) == item.redeemed and (item.amount is None or math.isclose(item.amount, paid_now)):
+            paid_now = row["paid"] - (row["face"] if settled else 0)
+            if bool(row["redeemed"]) == item.redeemed and (item.amount is None or item.amount == paid_now):
                 return {**row, "replayed": True}
             return LedgerConflict(f"request_id {item.request_id!r} already has a different outcome (redeemed="
-                                  f"{bool(row['redeemed'])}, paid {paid_now:g})", 409)
+                                  f"{bool(row['redeemed'])}, paid {paid_now} minor units)", 409)
+        if item.redeemed and row["level_index"] == NO_LEVEL:
+            return LedgerConflict(f"request_id {item.request_id!r} issued no coupon (level null): there is nothing "
+                                  f"to redeem", 409)
         if row["state"] == EXPIRED or (row["state"] == OPEN and row["expires_at"] <= now):  # swept or not yet
             return LedgerConflict(f"the coupon of request_id {item.request_id!r} expired at {row['expires_at']:.3f}",
                                   409)
-        limit = row["face"] if item.redeemed and not settled else 0.0
+        limit = row["face"] if item.redeemed and not settled else 0
         amount = limit if item.amount is None else item.amount
-        if amount > limit + EPSILON:
-            return LedgerConflict(f"amount {amount:g} for request_id {item.request_id!r} exceeds what its coupon can "
-                                  f"cost now ({limit:g})", 422)
+        if amount > limit:
+            return LedgerConflict(f"amount of {amount} minor units for request_id {item.request_id!r} exceeds what "
+                                  f"its coupon can cost now ({limit})", 422)
         if not settled:
             budget.committed -= row["face"]
             budget.open_expected_cost -= row["expected_cost"]
@@ -277,7 +361,7 @@ class Ledger:
             updates.append({k: row[k] for k in ("request_id", "state", "redeemed", "paid", "outcome_at")})
         return {**row, "replayed": False}
 
-    def _expire(self, conn, budget: _Budget, now: float) -> None:
+    def _expire(self, conn, budget: _Budget, now: float) -> int:
         rows = conn.execute(_EXPIRING, {"open": OPEN, "now": now}).all()
         if rows:
             conn.execute(_EXPIRE, {"expired": EXPIRED, "open": OPEN, "now": now})
@@ -285,22 +369,22 @@ class Ledger:
             budget.open_expected_cost -= sum(r.expected_cost for r in rows)
             budget.open_expected_responses -= sum(r.expected_response for r in rows)
         budget.last_sweep = now
+        return len(rows)
 
     def _rows(self, conn, request_ids: set[str]) -> dict[str, dict]:
-        if not request_ids:
-            return {}
         return {row.request_id: dict(row._mapping) for row in conn.execute(_LOOKUP, {"ids": sorted(request_ids)})}
 
-    def _save(self, conn, budget: _Budget, now: float, inserted: list[dict], responses: int) -> None:
+    def _save(self, conn, budget: _Budget, now: float, inserted: list[dict], responses: int, moved: bool) -> None:
         conn.execute(_SAVE_BUDGET, {k: getattr(budget, k) for k in _RUNNING})
         if budget.levels:
             conn.execute(_SAVE_LEVELS, [{"population": p, "level_index": j, "decisions": d, "responses": r, "paid": m}
-                          for (p, j), (d, r, m) in budget.levels.items()])
-        conn.execute(_SAVE_TIMELINE, {"second": int(now), "decisions": len(inserted), "responses": responses,
-                      "at_risk": budget.at_risk, "paid": budget.paid,
-                      "lam": inserted[-1]["lam"] if inserted else None})
+                                        for (p, j), (d, r, m) in budget.levels.items()])
+        if moved:
+            conn.execute(_SAVE_TIMELINE, {"second": int(now), "decisions": len(inserted), "responses": responses,
+                                          "at_risk": budget.at_risk, "paid": budget.paid,
+                                          "lam": inserted[-1]["lam"] if inserted else None})
 
-    # ---- reads -------------------------------------------------------------------------------------------
+    # ---- reads (money in minor units) --------------------------------------------------------------------
     def totals(self) -> dict:
         with self.reader.connect() as conn:
             row = conn.execute(text("SELECT * FROM budget WHERE id = 1")).one()._mapping
@@ -324,19 +408,21 @@ class Ledger:
 
     def audit(self) -> dict:
         """Recompute the money at risk and the counters from the decision rows (tests and benchmarks check
-        that they equal the running totals)."""
+        that they equal the running totals, exactly)."""
         with self.reader.connect() as conn:
             row = conn.execute(text(
                 "SELECT COUNT(*) AS decisions, COUNT(DISTINCT request_id) AS distinct_ids, "
+                "COALESCE(MAX(seq), 0) AS last_seq, "
                 "COALESCE(SUM(CASE WHEN state = :open THEN face ELSE 0 END), 0) AS committed, "
                 "COALESCE(SUM(paid), 0) AS paid, COALESCE(SUM(CASE WHEN redeemed = 1 THEN 1 ELSE 0 END), 0) AS "
                 "responses FROM decisions"), {"open": OPEN}).one()._mapping
-        return {**dict(row), "at_risk": row["committed"] + row["paid"]}
+        audit = {key: int(value) for key, value in row.items()}  # PostgreSQL sums BIGINT as NUMERIC
+        return {**audit, "at_risk": audit["committed"] + audit["paid"]}
 
 
-_NONE = Option(NO_LEVEL, None, 0.0, 0.0, 0.0)
+_NONE = Option(NO_LEVEL, 0, 0.0, 0.0)
 #: The write path's statements, parsed once (SQLAlchemy re-parses a ``text()`` built per call).
-_DECISION_COLUMNS = ("request_id", "population", "subject_id", "level_index", "level", "face", "expected_response",
+_DECISION_COLUMNS = ("request_id", "seq", "population", "subject_id", "level_index", "face", "expected_response",
                      "expected_cost", "lam", "model_version", "reason", "cold_start", "paid_on", "state", "created_at",
                      "expires_at", "redeemed", "paid", "outcome_at")
 _INSERT = text(f"INSERT INTO decisions ({', '.join(_DECISION_COLUMNS)}) "

@@ -28,6 +28,7 @@ import numpy as np
 
 from promokit.allocation.budget import ratio_form, solve_budget, stack_populations
 from promokit.data.errors import DataError
+from promokit.serve.money import to_major
 
 #: Re-solve only once the window holds this many requests.
 MIN_WINDOW = 64
@@ -109,8 +110,9 @@ class Pacer:
 
 
 def realised_ratio(totals: dict) -> float | None:
-    """:math:`\\hat\\rho_t` of the module docstring from the ledger's running totals (None before any response)."""
+    """:math:`\\hat\\rho_t` of the module docstring from the ledger's running totals (money in minor units; None
+    before any response)."""
     responses = totals["responses"] + totals["open_expected_responses"]
     if responses <= 0:
         return None
-    return (totals["paid"] + totals["open_expected_cost"]) / responses
+    return (to_major(totals["paid"], totals["exponent"]) + totals["open_expected_cost"]) / responses
