@@ -155,7 +155,7 @@ def test_ledger_amount_above_face_is_refused(tmp_path):
     ledger.open(cap=10000)
     ledger.apply([request("a")])
     result = ledger.apply([OutcomeRequest("a", True, 1001)])[0]
-    assert result.status == 422 and ledger.totals()["paid"] == 0
+    assert result.status == 409 and ledger.totals()["paid"] == 0
 
 
 def test_paid_on_request_settles_at_issue(tmp_path):

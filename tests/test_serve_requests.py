@@ -196,7 +196,8 @@ def test_the_schema_says_what_the_service_does(client):
     assert [branch["required"] for branch in decision["oneOf"]] == [["customer_id"], ["merchant_id"]]
     assert decision["properties"]["customer_id"]["type"] == "string"  # null is not a customer
     outcome = paths["/v1/outcomes"]["post"]["requestBody"]["content"]["application/json"]["schema"]
-    assert outcome["properties"]["amount"]["anyOf"] == [{"type": "number", "minimum": 0}, {"type": "null"}]
+    assert outcome["properties"]["amount"]["anyOf"] == [
+        {"type": "number", "minimum": 0, "maximum": 9999999999999.99, "multipleOf": 0.01}, {"type": "null"}]
     assert outcome["properties"]["redeemed"]["type"] == "boolean"
 
 

@@ -34,7 +34,7 @@ from promokit.data.errors import DataError
 from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.engine import DecisionEngine, level_of
 from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
-from promokit.serve.money import to_major, to_minor
+from promokit.serve.money import MAX_MINOR, to_major, to_minor
 from promokit.serve.pacing import realised_ratio
 
 #: Request bodies above this many bytes are refused with 413 before they are parsed.
@@ -279,8 +279,6 @@ class Service:
                 raise Invalid([{"loc": ["body", "amount"], "msg": str(exc), "type": "value_error"}]) from None
         row = await self.writer.submit(OutcomeRequest(body.request_id, body.redeemed, amount))
         if isinstance(row, LedgerConflict):
-            if row.status == 422:
-                raise Invalid([{"loc": ["body", "amount"], "msg": str(row), "type": "value_error"}])
             raise HTTPException(row.status, str(row))
         return json.dumps({"request_id": row["request_id"], "state": row["state"], "redeemed": bool(row["redeemed"]),
                            "paid": to_major(row["paid"], self.exponent), "replayed": row["replayed"]}).encode()
@@ -430,15 +428,24 @@ def _responses(*statuses: int) -> dict:
     """OpenAPI entries for the error answers an endpoint gives (every one it can give: schemathesis checks)."""
     described = {401: "missing or wrong bearer token", 404: "unknown request_id", 409: "conflict with the ledger: "
                  "an idempotency key reused with another body, an expired coupon, a different outcome, a redemption "
-                 "of no coupon", 413: "request body above 16 KiB", 422: "a field is missing, of the wrong type or "
+                 "of no coupon, an amount above what the coupon can cost", 413: "request body above 16 KiB", 422: "a field is missing, of the wrong type or "
                  "out of range (one entry per field)", 503: "the ledger is unavailable"}
     return {status: {"description": described[status],
                      "model": ValidationProblem if status == 422 else Problem} for status in statuses}
 
 
-def _body(model: type[BaseModel]) -> dict:
-    """The requestBody of an endpoint that parses its body itself (:func:`parse_body`)."""
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
+def _body(model: type[BaseModel], **properties) -> dict:
+    """The requestBody of an endpoint that parses its body itself (:func:`parse_body`), ``properties`` replaced."""
+    schema = model.model_json_schema()
+    schema["properties"].update(properties)
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _amount(exponent: int) -> dict:
+    """The outcome's ``amount`` as this campaign takes it: a number ≥ 0 in whole minor units below MAX_MINOR."""
+    number = {"type": "number", "minimum": 0, "maximum": (MAX_MINOR - 1) / 10**exponent,
+              "multipleOf": 1 if exponent == 0 else float(f"1e-{exponent}")}
+    return {"anyOf": [number, {"type": "null"}], "description": OutcomeIn.model_fields["amount"].description}
 
 
 def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None) -> FastAPI:
@@ -485,7 +492,8 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         body = parse_body(DecisionIn, await request.body())
         return Response(await service.decide(body), media_type="application/json")
 
-    @app.post("/v1/outcomes", response_model=OutcomeOut, openapi_extra=_body(OutcomeIn),
+    @app.post("/v1/outcomes", response_model=OutcomeOut,
+              openapi_extra=_body(OutcomeIn, amount=_amount(campaign.config.currency_exponent)),
               responses=_responses(401, 404, 409, 413, 422, 503))
     async def outcomes(request: Request) -> Response:
         authorise(request)

@@ -345,7 +345,7 @@ class Ledger:
         amount = limit if item.amount is None else item.amount
         if amount > limit:
             return LedgerConflict(f"amount of {amount} minor units for request_id {item.request_id!r} exceeds what "
-                                  f"its coupon can cost now ({limit})", 422)
+                                  f"its coupon can cost now ({limit})", 409)
         if not settled:
             budget.committed -= row["face"]
             budget.open_expected_cost -= row["expected_cost"]
