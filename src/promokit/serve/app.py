@@ -13,16 +13,13 @@ import asyncio
 import gc
 import hmac
 import json
-import math
 import os
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import Annotated, Literal
 
-import numpy as np
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -34,6 +31,7 @@ from promokit.data.errors import DataError
 from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.engine import DecisionEngine, level_of
 from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
+from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, record_ledger_error, render_metrics, summary
 from promokit.serve.money import MAX_MINOR, to_major, to_minor
 from promokit.serve.pacing import realised_ratio
 
@@ -42,7 +40,6 @@ MAX_BODY_BYTES = 16 * 1024
 #: Bytes of an oversized body read and discarded before its 413 is sent; past this the connection is closed.
 DRAIN_BYTES = 1024 * 1024
 MAX_BATCH = 512
-LATENCY_WINDOW = 20_000
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
 
 Key = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/+=-]+$")]
@@ -180,8 +177,7 @@ class BatchWriter:
         self.ledger, self.max_batch = ledger, max_batch
         self.pending: list[tuple[object, asyncio.Future]] = []
         self.totals: dict | None = None
-        self.last_commit: float | None = None
-        self.errors = 0
+        self.last_commit: float | None = None  # this worker's
         self._wake = asyncio.Event()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="ledger")
         self._task: asyncio.Task | None = None
@@ -206,7 +202,7 @@ class BatchWriter:
                     results, self.totals = await loop.run_in_executor(self._thread, self._apply, [i for i, _ in batch])
                     self.last_commit = time.time()
                 except Exception as exc:  # the database is down or refused: every waiting request learns it
-                    self.errors += 1
+                    record_ledger_error()
                     for _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
@@ -235,12 +231,10 @@ class Service:
         self.exponent = campaign.config.currency_exponent
         self.engine = DecisionEngine(campaign)
         self.writer = BatchWriter(ledger)
-        self.latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._pacing = ThreadPoolExecutor(1, thread_name_prefix="pacing")
         self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")
 
     async def decide(self, body: DecisionIn) -> bytes:
-        started = time.perf_counter()
         population, subject = ("customer", body.customer_id) if body.customer_id is not None \
             else ("merchant", body.merchant_id)
         if population not in self.campaign.populations:
@@ -254,7 +248,6 @@ class Service:
                 asyncio.get_running_loop().run_in_executor(self._pacing, self._resolve)
         if isinstance(row, LedgerConflict):
             raise HTTPException(row.status, str(row))
-        self.latencies.append((time.perf_counter() - started) * 1e3)
         return self.decision_json(row)
 
     def decision_json(self, row: dict) -> bytes:
@@ -289,7 +282,11 @@ class Service:
     def status(self) -> dict:
         config, pacer, e = self.campaign.config, self.engine.pacer, self.exponent
         started = time.perf_counter()
-        totals = self.ledger.totals()
+        try:
+            totals = self.ledger.totals()
+        except SQLAlchemyError:
+            record_ledger_error()
+            raise
         read_ms = (time.perf_counter() - started) * 1e3
         money = lambda units: to_major(units, e)  # noqa: E731
         lam, target = pacer.state
@@ -318,57 +315,15 @@ class Service:
                        "trace": [vars(point) for point in pacer.trace[-500:]]},
             "levels": per_level,
             "timeline": timeline,
-            "ledger": {"up": True, "read_ms": read_ms, "errors": self.writer.errors,
-                       "last_commit_age_s": None if self.writer.last_commit is None
+            "ledger": {"up": True, "read_ms": read_ms, "last_commit_age_s": None if self.writer.last_commit is None
                        else time.time() - self.writer.last_commit},
-            "latency_ms": percentiles(self.latencies),
+            "requests": summary(),
         }
 
     def close(self) -> None:
         self._pacing.shutdown(wait=True)
         self._reads.shutdown(wait=True)
         self.ledger.close()
-
-
-def percentiles(values) -> dict:
-    if not values:
-        return {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
-    array = np.fromiter(values, dtype=np.float64)
-    p50, p90, p99 = np.percentile(array, [50, 90, 99])
-    return {"count": len(array), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(array.max())}
-
-
-def prometheus(status: dict) -> str:
-    """``/metrics``: the status as Prometheus text exposition (gauges and counters, one sample per line)."""
-    budget, pacing = status["budget"], status["pacing"]
-    lines = []
-
-    def metric(name: str, kind: str, help_text: str, samples) -> None:
-        lines.extend([f"# HELP promokit_{name} {help_text}", f"# TYPE promokit_{name} {kind}"])
-        for labels, value in samples:
-            if value is None or (isinstance(value, float) and not math.isfinite(value)):
-                continue
-            label = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
-            lines.append(f"promokit_{name}{label} {value}")
-
-    for key, help_text in (("cap", "Hard cap on money at risk."), ("at_risk", "Face value of open coupons plus paid."),
-                           ("committed", "Face value of open coupons."), ("remaining", "Cap minus money at risk.")):
-        metric(f"budget_{key}", "gauge", help_text, [({}, budget[key])])
-    metric("paid_total", "counter", "Money paid for redeemed coupons.", [({}, budget["paid"])])
-    for key in ("decisions", "responses", "capped", "replays"):
-        metric(f"{key}_total", "counter", f"{key.capitalize()} recorded in the ledger.", [({}, budget[key])])
-    metric("lambda", "gauge", "λ of the real-time rule (this worker).", [({}, pacing["lam"])])
-    metric("pacing_target", "gauge", "B_t, the corrected spend-per-response target.", [({}, pacing["target"])])
-    metric("spend_per_response", "gauge", "Realised spend per response (expected for open coupons).",
-           [({}, pacing["realised_ratio"])])
-    by_level = status["levels"]
-    level = lambda row: {"population": row["population"], "level": "none" if row["level"] is None else f"{row['level']:g}"}
-    metric("level_decisions_total", "counter", "Decisions by level.", [(level(r), r["decisions"]) for r in by_level])
-    metric("level_responses_total", "counter", "Responses by level.", [(level(r), r["responses"]) for r in by_level])
-    latency = status["latency_ms"]
-    metric("decision_latency_ms", "gauge", "Decision handler latency percentiles over the last requests (this worker).",
-           [({"quantile": q}, latency[f"p{q}"]) for q in ("50", "90", "99")])
-    return "\n".join(lines) + "\n"
 
 
 class BodyLimit:
@@ -478,6 +433,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
                   description="Real-time incentive decisions (eqs. 19–20) under a hard cap on money at risk.")
     app.state.service = service
     app.add_middleware(BodyLimit)
+    app.add_middleware(RequestMetrics)  # added last, so outermost: it also counts BodyLimit's 413s
 
     def authorise(request: Request) -> None:
         if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
@@ -514,9 +470,8 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         return JSONResponse(await service.read(service.status))
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(prometheus(await service.read(service.status)),
-                                 media_type="text/plain; version=0.0.4")
+    async def metrics() -> Response:
+        return Response(render_metrics(await service.read(service.status)), media_type=CONTENT_TYPE)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:

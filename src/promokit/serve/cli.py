@@ -61,6 +61,7 @@ def serve(campaign: CampaignOpt,
         from promokit.serve.app import TOKEN_ENV
         from promokit.serve.campaign import load_campaign
         from promokit.serve.ledger import Ledger
+        from promokit.serve.metrics import multiprocess_dir
 
         if not os.environ.get(TOKEN_ENV):
             raise DataError(f"set {TOKEN_ENV} to the bearer token clients must send with POST requests")
@@ -77,8 +78,9 @@ def serve(campaign: CampaignOpt,
         console.print(f"serving campaign {loaded.config.model_version} on http://{host}:{port} with {workers} "
                       f"worker(s), ledger {url.split('@')[-1]}")
         os.environ["PROMOKIT_CAMPAIGN"], os.environ["PROMOKIT_LEDGER"] = str(loaded.path.resolve()), url
-        uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
-                    workers=workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
+        with multiprocess_dir():  # request metrics summed over the workers
+                uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
+                        workers=workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
 
 
 def _loopback(host: str) -> bool:

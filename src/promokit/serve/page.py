@@ -8,7 +8,14 @@ redraws the same elements. Data strings are escaped with :func:`html.escape` her
 and only ever written with ``textContent`` in the browser.
 
 Stable element ids (used by the tests): ``at-risk``, ``decisions``, ``lam``,
-``burn-chart``, ``lam-chart``, ``levels``, ``updated``.
+``burn-chart``, ``lam-chart``, ``levels``, ``updated``; the service's own figures:
+``req-rate``, ``dec-rate``, ``req-total``, ``http-4xx``, ``http-5xx``, ``p50``/``p90``/``p99``,
+``ledger-up``, ``ledger-read``, ``ledger-commit``, ``ledger-errors``.
+
+Request figures come from ``status["requests"]`` (:func:`promokit.serve.metrics.summary`: all
+workers since start) and ledger health from ``status["ledger"]``; either may be absent. The two
+rates need two readings, so the script computes them between refreshes (the first from the reading
+the page was rendered with, kept in ``data-`` attributes of ``req-rate``); the server shows a dash.
 
 Example::
 
@@ -23,7 +30,8 @@ import math
 from datetime import datetime, timezone
 
 DASH = "\u2013"
-W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 220, 64, 56, 14, 26  # chart geometry in SVG units
+W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 220, 64, 56, 14, 26  # chart geometry in SVG units; LEFT, RIGHT at least
+CHAR_W = 7.1  # SVG units per character of an 11 px tick label: DejaVu Sans' digits are 7.0, "+" 9.2, "," 3.5
 
 
 # --------------------------------------------------------------------------- formatting
@@ -53,6 +61,21 @@ def ms(x) -> str:
     return f"{x:.1f} ms" if _num(x) else DASH
 
 
+def rate(x) -> str:
+    return f"{x:,.1f}/s" if _num(x) else DASH
+
+
+def ago(x) -> str:
+    """Seconds as ``'12.0 s ago'``, ``'2.5 min ago'`` or ``'1.2 h ago'``."""
+    if not _num(x):
+        return DASH
+    return f"{x:.1f} s ago" if x < 60 else f"{x / 60:.1f} min ago" if x < 3600 else f"{x / 3600:.1f} h ago"
+
+
+def up(x) -> str:
+    return "up" if x is True else "down" if x is False else DASH
+
+
 def clock(t) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%H:%M:%S UTC") if _num(t) else DASH
 
@@ -64,8 +87,9 @@ def _e(x) -> str:
 # --------------------------------------------------------------------------- text fields
 def fields(status: dict) -> dict[str, str]:
     """Element id -> text for every plain text field (``fields()`` in the script mirrors it)."""
-    c, b = status.get("campaign") or {}, status.get("budget") or {}
-    p, lat = status.get("pacing") or {}, status.get("latency_ms") or {}
+    c, b, p = status.get("campaign") or {}, status.get("budget") or {}, status.get("pacing") or {}
+    r, ledger = status.get("requests") or {}, status.get("ledger") or {}
+    lat, by_class = r.get("latency_ms") or {}, r.get("by_class") or {}
     cap, at_risk = c.get("cap"), b.get("at_risk")
     share = at_risk / cap if _num(at_risk) and _num(cap) and cap > 0 else None
     return {
@@ -78,7 +102,10 @@ def fields(status: dict) -> dict[str, str]:
         "responses": count(b.get("responses")), "capped": count(b.get("capped")),
         "replays": count(b.get("replays")), "lat-count": count(lat.get("count")),
         "p50": ms(lat.get("p50")), "p90": ms(lat.get("p90")), "p99": ms(lat.get("p99")),
-        "updated": clock(status.get("time")),
+        "req-total": count(r.get("total")), "http-4xx": count(by_class.get("4xx")),
+        "http-5xx": count(by_class.get("5xx")), "ledger-up": up(ledger.get("up")),
+        "ledger-read": ms(ledger.get("read_ms")), "ledger-commit": ago(ledger.get("last_commit_age_s")),
+        "ledger-errors": count(r.get("ledger_errors")), "updated": clock(status.get("time")),
     }
 
 
@@ -96,41 +123,52 @@ def _extent(values) -> tuple[float, float]:
     return (lo, hi) if hi > lo else (lo, lo + 1.0)
 
 
+def margin(labels, least: float) -> int:
+    """Room beside the plot for tick labels, so the longest ("200,000.00") is not cut off by the SVG's edge."""
+    return max(least, 8 + math.ceil(CHAR_W * max(map(len, labels), default=0)))
+
+
 def line_chart(svg_id: str, xs, series, hline=None, fmt=sig4) -> str:
     """Inline SVG line chart; mirrors ``chart()`` in the script.
 
     ``series`` holds ``(ys, css_class, right_axis)``; ``hline`` is ``(value, label)`` on the left axis.
+    The side margins fit the axis labels: at least ``LEFT`` and ``RIGHT``, wider for long labels.
     """
     head = f'<svg id="{svg_id}" viewBox="0 0 {W} {H}" role="img">'
     if not xs:
         return f'{head}<text class="empty" x="{W / 2}" y="{H / 2}">no data yet</text></svg>'
-    x0, x1 = min(xs), max(xs)
-    span = x1 - x0 if x1 > x0 else 1.0
-    sx = lambda x: LEFT + (x - x0) / span * (W - LEFT - RIGHT)  # noqa: E731
-    out = [head]
+    axes = []  # (right, lo, hi, [(value, label)]) per drawn axis
     for right in (False, True):
         ys = [y for s_ys, _, r in series if r == right for y in s_ys]
         if right and not any(_num(y) for y in ys):
             continue
         lo, hi = _extent(ys + ([hline[0]] if hline and not right else []))
+        axes.append((right, lo, hi, [(v, (sig4 if right else fmt)(v)) for v in (lo, (lo + hi) / 2, hi)]))
+    left = margin([t for r, *_, ticks in axes if not r for _, t in ticks], LEFT)
+    right_edge = W - margin([t for r, *_, ticks in axes if r for _, t in ticks], RIGHT)
+    x0, x1 = min(xs), max(xs)
+    span = x1 - x0 if x1 > x0 else 1.0
+    sx = lambda x: left + (x - x0) / span * (right_edge - left)  # noqa: E731
+    out = [head]
+    for right, lo, hi, ticks in axes:
         sy = lambda y, lo=lo, hi=hi: TOP + (hi - y) / (hi - lo) * (H - TOP - BOTTOM)  # noqa: E731
-        for v in (lo, (lo + hi) / 2, hi):
+        for v, text in ticks:
             if not right:
-                out.append(f'<line class="grid" x1="{LEFT}" x2="{W - RIGHT}" y1="{sy(v):.1f}" y2="{sy(v):.1f}"/>')
-            tx, anchor, text = (W - RIGHT + 6, "start", sig4(v)) if right else (LEFT - 6, "end", fmt(v))
+                out.append(f'<line class="grid" x1="{left}" x2="{right_edge}" y1="{sy(v):.1f}" y2="{sy(v):.1f}"/>')
+            tx, anchor = (right_edge + 6, "start") if right else (left - 6, "end")
             out.append(f'<text class="tick" x="{tx}" y="{sy(v) + 4:.1f}" text-anchor="{anchor}">{_e(text)}</text>')
         if hline and not right and _num(hline[0]):
             y = sy(hline[0])
-            out.append(f'<line class="cap" x1="{LEFT}" x2="{W - RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
-            out.append(f'<text class="tick cap-label" x="{W - RIGHT - 4}" y="{y - 5:.1f}" '
+            out.append(f'<line class="cap" x1="{left}" x2="{right_edge}" y1="{y:.1f}" y2="{y:.1f}"/>')
+            out.append(f'<text class="tick cap-label" x="{right_edge - 4}" y="{y - 5:.1f}" '
                        f'text-anchor="end">{_e(hline[1])}</text>')
         for s_ys, cls, r in series:
             pts = [(sx(x), sy(y)) for x, y in zip(xs, s_ys) if r == right and _num(y)]
             if pts:
                 out.append(f'<polyline class="{cls}" points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}"/>')
                 out.append(f'<circle class="{cls}" cx="{pts[-1][0]:.1f}" cy="{pts[-1][1]:.1f}" r="3"/>')
-    out.append(f'<text class="tick" x="{LEFT}" y="{H - 6}">0 s</text>')
-    out.append(f'<text class="tick" x="{W - RIGHT}" y="{H - 6}" text-anchor="end">+{x1 - x0:.0f} s</text>')
+    out.append(f'<text class="tick" x="{left}" y="{H - 6}">0 s</text>')
+    out.append(f'<text class="tick" x="{right_edge}" y="{H - 6}" text-anchor="end">+{x1 - x0:.0f} s</text>')
     return "".join(out) + "</svg>"
 
 
@@ -171,6 +209,14 @@ def _card(label: str, value_html: str, sub_html: str = "") -> str:
     return f'<div class="card"><div class="k">{label}</div><div class="v">{value_html}</div>{sub_html}</div>'
 
 
+def _rate_span(status: dict) -> str:
+    """``req-rate``, a dash until the script has a second reading; the first is this one, kept in ``data-``."""
+    r = status.get("requests") or {}
+    sample = {"time": r.get("time"), "total": r.get("total"), "decisions": (r.get("latency_ms") or {}).get("count")}
+    data = "".join(f' data-{k}="{_e(repr(v))}"' for k, v in sample.items() if _num(v))
+    return f'<span id="req-rate"{data}>{DASH}</span>'
+
+
 def render_page(status: dict) -> str:
     """The complete HTML document of the live status page for one ``/v1/status`` dict."""
     f = {k: _e(v) for k, v in fields(status).items()}
@@ -182,6 +228,14 @@ def render_page(status: dict) -> str:
         *(_card(label, span(i)) for label, i in [
             ("paid", "paid"), ("committed", "committed"), ("remaining", "remaining"), ("decisions", "decisions"),
             ("responses", "responses"), ("capped (cap reached)", "capped"), ("replays", "replays")]),
+        _card("requests / s", _rate_span(status), f'<div class="sub">{span("req-total")} since start</div>'),
+        _card("decisions / s", f'<span id="dec-rate">{DASH}</span>',
+              f'<div class="sub">{span("lat-count")} answered</div>'),
+        _card("4xx / 5xx", f'{span("http-4xx")} / {span("http-5xx")}',
+              '<div class="sub">client / server errors since start</div>'),
+        _card("ledger", f'<span id="ledger-up" class="{f["ledger-up"]}">{f["ledger-up"]}</span>',
+              f'<div class="sub">read {span("ledger-read")} · last commit {span("ledger-commit")}'
+              f' · errors {span("ledger-errors")}</div>'),
     ]
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -207,10 +261,10 @@ def render_page(status: dict) -> str:
 <table id="levels"><thead><tr><th>population</th><th>level</th><th>decisions</th><th>responses</th>
 <th>redemption rate</th><th>paid</th></tr></thead>
 <tbody>{level_rows(status.get("levels") or [])}</tbody></table></figure>
-<figure><figcaption>Latency</figcaption><table class="lat"><tbody>
+<figure><figcaption>Decision latency</figcaption><table class="lat"><tbody>
 <tr><th>p50</th><td>{span("p50")}</td></tr><tr><th>p90</th><td>{span("p90")}</td></tr>
-<tr><th>p99</th><td>{span("p99")}</td></tr><tr><th>requests</th><td>{span("lat-count")}</td></tr>
-</tbody></table></figure>
+<tr><th>p99</th><td>{span("p99")}</td></tr></tbody></table>
+<p class="sub">answered decisions of all workers since start; estimated from histogram buckets</p></figure>
 </section>
 <script>{SCRIPT}</script>
 </body></html>
@@ -227,6 +281,7 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 .meta { margin: 0 0 14px; color: var(--muted); }
 .meta b { color: var(--fg); }
 .conn { color: var(--cap); }
+#ledger-up.up { color: var(--s1); } #ledger-up.down { color: var(--cap); }
 .cards { display: grid; grid-template-columns: repeat(4, 1fr); gap: 10px; }
 .card, figure { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; margin: 0; }
 .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
@@ -267,12 +322,19 @@ SCRIPT = r"""
 (function () {
   "use strict";
   const NS = "http://www.w3.org/2000/svg", DASH = "\u2013";
-  const W = 640, H = 220, LEFT = 64, RIGHT = 56, TOP = 14, BOTTOM = 26;
+  const W = 640, H = 220, LEFT = 64, RIGHT = 56, TOP = 14, BOTTOM = 26, CHAR_W = 7.1;
   const num = (x) => typeof x === "number" && isFinite(x);
   const money = (x) => num(x) ? x.toLocaleString("en-US", {minimumFractionDigits: 2, maximumFractionDigits: 2}) : DASH;
   const count = (x) => num(x) ? Math.round(x).toLocaleString("en-US") : DASH;
   const pct = (x) => num(x) ? (100 * x).toFixed(1) + "%" : DASH;
   const ms = (x) => num(x) ? x.toFixed(1) + " ms" : DASH;
+  const rate = (x) => num(x)
+    ? x.toLocaleString("en-US", {minimumFractionDigits: 1, maximumFractionDigits: 1}) + "/s" : DASH;
+  const ago = (x) => !num(x) ? DASH : x < 60 ? x.toFixed(1) + " s ago"
+    : x < 3600 ? (x / 60).toFixed(1) + " min ago" : (x / 3600).toFixed(1) + " h ago";
+  const up = (x) => x === true ? "up" : x === false ? "down" : DASH;
+  const margin = (labels, least) =>  // mirrors page.margin()
+    Math.max(least, 8 + Math.ceil(CHAR_W * Math.max(0, ...labels.map((t) => t.length))));
   const clock = (t) => num(t) ? new Date(t * 1000).toISOString().slice(11, 19) + " UTC" : DASH;
 
   function sig4(x) {  // like Python's f"{x:.4g}"
@@ -285,7 +347,8 @@ SCRIPT = r"""
   }
 
   function fields(s) {  // mirrors page.fields()
-    const c = s.campaign || {}, b = s.budget || {}, p = s.pacing || {}, lat = s.latency_ms || {};
+    const c = s.campaign || {}, b = s.budget || {}, p = s.pacing || {}, r = s.requests || {}, l = s.ledger || {};
+    const lat = r.latency_ms || {}, byClass = r.by_class || {};
     const share = num(b.at_risk) && num(c.cap) && c.cap > 0 ? b.at_risk / c.cap : null;
     return {
       "model": String(c.model_version ?? DASH), "form": String(c.form ?? DASH),
@@ -295,7 +358,10 @@ SCRIPT = r"""
       "paid": money(b.paid), "committed": money(b.committed), "remaining": money(b.remaining),
       "decisions": count(b.decisions), "responses": count(b.responses), "capped": count(b.capped),
       "replays": count(b.replays), "lat-count": count(lat.count),
-      "p50": ms(lat.p50), "p90": ms(lat.p90), "p99": ms(lat.p99), "updated": clock(s.time),
+      "p50": ms(lat.p50), "p90": ms(lat.p90), "p99": ms(lat.p99),
+      "req-total": count(r.total), "http-4xx": count(byClass["4xx"]), "http-5xx": count(byClass["5xx"]),
+      "ledger-up": up(l.up), "ledger-read": ms(l.read_ms), "ledger-commit": ago(l.last_commit_age_s),
+      "ledger-errors": count(r.ledger_errors), "updated": clock(s.time),
     };
   }
 
@@ -315,22 +381,28 @@ SCRIPT = r"""
   function chart(svg, xs, series, hline, fmt) {  // mirrors page.line_chart()
     svg.replaceChildren();
     if (!xs.length) { svg.appendChild(svgEl("text", {class: "empty", x: W / 2, y: H / 2}, "no data yet")); return; }
-    const x0 = Math.min(...xs), x1 = Math.max(...xs), span = x1 > x0 ? x1 - x0 : 1;
-    const sx = (x) => LEFT + (x - x0) / span * (W - LEFT - RIGHT);
+    const axes = [];  // {right, lo, hi, ticks: [[value, label]]} per drawn axis
     for (const right of [false, true]) {
       const ys = series.filter((s) => s.right === right).flatMap((s) => s.ys);
       if (right && !ys.some(num)) continue;
       const [lo, hi] = extent(hline && !right ? ys.concat([hline.value]) : ys);
+      axes.push({right, lo, hi, ticks: [lo, (lo + hi) / 2, hi].map((v) => [v, right ? sig4(v) : fmt(v)])});
+    }
+    const labels = (right) => axes.filter((a) => a.right === right).flatMap((a) => a.ticks.map((t) => t[1]));
+    const left = margin(labels(false), LEFT), rightEdge = W - margin(labels(true), RIGHT);
+    const x0 = Math.min(...xs), x1 = Math.max(...xs), span = x1 > x0 ? x1 - x0 : 1;
+    const sx = (x) => left + (x - x0) / span * (rightEdge - left);
+    for (const {right, lo, hi, ticks} of axes) {
       const sy = (y) => TOP + (hi - y) / (hi - lo) * (H - TOP - BOTTOM);
-      for (const v of [lo, (lo + hi) / 2, hi]) {
-        if (!right) svg.appendChild(svgEl("line", {class: "grid", x1: LEFT, x2: W - RIGHT, y1: sy(v), y2: sy(v)}));
-        svg.appendChild(svgEl("text", {class: "tick", x: right ? W - RIGHT + 6 : LEFT - 6, y: sy(v) + 4,
-                                       "text-anchor": right ? "start" : "end"}, right ? sig4(v) : fmt(v)));
+      for (const [v, text] of ticks) {
+        if (!right) svg.appendChild(svgEl("line", {class: "grid", x1: left, x2: rightEdge, y1: sy(v), y2: sy(v)}));
+        svg.appendChild(svgEl("text", {class: "tick", x: right ? rightEdge + 6 : left - 6, y: sy(v) + 4,
+                                       "text-anchor": right ? "start" : "end"}, text));
       }
       if (hline && !right && num(hline.value)) {
         const y = sy(hline.value);
-        svg.appendChild(svgEl("line", {class: "cap", x1: LEFT, x2: W - RIGHT, y1: y, y2: y}));
-        svg.appendChild(svgEl("text", {class: "tick cap-label", x: W - RIGHT - 4, y: y - 5, "text-anchor": "end"},
+        svg.appendChild(svgEl("line", {class: "cap", x1: left, x2: rightEdge, y1: y, y2: y}));
+        svg.appendChild(svgEl("text", {class: "tick cap-label", x: rightEdge - 4, y: y - 5, "text-anchor": "end"},
                               hline.label));
       }
       for (const s of series.filter((s) => s.right === right)) {
@@ -341,8 +413,8 @@ SCRIPT = r"""
         svg.appendChild(svgEl("circle", {class: s.cls, cx: pts[pts.length - 1][0], cy: pts[pts.length - 1][1], r: 3}));
       }
     }
-    svg.appendChild(svgEl("text", {class: "tick", x: LEFT, y: H - 6}, "0 s"));
-    svg.appendChild(svgEl("text", {class: "tick", x: W - RIGHT, y: H - 6, "text-anchor": "end"},
+    svg.appendChild(svgEl("text", {class: "tick", x: left, y: H - 6}, "0 s"));
+    svg.appendChild(svgEl("text", {class: "tick", x: rightEdge, y: H - 6, "text-anchor": "end"},
                           "+" + (x1 - x0).toFixed(0) + " s"));
   }
 
@@ -374,11 +446,26 @@ SCRIPT = r"""
     tbody.replaceChildren(...rows);
   }
 
+  // The previous reading {time, total, decisions}: at first the one the page was rendered with.
+  let last = (({time, total, decisions}) => ({time: Number(time), total: Number(total), decisions: Number(decisions)}))(
+    document.getElementById("req-rate").dataset);
+
+  function rates(s) {  // per second between the last reading and this one; a dash after a restart (counts fell)
+    const r = s.requests || {}, now = {time: r.time, total: r.total, decisions: (r.latency_ms || {}).count};
+    const per = (k) => num(now[k]) && num(last[k]) && num(now.time) && num(last.time) && now.time > last.time
+      && now[k] >= last[k] ? (now[k] - last[k]) / (now.time - last.time) : null;
+    document.getElementById("req-rate").textContent = rate(per("total"));
+    document.getElementById("dec-rate").textContent = rate(per("decisions"));
+    if (num(now.time)) last = now;
+  }
+
   function draw(s) {
     for (const [id, text] of Object.entries(fields(s))) {
       const e = document.getElementById(id);
       if (e) e.textContent = text;
     }
+    document.getElementById("ledger-up").className = up((s.ledger || {}).up);
+    rates(s);
     const c = s.campaign || {}, b = s.budget || {}, tl = s.timeline || [], tr = (s.pacing || {}).trace || [];
     const share = num(b.at_risk) && num(c.cap) && c.cap > 0 ? Math.min(Math.max(b.at_risk / c.cap, 0), 1) : 0;
     document.getElementById("at-risk-bar").style.width = (100 * share).toFixed(1) + "%";
