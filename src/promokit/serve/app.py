@@ -20,9 +20,10 @@ from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import Annotated, Literal
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 from sqlalchemy.exc import SQLAlchemyError
@@ -167,29 +168,52 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
 
 
 class BatchWriter:
-    """Queues ledger items from the event loop; one thread applies them in batches, in arrival order.
+    """Queues ledger items from the event loop and applies them in batches, in arrival order.
 
     Each item's future gets the ledger's answer for it (a row, or the :class:`LedgerConflict` that refused it); a
-    batch the database failed gives every item of it that exception.
+    batch the database failed gives every item of it that exception. Two ways to run a batch:
+
+    - ``inline`` (SQLite): on the event loop, in a callback scheduled by the first item of the batch, so every
+      request parsed in the same loop iteration joins one transaction. A one-decision batch costs ≈ 0.1 ms of
+      local I/O, less than handing it to a thread and back (the hop cost ≈ 0.14 ms of latency at one client).
+    - in one writer thread (PostgreSQL): the loop keeps parsing requests while a batch waits on the network;
+      they form the next batch.
     """
 
-    def __init__(self, ledger: Ledger, max_batch: int = MAX_BATCH):
-        self.ledger, self.max_batch = ledger, max_batch
+    def __init__(self, ledger: Ledger, inline: bool, max_batch: int = MAX_BATCH):
+        self.ledger, self.inline, self.max_batch = ledger, inline, max_batch
         self.pending: list[tuple[object, asyncio.Future]] = []
         self.totals: dict | None = None
         self.last_commit: float | None = None  # this worker's
+        self._scheduled = False
         self._wake = asyncio.Event()
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="ledger")
+        self._thread = None if inline else ThreadPoolExecutor(1, thread_name_prefix="ledger")
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        if not self.inline:
+            self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def submit(self, item):
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self.pending.append((item, future))
-        self._wake.set()
+        if not self.inline:
+            self._wake.set()
+        elif not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
         return await future
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        while self.pending:
+            batch = self._take()
+            try:
+                results = self._apply([item for item, _ in batch])
+            except Exception as exc:
+                results = exc
+            self._deliver(batch, results)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -197,30 +221,40 @@ class BatchWriter:
             await self._wake.wait()
             self._wake.clear()
             while self.pending:
-                batch, self.pending = self.pending[:self.max_batch], self.pending[self.max_batch:]
+                batch = self._take()
                 try:
-                    results, self.totals = await loop.run_in_executor(self._thread, self._apply, [i for i, _ in batch])
-                    self.last_commit = time.time()
-                except Exception as exc:  # the database is down or refused: every waiting request learns it
-                    record_ledger_error()
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    continue
-                for (_, future), result in zip(batch, results):
-                    if not future.done():
-                        future.set_result(result)
+                    results = await loop.run_in_executor(self._thread, self._apply, [item for item, _ in batch])
+                except Exception as exc:
+                    results = exc
+                self._deliver(batch, results)
 
-    def _apply(self, items: list) -> tuple[list, dict]:
+    def _take(self) -> list:
+        batch, self.pending = self.pending[:self.max_batch], self.pending[self.max_batch:]
+        return batch
+
+    def _apply(self, items: list) -> list:
         results = self.ledger.apply(items)
-        return results, self.ledger.last_totals
+        self.totals, self.last_commit = self.ledger.last_totals, time.time()
+        return results
+
+    @staticmethod
+    def _deliver(batch: list, results: list | Exception) -> None:
+        if isinstance(results, Exception):  # the database is down or refused: every waiting request learns it
+            record_ledger_error()
+        for k, (_, future) in enumerate(batch):
+            if not future.done():
+                if isinstance(results, Exception):
+                    future.set_exception(results)
+                else:
+                    future.set_result(results[k])
 
     async def stop(self) -> None:
         while self.pending:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
-        self._thread.shutdown(wait=True)
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
 
 
 class Service:
@@ -230,7 +264,7 @@ class Service:
         self.campaign, self.ledger, self.token = campaign, ledger, token
         self.exponent = campaign.config.currency_exponent
         self.engine = DecisionEngine(campaign)
-        self.writer = BatchWriter(ledger)
+        self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite")
         self._pacing = ThreadPoolExecutor(1, thread_name_prefix="pacing")
         self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")
 
@@ -379,6 +413,18 @@ class _TooLarge(Exception):
         self.more = more
 
 
+class RequestRoute(APIRoute):
+    """A route whose endpoint takes the :class:`Request` and returns a :class:`Response` itself.
+
+    FastAPI's documented extension point (a custom ``APIRoute.get_route_handler``): the operation keeps its
+    OpenAPI entry, but a request skips FastAPI's dependency solving and body handling, ≈ 34 µs of the
+    service's hot path; the endpoint parses its body with :func:`parse_body`.
+    """
+
+    def get_route_handler(self):
+        return self.endpoint
+
+
 def _responses(*statuses: int) -> dict:
     """OpenAPI entries for the error answers an endpoint gives (every one it can give: schemathesis checks)."""
     described = {401: "missing or wrong bearer token", 404: "unknown request_id", 409: "conflict with the ledger: "
@@ -441,20 +487,24 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
 
     # The hot endpoints read their body themselves (parse_body: strict, exact decimals) and send the JSON they
     # build; the models still document both in the OpenAPI schema.
-    @app.post("/v1/decisions", response_model=DecisionOut, openapi_extra=_body(DecisionIn),
+    hot = APIRouter(route_class=RequestRoute)
+
+    @hot.post("/v1/decisions", response_model=DecisionOut, openapi_extra=_body(DecisionIn),
               responses=_responses(401, 409, 413, 422, 503))
     async def decisions(request: Request) -> Response:
         authorise(request)
         body = parse_body(DecisionIn, await request.body())
         return Response(await service.decide(body), media_type="application/json")
 
-    @app.post("/v1/outcomes", response_model=OutcomeOut,
+    @hot.post("/v1/outcomes", response_model=OutcomeOut,
               openapi_extra=_body(OutcomeIn, amount=_amount(campaign.config.currency_exponent)),
               responses=_responses(401, 404, 409, 413, 422, 503))
     async def outcomes(request: Request) -> Response:
         authorise(request)
         body = parse_body(OutcomeIn, await request.body())
         return Response(await service.outcome(body), media_type="application/json")
+
+    app.include_router(hot)
 
     @app.get("/v1/assignments/{user_id}", response_model=Assignment, responses=_responses(404, 422))
     async def assignment(user_id: Key) -> Assignment:
