@@ -183,7 +183,6 @@ class BatchWriter:
     def __init__(self, ledger: Ledger, inline: bool, max_batch: int = MAX_BATCH):
         self.ledger, self.inline, self.max_batch = ledger, inline, max_batch
         self.pending: list[tuple[object, asyncio.Future]] = []
-        self.totals: dict | None = None
         self.last_commit: float | None = None  # this worker's
         self._scheduled = False
         self._wake = asyncio.Event()
@@ -234,7 +233,7 @@ class BatchWriter:
 
     def _apply(self, items: list) -> list:
         results = self.ledger.apply(items)
-        self.totals, self.last_commit = self.ledger.last_totals, time.time()
+        self.last_commit = time.time()
         return results
 
     @staticmethod
@@ -294,7 +293,7 @@ class Service:
             "expires_at": row["expires_at"], "replayed": row["replayed"]}).encode()
 
     def _resolve(self) -> None:
-        totals = self.writer.totals  # None until this worker's first commit: then λ follows the traffic only
+        totals = self.ledger.last_totals  # None until this worker's first commit: then λ follows the traffic only
         self.engine.pacer.resolve(None if totals is None else realised_ratio(totals))
 
     async def outcome(self, body: OutcomeIn) -> bytes:
@@ -475,8 +474,11 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         service.close()
 
     service = Service(campaign, ledger, token)
+    # FastAPI's OpenTelemetry hooks are off: the service exports Prometheus metrics (promokit.serve.metrics), and
+    # the hooks' per-request check for a configured provider cost ≈ 5 µs of every decision.
     app = FastAPI(title="promokit decision service", version=campaign.config.model_version, lifespan=lifespan,
-                  description="Real-time incentive decisions (eqs. 19–20) under a hard cap on money at risk.")
+                  description="Real-time incentive decisions (eqs. 19–20) under a hard cap on money at risk.",
+                  telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.service = service
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestMetrics)  # added last, so outermost: it also counts BodyLimit's 413s

@@ -202,7 +202,7 @@ class Ledger:
         self.sweep_seconds = sweep_seconds
         self.engine = _engine(self.url, immediate=True)
         self.reader = _engine(self.url, immediate=False) if self.dialect == "sqlite" else self.engine
-        self.last_totals: dict | None = None  # the budget row as the last committed apply() left it
+        self._last_budget: _Budget | None = None  # as the last committed apply() left it
         self._sql = _Statements(self.dialect)
         self._write_connection = None  # see _writer
 
@@ -239,6 +239,11 @@ class Ledger:
         except OperationalError as exc:
             raise DataError(f"cannot open the ledger at {self.where}: "
                             f"{str(exc.orig).strip().splitlines()[0]}") from None
+
+    @property
+    def last_totals(self) -> dict | None:
+        """The running totals as this instance's last committed batch left them (None before one)."""
+        return None if self._last_budget is None else self._last_budget.totals()
 
     @property
     def where(self) -> str:
@@ -284,9 +289,8 @@ class Ledger:
         if self.dialect == "sqlite":
             cursor.execute("BEGIN IMMEDIATE")
         cursor.execute(sql.lock)
-        budget = _Budget(**{k: v for k, v in _dicts(cursor)[0].items() if k != "id"})
+        budget = _Budget(*cursor.fetchone())
         now = time.time() if now is None else now
-        saved = budget.totals()
         expired = self._expire(cursor, budget, now) if now - budget.last_sweep >= self.sweep_seconds else 0
         known = self._rows(cursor, {item.request_id for item in items})
         inserted, updates, results = {}, [], []
@@ -297,7 +301,6 @@ class Ledger:
                 results.append(self._outcome(item, budget, known, inserted, updates, now))
         if all(isinstance(result, LedgerConflict) for result in results):
             raw.rollback()
-            self.last_totals = saved
             return results
         if inserted:
             cursor.executemany(sql.insert, list(inserted.values()))
@@ -307,7 +310,7 @@ class Ledger:
                         and item.redeemed for item, r in zip(items, results))
         self._save(cursor, budget, now, list(inserted.values()), responses, bool(inserted or updates or expired))
         raw.commit()
-        self.last_totals = budget.totals()
+        self._last_budget = budget
         return results
 
     def _writer(self):
@@ -460,6 +463,8 @@ _NONE = Option(NO_LEVEL, 0, 0.0, 0.0)
 _DECISION_COLUMNS = ("request_id", "seq", "population", "subject_id", "level_index", "face", "expected_response",
                      "expected_cost", "lam", "model_version", "reason", "cold_start", "paid_on", "state", "created_at",
                      "expires_at", "redeemed", "paid", "outcome_at")
+_BUDGET_COLUMNS = ("exponent", "cap", "committed", "paid", "decisions", "responses", "capped", "replays",
+                   "expected_cost", "expected_responses", "open_expected_cost", "open_expected_responses", "last_sweep")
 _RUNNING = ("committed", "paid", "decisions", "responses", "capped", "replays", "expected_cost", "expected_responses",
             "open_expected_cost", "open_expected_responses", "last_sweep")
 
@@ -469,7 +474,8 @@ class _Statements:
 
     def __init__(self, dialect: str):
         self.style = (lambda sql: sql) if dialect == "sqlite" else (lambda sql: re.sub(r":(\w+)", r"%(\1)s", sql))
-        self.lock = "SELECT * FROM budget WHERE id = 1" + (" FOR UPDATE" if dialect == "postgresql" else "")
+        self.lock = (f"SELECT {', '.join(_BUDGET_COLUMNS)} FROM budget WHERE id = 1"
+                     + (" FOR UPDATE" if dialect == "postgresql" else ""))
         self.insert = self.style(f"INSERT INTO decisions ({', '.join(_DECISION_COLUMNS)}) "
                                  f"VALUES ({', '.join(':' + c for c in _DECISION_COLUMNS)})")
         self.outcome = self.style("UPDATE decisions SET state = :state, redeemed = :redeemed, paid = :paid, "
