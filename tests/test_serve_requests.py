@@ -313,3 +313,21 @@ def test_quota_assignments_still_served(tmp_path):
         missing = test_client.get("/v1/assignments/c2")
         bad = test_client.get("/v1/assignments/bad%20id")
     assert missing.status_code == 404 and bad.status_code == 422 and field_errors(bad) == ["path.user_id"]
+
+
+def test_the_api_on_a_postgresql_ledger(tmp_path, postgres_url):
+    """PostgreSQL batches go through the writer thread (SQLite's run on the event loop): the same answers."""
+    campaign = make_campaign(tmp_path, cap="30")
+    with TestClient(create_app(campaign.path, ledger_url=postgres_url, token=TOKEN)) as test_client:
+        answers = [post(test_client, "/v1/decisions", {"request_id": f"r{i}", "customer_id": f"c{i}"}).json()
+                   for i in range(12)]
+        assert post(test_client, "/v1/decisions", {"request_id": "r0", "customer_id": "c0"}).json()["replayed"]
+        assert post(test_client, "/v1/decisions", {"request_id": "r0", "customer_id": "c1"}).status_code == 409
+        issued = next(a for a in answers if a["level"])
+        paid = post(test_client, "/v1/outcomes", {"request_id": issued["request_id"], "redeemed": True, "amount": 0.05})
+        assert paid.status_code == 200 and paid.json()["paid"] == 0.05
+        budget = test_client.get("/v1/status").json()["budget"]
+    assert budget["decisions"] == 12 and budget["at_risk"] <= 30 and any(a["reason"] == "cap_reached" for a in answers)
+    ledger = Ledger(postgres_url)
+    assert ledger.totals()["paid"] == ledger.audit()["paid"] == 5 and ledger.totals()["at_risk"] <= 3000
+    ledger.close()
