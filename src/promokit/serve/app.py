@@ -10,10 +10,14 @@ commits hundreds of decisions per transaction and an idle one answers at once.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import hmac
 import json
+import multiprocessing
 import os
+import signal
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -42,6 +46,7 @@ MAX_BODY_BYTES = 16 * 1024
 DRAIN_BYTES = 1024 * 1024
 MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 Key = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/+=-]+$")]
 
@@ -547,4 +552,19 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
 
 def app_from_environment() -> FastAPI:
     """Factory for ``uvicorn --factory`` and multi-worker runs: the settings come from the environment."""
+    exit_with_parent()
     return create_app(os.environ["PROMOKIT_CAMPAIGN"], os.environ.get("PROMOKIT_LEDGER") or None)
+
+
+def exit_with_parent() -> None:
+    """In a worker uvicorn spawned, ask Linux for a SIGTERM (uvicorn's graceful stop) when the parent dies.
+
+    uvicorn's workers outlive a parent killed with SIGKILL: they keep the port, so a restarted service cannot
+    bind it while the orphans answer with a stale pacer. Not in a single-process service (its parent is the shell).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent.pid:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
