@@ -369,7 +369,8 @@ class BodyLimit:
 
     The rest of the body is read and discarded, up to ``drain`` bytes, before the 413 is sent: a client still
     writing when the answer comes would otherwise see a reset connection instead of the answer. Past ``drain``
-    the 413 closes the connection.
+    the 413 closes the connection. Not Starlette's ``RequestBodyLimitMiddleware``: it answers before the rest of
+    the body is read, and in plain text where the schema documents JSON.
     """
 
     def __init__(self, app, limit: int = MAX_BODY_BYTES, drain: int = DRAIN_BYTES):
