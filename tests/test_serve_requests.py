@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, curves, plan_folder, request, score_frame
 
 from promokit.data import DataError
-from promokit.serve.app import BodyLimit, create_app
+from promokit.serve.app import create_app
+from promokit.serve.body_limit import BodyLimit
 from promokit.serve.campaign import CampaignConfig, build_campaign, load_campaign
 from promokit.serve.engine import DecisionEngine
 from promokit.serve.ledger import MIGRATIONS, NO_LEVEL, Ledger, OutcomeRequest

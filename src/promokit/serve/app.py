@@ -2,9 +2,9 @@
 
 ``POST /v1/decisions`` proposes a level with eq. 19/20 at the current λ (:mod:`promokit.serve.engine`), then
 awaits the ledger, which issues it (or a fallback under the cap) and records it; the answer is sent only after
-that transaction commits, so every acknowledged decision is in the ledger. Requests are written in batches by
-one writer per process (:class:`BatchWriter`): while one batch commits the next gathers, so a busy service
-commits hundreds of decisions per transaction and an idle one answers at once.
+that transaction commits, so every acknowledged decision is in the ledger. Requests are written in batches
+(:class:`BatchWriter`): a busy service commits hundreds of decisions per transaction and an idle one answers at
+once. What the endpoints take and answer is :mod:`promokit.serve.schema`.
 """
 
 from __future__ import annotations
@@ -21,15 +21,11 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from decimal import Decimal
-from typing import Annotated, Literal
 
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
-from pydantic_core import PydanticCustomError
 from sqlalchemy.exc import SQLAlchemyError
 
 from promokit.data.errors import DataError
@@ -37,140 +33,15 @@ from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.engine import DecisionEngine, level_of
 from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
 from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, record_ledger_error, render_metrics, summary
-from promokit.serve.money import MAX_MINOR, to_major, to_minor
+from promokit.serve.body_limit import BodyLimit
+from promokit.serve.money import to_major, to_minor
 from promokit.serve.pacing import realised_ratio
+from promokit.serve.schema import (Assignment, DecisionIn, DecisionOut, Invalid, Key, OutcomeIn, OutcomeOut,
+                                   amount_schema, parse_body, request_body, responses)
 
-#: Request bodies above this many bytes are refused with 413 before they are parsed.
-MAX_BODY_BYTES = 16 * 1024
-#: Bytes of an oversized body read and discarded before its 413 is sent; past this the connection is closed.
-DRAIN_BYTES = 1024 * 1024
 MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-Key = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/+=-]+$")]
-
-
-class DecisionIn(BaseModel):
-    """A decision request: exactly one of ``customer_id`` / ``merchant_id`` (both strings; null is refused)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
-        "oneOf": [{"required": ["customer_id"], "not": {"required": ["merchant_id"]}},
-                  {"required": ["merchant_id"], "not": {"required": ["customer_id"]}}]})
-    request_id: Key = Field(description="Idempotency key: the same body again gets the first answer; another body "
-                                        "with this key is a 409.")
-    customer_id: Key = None
-    merchant_id: Key = None
-
-    @model_validator(mode="after")
-    def _one_subject(self) -> DecisionIn:
-        if (self.customer_id is None) == (self.merchant_id is None):
-            raise ValueError("give exactly one of customer_id or merchant_id")
-        return self
-
-
-class DecisionOut(BaseModel):
-    request_id: str
-    population: Literal["customer", "merchant"]
-    subject_id: str
-    level: float | None = Field(description="Incentive value r_j issued, exact to the currency's minor unit; null "
-                                            "for no incentive.")
-    level_index: int | None
-    expected_response: float
-    expected_cost: float
-    lam: float = Field(description="λ of the rule when the request was decided.")
-    model_version: str
-    reason: Literal["rule", "cap_reached", "cold_start"] = Field(
-        description="rule: eq. 19/20; cap_reached: the cap left no room for the rule's level; cold_start: an id "
-                    "the score table does not hold, answered as the campaign's cold_start setting says.")
-    cold_start: bool = Field(description="The id is not in the score table.")
-    expires_at: float
-    replayed: bool = Field(description="True when this request was answered before (the stored answer).")
-
-
-def _json_number(value):
-    """Money is a JSON number (read exactly by :func:`parse_body`): a string or a boolean is refused."""
-    if value is None or isinstance(value, Decimal):
-        return value
-    raise PydanticCustomError("number_type", "Input should be a JSON number (not a string or a boolean)")
-
-
-class OutcomeIn(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    request_id: Key
-    redeemed: bool
-    amount: Annotated[Decimal | None, BeforeValidator(_json_number),
-                      WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}]})] = Field(
-        None, description="Money paid for the coupon, a JSON number with at most the currency's decimals; defaults "
-                          "to its face value when redeemed.")
-
-
-class OutcomeOut(BaseModel):
-    request_id: str
-    state: str
-    redeemed: bool
-    paid: float = Field(description="Money paid for this request, exact to the currency's minor unit.")
-    replayed: bool
-
-
-class Assignment(BaseModel):
-    user_id: str
-    fund: str
-
-
-class Problem(BaseModel):
-    detail: str
-
-
-class FieldError(BaseModel):
-    loc: list[str | int]
-    msg: str
-    type: str
-
-
-class ValidationProblem(BaseModel):
-    detail: list[FieldError]
-
-
-class Invalid(Exception):
-    """A request body that is not what the endpoint takes: answered 422 with one entry per field."""
-
-    def __init__(self, errors: list[dict]):
-        self.errors = errors
-
-
-def parse_body(model: type[BaseModel], body: bytes) -> BaseModel:
-    """Strict JSON → ``model``: numbers are read as exact decimals (so 0.1 is 0.1 and 1e400 is not ∞), NaN and
-    ±Infinity (not JSON numbers) and repeated keys are refused, and no type is coerced (``"5"`` is not a number,
-    ``"yes"`` not a boolean). Raises :class:`Invalid` naming each field."""
-    try:
-        data = json.loads(body, parse_float=Decimal, parse_int=Decimal, object_pairs_hook=_unique_keys)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8 and a repeated key are ValueErrors
-        raise Invalid([{"loc": ["body"], "msg": f"not a JSON object: {str(exc)[:200]}", "type": "json_invalid"}]) \
-            from None
-    try:
-        return model.model_validate(data, strict=True)
-    except ValidationError as exc:
-        raise Invalid([field_error(error) for error in exc.errors(include_url=False, include_context=False)]) \
-            from None
-
-
-def field_error(error: dict) -> dict:
-    """A pydantic error as JSON can carry it: its input (NaN, a Decimal) is left out of the answer."""
-    message = error["msg"]
-    if isinstance(error.get("input"), float):  # only NaN and ±Infinity reach a field as floats
-        message = f"{error['input']} is not a JSON number: {message}"
-    return {"loc": ["body", *error["loc"]], "msg": message, "type": error["type"]}
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    data = dict(pairs)
-    if len(data) != len(pairs):
-        seen = set()
-        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
-        raise ValueError(f"the key {repeated!r} is given twice")
-    return data
-
 
 class BatchWriter:
     """Queues ledger items from the event loop and applies them in batches, in arrival order.
@@ -364,60 +235,6 @@ class Service:
         self.ledger.close()
 
 
-class BodyLimit:
-    """ASGI middleware: 413 for a body above ``limit`` bytes, by Content-Length or while it streams in (chunked).
-
-    The rest of the body is read and discarded, up to ``drain`` bytes, before the 413 is sent: a client still
-    writing when the answer comes would otherwise see a reset connection instead of the answer. Past ``drain``
-    the 413 closes the connection. Not Starlette's ``RequestBodyLimitMiddleware``: it answers before the rest of
-    the body is read, and in plain text where the schema documents JSON.
-    """
-
-    def __init__(self, app, limit: int = MAX_BODY_BYTES, drain: int = DRAIN_BYTES):
-        self.app, self.limit, self.drain = app, limit, drain
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await self._refuse(receive, send, more=True)
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge(message.get("more_body", False))
-            return message
-
-        try:
-            await self.app(scope, limited, send)
-        except _TooLarge as exc:
-            await self._refuse(receive, send, more=exc.more)
-
-    async def _refuse(self, receive, send, more: bool) -> None:
-        drained = 0
-        while more and drained <= self.drain:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return
-            drained += len(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = json.dumps({"detail": f"request body above {self.limit} bytes"}).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        if more:
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    def __init__(self, more: bool):
-        self.more = more
-
-
 class RequestRoute(APIRoute):
     """A route whose endpoint takes the :class:`Request` and returns a :class:`Response` itself.
 
@@ -428,30 +245,6 @@ class RequestRoute(APIRoute):
 
     def get_route_handler(self):
         return self.endpoint
-
-
-def _responses(*statuses: int) -> dict:
-    """OpenAPI entries for the error answers an endpoint gives (every one it can give: schemathesis checks)."""
-    described = {401: "missing or wrong bearer token", 404: "unknown request_id", 409: "conflict with the ledger: "
-                 "an idempotency key reused with another body, an expired coupon, a different outcome, a redemption "
-                 "of no coupon, an amount above what the coupon can cost", 413: "request body above 16 KiB", 422: "a field is missing, of the wrong type or "
-                 "out of range (one entry per field)", 503: "the ledger is unavailable"}
-    return {status: {"description": described[status],
-                     "model": ValidationProblem if status == 422 else Problem} for status in statuses}
-
-
-def _body(model: type[BaseModel], **properties) -> dict:
-    """The requestBody of an endpoint that parses its body itself (:func:`parse_body`), ``properties`` replaced."""
-    schema = model.model_json_schema()
-    schema["properties"].update(properties)
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-def _amount(exponent: int) -> dict:
-    """The outcome's ``amount`` as this campaign takes it: a number ≥ 0 in whole minor units below MAX_MINOR."""
-    number = {"type": "number", "minimum": 0, "maximum": (MAX_MINOR - 1) / 10**exponent,
-              "multipleOf": 1 if exponent == 0 else float(f"1e-{exponent}")}
-    return {"anyOf": [number, {"type": "null"}], "description": OutcomeIn.model_fields["amount"].description}
 
 
 def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None) -> FastAPI:
@@ -497,16 +290,16 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
     # build; the models still document both in the OpenAPI schema.
     hot = APIRouter(route_class=RequestRoute)
 
-    @hot.post("/v1/decisions", response_model=DecisionOut, openapi_extra=_body(DecisionIn),
-              responses=_responses(401, 409, 413, 422, 503))
+    @hot.post("/v1/decisions", response_model=DecisionOut, openapi_extra=request_body(DecisionIn),
+              responses=responses(401, 409, 413, 422, 503))
     async def decisions(request: Request) -> Response:
         authorise(request)
         body = parse_body(DecisionIn, await request.body())
         return Response(await service.decide(body), media_type="application/json")
 
     @hot.post("/v1/outcomes", response_model=OutcomeOut,
-              openapi_extra=_body(OutcomeIn, amount=_amount(campaign.config.currency_exponent)),
-              responses=_responses(401, 404, 409, 413, 422, 503))
+              openapi_extra=request_body(OutcomeIn, amount=amount_schema(campaign.config.currency_exponent)),
+              responses=responses(401, 404, 409, 413, 422, 503))
     async def outcomes(request: Request) -> Response:
         authorise(request)
         body = parse_body(OutcomeIn, await request.body())
@@ -514,7 +307,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
 
     app.include_router(hot)
 
-    @app.get("/v1/assignments/{user_id}", response_model=Assignment, responses=_responses(404, 422))
+    @app.get("/v1/assignments/{user_id}", response_model=Assignment, responses=responses(404, 422))
     async def assignment(user_id: Key) -> Assignment:
         if not campaign.assignments:
             raise HTTPException(404, "this campaign has no quota plan (campaign build --quota-plan)")
