@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -285,31 +286,37 @@ class Ledger:
             raise
 
     def _transaction(self, raw, cursor, items: list, now: float | None) -> list:
+        """One batch's transaction. On PostgreSQL it runs in psycopg's pipeline mode: the lock and the id lookup
+        travel together, and so do the writes and the COMMIT, two round trips where one per statement made
+        eight."""
         sql = self._sql
-        if self.dialect == "sqlite":
-            cursor.execute("BEGIN IMMEDIATE")
-        cursor.execute(sql.lock)
-        budget = _Budget(*cursor.fetchone())
-        now = time.time() if now is None else now
-        expired = self._expire(cursor, budget, now) if now - budget.last_sweep >= self.sweep_seconds else 0
-        known = self._rows(cursor, {item.request_id for item in items})
-        inserted, updates, results = {}, [], []
-        for item in items:
-            if isinstance(item, DecisionRequest):
-                results.append(self._decide(item, budget, known, inserted, now))
-            else:
-                results.append(self._outcome(item, budget, known, inserted, updates, now))
-        if all(isinstance(result, LedgerConflict) for result in results):
-            raw.rollback()
-            return results
-        if inserted:
-            cursor.executemany(sql.insert, list(inserted.values()))
-        if updates:
-            cursor.executemany(sql.outcome, updates)
-        responses = sum(isinstance(item, OutcomeRequest) and isinstance(r, dict) and not r["replayed"]
-                        and item.redeemed for item, r in zip(items, results))
-        self._save(cursor, budget, now, list(inserted.values()), responses, bool(inserted or updates or expired))
-        raw.commit()
+        with raw.pipeline() if self.dialect == "postgresql" else nullcontext():
+            if self.dialect == "sqlite":
+                cursor.execute("BEGIN IMMEDIATE")
+            cursor.execute(sql.lock)
+            ids = sorted({item.request_id for item in items})
+            lookup = raw.cursor()
+            lookup.execute(sql.lookup(len(ids)), {f"id{k}": key for k, key in enumerate(ids)})
+            budget = _Budget(*cursor.fetchone())
+            known = {row["request_id"]: row for row in _dicts(lookup)}
+            lookup.close()
+            now = time.time() if now is None else now  # the lock is held: stamps follow the commit order
+            expired = self._expire(cursor, budget, now) if now - budget.last_sweep >= self.sweep_seconds else 0
+            inserted, updates, results = {}, [], []
+            for item in items:
+                if isinstance(item, DecisionRequest):
+                    results.append(self._decide(item, budget, known, inserted, now))
+                else:
+                    results.append(self._outcome(item, budget, known, inserted, updates, now))
+            if all(isinstance(result, LedgerConflict) for result in results):
+                raw.rollback()
+                return results
+            _write(cursor, sql.insert, list(inserted.values()))
+            _write(cursor, sql.outcome, updates)
+            responses = sum(isinstance(item, OutcomeRequest) and isinstance(r, dict) and not r["replayed"]
+                            and item.redeemed for item, r in zip(items, results))
+            self._save(cursor, budget, now, list(inserted.values()), responses, bool(inserted or updates or expired))
+            raw.commit()
         self._last_budget = budget
         return results
 
@@ -407,17 +414,11 @@ class Ledger:
         budget.last_sweep = now
         return len(rows)
 
-    def _rows(self, cursor, request_ids: set[str]) -> dict[str, dict]:
-        ids = sorted(request_ids)
-        cursor.execute(self._sql.lookup(len(ids)), {f"id{k}": key for k, key in enumerate(ids)})
-        return {row["request_id"]: row for row in _dicts(cursor)}
-
     def _save(self, cursor, budget: _Budget, now: float, inserted: list[dict], responses: int, moved: bool) -> None:
         sql = self._sql
         cursor.execute(sql.save_budget, {k: getattr(budget, k) for k in _RUNNING})
-        if budget.levels:
-            cursor.executemany(sql.save_levels, [{"population": p, "level_index": j, "decisions": d, "responses": r,
-                                                  "paid": m} for (p, j), (d, r, m) in budget.levels.items()])
+        _write(cursor, sql.save_levels, [{"population": p, "level_index": j, "decisions": d, "responses": r,
+                                          "paid": m} for (p, j), (d, r, m) in budget.levels.items()])
         if moved:
             cursor.execute(sql.save_timeline, {"second": int(now), "decisions": len(inserted), "responses": responses,
                                                "at_risk": budget.at_risk, "paid": budget.paid,
@@ -497,6 +498,14 @@ class _Statements:
 
     def lookup(self, n: int) -> str:
         return self.style(f"SELECT * FROM decisions WHERE request_id IN ({', '.join(f':id{k}' for k in range(n))})")
+
+
+def _write(cursor, statement: str, rows: list[dict]) -> None:
+    """``rows`` through ``statement``: one row with ``execute`` (psycopg's ``executemany`` costs ≈ 70 µs more)."""
+    if len(rows) == 1:
+        cursor.execute(statement, rows[0])
+    elif rows:
+        cursor.executemany(statement, rows)
 
 
 def _dicts(cursor) -> list[dict]:
