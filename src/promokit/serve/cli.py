@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -78,7 +79,8 @@ def serve(campaign: CampaignOpt,
         console.print(f"serving campaign {loaded.config.model_version} on http://{host}:{port} with {workers} "
                       f"worker(s), ledger {url.split('@')[-1]}")
         os.environ["PROMOKIT_CAMPAIGN"], os.environ["PROMOKIT_LEDGER"] = str(loaded.path.resolve()), url
-        with multiprocess_dir():  # request metrics summed over the workers
+        # request metrics summed over the workers, in a directory per port: a restart after kill -9 empties it
+        with multiprocess_dir(Path(tempfile.gettempdir()) / f"promokit-metrics-{port}"):
                 uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
                         workers=workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
 
