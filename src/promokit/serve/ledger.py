@@ -298,7 +298,7 @@ class Ledger:
             lookup = raw.cursor()
             lookup.execute(sql.lookup(len(ids)), {f"id{k}": key for k, key in enumerate(ids)})
             budget = _Budget(*cursor.fetchone())
-            known = {row["request_id"]: row for row in _dicts(lookup)}
+            known = {row[0]: dict(zip(_DECISION_COLUMNS, row)) for row in lookup.fetchall()}
             lookup.close()
             now = time.time() if now is None else now  # the lock is held: stamps follow the commit order
             expired = self._expire(cursor, budget, now) if now - budget.last_sweep >= self.sweep_seconds else 0
@@ -497,7 +497,8 @@ class _Statements:
             "paid = excluded.paid, lam = COALESCE(excluded.lam, timeline.lam)")
 
     def lookup(self, n: int) -> str:
-        return self.style(f"SELECT * FROM decisions WHERE request_id IN ({', '.join(f':id{k}' for k in range(n))})")
+        return self.style(f"SELECT {', '.join(_DECISION_COLUMNS)} FROM decisions "
+                          f"WHERE request_id IN ({', '.join(f':id{k}' for k in range(n))})")
 
 
 def _write(cursor, statement: str, rows: list[dict]) -> None:
@@ -506,11 +507,6 @@ def _write(cursor, statement: str, rows: list[dict]) -> None:
         cursor.execute(statement, rows[0])
     elif rows:
         cursor.executemany(statement, rows)
-
-
-def _dicts(cursor) -> list[dict]:
-    names = [column[0] for column in cursor.description]
-    return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
 def no_incentive() -> Option:
