@@ -235,9 +235,16 @@ def test_money_converts_exactly_and_refuses_what_it_cannot_keep():
             to_minor(value, 2, "x")
 
 
+@pytest.mark.parametrize("cap, message", [("10.005", "cap has more than 2 decimals"), ("abc", "cap must be a number"),
+                                          ("1e400", "finite number"), ("-1e400", "finite number"),
+                                          ("nan", "finite number"), ("-5", "finite number ≥ 0"),
+                                          ("1e15", "below 10,000,000,000,000")])
+def test_campaign_cap_is_exact_money(tmp_path, cap, message):
+    with pytest.raises(DataError, match=message):
+        make_campaign(tmp_path, cap=cap)
+
+
 def test_campaign_money_is_checked(tmp_path):
-    with pytest.raises(DataError, match="cap has more than 2 decimals"):
-        make_campaign(tmp_path, cap="10.005")
     with pytest.raises(DataError, match="currency_exponent must be an integer in 0..6"):
         make_campaign(tmp_path, currency_exponent=-1)
     with pytest.raises(DataError, match="level 0.5 has more than 0 decimals"):

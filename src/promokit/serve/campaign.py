@@ -277,8 +277,9 @@ def _decimal_number(value):
             value = Decimal(value)
         except ArithmeticError:
             raise DataError(f"cap must be a number, got {value!r}") from None
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Decimal):  # a whole number stays an int in campaign.json; ±∞ and 1e400 fail ``check``
+        return int(value) if value.is_finite() and value == value.to_integral_value() and abs(value) < 2**53 \
+            else float(value)
     return float(value) if _is_number(value) else value
 
 
