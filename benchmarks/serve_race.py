@@ -9,7 +9,7 @@ for the budget row's lock) and ``--clients`` concurrent clients send ``--request
 two are usually in flight together (and may reach different workers, in either order).
 
 After each round the ledger is checked: money at risk (running totals and recomputed by :meth:`Ledger.audit`)
-≤ cap + 1e-9 and the two agree; every request_id acknowledged with 200 is in ``decisions`` exactly once, and
+≤ cap and the two agree, exactly (integer minor units); every request_id acknowledged with 200 is in ``decisions`` exactly once, and
 the table holds nothing else (its rows = distinct acknowledged ids + the pre-fill); each answer's level equals
 its ledger row's; a retry and its original got the same answer (level, λ, expires_at) and exactly one of them
 ``replayed: false``. A violation is any of these failing, or an answer other than 200.
@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
 from pathlib import Path
 
@@ -32,7 +31,8 @@ from serve_throughput import PG_URL, TOKEN, fresh_ledger, make_campaign
 from sqlalchemy import text
 
 from promokit.serve.campaign import load_campaign
-from promokit.serve.ledger import EPSILON, DecisionRequest, Ledger, Option
+from promokit.serve.ledger import DecisionRequest, Ledger, Option
+from promokit.serve.money import to_major
 from promokit.serve.replay import run_replay, running_service
 
 PREFILL_SHARE = 0.99
@@ -42,10 +42,10 @@ RETRY_WINDOW = 64
 def prefill(url: str, campaign_dir: Path) -> None:
     """One decision reserving ``PREFILL_SHARE`` of the cap, written before the service starts."""
     config = load_campaign(campaign_dir).config
-    ledger = Ledger(url)
-    ledger.open(config.cap)
-    face = PREFILL_SHARE * config.cap
-    ledger.apply([DecisionRequest("prefill", "customer", "prefill", Option(0, config.levels[0], face, 0.0, 0.0), (),
+    ledger = Ledger(url, exponent=config.currency_exponent)
+    ledger.open(config.cap_minor)
+    face = round(PREFILL_SHARE * config.cap_minor)  # minor units
+    ledger.apply([DecisionRequest("prefill", "customer", "prefill", Option(0, face, 0.0, 0.0), (),
                                   config.lam, config.model_version, False, "response", config.coupon_ttl_seconds)])
     ledger.close()
 
@@ -70,12 +70,14 @@ def bodies_with_retries(n: int, retry_share: float, customers: int, rng, tag: st
     return sent, pairs
 
 
-def check_round(url: str, cap: float, bodies: list[dict], pairs: list, result) -> dict:
+def check_round(url: str, bodies: list[dict], pairs: list, result) -> dict:
+    """The round's checks, money in the ledger's minor units and compared exactly."""
     ledger = Ledger(url)
     totals, audit = ledger.totals(), ledger.audit()
+    cap = totals["cap"]
     with ledger.reader.connect() as conn:
-        rows = {r.request_id: (r.n, r.level) for r in conn.execute(text(
-            "SELECT request_id, COUNT(*) AS n, MIN(level) AS level FROM decisions GROUP BY request_id"))}
+        rows = {r.request_id: (r.n, None if r.level_index < 0 else r.level_index) for r in conn.execute(text(
+            "SELECT request_id, COUNT(*) AS n, MIN(level_index) AS level_index FROM decisions GROUP BY request_id"))}
     ledger.close()
     ok = result.statuses == 200
     acknowledged = {b["request_id"]: a for b, a, good in zip(bodies, result.answers, ok) if good}
@@ -83,16 +85,15 @@ def check_round(url: str, cap: float, bodies: list[dict], pairs: list, result) -
     mismatched = sum(not (ok[i] and ok[j]) or not same(result.answers[i], result.answers[j])
                      or result.answers[i]["replayed"] == result.answers[j]["replayed"] for i, j in pairs)
     checks = {
-        "at_risk ≤ cap": max(totals["at_risk"], audit["at_risk"]) <= cap + EPSILON,
-        "audit = totals": all(math.isclose(audit[k], totals[k], rel_tol=1e-9, abs_tol=EPSILON)
-                              for k in ("at_risk", "committed", "paid", "decisions", "responses")),
+        "at_risk ≤ cap": max(totals["at_risk"], audit["at_risk"]) <= cap,
+        "audit = totals": all(audit[k] == totals[k] for k in ("at_risk", "committed", "paid", "decisions", "responses")),
         "acknowledged once in ledger": all(rows.get(rid, (0,))[0] == 1 for rid in acknowledged),
         "ledger = acknowledged + prefill": set(rows) == set(acknowledged) | {"prefill"},
-        "answers = ledger": all(rows[rid][1] == a["level"] for rid, a in acknowledged.items() if rid in rows),
+        "answers = ledger": all(rows[rid][1] == a["level_index"] for rid, a in acknowledged.items() if rid in rows),
         "all 200": bool(ok.all()),
         "retries agree": mismatched == 0,
     }
-    return {"ratio": totals["at_risk"] / cap, "left": cap - totals["at_risk"],
+    return {"ratio": totals["at_risk"] / cap, "left": to_major(cap - totals["at_risk"], totals["exponent"]),
             "violations": [name for name, good in checks.items() if not good], "acknowledged": len(acknowledged),
             "rows": len(rows),
             "retries": len(pairs), "mismatched": mismatched, "capped": totals["capped"],
@@ -111,7 +112,7 @@ def main() -> None:
     parser.add_argument("--ledgers", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default=PG_URL)
     args = parser.parse_args()
-    cap = args.room / (1 - PREFILL_SHARE)
+    cap = round(args.room / (1 - PREFILL_SHARE), 2)  # whole cents
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         campaign = make_campaign(Path(tmp), args.customers, cap=cap)
@@ -129,7 +130,7 @@ def main() -> None:
                                                     f"{ledger}-{number}")
                 with running_service(campaign, TOKEN, ledger=url, workers=args.workers) as base:
                     result = run_replay(base, TOKEN, bodies, args.clients)
-                row = check_round(url, cap, bodies, pairs, result)
+                row = check_round(url, bodies, pairs, result)
                 rounds.append(row)
                 print(f"| {number} | {row['ratio']:.8f} | {row['left']:.3g} | {', '.join(row['violations']) or 0} "
                       f"| {row['acknowledged']:,} | {row['rows']:,} | {row['retries']} | {row['mismatched']} "
