@@ -9,8 +9,8 @@ for the budget row's lock) and ``--clients`` concurrent clients send ``--request
 two are usually in flight together (and may reach different workers, in either order).
 
 After each round the ledger is checked: money at risk (running totals and recomputed by :meth:`Ledger.audit`)
-≤ cap and the two agree, exactly (integer minor units); every request_id acknowledged with 200 is in ``decisions`` exactly once, and
-the table holds nothing else (its rows = distinct acknowledged ids + the pre-fill); each answer's level equals
+≤ cap and the two agree, exactly (integer minor units); every request_id acknowledged with 200 is in
+``decisions`` exactly once, and the table holds nothing else (its rows = distinct acknowledged ids + the pre-fill); each answer's level equals
 its ledger row's; a retry and its original got the same answer (level, λ, expires_at) and exactly one of them
 ``replayed: false``. A violation is any of these failing, or an answer other than 200.
 
