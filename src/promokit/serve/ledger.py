@@ -1,10 +1,10 @@
 """The budget ledger: every decision and outcome, and the money at risk, in SQLite or PostgreSQL.
 
-One code path for both servers: SQLAlchemy Core 2.x with the same SQL text (``ON CONFLICT … DO UPDATE`` and
-``IN`` lists read alike in SQLite ≥ 3.24 and PostgreSQL). SQLAlchemy rather than psycopg 3 alone because psycopg
-speaks only PostgreSQL, and the embedded default is SQLite: one engine API, one pool and one set of statements
-keep the two ledgers from drifting apart. Its per-statement cost is paid once per batch, not per request (see
-:meth:`Ledger.apply`).
+One code path for both servers, with the same SQL text (``ON CONFLICT … DO UPDATE`` and ``IN`` lists read alike
+in SQLite ≥ 3.24 and PostgreSQL): SQLAlchemy 2.x for the pool, connection set-up, migrations and reads, rather
+than psycopg 3 alone, because psycopg speaks only PostgreSQL and the embedded default is SQLite. The write
+transaction, the hot path, runs on the pooled connection's DBAPI cursor in the driver's parameter style, once
+per batch of requests (see :meth:`Ledger.apply`).
 
 Money is exact: integers of the currency's minor unit (:mod:`promokit.serve.money`) in ``BIGINT`` columns,
 added and compared without rounding. Expectations (expected cost and responses) are model estimates, not money
