@@ -213,3 +213,18 @@ def test_campaign_build_cli_refuses_a_negative_merchant_share_in_one_line(tmp_pa
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and "score_5" in result.output and "m1" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_campaign_build_serves_merchants_as_the_plan_paid_them(scores, tmp_path):
+    """allocate budget records --merchant-paid-on in its report; campaign build takes it from there and refuses
+    another (λ* solved under eq. 20's costs served under eq. 16's would overspend silently)."""
+    plan, _ = _build(scores, tmp_path, "request")
+    assert json.loads((plan / "report.json").read_text())["merchant_paid_on"] == "request"
+    common = ["campaign", "build", "--scores", scores / "customers.parquet", "--merchants",
+              scores / "merchants.parquet", "--budget-plan", plan, "--cap", 1e6]
+    result = _invoke(*common, "--out", tmp_path / "default")
+    assert result.exit_code == 0, result.output
+    assert load_campaign(tmp_path / "default").config.merchant_paid_on == "request"
+    result = _invoke(*common, "--out", tmp_path / "conflict", "--merchant-paid-on", "response")
+    assert result.exit_code == 2 and "solved with merchants paid on 'request'" in result.output
+    assert len(result.output.strip().splitlines()) == 1

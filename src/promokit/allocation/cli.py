@@ -69,7 +69,7 @@ def budget(scores: ScoresOpt, out: OutOpt,
         with _stage(console, f"writing {out}"):
             frame = _budget_plan_frame(tables, problem, spend, plan.choice)
             write_parquet(frame, out / "plan.parquet")
-            summary, per_level = _budget_summary(tables, frame, plan, ratio, total)
+            summary, per_level = _budget_summary(tables, frame, plan, ratio, total, merchant_paid_on)
             _report(f"Budget plan for {scores.name}", summary, "Per level", per_level).write(out)
         console.print(_headline(summary))
 
@@ -235,7 +235,7 @@ def _budget_plan_frame(tables: dict, problem, spend, choice):
     return frame
 
 
-def _budget_summary(tables: dict, frame, plan, ratio: float | None, total: float | None):
+def _budget_summary(tables: dict, frame, plan, ratio: float | None, total: float | None, merchant_paid_on: str):
     import pandas as pd
 
     from promokit.allocation.tables import LEVEL, SCORE
@@ -244,6 +244,8 @@ def _budget_summary(tables: dict, frame, plan, ratio: float | None, total: float
     summary = {"problem": "budget", "form": "ratio" if ratio is not None else "absolute",
                "B": ratio if ratio is not None else total,
                **{f"{population}s": len(table.user_ids) for population, table in tables.items()},
+               # the cost model λ* was solved under: `campaign build` serves merchants with the same one
+               **({"merchant_paid_on": merchant_paid_on} if "merchant" in tables else {}),
                "levels": tables["customer"].levels.tolist(), "method": plan.method, "seconds": round(plan.seconds, 3),
                "objective": plan.objective, "expected_responses": responses, "expected_spend": spent,
                "spend_per_response": spent / responses if responses else None,

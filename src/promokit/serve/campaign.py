@@ -142,12 +142,21 @@ class Campaign:
 
 def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float, *,
                    merchants=None, quota_plan=None, coupon_ttl_seconds: float = 7 * 24 * 3600.0,
-                   when_exhausted: str = "lowest", merchant_paid_on: str = "response", cold_start: str = "mean",
+                   when_exhausted: str = "lowest", merchant_paid_on: str | None = None, cold_start: str = "mean",
                    currency_exponent: int = 2, pacing: Pacing | None = None,
                    model_version: str | None = None) -> Campaign:
     """Write a campaign directory from ``incentive predict``'s score tables (paths or frames), the folder (or
-    ``report.json``) ``allocate budget`` wrote for them, a cap on money at risk and an optional quota plan."""
+    ``report.json``) ``allocate budget`` wrote for them, a cap on money at risk and an optional quota plan.
+
+    ``merchant_paid_on`` defaults to the cost model the plan's λ* was solved under (its report says, when it was
+    solved with merchants; else ``response``); another one is refused, as it would serve λ* under other costs.
+    """
     report = _read_report(Path(budget_report))
+    planned = report.get("merchant_paid_on")
+    if merchant_paid_on is not None and planned is not None and merchant_paid_on != planned:
+        raise DataError(f"the budget plan was solved with merchants paid on {planned!r}; merchant_paid_on "
+                        f"{merchant_paid_on!r} would serve its λ* under another cost (eq. 16 vs eq. 20)")
+    merchant_paid_on = merchant_paid_on or planned or "response"
     tables = {"customer": read_budget_table(customers)}
     if merchants is not None:
         tables["merchant"] = read_budget_table(merchants)

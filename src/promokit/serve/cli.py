@@ -26,7 +26,7 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
           quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="plan.parquet of `allocate quota` (user_id, fund), served by GET /v1/assignments.")] = None,
           coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = 7 * 24 * 3600.0,
           when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = "lowest",
-          merchant_paid_on: Annotated[str, typer.Option("--merchant-paid-on", help="response | request: as given to allocate budget.")] = "response",
+          merchant_paid_on: Annotated[Optional[str], typer.Option("--merchant-paid-on", help="response | request (default: what allocate budget was given, from its report; response for a plan without merchants).")] = None,
           cold_start: Annotated[str, typer.Option("--cold-start", help="An id the score table does not hold: mean (the rule on the population's mean curve; anyone can mint ids, so this gives coupons to unknown ids) | lowest (the lowest level) | none (no incentive).")] = "mean",
           currency_exponent: Annotated[int, typer.Option("--currency-exponent", help="Decimals of the currency's minor unit (2 for cents, 0 for yen): the ledger keeps money in integer minor units.")] = 2,
           pacing_window: Annotated[int, typer.Option("--pacing-window", help="Recent requests λ is re-solved on.")] = 4096,
