@@ -135,8 +135,8 @@ class BatchWriter:
 class Service:
     """What one worker process holds: campaign, engine (with its pacer), ledger, writer, latencies."""
 
-    def __init__(self, campaign: Campaign, ledger: Ledger, token: str):
-        self.campaign, self.ledger, self.token = campaign, ledger, token
+    def __init__(self, campaign: Campaign, ledger: Ledger):
+        self.campaign, self.ledger = campaign, ledger
         self.exponent = campaign.config.currency_exponent
         self.engine = DecisionEngine(campaign)
         self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite")
@@ -272,7 +272,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         await service.writer.stop()
         service.close()
 
-    service = Service(campaign, ledger, token)
+    service = Service(campaign, ledger)
     # FastAPI's OpenTelemetry hooks are off: the service exports Prometheus metrics (promokit.serve.metrics), and
     # the hooks' per-request check for a configured provider cost ≈ 5 µs of every decision.
     app = FastAPI(title="promokit decision service", version=campaign.config.model_version, lifespan=lifespan,
