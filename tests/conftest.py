@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,6 +10,10 @@ torch.set_num_threads(1)
 
 @pytest.fixture
 def impressions() -> pd.DataFrame:
+    return make_impressions()
+
+
+def make_impressions() -> pd.DataFrame:
     """A small impression log whose click and purchase depend on a user feature and an item price."""
     rng = np.random.default_rng(0)
     n = 4000
@@ -58,3 +64,22 @@ def postgres_url():
         with admin.connect() as conn:
             conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A Ray cluster of two local nodes with one CPU each, started once for the whole test session, with this
+    process connected to it (promokit's Ray engine reuses the connection)."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    store = 256 << 20  # the tests move kilobytes; don't reserve Ray's default 30 % of memory per node
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                            "object_store_memory": store})
+    cluster.add_node(num_cpus=1, object_store_memory=store)
+    here = str(Path(__file__).resolve().parent)  # the tests' own module-level functions run on the workers
+    ray.init(address=cluster.address, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": here}})
+    cluster.wait_for_nodes()
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()

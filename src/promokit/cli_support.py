@@ -37,6 +37,13 @@ StorageOpt = Annotated[Optional[Path], typer.Option("--storage", help="SQLite fi
                                                     "in --out); run the same command again to continue it.")]
 TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tune results: DIR/<model>/params.json "
                                                  "(tune --out DIR/<model>) replaces that model's parameters.")]
+# Where a partitioned job runs (promokit.scale): shared by every command that takes --engine.
+EngineOpt = Annotated[str, typer.Option("--engine", help="local (this process, one partition after another) | ray "
+                                        "(a Ray cluster: --address, $RAY_ADDRESS, or one started on this machine).")]
+AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Address of a running Ray cluster "
+                                                   "(host:port or ray://host:port), with --engine ray.")]
+WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Ray workers (one CPU each) sharing the "
+                                                   "partitions; default every CPU of the cluster.")]
 
 
 @contextmanager

@@ -9,6 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    AddressOpt,
+    EngineOpt,
+    WorkersOpt,
     BatchSizeOpt,
     EmbeddingDecayOpt,
     EpochsOpt,
@@ -40,7 +43,7 @@ app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-
                   "GMCM (micro-behaviour graph) with its baselines and ablations.",
                   no_args_is_help=True)
 
-DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet.")]
+DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet (predict: also a directory or glob of Parquet parts).")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
 MicroOpt = Annotated[Optional[str], typer.Option(
@@ -177,29 +180,30 @@ def tune(data: DataOpt,
 @app.command()
 def predict(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
             data: DataOpt,
-            out: Annotated[Path, typer.Option("--out", help="Parquet file of predictions.")],
-            keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None):
+            out: Annotated[Path, typer.Option("--out", help="Parquet file of predictions; a directory of parts when --data is one (part k from input part k).")],
+            keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None,
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
     with the input's key columns."""
     with user_errors():
-        import pandas as pd
+        from functools import partial
 
         from promokit.conversion import ConversionModel
-        from promokit.data import DataError, read_table, write_json, write_parquet
+        from promokit.data import write_json
+        from promokit.scale.batch import means, score_parts
+        from promokit.scale.engine import make_engine
+        from promokit.training import read_model_config
 
-        estimator = ConversionModel.load(model)
-        table = read_table(data)
-        keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
-        absent = [c for c in keys if c not in table.columns]
-        if absent:
-            raise DataError(f"--keep columns {absent} are not in the table of {len(table)} rows")
-        predictions = estimator.predict(table)
-        result = pd.concat([table[keys], predictions], axis=1)
-        write_parquet(result, out)
-        summary = {"rows": len(result), "model": estimator.name, "outputs": list(predictions.columns),
-                   "means": {c: float(predictions[c].mean()) for c in predictions.columns}}
+        name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
+        runner = make_engine(engine, address, workers)
+        parts = score_parts(runner, partial(ConversionModel.load, model),
+                            partial(ConversionModel.predict_with_keys, keep=keep), data, out)
+        averages = means(parts)
+        outputs = [c for c in averages if c.startswith("p_")]
+        summary = {"rows": sum(p.rows for p in parts), "parts": len(parts), "engine": engine,
+                   "model": name, "outputs": outputs, "means": {c: averages[c] for c in outputs}}
         write_json(summary, out.with_suffix(".json"))
-        get_console().print(f"{len(result)} predictions written to {out}")
+        get_console().print(f"{summary['rows']} predictions written to {out}")
 
 
 @app.command()

@@ -207,6 +207,15 @@ class ConversionModel:
             columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
         return pd.DataFrame(columns, index=table.index)
 
+    def predict_with_keys(self, table: pd.DataFrame, keep: list[str] | None = None) -> pd.DataFrame:
+        """The input's key columns (``keep``; default user_id and item_id where present) then :meth:`predict`'s
+        outputs, one row per input row: what ``conversion predict`` writes for a table or for each of its parts."""
+        keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
+        absent = [c for c in keys if c not in table.columns]
+        if absent:
+            raise DataError(f"--keep columns {absent} are not in the table of {len(table)} rows")
+        return pd.concat([table[keys], self.predict(table)], axis=1)
+
     def evaluate(self, table: pd.DataFrame, gauc_weight: str = "impressions",
                  predictions: pd.DataFrame | None = None) -> dict[str, float]:
         """Conversion metrics on a labelled table (see :func:`conversion_metrics`); ``predictions``, this model's

@@ -248,6 +248,8 @@ class Trainer:
         for batch in iterate_batches(tensors, self.config.eval_batch_size):
             for name, value in model(batch).items():
                 chunks.setdefault(name, []).append(value)
+        if not chunks:  # a table without rows (an empty partition): one pass over it still names every output
+            chunks = {name: [value] for name, value in model(tensors).items()}
         return {name: torch.cat(values) for name, values in chunks.items()}
 
     def _save_checkpoint(self, model, optimizers, history, best_state, bad_epochs, epoch) -> None:

@@ -1,0 +1,55 @@
+"""Batch scoring over a partitioned table: input part *k* → output part *k*, keys in the input's row order.
+
+The domain supplies two module-level callables: ``load()``, run once per worker (loads the model directory), and
+``score(model, frame)``, the domain's own predict on one partition's rows. Workers read their part, score it
+and write their output part themselves; only a few numbers per part (rows, column sums) travel back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from promokit.data.io import write_parquet
+from promokit.scale.parts import is_partitioned, list_parts, naming, part_name, read_part
+
+
+@dataclass(frozen=True)
+class PartScore:
+    """What one scored part reports back: its rows and the sum of each numeric output column."""
+
+    rows: int
+    sums: dict
+
+
+def score_parts(engine, load: Callable, score: Callable, source: str | Path, out: str | Path,
+                label: str = "scoring parts") -> list[PartScore]:
+    """Score every part of ``source`` into ``out/part-NNNNN.parquet`` on ``engine``; a one-file ``source`` (a
+    table of one part, which must have rows) is scored into the file ``out``."""
+    if not is_partitioned(source):
+        jobs = [(Path(source), Path(out), False)]
+    else:
+        jobs = [(part, Path(out) / part_name(k), True) for k, part in enumerate(list_parts(source))]
+        Path(out).mkdir(parents=True, exist_ok=True)
+    return engine.map(partial(_score_part, score), jobs, setup=load, label=label)
+
+
+def means(scores: list[PartScore]) -> dict:
+    """The mean of each numeric output column over every part's rows."""
+    rows = sum(s.rows for s in scores)
+    columns = scores[0].sums.keys() if scores else ()
+    return {c: (sum(s.sums[c] for s in scores) / rows if rows else float("nan")) for c in columns}
+
+
+def _score_part(score: Callable, model, job: tuple[Path, Path, bool]) -> PartScore:
+    source, target, allow_empty = job
+    with naming(source):
+        result = score(model, read_part(source, allow_empty=allow_empty))
+    write_parquet(result.reset_index(drop=True), target)
+    numeric = result.select_dtypes(include=[np.number])
+    return PartScore(len(result), {c: float(numeric[c].sum()) for c in numeric.columns})
+

@@ -1,0 +1,176 @@
+"""promokit.scale: partitioned tables, the local and Ray engines, and partitioned batch scoring."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from conftest import make_impressions
+from promokit.cli import app
+from promokit.conversion.estimator import ConversionModel
+from promokit.data import DataError
+from promokit.scale.engine import LocalEngine, make_engine
+from promokit.scale.parts import list_parts, read_parts
+from promokit.training import TrainConfig
+
+runner = CliRunner()
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def _write_parts(table: pd.DataFrame, folder: Path, sizes: list[int]) -> Path:
+    folder.mkdir(parents=True)
+    start = 0
+    for k, size in enumerate(sizes):
+        table.iloc[start:start + size].to_parquet(folder / f"part-{k:05d}.parquet", index=False)
+        start += size
+    assert start == len(table)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    table = make_impressions()
+    path = tmp_path_factory.mktemp("model") / "esm2"
+    model = ConversionModel("esm2", {"emb_dim": 4, "hidden": (16,), "dropout": 0.0},
+                            TrainConfig(epochs=2, batch_size=500, lr=0.01, progress=False))
+    model.fit(table).save(path)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- tables in parts
+
+
+def test_a_directory_lists_its_parts_in_path_order_skipping_hidden_files(tmp_path):
+    frame = pd.DataFrame({"x": range(6)})
+    for name in ("b/part-1.parquet", "a=1/part-0.parquet", "_SUCCESS", ".part-2.parquet.tmp", "c/notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    frame.iloc[:3].to_parquet(tmp_path / "a=1/part-0.parquet")
+    frame.iloc[3:].to_parquet(tmp_path / "b/part-1.parquet")
+    assert [p.relative_to(tmp_path).as_posix() for p in list_parts(tmp_path)] == ["a=1/part-0.parquet",
+                                                                                   "b/part-1.parquet"]
+    assert read_parts(tmp_path)["x"].tolist() == list(range(6))
+    assert [p.name for p in list_parts(tmp_path / "*/part-*.parquet")] == ["part-0.parquet", "part-1.parquet"]
+    with pytest.raises(DataError, match="no table parts"):
+        list_parts(tmp_path / "c")
+
+
+def test_a_bad_part_is_named_in_the_error(tmp_path, impressions, model_dir):
+    parts = _write_parts(impressions, tmp_path / "in", [2000, 2000])
+    spoiled = impressions.iloc[2000:].copy()
+    spoiled.iloc[7, spoiled.columns.get_loc("price")] = np.inf
+    spoiled.to_parquet(parts / "part-00001.parquet", index=False)
+    result = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{parts / 'part-00001.parquet'}: " in result.output and "'price' has 1 infinite" in result.output
+
+
+# ---------------------------------------------------------------------------------------------------- engines
+
+
+def _square(x):
+    return x * x
+
+
+def _pid():
+    return os.getpid()
+
+
+def _with_pid(pid, x):
+    return x + 1, pid
+
+
+def _refuse(pid, x):
+    if x == 2:
+        raise DataError(f"part {x} is bad")
+    return x
+
+
+def _die_once(marker_and_x):
+    marker, x = marker_and_x
+    if x == 1 and not Path(marker).exists():
+        Path(marker).write_text("died")
+        os._exit(1)  # the worker process dies mid-partition
+    return x * 10
+
+
+def _die_once_in_actor(pid, marker_and_x):
+    return _die_once(marker_and_x)
+
+
+def test_engine_options_are_checked():
+    with pytest.raises(DataError, match="--engine must be one of"):
+        make_engine("spark")
+    with pytest.raises(DataError, match="--workers must be at least 1"):
+        make_engine("ray", workers=0)
+    with pytest.raises(DataError, match="--address names a Ray cluster"):
+        make_engine("local", address="127.0.0.1:6379")
+
+
+def test_local_engine_runs_setup_once_and_keeps_order():
+    assert LocalEngine().map(_with_pid, [3, 1, 2], setup=_pid) == [(4, os.getpid()), (2, os.getpid()),
+                                                                 (3, os.getpid())]
+
+
+def test_ray_engine_keeps_order_and_loads_state_once_per_actor(ray_cluster):
+    engine = make_engine("ray", workers=2)
+    assert engine.workers == 2
+    assert engine.map(_square, range(7)) == [x * x for x in range(7)]
+    answers = engine.map(_with_pid, range(9), setup=_pid)
+    assert [a for a, _ in answers] == list(range(1, 10))
+    assert 1 <= len({pid for _, pid in answers}) <= 2 and os.getpid() not in {pid for _, pid in answers}
+
+
+def test_a_data_error_on_a_worker_comes_back_as_the_same_one_line_error(ray_cluster):
+    with pytest.raises(DataError, match="^part 2 is bad$"):
+        make_engine("ray").map(_refuse, range(4), setup=_pid)
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_worker_that_dies_is_retried_and_the_result_is_unchanged(ray_cluster, tmp_path, stateful):
+    items = [(str(tmp_path / "marker"), x) for x in range(4)]
+    engine = make_engine("ray")
+    results = engine.map(_die_once_in_actor, items, setup=_pid) if stateful else engine.map(_die_once, items)
+    assert results == [0, 10, 20, 30] and (tmp_path / "marker").exists()
+
+
+# ------------------------------------------------------------------------------------------ partitioned predict
+
+
+def test_partitioned_predict_equals_the_one_file_predict_part_by_part(tmp_path, impressions, model_dir):
+    whole = tmp_path / "whole.parquet"
+    impressions.to_parquet(whole, index=False)
+    parts = _write_parts(impressions, tmp_path / "in", [1500, 0, 1000, 1500])  # an empty partition too
+    assert _invoke("conversion", "predict", "--model", model_dir, "--data", whole, "--out",
+                   tmp_path / "whole_out.parquet").exit_code == 0
+    result = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    written = sorted((tmp_path / "out").iterdir())
+    assert [p.name for p in written] == [f"part-{k:05d}.parquet" for k in range(4)]
+    assert [len(pd.read_parquet(p)) for p in written] == [1500, 0, 1000, 1500]
+    expected = pd.read_parquet(tmp_path / "whole_out.parquet")
+    got = pd.concat([pd.read_parquet(p) for p in written], ignore_index=True)
+    assert got[["user_id", "item_id"]].equals(expected[["user_id", "item_id"]])
+    assert np.abs(got.filter(like="p_").to_numpy() - expected.filter(like="p_").to_numpy()).max() <= 1e-6
+    summary = pd.read_json(tmp_path / "out.json", typ="series")
+    assert summary["rows"] == 4000 and summary["parts"] == 4
+
+
+def test_ray_predict_equals_local_predict(ray_cluster, tmp_path, impressions, model_dir):
+    parts = _write_parts(impressions, tmp_path / "in", [1000, 1000, 1000, 1000])
+    local = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "local")
+    assert local.exit_code == 0, local.output
+    on_ray = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "ray",
+                     "--engine", "ray", "--workers", 2)
+    assert on_ray.exit_code == 0, on_ray.output
+    for k in range(4):
+        a = pd.read_parquet(tmp_path / "local" / f"part-{k:05d}.parquet")
+        b = pd.read_parquet(tmp_path / "ray" / f"part-{k:05d}.parquet")
+        assert a[["user_id", "item_id"]].equals(b[["user_id", "item_id"]])
+        assert np.abs(a.filter(like="p_").to_numpy() - b.filter(like="p_").to_numpy()).max() <= 1e-6
