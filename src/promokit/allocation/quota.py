@@ -1,105 +1,77 @@
-"""The EOCA customer-allocation problem with quotas and risk limits (eqs. 1–5), its checks and dual bound.
+"""The EOCA customer-allocation problem with quotas and risk limits (eqs. 1–5): validation and the solvers.
 
 Maximise Σ_ij X_ij·ETV_ij (eq. 1) over X ∈ {0, 1} (eq. 2) with one fund type per user (eq. 3), exactly
-d_j users per type (eq. 4), and type j only for users with risk tolerance t_i ≥ r_j (eq. 5).
-``solve_quota`` dispatches to the solvers in ``quota_ha`` (the paper's Algorithm 1), ``quota_manual``
-(the paper's manual-priority baseline), ``quota_exact`` (min-cost flow) and ``quota_prices`` (ours).
+d_j users per type (eq. 4) — or, with ``min_users`` / ``max_users``, between L_j and U_j — and type j only for
+users with risk tolerance t_i ≥ r_j (eq. 5). ``solve_quota`` validates the inputs and dispatches to
+``quota_prices`` (ours), ``quota_ha`` (the paper's Algorithm 1), ``quota_manual`` (the paper's manual-priority
+baseline) and ``quota_exact`` (min-cost flow); the types and the dual bound they share live in ``quota_core``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from promokit.allocation.checks import check_matrix, check_vector
+from promokit.allocation.quota_core import QuotaPlan, QuotaProblem, dual_bound, plan_prices, risk_slack
+from promokit.allocation.quota_exact import solve_exact
+from promokit.allocation.quota_ha import solve_ha
+from promokit.allocation.quota_manual import solve_manual
+from promokit.allocation.quota_prices import solve_prices
 from promokit.data.errors import DataError
 
-METHODS = ("ours", "ha", "manual", "exact")
-BLOCK_ROWS = 1 << 16  # row block for passes over the (N, k) matrix: keeps temporaries in cache
+__all__ = ["METHODS", "QuotaPlan", "QuotaProblem", "check_plan", "check_quota_problem", "dual_bound",
+           "plan_prices", "prepare_quota_problem", "risk_slack", "solve_quota"]
+
+SOLVERS = {"ours": solve_prices, "ha": solve_ha, "manual": solve_manual, "exact": solve_exact}
+METHODS = tuple(SOLVERS)
 
 
-@dataclass
-class QuotaPlan:
-    """One allocation: ``assignment[i]`` is the fund type of user i."""
+def solve_quota(etv, quotas=None, tolerance=None, risk=None, method: str = "ours", *, min_users=None,
+                max_users=None, funds=None, **options) -> QuotaPlan:
+    """Allocate fund types to users under quotas and risk limits (eqs. 1–5) with ``method``:
 
-    assignment: np.ndarray        # (N,) int64
-    objective: float              # Σ etv[i, assignment[i]]
-    method: str
-    seconds: float                # wall time of solve_quota, validation included
-    upper_bound: float | None     # certified bound on the optimum (dual, D(p)), None when the method has none
-    gap: float | None = None      # upper_bound − objective: 0 (up to float rounding) proves the plan optimal
-    diagnostics: dict = field(default_factory=dict)
+    - ``"ours"``: prices on the k quota rows from nested samples, then an exact repair at the margins and a
+      dual certificate (``quota_prices.solve_prices``); exactly optimal whenever ``gap`` is 0.
+    - ``"ha"``: the EOCA paper's heuristic, Algorithm 1 (``quota_ha.solve_ha``).
+    - ``"manual"``: the paper's manual-priority baseline (``quota_manual.solve_manual``).
+    - ``"exact"``: min-cost flow with OR-Tools, or HiGHS with ``backend="highs"`` (``quota_exact.solve_exact``).
 
-
-@dataclass(frozen=True)
-class QuotaProblem:
-    """Validated inputs of eqs. 1–5. Without risk limits, ``tolerance`` and ``risk`` are all zeros."""
-
-    etv: np.ndarray        # (N, k) float64, finite, ≥ 0
-    quotas: np.ndarray     # (k,) int64, ≥ 0, summing to N
-    tolerance: np.ndarray  # (N,) float64
-    risk: np.ndarray       # (k,) float64
-
-    @property
-    def n_users(self) -> int:
-        return self.etv.shape[0]
-
-    @property
-    def n_types(self) -> int:
-        return self.etv.shape[1]
-
-    def allowed(self) -> np.ndarray:
-        """(N, k) bool: user i may receive type j iff t_i ≥ r_j (eq. 5)."""
-        return self.tolerance[:, None] >= self.risk[None, :]
-
-    def masked_etv(self) -> np.ndarray:
-        """ETV with −inf where eq. 5 forbids the type, so an argmax never picks a forbidden type.
-
-        Column-major (Fortran order): the passes over users then run over k contiguous columns."""
-        masked = np.empty(self.etv.shape, order="F")
-        for rows in row_blocks(self.n_users):
-            forbidden = self.tolerance[rows, None] < self.risk[None, :]
-            masked[rows] = np.where(forbidden, -np.inf, self.etv[rows])
-        return masked
-
-
-@dataclass
-class RiskSlack:
-    levels: np.ndarray  # distinct fund risk levels, ascending
-    slack: np.ndarray   # per level r: #{users with t ≥ r} − Σ_{j: r_j ≥ r} d_j
-
-
-def risk_slack(tolerance: np.ndarray, risk: np.ndarray, quotas: np.ndarray) -> RiskSlack:
-    """Hall's condition for nested eligibility, per distinct risk level r.
-
-    ``slack[r] = #{users with t ≥ r} − Σ_{j: r_j ≥ r} d_j``. Because the users allowed type j are exactly those
-    with t_i ≥ r_j, the sets are nested and the quotas can be met (eqs. 3–5) iff every slack is ≥ 0 and
-    Σ d_j = N. Giving a user of tolerance t a type of risk r_j lowers the slack of every level in (r_j, t].
+    Give ``quotas`` (exactly d_j users per type) or ``min_users`` and/or ``max_users`` (per type at least / at
+    most; a missing side is 0 / N, and ``np.inf`` is no maximum). ``funds`` names the types in error messages.
+    ``options`` go to the chosen solver. Every returned plan meets eqs. 3–5 (checked before returning).
     """
-    levels = np.unique(risk)
-    users_at_least = np.array([np.count_nonzero(tolerance >= level) for level in levels], dtype=np.int64)
-    demand_at_least = np.array([quotas[risk >= level].sum() for level in levels], dtype=np.int64)
-    return RiskSlack(levels, users_at_least - demand_at_least)
+    if method not in SOLVERS:
+        raise DataError(f"method must be one of {list(METHODS)}, got {method!r}")
+    start = time.perf_counter()
+    problem = prepare_quota_problem(etv, quotas, tolerance, risk, min_users=min_users, max_users=max_users,
+                                    funds=funds)
+    plan = SOLVERS[method](problem, **options)
+    check_plan(plan.assignment, tolerance=problem.tolerance, risk=problem.risk, min_users=problem.min_users,
+               max_users=problem.max_users)
+    plan.seconds = time.perf_counter() - start
+    return plan
 
 
-def prepare_quota_problem(etv, quotas, tolerance=None, risk=None) -> QuotaProblem:
+def prepare_quota_problem(etv, quotas=None, tolerance=None, risk=None, *, min_users=None, max_users=None,
+                          funds=None) -> QuotaProblem:
     """Validate the inputs of eqs. 1–5 and return them as a :class:`QuotaProblem`; raise DataError otherwise."""
     etv = check_matrix("etv", etv)
     n_users, n_types = etv.shape
     if n_users == 0 or n_types == 0:
         raise DataError(f"etv must have at least one user and one fund type, got shape {etv.shape}")
-    quotas = check_vector("quotas", quotas, length=n_types)
-    fractional = quotas != np.round(quotas)
-    if fractional.any():
-        j = int(np.argmax(fractional))
-        raise DataError(f"quotas must be whole numbers of users: {int(fractional.sum())} of {n_types} are not, "
-                        f"e.g. type {j}: {quotas[j]!r}")
-    quotas = quotas.astype(np.int64)
-    if quotas.sum() != n_users:
-        raise DataError(f"quotas sum to {int(quotas.sum())} but etv has {n_users} users: every user gets exactly "
-                        f"one type (eq. 3) and type j exactly d_j users (eq. 4), so they must be equal")
+    bounded = min_users is not None or max_users is not None
+    if quotas is not None and bounded:
+        raise DataError("give quotas (exactly d_j users per type, eq. 4) or min_users / max_users (bounds), not both")
+    if quotas is None and not bounded:
+        raise DataError("give quotas (exactly d_j users per type, eq. 4) or min_users and/or max_users (bounds)")
+    if funds is not None and len(funds) != n_types:
+        raise DataError(f"funds has {len(funds)} names but etv has {n_types} fund types")
+    if quotas is not None:
+        lower = upper = _exact_quotas(quotas, n_users, n_types, funds)
+    else:
+        lower, upper = _bounds(min_users, max_users, n_users, n_types, funds)
     if (tolerance is None) != (risk is None):
         raise DataError("tolerance and risk go together (eq. 5): give both or neither")
     if tolerance is None:
@@ -107,48 +79,118 @@ def prepare_quota_problem(etv, quotas, tolerance=None, risk=None) -> QuotaProble
     else:
         tolerance = check_vector("tolerance", tolerance, length=n_users, allow_negative=True)
         risk = check_vector("risk", risk, length=n_types, allow_negative=True)
-    _check_hall(tolerance, risk, quotas)
-    return QuotaProblem(etv, quotas, tolerance, risk)
+    _check_hall(tolerance, risk, lower, upper, funds)
+    return QuotaProblem(etv, lower, upper, tolerance, risk)
 
 
-def check_quota_problem(etv, quotas, tolerance=None, risk=None) -> None:
+def check_quota_problem(etv, quotas=None, tolerance=None, risk=None, *, min_users=None, max_users=None,
+                        funds=None) -> None:
     """Raise DataError when the inputs are malformed or no plan can meet eqs. 3–5."""
-    prepare_quota_problem(etv, quotas, tolerance, risk)
+    prepare_quota_problem(etv, quotas, tolerance, risk, min_users=min_users, max_users=max_users, funds=funds)
 
 
-def _check_hall(tolerance: np.ndarray, risk: np.ndarray, quotas: np.ndarray) -> None:
-    hall = risk_slack(tolerance, risk, quotas)
+def _exact_quotas(quotas, n_users: int, n_types: int, funds) -> np.ndarray:
+    quotas = _whole("quotas", check_vector("quotas", quotas, length=n_types), funds).astype(np.int64)
+    if quotas.sum() != n_users:
+        raise DataError(f"quotas sum to {int(quotas.sum())} but etv has {n_users} users: every user gets exactly "
+                        f"one type (eq. 3) and type j exactly d_j users (eq. 4), so they must be equal")
+    return quotas
+
+
+def _bounds(min_users, max_users, n_users: int, n_types: int, funds) -> tuple[np.ndarray, np.ndarray]:
+    """L and U as int64, U capped at N (no type can take more); np.inf or a missing side means no bound."""
+    lower = np.zeros(n_types)
+    if min_users is not None:
+        lower = _whole("min_users", check_vector("min_users", min_users, length=n_types), funds)
+    upper = np.full(n_types, np.inf)
+    if max_users is not None:
+        given = np.asarray(max_users, dtype=np.float64).reshape(-1)
+        finite = _whole("max_users", check_vector("max_users", np.where(given == np.inf, 0.0, given),
+                                                  length=n_types), funds)
+        upper = np.where(given == np.inf, np.inf, finite)
+    crossed = lower > upper
+    if crossed.any():
+        j = int(np.argmax(crossed))
+        raise DataError(f"min_users is above max_users for {int(crossed.sum())} of {n_types} types, e.g. "
+                        f"{_named([j], funds, one=True)}: min {lower[j]:g} > max {upper[j]:g}")
+    upper = np.minimum(upper, n_users)
+    if lower.sum() > n_users:
+        raise DataError(f"min_users sum to {lower.sum():g} but etv has only {n_users} users: each user counts "
+                        f"towards one type (eq. 3), so the minimums cannot all be met")
+    if upper.sum() < n_users:
+        raise DataError(f"max_users sum to {upper.sum():g} but etv has {n_users} users: every user gets one type "
+                        f"(eq. 3), so {n_users - upper.sum():g} users would have none")
+    return lower.astype(np.int64), upper.astype(np.int64)
+
+
+def _whole(name: str, counts: np.ndarray, funds) -> np.ndarray:
+    fractional = counts != np.round(counts)
+    if fractional.any():
+        j = int(np.argmax(fractional))
+        raise DataError(f"{name} must be whole numbers of users: {int(fractional.sum())} of {len(counts)} are not, "
+                        f"e.g. {_named([j], funds, one=True)}: {counts[j].item()!r}")
+    return counts
+
+
+def _check_hall(tolerance: np.ndarray, risk: np.ndarray, lower: np.ndarray, upper: np.ndarray, funds) -> None:
+    """Fail unless counts within [L, U] can meet eqs. 3–5 (``risk_slack``), naming the types and the shortfall."""
+    hall = risk_slack(tolerance, risk, lower, upper)
+    exact = np.array_equal(lower, upper)
     short = np.flatnonzero(hall.slack < 0)
-    if len(short) == 0:
-        return
-    level = hall.levels[short[-1]]  # the riskiest level that fails: its quotas are the ones that cannot be met
-    types = np.flatnonzero(risk >= level)
-    need = int(quotas[types].sum())
-    have = need + int(hall.slack[short[-1]])
-    raise DataError(f"quotas of types {types.tolist()} (risk ≥ {level:g}) cannot be met: they need {need} users "
-                    f"but only {have} users have tolerance ≥ {level:g}; short by {need - have} users "
-                    f"({len(short)} risk levels fail)")
+    if len(short):
+        level = hall.levels[short[-1]]  # the riskiest level that fails: its minimums are the ones that cannot be met
+        types = np.flatnonzero(risk >= level)
+        need = int(lower[types].sum())
+        have = need + int(hall.slack[short[-1]])
+        what, amount = ("quotas", need) if exact else ("minimums", f"at least {need}")
+        raise DataError(f"{what} of {_named(types, funds)} (risk ≥ {level:g}) cannot be met: they need {amount} "
+                        f"users but only {have} users have tolerance ≥ {level:g}; short by {need - have} users "
+                        f"({len(short)} risk levels fail)")
+    crowded = np.flatnonzero(hall.room < 0)  # never with exact quotas: room equals slack then
+    if len(crowded):
+        level = hall.levels[crowded[0]]  # the safest level that fails
+        below = np.flatnonzero(risk < level)
+        users = int(np.count_nonzero(tolerance < level))
+        if len(below) == 0:
+            raise DataError(f"{users} users have tolerance below {level:g}, the lowest risk of any type, so eq. 5 "
+                            f"allows them none")
+        places = int(upper[below].sum())
+        raise DataError(f"{users} users have tolerance below {level:g} and may only take {_named(below, funds)} "
+                        f"(risk < {level:g}, eq. 5), but their maximums take at most {places} users; "
+                        f"{users - places} users would have no type ({len(crowded)} risk levels fail)")
 
 
-def check_plan(assignment, quotas, tolerance=None, risk=None) -> None:
-    """Raise DataError unless ``assignment`` gives each user one type (eq. 3), type j exactly d_j users (eq. 4)
-    and no user a type above its risk tolerance (eq. 5)."""
-    quotas = np.asarray(quotas, dtype=np.int64)
+def _named(types, funds, one: bool = False) -> str:
+    """``types [0, 2]`` (``type 0``), or ``funds ['F1', 'F3']`` (``fund 'F1'``) when the funds have names."""
+    types = [int(j) for j in types]
+    if funds is None:
+        return f"type {types[0]}" if one else f"types {types}"
+    names = [str(funds[j]) for j in types]
+    return f"fund {names[0]!r}" if one else f"funds {names}"
+
+
+def check_plan(assignment, quotas=None, tolerance=None, risk=None, *, min_users=None, max_users=None) -> None:
+    """Raise DataError unless ``assignment`` gives each user one type (eq. 3), type j exactly d_j users (eq. 4) —
+    or, with ``min_users`` / ``max_users``, between L_j and U_j — and no user a type above its risk tolerance
+    (eq. 5)."""
     assignment = np.asarray(assignment)
     if assignment.ndim != 1 or not np.issubdtype(assignment.dtype, np.integer):
         raise DataError(f"assignment must be a 1-D integer array, got dtype {assignment.dtype} "
                         f"and shape {assignment.shape}")
-    outside = (assignment < 0) | (assignment >= len(quotas))
+    lower, upper = _plan_bounds(quotas, min_users, max_users, len(assignment))
+    outside = (assignment < 0) | (assignment >= len(lower))
     if outside.any():
         i = int(np.argmax(outside))
         raise DataError(f"assignment has {int(outside.sum())} users with no valid type (eq. 3), "
-                        f"e.g. user {i}: {int(assignment[i])} (types are 0..{len(quotas) - 1})")
-    counts = np.bincount(assignment, minlength=len(quotas))
-    off = np.flatnonzero(counts != quotas)
+                        f"e.g. user {i}: {int(assignment[i])} (types are 0..{len(lower) - 1})")
+    counts = np.bincount(assignment, minlength=len(lower))
+    off = np.flatnonzero((counts < lower) | (counts > upper))
     if len(off):
         j = off[0]
+        bound = (f"quota is {lower[j]}" if lower[j] == upper[j] else
+                 f"min is {lower[j]}" if counts[j] < lower[j] else f"max is {upper[j]}")
         raise DataError(f"assignment misses {len(off)} quotas (eq. 4), e.g. type {j} has {counts[j]} users "
-                        f"but its quota is {quotas[j]}")
+                        f"but its {bound}")
     if tolerance is None and risk is None:
         return
     tolerance = np.asarray(tolerance, dtype=np.float64)
@@ -163,89 +205,14 @@ def check_plan(assignment, quotas, tolerance=None, risk=None) -> None:
                         f"(risk {risk[assignment[i]]:g})")
 
 
-def row_blocks(n_rows: int):
-    """Slices covering ``range(n_rows)`` in blocks of BLOCK_ROWS."""
-    return (slice(start, min(start + BLOCK_ROWS, n_rows)) for start in range(0, n_rows, BLOCK_ROWS))
-
-
-def plan_objective(etv: np.ndarray, assignment: np.ndarray) -> float:
-    """Σ_i ETV_{i, assignment[i]} (eq. 1) in float64."""
-    return float(np.take_along_axis(etv, assignment[:, None], axis=1).sum())
-
-
-def dual_bound(masked_etv: np.ndarray, prices: np.ndarray, quotas: np.ndarray) -> float:
-    """D(p) = Σ_i max_{j allowed} (ETV_ij − p_j) + Σ_j d_j p_j, the Lagrangian dual of eqs. 1–5.
-
-    Relaxing eq. 4 with prices p leaves each user free to take its best allowed type, so D(p) ≥ the optimum
-    for every p (weak duality); at optimal prices it equals the optimum because the LP is integral.
-    """
-    total = 0.0
-    for rows in row_blocks(len(masked_etv)):
-        block = masked_etv[rows]
-        best = block[:, 0] - prices[0]
-        for j in range(1, len(prices)):
-            np.maximum(best, block[:, j] - prices[j], out=best)
-        total += float(best.sum())
-    return total + float(quotas @ prices)
-
-
-def plan_prices(masked_etv: np.ndarray, assignment: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
-    """Prices under which every user's assigned type is its best choice of ETV − p, when the plan is optimal.
-
-    Such prices satisfy p_b − p_a ≥ W[a, b] = max over users i given a and allowed b of (ETV_ib − ETV_ia),
-    a system of difference constraints on the k types: the longest paths of the graph W solve it, and exist
-    iff W has no positive cycle, i.e. iff no cyclic exchange of users improves the plan (the plan is optimal).
-    Bellman–Ford (from ``start``, default 0: the smallest solution above it) runs k + 1 rounds either way;
-    ``dual_bound`` of the result certifies how close the plan is.
-    """
-    n_types = masked_etv.shape[1]
-    exchange = np.full((n_types, n_types), -np.inf)
-    for rows in row_blocks(len(masked_etv)):
-        block, given = masked_etv[rows], assignment[rows]
-        order = np.argsort(given, kind="stable")  # group the block's users by their type
-        counts = np.bincount(given, minlength=n_types)
-        present = np.flatnonzero(counts)
-        starts = (np.cumsum(counts) - counts)[present]
-        own = block[order, given[order]]
-        for b in range(n_types):
-            gain = np.maximum.reduceat(block[order, b] - own, starts)
-            exchange[present, b] = np.maximum(exchange[present, b], gain)
-    prices = np.zeros(n_types) if start is None else np.array(start, dtype=np.float64)
-    for _ in range(n_types + 1):
-        prices = np.maximum(prices, (prices[:, None] + exchange).max(axis=0))
-    return prices
-
-
-def solve_quota(etv, quotas, tolerance=None, risk=None, method: str = "ours", **options) -> QuotaPlan:
-    """Allocate fund types to users under quotas and risk limits (eqs. 1–5) with ``method``:
-
-    - ``"ours"``: prices on the k quota rows from nested samples, then an exact repair at the margins and a
-      dual certificate (``quota_prices.solve_prices``); exactly optimal whenever ``gap`` is 0.
-    - ``"ha"``: the EOCA paper's heuristic, Algorithm 1 (``quota_ha.solve_ha``).
-    - ``"manual"``: the paper's manual-priority baseline (``quota_manual.solve_manual``).
-    - ``"exact"``: min-cost flow with OR-Tools, or HiGHS with ``backend="highs"`` (``quota_exact.solve_exact``).
-
-    ``options`` go to the chosen solver. Every returned plan meets eqs. 3–5 (checked before returning).
-    """
-    # Imported here because the solver modules import QuotaProblem and QuotaPlan from this module.
-    from promokit.allocation import quota_exact, quota_ha, quota_manual, quota_prices
-
-    solvers = {"ours": quota_prices.solve_prices, "ha": quota_ha.solve_ha,
-               "manual": quota_manual.solve_manual, "exact": quota_exact.solve_exact}
-    if method not in solvers:
-        raise DataError(f"method must be one of {list(METHODS)}, got {method!r}")
-    start = time.perf_counter()
-    problem = prepare_quota_problem(etv, quotas, tolerance, risk)
-    plan = solvers[method](problem, **options)
-    check_plan(plan.assignment, problem.quotas, problem.tolerance, problem.risk)
-    plan.seconds = time.perf_counter() - start
-    return plan
-
-
-def finish_plan(problem: QuotaProblem, assignment: np.ndarray, method: str, upper_bound: float | None = None,
-                **diagnostics) -> QuotaPlan:
-    """Wrap a solver's assignment as a QuotaPlan with its objective (eq. 1) and, if any, its certified gap."""
-    assignment = np.asarray(assignment, dtype=np.int64)
-    objective = plan_objective(problem.etv, assignment)
-    gap = None if upper_bound is None else upper_bound - objective
-    return QuotaPlan(assignment, objective, method, 0.0, upper_bound, gap, diagnostics)
+def _plan_bounds(quotas, min_users, max_users, n_users: int) -> tuple[np.ndarray, np.ndarray]:
+    if quotas is not None:
+        quotas = np.asarray(quotas, dtype=np.int64)
+        return quotas, quotas
+    if min_users is None and max_users is None:
+        raise DataError("give quotas (exactly d_j users per type, eq. 4) or min_users and/or max_users (bounds)")
+    n_types = len(min_users if min_users is not None else max_users)
+    lower = np.zeros(n_types, dtype=np.int64) if min_users is None else np.asarray(min_users, dtype=np.int64)
+    upper = np.full(n_types, n_users, dtype=np.int64) if max_users is None else np.asarray(
+        np.minimum(np.asarray(max_users, dtype=np.float64), n_users), dtype=np.int64)
+    return lower, upper

@@ -1,8 +1,9 @@
 """Exact solution of eqs. 1–5 as a transportation problem: min-cost flow (OR-Tools) or an LP (HiGHS).
 
 Users are supply nodes (1 each), fund types demand nodes (d_j each), with an arc of capacity 1 for every pair
-eq. 5 allows. The constraint matrix is totally unimodular, so the LP optimum is integral and the flow is the
-optimum of the 0/1 problem (eqs. 1–5).
+eq. 5 allows. With bounds L_j ≤ Σ_i X_ij ≤ U_j, type j demands L_j and passes up to U_j − L_j more users on to a
+sink node that demands the other N − Σ L. The constraint matrix is totally unimodular, so the LP optimum is
+integral and the flow is the optimum of the 0/1 problem (eqs. 1–5).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from promokit.allocation.quota import QuotaPlan, QuotaProblem, dual_bound, finish_plan, plan_prices
+from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, dual_bound, finish_plan, plan_prices,
+                                            price_limits)
 from promokit.data.errors import DataError
 
 COST_RANGE = 2 ** 40    # largest |integer arc cost|; rounding then moves each user's value by ≤ 2^-41 of the max
@@ -25,22 +27,36 @@ class FlowAssignment:
     rounding_bound: float   # n / cost_scale: how far below the float optimum rounding can leave the plan
 
 
-def min_cost_flow_assignment(masked_etv: np.ndarray, quotas: np.ndarray) -> FlowAssignment | None:
-    """The optimal assignment of the users of ``masked_etv`` (−inf = forbidden) to exactly ``quotas`` per type,
-    by OR-Tools' SimpleMinCostFlow on costs −round(ETV · scale); None if no assignment meets the quotas."""
+def min_cost_flow_assignment(masked_etv: np.ndarray, min_users: np.ndarray,
+                             max_users: np.ndarray | None = None) -> FlowAssignment | None:
+    """The optimal assignment of the users of ``masked_etv`` (−inf = forbidden) to between ``min_users`` and
+    ``max_users`` per type (exactly ``min_users`` when ``max_users`` is None), by OR-Tools' SimpleMinCostFlow on
+    costs −round(ETV · scale); None if no assignment meets the quotas.
+
+    The sink node and its arcs exist only for types with U_j > L_j, so exact quotas give the plain transportation
+    graph."""
     from ortools.graph.python.min_cost_flow import SimpleMinCostFlow
 
     n_users, n_types = masked_etv.shape
+    lower = np.asarray(min_users, dtype=np.int64)
+    upper = lower if max_users is None else np.asarray(max_users, dtype=np.int64)
+    spare = np.flatnonzero(upper > lower)
+    n_nodes = n_users + n_types + (1 if len(spare) else 0)
     users, types = np.nonzero(np.isfinite(masked_etv))
     values = masked_etv[users, types]
     largest = float(values.max(initial=0.0)) or 1.0
-    cost_scale = min(COST_RANGE, OVERFLOW_ROOM / (n_users + n_types + 1)) / largest
+    cost_scale = min(COST_RANGE, OVERFLOW_ROOM / (n_nodes + 1)) / largest
     flow = SimpleMinCostFlow()
     flow.add_arcs_with_capacity_and_unit_cost(users.astype(np.int64), (n_users + types).astype(np.int64),
                                              np.ones(len(users), dtype=np.int64),
                                              -np.rint(values * cost_scale).astype(np.int64))
-    supplies = np.concatenate([np.ones(n_users, dtype=np.int64), -np.asarray(quotas, dtype=np.int64)])
-    flow.set_nodes_supplies(np.arange(n_users + n_types, dtype=np.int64), supplies)
+    supplies = [np.ones(n_users, dtype=np.int64), -lower]
+    if len(spare):
+        sink = n_users + n_types
+        flow.add_arcs_with_capacity_and_unit_cost(n_users + spare, np.full(len(spare), sink, dtype=np.int64),
+                                                 upper[spare] - lower[spare], np.zeros(len(spare), dtype=np.int64))
+        supplies.append(np.array([lower.sum() - n_users], dtype=np.int64))
+    flow.set_nodes_supplies(np.arange(n_nodes, dtype=np.int64), np.concatenate(supplies))
     status = flow.solve()
     if status == flow.INFEASIBLE:
         return None
@@ -52,23 +68,31 @@ def min_cost_flow_assignment(masked_etv: np.ndarray, quotas: np.ndarray) -> Flow
     return FlowAssignment(assignment, cost_scale, n_users / cost_scale)
 
 
-def lp_assignment(masked_etv: np.ndarray, quotas: np.ndarray) -> np.ndarray:
+def lp_assignment(masked_etv: np.ndarray, min_users: np.ndarray, max_users: np.ndarray | None = None) -> np.ndarray:
     """The optimal assignment by HiGHS dual simplex (a vertex, hence integral).
 
-    Quota rows are written Σ_i X_ij ≤ d_j: with Σ d_j = N and one type per user they hold with equality, and
-    HiGHS' presolve is far slower on the all-equality form.
+    Quota rows are written Σ_i X_ij ≤ U_j (U = d for exact quotas): with one type per user they imply
+    Σ_i X_ij ≥ N − Σ_{l≠j} U_l, so a row −Σ_i X_ij ≤ −L_j is added only where L_j is above that (never with exact
+    quotas, where Σ d = N) — HiGHS' presolve is far slower on the all-equality form.
     """
     from scipy.optimize import linprog
     from scipy.sparse import csr_array
 
     n_users, n_types = masked_etv.shape
+    lower = np.asarray(min_users, dtype=np.int64)
+    upper = lower if max_users is None else np.asarray(max_users, dtype=np.int64)
+    binding = np.flatnonzero(lower > n_users - (upper.sum() - upper))
     users, types = np.nonzero(np.isfinite(masked_etv))
     columns = np.arange(len(users))
     ones = np.ones(len(users))
+    floored = np.isin(types, binding)
+    rows = np.concatenate([types, n_types + np.searchsorted(binding, types[floored])])
+    entries = np.concatenate([ones, -ones[floored]])
     result = linprog(-masked_etv[users, types],
                      A_eq=csr_array((ones, (users, columns)), shape=(n_users, len(users))), b_eq=np.ones(n_users),
-                     A_ub=csr_array((ones, (types, columns)), shape=(n_types, len(users))), b_ub=quotas,
-                     bounds=(0, 1), method="highs-ds")
+                     A_ub=csr_array((entries, (rows, np.concatenate([columns, columns[floored]]))),
+                                    shape=(n_types + len(binding), len(users))),
+                     b_ub=np.concatenate([upper, -lower[binding]]), bounds=(0, 1), method="highs-ds")
     if result.status != 0:
         raise RuntimeError(f"HiGHS failed: {result.message}")
     chosen = result.x > 0.5
@@ -86,14 +110,16 @@ def solve_exact(problem: QuotaProblem, backend: str = "ortools") -> QuotaPlan:
     """
     masked = problem.masked_etv()
     if backend == "ortools":
-        flow = min_cost_flow_assignment(masked, problem.quotas)
+        flow = min_cost_flow_assignment(masked, problem.min_users, problem.max_users)
         if flow is None:  # prepare_quota_problem's Hall check rules this out
             raise RuntimeError("min-cost flow found the validated quotas infeasible")
         assignment = flow.assignment
         diagnostics = {"cost_scale": flow.cost_scale, "rounding_bound": flow.rounding_bound}
     elif backend == "highs":
-        assignment, diagnostics = lp_assignment(masked, problem.quotas), {}
+        assignment, diagnostics = lp_assignment(masked, problem.min_users, problem.max_users), {}
     else:
         raise DataError(f"backend must be 'ortools' or 'highs', got {backend!r}")
-    bound = dual_bound(masked, plan_prices(masked, assignment), problem.quotas)
+    counts = np.bincount(assignment, minlength=problem.n_types)
+    prices = plan_prices(masked, assignment, limits=price_limits(counts, problem.min_users, problem.max_users))
+    bound = dual_bound(masked, prices, problem.min_users, problem.max_users)
     return finish_plan(problem, assignment, f"exact-{backend}", bound, **diagnostics)

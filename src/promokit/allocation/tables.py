@@ -30,6 +30,7 @@ from promokit.data.spec import missing_column_message
 LONG, WIDE, AUTO = "long", "wide", "auto"
 USER, SCORE, LEVEL, FUND, VALUE, COST = "user_id", "score", "level", "fund", "value", "cost"
 TOLERANCE, QUOTA, RISK = "tolerance", "quota", "risk"
+MIN, MAX = "min", "max"  # quota bounds: at least / at most this many users of the fund
 DEFAULT_PREFIX = "score_"
 
 
@@ -57,10 +58,17 @@ class QuotaTable:
 
 @dataclass
 class FundQuotas:
-    """Per fund, in the order of :attr:`QuotaTable.funds`: the exact number of users d_j and risk level r_j."""
+    """Per fund, in the order of :attr:`QuotaTable.funds`: the fewest and most users (both d_j for a fund with an
+    exact ``quota``; 0 and inf where a ``min`` or ``max`` is not given) and the risk level r_j."""
 
-    quotas: np.ndarray         # (k,) int64
+    min_users: np.ndarray      # (k,) int64
+    max_users: np.ndarray      # (k,) float64, inf for a fund without a max
     risk: np.ndarray | None    # (k,) int64
+
+    @property
+    def quotas(self) -> np.ndarray | None:
+        """The exact counts d_j (eq. 4) when every fund has one, else None (bounds)."""
+        return self.min_users if np.array_equal(self.min_users, self.max_users) else None
 
 
 @dataclass
@@ -97,36 +105,91 @@ def read_quota_table(source: str | os.PathLike | pd.DataFrame, layout: str = AUT
 
 
 def read_quotas(source: str | os.PathLike | pd.DataFrame, funds: list[str]) -> FundQuotas:
-    """Read a ``fund, quota[, risk]`` table and align it with ``funds`` (the score table's funds)."""
+    """Read a ``fund, quota | min | max[, risk]`` table and align it with ``funds`` (the score table's funds).
+
+    A fund has either an exact ``quota`` or bounds, a ``min`` and/or a ``max`` (an empty cell is no bound); a
+    table with only the ``quota`` column needs a quota for every fund."""
     frame = _frame(source)
     with _naming(source):
         return _align_quotas(frame, funds)
 
 
 def _align_quotas(frame: pd.DataFrame, funds: list[str]) -> FundQuotas:
-    n = len(frame)
-    _require(frame, (FUND, QUOTA), "quotas table")
+    n, what = len(frame), "quotas table"
+    _require(frame, (FUND,), what)
+    counted = [c for c in (QUOTA, MIN, MAX) if c in frame.columns]
+    if not counted:
+        raise DataError(missing_column_message(QUOTA, list(frame.columns), f"or {MIN!r} and/or {MAX!r}, required "
+                                               f"in the {what}", n))
+    unknown = [c for c in frame.columns if c not in (FUND, QUOTA, MIN, MAX, RISK)]
+    if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), [QUOTA, MIN, MAX, RISK], n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise DataError(f"{len(unknown)} unknown columns in the {what} of {n} rows, e.g. {unknown[0]!r}{hint} "
+                        f"(a {what} has {FUND}, {QUOTA} or {MIN}/{MAX}, and optionally {RISK})")
     if frame[FUND].isna().any():
-        raise _bad_rows(frame, frame[FUND].isna(), f"column {FUND!r} has missing values", "quotas table")
+        raise _bad_rows(frame, frame[FUND].isna(), f"column {FUND!r} has missing values", what)
     names = frame[FUND].astype(str)
     duplicated = names.duplicated(keep=False)
     if duplicated.any():
-        raise _bad_rows(frame, duplicated, f"column {FUND!r} repeats a fund", "quotas table", [FUND, QUOTA])
+        raise _bad_rows(frame, duplicated, f"column {FUND!r} repeats a fund", what, [FUND, *counted])
     unknown = sorted(set(names) - set(funds))
     if unknown:
-        raise DataError(f"the quotas table ({n} rows) has {len(unknown)} funds that are not in the score table, "
+        raise DataError(f"the {what} ({n} rows) has {len(unknown)} funds that are not in the score table, "
                         f"e.g. {unknown[0]!r}; score table funds: {funds[:20]}")
     present = set(names)
     missing = [f for f in funds if f not in present]
     if missing:
-        raise DataError(f"{len(missing)} funds of the score table have no quota in the quotas table ({n} rows), "
+        raise DataError(f"{len(missing)} funds of the score table have no quota in the {what} ({n} rows), "
                         f"e.g. {missing[0]!r}")
+    if counted == [QUOTA]:  # exact quotas only: every fund needs one
+        quotas = _whole_counts(frame, QUOTA, _numeric(frame, QUOTA, what, negative_ok=False))
+        lower, upper = quotas, quotas
+    else:
+        lower, upper = _fund_bounds(frame, {c: _optional_counts(frame, c) for c in counted})
     order = pd.Index(names).get_indexer(funds)
-    quotas = _integers(QUOTA, _numeric(frame, QUOTA, "quotas table", negative_ok=False), "funds")[order]
     risk = None
     if RISK in frame.columns:
-        risk = _integers(RISK, _numeric(frame, RISK, "quotas table", negative_ok=True), "funds")[order]
-    return FundQuotas(quotas=quotas, risk=risk)
+        risk = _integers(RISK, _numeric(frame, RISK, what, negative_ok=True), "funds")[order]
+    return FundQuotas(min_users=lower[order].astype(np.int64), max_users=upper[order], risk=risk)
+
+
+def _fund_bounds(frame: pd.DataFrame, given: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(fewest, most) users per row from the ``quota``, ``min`` and ``max`` columns present (NaN: not given)."""
+    what, shown = "quotas table", [FUND, *given]
+    absent = np.full(len(frame), np.nan)
+    quota, low, high = (given.get(c, absent) for c in (QUOTA, MIN, MAX))
+    exact, bounded = ~np.isnan(quota), ~np.isnan(low) | ~np.isnan(high)
+    if (exact & bounded).any():
+        raise _bad_rows(frame, exact & bounded, f"funds with both a {QUOTA!r} and a {MIN!r} or {MAX!r} (give "
+                        f"exactly {QUOTA} users, or bounds)", what, shown)
+    if not (exact | bounded).all():
+        raise _bad_rows(frame, ~(exact | bounded), f"funds with none of {list(given)} (each needs a {QUOTA!r}, "
+                        f"or a {MIN!r} and/or a {MAX!r}; {MIN} 0 leaves a fund free)", what, shown)
+    crossed = low > high
+    if crossed.any():
+        raise _bad_rows(frame, crossed, f"column {MIN!r} is above column {MAX!r}", what, [FUND, MIN, MAX])
+    lower = np.where(exact, quota, np.nan_to_num(low, nan=0.0))
+    upper = np.where(exact, quota, np.where(np.isnan(high), np.inf, high))
+    return lower, upper
+
+
+def _optional_counts(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """A column of user counts with empty cells: NaN there; fail on text, infinities, negatives and fractions."""
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = (frame[column].notna().to_numpy() & ~np.isfinite(values)) | (values < 0)
+    if bad.any():
+        raise _bad_rows(frame, bad, f"column {column!r} has non-numeric, infinite or negative values",
+                        "quotas table", [FUND, column])
+    return _whole_counts(frame, column, values)
+
+
+def _whole_counts(frame: pd.DataFrame, column: str, values: np.ndarray) -> np.ndarray:
+    fractional = np.isfinite(values) & (values != np.round(values))
+    if fractional.any():
+        raise _bad_rows(frame, fractional, f"{column} must be whole numbers of users", "quotas table",
+                        [FUND, column])
+    return values
 
 
 def score_frame(user_ids, options, matrices: dict[str, np.ndarray], option_column: str, layout: str = WIDE,
