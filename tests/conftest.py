@@ -83,3 +83,12 @@ def ray_cluster():
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+def spoil(column, row, value):
+    """A table edit for error sweeps: ``value`` (any type) at ``row`` of ``column``."""
+    def edit(frame):
+        frame[column] = frame[column].astype(object)
+        frame.loc[row, column] = value
+        return frame
+    return edit

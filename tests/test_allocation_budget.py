@@ -177,10 +177,10 @@ def test_sampled_bracket_gives_the_exact_lp_bound(monkeypatch):
     total = float(cost.min(axis=1).sum() + 0.3 * (cost.max(axis=1) - cost.min(axis=1)).sum())
     for value, cost, budget in (ratio_form(scores, levels, 3.5), absolute_form(scores, levels, total)):
         direct = solve_budget(value, cost, budget, sample_size=20_000)  # 2 × sample ≥ N: every request hulled
-        assert direct.method == "hull"
+        assert direct.method == "lagrange" and direct.lagrange_path == "hull"
         for size in (2_000, 60):  # a 60-request sample usually misses λ*: the bracket is widened
             plan = solve_budget(value, cost, budget, sample_size=size, seed=5)
-            assert plan.method == "hull+sweep" and plan.sweeps >= 1
+            assert plan.lagrange_path == "hull+sweep" and plan.sweeps >= 1
             assert plan.upper_bound == pytest.approx(direct.upper_bound, rel=1e-10)
             assert plan.lam == pytest.approx(direct.lam, rel=1e-9)
             assert 0 <= plan.slack and plan.gap <= (value.max(axis=1) - value.min(axis=1)).max()

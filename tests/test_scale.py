@@ -1,5 +1,6 @@
 """promokit.scale: partitioned tables, the local and Ray engines, and partitioned batch scoring."""
 
+import json
 import os
 from pathlib import Path
 
@@ -113,6 +114,19 @@ def test_engine_options_are_checked():
         make_engine("local", address="127.0.0.1:6379")
 
 
+def test_an_address_nothing_listens_on_fails_at_once(monkeypatch):
+    import socket
+
+    import ray
+
+    with socket.socket() as probe:  # a free port: bound, then released
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(DataError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
+        make_engine("ray", address=f"127.0.0.1:{port}")
+
+
 def test_local_engine_runs_setup_once_and_keeps_order():
     assert LocalEngine().map(_with_pid, [3, 1, 2], setup=_pid) == [(4, os.getpid()), (2, os.getpid()),
                                                                  (3, os.getpid())]
@@ -174,3 +188,26 @@ def test_ray_predict_equals_local_predict(ray_cluster, tmp_path, impressions, mo
         b = pd.read_parquet(tmp_path / "ray" / f"part-{k:05d}.parquet")
         assert a[["user_id", "item_id"]].equals(b[["user_id", "item_id"]])
         assert np.abs(a.filter(like="p_").to_numpy() - b.filter(like="p_").to_numpy()).max() <= 1e-6
+
+
+# ----------------------------------------------------------------------------------------- partitioned allocate
+
+
+def test_ray_budget_allocation_equals_the_local_one(ray_cluster, tmp_path):
+    """60k requests in 6 uneven parts (one empty): the sampled λ* path, every map on the 2-node cluster."""
+    from promokit.allocation.synthetic import make_budget_instance
+
+    instance = make_budget_instance(60_000, seed=3)
+    table = pd.DataFrame({"user_id": np.arange(60_000),
+                          **{f"score_{v:g}": instance.scores[:, j] for j, v in enumerate(instance.levels)}})
+    parts = _write_parts(table, tmp_path / "scores", [20_000, 0, 5_000, 15_000, 12_000, 8_000])
+    reports = {}
+    for engine in ("local", "ray"):
+        result = _invoke("allocate", "budget", "--scores", parts, "--ratio", 3, "--out", tmp_path / engine,
+                         "--engine", engine, "--workers", 2)
+        assert result.exit_code == 0, result.output
+        reports[engine] = json.loads((tmp_path / engine / "report.json").read_text())
+    assert reports["ray"]["lam"] == reports["local"]["lam"] and reports["ray"]["objective"] == reports["local"]["objective"]
+    for k in range(6):
+        name = f"part-{k:05d}.parquet"
+        assert pd.read_parquet(tmp_path / "ray" / "plan" / name).equals(pd.read_parquet(tmp_path / "local" / "plan" / name))

@@ -27,6 +27,12 @@ decides:
    If their λ* falls outside the bracket (a sampling miss), the bracket is widened and steps 2–3 rerun; the
    last bracket, ``[0, ∞)``, leaves undecided every request with a choice to make, so λ* and the bound are
    always the exact LP's.
+
+Steps 1–2 run on parts of the rows, each step one map over the parts that returns small summaries (the
+sample's rows, a part's sums and undecided rows); step 3 runs on the gathered undecided rows.
+:func:`solve_budget` maps threads over ``workers`` in-memory parts (:class:`ArrayPart`);
+:mod:`promokit.allocation.budget_parts` maps any engine over parts that load themselves (files), with the same
+functions, the same global sample rows, and so the same λ*, bound and choices.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ class BudgetProblem(NamedTuple):
 class BudgetPlan:
     """One option per request, its objective and a certificate of how far it can be from the optimum."""
 
-    choice: np.ndarray  # (N,) int64, index of the chosen option per request
+    choice: np.ndarray | None  # (N,) int64, index of the chosen option per request; None from solve_budget_parts
     lam: float  # λ*, the multiplier of the budget row
     objective: float  # Σ value[i, choice[i]]
     spent: float  # Σ cost[i, choice[i]]
@@ -78,7 +84,8 @@ class BudgetPlan:
     upper_bound: float  # LP-relaxation / dual bound on the objective
     gap: float  # upper_bound − objective (≥ 0)
     seconds: float
-    method: str
+    method: str  # "lagrange" (this module), "highs-lp" or "highs-milp" (budget_lp)
+    lagrange_path: str | None = None  # lagrange only: "hull" (every request hulled) or "hull+sweep"
     hulled_rows: int = 0  # requests whose hull was built (sample + undecided requests)
     sweeps: int = 0  # full passes over all requests
 
@@ -180,54 +187,132 @@ def solve_budget(value, cost, budget: float, *, sample_size: int | None = None, 
     value at λ* (by weak duality a bound on the LP and integer optima; it equals the LP optimum).
     ``value``/``cost`` may be float32 to halve memory; they are read in float64 chunks. Inputs above
     ``DIRECT_ROWS`` requests are bracketed from a seeded sample of ``sample_size`` requests (default
-    2·N^(2/3)); ``workers`` threads share the sweep.
+    2·N^(2/3)) and swept as ``workers`` in-memory parts, one thread each.
     Raises :class:`DataError` on bad shapes, NaN/infinite entries or an infeasible budget.
     """
     started = time.perf_counter()
     value, cost, budget = check_budget_problem(value, cost, budget)
     n_rows = value.shape[0]
-    size = sample_size if sample_size is not None else int(2 * n_rows ** (2 / 3))
-    if n_rows <= max(DIRECT_ROWS, 2 * size):
-        value, cost = np.asarray(value, np.float64), np.asarray(cost, np.float64)
-        check_feasible(cost, budget)  # the same Σ_i min_j cost_ij as the hull's, so rows is not None below
-        rows = _solve_rows(value, cost, budget)
-        return _plan(rows.choice, rows.lam, rows.objective, rows.spent, budget, rows.lam * budget + rows.dual,
-                     started, "hull", n_rows, 0)
-    return _solve_sampled(value, cost, budget, size, seed, workers, started)
+    size = _sample_size(n_rows, sample_size)
+    if _is_direct(n_rows, size):
+        return _solve_direct(value, cost, budget, started)
+    workers = max(1, min(workers, os.cpu_count() or 1))
+    edges = np.linspace(0, n_rows, workers + 1).astype(np.int64)
+    parts = [ArrayPart(value[lo:hi], cost[lo:hi]) for lo, hi in zip(edges[:-1], edges[1:])]
+    with ThreadPoolExecutor(workers) as pool:
+        solved = _solve_sampled(parts, edges, budget, size, seed, pool.map, keep_choice=True)
+    choice = np.concatenate([sweep.choice for sweep in solved.sweeps])
+    choice[solved.open_rows] = solved.rest.choice
+    return solved.plan(choice, budget, started)
 
 
-def _solve_sampled(value, cost, budget, size, seed, workers, started) -> BudgetPlan:
-    """Steps 1–3 of the module docstring."""
-    n_rows = value.shape[0]
-    rows = np.sort(np.random.default_rng(seed).integers(0, n_rows, size))
-    sample = _Hull(np.asarray(value[rows], np.float64), np.asarray(cost[rows], np.float64))
+@dataclass(eq=False)
+class ArrayPart:
+    """Rows of in-memory ``value``/``cost`` arrays (views: no copy), a part of a partitioned problem.
+
+    :func:`solve_budget` splits its input into such parts; ``promokit.allocation.budget_parts`` takes them,
+    or any object with the same two methods (e.g. one that reads a file).
+    """
+
+    value: np.ndarray
+    cost: np.ndarray
+
+    def load(self) -> tuple[np.ndarray, np.ndarray]:
+        """The part's ``value`` and ``cost`` (requests × options)."""
+        return self.value, self.cost
+
+    def finish(self, choice: np.ndarray) -> np.ndarray:
+        """What the last step of a partitioned solve returns for this part: its choices."""
+        return choice
+
+
+def _sample_size(n_rows: int, sample_size: int | None) -> int:
+    return sample_size if sample_size is not None else int(2 * n_rows ** (2 / 3))
+
+
+def _is_direct(n_rows: int, size: int) -> bool:
+    """Whether ``n_rows`` requests are hulled whole, without a sample (they are few, or the sample is most)."""
+    return n_rows <= max(DIRECT_ROWS, 2 * size)
+
+
+def _solve_direct(value, cost, budget, started) -> BudgetPlan:
+    value, cost = np.asarray(value, np.float64), np.asarray(cost, np.float64)
+    check_feasible(cost, budget)  # the same Σ_i min_j cost_ij as the hull's, so rows is not None below
+    rows = _solve_rows(value, cost, budget)
+    return _plan(rows.choice, rows.lam, rows.objective, rows.spent, budget, rows.lam * budget + rows.dual,
+                 started, "hull", value.shape[0], 0)
+
+
+@dataclass
+class _Sampled:
+    """Steps 1–3 over parts: the last bracket, its sweeps (one per non-empty part), Σ value / Σ cost of the
+    requests they decide, the undecided requests (global indices, increasing) and the greedy on them."""
+
+    bracket: tuple[float, float]
+    sweeps: list
+    value: float
+    cost: float
+    open_rows: np.ndarray
+    rest: _Rows
+    n_sweeps: int
+    hulled: int
+
+    def plan(self, choice, budget: float, started: float) -> BudgetPlan:
+        lam = self.rest.lam
+        upper = lam * budget + (self.value - lam * self.cost) + self.rest.dual
+        return _plan(choice, lam, self.value + self.rest.objective, self.cost + self.rest.spent, budget, upper,
+                     started, "hull+sweep", self.hulled, self.n_sweeps)
+
+
+def _solve_sampled(parts, edges, budget, size, seed, map_parts, keep_choice=False) -> _Sampled:
+    """Steps 1–3 of the module docstring on ``parts``, part i holding rows ``edges[i]:edges[i + 1]``.
+
+    Each step is one ``map_parts(fn, tasks)`` (in order) over the non-empty parts, returning small summaries;
+    the sample rows are those one array of ``edges[-1]`` rows would draw, so any partition gives one answer.
+    ``keep_choice`` has the sweeps return their parts' decided options (in-memory parts, where it is free).
+    """
+    n_rows = int(edges[-1])
+    sample = _Hull(*_draw_sample(parts, edges, size, seed, map_parts))
     scale = size / n_rows
-    for sweeps, width in enumerate(BRACKET_WIDTHS, start=1):
-        lam_lo, lam_hi = sample.bracket(budget * scale, width)
-        sweep = _sweep(value, cost, lam_lo, lam_hi, workers)
-        check_feasible(cost, budget, sweep.cheapest)
-        open_rows = sweep.undecided
-        remaining = budget - sweep.cost
-        if -1e-12 * (abs(budget) + abs(sweep.cost)) <= remaining < 0:
+    spans = [(part, lo) for part, lo, hi in zip(parts, edges[:-1], edges[1:]) if hi > lo]
+    for n_sweeps, width in enumerate(BRACKET_WIDTHS, start=1):
+        bracket = sample.bracket(budget * scale, width)
+        sweeps = list(map_parts(_sweep_part, [(part, lo, *bracket, keep_choice) for part, lo in spans]))
+        value, cost = sum(sweep.value for sweep in sweeps), sum(sweep.cost for sweep in sweeps)
+        _check_parts_feasible(spans, n_rows, budget, sum(sweep.cheapest for sweep in sweeps), map_parts)
+        remaining = budget - cost
+        if -1e-12 * (abs(budget) + abs(cost)) <= remaining < 0:
             remaining = 0.0  # rounding, when the decided requests alone use the whole budget
-        rest = _solve_rows(np.asarray(value[open_rows], np.float64), np.asarray(cost[open_rows], np.float64),
-                           remaining)
-        if rest is not None and (lam_lo == 0 or rest.lam >= lam_lo) and rest.lam <= lam_hi:
+        rest = _solve_rows(np.concatenate([sweep.open_value for sweep in sweeps]),
+                           np.concatenate([sweep.open_cost for sweep in sweeps]), remaining)
+        if rest is not None and (bracket[0] == 0 or rest.lam >= bracket[0]) and rest.lam <= bracket[1]:
             break
-    choice = sweep.choice
-    choice[open_rows] = rest.choice
-    lam = rest.lam
-    upper = lam * budget + (sweep.value - lam * sweep.cost) + rest.dual
-    return _plan(choice, lam, sweep.value + rest.objective, sweep.cost + rest.spent, budget, upper, started,
-                 "hull+sweep", size + open_rows.size, sweeps)
+    open_rows = np.concatenate([sweep.open_rows for sweep in sweeps])
+    return _Sampled(bracket, sweeps, value, cost, open_rows, rest, n_sweeps, size + open_rows.size)
 
 
-def _plan(choice, lam, objective, spent, budget, upper, started, method, hulled, sweeps) -> BudgetPlan:
+def _draw_sample(parts, edges, size, seed, map_parts) -> tuple[np.ndarray, np.ndarray]:
+    """Step 1's seeded sample of ``size`` rows out of ``edges[-1]``, gathered part by part (float64)."""
+    rows = np.sort(np.random.default_rng(seed).integers(0, int(edges[-1]), size))
+    cuts = np.searchsorted(rows, edges)
+    tasks = [(part, rows[a:b] - lo) for part, lo, a, b in zip(parts, edges[:-1], cuts[:-1], cuts[1:]) if b > a]
+    pieces = list(map_parts(_sample_part, tasks))
+    return np.concatenate([piece[0] for piece in pieces]), np.concatenate([piece[1] for piece in pieces])
+
+
+def _sample_part(task) -> tuple[np.ndarray, np.ndarray]:
+    """``(part, rows)`` → the part's ``value`` and ``cost`` at its local ``rows``, float64 (16·K bytes a row)."""
+    part, rows = task
+    value, cost = part.load()
+    return np.asarray(value[rows], np.float64), np.asarray(cost[rows], np.float64)
+
+
+def _plan(choice, lam, objective, spent, budget, upper, started, path, hulled, sweeps) -> BudgetPlan:
     upper = max(upper, objective)  # ≥ in exact arithmetic; rounding can leave it a hair below when the gap is 0
     return BudgetPlan(choice=choice, lam=float(lam), objective=float(objective), spent=float(spent),
                       budget=float(budget), slack=float(budget - spent), upper_bound=float(upper),
-                      gap=float(upper - objective), seconds=time.perf_counter() - started, method=method,
-                      hulled_rows=int(hulled), sweeps=sweeps)
+                      gap=float(upper - objective), seconds=time.perf_counter() - started, method="lagrange",
+                      lagrange_path=path, hulled_rows=int(hulled), sweeps=sweeps)
 
 
 # ---------------------------------------------------------------------------------- exact greedy over hulls
@@ -469,38 +554,41 @@ def _solve_rows(value: np.ndarray, cost: np.ndarray, budget: float) -> _Rows | N
 
 @dataclass
 class _Sweep:
-    """Requests decided by the bracket: ``choice`` (all rows; undecided ones hold 0), their Σ value / Σ cost,
-    the indices of the undecided requests, and Σ of every request's cheapest cost (for the feasibility check)."""
+    """Step 2 on one part: Σ value / Σ cost of the requests it decides, Σ of every request's cheapest cost (for
+    the feasibility check), the undecided requests (global indices) with their float64 rows, and ``choice``
+    (the part's decided options, undecided ones 0) when kept. Without ``choice``: 24 + u·(8 + 16·K) bytes."""
 
-    choice: np.ndarray
     value: float
     cost: float
-    undecided: np.ndarray
     cheapest: float
+    open_rows: np.ndarray
+    open_value: np.ndarray
+    open_cost: np.ndarray
+    choice: np.ndarray | None
 
 
-def _sweep(value, cost, lam_lo: float, lam_hi: float, workers: int) -> _Sweep:
-    n_rows = value.shape[0]
-    choice = np.zeros(n_rows, np.int64)
-    workers = max(1, min(workers, os.cpu_count() or 1))
-    edges = np.linspace(0, n_rows, workers + 1).astype(int)
-    with ThreadPoolExecutor(workers) as pool:
-        parts = list(pool.map(lambda lo_hi: _sweep_rows(value, cost, lam_lo, lam_hi, *lo_hi, choice),
-                              zip(edges[:-1], edges[1:])))
-    sums = np.sum([part[0] for part in parts], axis=0)
-    undecided = np.concatenate([index for part in parts for index in part[1]] or [np.empty(0, np.int64)])
-    return _Sweep(choice, float(sums[0]), float(sums[1]), undecided, float(sums[2]))
+def _sweep_part(task) -> _Sweep:
+    """``(part, offset, λ_lo, λ_hi, keep_choice)`` → the part's :class:`_Sweep`; ``offset`` is its first row."""
+    part, offset, lam_lo, lam_hi, keep_choice = task
+    value, cost = part.load()
+    choice = np.empty(value.shape[0], np.int64)
+    sums, undecided = _sweep_rows(value, cost, lam_lo, lam_hi, choice)
+    return _Sweep(float(sums[0]), float(sums[1]), float(sums[2]), undecided + offset,
+                  np.asarray(value[undecided], np.float64), np.asarray(cost[undecided], np.float64),
+                  choice if keep_choice else None)
 
 
-def _sweep_rows(value, cost, lam_lo, lam_hi, first, last, choice):
-    """Decide rows [first, last) whose maximisers of ``value − λ·cost`` at λ_lo and at λ_hi share an option.
+def _sweep_rows(value, cost, lam_lo, lam_hi, choice) -> tuple[np.ndarray, np.ndarray]:
+    """Decide the rows whose maximisers of ``value − λ·cost`` at λ_lo and at λ_hi share an option.
 
-    Works on transposed (K × chunk) float64 copies so every reduction runs along contiguous memory; the
-    first shared maximiser is found as ``K − max_j(shared_j · (K − j))`` in int8. At λ_hi = ∞ the maximisers
-    are the cheapest options of highest value (the limit of ``value − λ·cost``).
+    Writes the shared option into ``choice`` (0 for undecided rows); returns Σ value and Σ cost of the
+    decided rows with Σ of every row's cheapest cost, and the undecided rows. Works on transposed
+    (K × chunk) float64 copies so every reduction runs along contiguous memory; the first shared maximiser
+    is found as ``K − max_j(shared_j · (K − j))`` in int8. At λ_hi = ∞ the maximisers are the cheapest
+    options of highest value (the limit of ``value − λ·cost``).
     """
-    n_options = value.shape[1]
-    width = min(SWEEP_CHUNK, max(last - first, 1))
+    n_rows, n_options = value.shape
+    width = min(SWEEP_CHUNK, max(n_rows, 1))
     v_t, c_t, s_hi, s_lo = (np.empty((n_options, width)) for _ in range(4))
     at_hi, at_lo = np.empty((n_options, width), bool), np.empty((n_options, width), bool)
     small = np.int8 if n_options < 128 else np.int32
@@ -508,9 +596,9 @@ def _sweep_rows(value, cost, lam_lo, lam_hi, first, last, choice):
     rank = (n_options - np.arange(n_options)).astype(small)[:, None]
     columns = np.arange(width)
     sums = np.zeros(3)  # Σ value, Σ cost of decided rows, Σ cheapest cost
-    undecided = []
-    for lo in range(first, last, width):
-        hi = min(lo + width, last)
+    undecided = [np.empty(0, np.int64)]
+    for lo in range(0, n_rows, width):
+        hi = min(lo + width, n_rows)
         n = hi - lo
         v, c, sh, sl, eh, el, k = (a[:, :n] for a in (v_t, c_t, s_hi, s_lo, at_hi, at_lo, key))
         v[...] = value[lo:hi].T
@@ -539,7 +627,7 @@ def _sweep_rows(value, cost, lam_lo, lam_hi, first, last, choice):
         sums[1] += np.sum(c[picked, columns[:n]], where=decided)
         if not decided.all():
             undecided.append(lo + np.flatnonzero(~decided))
-    return sums, undecided
+    return sums, np.concatenate(undecided)
 
 
 # ------------------------------------------------------------------------------------------------ validation
@@ -591,17 +679,31 @@ def _check_number(name: str, number) -> float:
     return number
 
 
-def check_feasible(cost, budget: float, cheapest_total: float | None = None) -> None:
-    """Raise :class:`DataError` if the cheapest option of every request already costs more than ``budget``.
+def check_feasible(cost, budget: float) -> None:
+    """Raise :class:`DataError` if the cheapest option of every request already costs more than ``budget``."""
+    cheapest = np.asarray(cost).min(axis=1)
+    total = float(cheapest.sum(dtype=np.float64))
+    if total > budget:
+        worst = int(np.argmax(cheapest))
+        raise _infeasible(budget, cheapest.size, total, worst, float(cheapest[worst]))
 
-    ``cheapest_total`` (Σ_i min_j cost_ij) skips the pass over ``cost`` when the caller has it.
-    """
-    if cheapest_total is None:
-        cheapest_total = float(np.asarray(cost).min(axis=1).sum(dtype=np.float64))
+
+def _check_parts_feasible(spans, n_rows: int, budget: float, cheapest_total: float, map_parts) -> None:
+    """:func:`check_feasible` from the sweeps' Σ_i min_j cost_ij; only a failure maps over the parts again."""
     if cheapest_total <= budget:
         return
-    cheapest = np.asarray(cost).min(axis=1)
+    worst = list(map_parts(_worst_part, [part for part, _ in spans]))
+    at = max(range(len(worst)), key=lambda i: worst[i][1])
+    raise _infeasible(budget, n_rows, cheapest_total, int(spans[at][1]) + worst[at][0], worst[at][1])
+
+
+def _worst_part(part) -> tuple[int, float]:
+    """The part's request whose cheapest option costs most (local index) and that cost."""
+    cheapest = part.load()[1].min(axis=1)
     worst = int(np.argmax(cheapest))
-    raise DataError(f"budget {budget:g} is infeasible: the cheapest options of the {cheapest.size} requests "
-                    f"already cost {cheapest_total:g} in total (e.g. request {worst}: {float(cheapest[worst]):g} "
-                    f"at least)")
+    return worst, float(cheapest[worst])
+
+
+def _infeasible(budget: float, n_rows: int, total: float, worst: int, worst_cost: float) -> DataError:
+    return DataError(f"budget {budget:g} is infeasible: the cheapest options of the {n_rows} requests already "
+                     f"cost {total:g} in total (e.g. request {worst}: {worst_cost:g} at least)")

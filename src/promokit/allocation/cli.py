@@ -10,11 +10,11 @@ import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, NamedTuple, Optional
 
 import typer
 
-from promokit.cli_support import get_console, user_errors
+from promokit.cli_support import AddressOpt, EngineOpt, WorkersOpt, get_console, user_errors
 
 app = typer.Typer(help="Decide who gets which promotion: budgets over incentive levels, quotas over funds.",
                   no_args_is_help=True)
@@ -30,21 +30,22 @@ SeedOpt = Annotated[int, typer.Option("--seed")]
 FormatOpt = Annotated[str, typer.Option("--format", help="parquet | csv.")]
 SynthLayoutOpt = Annotated[str, typer.Option("--layout", help="wide | long.")]
 BUDGET_METHODS = ("lagrange", "lp", "milp")
+BudgetScoresOpt = Annotated[Path, typer.Option("--scores", help="Score table, CSV or Parquet, long or wide; or a directory of Parquet parts or a quoted glob of parts, solved part by part (plan in OUT/plan/part-NNNNN.parquet).")]
 
 
 @app.command()
-def budget(scores: ScoresOpt, out: OutOpt,
+def budget(scores: BudgetScoresOpt, out: OutOpt,
            ratio: Annotated[Optional[float], typer.Option("--ratio", help="B of eq. 16: expected incentive per expected response ≤ B.")] = None,
            total: Annotated[Optional[float], typer.Option("--total", help="Absolute budget: expected spend Σ r·f ≤ TOTAL.")] = None,
-           merchants: Annotated[Optional[Path], typer.Option("--merchants", help="Merchant requests' score table (eqs. 11–20), same levels; shares the budget.")] = None,
+           merchants: Annotated[Optional[Path], typer.Option("--merchants", help="Merchant requests' score table (eqs. 11–20), same levels; shares the budget. With parts: one more part (or a directory or glob of them).")] = None,
            merchant_paid_on: Annotated[str, typer.Option("--merchant-paid-on", help="response (eq. 16) | request (eqs. 17, 20 as printed: r paid on every merchant request).")] = "response",
-           method: Annotated[str, typer.Option("--method", help="lagrange (λ*, eqs. 19–20, certified gap) | lp (HiGHS LP relaxation; minutes at 10⁵ requests) | milp (HiGHS integer optimum; tiny inputs).")] = "lagrange",
+           method: Annotated[str, typer.Option("--method", help="lagrange (λ*, eqs. 19–20, certified gap; any input) | lp (HiGHS LP relaxation; minutes at 10⁵ requests) | milp (HiGHS integer optimum; tiny inputs).")] = "lagrange",
            seed: Annotated[int, typer.Option("--seed", help="Seed of the sample lagrange brackets λ* with on large inputs.")] = 0,
-           layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_"):
+           layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_",
+           engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Choose one incentive level per request to maximise expected responses under a budget (eqs. 11–20)."""
     with user_errors():
-        from promokit.allocation.tables import read_budget_table
-        from promokit.data import DataError, write_parquet
+        from promokit.data import DataError
 
         if (ratio is None) == (total is None):
             raise DataError("give exactly one of --ratio B (eq. 16) or --total B (absolute budget)")
@@ -53,40 +54,42 @@ def budget(scores: ScoresOpt, out: OutOpt,
             raise DataError(f"--{'ratio' if ratio is not None else 'total'} must be a finite number, got {bound}")
         if method not in BUDGET_METHODS:
             raise DataError(f"--method must be one of {list(BUDGET_METHODS)}, got {method!r}")
-        console = get_console()
-        with _stage(console, f"reading {scores}" + (f" and {merchants}" if merchants else "")):
-            tables = {"customer": read_budget_table(scores, layout, columns)}
-            if merchants is not None:
-                tables["merchant"] = read_budget_table(merchants, layout, columns)
-            paid_on = {"customer": "response", "merchant": merchant_paid_on}
-            problem, spend = _budget_problem(tables, ratio, total, paid_on)
-        with _stage(console, f"solving {len(spend):,} requests × {spend.shape[1]} levels with {method}"):
-            try:
-                plan = _solve_budget(problem, method, seed)
-            except DataError as exc:
-                raise DataError(f"--ratio {ratio:g} (eq. 16 as Σ f·(r − B) ≤ 0): {exc}" if ratio is not None
-                                else f"--total {total:g}: {exc}") from None
-        with _stage(console, f"writing {out}"):
-            frame = _budget_plan_frame(tables, problem, spend, plan.choice)
-            write_parquet(frame, out / "plan.parquet")
-            summary, per_level = _budget_summary(tables, frame, plan, ratio, total, merchant_paid_on)
-            _report(f"Budget plan for {scores.name}", summary, "Per level", per_level).write(out)
-        console.print(_headline(summary))
+        sources = {"customer": _budget_sources(scores)}
+        if merchants is not None:
+            sources["merchant"] = _budget_sources(merchants)
+        in_parts = any(partitioned for _, partitioned in sources.values())
+        if in_parts and method != "lagrange":
+            raise DataError(f"--method {method} needs the whole table in one file; a directory or glob of parts is "
+                            f"solved with --method lagrange")
+        if engine != "local" and not in_parts:
+            raise DataError(f"--engine {engine} runs a table in parts: give --scores a directory or glob of Parquet "
+                            f"parts")
+        from promokit.scale.engine import make_engine
+
+        run = _BudgetRun(ratio, total, {"customer": "response", "merchant": merchant_paid_on}, method, seed, layout,
+                         columns, get_console(), f"reading {scores}" + (f" and {merchants}" if merchants else ""),
+                         make_engine(engine, address, workers) if in_parts else None)
+        solve = _budget_in_parts if in_parts else _budget_in_one
+        # totals: per-level frames, one per part (their count is reported) or one for the whole table
+        plan, counts, levels, totals = solve({name: files for name, (files, _) in sources.items()}, out, run)
+        summary, per_level = _budget_summary(counts, levels, totals, plan, run, len(totals) if in_parts else None)
+        _report(f"Budget plan for {scores.name}", summary, "Per level", per_level).write(out)
+        run.console.print(_headline(summary))
 
 
 @app.command()
 def quota(scores: ScoresOpt, out: OutOpt,
-          quotas: Annotated[Path, typer.Option("--quotas", help="Table with fund, quota[, risk]: exactly `quota` users per fund.")],
+          quotas: Annotated[Path, typer.Option("--quotas", help="Table with fund, quota | min | max[, risk]: exactly `quota` users per fund, or at least `min` and/or at most `max`.")],
           method: Annotated[str, typer.Option("--method", help="ours (prices + exact repair, certified bound) | ha (EOCA Algorithm 1) | manual (fund-by-fund priority) | exact (min-cost flow).")] = "ours",
           tolerance: Annotated[str, typer.Option("--tolerance-column", help="Column of the users' risk tolerance t_i.")] = "tolerance",
           layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_"):
-    """Give each user one fund: exactly d_j users per fund, fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
+    """Give each user one fund: exactly d_j users per fund (or min/max bounds), fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
     with user_errors():
         import numpy as np
         import pandas as pd
 
         from promokit.allocation.quota import METHODS, solve_quota
-        from promokit.allocation.tables import FUND, RISK, SCORE, USER, read_quota_table, read_quotas
+        from promokit.allocation.tables import FUND, MAX, MIN, QUOTA, RISK, SCORE, USER, read_quota_table, read_quotas
         from promokit.data import DataError, write_parquet
 
         if method not in METHODS:
@@ -98,8 +101,11 @@ def quota(scores: ScoresOpt, out: OutOpt,
             if (table.tolerance is None) != (funds.risk is None):
                 raise DataError(f"the risk rule (eq. 5) needs a {tolerance!r} column in {scores} and a {RISK!r} column "
                                 f"in {quotas}; only the {'tolerance' if funds.risk is None else 'risk'} is there")
+        counts = ({"quotas": funds.quotas} if funds.quotas is not None else
+                  {"min_users": funds.min_users, "max_users": funds.max_users})
         with _stage(console, f"solving {len(table.user_ids):,} users × {len(table.funds)} funds with {method}"):
-            plan = solve_quota(table.etv, funds.quotas, table.tolerance, funds.risk, method=method)
+            plan = solve_quota(table.etv, tolerance=table.tolerance, risk=funds.risk, method=method,
+                               funds=table.funds, **counts)
         with _stage(console, f"writing {out}"):
             chosen = plan.assignment
             frame = pd.DataFrame({USER: table.user_ids, FUND: np.asarray(table.funds, dtype=object)[chosen],
@@ -107,13 +113,15 @@ def quota(scores: ScoresOpt, out: OutOpt,
             if funds.risk is not None:
                 frame[tolerance], frame[RISK] = table.tolerance, funds.risk[chosen]
             write_parquet(frame, out / "plan.parquet")
-            k = len(table.funds)
-            per_fund = pd.DataFrame({FUND: table.funds, "quota": funds.quotas,
-                                     "assigned": np.bincount(chosen, minlength=k),
+            k, n = len(table.funds), len(frame)
+            bounds = ({QUOTA: funds.quotas} if funds.quotas is not None else  # a missing max shows as N
+                      {MIN: funds.min_users, MAX: np.minimum(funds.max_users, n).astype(np.int64)})
+            per_fund = pd.DataFrame({FUND: table.funds, **bounds, "assigned": np.bincount(chosen, minlength=k),
                                      "etv": np.bincount(chosen, weights=frame[SCORE].to_numpy(), minlength=k)})
             if funds.risk is not None:
                 per_fund.insert(1, RISK, funds.risk)
-            summary = {"problem": "quota", "users": len(frame), "funds": k, "risk_rule": funds.risk is not None,
+            summary = {"problem": "quota", "users": n, "funds": k, "risk_rule": funds.risk is not None,
+                       "quotas": "exact" if funds.quotas is not None else "bounds",
                        "method": plan.method, "seconds": round(plan.seconds, 3), "objective": plan.objective,
                        "upper_bound": plan.upper_bound, "gap": plan.gap,
                        "relative_gap": _relative(plan.gap, plan.upper_bound)}
@@ -177,33 +185,129 @@ def synth_quota(out: Annotated[Path, typer.Option("--out", help="Folder for scor
 # ------------------------------------------------------------------------------------------------ budget
 
 
-def _budget_problem(tables: dict, ratio: float | None, total: float | None, paid_on: dict):
-    """The stacked problem of eqs. 11–16 and each request's expected spend per level (rows as in ``tables``).
+class _BudgetRun(NamedTuple):
+    """The options of one ``allocate budget`` run that both of its paths (one file, parts) need."""
 
-    A table's ``cost`` column is the expected spend and replaces r·f in either form; its ``value`` column
-    replaces f as what is maximised.
-    """
+    ratio: float | None
+    total: float | None
+    paid_on: dict
+    method: str
+    seed: int
+    layout: str
+    columns: str
+    console: object
+    reading: str
+    engine: object  # promokit.scale's engine for a table in parts (its map runs every step), else None
+
+    @property
+    def budget(self) -> float:
+        return 0.0 if self.ratio is not None else self.total
+
+
+def _budget_sources(path: Path) -> tuple[list[Path], bool]:
+    """A score table's files and whether it is partitioned: a directory (its Parquet parts) or a glob."""
+    from promokit.scale.parts import is_partitioned, list_parts
+
+    return list_parts(path), is_partitioned(path)
+
+
+def _budget_in_one(sources: dict, out: Path, run: _BudgetRun):
+    """One file per population, solved in memory by ``--method``; writes ``OUT/plan.parquet``."""
+    from promokit.allocation.budget_parts import level_totals
+    from promokit.allocation.tables import read_budget_table
+    from promokit.data import write_parquet
+
+    with _stage(run.console, run.reading):
+        tables = {name: read_budget_table(files[0], run.layout, run.columns) for name, files in sources.items()}
+        problem, forms = _budget_problem(tables, run.ratio, run.total, run.paid_on)
+    n_rows, n_levels = problem.value.shape
+    with _stage(run.console, f"solving {n_rows:,} requests × {n_levels} levels with {run.method}"), _budget_naming(run):
+        plan = _solve_budget(problem, run.method, run.seed)
+    with _stage(run.console, f"writing {out}"):
+        frame = _budget_plan_frame(tables, forms, plan.choice)
+        write_parquet(frame, out / "plan.parquet")
+    counts = {name: len(table.user_ids) for name, table in tables.items()}
+    return plan, counts, tables["customer"].levels, [level_totals(frame)]
+
+
+def _budget_in_parts(sources: dict, out: Path, run: _BudgetRun):
+    """Every file a part (merchants after customers), checked, solved and written part by part (maps 1–4 of
+    ``budget_parts``, each on ``run.engine``); plan part i is ``OUT/plan/part-{i:05d}.parquet``."""
+    from dataclasses import replace
+
     import numpy as np
 
-    from promokit.allocation.budget import absolute_form, ratio_form, stack_populations
+    from promokit.allocation.budget_parts import BudgetPart, inspect_part, solve_budget_parts
+
+    parts = [BudgetPart(str(path), run.ratio, run.paid_on[name], run.layout, run.columns, name)
+             for name, files in sources.items() for path in files]
+    with _stage(run.console, f"{run.reading}: {len(parts)} parts"):
+        infos = run.engine.map(inspect_part, parts, label="reading parts")
+        levels = _budget_levels(parts, infos)
+    with_value = any(info.has_value for info in infos)
+    parts = [replace(part, rows=info.rows, levels=levels, out=str(out / "plan" / f"part-{i:05d}.parquet"),
+                     with_population=len(sources) > 1, with_value=with_value)
+             for i, (part, info) in enumerate(zip(parts, infos))]
+    n_rows = sum(info.rows for info in infos)
+    with _stage(run.console, f"solving {n_rows:,} requests × {len(levels)} levels with lagrange, writing "
+                             f"{out / 'plan'}"), _budget_naming(run):
+        solved = solve_budget_parts(parts, run.budget, seed=run.seed, map_parts=run.engine.map)
+    _drop_stale_parts(out / "plan", {Path(part.out).name for part in parts})
+    counts = {name: sum(info.rows for part, info in zip(parts, infos) if part.population == name) for name in sources}
+    return solved.plan, counts, np.asarray(levels), solved.outputs
+
+
+def _budget_levels(parts: list, infos: list) -> tuple[float, ...]:
+    """The levels every non-empty part shares (eq. 11: one level list R for all requests)."""
+    from promokit.data import DataError
+
+    filled = [(part, info) for part, info in zip(parts, infos) if info.rows]
+    if not filled:
+        raise DataError(f"the {len(parts)} parts ({parts[0].path}, …) hold no requests")
+    first, levels = filled[0][0], filled[0][1].levels
+    for part, info in filled[1:]:
+        if info.levels != levels:
+            raise DataError(f"{part.path}: levels {list(info.levels)} differ from {list(levels)} in {first.path}: "
+                            f"one level list R serves every request (eq. 11)")
+    return levels
+
+
+def _drop_stale_parts(folder: Path, written: set) -> None:
+    """Remove plan parts an earlier run with more input parts left in ``folder``."""
+    for stale in folder.glob("part-*.parquet"):
+        if stale.name not in written:
+            stale.unlink()
+
+
+@contextmanager
+def _budget_naming(run: _BudgetRun):
+    """Start the solver's errors (e.g. an infeasible budget) with the budget option that caused them."""
+    from promokit.data import DataError
+
+    try:
+        yield
+    except DataError as exc:
+        raise DataError(f"--ratio {run.ratio:g} (eq. 16 as Σ f·(r − B) ≤ 0): {exc}" if run.ratio is not None
+                        else f"--total {run.total:g}: {exc}") from None
+
+
+def _budget_problem(tables: dict, ratio: float | None, total: float | None, paid_on: dict):
+    """The stacked problem of eqs. 11–16 and each table's :class:`~promokit.allocation.budget_parts.TableForm`
+    (rows as in ``tables``)."""
+    import numpy as np
+
+    from promokit.allocation.budget import BudgetProblem, stack_populations
+    from promokit.allocation.budget_parts import table_form
     from promokit.data import DataError
 
     levels = tables["customer"].levels
-    problems, spends = [], []
     for population, table in tables.items():
         if not np.array_equal(table.levels, levels):
             raise DataError(f"{population} levels {table.levels.tolist()} differ from customer levels "
                             f"{levels.tolist()}: one level list R serves both populations (eq. 11)")
-        spend = absolute_form(table.scores, table.levels, 0.0, paid_on[population]).cost
-        form = (ratio_form(table.scores, table.levels, ratio, paid_on[population]) if ratio is not None
-                else absolute_form(table.scores, table.levels, total, paid_on[population]))
-        if table.cost is not None:
-            form, spend = form._replace(cost=form.cost - spend + table.cost), table.cost
-        if table.value is not None:
-            form = form._replace(value=table.value)
-        problems.append(form)
-        spends.append(np.broadcast_to(spend, table.scores.shape))
-    return stack_populations(problems, None if ratio is not None else total), np.concatenate(spends)
+    forms = {population: table_form(table, ratio, paid_on[population]) for population, table in tables.items()}
+    problems = [BudgetProblem(form.value, form.cost, 0.0) for form in forms.values()]
+    return stack_populations(problems, 0.0 if ratio is not None else total), forms
 
 
 def _solve_budget(problem, method: str, seed: int):
@@ -216,47 +320,46 @@ def _solve_budget(problem, method: str, seed: int):
     return solve_budget_lp(*problem, integral=method == "milp")
 
 
-def _budget_plan_frame(tables: dict, problem, spend, choice):
-    """``[population,] user_id, level, score, [value,] cost`` per request; cost is the chosen level's expected spend."""
+def _budget_plan_frame(tables: dict, forms: dict, choice):
+    """The plan rows of every table in order (see ``budget_parts.plan_frame``), with a population column when
+    there are merchants and a value column when some table has one."""
     import numpy as np
     import pandas as pd
 
-    from promokit.allocation.tables import LEVEL, SCORE, USER, VALUE
+    from promokit.allocation.budget_parts import plan_frame
 
-    rows = np.arange(len(choice))
-    frame = pd.DataFrame({USER: np.concatenate([t.user_ids for t in tables.values()]),
-                          LEVEL: tables["customer"].levels[choice],
-                          SCORE: np.concatenate([t.scores for t in tables.values()])[rows, choice]})
-    if any(t.value is not None for t in tables.values()):
-        frame[VALUE] = problem.value[rows, choice]
-    frame["cost"] = spend[rows, choice]
-    if len(tables) > 1:
-        frame.insert(0, "population", np.repeat(list(tables), [len(t.user_ids) for t in tables.values()]))
-    return frame
+    with_value = any(table.value is not None for table in tables.values())
+    ends = np.cumsum([len(table.user_ids) for table in tables.values()])
+    return pd.concat([plan_frame(table, forms[name], chosen, name if len(tables) > 1 else None, with_value)
+                      for (name, table), chosen in zip(tables.items(), np.split(choice, ends[:-1]))],
+                     ignore_index=True)
 
 
-def _budget_summary(tables: dict, frame, plan, ratio: float | None, total: float | None, merchant_paid_on: str):
+def _budget_summary(counts: dict, levels, totals: list, plan, run: _BudgetRun, parts: int | None):
+    """The report's fields and per-level table from the plan and per-level totals (``level_totals`` frames)."""
     import pandas as pd
 
-    from promokit.allocation.tables import LEVEL, SCORE
+    from promokit.allocation.tables import LEVEL
 
-    responses, spent = float(frame[SCORE].sum()), float(frame["cost"].sum())
+    totals = pd.concat([frame for frame in totals if len(frame)])
+    keys = ["population", LEVEL] if "population" in totals else [LEVEL]
+    every = pd.MultiIndex.from_product([list(counts), levels], names=keys) if len(keys) > 1 \
+        else pd.Index(levels, name=LEVEL)
+    per_level = totals.groupby(keys).sum().reindex(every, fill_value=0).reset_index()
+    responses, spent = float(per_level["expected_responses"].sum()), float(per_level["expected_spend"].sum())
+    ratio, total = run.ratio, run.total
     summary = {"problem": "budget", "form": "ratio" if ratio is not None else "absolute",
                "B": ratio if ratio is not None else total,
-               **{f"{population}s": len(table.user_ids) for population, table in tables.items()},
+               **{f"{population}s": count for population, count in counts.items()},
+               **({"parts": parts} if parts is not None else {}),
                # the cost model λ* was solved under: `campaign build` serves merchants with the same one
-               **({"merchant_paid_on": merchant_paid_on} if "merchant" in tables else {}),
-               "levels": tables["customer"].levels.tolist(), "method": plan.method, "seconds": round(plan.seconds, 3),
-               "objective": plan.objective, "expected_responses": responses, "expected_spend": spent,
-               "spend_per_response": spent / responses if responses else None,
+               **({"merchant_paid_on": run.paid_on["merchant"]} if "merchant" in counts else {}),
+               "levels": [float(level) for level in levels], "method": run.method,
+               **({"lagrange_path": plan.lagrange_path} if plan.lagrange_path else {}),
+               "seconds": round(plan.seconds, 3), "objective": plan.objective, "expected_responses": responses,
+               "expected_spend": spent, "spend_per_response": spent / responses if responses else None,
                "budget_row": plan.budget, "budget_row_used": plan.spent, "slack": plan.slack, "lam": plan.lam,
                "upper_bound": plan.upper_bound, "gap": plan.gap, "relative_gap": _relative(plan.gap, plan.upper_bound)}
-    keys = ["population", LEVEL] if "population" in frame else [LEVEL]
-    every = pd.MultiIndex.from_product([list(tables), tables["customer"].levels], names=keys) if len(keys) > 1 \
-        else pd.Index(tables["customer"].levels, name=LEVEL)
-    per_level = (frame.groupby(keys).agg(requests=(SCORE, "size"), expected_responses=(SCORE, "sum"),
-                                         expected_spend=("cost", "sum"))
-                 .reindex(every, fill_value=0).reset_index())
     return summary, per_level
 
 

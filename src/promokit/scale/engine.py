@@ -25,6 +25,7 @@ from promokit.data.errors import DataError
 ENGINES = ("local", "ray")
 RETRIES = 3  # a partition whose worker died runs again at most this many times
 IN_FLIGHT = 2  # calls queued per actor: the next partition is ready when one finishes
+CONNECT_SECONDS = 5.0
 
 
 def make_engine(name: str = "local", address: str | None = None, workers: int | None = None):
@@ -77,6 +78,8 @@ class RayEngine:
 
         if not ray.is_initialized():
             address = address or os.environ.get("RAY_ADDRESS")
+            if address:
+                _check_reachable(address)
             try:
                 if address:
                     ray.init(address=address, log_to_driver=False)
@@ -145,6 +148,19 @@ class RayEngine:
                 ray.cancel(ref, force=True)
             raise
         return results
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in seconds on a ``host:port`` nothing listens on (Ray itself retries its GCS for minutes)."""
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", "local" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        raise DataError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
 
 
 class _Worker:

@@ -32,6 +32,8 @@ def list_parts(path: str | os.PathLike) -> list[Path]:
     text = str(path)
     if GLOB_CHARACTERS & set(text):
         files = [Path(p) for p in sorted(glob.glob(text, recursive=True)) if Path(p).is_file()]
+        if not files:
+            raise DataError(f"{path}: no file matches this pattern")
     elif Path(path).is_dir():
         files = sorted(p for p in Path(path).rglob("*") if p.is_file())
     else:
