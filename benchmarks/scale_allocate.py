@@ -1,11 +1,18 @@
-"""Budget allocation at platform scale: ``allocate budget`` over 10⁸ customers × 10 levels in Parquet parts.
+"""Allocation at platform scale: ``allocate budget`` or ``allocate quota`` over 10⁸ users in Parquet parts.
 
-The instance (``make_budget_instance``: hazard responses, eq. 10) is generated straight into ``--parts`` parts
-of ``--rows / --parts`` customers each (part k from seed k, float32 scores, never one frame), then solved by the
-command line, one run per engine:
+The instance is generated straight into ``--parts`` parts of ``--rows / --parts`` users each (part k from seed
+k, float32 scores, never one frame):
 
-- ``promokit allocate budget --scores DIR --ratio 3 --out OUT --engine local`` (this process, part after part);
-- the same with ``--engine ray --workers 2`` (a Ray cluster started by the command on this machine).
+- ``--problem budget``: customers × 10 levels (``make_budget_instance``: hazard responses, eq. 10), solved by
+  ``promokit allocate budget --scores DIR --ratio 3``;
+- ``--problem quota``: users × 8 funds with risk tolerances (``make_quota_instance``, EOCA eqs. 1–5), exact
+  quotas summing the parts' feasible quotas (so the whole is feasible under the risk rule), solved by
+  ``promokit allocate quota --scores DIR --quotas quotas.csv`` (the certified price method).
+
+One run per engine, each a subprocess of the command line:
+
+- ``--engine local`` (this process, part after part);
+- ``--engine ray --workers 2`` (a Ray cluster started by the command on this machine).
 
 Reported per run: wall seconds (Ray's start included), λ*, objective, upper bound and relative gap from the
 report, and the peak resident memory (VmHWM) of every process the command started — the driver, Ray's own
@@ -14,9 +21,10 @@ few partitions, not by N.
 
 Usage::
 
-    .venv/bin/python benchmarks/scale_budget.py                          # 10⁸ rows in 200 parts (5.6 GB)
-    .venv/bin/python benchmarks/scale_budget.py --rows 10000000 --parts 20 --engines local,ray
-    .venv/bin/python benchmarks/scale_budget.py --keep /data/budget      # keep the parts for another run
+    .venv/bin/python benchmarks/scale_allocate.py                        # budget, 10⁸ rows in 200 parts (5.6 GB)
+    .venv/bin/python benchmarks/scale_allocate.py --problem quota        # quota, 10⁸ users × 8 funds
+    .venv/bin/python benchmarks/scale_allocate.py --rows 10000000 --parts 20 --engines local,ray
+    .venv/bin/python benchmarks/scale_allocate.py --keep /data/budget    # keep the parts for another run
 """
 
 from __future__ import annotations
@@ -36,27 +44,42 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.synthetic import make_budget_instance
+from promokit.allocation.synthetic import make_budget_instance, make_quota_instance
 
 LEVELS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 RATIO_B = 3.0
+FUNDS = 8
 
 
-def write_part(args: tuple[Path, int, int, int]) -> None:
-    folder, k, first, rows = args
-    instance = make_budget_instance(rows, levels=LEVELS, seed=k, dtype=np.float32)
-    frame = pd.DataFrame({"user_id": np.arange(first, first + rows, dtype=np.int64),
-                          **{f"score_{v:g}": instance.scores[:, j] for j, v in enumerate(LEVELS)}})
+def write_part(args: tuple[str, Path, int, int, int]) -> np.ndarray | None:
+    """Part k of the instance; a quota part returns its feasible quotas."""
+    problem, folder, k, first, rows = args
+    users = {"user_id": np.arange(first, first + rows, dtype=np.int64)}
+    if problem == "budget":
+        instance = make_budget_instance(rows, levels=LEVELS, seed=k, dtype=np.float32)
+        frame = pd.DataFrame({**users, **{f"score_{v:g}": instance.scores[:, j] for j, v in enumerate(LEVELS)}})
+        quotas = None
+    else:
+        instance = make_quota_instance(rows, FUNDS, seed=k, dtype=np.float32)
+        frame = pd.DataFrame({**users, **{f"score_{f}": instance.etv[:, j] for j, f in enumerate(instance.funds)},
+                              "tolerance": instance.tolerance})
+        quotas = instance.quotas
     frame.to_parquet(folder / f"part-{k:05d}.parquet", index=False)
+    return quotas
 
 
-def write_parts(folder: Path, rows: int, parts: int) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def write_parts(problem: str, folder: Path, rows: int, parts: int) -> None:
+    (folder / "scores").mkdir(parents=True, exist_ok=True)
     sizes = np.full(parts, rows // parts)
     sizes[: rows % parts] += 1
     firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    tasks = [(problem, folder / "scores", k, int(f), int(s)) for k, (f, s) in enumerate(zip(firsts, sizes))]
     with ProcessPoolExecutor(2) as pool:
-        list(pool.map(write_part, [(folder, k, int(f), int(s)) for k, (f, s) in enumerate(zip(firsts, sizes))]))
+        quotas = list(pool.map(write_part, tasks))
+    if problem == "quota":
+        funds = make_quota_instance(1, FUNDS)
+        pd.DataFrame({"fund": funds.funds, "quota": np.sum(quotas, axis=0), "risk": funds.risk}).to_csv(
+            folder / "quotas.csv", index=False)
 
 
 class PeakMemory:
@@ -101,9 +124,10 @@ class PeakMemory:
         return self.peaks
 
 
-def run(engine: str, scores: Path, out: Path, workers: int) -> dict:
-    command = [sys.executable, "-m", "promokit.cli", "allocate", "budget", "--scores", str(scores), "--ratio",
-               str(RATIO_B), "--out", str(out), "--engine", engine]
+def run(problem: str, engine: str, folder: Path, out: Path, workers: int) -> dict:
+    command = [sys.executable, "-m", "promokit.cli", "allocate", problem, "--scores", str(folder / "scores"),
+               "--out", str(out), "--engine", engine]
+    command += ["--ratio", str(RATIO_B)] if problem == "budget" else ["--quotas", str(folder / "quotas.csv")]
     if engine == "ray":
         command += ["--workers", str(workers)]
     started = time.perf_counter()
@@ -123,34 +147,37 @@ def run(engine: str, scores: Path, out: Path, workers: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--problem", choices=("budget", "quota"), default="budget")
     parser.add_argument("--rows", type=int, default=100_000_000)
     parser.add_argument("--parts", type=int, default=200)
     parser.add_argument("--engines", default="local,ray")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="Write (or reuse) the parts here instead of a temporary folder.")
     args = parser.parse_args()
-    folder = args.keep or Path(tempfile.mkdtemp(prefix="promokit-budget-"))
-    scores = folder / "scores"
+    folder = args.keep or Path(tempfile.mkdtemp(prefix=f"promokit-{args.problem}-"))
+    options = f"{len(LEVELS)} levels" if args.problem == "budget" else f"{FUNDS} funds"
     load_before = os.getloadavg()
-    if not scores.exists():
+    if not (folder / "scores").exists():
         started = time.perf_counter()
-        write_parts(scores, args.rows, args.parts)
-        print(f"{args.rows:,} customers × {len(LEVELS)} levels written in {args.parts} parts "
-              f"({sum(p.stat().st_size for p in scores.iterdir()) / 1e9:.1f} GB) in {time.perf_counter() - started:.0f} s")
-    results = [run(engine, scores, folder / f"plan-{engine}", args.workers) for engine in args.engines.split(",")]
-    print(f"\nallocate budget --ratio {RATIO_B:g}: {args.rows:,} customers × {len(LEVELS)} levels in {args.parts} "
-          f"parts, 2 cores, load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
+        write_parts(args.problem, folder, args.rows, args.parts)
+        size = sum(p.stat().st_size for p in (folder / "scores").iterdir()) / 1e9
+        print(f"{args.rows:,} users × {options} written in {args.parts} parts ({size:.1f} GB) in "
+              f"{time.perf_counter() - started:.0f} s")
+    results = [run(args.problem, engine, folder, folder / f"plan-{engine}", args.workers)
+               for engine in args.engines.split(",")]
+    print(f"\nallocate {args.problem}: {args.rows:,} users × {options} in {args.parts} parts, 2 cores, load average "
+          f"before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
     print("| engine | seconds | λ* | objective | relative gap | driver peak MB | largest other processes (peak MB) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in results:
         s = r["report"]
         others = ", ".join(f"{name} {mb:,.0f}" for name, mb in r["others"][:4]) or "—"
-        gap = s.get("relative_gap")
-        print(f"| {r['engine']} | {r['seconds']:.0f} | {s['lam']:.9g} | {s['objective']:,.3f} | "
-              f"{'—' if gap is None else f'{gap:.1e}'} | {r['driver_mb']:,.0f} | {others} |")
+        gap, lam = s.get("relative_gap"), s.get("lam")
+        print(f"| {r['engine']} | {r['seconds']:.0f} | {'—' if lam is None else f'{lam:.9g}'} | {s['objective']:,.3f} "
+              f"| {'—' if gap is None else f'{gap:.1e}'} | {r['driver_mb']:,.0f} | {others} |")
     if len(results) > 1:
         a, b = (r["report"] for r in results[:2])
-        print(f"\nλ* equal: {a['lam'] == b['lam']}; objective relative difference "
+        print(f"\nλ* equal: {a.get('lam') == b.get('lam')}; objective relative difference "
               f"{abs(a['objective'] - b['objective']) / abs(a['objective']):.1e}")
     if args.keep is None:
         shutil.rmtree(folder)
