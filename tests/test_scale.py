@@ -211,3 +211,37 @@ def test_ray_budget_allocation_equals_the_local_one(ray_cluster, tmp_path):
     for k in range(6):
         name = f"part-{k:05d}.parquet"
         assert pd.read_parquet(tmp_path / "ray" / "plan" / name).equals(pd.read_parquet(tmp_path / "local" / "plan" / name))
+
+
+def test_ctrl_c_cancels_the_running_partitions_and_exits(ray_cluster, tmp_path):
+    """SIGINT to a driver mid-map: it exits at once and the cluster's CPUs are free again (its tasks cancelled)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import ray
+
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import sys, time\n"
+        "from promokit.scale.engine import make_engine\n"
+        "def slow(x):\n"
+        "    time.sleep(60)\n"
+        "engine = make_engine('ray', address=sys.argv[1])\n"
+        "print('started', flush=True)\n"
+        "try:\n"
+        "    engine.map(slow, range(4))\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+        "    sys.exit(130)\n")
+    driver = subprocess.Popen([sys.executable, str(script), ray_cluster.address], stdout=subprocess.PIPE, text=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert driver.stdout.readline().strip() == "started"
+    time.sleep(3)  # the tasks are running
+    driver.send_signal(signal.SIGINT)
+    assert driver.wait(timeout=20) == 130 and "interrupted" in driver.stdout.read()
+    deadline = time.time() + 20
+    while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2

@@ -26,6 +26,7 @@ ENGINES = ("local", "ray")
 RETRIES = 3  # a partition whose worker died runs again at most this many times
 IN_FLIGHT = 2  # calls queued per actor: the next partition is ready when one finishes
 CONNECT_SECONDS = 5.0
+WAIT_SECONDS = 0.2  # ray.wait returns this often, so that Ctrl-C is seen while a long partition runs
 
 
 def make_engine(name: str = "local", address: str | None = None, workers: int | None = None):
@@ -137,7 +138,9 @@ class RayEngine:
             with _progress(label, total) as progress:
                 task = progress.add_task(label, total=total)
                 while pending:
-                    ready, pending = ray.wait(pending, num_returns=1)
+                    ready, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SECONDS)
+                    if not ready:
+                        continue
                     results[position[ready[0]]] = _unwrap(ready[0])
                     progress.advance(task)
                     follow = then(ready[0]) if then is not None else None
