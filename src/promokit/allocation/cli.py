@@ -22,7 +22,6 @@ synth_app = typer.Typer(help="Write a synthetic instance as tables to try the al
                         no_args_is_help=True)
 app.add_typer(synth_app, name="synth")
 
-ScoresOpt = Annotated[Path, typer.Option("--scores", help="Score table, CSV or Parquet, long or wide.")]
 OutOpt = Annotated[Path, typer.Option("--out", help="Folder for plan.parquet, report.md and report.json.")]
 LayoutOpt = Annotated[str, typer.Option("--layout", help="auto | long | wide.")]
 ColumnsOpt = Annotated[str, typer.Option("--columns", help="Prefix of the score columns in wide form.")]
@@ -31,6 +30,7 @@ FormatOpt = Annotated[str, typer.Option("--format", help="parquet | csv.")]
 SynthLayoutOpt = Annotated[str, typer.Option("--layout", help="wide | long.")]
 BUDGET_METHODS = ("lagrange", "lp", "milp")
 BudgetScoresOpt = Annotated[Path, typer.Option("--scores", help="Score table, CSV or Parquet, long or wide; or a directory of Parquet parts or a quoted glob of parts, solved part by part (plan in OUT/plan/part-NNNNN.parquet).")]
+QuotaScoresOpt = Annotated[Path, typer.Option("--scores", help="ETV table, CSV or Parquet, long or wide; or a directory of Parquet parts or a quoted glob of parts, solved by ours over the parts (plan in OUT/plan/part-NNNNN.parquet).")]
 
 
 @app.command()
@@ -58,12 +58,7 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
         if merchants is not None:
             sources["merchant"] = _budget_sources(merchants)
         in_parts = any(partitioned for _, partitioned in sources.values())
-        if in_parts and method != "lagrange":
-            raise DataError(f"--method {method} needs the whole table in one file; a directory or glob of parts is "
-                            f"solved with --method lagrange")
-        if engine != "local" and not in_parts:
-            raise DataError(f"--engine {engine} runs a table in parts: give --scores a directory or glob of Parquet "
-                            f"parts")
+        _check_parts_options(in_parts, method, "lagrange", engine)
         from promokit.scale.engine import make_engine
 
         run = _BudgetRun(ratio, total, {"customer": "response", "merchant": merchant_paid_on}, method, seed, layout,
@@ -78,56 +73,32 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
 
 
 @app.command()
-def quota(scores: ScoresOpt, out: OutOpt,
+def quota(scores: QuotaScoresOpt, out: OutOpt,
           quotas: Annotated[Path, typer.Option("--quotas", help="Table with fund, quota | min | max[, risk]: exactly `quota` users per fund, or at least `min` and/or at most `max`.")],
-          method: Annotated[str, typer.Option("--method", help="ours (prices + exact repair, certified bound) | ha (EOCA Algorithm 1) | manual (fund-by-fund priority) | exact (min-cost flow).")] = "ours",
+          method: Annotated[str, typer.Option("--method", help="ours (prices + exact repair, certified bound; any input) | ha (EOCA Algorithm 1) | manual (fund-by-fund priority) | exact (min-cost flow).")] = "ours",
           tolerance: Annotated[str, typer.Option("--tolerance-column", help="Column of the users' risk tolerance t_i.")] = "tolerance",
-          layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_"):
+          seed: Annotated[int, typer.Option("--seed", help="Seed of the samples ours draws its starting prices from.")] = 0,
+          layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_",
+          engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Give each user one fund: exactly d_j users per fund (or min/max bounds), fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
     with user_errors():
-        import numpy as np
-        import pandas as pd
-
-        from promokit.allocation.quota import METHODS, solve_quota
-        from promokit.allocation.tables import FUND, MAX, MIN, QUOTA, RISK, SCORE, USER, read_quota_table, read_quotas
-        from promokit.data import DataError, write_parquet
+        from promokit.allocation.quota import METHODS
+        from promokit.data import DataError
+        from promokit.scale.parts import is_partitioned, list_parts
 
         if method not in METHODS:
             raise DataError(f"--method must be one of {list(METHODS)}, got {method!r}")
-        console = get_console()
-        with _stage(console, f"reading {scores} and {quotas}"):
-            table = read_quota_table(scores, layout, columns, tolerance)
-            funds = read_quotas(quotas, table.funds)
-            if (table.tolerance is None) != (funds.risk is None):
-                raise DataError(f"the risk rule (eq. 5) needs a {tolerance!r} column in {scores} and a {RISK!r} column "
-                                f"in {quotas}; only the {'tolerance' if funds.risk is None else 'risk'} is there")
-        counts = ({"quotas": funds.quotas} if funds.quotas is not None else
-                  {"min_users": funds.min_users, "max_users": funds.max_users})
-        with _stage(console, f"solving {len(table.user_ids):,} users × {len(table.funds)} funds with {method}"):
-            plan = solve_quota(table.etv, tolerance=table.tolerance, risk=funds.risk, method=method,
-                               funds=table.funds, **counts)
-        with _stage(console, f"writing {out}"):
-            chosen = plan.assignment
-            frame = pd.DataFrame({USER: table.user_ids, FUND: np.asarray(table.funds, dtype=object)[chosen],
-                                  SCORE: np.take_along_axis(table.etv, chosen[:, None], axis=1)[:, 0]})
-            if funds.risk is not None:
-                frame[tolerance], frame[RISK] = table.tolerance, funds.risk[chosen]
-            write_parquet(frame, out / "plan.parquet")
-            k, n = len(table.funds), len(frame)
-            bounds = ({QUOTA: funds.quotas} if funds.quotas is not None else  # a missing max shows as N
-                      {MIN: funds.min_users, MAX: np.minimum(funds.max_users, n).astype(np.int64)})
-            per_fund = pd.DataFrame({FUND: table.funds, **bounds, "assigned": np.bincount(chosen, minlength=k),
-                                     "etv": np.bincount(chosen, weights=frame[SCORE].to_numpy(), minlength=k)})
-            if funds.risk is not None:
-                per_fund.insert(1, RISK, funds.risk)
-            summary = {"problem": "quota", "users": n, "funds": k, "risk_rule": funds.risk is not None,
-                       "quotas": "exact" if funds.quotas is not None else "bounds",
-                       "method": plan.method, "seconds": round(plan.seconds, 3), "objective": plan.objective,
-                       "upper_bound": plan.upper_bound, "gap": plan.gap,
-                       "relative_gap": _relative(plan.gap, plan.upper_bound)}
-            _report(f"Quota plan for {scores.name}", summary, "Per fund", per_fund,
-                    diagnostics=plan.diagnostics).write(out)
-        console.print(_headline(summary))
+        files, in_parts = list_parts(scores), is_partitioned(scores)
+        _check_parts_options(in_parts, method, "ours", engine)
+        from promokit.scale.engine import make_engine
+
+        run = _QuotaRun(scores, quotas, method, tolerance, seed, layout, columns, get_console(),
+                        make_engine(engine, address, workers) if in_parts else None)
+        solved = _quota_in_parts(files, out, run) if in_parts else _quota_in_one(files[0], out, run)
+        summary, per_fund = _quota_summary(solved, run)
+        _report(f"Quota plan for {scores.name}", summary, "Per fund", per_fund,
+                diagnostics=solved.plan.diagnostics).write(out)
+        run.console.print(_headline(summary))
 
 
 @synth_app.command("budget")
@@ -202,6 +173,17 @@ class _BudgetRun(NamedTuple):
     @property
     def budget(self) -> float:
         return 0.0 if self.ratio is not None else self.total
+
+
+def _check_parts_options(in_parts: bool, method: str, parts_method: str, engine: str) -> None:
+    """A table in parts is solved by ``parts_method`` only, and only a table in parts goes to an engine."""
+    from promokit.data import DataError
+
+    if in_parts and method != parts_method:
+        raise DataError(f"--method {method} needs the whole table in one file; a directory or glob of parts is "
+                        f"solved with --method {parts_method}")
+    if engine != "local" and not in_parts:
+        raise DataError(f"--engine {engine} runs a table in parts: give --scores a directory or glob of Parquet parts")
 
 
 def _budget_sources(path: Path) -> tuple[list[Path], bool]:
@@ -361,6 +343,140 @@ def _budget_summary(counts: dict, levels, totals: list, plan, run: _BudgetRun, p
                "budget_row": plan.budget, "budget_row_used": plan.spent, "slack": plan.slack, "lam": plan.lam,
                "upper_bound": plan.upper_bound, "gap": plan.gap, "relative_gap": _relative(plan.gap, plan.upper_bound)}
     return summary, per_level
+
+
+# ------------------------------------------------------------------------------------------------- quota
+
+
+class _QuotaRun(NamedTuple):
+    """The options of one ``allocate quota`` run that both of its paths (one file, parts) need."""
+
+    scores: Path
+    quotas: Path
+    method: str
+    tolerance: str
+    seed: int
+    layout: str
+    columns: str
+    console: object
+    engine: object  # promokit.scale's engine for a table in parts (its map runs every step), else None
+
+
+class _QuotaSolved(NamedTuple):
+    plan: object        # QuotaPlan (its assignment None for parts)
+    funds: list
+    bounds: object      # FundQuotas
+    assigned: object    # (k,) users per fund
+    etv: object         # (k,) Σ ETV per fund
+    n_users: int
+    parts: int | None   # the number of parts, None for one file
+
+
+def _quota_in_one(path: Path, out: Path, run: _QuotaRun) -> _QuotaSolved:
+    """One file, solved in memory by ``--method``; writes ``OUT/plan.parquet``."""
+    import numpy as np
+
+    from promokit.allocation.quota import solve_quota
+    from promokit.allocation.quota_parts import plan_frame
+    from promokit.allocation.tables import SCORE, read_quota_table, read_quotas
+    from promokit.data import write_parquet
+
+    with _stage(run.console, f"reading {run.scores} and {run.quotas}"):
+        table = read_quota_table(path, run.layout, run.columns, run.tolerance)
+        funds = read_quotas(run.quotas, table.funds)
+        _check_risk_rule(table.tolerance is not None, funds.risk is not None, run)
+    n_users, k = len(table.user_ids), len(table.funds)
+    options = {"seed": run.seed} if run.method == "ours" else {}
+    with _stage(run.console, f"solving {n_users:,} users × {k} funds with {run.method}"):
+        plan = solve_quota(table.etv, tolerance=table.tolerance, risk=funds.risk, method=run.method,
+                           funds=table.funds, **_quota_counts(funds), **options)
+    with _stage(run.console, f"writing {out}"):
+        frame = plan_frame(table, plan.assignment, funds.risk, run.tolerance)
+        write_parquet(frame, out / "plan.parquet")
+    assigned = np.bincount(plan.assignment, minlength=k)
+    etv = np.bincount(plan.assignment, weights=frame[SCORE].to_numpy(), minlength=k)
+    return _QuotaSolved(plan, table.funds, funds, assigned, etv, n_users, None)
+
+
+def _quota_in_parts(files: list, out: Path, run: _QuotaRun) -> _QuotaSolved:
+    """Every file a part, checked, solved by ``ours`` over the parts and written part by part (the maps of
+    ``quota_parts``, each on ``run.engine``); plan part i is ``OUT/plan/part-{i:05d}.parquet``."""
+    from dataclasses import replace
+
+    from promokit.allocation.quota_parts import QuotaPart, inspect_part, solve_quota_parts
+    from promokit.allocation.tables import read_quotas
+
+    parts = [QuotaPart(str(path), run.layout, run.columns, run.tolerance) for path in files]
+    with _stage(run.console, f"reading {run.scores} and {run.quotas}: {len(parts)} parts"):
+        infos = run.engine.map(inspect_part, parts, label="reading parts")
+        funds, has_tolerance = _quota_part_funds(parts, infos)
+        bounds = read_quotas(run.quotas, funds)
+        _check_risk_rule(has_tolerance, bounds.risk is not None, run)
+    parts = [replace(part, rows=info.rows, funds=tuple(funds), out=str(out / "plan" / f"part-{i:05d}.parquet"))
+             for i, (part, info) in enumerate(zip(parts, infos))]
+    n_users = sum(info.rows for info in infos)
+    with _stage(run.console, f"solving {n_users:,} users × {len(funds)} funds with ours, writing {out / 'plan'}"):
+        solved = solve_quota_parts(parts, risk=bounds.risk, map_parts=run.engine.map, seed=run.seed, funds=funds,
+                                   **_quota_counts(bounds))
+    _drop_stale_parts(out / "plan", {Path(part.out).name for part in parts})
+    return _QuotaSolved(solved.plan, funds, bounds, solved.counts, solved.etv, n_users, len(parts))
+
+
+def _quota_part_funds(parts: list, infos: list) -> tuple[list, bool]:
+    """The funds of the first non-empty part (the plan's order, as in the concatenated file) and whether the parts
+    have tolerances; every non-empty part must have the same funds (in any order) and all or none tolerances."""
+    from promokit.data import DataError
+
+    filled = [(part, info) for part, info in zip(parts, infos) if info.rows]
+    if not filled:
+        raise DataError(f"the {len(parts)} parts ({parts[0].path}, …) hold no users")
+    (first, info), rest = filled[0], filled[1:]
+    for part, other in rest:
+        if sorted(other.funds) != sorted(info.funds):
+            raise DataError(f"{part.path}: funds {list(other.funds)} differ from {list(info.funds)} in {first.path}: "
+                            f"every part needs a score for every fund")
+        if other.has_tolerance != info.has_tolerance:
+            with_it, without = (part, first) if other.has_tolerance else (first, part)
+            raise DataError(f"{without.path}: no {first.tolerance!r} column, but {with_it.path} has one: the risk "
+                            f"rule (eq. 5) needs it in every part or in none")
+    return list(info.funds), info.has_tolerance
+
+
+def _check_risk_rule(has_tolerance: bool, has_risk: bool, run: _QuotaRun) -> None:
+    from promokit.allocation.tables import RISK
+    from promokit.data import DataError
+
+    if has_tolerance != has_risk:
+        raise DataError(f"the risk rule (eq. 5) needs a {run.tolerance!r} column in {run.scores} and a {RISK!r} column "
+                        f"in {run.quotas}; only the {'risk' if has_risk else 'tolerance'} is there")
+
+
+def _quota_counts(funds) -> dict:
+    """``solve_quota``'s quotas or bounds from the quotas table."""
+    if funds.quotas is not None:
+        return {"quotas": funds.quotas}
+    return {"min_users": funds.min_users, "max_users": funds.max_users}
+
+
+def _quota_summary(solved: _QuotaSolved, run: _QuotaRun):
+    """The report's fields and per-fund table."""
+    import numpy as np
+    import pandas as pd
+
+    from promokit.allocation.tables import FUND, MAX, MIN, QUOTA, RISK
+
+    plan, funds, n = solved.plan, solved.bounds, solved.n_users
+    bounds = ({QUOTA: funds.quotas} if funds.quotas is not None else  # a missing max shows as N
+              {MIN: funds.min_users, MAX: np.minimum(funds.max_users, n).astype(np.int64)})
+    per_fund = pd.DataFrame({FUND: solved.funds, **bounds, "assigned": solved.assigned, "etv": solved.etv})
+    if funds.risk is not None:
+        per_fund.insert(1, RISK, funds.risk)
+    summary = {"problem": "quota", "users": n, "funds": len(solved.funds), "risk_rule": funds.risk is not None,
+               "quotas": "exact" if funds.quotas is not None else "bounds",
+               **({"parts": solved.parts} if solved.parts is not None else {}),
+               "method": plan.method, "seconds": round(plan.seconds, 3), "objective": plan.objective,
+               "upper_bound": plan.upper_bound, "gap": plan.gap, "relative_gap": _relative(plan.gap, plan.upper_bound)}
+    return summary, per_fund
 
 
 # ---------------------------------------------------------------------------------------------- shared

@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from promokit.allocation.checks import check_matrix, check_vector
-from promokit.allocation.quota_core import QuotaPlan, QuotaProblem, dual_bound, plan_prices, risk_slack
+from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, dual_bound, plan_prices, risk_slack,
+                                             slack_at_levels, users_at_least)
 from promokit.allocation.quota_exact import solve_exact
 from promokit.allocation.quota_ha import solve_ha
 from promokit.allocation.quota_manual import solve_manual
@@ -134,15 +135,21 @@ def _whole(name: str, counts: np.ndarray, funds) -> np.ndarray:
 
 def _check_hall(tolerance: np.ndarray, risk: np.ndarray, lower: np.ndarray, upper: np.ndarray, funds) -> None:
     """Fail unless counts within [L, U] can meet eqs. 3–5 (``risk_slack``), naming the types and the shortfall."""
-    hall = risk_slack(tolerance, risk, lower, upper)
-    exact = np.array_equal(lower, upper)
+    check_hall_counts(users_at_least(tolerance, np.unique(risk)), len(tolerance), risk, lower, upper, funds)
+
+
+def check_hall_counts(at_least: np.ndarray, n_users: int, risk: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                      funds) -> None:
+    """:func:`_check_hall` from the counts #{t ≥ r} per risk level of ``n_users`` users (``users_at_least``; a
+    partitioned table sums them over its parts)."""
+    hall = slack_at_levels(at_least, n_users, risk, lower, upper)
     short = np.flatnonzero(hall.slack < 0)
     if len(short):
         level = hall.levels[short[-1]]  # the riskiest level that fails: its minimums are the ones that cannot be met
         types = np.flatnonzero(risk >= level)
         need = int(lower[types].sum())
         have = need + int(hall.slack[short[-1]])
-        what, amount = ("quotas", need) if exact else ("minimums", f"at least {need}")
+        what, amount = ("quotas", need) if np.array_equal(lower, upper) else ("minimums", f"at least {need}")
         raise DataError(f"{what} of {_named(types, funds)} (risk ≥ {level:g}) cannot be met: they need {amount} "
                         f"users but only {have} users have tolerance ≥ {level:g}; short by {need - have} users "
                         f"({len(short)} risk levels fail)")
@@ -150,7 +157,7 @@ def _check_hall(tolerance: np.ndarray, risk: np.ndarray, lower: np.ndarray, uppe
     if len(crowded):
         level = hall.levels[crowded[0]]  # the safest level that fails
         below = np.flatnonzero(risk < level)
-        users = int(np.count_nonzero(tolerance < level))
+        users = n_users - int(at_least[crowded[0]])
         if len(below) == 0:
             raise DataError(f"{users} users have tolerance below {level:g}, the lowest risk of any type, so eq. 5 "
                             f"allows them none")

@@ -59,11 +59,17 @@ class QuotaProblem:
         """ETV with −inf where eq. 5 forbids the type, so an argmax never picks a forbidden type.
 
         Column-major (Fortran order): the passes over users then run over k contiguous columns."""
-        masked = np.empty(self.etv.shape, order="F")
-        for rows in row_blocks(self.n_users):
-            forbidden = self.tolerance[rows, None] < self.risk[None, :]
-            masked[rows] = np.where(forbidden, -np.inf, self.etv[rows])
-        return masked
+        return masked_etv(self.etv, self.tolerance, self.risk)
+
+
+def masked_etv(etv: np.ndarray, tolerance: np.ndarray, risk: np.ndarray) -> np.ndarray:
+    """``etv`` with −inf where eq. 5 forbids the type (t_i < r_j), in Fortran order (``QuotaProblem.masked_etv``;
+    a partitioned solve masks each part's rows the same way)."""
+    masked = np.empty(etv.shape, order="F")
+    for rows in row_blocks(len(etv)):
+        forbidden = tolerance[rows, None] < risk[None, :]
+        masked[rows] = np.where(forbidden, -np.inf, etv[rows])
+    return masked
 
 
 @dataclass
@@ -88,11 +94,23 @@ def risk_slack(tolerance: np.ndarray, risk: np.ndarray, min_users: np.ndarray,
     also the slack of every level ≤ r_j when the type's minimum is already met.
     """
     levels = np.unique(risk)
+    return slack_at_levels(users_at_least(tolerance, levels), len(tolerance), risk, min_users, max_users)
+
+
+def users_at_least(tolerance: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """#{users with t ≥ r} for each level r: all that Hall's conditions need to know of the tolerances."""
+    return np.array([np.count_nonzero(tolerance >= level) for level in levels], dtype=np.int64)
+
+
+def slack_at_levels(at_least: np.ndarray, n_users: int, risk: np.ndarray, min_users: np.ndarray,
+                    max_users: np.ndarray | None = None) -> RiskSlack:
+    """``risk_slack`` from the counts ``at_least`` = ``users_at_least(tolerance, np.unique(risk))`` of ``n_users``
+    users (summed over the parts of a partitioned table)."""
+    levels = np.unique(risk)
     upper = min_users if max_users is None else max_users
-    users_at_least = np.array([np.count_nonzero(tolerance >= level) for level in levels], dtype=np.int64)
     demand_at_least = np.array([min_users[risk >= level].sum() for level in levels], dtype=np.int64)
     places_below = np.array([upper[risk < level].sum() for level in levels], dtype=np.int64)
-    return RiskSlack(levels, users_at_least - demand_at_least, places_below - (len(tolerance) - users_at_least))
+    return RiskSlack(levels, at_least - demand_at_least, places_below - (n_users - at_least))
 
 
 def meets_bounds(counts: np.ndarray, min_users: np.ndarray, max_users: np.ndarray) -> bool:
@@ -123,6 +141,12 @@ def dual_bound(masked_etv: np.ndarray, prices: np.ndarray, min_users: np.ndarray
     integral and equals min_p D(p) (strong duality); at a minimiser p_j ≥ 0 where the max binds, p_j ≤ 0 where
     the min binds and p_j = 0 strictly between (``price_limits``).
     """
+    return user_term(masked_etv, prices) + bound_term(prices, min_users, max_users)
+
+
+def user_term(masked_etv: np.ndarray, prices: np.ndarray) -> float:
+    """Σ_i max_{j allowed} (ETV_ij − p_j), the users' part of ``dual_bound`` (a sum over users: a partitioned
+    table adds its parts' terms)."""
     total = 0.0
     for rows in row_blocks(len(masked_etv)):
         block = masked_etv[rows]
@@ -130,8 +154,13 @@ def dual_bound(masked_etv: np.ndarray, prices: np.ndarray, min_users: np.ndarray
         for j in range(1, len(prices)):
             np.maximum(best, block[:, j] - prices[j], out=best)
         total += float(best.sum())
+    return total
+
+
+def bound_term(prices: np.ndarray, min_users: np.ndarray, max_users: np.ndarray | None = None) -> float:
+    """Σ_j max(p_j·L_j, p_j·U_j), the quota rows' part of ``dual_bound`` (Σ_j d_j p_j for exact quotas)."""
     upper = min_users if max_users is None else max_users
-    return total + float(np.where(prices >= 0, upper, min_users) @ prices)
+    return float(np.where(prices >= 0, upper, min_users) @ prices)
 
 
 def price_limits(counts: np.ndarray, min_users: np.ndarray, max_users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,6 +188,12 @@ def plan_prices(masked_etv: np.ndarray, assignment: np.ndarray, start: np.ndarra
     constraints p_j − p_z ≥ lowest_j and p_z − p_j ≥ −highest_j on a zero node z; the solution is shifted so
     that p_z = 0. With no finite limit (exact quotas) there is no zero node.
     """
+    return longest_path_prices(exchange_matrix(masked_etv, assignment), start, limits)
+
+
+def exchange_matrix(masked_etv: np.ndarray, assignment: np.ndarray) -> np.ndarray:
+    """W[a, b] = max over users i given a and allowed b of (ETV_ib − ETV_ia), −inf where no user is given a
+    (``plan_prices``). A max over users: a partitioned table takes the elementwise max of its parts' matrices."""
     n_types = masked_etv.shape[1]
     exchange = np.full((n_types, n_types), -np.inf)
     for rows in row_blocks(len(masked_etv)):
@@ -171,6 +206,14 @@ def plan_prices(masked_etv: np.ndarray, assignment: np.ndarray, start: np.ndarra
         for b in range(n_types):
             gain = np.maximum.reduceat(block[order, b] - own, starts)
             exchange[present, b] = np.maximum(exchange[present, b], gain)
+    return exchange
+
+
+def longest_path_prices(exchange: np.ndarray, start: np.ndarray | None = None,
+                        limits: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """The smallest prices above ``start`` (default 0) with p_b − p_a ≥ ``exchange[a, b]`` and, with ``limits``,
+    lowest ≤ p ≤ highest: Bellman–Ford on the exchange graph (``plan_prices``)."""
+    n_types = len(exchange)
     prices = np.zeros(n_types) if start is None else np.array(start, dtype=np.float64)
     signed = limits is not None and bool(np.isfinite(np.concatenate(limits)).any())
     if signed:

@@ -24,18 +24,23 @@ max, ≤ 0 at its min, 0 strictly between. So:
 
 Every plan meets eqs. 3–5 and every bound exactly; ``upper_bound`` = D(p) ≥ the optimum, and ``gap`` ≈ 0
 certifies optimality.
+
+:class:`NestedSolver` runs these steps on a level's :class:`Users`, which make every pass over the users: in
+memory here (:class:`MemoryUsers`), or over the parts of a partitioned table in ``quota_parts``, where each pass
+is a map over the parts and only the sample, the picked users and per-part sums reach the driver.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, dual_bound, finish_plan, meets_bounds,
-                                            plan_prices, price_limits, row_blocks)
+from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, bound_term, exchange_matrix, finish_plan,
+                                            longest_path_prices, meets_bounds, plan_prices, price_limits, row_blocks,
+                                            user_term)
 from promokit.allocation.quota_exact import min_cost_flow_assignment
 
 CERTIFY_RTOL = 1e-10  # gap / objective below which float rounding, not the plan, explains the gap
@@ -43,23 +48,38 @@ CLEARING_ROUNDS = 3  # market-clearing rounds, candidates re-chosen at the new p
 SAMPLE_STREAM = 0x5155_4F54_41  # "QUOTA": the first word of the seed of the sampling stream
 
 
-def solve_prices(problem: QuotaProblem, seed: int = 0, sample_ratio: float = 10.0, base_users: int = 50_000,
-                 candidate_constant: float = 20.0, max_sweeps: int = 10, min_margin_users: int = 1000) -> QuotaPlan:
-    """Solve eqs. 1–5 by sample prices, market clearing and exact margin repair (module docstring).
+@dataclass(frozen=True)
+class PriceOptions:
+    """The tuning of ``ours`` (module docstring): sample ratio, size solved exactly, candidate fraction, sweeps of
+    market clearing, fewest users in a margin."""
+
+    sample_ratio: float = 10.0
+    base_users: int = 50_000
+    candidate_constant: float = 20.0
+    max_sweeps: int = 10
+    min_margin_users: int = 1000
+
+
+def solve_prices(problem: QuotaProblem, seed: int = 0, **options) -> QuotaPlan:
+    """Solve eqs. 1–5 by sample prices, market clearing and exact margin repair (module docstring); ``options``
+    are those of :class:`PriceOptions`.
 
     Reproducible from ``seed`` (it draws the samples). ``diagnostics["levels"]`` describes each sample size,
     smallest first; ``diagnostics["certified"]`` is True when the dual bound proves the plan optimal.
     """
-    masked = problem.masked_etv()
-    # A stream of its own: samples drawn by default_rng(seed) would coincide with data drawn from the same seed.
-    rng = np.random.default_rng([SAMPLE_STREAM, seed])
-    solver = _NestedSolver(problem.risk, rng, sample_ratio, base_users, candidate_constant, max_sweeps,
-                           min_margin_users)
-    result = solver.solve(masked, Bounds(problem.min_users, problem.max_users), problem.tolerance)
-    plan = finish_plan(problem, result.assignment, "ours", result.upper_bound, prices=result.prices.tolist(),
-                       levels=solver.levels)
-    plan.diagnostics["certified"] = _certified(result.upper_bound, plan.objective)
+    solver = NestedSolver(problem.risk, sampling_rng(seed), PriceOptions(**options))
+    users = MemoryUsers(problem.masked_etv(), problem.tolerance)
+    result = solver.solve(users, Bounds(problem.min_users, problem.max_users))
+    plan = finish_plan(problem, users.assignment(result.plan), "ours", result.upper_bound,
+                       prices=result.prices.tolist(), levels=solver.levels)
+    plan.diagnostics["certified"] = certified(result.upper_bound, plan.objective)
     return plan
+
+
+def sampling_rng(seed: int) -> np.random.Generator:
+    """The stream that draws the samples: one of its own, since samples drawn by default_rng(seed) would coincide
+    with data drawn from the same seed. Users are sampled in row order, one uniform draw each."""
+    return np.random.default_rng([SAMPLE_STREAM, seed])
 
 
 class Bounds(NamedTuple):
@@ -72,10 +92,9 @@ class Bounds(NamedTuple):
     def exact(self) -> bool:
         return np.array_equal(self.lower, self.upper)
 
-    def rest(self, fixed: np.ndarray, n_free: int) -> Bounds | None:
-        """The bounds left for ``n_free`` users once the users of ``fixed`` hold their types; None when the fixed
-        users overfill a type or the free ones are too few for the minimums left."""
-        taken = np.bincount(fixed, minlength=len(self.lower))
+    def rest(self, taken: np.ndarray, n_free: int) -> Bounds | None:
+        """The bounds left for ``n_free`` users once fixed users hold ``taken`` users of each type; None when the
+        fixed users overfill a type or the free ones are too few for the minimums left."""
         upper = self.upper - taken
         lower = np.maximum(self.lower - taken, 0)
         if upper.min() < 0 or lower.sum() > n_free:
@@ -96,50 +115,156 @@ class MarketClearing:
     met: bool           # the choices meet the quotas, with prices of the signs that make D(prices) = objective
 
 
+# ------------------------------------------------------------------------------------ the users of one level
+
+
+class Picked(NamedTuple):
+    """Some users of a level, in row order: their masked ETV rows and the types their choice gives them."""
+
+    masked: np.ndarray  # (m, k)
+    best: np.ndarray    # (m,) int64
+    counts: np.ndarray  # (k,) bincount of ``best``
+    everyone: bool      # all the level's users
+    who: object         # which users, in the form their ``Users`` understands (a mask, positions per part)
+
+    @property
+    def count(self) -> int:
+        return len(self.best)
+
+
+class Plan(NamedTuple):
+    """Every user at its best type of ``choice`` (``Users.choose``), except the ``picked`` users at ``types``."""
+
+    choice: object
+    picked: Picked | None = None
+    types: np.ndarray | None = None
+
+    def counts(self) -> np.ndarray:
+        counts = self.choice.counts
+        if self.picked is None:
+            return counts
+        return counts - self.picked.counts + np.bincount(self.types, minlength=len(counts))
+
+
+class Users(Protocol):
+    """The users one level of the solver works on, and every pass it makes over them: in memory
+    (:class:`MemoryUsers`) or spread over the parts of a table (``quota_parts``). A choice (``choose``) is each
+    user's best type at some prices with the gap to its second best; everything the solver reads of it is its
+    ``counts`` and what ``smallest``, ``measure`` and ``exchange`` return."""
+
+    n_users: int
+
+    def sample(self, rng: np.random.Generator, ratio: float) -> tuple[np.ndarray, np.ndarray]:
+        """The masked ETV rows and tolerances of the users for which ``rng.random() < 1 / ratio``, one draw a user
+        in row order."""
+
+    def everyone(self):
+        """A choice in which every user is tied (gap 0), so that ``smallest`` picks them all."""
+
+    def choose(self, prices: np.ndarray):
+        """Each user's best type by ETV − p (lowest index on ties) and its gap to the second best (``best_and_gap``);
+        the result has ``counts``, the users per type."""
+
+    def smallest(self, choice, fraction: float) -> Picked:
+        """The ⌈fraction·n⌉ users with the smallest gaps of ``choice``, with any ties of the largest (``smallest``)."""
+
+    def measure(self, plan: Plan, prices: np.ndarray, exchange: bool = False) -> tuple[float, float]:
+        """(``user_term`` at ``prices``, Σ masked ETV of the plan); ``exchange``: ``exchange(plan)`` may follow."""
+
+    def exchange(self, plan: Plan) -> np.ndarray:
+        """``exchange_matrix`` of the plan's assignment."""
+
+
+class MemoryUsers:
+    """A level's users held in memory: their masked ETV (−inf where eq. 5 forbids) and tolerances."""
+
+    def __init__(self, masked: np.ndarray, tolerance: np.ndarray):
+        self.masked, self.tolerance = masked, tolerance
+        self.n_users, self.n_types = masked.shape
+
+    def sample(self, rng, ratio):
+        sample = np.flatnonzero(rng.random(self.n_users) < 1 / ratio)
+        return self.masked[sample], self.tolerance[sample]
+
+    def everyone(self) -> MemoryChoice:
+        return self._choice(np.zeros(self.n_users, dtype=np.int64), np.zeros(self.n_users))
+
+    def choose(self, prices) -> MemoryChoice:
+        return self._choice(*best_and_gap(self.masked, prices))
+
+    def smallest(self, choice: MemoryChoice, fraction) -> Picked:
+        mask = smallest(choice.gap, fraction)
+        best = choice.best[mask]
+        return Picked(self.masked[mask], best, np.bincount(best, minlength=self.n_types), bool(mask.all()), mask)
+
+    def measure(self, plan: Plan, prices, exchange=False) -> tuple[float, float]:
+        assignment = self.assignment(plan)
+        return user_term(self.masked, prices), float(np.take_along_axis(self.masked, assignment[:, None], axis=1).sum())
+
+    def exchange(self, plan: Plan) -> np.ndarray:
+        return exchange_matrix(self.masked, self.assignment(plan))
+
+    def assignment(self, plan: Plan) -> np.ndarray:
+        if plan.picked is None:
+            return plan.choice.best
+        assignment = plan.choice.best.copy()
+        assignment[plan.picked.who] = plan.types
+        return assignment
+
+    def _choice(self, best, gap) -> MemoryChoice:
+        return MemoryChoice(best, gap, np.bincount(best, minlength=self.n_types))
+
+
+class MemoryChoice(NamedTuple):
+    best: np.ndarray
+    gap: np.ndarray
+    counts: np.ndarray
+
+
+# ------------------------------------------------------------------------------------------------ the solver
+
+
 @dataclass
-class _PricedPlan:
-    assignment: np.ndarray
+class PricedPlan:
+    plan: Plan
     prices: np.ndarray
     upper_bound: float  # D(prices)
 
 
-class _NestedSolver:
-    def __init__(self, risk, rng, sample_ratio, base_users, candidate_constant, max_sweeps, min_margin_users):
-        self.risk, self.rng = risk, rng
-        self.sample_ratio, self.base_users = sample_ratio, base_users
-        self.candidate_constant, self.max_sweeps = candidate_constant, max_sweeps
-        self.min_margin_users = min_margin_users
+class NestedSolver:
+    """Steps 1–4 of the module docstring on one level's ``Users``, the sample levels below it in memory."""
+
+    def __init__(self, risk: np.ndarray, rng: np.random.Generator, options: PriceOptions = PriceOptions()):
+        self.risk, self.rng, self.options = risk, rng, options
         self.levels: list[dict] = []  # one entry per sample size, smallest first
 
-    def solve(self, masked, bounds: Bounds, tolerance) -> _PricedPlan:
+    def solve(self, users: Users, bounds: Bounds) -> PricedPlan:
         start = time.perf_counter()
-        n_users = len(masked)
+        options, n_users = self.options, users.n_users
         log = {"users": n_users}
-        if n_users <= self.base_users:
-            result = self._repair(masked, bounds, np.zeros(n_users, dtype=np.int64), np.zeros(n_users),
-                                  np.zeros(len(bounds.lower)), 1.0, log)
+        if n_users <= options.base_users:
+            result = self._repair(users, bounds, users.everyone(), np.zeros(len(bounds.lower)), 1.0, log)
         else:
-            sample = np.flatnonzero(self.rng.random(n_users) < 1 / self.sample_ratio)
-            prices = self.solve(masked[sample], self._sample_bounds(bounds, n_users, tolerance[sample]),
-                                tolerance[sample]).prices
-            fraction = self.candidate_constant / np.sqrt(max(len(sample), 1))
-            best, gap = _best_and_gap(masked, prices)
+            masked, tolerance = users.sample(self.rng, options.sample_ratio)
+            prices = self.solve(MemoryUsers(masked, tolerance), self._sample_bounds(bounds, n_users, tolerance)).prices
+            fraction = options.candidate_constant / np.sqrt(max(len(masked), 1))
+            choice = users.choose(prices)
             log.update(candidates=[], sweeps=[])
             for _ in range(CLEARING_ROUNDS):
-                best, prices, met = self._clear(masked, bounds, best, gap, prices, fraction, log)
-                result = _certify(masked, bounds, best, prices)
+                cleared, prices, met = self._clear(users, bounds, choice, prices, fraction, log)
+                result = _certify(users, bounds, cleared, prices)
                 if result is not None:
                     break
                 # a user outside the candidates should move at the new prices, or clearing left ties unmet
-                best, gap = _best_and_gap(masked, prices)
-                result = _certify(masked, bounds, best, prices)
+                choice = users.choose(prices)
+                result = _certify(users, bounds, Plan(choice), prices)
                 if result is not None or not met:  # another round cannot settle what clearing could not
                     break
             if result is None:
-                excess = bounds.excess(np.bincount(best, minlength=len(bounds.lower)))
+                excess = bounds.excess(choice.counts)
                 log["excess_users"] = excess
-                margin_users = max(self.min_margin_users, 8 * excess)
-                result = self._repair(masked, bounds, best, gap, prices, margin_users / n_users, log)
+                margin_users = max(options.min_margin_users, 8 * excess)
+                result = self._repair(users, bounds, choice, prices, margin_users / n_users, log)
         log["seconds"] = round(time.perf_counter() - start, 3)
         self.levels.append(log)
         return result
@@ -150,24 +275,22 @@ class _NestedSolver:
             return Bounds(scaled, scaled)
         return sample_bounds(bounds, n_users, tolerance, self.risk)
 
-    def _clear(self, masked, bounds: Bounds, best, gap, prices, fraction, log):
+    def _clear(self, users: Users, bounds: Bounds, choice, prices, fraction, log) -> tuple[Plan, np.ndarray, bool]:
         """Market-clear the prices on the ``fraction`` of users nearest indifference (more if the others alone
-        overfill a type or leave too few for the minimums), every other user fixed at ``best``: (new best types,
-        new prices, quotas met)."""
-        candidates = _smallest(gap, fraction)
-        while (rest := bounds.rest(best[~candidates], int(candidates.sum()))) is None:
-            candidates = _smallest(gap, 2 * candidates.mean())
-        cleared = market_clearing(masked[candidates], rest.lower, prices, self.max_sweeps, rest.upper)
-        best = best.copy()
-        best[candidates] = cleared.choice
-        log["candidates"].append(int(candidates.sum()))
+        overfill a type or leave too few for the minimums), every other user fixed at its choice: (the plan,
+        the new prices, quotas met)."""
+        candidates = users.smallest(choice, fraction)
+        while (rest := bounds.rest(choice.counts - candidates.counts, candidates.count)) is None:
+            candidates = users.smallest(choice, 2 * (candidates.count / users.n_users))
+        cleared = market_clearing(candidates.masked, rest.lower, prices, self.options.max_sweeps, rest.upper)
+        log["candidates"].append(candidates.count)
         log["sweeps"].append(cleared.sweeps)
-        return best, cleared.prices, cleared.met
+        return Plan(choice, candidates, cleared.choice), cleared.prices, cleared.met
 
-    def _repair(self, masked, bounds: Bounds, best, gap, prices, fraction, log) -> _PricedPlan:
-        """Keep every user at ``best`` (its best type at ``prices``) except a margin, the ``fraction`` smallest
-        gaps, that gets the remaining quotas by min-cost flow; certify; widen the margin 4× until certified
-        (a margin of every user is the exact solver, accepted as is).
+    def _repair(self, users: Users, bounds: Bounds, choice, prices, fraction, log) -> PricedPlan:
+        """Keep every user at its ``choice`` (its best type at ``prices``) except a margin, the ``fraction``
+        smallest gaps, that gets the remaining quotas by min-cost flow; certify; widen the margin 4× until
+        certified (a margin of every user is the exact solver, accepted as is).
 
         The certificate first tries ``prices`` lifted just enough to suit the margin users (cheap: the others
         already prefer their type at ``prices``), then the prices of the whole plan; either within the sign
@@ -175,33 +298,33 @@ class _NestedSolver:
         log["margin_attempts"] = 0
         while True:
             log["margin_attempts"] += 1
-            margin = _smallest(gap, fraction)
-            rest = bounds.rest(best[~margin], int(margin.sum()))
-            flow = min_cost_flow_assignment(masked[margin], *rest) if rest is not None else None
-            if flow is None and margin.all():  # sample bounds are kept feasible, so this is a bug
+            margin = users.smallest(choice, fraction)
+            rest = bounds.rest(choice.counts - margin.counts, margin.count)
+            flow = min_cost_flow_assignment(margin.masked, *rest) if rest is not None else None
+            if flow is None and margin.everyone:  # sample bounds are kept feasible, so this is a bug
                 raise RuntimeError(f"quotas {bounds.lower.tolist()}..{bounds.upper.tolist()} are infeasible for "
-                                   f"{len(masked)} users")
+                                   f"{users.n_users} users")
             if flow is not None:
-                assignment = best.copy()
-                assignment[margin] = flow.assignment
-                limits = price_limits(np.bincount(assignment, minlength=len(bounds.lower)), *bounds)
-                result = (_certify(masked, bounds, assignment,
-                                   plan_prices(masked[margin], flow.assignment, prices, limits))
-                          or _certify(masked, bounds, assignment, plan_prices(masked, assignment, limits=limits),
-                                      accept=margin.all()))
+                plan = Plan(choice, margin, flow.assignment)
+                limits = price_limits(plan.counts(), *bounds)
+                result = (_certify(users, bounds, plan, plan_prices(margin.masked, flow.assignment, prices, limits),
+                                   exchange=True)
+                          or _certify(users, bounds, plan, longest_path_prices(users.exchange(plan), limits=limits),
+                                      accept=margin.everyone))
                 if result is not None:
-                    log["margin_users"] = int(margin.sum())
+                    log["margin_users"] = margin.count
                     return result
             fraction *= 4
 
 
-def _certify(masked, bounds: Bounds, assignment, prices, accept: bool = False) -> _PricedPlan | None:
+def _certify(users: Users, bounds: Bounds, plan: Plan, prices, accept: bool = False,
+             exchange: bool = False) -> PricedPlan | None:
     """The plan with its dual bound if it meets the quotas and D(prices) proves it optimal (or ``accept``)."""
-    if not meets_bounds(np.bincount(assignment, minlength=len(bounds.lower)), *bounds):
+    if not meets_bounds(plan.counts(), *bounds):
         return None
-    bound = dual_bound(masked, prices, *bounds)
-    objective = float(np.take_along_axis(masked, assignment[:, None], axis=1).sum())
-    return _PricedPlan(assignment, prices, bound) if accept or _certified(bound, objective) else None
+    term, objective = users.measure(plan, prices, exchange)
+    bound = term + bound_term(prices, *bounds)
+    return PricedPlan(plan, prices, bound) if accept or certified(bound, objective) else None
 
 
 def market_clearing(masked: np.ndarray, min_users: np.ndarray, prices: np.ndarray, max_sweeps: int,
@@ -259,7 +382,7 @@ def _clears(counts: np.ndarray, prices: np.ndarray, lower: np.ndarray, upper: np
                                                        and np.all((prices >= 0) | (counts == lower)))
 
 
-def _best_and_gap(masked: np.ndarray, prices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def best_and_gap(masked: np.ndarray, prices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each user's best type by ETV − p (lowest index on ties) and the gap to its second best (+inf when
     a single type is allowed), by a running top-2 over the k columns."""
     best = np.zeros(len(masked), dtype=np.int64)
@@ -319,7 +442,7 @@ def sample_bounds(bounds: Bounds, n_users: int, tolerance: np.ndarray, risk: np.
     return Bounds(lower, upper)
 
 
-def _smallest(values: np.ndarray, fraction: float) -> np.ndarray:
+def smallest(values: np.ndarray, fraction: float) -> np.ndarray:
     """Mask of the ⌈fraction·n⌉ smallest values (with any ties of the largest of them): none at 0, all at 1."""
     count = int(np.ceil(fraction * len(values)))
     if count <= 0 or count >= len(values):
@@ -327,5 +450,5 @@ def _smallest(values: np.ndarray, fraction: float) -> np.ndarray:
     return values <= np.partition(values, count - 1)[count - 1]
 
 
-def _certified(bound: float, objective: float) -> bool:
+def certified(bound: float, objective: float) -> bool:
     return bound - objective <= CERTIFY_RTOL * max(abs(objective), np.finfo(float).tiny)
