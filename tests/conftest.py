@@ -92,3 +92,14 @@ def spoil(column, row, value):
         frame.loc[row, column] = value
         return frame
     return edit
+
+
+def write_parts(table: pd.DataFrame, folder: Path, sizes: list[int]) -> Path:
+    """``table`` cut in order into Parquet parts of ``sizes`` rows (0: an empty part) in a new ``folder``."""
+    folder.mkdir(parents=True)
+    start = 0
+    for k, size in enumerate(sizes):
+        table.iloc[start:start + size].to_parquet(folder / f"part-{k:05d}.parquet", index=False)
+        start += size
+    assert start == len(table)
+    return folder

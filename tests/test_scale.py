@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from conftest import make_impressions
+from conftest import make_impressions, write_parts
 from promokit.cli import app
 from promokit.conversion.estimator import ConversionModel
 from promokit.data import DataError
@@ -22,16 +22,6 @@ runner = CliRunner()
 
 def _invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
-
-
-def _write_parts(table: pd.DataFrame, folder: Path, sizes: list[int]) -> Path:
-    folder.mkdir(parents=True)
-    start = 0
-    for k, size in enumerate(sizes):
-        table.iloc[start:start + size].to_parquet(folder / f"part-{k:05d}.parquet", index=False)
-        start += size
-    assert start == len(table)
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +53,7 @@ def test_a_directory_lists_its_parts_in_path_order_skipping_hidden_files(tmp_pat
 
 
 def test_a_bad_part_is_named_in_the_error(tmp_path, impressions, model_dir):
-    parts = _write_parts(impressions, tmp_path / "in", [2000, 2000])
+    parts = write_parts(impressions, tmp_path / "in", [2000, 2000])
     spoiled = impressions.iloc[2000:].copy()
     spoiled.iloc[7, spoiled.columns.get_loc("price")] = np.inf
     spoiled.to_parquet(parts / "part-00001.parquet", index=False)
@@ -160,7 +150,7 @@ def test_a_worker_that_dies_is_retried_and_the_result_is_unchanged(ray_cluster, 
 def test_partitioned_predict_equals_the_one_file_predict_part_by_part(tmp_path, impressions, model_dir):
     whole = tmp_path / "whole.parquet"
     impressions.to_parquet(whole, index=False)
-    parts = _write_parts(impressions, tmp_path / "in", [1500, 0, 1000, 1500])  # an empty partition too
+    parts = write_parts(impressions, tmp_path / "in", [1500, 0, 1000, 1500])  # an empty partition too
     assert _invoke("conversion", "predict", "--model", model_dir, "--data", whole, "--out",
                    tmp_path / "whole_out.parquet").exit_code == 0
     result = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "out")
@@ -177,7 +167,7 @@ def test_partitioned_predict_equals_the_one_file_predict_part_by_part(tmp_path, 
 
 
 def test_ray_predict_equals_local_predict(ray_cluster, tmp_path, impressions, model_dir):
-    parts = _write_parts(impressions, tmp_path / "in", [1000, 1000, 1000, 1000])
+    parts = write_parts(impressions, tmp_path / "in", [1000, 1000, 1000, 1000])
     local = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "local")
     assert local.exit_code == 0, local.output
     on_ray = _invoke("conversion", "predict", "--model", model_dir, "--data", parts, "--out", tmp_path / "ray",
@@ -200,7 +190,7 @@ def test_ray_budget_allocation_equals_the_local_one(ray_cluster, tmp_path):
     instance = make_budget_instance(60_000, seed=3)
     table = pd.DataFrame({"user_id": np.arange(60_000),
                           **{f"score_{v:g}": instance.scores[:, j] for j, v in enumerate(instance.levels)}})
-    parts = _write_parts(table, tmp_path / "scores", [20_000, 0, 5_000, 15_000, 12_000, 8_000])
+    parts = write_parts(table, tmp_path / "scores", [20_000, 0, 5_000, 15_000, 12_000, 8_000])
     reports = {}
     for engine in ("local", "ray"):
         result = _invoke("allocate", "budget", "--scores", parts, "--ratio", 3, "--out", tmp_path / engine,

@@ -110,34 +110,54 @@ def _training(params, min_count, **flags):
     return training_options(DEFAULT_TRAIN, params, min_count, **flags)
 
 
+TrainDataOpt = Annotated[Path, typer.Option("--data", help="Impression table: CSV or Parquet, or a directory or glob "
+                                            "of Parquet parts (trained part by part, never read whole).")]
+
+
 @app.command()
-def train(data: DataOpt,
+def train(data: TrainDataOpt,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "esm2",
           spec: SpecOpt = None,
-          valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table for early stopping.")] = None,
+          valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table for early stopping (a file, or parts with partitioned --data).")] = None,
           valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = 0.1,
           valid_split: ValidSplitOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = False,
-          resume: ResumeOpt = False, micro_behaviors: MicroOpt = None):
-    """Fit a model on an impression table and write it as a model directory."""
+          resume: ResumeOpt = False, micro_behaviors: MicroOpt = None,
+          engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+    """Fit a model on an impression table and write it as a model directory.
+
+    With --data a directory or glob of Parquet parts, or with --engine ray, the network trains over the parts
+    without reading the table whole: the vocabulary is counted part by part, then the model trains part by part in
+    this process (--engine local) or data-parallel on --workers Ray Train workers (--engine ray; DDP, batch size
+    the global batch). Validation rows are then a seeded random share of each part (about --valid-fraction), the
+    latest rows by time, or --valid."""
     with user_errors():
         from promokit.conversion import ConversionModel
-        from promokit.data import read_table
+        from promokit.scale.parts import is_partitioned, read_parts
 
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
                                          weight_decay=weight_decay, seed=seed)
         estimator = ConversionModel(model, model_params, config, _spec(spec, micro_behaviors), repair_labels)
-        table = read_table(data)
-        estimator.fit(table, read_table(valid) if valid else None, valid_fraction, checkpoint_dir(out), resume,
-                      valid_split)
+        console = get_console()
+        partitioned = is_partitioned(data) or (valid is not None and is_partitioned(valid))
+        if engine == "local" and (not partitioned or not estimator.trains_by_epochs):
+            if partitioned:
+                console.print(f"note: model {model!r} is fitted on the whole table, not by epochs over its parts: "
+                              "the parts are read into one frame")
+            estimator.fit(read_parts(data), read_parts(valid) if valid else None, valid_fraction,
+                          checkpoint_dir(out), resume, valid_split)
+        else:
+            from promokit.scale.train import fit_parts
+
+            fit_parts(estimator, data, engine, address, workers, valid, valid_fraction, valid_split,
+                      checkpoint_dir(out), resume)
         estimator.save(out)
         report = estimator.report
-        console = get_console()
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
         finish_training(out, report.history)

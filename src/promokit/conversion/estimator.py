@@ -113,17 +113,7 @@ class ConversionModel:
         by ``valid_split``: ``"time:<column>"`` (the latest rows) or ``"random"``; by default the latest rows by
         the spec's ``time_key`` when it names one, else random rows. ``on_epoch`` is passed to
         :meth:`Trainer.fit` (neural models)."""
-        spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
-        check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
-        if self.uses_micro and not spec.micro_behaviors:
-            raise DataError(f"model {self.name!r} learns from micro-behaviour labels, and the table of {len(table)} "
-                            "rows has none declared: name its 0/1 post-click columns in the spec (micro_behaviors: "
-                            "[cart, favorite, …]) or with --micro-behaviors")
-        needed = [role for role in self.model_class.labels if role not in spec.labels and role != "micro"]
-        if needed:
-            raise DataError(f"model {self.name!r} needs the {needed} label(s), which the table of {len(table)} rows "
-                            f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
-        self.spec = spec
+        spec = self.spec = self._resolve(table)
         seed_everything(self.train_config.seed)
         labels, label_report = self._labels(table)
         valid_labels = None
@@ -159,6 +149,95 @@ class ConversionModel:
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.params})
             self.net.fit(train_x, labels, valid_part)
         return self
+
+    def _resolve(self, table: pd.DataFrame) -> FeatureSpec:
+        """The spec resolved against ``table`` (a training table, or one part of it), checked for this model."""
+        spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
+        check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
+        if self.uses_micro and not spec.micro_behaviors:
+            raise DataError(f"model {self.name!r} learns from micro-behaviour labels, and the table of {len(table)} "
+                            "rows has none declared: name its 0/1 post-click columns in the spec (micro_behaviors: "
+                            "[cart, favorite, …]) or with --micro-behaviors")
+        needed = [role for role in self.model_class.labels if role not in spec.labels and role != "micro"]
+        if needed:
+            raise DataError(f"model {self.name!r} needs the {needed} label(s), which the table of {len(table)} rows "
+                            f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
+        return spec
+
+    # ---- Training over a table's parts (promokit.scale.train): what fit does, from sums over the parts. The spec is
+    # resolved on one part (``_resolve``), the encoder built by TableEncoder.from_counts, the labels checked and
+    # summed here part by part; the network trains on tensors of one part at a time.
+
+    @property
+    def trains_by_epochs(self) -> bool:
+        """A network trained by epochs of mini-batches (not solved like LR, nor a GBDT): what trains over parts."""
+        return self.is_neural and not hasattr(self.model_class, "solve")
+
+    def label_counts(self, table: pd.DataFrame) -> dict:
+        """The label sums of one part's training rows that :meth:`fit_counts` needs (the learnability checks of
+        ``fit`` and GMCM's PMG prior), with the rows repaired; the part's labels are checked as ``fit`` checks
+        them."""
+        labels, report = self._labels(table)
+        click = labels["click"] == 1
+        counts = {"rows": len(table), "click": int(click.sum()), "purchase": int(labels["purchase"][click].sum()),
+                  "repaired": dict(report.repaired)}
+        if "daction" in labels:
+            counts["daction"] = int(labels["daction"][click].sum())
+        if "micro" in labels:
+            fired = labels["micro"][click].astype(np.float64)
+            counts["micro"] = fired.sum(axis=0)
+            counts["concurrence"] = fired.T @ fired
+        return counts
+
+    def fit_counts(self, encoder: TableEncoder, counts: list[dict], valid_counts: list[dict]) -> None:
+        """Become what :meth:`fit` makes before the network trains, from the training rows' ``encoder`` (built from
+        the parts' counts) and the :meth:`label_counts` of every training and validation part: the same errors and
+        warnings, the PMG prior, the report."""
+        n = sum(c["rows"] for c in counts)
+        clicks, purchases = sum(c["click"] for c in counts), sum(c["purchase"] for c in counts)
+        columns = self.spec.labels
+        if clicks in (0, n):
+            raise DataError(f"label {columns['click']!r} (click) is {int(clicks > 0)} on all {n} training rows: CTR "
+                            "needs clicked and unclicked impressions")
+        if purchases in (0, clicks):
+            raise DataError(f"label {columns['purchase']!r} (purchase) is {int(purchases > 0)} on all {clicks} "
+                            f"clicked rows of the {n} training rows: CVR needs clicked rows with and without a "
+                            "purchase")
+        fired = {columns["daction"]: sum(c["daction"] for c in counts)} if "daction" in counts[0] else {}
+        if self.spec.micro_behaviors:
+            micro = sum(c["micro"] for c in counts)
+            fired.update({name: int(micro[j]) for j, name in enumerate(self.spec.micro_behaviors)})
+            concurrence = sum(c["concurrence"] for c in counts)
+            np.fill_diagonal(concurrence, 0.0)  # as promokit.conversion.pmg.concurrence_probability
+            totals = concurrence.sum(axis=1, keepdims=True)
+            self.pmg = np.divide(concurrence, totals, out=np.zeros_like(concurrence), where=totals > 0)
+        for column, count in fired.items():
+            if count in (0, clicks):
+                warnings.warn(f"label {column!r} is {int(count > 0)} on all {clicks} clicked training rows: it teaches "
+                              "nothing and its AUC is undefined", stacklevel=2)
+        monitor = self.train_config.monitor
+        if monitor != "loss":  # the check _metrics makes on the validation tensors, from their counts
+            if not valid_counts:
+                raise DataError(f"monitor {monitor!r} needs validation rows; give --valid or a valid fraction > 0")
+            _, label, given = MONITORS[monitor]
+            rows = sum(c["click"] if given else c["rows"] for c in valid_counts)
+            positives = sum(c[label] for c in valid_counts)  # purchases happen on clicked rows only
+            if not 0 < positives < rows:
+                raise DataError(f"monitor {monitor!r} needs both classes of {label!r} among the {rows} validation rows"
+                                f"{' with ' + given + ' = 1' if given else ''}; they have {positives} positives "
+                                "(monitor 'loss', or validate on more rows)")
+        repaired: dict[str, int] = {}
+        for c in [*counts, *valid_counts]:
+            for role, k in c["repaired"].items():
+                repaired[role] = repaired.get(role, 0) + k
+        self.encoder = encoder
+        self.report = FitReport(n_train=n, n_valid=sum(c["rows"] for c in valid_counts),
+                                labels=LabelReport(repaired))
+
+    def part_tensors(self, table: pd.DataFrame) -> dict[str, torch.Tensor]:
+        """The network's input and labels for the rows of ``table`` (one part), with the fitted encoder."""
+        labels, _ = self._labels(table)
+        return _tensors(self.encoder.transform(table), labels)
 
     @property
     def uses_micro(self) -> bool:

@@ -37,6 +37,29 @@ class CategoryEncoder:
         kept = counts.index[counts >= min_count]
         return cls(sorted(int(v) for v in kept) if kind == "int" else sorted(str(v) for v in kept), kind)
 
+    @staticmethod
+    def count(series: pd.Series) -> tuple[pd.Series, np.ndarray]:
+        """The distinct values of ``series`` in its own dtype (a missing value included) and how often each
+        occurs: one part's share of a vocabulary, which :meth:`from_counts` adds up over a table's parts."""
+        codes, _ = pd.factorize(series, use_na_sentinel=False)
+        _, first = np.unique(codes, return_index=True)
+        return series.iloc[first].reset_index(drop=True), np.bincount(codes, minlength=len(first)).astype(np.int64)
+
+    @classmethod
+    def from_counts(cls, counts: list[tuple[pd.Series, np.ndarray]], min_count: int = 1) -> CategoryEncoder:
+        """The encoder :meth:`fit` builds on the concatenation of the parts whose :meth:`count` ``counts`` are: the
+        values of every part joined as pandas joins the columns (so the kind, int or str, is the concatenated
+        column's), made canonical, and their counts summed per canonical value."""
+        values = pd.concat([v for v, _ in counts], ignore_index=True) if counts else pd.Series([], dtype="int64")
+        kind = "int" if pd.api.types.is_integer_dtype(values) and not pd.api.types.is_bool_dtype(values) else "str"
+        canonical = _canonical(values, kind)
+        known = canonical.notna().to_numpy()
+        frame = pd.DataFrame({"value": canonical[known].to_numpy(),
+                              "count": np.concatenate([c for _, c in counts] or [np.zeros(0, np.int64)])[known]})
+        totals = frame.groupby("value", sort=False)["count"].sum()
+        kept = totals.index[totals.to_numpy() >= min_count]
+        return cls(sorted(int(v) for v in kept) if kind == "int" else sorted(str(v) for v in kept), kind)
+
     @property
     def cardinality(self) -> int:
         """Number of embedding rows: the vocabulary plus the OOV slot."""
@@ -78,6 +101,37 @@ class NumericEncoder:
             raise DataError(f"numeric column {series.name!r} has no finite value in {len(series)} rows")
         std = float(finite.std())
         return cls(float(finite.mean()), std if std > 0 else 1.0, bool(finite.size < values.size), squash)
+
+    @staticmethod
+    def moments(series: pd.Series) -> tuple[int, int, float, float]:
+        """(rows, finite values, their mean, their sum of squared deviations): one part's share of the encoder,
+        which :meth:`from_moments` combines over a table's parts."""
+        values = _as_float(series)
+        finite = values[np.isfinite(values)]
+        if finite.size == 0:
+            return int(values.size), 0, 0.0, 0.0
+        mean = float(finite.mean())
+        return int(values.size), int(finite.size), mean, float(np.square(finite - mean).sum())
+
+    @classmethod
+    def from_moments(cls, name: str, moments: list[tuple[int, int, float, float]],
+                     squash: bool = True) -> NumericEncoder:
+        """The encoder :meth:`fit` builds on the concatenation of the parts whose :meth:`moments` these are (mean
+        and standard deviation combined by Chan et al.'s pairwise update: equal to one pass over all rows to
+        rounding)."""
+        rows, n, mean, m2 = 0, 0, 0.0, 0.0
+        for part_rows, part_n, part_mean, part_m2 in moments:
+            rows += part_rows
+            if part_n == 0:
+                continue
+            delta, total = part_mean - mean, n + part_n
+            mean += delta * part_n / total
+            m2 += part_m2 + delta * delta * n * part_n / total
+            n = total
+        if n == 0:
+            raise DataError(f"numeric column {name!r} has no finite value in {rows} rows")
+        std = float(np.sqrt(m2 / n))
+        return cls(mean, std if std > 0 else 1.0, bool(n < rows), squash)
 
     @property
     def width(self) -> int:
@@ -127,6 +181,26 @@ class TableEncoder:
         check_numeric_columns(frame, spec.numeric)
         return cls({name: CategoryEncoder.fit(frame[name], spec.min_count) for name in spec.categorical},
                    {name: NumericEncoder.fit(frame[name], squash_numeric) for name in spec.numeric})
+
+    @staticmethod
+    def count(frame: pd.DataFrame, spec: FeatureSpec) -> dict:
+        """One part's share of the encoders of ``spec``: the value counts of each categorical feature and the
+        moments of each numeric one (after checking them). :meth:`from_counts` adds the shares of a table's parts up
+        into the encoders :meth:`fit` builds on the whole table; a share holds the part's distinct values, never its
+        rows."""
+        check_numeric_columns(frame, spec.numeric)
+        return {"categorical": {name: CategoryEncoder.count(frame[name]) for name in spec.categorical},
+                "numeric": {name: NumericEncoder.moments(frame[name]) for name in spec.numeric}}
+
+    @classmethod
+    def from_counts(cls, shares: list[dict], spec: FeatureSpec, squash_numeric: bool = True) -> TableEncoder:
+        """The encoders of ``spec`` from the :meth:`count` of every part of a table, in the parts' order: the same
+        vocabularies as :meth:`fit` on the parts' concatenation (``spec.min_count`` applies to the summed counts),
+        the same means and deviations to rounding."""
+        return cls({name: CategoryEncoder.from_counts([s["categorical"][name] for s in shares], spec.min_count)
+                    for name in spec.categorical},
+                   {name: NumericEncoder.from_moments(name, [s["numeric"][name] for s in shares], squash_numeric)
+                    for name in spec.numeric})
 
     @property
     def cardinalities(self) -> list[int]:

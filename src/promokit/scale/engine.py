@@ -85,7 +85,7 @@ class RayEngine:
                 if address:
                     ray.init(address=address, log_to_driver=False)
                 else:
-                    ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+                    ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise DataError(f"cannot start or reach the Ray cluster{f' at {address}' if address else ''}: "
                                 f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None

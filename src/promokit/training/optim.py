@@ -25,7 +25,11 @@ class LazyWeightDecay:
       so the forward sees exactly the values dense decay would have produced (tables must be read by calling
       their module, as every promokit model does);
     - :meth:`flush` brings every row up to date (the Trainer calls it at the end of each epoch, before the
-      model is validated or saved).
+      model is validated or saved);
+    - :meth:`step` first brings up to date the rows of the gradient that the step will update. In one process
+      they are the rows the batch read, already up to date; under data-parallel training the gradient is
+      averaged over the workers and holds the rows every worker read, some of which this worker did not, and
+      each must be decayed before its update as on the worker that read it, or the replicas drift apart.
 
     With plain SGD this reproduces dense SGD followed by ``w *= 1 - lr·λ`` at every step (up to rounding);
     with SparseAdam it is SparseAdam plus decoupled decay. Rows never read still decay, at the next flush, as
@@ -77,6 +81,10 @@ class LazyWeightDecay:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self) -> None:
+        for k, module in enumerate(self.modules):  # rows updated without having been read here: see below
+            grad = module.weight.grad
+            if grad is not None and grad.is_sparse:
+                self._catch_up(k, grad._indices().reshape(-1))
         self.optimizer.step()
         for k, module in enumerate(self.modules):
             if module.weight.grad is not None:  # as AdamW, a table without a gradient this step does not decay

@@ -11,7 +11,7 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -149,82 +149,44 @@ class Trainer:
 
     def _fit(self, model, optimizers, train, valid, resume, metrics, on_epoch) -> History:
         cfg = self.config
-        history, best_state, bad_epochs, start = History(monitor=cfg.monitor), None, 0, 0
+        loop = EpochLoop(cfg, validated=valid is not None)
         if resume and self.checkpoint_dir and (self.checkpoint_dir / CHECKPOINT).exists():
-            state = torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True)
-            model.load_state_dict(state["model"])
-            for opt, opt_state in zip(optimizers, state["optimizers"]):
-                opt.load_state_dict(opt_state)
-            history = History(**state["history"])
-            best_state, bad_epochs, start = state["best_state"], state["bad_epochs"], state["epoch"] + 1
-        maximise = valid is not None and cfg.monitor != "loss"  # a metric; losses are minimised
-        key = f"valid_{cfg.monitor}" if maximise else "valid_loss" if valid is not None else "train_loss"
-        sign = 1.0 if maximise else -1.0
+            loop.restore(torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True), model, optimizers)
         with progress_display(cfg.progress) as progress:
             try:
-                for epoch in range(start, cfg.epochs):
+                for epoch in loop.epochs():
                     record = self._train_epoch(model, optimizers, train, epoch, progress)
                     if valid is not None:
                         record.update(self._validate(model, valid, metrics))
-                    history.epochs.append(record)
-                    if on_epoch is not None:
-                        on_epoch(epoch, record)
-                    if history.best_epoch < 0 or sign * record[key] > sign * history.best_score:
-                        history.best_score, history.best_epoch, bad_epochs = record[key], epoch, 0
-                        best_state = copy.deepcopy(model.state_dict())
-                    else:
-                        bad_epochs += 1
-                    self._save_checkpoint(model, optimizers, history, best_state, bad_epochs, epoch)
-                    if valid is not None and bad_epochs >= cfg.patience:
-                        history.stopped = "early_stopping"
+                    stop = loop.end_epoch(record, model, on_epoch)
+                    if self.checkpoint_dir is not None:
+                        self._save_checkpoint(loop.checkpoint(model, optimizers, epoch))
+                    if stop:
                         break
             except KeyboardInterrupt:
-                history.stopped = "interrupted"
-                _flush(optimizers)  # a half-done epoch's rows, for a model interrupted before its first best
-        if best_state is not None:
-            model.load_state_dict(best_state)
-        model.eval()
-        return history
+                loop.history.stopped = "interrupted"
+                flush_optimizers(optimizers)  # a half-done epoch's rows, for a model interrupted before its first best
+        return loop.finish(model)
 
     def _train_epoch(self, model, optimizers, train: Batch, epoch: int, progress) -> dict:
         cfg = self.config
         model.train()
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr * cfg.lr_decay ** epoch
-        torch.manual_seed(cfg.seed * 100_003 + epoch)
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + epoch)
-        n = n_rows(train)
-        n_batches = math.ceil(n / cfg.batch_size)
+        set_epoch_lr(optimizers, cfg, epoch)
+        generator = seed_epoch(cfg, epoch)
+        n_batches = math.ceil(n_rows(train) / cfg.batch_size)
         task = progress.add_task(f"epoch {epoch + 1}/{cfg.epochs}", total=n_batches, loss="") if progress else None
-        total, seen, started = torch.zeros(()), 0, time.perf_counter()
-        for step, batch in enumerate(iterate_batches(train, cfg.batch_size, generator)):
-            loss, _ = model.loss(model(batch), batch)
-            for opt in optimizers:
-                opt.zero_grad(set_to_none=True)
-            loss.backward()
-            for opt in optimizers:
-                opt.step()
-            size = n_rows(batch)
-            total += loss.detach() * size
-            seen += size
-            if task is not None and (step % 25 == 24 or step == n_batches - 1):
-                progress.update(task, completed=step + 1, loss=f"loss {total.item() / seen:.4f}")
-        _flush(optimizers)
+        started = time.perf_counter()
+        total, seen = train_steps(model, model.loss, optimizers, iterate_batches(train, cfg.batch_size, generator),
+                                  on_step=step_progress(progress, task, n_batches))
+        flush_optimizers(optimizers)
         if task is not None:
             progress.remove_task(task)
-        seconds = time.perf_counter() - started
-        return {"epoch": epoch, "train_loss": total.item() / max(seen, 1), "seconds": seconds,
-                "samples_per_second": seen / max(seconds, 1e-9)}
+        return epoch_record(epoch, total.item(), seen, time.perf_counter() - started)
 
     @torch.no_grad()
     def _validate(self, model: nn.Module, valid: Batch, metrics: Mapping[str, Metric]) -> dict[str, float]:
         """Loss, loss parts and ``metrics`` of the whole validation table, from one prediction pass."""
-        outputs = self.predict(model, valid)
-        loss, parts = model.loss(outputs, valid)
-        record = {"valid_loss": float(loss), **{f"valid_{k}": float(v) for k, v in parts.items()}}
-        record.update({f"valid_{name}": float(metric(outputs, valid)) for name, metric in metrics.items()})
-        return record
+        return validation_record(model, self.predict(model, valid), valid, metrics)
 
     @torch.no_grad()
     def evaluate_loss(self, model: nn.Module, tensors: Batch) -> tuple[float, dict[str, float]]:
@@ -252,16 +214,144 @@ class Trainer:
             chunks = {name: [value] for name, value in model(tensors).items()}
         return {name: torch.cat(values) for name, values in chunks.items()}
 
-    def _save_checkpoint(self, model, optimizers, history, best_state, bad_epochs, epoch) -> None:
-        if self.checkpoint_dir is None:
-            return
-        state = {"model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
-                 "history": history.to_dict(), "best_state": best_state, "bad_epochs": bad_epochs, "epoch": epoch}
+    def _save_checkpoint(self, state: dict) -> None:
         with atomic_path(self.checkpoint_dir / CHECKPOINT) as tmp:
             torch.save(state, tmp)
 
 
-def _flush(optimizers) -> None:
+# ------------------------------------------------------------------------------------------------------------------
+# The pieces of an epoch loop. The Trainer above is one loop over a table in memory; a data-parallel loop over a
+# table's parts (``promokit.scale.train``) is another, made of the same pieces, so both optimise, seed, stop early
+# and checkpoint alike.
+
+
+class EpochLoop:
+    """Early stopping, the kept epoch and the checkpoint state of a training run, epoch by epoch.
+
+    ``end_epoch(record, model)`` files an epoch's record, keeps the model's weights when the monitored score is the
+    best so far and says whether to stop (``config.patience`` epochs without a better one, with validation rows);
+    ``checkpoint`` is what a run needs to continue exactly (``restore`` reads it back); ``finish`` loads the kept
+    weights. The monitored score is ``valid_<monitor>`` (maximised) or ``valid_loss`` (minimised) with validation
+    rows, else ``train_loss``.
+    """
+
+    def __init__(self, config: TrainConfig, validated: bool):
+        self.config = config
+        self.validated = validated
+        self.history = History(monitor=config.monitor)
+        self.best_state: dict | None = None
+        self.bad_epochs = 0
+        self.start = 0
+        maximise = validated and config.monitor != "loss"  # a metric; losses are minimised
+        self.key = f"valid_{config.monitor}" if maximise else "valid_loss" if validated else "train_loss"
+        self.sign = 1.0 if maximise else -1.0
+
+    def restore(self, state: dict, model: nn.Module, optimizers) -> None:
+        """Continue from a :meth:`checkpoint`: the model's and optimisers' state, the history and the kept weights."""
+        model.load_state_dict(state["model"])
+        for opt, opt_state in zip(optimizers, state["optimizers"]):
+            opt.load_state_dict(opt_state)
+        self.history = History(**state["history"])
+        self.best_state, self.bad_epochs, self.start = state["best_state"], state["bad_epochs"], state["epoch"] + 1
+
+    def epochs(self) -> range:
+        """The epochs still to train (none after a restored run that had stopped early)."""
+        return range(self.start, self.config.epochs if self.history.stopped == "completed" else self.start)
+
+    def end_epoch(self, record: dict, model: nn.Module, on_epoch: Callable[[int, dict], None] | None = None) -> bool:
+        """File ``record`` (an epoch's ``train_loss``, ``valid_*`` …); True when training should stop here."""
+        epoch = record["epoch"]
+        self.history.epochs.append(record)
+        if on_epoch is not None:
+            on_epoch(epoch, record)
+        if self.history.best_epoch < 0 or self.sign * record[self.key] > self.sign * self.history.best_score:
+            self.history.best_score, self.history.best_epoch, self.bad_epochs = record[self.key], epoch, 0
+            self.best_state = copy.deepcopy(model.state_dict())
+        else:
+            self.bad_epochs += 1
+        if self.validated and self.bad_epochs >= self.config.patience:
+            self.history.stopped = "early_stopping"
+            return True
+        return False
+
+    def checkpoint(self, model: nn.Module, optimizers, epoch: int) -> dict:
+        return {"model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+                "history": self.history.to_dict(), "best_state": self.best_state, "bad_epochs": self.bad_epochs,
+                "epoch": epoch}
+
+    def finish(self, model: nn.Module) -> History:
+        """Load the kept epoch's weights into ``model`` (evaluation mode) and return the history."""
+        if self.best_state is not None:
+            model.load_state_dict(self.best_state)
+        model.eval()
+        return self.history
+
+
+def set_epoch_lr(optimizers, config: TrainConfig, epoch: int) -> None:
+    """``config.lr · config.lr_decay ** epoch`` on every optimiser."""
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group["lr"] = config.lr * config.lr_decay ** epoch
+
+
+def seed_epoch(config: TrainConfig, epoch: int, rank: int = 0) -> torch.Generator:
+    """Seed torch (dropout …) for ``epoch`` and return the generator of its shuffle. Worker ``rank`` of a
+    data-parallel run draws its own dropout and shuffle; rank 0 draws what a one-process run draws."""
+    torch.manual_seed(config.seed * 100_003 + epoch + rank * 7_919_993)
+    return torch.Generator().manual_seed(config.seed * 1_000_003 + epoch + rank * 7_919_993)
+
+
+def train_steps(forward: Callable[[Batch], dict[str, Tensor]], loss: Callable, optimizers, batches: Iterable[Batch],
+                on_step: Callable[[int, Tensor, int], None] | None = None) -> tuple[Tensor, int]:
+    """One optimisation step per batch: ``loss(forward(batch), batch)``, backward, every optimiser's step.
+    ``forward`` is the model, or its data-parallel wrapper (which averages the gradients over the workers in
+    backward); ``loss`` the model's own. Returns the sum of loss × rows and the rows seen; ``on_step(step, total,
+    seen)`` after each step (progress)."""
+    total, seen = torch.zeros(()), 0
+    for step, batch in enumerate(batches):
+        value, _ = loss(forward(batch), batch)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        value.backward()
+        for opt in optimizers:
+            opt.step()
+        size = n_rows(batch)
+        total += value.detach() * size
+        seen += size
+        if on_step is not None:
+            on_step(step, total, seen)
+    return total, seen
+
+
+def epoch_record(epoch: int, loss_sum: float, seen: int, seconds: float) -> dict:
+    return {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "seconds": seconds,
+            "samples_per_second": seen / max(seconds, 1e-9)}
+
+
+def step_progress(progress, task, n_batches: int):
+    """An ``on_step`` for :func:`train_steps` that moves a progress task (every 25 steps and at the last)."""
+    if task is None:
+        return None
+
+    def on_step(step: int, total: Tensor, seen: int) -> None:
+        if step % 25 == 24 or step == n_batches - 1:
+            progress.update(task, completed=step + 1, loss=f"loss {total.item() / seen:.4f}")
+
+    return on_step
+
+
+def validation_record(model: nn.Module, outputs: dict[str, Tensor], batch: Batch,
+                      metrics: Mapping[str, Metric]) -> dict[str, float]:
+    """``valid_loss``, ``valid_<part>`` and ``valid_<metric>`` of a whole validation table from its outputs (the
+    loss reads only the outputs and the labels of ``batch``)."""
+    loss, parts = model.loss(outputs, batch)
+    record = {"valid_loss": float(loss), **{f"valid_{k}": float(v) for k, v in parts.items()}}
+    record.update({f"valid_{name}": float(metric(outputs, batch)) for name, metric in metrics.items()})
+    return record
+
+
+def flush_optimizers(optimizers) -> None:
+    """Bring every lazily decayed embedding row up to date (before validating or saving)."""
     for opt in optimizers:
         if isinstance(opt, LazyWeightDecay):
             opt.flush()
