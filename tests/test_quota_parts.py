@@ -118,6 +118,44 @@ def test_small_inputs_are_gathered_and_solved_in_memory(instance, tmp_path):
     assert partitioned.plan.diagnostics["maps"] == ["sample", "finish"]  # rows given: no count
 
 
+@pytest.mark.parametrize("kind", ["exact", "bounds"])
+def test_a_sample_larger_than_gather_users_is_solved_in_parts_then_removed(tmp_path, kind):
+    """60,000 users in six parts, a sample level gathered only at 2,000 rows: the samples of 15,002 and 3,667 users
+    are levels in parts (written beside the plan), the one of 874 is gathered; the plan is the local one."""
+    instance = make_quota_instance(60_000, 8, seed=5)
+    paths = write_parts(instance, [0, 20_000, 20_000, 25_000, 40_000, 52_000, 60_000], tmp_path / "scores")
+    parts = [QuotaPart(str(path)) for path in paths]
+    counts, options = counts_of(instance, kind), dict(base_users=500, sample_ratio=4.0)
+    local = solve_quota(instance.etv, tolerance=instance.tolerance, risk=instance.risk, method="ours", seed=3,
+                        **counts, **options)
+    scratch, written = tmp_path / "out", set()
+
+    def watching_map(fn, items):
+        written.update(path.name for path in scratch.rglob("*.npz"))
+        return pickling_map(fn, items)
+
+    pickling_map.steps = []
+    partitioned = solve_quota_parts(parts, risk=instance.risk, map_parts=watching_map, seed=3, gather_users=2000,
+                                    scratch=scratch, **counts, **options)
+    assert_same_plan(partitioned, local, instance, True, counts)
+    levels = partitioned.plan.diagnostics["levels"]
+    assert [level["users"] for level in levels] == [level["users"] for level in local.diagnostics["levels"]]
+    assert [level["users"] for level in levels][-4:-1] == [874, 3667, 15_002]
+    assert partitioned.plan.diagnostics["maps"][:4] == ["count", "sample", "sample", "sample"]
+    assert written == {f"sample{level}-part-{i:05d}.npz" for level in (0, 1) for i in (0, 2, 3, 4, 5)}
+    assert list(scratch.iterdir()) == []  # the temporary folder is gone
+
+    def failing_map(fn, items):
+        if fn.__name__ == "_evaluate_part":
+            raise RuntimeError("a worker was lost")
+        return map(fn, items)
+
+    with pytest.raises(RuntimeError, match="a worker was lost"):
+        solve_quota_parts(parts, risk=instance.risk, map_parts=failing_map, seed=3, gather_users=2000,
+                          scratch=scratch, **counts, **options)
+    assert list(scratch.iterdir()) == []
+
+
 def test_a_binding_maximum_holds_exactly_with_a_nonnegative_price(tmp_path):
     """Fund F2 would be most users' best fund; at most 100 of them may have it, and it gets exactly 100."""
     instance = make_quota_instance(3000, 4, seed=2)
@@ -284,3 +322,18 @@ def test_ray_quota_allocation_equals_the_local_one(ray_cluster, files, tmp_path)
     for k in range(6):
         name = f"part-{k:05d}.parquet"
         assert pd.read_parquet(tmp_path / "ray" / "plan" / name).equals(pd.read_parquet(tmp_path / "local" / "plan" / name))
+
+
+def test_ray_solves_a_sample_in_parts_as_this_process_does(ray_cluster, files, tmp_path):
+    """The sample levels' parts are written and read by the cluster's workers, in the folder given (shared)."""
+    from promokit.scale.engine import make_engine
+
+    parts = [QuotaPart(str(path)) for path in sorted((files / "scores").glob("*.parquet"))]
+    quotas = pd.read_csv(files / "quotas.csv")
+    options = dict(base_users=500, sample_ratio=4.0, gather_users=2000, scratch=tmp_path / "out")
+    solved = {name: solve_quota_parts(parts, quotas["quota"], quotas["risk"], map_parts=map_parts, **options)
+              for name, map_parts in (("local", map), ("ray", make_engine("ray", workers=2).map))}
+    assert solved["ray"].plan.diagnostics["maps"] == solved["local"].plan.diagnostics["maps"]
+    assert solved["ray"].plan.diagnostics["maps"][:4] == ["count", "sample", "sample", "sample"]
+    np.testing.assert_array_equal(np.concatenate(solved["ray"].outputs), np.concatenate(solved["local"].outputs))
+    assert list((tmp_path / "out").iterdir()) == []

@@ -416,8 +416,9 @@ def _quota_in_parts(files: list, out: Path, run: _QuotaRun) -> _QuotaSolved:
              for i, (part, info) in enumerate(zip(parts, infos))]
     n_users = sum(info.rows for info in infos)
     with _stage(run.console, f"solving {n_users:,} users × {len(funds)} funds with ours, writing {out / 'plan'}"):
+        # a large sample is solved in temporary parts beside the plan, where every worker can read them
         solved = solve_quota_parts(parts, risk=bounds.risk, map_parts=run.engine.map, seed=run.seed, funds=funds,
-                                   **_quota_counts(bounds))
+                                   scratch=out, **_quota_counts(bounds))
     _drop_stale_parts(out / "plan", {Path(part.out).name for part in parts})
     return _QuotaSolved(solved.plan, funds, bounds, solved.counts, solved.etv, n_users, len(parts))
 

@@ -11,9 +11,13 @@ ordered, parallel map. With N users, k funds, n_p users in part p, s = ``sample_
 ``HISTOGRAM_BINS`` histogram bins:
 
 1. count (only for parts without ``rows``): part → n_p, a few bytes;
-2. sample: part and its sampled rows → their masked ETV rows and tolerances, and #{t ≥ r} per risk level for
-   Hall's check (eq. 5): 8·(k + 1)·n_p/s bytes (inputs of at most ``base_users`` users are gathered whole and
-   solved in memory: they fit one process by definition);
+2. sample: part and the state of the sampling stream at its first row → its sampled rows' masked ETV rows and
+   tolerances (the part draws them itself), and #{t ≥ r} per risk level for Hall's check (eq. 5): 8·(k + 1)·n_p/s
+   bytes (inputs of at most ``base_users`` users are gathered whole and solved in memory: they fit one process by
+   definition). A sample of more than ``gather_users`` rows is not gathered: each part writes its sampled rows,
+   in row order, as a part of a temporary sample table (``scratch``, storage every worker shares) and returns
+   only its counts; the sample is then a level in parts, solved by the same maps over those sample parts, and
+   its own sample is drawn by a map 2 over them, down to a sample small enough to gather;
 3. choose/measure at prices p: part (to measure a plan, also the prices its users choose at and the part's
    rows the plan overrides, with their types) → Σ_i max_j (ETV_ij − p_j) (its share of D(p),
    ``quota_core.user_term``), per-fund counts and Σ ETV of the best types at p, a histogram of their gaps to the
@@ -31,13 +35,17 @@ ordered, parallel map. With N users, k funds, n_p users in part p, s = ``sample_
 A solve certified after one round of market clearing maps 2, 3 (at the sample prices, gathering the candidates),
 3 (at the cleared prices: the certificate) and 5, reading each part four times; each further round adds a 3, a
 margin repair a 3 or two and a 4 for each widening, and a candidate pick that must grow (the other users alone
-overfill a fund) a 4. The driver holds the sample (N/s × k), the picked users and per-part sums, never N × k —
-except in the last resort of the margin repair, a margin of every user (the exact solver), which gathers every
-row, as the local solver's last resort solves every row at once.
+overfill a fund) a 4; a sample level in parts adds its own 2, 3s and 4s over the sample parts. The driver holds
+the gathered sample (at most ``gather_users`` × k, whatever N; it also sets every level's histogram edges),
+the picked users (candidates and margins: about ``candidate_constant``·sqrt(s·N) users at the top level) and
+per-part sums, never N × k nor N/s × k — except in the last resort of the margin repair, a margin of every user
+(the exact solver), which gathers every row of its level, as the local solver's last resort solves every row at
+once.
 """
 
 from __future__ import annotations
 
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -60,6 +68,10 @@ from promokit.data.io import write_parquet
 MapParts = Callable[[Callable, Iterable], Iterable]
 HISTOGRAM_BINS = 2048  # gap histogram bins per pass: the threshold's bin holds about N / 2048 users
 GATHER_SLACK = 1.05  # map 3 gathers this many times the users last picked (plus 4 standard errors of the sample)
+# a sample of at most this many rows is gathered and solved in memory, a larger one stays in parts: on the
+# driver about 8·(k + 1) bytes a row (72 MB at 8 funds), twice while concatenating, about what a worker needs
+# for a part of a few 10⁵ users, so the driver's peak is that of a few parts whatever N
+GATHER_USERS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,8 @@ class QuotaPartsPlan:
 
 
 def solve_quota_parts(parts: Sequence, quotas=None, risk=None, *, min_users=None, max_users=None,
-                      map_parts: MapParts = map, seed: int = 0, funds=None, **options) -> QuotaPartsPlan:
+                      map_parts: MapParts = map, seed: int = 0, funds=None, gather_users: int = GATHER_USERS,
+                      scratch: str | Path | None = None, **options) -> QuotaPartsPlan:
     """Allocate fund types to the users of ``parts`` under quotas and risk limits (eqs. 1–5) with ``ours``.
 
     ``quotas`` (exactly d_j users per fund) or ``min_users`` / ``max_users`` as in ``solve_quota``; ``risk`` the
@@ -131,6 +144,12 @@ def solve_quota_parts(parts: Sequence, quotas=None, risk=None, *, min_users=None
     ``table()`` (a ``QuotaTable``), ``finish(table, assignment, risk)`` and optionally ``rows``, which skips map 1
     (:class:`QuotaPart`). Every plan meets eqs. 3–5 and every bound (checked as the parts are finished). Raises
     :class:`DataError` on bad parts, quotas or risk limits, naming the part's file.
+
+    A sample of more than ``gather_users`` rows (and ``base_users``) is not gathered: its parts are written to a
+    temporary folder under ``scratch`` (created if missing; None: the system's temporary folder) and it is solved
+    as a level in parts, with its own sample, down to one small enough to gather. The maps read and write that
+    folder, so with an engine on several machines it must be storage they all share (the command line uses
+    ``--out``). It is removed when the solve ends, also when it fails.
     """
     started = time.perf_counter()
     options = PriceOptions(**options)
@@ -144,19 +163,19 @@ def solve_quota_parts(parts: Sequence, quotas=None, risk=None, *, min_users=None
     spans = [(i, part, hi - lo) for i, (part, lo, hi) in enumerate(zip(parts, edges[:-1], edges[1:])) if hi > lo]
     direct = n_users <= options.base_users
     rng = sampling_rng(seed)
-    # the draws the local solver makes for the top level's sample: one a user in row order, split by part
-    rows = [np.arange(n_rows) if direct else np.flatnonzero(rng.random(n_rows) < 1 / options.sample_ratio)
-            for _, _, n_rows in spans]
-    sampled = maps("sample", _sample_part, [(part, rule, n_rows, picked)
-                                            for (_, part, n_rows), picked in zip(spans, rows)])
-    _check_funds(spans, sampled)
-    if risk is not None:
-        check_hall_counts(sum(piece.at_least for piece in sampled), n_users, rule.risk, *bounds, funds)
-    sample = (np.concatenate([piece.masked for piece in sampled]),
-              np.concatenate([piece.tolerance for piece in sampled]))
     solver = NestedSolver(rule.risk, rng, options)
-    users = MemoryUsers(*sample) if direct else PartUsers(spans, n_users, rule, maps, sample)
-    result = solver.solve(users, bounds)
+    if scratch is not None:
+        Path(scratch).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="promokit-quota-sample-", dir=scratch) as folder:
+        levels = _Levels(rule, maps, options, max(gather_users, options.base_users), folder)
+        # small inputs are gathered whole (no draws); else the top level's sample, drawn as the local solver draws
+        users, sampled = levels.sample(spans, None if direct else rng)
+        _check_funds(spans, sampled)
+        if risk is not None:
+            check_hall_counts(sum(piece.at_least for piece in sampled), n_users, rule.risk, *bounds, funds)
+        if not direct:
+            users = PartUsers(spans, n_users, rule, maps, users, sum(piece.at_least for piece in sampled))
+        result = solver.solve(users, bounds)
     if direct:  # the assignment is in memory: each part gets its slice, overriding every row
         assignment = users.assignment(result.plan)
         plans = [(None, np.arange(hi - lo), assignment[lo:hi]) for lo, hi in zip(edges[:-1], edges[1:])]
@@ -239,22 +258,30 @@ class PartUsers:
 
     Map 3 gathers, in the same pass, about as many users near indifference at its prices as ``smallest`` was
     last asked for (a threshold read off the sample's gaps, with some slack): a ``smallest`` at those prices
-    that the gathered users cover then needs no pass of its own. ``sample`` returns the sample
-    :func:`solve_quota_parts` gathered before the solve with the same draws (``rng`` has made them);
-    ``everyone`` is never needed, as inputs small enough for it are solved in memory."""
+    that the gathered users cover then needs no pass of its own. ``sample`` returns the level's sample, drawn
+    before the solve with the same draws (``rng`` has made them): ``MemoryUsers``, or ``PartUsers`` of sample
+    parts (``_Levels``); ``at_least`` is ``users_at_least`` of the level's tolerances. ``everyone`` is never
+    needed, as levels small enough for it are solved in memory.
 
-    def __init__(self, spans: list, n_users: int, rule: _Rule, maps: _Maps, sample: tuple):
+    The histogram edges and gather estimates are read off rows in memory: the sample's, or for a sample in parts
+    its own sample's (a sample of the sample: they set how many users a pass gathers, never which are picked)."""
+
+    def __init__(self, spans: list, n_users: int, rule: _Rule, maps: _Maps, sample, at_least: np.ndarray):
         self.spans, self.n_users, self.rule, self.maps = spans, n_users, rule, maps  # spans: (index, part, rows)
         self.n_types = len(rule.risk)
-        self._sample = sample
+        self._sample, self._at_least = sample, at_least
+        self.rows_in_memory = sample.masked if isinstance(sample, MemoryUsers) else sample.rows_in_memory
         self._stats: dict[bytes, _Stats] = {}
         self._gather: _Gather | None = None  # the latest users gathered
         self._gaps: tuple[bytes, np.ndarray] | None = None  # the sample's sorted gaps at the latest prices
         self._exchange: tuple[Plan, np.ndarray] | None = None
         self._fraction: float | None = None  # what ``smallest`` was last asked for
 
-    def sample(self, rng, ratio) -> tuple[np.ndarray, np.ndarray]:
+    def sample(self, rng, ratio):
         return self._sample
+
+    def at_least(self, levels) -> np.ndarray:
+        return self._at_least
 
     def choose(self, prices) -> _PartChoice:
         return _PartChoice(self, np.array(prices, dtype=np.float64))
@@ -343,9 +370,9 @@ class PartUsers:
         return evaluated
 
     def _sample_gaps(self, prices: np.ndarray) -> np.ndarray:
-        """The sample's gaps at ``prices``, sorted."""
+        """The gaps of the rows in memory at ``prices``, sorted."""
         if self._gaps is None or self._gaps[0] != prices.tobytes():
-            self._gaps = (prices.tobytes(), np.sort(best_and_gap(self._sample[0], prices)[1]))
+            self._gaps = (prices.tobytes(), np.sort(best_and_gap(self.rows_in_memory, prices)[1]))
         return self._gaps[1]
 
     def _edges(self, prices: np.ndarray) -> np.ndarray:
@@ -376,6 +403,37 @@ class _Maps:
     def __call__(self, step: str, fn: Callable, tasks: list) -> list:
         self.steps.append(step)
         return list(self.map_parts(fn, tasks))
+
+
+class _Levels:
+    """Map 2 over the parts of one level after another: each level's sample, gathered or in parts of its own."""
+
+    def __init__(self, rule: _Rule, maps: _Maps, options: PriceOptions, gather_users: int, folder: str):
+        self.rule, self.maps, self.options, self.gather_users, self.folder = rule, maps, options, gather_users, folder
+
+    def sample(self, spans: list, rng: np.random.Generator | None, depth: int = 0) -> tuple[object, list]:
+        """The ``Users`` of the sample of ``spans`` (rng None: of every row) and the map's pieces. The parts draw
+        the local solver's draws, one a row in row order from ``rng``'s state at their first row, while ``rng``
+        makes them here to count the sample; a sample of more than ``gather_users`` rows is written, part by part
+        in row order, to sample parts and becomes a level in parts, its own sample drawn next as the local
+        solver's next level draws it."""
+        ratio = self.options.sample_ratio
+        offsets = np.cumsum([0] + [n_rows for *_, n_rows in spans])[:-1]
+        state = None if rng is None else rng.bit_generator.state
+        draws = [None if rng is None else (state, int(offset), ratio) for offset in offsets]
+        sizes = [n_rows if rng is None else int(np.count_nonzero(rng.random(n_rows) < 1 / ratio))
+                 for *_, n_rows in spans]
+        spill = sum(sizes) > self.gather_users
+        out = [f"{self.folder}/sample{depth}-part-{i:05d}.npz" if spill else None for i, _, _ in spans]
+        sampled = self.maps("sample", _sample_part, [(part, self.rule, n_rows, draw, path) for (_, part, n_rows), draw,
+                                                     path in zip(spans, draws, out)])
+        if not spill:
+            return MemoryUsers(np.concatenate([piece.masked for piece in sampled]),
+                               np.concatenate([piece.tolerance for piece in sampled])), sampled
+        level = [(i, _SamplePart(path, size), size) for (i, _, _), path, size in zip(spans, out, sizes) if size]
+        sample, pieces = self.sample(level, rng, depth + 1)
+        return PartUsers(level, sum(sizes), self.rule, self.maps, sample,
+                         sum(piece.at_least for piece in pieces)), sampled
 
 
 def _edges(parts: list, maps: _Maps) -> np.ndarray:
@@ -418,8 +476,20 @@ def _check_funds(spans: list, sampled: list) -> None:
 # ------------------------------------------------------------------------------------------------- the maps
 
 
+@dataclass(frozen=True)
+class _SamplePart:
+    """A part of a sample level: the masked ETV rows and tolerances (float64) a map 2 wrote to ``path``."""
+
+    path: str
+    rows: int
+
+    def table(self) -> QuotaTable:
+        with np.load(self.path) as saved:
+            return QuotaTable(np.arange(self.rows), [], saved["masked"], saved["tolerance"])
+
+
 class _Sample(NamedTuple):
-    masked: np.ndarray     # (m, k) masked ETV of the sampled rows
+    masked: np.ndarray     # (m, k) masked ETV of the sampled rows (none when written to a sample part)
     tolerance: np.ndarray  # (m,) float64, zeros without the risk rule
     at_least: np.ndarray   # #{t ≥ r} per distinct risk level r, over the whole part
     funds: tuple[str, ...]
@@ -471,12 +541,24 @@ def _count_part(part) -> int:
 
 
 def _sample_part(task) -> _Sample:
-    """Map 2: ``(part, rule, n_rows, rows)`` → the masked ETV and tolerances of its ``rows``, and Hall's counts."""
-    part, rule, n_rows, rows = task
+    """Map 2: ``(part, rule, n_rows, draws, out)`` → the masked ETV and tolerances of the sampled rows (``draws``:
+    (generator state at row 0, the part's first row, ratio); None: every row), and Hall's counts; with ``out``,
+    the rows are written there (``np.savez``, a ``_SamplePart``) instead of returned."""
+    part, rule, n_rows, draws, out = task
     table, masked, tolerance = _load(part, rule)
     if len(masked) != n_rows:
         raise DataError(f"{part.path}: {len(masked)} users, but the part was given as {n_rows}")
-    return _Sample(masked[rows], tolerance[rows], users_at_least(tolerance, np.unique(rule.risk)), tuple(table.funds))
+    at_least = users_at_least(tolerance, np.unique(rule.risk))
+    if draws is not None:
+        state, offset, ratio = draws
+        bits = getattr(np.random, state["bit_generator"])()
+        bits.state = state
+        rows = np.flatnonzero(np.random.Generator(bits.advance(offset)).random(n_rows) < 1 / ratio)
+        masked, tolerance = masked[rows], tolerance[rows]
+    if out is not None:
+        np.savez(out, masked=masked, tolerance=tolerance)
+        masked, tolerance = masked[:0], tolerance[:0]
+    return _Sample(masked, tolerance, at_least, tuple(table.funds))
 
 
 def _evaluate_part(task) -> _Evaluation:

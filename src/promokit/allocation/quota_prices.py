@@ -27,7 +27,8 @@ certifies optimality.
 
 :class:`NestedSolver` runs these steps on a level's :class:`Users`, which make every pass over the users: in
 memory here (:class:`MemoryUsers`), or over the parts of a partitioned table in ``quota_parts``, where each pass
-is a map over the parts and only the sample, the picked users and per-part sums reach the driver.
+is a map over the parts and only a sample small enough to gather, the picked users and per-part sums reach the
+driver (larger samples are levels in parts themselves).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 
 from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, bound_term, exchange_matrix, finish_plan,
                                             longest_path_prices, meets_bounds, plan_prices, price_limits, row_blocks,
-                                            user_term)
+                                            user_term, users_at_least)
 from promokit.allocation.quota_exact import min_cost_flow_assignment
 
 CERTIFY_RTOL = 1e-10  # gap / objective below which float rounding, not the plan, explains the gap
@@ -154,9 +155,12 @@ class Users(Protocol):
 
     n_users: int
 
-    def sample(self, rng: np.random.Generator, ratio: float) -> tuple[np.ndarray, np.ndarray]:
-        """The masked ETV rows and tolerances of the users for which ``rng.random() < 1 / ratio``, one draw a user
-        in row order."""
+    def sample(self, rng: np.random.Generator, ratio: float) -> Users:
+        """The level of the users for which ``rng.random() < 1 / ratio``, one draw a user in row order (their masked
+        ETV rows and tolerances, in row order)."""
+
+    def at_least(self, levels: np.ndarray) -> np.ndarray:
+        """#{users with t ≥ r} for each risk level r (``users_at_least``): all that sample bounds need of them."""
 
     def everyone(self):
         """A choice in which every user is tied (gap 0), so that ``smallest`` picks them all."""
@@ -182,9 +186,12 @@ class MemoryUsers:
         self.masked, self.tolerance = masked, tolerance
         self.n_users, self.n_types = masked.shape
 
-    def sample(self, rng, ratio):
+    def sample(self, rng, ratio) -> MemoryUsers:
         sample = np.flatnonzero(rng.random(self.n_users) < 1 / ratio)
-        return self.masked[sample], self.tolerance[sample]
+        return MemoryUsers(self.masked[sample], self.tolerance[sample])
+
+    def at_least(self, levels) -> np.ndarray:
+        return users_at_least(self.tolerance, levels)
 
     def everyone(self) -> MemoryChoice:
         return self._choice(np.zeros(self.n_users, dtype=np.int64), np.zeros(self.n_users))
@@ -232,7 +239,8 @@ class PricedPlan:
 
 
 class NestedSolver:
-    """Steps 1–4 of the module docstring on one level's ``Users``, the sample levels below it in memory."""
+    """Steps 1–4 of the module docstring on one level's ``Users``, and on each sample level below it (the
+    ``Users`` that ``sample`` returns: in memory, or in parts for a partitioned level's large sample)."""
 
     def __init__(self, risk: np.ndarray, rng: np.random.Generator, options: PriceOptions = PriceOptions()):
         self.risk, self.rng, self.options = risk, rng, options
@@ -245,9 +253,9 @@ class NestedSolver:
         if n_users <= options.base_users:
             result = self._repair(users, bounds, users.everyone(), np.zeros(len(bounds.lower)), 1.0, log)
         else:
-            masked, tolerance = users.sample(self.rng, options.sample_ratio)
-            prices = self.solve(MemoryUsers(masked, tolerance), self._sample_bounds(bounds, n_users, tolerance)).prices
-            fraction = options.candidate_constant / np.sqrt(max(len(masked), 1))
+            sample = users.sample(self.rng, options.sample_ratio)
+            prices = self.solve(sample, self._sample_bounds(bounds, n_users, sample)).prices
+            fraction = options.candidate_constant / np.sqrt(max(sample.n_users, 1))
             choice = users.choose(prices)
             log.update(candidates=[], sweeps=[])
             for _ in range(CLEARING_ROUNDS):
@@ -269,7 +277,8 @@ class NestedSolver:
         self.levels.append(log)
         return result
 
-    def _sample_bounds(self, bounds: Bounds, n_users: int, tolerance) -> Bounds:
+    def _sample_bounds(self, bounds: Bounds, n_users: int, sample: Users) -> Bounds:
+        tolerance = (sample.n_users, sample.at_least(np.unique(self.risk)))
         if bounds.exact:
             scaled = sample_quotas(bounds.lower, tolerance, self.risk)
             return Bounds(scaled, scaled)
@@ -400,18 +409,19 @@ def best_and_gap(masked: np.ndarray, prices: np.ndarray) -> tuple[np.ndarray, np
     return best, gap
 
 
-def sample_quotas(quotas: np.ndarray, tolerance: np.ndarray, risk: np.ndarray) -> np.ndarray:
+def sample_quotas(quotas: np.ndarray, tolerance, risk: np.ndarray) -> np.ndarray:
     """Quotas scaled to a sample of ``len(tolerance)`` users (largest remainders), then made feasible under
     the risk limits: from the riskiest level down, any demand above the users able to meet it moves to the
-    next lower risk level (the lowest level admits every user, so it can always absorb it)."""
-    n_sample = len(tolerance)
+    next lower risk level (the lowest level admits every user, so it can always absorb it). ``tolerance``: the
+    sample's tolerances, or (its size, ``users_at_least`` of them at ``np.unique(risk)``)."""
+    n_sample, able = _tolerance_counts(tolerance, risk)
     target = quotas * (n_sample / quotas.sum())
     scaled = np.floor(target).astype(np.int64)
     short = n_sample - scaled.sum()
     scaled[np.argsort(scaled - target, kind="stable")[:short]] += 1
     levels = np.unique(risk)[::-1]
     for level, lower in zip(levels[:-1], levels[1:]):
-        excess = scaled[risk >= level].sum() - np.count_nonzero(tolerance >= level)
+        excess = scaled[risk >= level].sum() - able[level]
         for j in np.flatnonzero(risk == level):
             moved = min(excess, scaled[j]) if excess > 0 else 0
             scaled[j] -= moved
@@ -425,21 +435,29 @@ def sample_bounds(bounds: Bounds, n_users: int, tolerance: np.ndarray, risk: np.
     """Bounds of ``n_users`` users scaled to a sample of ``len(tolerance)`` of them, minimums rounded down and
     maximums up (so Σ L ≤ sample size ≤ Σ U), then made feasible under the risk limits (``risk_slack``): from the
     riskiest level down, minimums above the users able to meet them drop at that level; from the safest level
-    up, users who fit under no maximum below a level widen the maximum of a type of the next lower level."""
-    n_sample = len(tolerance)
+    up, users who fit under no maximum below a level widen the maximum of a type of the next lower level.
+    ``tolerance`` as in ``sample_quotas``."""
+    n_sample, able = _tolerance_counts(tolerance, risk)
     lower = bounds.lower * n_sample // n_users
     upper = -(-bounds.upper * n_sample // n_users)
     levels = np.unique(risk)
     for level in levels[::-1]:
-        shortfall = lower[risk >= level].sum() - np.count_nonzero(tolerance >= level)
+        shortfall = lower[risk >= level].sum() - able[level]
         for j in np.flatnonzero(risk == level):
             cut = min(max(shortfall, 0), lower[j])
             lower[j] -= cut
             shortfall -= cut
     for level, below in zip(levels[1:], levels[:-1]):
-        homeless = np.count_nonzero(tolerance < level) - upper[risk < level].sum()
+        homeless = n_sample - able[level] - upper[risk < level].sum()
         upper[np.flatnonzero(risk == below)[0]] += max(homeless, 0)
     return Bounds(lower, upper)
+
+
+def _tolerance_counts(tolerance, risk: np.ndarray) -> tuple[int, dict]:
+    """(users, {r: #{users with t ≥ r}} per distinct risk level r) of ``sample_quotas``' ``tolerance``."""
+    n_users, at_least = tolerance if isinstance(tolerance, tuple) else (len(tolerance), None)
+    levels = np.unique(risk)
+    return n_users, dict(zip(levels, users_at_least(tolerance, levels) if at_least is None else at_least))
 
 
 def smallest(values: np.ndarray, fraction: float) -> np.ndarray:
