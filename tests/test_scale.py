@@ -131,6 +131,20 @@ def test_ray_engine_keeps_order_and_loads_state_once_per_actor(ray_cluster):
     assert 1 <= len({pid for _, pid in answers}) <= 2 and os.getpid() not in {pid for _, pid in answers}
 
 
+def _span(x):
+    import time
+
+    start = time.time()
+    time.sleep(0.3)
+    return start, time.time()
+
+
+def test_workers_bounds_how_many_partitions_run_at_once(ray_cluster):
+    """With --workers 1 on a 2-CPU cluster a stateless map runs its partitions one after another."""
+    spans = sorted(make_engine("ray", workers=1).map(_span, range(4)))
+    assert all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:]))
+
+
 def test_a_data_error_on_a_worker_comes_back_as_the_same_one_line_error(ray_cluster):
     with pytest.raises(DataError, match="^part 2 is bad$"):
         make_engine("ray").map(_refuse, range(4), setup=_pid)

@@ -99,10 +99,26 @@ class RayEngine:
         if not items:
             return []
         if setup is None:
-            call = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(fn)
-            refs = [call.remote(item) for item in items]
-            return self._collect(refs, {ref: k for k, ref in enumerate(refs)}, label, len(items))
+            return self._map_tasks(fn, items, label)
         return self._map_actors(fn, items, setup, label)
+
+    def _map_tasks(self, fn, items, label) -> list:
+        """Tasks, at most ``workers`` at a time: ``--workers`` bounds a stateless map too."""
+        import ray
+
+        call = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(fn)
+        queue = iter(enumerate(items))
+        position = {}
+
+        def feed(_done=None):
+            for k, item in queue:
+                ref = call.remote(item)
+                position[ref] = k
+                return ref
+            return None
+
+        first = [feed() for _ in range(self.workers)]
+        return self._collect([r for r in first if r is not None], position, label, len(items), then=feed)
 
     def _map_actors(self, fn, items, setup, label) -> list:
         import ray
