@@ -93,8 +93,6 @@ class RayEngine:
         self.workers = max(1, min(workers or cpus, cpus))
 
     def map(self, fn: Callable, items: Sequence, setup: Callable | None = None, label: str = "partitions") -> list:
-        import ray
-
         items = list(items)
         if not items:
             return []
