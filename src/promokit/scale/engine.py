@@ -18,7 +18,7 @@ retried partition gives the same result. Ctrl-C cancels what is queued or runnin
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from promokit.data.errors import DataError
 
@@ -201,7 +201,3 @@ def _unwrap(ref):
             raise DataError(str(exc.cause)) from None
         raise
 
-
-def map_items(engine, fn: Callable, items: Iterable, setup: Callable | None = None, label: str = "partitions"):
-    """``engine.map`` for code that may get no engine (None: in this process)."""
-    return (engine or LocalEngine()).map(fn, list(items), setup=setup, label=label)
