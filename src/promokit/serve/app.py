@@ -47,22 +47,23 @@ class BatchWriter:
     """Queues ledger items from the event loop and applies them in batches, in arrival order.
 
     Each item's future gets the ledger's answer for it (a row, or the :class:`LedgerConflict` that refused it); a
-    batch the database failed gives every item of it that exception. Two ways to run a batch:
+    batch the database failed gives every item of it that exception. Two ways to run a batch, both on the event
+    loop:
 
-    - ``inline`` (SQLite): on the event loop, in a callback scheduled by the first item of the batch, so every
-      request parsed in the same loop iteration joins one transaction. A one-decision batch costs ≈ 0.1 ms of
-      local I/O, less than handing it to a thread and back (the hop cost ≈ 0.14 ms of latency at one client).
-    - in one writer thread (PostgreSQL): the loop keeps parsing requests while a batch waits on the network;
-      they form the next batch.
+    - ``inline`` (SQLite): in a callback scheduled by the first item of the batch, so every request parsed in the
+      same loop iteration joins one transaction. A one-decision batch costs ≈ 0.1 ms of local I/O, less than
+      handing it to a thread and back (the hop cost ≈ 0.14 ms of latency at one client).
+    - awaited (PostgreSQL, :meth:`Ledger.apply_async`): the loop keeps parsing requests while a batch waits on the
+      network; they form the next batch. A writer thread did this before; its hand-offs and contention for the
+      GIL cost the worker more CPU per decision than the ledger's own Python.
     """
 
     def __init__(self, ledger: Ledger, inline: bool, max_batch: int = MAX_BATCH):
         self.ledger, self.inline, self.max_batch = ledger, inline, max_batch
         self.pending: list[tuple[object, asyncio.Future]] = []
         self.last_commit: float | None = None  # this worker's
-        self._scheduled = False
+        self._scheduled = self._in_flight = False
         self._wake = asyncio.Event()
-        self._thread = None if inline else ThreadPoolExecutor(1, thread_name_prefix="ledger")
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -91,16 +92,19 @@ class BatchWriter:
             self._deliver(batch, results)
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self._wake.wait()
             self._wake.clear()
             while self.pending:
                 batch = self._take()
+                self._in_flight = True
                 try:
-                    results = await loop.run_in_executor(self._thread, self._apply, [item for item, _ in batch])
+                    results = await self.ledger.apply_async([item for item, _ in batch])
+                    self.last_commit = time.time()
                 except Exception as exc:
                     results = exc
+                finally:
+                    self._in_flight = False
                 self._deliver(batch, results)
 
     def _take(self) -> list:
@@ -124,12 +128,11 @@ class BatchWriter:
                     future.set_result(results[k])
 
     async def stop(self) -> None:
-        while self.pending:
+        while self.pending or self._in_flight:
             await asyncio.sleep(0.01)
         if self._task is not None:
             self._task.cancel()
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
+        await self.ledger.close_async()
 
 
 class Service:

@@ -24,6 +24,7 @@ Schema migrations are the numbered entries of :data:`MIGRATIONS`; ``schema_versi
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -206,6 +207,7 @@ class Ledger:
         self.reader = _engine(self.url, immediate=False) if self.dialect == "sqlite" else self.engine
         self._last_budget: _Budget | None = None  # as the last committed apply() left it
         self._write_connection = self._write_session = None  # see _session
+        self._async_session = None  # see apply_async
 
     # ---- set-up ------------------------------------------------------------------------------------------
     def migrate(self) -> int:
@@ -273,20 +275,59 @@ class Ledger:
         statement (≈ 60 µs) and per checkout were most of a one-decision batch, the hot path at low
         concurrency. Connection set-up, migrations and reads stay with SQLAlchemy.
         """
-        session = self._session()
+        steps = self._transaction(items, now)
+        session, reply = self._session(), None
         try:
-            return self._transaction(session, items, now)
+            while True:
+                step = steps.send(reply)
+                reply = getattr(session, step[0])(*step[1:])
+        except StopIteration as done:
+            return done.value
         except BaseException:
             self._write_connection, connection = None, self._write_connection
             connection.invalidate()  # rolled back and closed: the next batch connects afresh
             raise
 
-    def _transaction(self, session: "_Session", items: list, now: float | None) -> list:
+    async def apply_async(self, items: list, now: float | None = None) -> list:
+        """:meth:`apply` on the event loop, for PostgreSQL: the same transaction through psycopg's
+        ``AsyncConnection``. The service's worker awaits it instead of handing each batch to a thread, whose
+        hand-offs and contention for the GIL cost more of the worker's CPU than the ledger's own work."""
+        steps = self._transaction(items, now)
+        if self._async_session is None:
+            self._async_session = await _AsyncPostgresSession.connect(self.url)
+        reply = None
+        try:
+            while True:
+                step = steps.send(reply)
+                reply = await getattr(self._async_session, step[0])(*step[1:])
+        except StopIteration as done:
+            return done.value
+        except BaseException:
+            self._async_session, session = None, self._async_session
+            await session.close()  # the server rolls an unfinished transaction back
+            raise
+
+    async def close_async(self) -> None:
+        if self._async_session is not None:
+            await self._async_session.close()
+            self._async_session = None
+
+    def _transaction(self, items: list, now: float | None):
         """One batch's transaction in two round trips: the budget row's lock with the lookup of the batch's ids,
-        then every write and the COMMIT together."""
-        budget, known = session.begin(sorted({item.request_id for item in items}))
+        then every write and the COMMIT together.
+
+        A generator of the session's steps (``("begin", ids)``, ``("query", name, params)``, ``("commit",
+        writes)``, ``("rollback",)``), each sent back its answer, so that :meth:`apply` and :meth:`apply_async`
+        run the same decisions over blocking and asynchronous connections. Returns the batch's results."""
+        budget, known = yield "begin", sorted({item.request_id for item in items})
         now = time.time() if now is None else now  # the lock is held: stamps follow the commit order
-        expired = self._expire(session, budget, now) if now - budget.last_sweep >= self.sweep_seconds else 0
+        expired = 0
+        if now - budget.last_sweep >= self.sweep_seconds:
+            expiring = yield "query", "expiring", {"open": OPEN, "now": now}  # (face, expected_cost, response)
+            if expiring:
+                yield "query", "expire", {"expired": EXPIRED, "open": OPEN, "now": now}
+            self._expire(budget, expiring, now)
+            expired = len(expiring)
         inserted, updates, results = {}, [], []
         for item in items:
             if isinstance(item, DecisionRequest):
@@ -294,18 +335,18 @@ class Ledger:
             else:
                 results.append(self._outcome(item, budget, known, inserted, updates, now))
         if all(isinstance(result, LedgerConflict) for result in results):
-            session.rollback()
+            yield ("rollback",)
             return results
         responses = sum(isinstance(item, OutcomeRequest) and isinstance(r, dict) and not r["replayed"]
                         and item.redeemed for item, r in zip(items, results))
         rows = list(inserted.values())
         writes = [("insert", row) for row in rows] + [("outcome", update) for update in updates]
         writes += self._save(budget, now, rows, responses, bool(inserted or updates or expired))
-        session.commit(writes)
+        yield "commit", writes
         self._last_budget = budget
         return results
 
-    def _session(self) -> "_Session":
+    def _session(self) -> "_SQLiteSession | _PostgresSession":
         """The write session, on a DBAPI connection checked out of the pool once (a checkout per batch cost more
         than a one-decision transaction on SQLite)."""
         if self._write_connection is None:
@@ -390,15 +431,13 @@ class Ledger:
             updates.append({k: row[k] for k in ("request_id", "state", "redeemed", "paid", "outcome_at")})
         return {**row, "replayed": False}
 
-    def _expire(self, session: "_Session", budget: _Budget, now: float) -> int:
-        rows = session.query("expiring", {"open": OPEN, "now": now})  # (face, expected_cost, expected_response)
-        if rows:
-            session.query("expire", {"expired": EXPIRED, "open": OPEN, "now": now})
-            budget.committed -= sum(r[0] for r in rows)
-            budget.open_expected_cost -= sum(r[1] for r in rows)
-            budget.open_expected_responses -= sum(r[2] for r in rows)
+    @staticmethod
+    def _expire(budget: _Budget, rows: list, now: float) -> None:
+        """Release what the coupons past their ``expires_at`` held (``rows``: face, expected cost, response)."""
+        budget.committed -= sum(r[0] for r in rows)
+        budget.open_expected_cost -= sum(r[1] for r in rows)
+        budget.open_expected_responses -= sum(r[2] for r in rows)
         budget.last_sweep = now
-        return len(rows)
 
     @staticmethod
     def _save(budget: _Budget, now: float, inserted: list[dict], responses: int, moved: bool) -> list:
@@ -479,6 +518,10 @@ _QUERIES = {
     "expiring": "SELECT face, expected_cost, expected_response FROM decisions WHERE state = :open AND expires_at <= :now",
     "expire": "UPDATE decisions SET state = :expired WHERE state = :open AND expires_at <= :now",
 }
+#: PostgreSQL's insert of a batch's decisions: one JSON array of rows keyed by column (floats as ``repr`` gives
+#: them, which ``float8`` reads back exactly).
+_INSERT_ROWS = (f"INSERT INTO decisions ({', '.join(_DECISION_COLUMNS)}) SELECT {', '.join(_DECISION_COLUMNS)} "
+                "FROM json_populate_recordset(CAST(NULL AS decisions), :rows)")
 _LOCK = f"SELECT {', '.join(_BUDGET_COLUMNS)} FROM budget WHERE id = 1"
 _LOOKUP = f"SELECT {', '.join(_DECISION_COLUMNS)} FROM decisions WHERE request_id IN "
 
@@ -509,38 +552,65 @@ class _SQLiteSession:
         self.connection.rollback()
 
 
-class _PostgresSession:
-    """psycopg in autocommit mode, with the transaction's BEGIN and COMMIT in the text: each round trip is ONE
-    simple-query string of several statements, parameters bound client-side (:class:`psycopg.ClientCursor`).
+class _PostgresText:
+    """The text of each PostgreSQL round trip: ONE simple-query string of several statements, the transaction's
+    BEGIN and COMMIT in it (the connection is in autocommit mode), parameters bound client-side by
+    :class:`psycopg.ClientCursor`.
 
     The hot statements are prepared (``PREPARE``) once per connection and run as ``EXECUTE name(…)``, so PostgreSQL
     plans them once. Measured per one-decision batch against psycopg's pipeline mode with prepared statements
     planned at every run (the previous path): about half the client CPU and a quarter less of PostgreSQL's.
     """
 
-    def __init__(self, connection):
-        self.connection = connection
-        connection.autocommit = True  # BEGIN travels with the lock, COMMIT with the writes
-        self.order = {}  # statement name → its parameter names, in $1, $2, … order
-        prepare = []
-        for name, sql in {"lock": _LOCK + " FOR UPDATE", **_WRITES}.items():
+    SETUP = "SET plan_cache_mode = auto"  # generic plans for the prepared statements (none scans a range)
+    PREPARED = "SELECT name FROM pg_prepared_statements"
+
+    def __init__(self):
+        self.order, self.prepare = {}, {}  # statement name → its parameter names in $1, $2, … order; its PREPARE
+        for name, sql in {"lock": _LOCK + " FOR UPDATE", **_WRITES, "insert": _INSERT_ROWS}.items():
             names = list(dict.fromkeys(re.findall(r":(\w+)", sql)))
-            self.order[name] = names
             numbered = re.sub(r":(\w+)", lambda m: f"${names.index(m.group(1)) + 1}", sql)
-            prepare.append(f"PREPARE promokit_{name} AS {numbered}")
-        known = {row[0] for row in connection.execute("SELECT name FROM pg_prepared_statements")}
-        connection.execute("SET plan_cache_mode = auto")
-        for statement, name in zip(prepare, self.order):
-            if f"promokit_{name}" not in known:
-                connection.execute(statement)
+            self.order[name], self.prepare[f"promokit_{name}"] = names, f"PREPARE promokit_{name} AS {numbered}"
 
     def _execute(self, name: str) -> str:
-        return f"EXECUTE promokit_{name}({', '.join(['%s'] * len(self.order[name]))})" if self.order[name] \
-            else f"EXECUTE promokit_{name}"
+        marks = ", ".join(["%s"] * len(self.order[name]))
+        return f"EXECUTE promokit_{name}({marks})" if marks else f"EXECUTE promokit_{name}"
+
+    def begin(self, ids: list[str]) -> tuple[str, list]:
+        return f"BEGIN; {self._execute('lock')}; {_LOOKUP}({', '.join(['%s'] * len(ids))})", ids
+
+    @staticmethod
+    def query(name: str, params: dict) -> tuple[str, dict]:
+        return re.sub(r":(\w+)", r"%(\1)s", _QUERIES[name]), params
+
+    def commit(self, writes: list) -> tuple[str, list]:
+        """The batch's new decisions travel as one JSON array (binding 19 literals per row cost ≈ 80 µs of the
+        client's CPU per decision), the other writes as their own EXECUTEs."""
+        rows = [params for name, params in writes if name == "insert"]
+        writes = ([("insert", {"rows": json.dumps(rows)})] if rows else []) \
+            + [(name, params) for name, params in writes if name != "insert"]
+        texts = [self._execute(name) for name, _ in writes] + ["COMMIT"]
+        return "; ".join(texts), [params[key] for name, params in writes for key in self.order[name]]
+
+
+_PG = _PostgresText()
+
+
+class _PostgresSession:
+    """psycopg, blocking (:meth:`Ledger.apply`): the round trips of :class:`_PostgresText`."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        connection.autocommit = True
+        connection.execute(_PG.SETUP)
+        known = {row[0] for row in connection.execute(_PG.PREPARED)}
+        for name, statement in _PG.prepare.items():
+            if name not in known:
+                connection.execute(statement)
 
     def begin(self, ids: list[str]) -> tuple[_Budget, dict]:
         cursor = psycopg.ClientCursor(self.connection)
-        cursor.execute(f"BEGIN; {self._execute('lock')}; {_LOOKUP}({', '.join(['%s'] * len(ids))})", ids)
+        cursor.execute(*_PG.begin(ids))
         cursor.nextset()
         budget = _Budget(*cursor.fetchone())
         cursor.nextset()
@@ -548,19 +618,51 @@ class _PostgresSession:
 
     def query(self, name: str, params: dict) -> list:
         cursor = psycopg.ClientCursor(self.connection)
-        cursor.execute(re.sub(r":(\w+)", r"%(\1)s", _QUERIES[name]), params)
+        cursor.execute(*_PG.query(name, params))
         return cursor.fetchall() if cursor.description else []
 
     def commit(self, writes: list) -> None:
-        texts = [self._execute(name) for name, _ in writes] + ["COMMIT"]
-        values = [params[key] for name, params in writes for key in self.order[name]]
-        psycopg.ClientCursor(self.connection).execute("; ".join(texts), values)
+        psycopg.ClientCursor(self.connection).execute(*_PG.commit(writes))
 
     def rollback(self) -> None:
         self.connection.execute("ROLLBACK")
 
 
-_Session = _SQLiteSession | _PostgresSession
+class _AsyncPostgresSession:
+    """psycopg's ``AsyncConnection`` (:meth:`Ledger.apply_async`): the same round trips, awaited."""
+
+    def __init__(self, connection):
+        self.connection = connection
+
+    @classmethod
+    async def connect(cls, url: str) -> "_AsyncPostgresSession":
+        connection = await psycopg.AsyncConnection.connect(url.replace("+psycopg", "", 1), autocommit=True)
+        await connection.execute(_PG.SETUP)
+        for statement in _PG.prepare.values():  # a new connection holds no prepared statement
+            await connection.execute(statement)
+        return cls(connection)
+
+    async def begin(self, ids: list[str]) -> tuple[_Budget, dict]:
+        cursor = psycopg.AsyncClientCursor(self.connection)
+        await cursor.execute(*_PG.begin(ids))
+        cursor.nextset()
+        budget = _Budget(*await cursor.fetchone())
+        cursor.nextset()
+        return budget, _known(await cursor.fetchall())
+
+    async def query(self, name: str, params: dict) -> list:
+        cursor = psycopg.AsyncClientCursor(self.connection)
+        await cursor.execute(*_PG.query(name, params))
+        return await cursor.fetchall() if cursor.description else []
+
+    async def commit(self, writes: list) -> None:
+        await psycopg.AsyncClientCursor(self.connection).execute(*_PG.commit(writes))
+
+    async def rollback(self) -> None:
+        await self.connection.execute("ROLLBACK")
+
+    async def close(self) -> None:
+        await self.connection.close()
 
 
 def _known(rows: list) -> dict:
