@@ -13,6 +13,7 @@ from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.campaign import build_campaign, load_campaign
 from promokit.serve.engine import DecisionEngine
+from promokit.serve import ledger as ledger_module
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Ledger, Option, OutcomeRequest, normalise_url
 from promokit.serve.pacing import Pacer, realised_ratio
 
@@ -165,6 +166,55 @@ def test_paid_on_request_settles_at_issue(tmp_path):
     assert row["state"] == "settled" and ledger.totals()["paid"] == 1000 and ledger.totals()["committed"] == 0
     ledger.apply([OutcomeRequest("m", True, None)])
     assert ledger.totals()["paid"] == 1000 and ledger.totals()["responses"] == 1
+
+
+def count_one_statements(monkeypatch) -> list[int]:
+    """Rows each one-statement attempt on PostgreSQL wrote (0: refused, the batch went the lock-first way)."""
+    attempts, run = [], ledger_module._PostgresSession.one_statement
+
+    def spy(self, params):
+        rows = run(self, params)
+        attempts.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(ledger_module._PostgresSession, "one_statement", spy)
+    return attempts
+
+
+def test_one_statement_refuses_room_another_writer_spent(postgres_url, monkeypatch):
+    """Writer a counts on the room its last commit left; b spends it; a's next batch is refused by the statement's
+    cap check and issued by the lock-first transaction, exactly (the fallback), in commit order."""
+    attempts = count_one_statements(monkeypatch)
+    a, b = Ledger(postgres_url), Ledger(postgres_url)
+    a.open(cap=3500)
+    rows = a.apply([request("a1")]) + a.apply([request("a2")]) + b.apply([request("b1")]) + a.apply([request("a3")])
+    assert attempts == [1, 0]  # a2 in one statement; a3 refused there (a counted on 1,500 of room, 500 was left)
+    assert [(r["request_id"], r["face"], r["reason"], r["seq"]) for r in rows] == [
+        ("a1", 1000, "rule", 1), ("a2", 1000, "rule", 2), ("b1", 1000, "rule", 3), ("a3", 500, "cap_reached", 4)]
+    assert [r["created_at"] for r in rows] == sorted(r["created_at"] for r in rows)  # stamps follow commits
+    totals, audit = a.totals(), a.audit()
+    assert totals["at_risk"] == audit["at_risk"] == 3500 and totals["decisions"] == audit["last_seq"] == 4
+    assert a.last_totals["at_risk"] == 3500 and a.per_level() == [
+        {"population": "customer", "level_index": 1, "decisions": 1, "responses": 0, "paid": 0},
+        {"population": "customer", "level_index": 2, "decisions": 3, "responses": 0, "paid": 0}]
+    a.close()
+    b.close()
+
+
+def test_one_statement_leaves_a_known_request_id_to_the_replay(postgres_url, monkeypatch):
+    attempts = count_one_statements(monkeypatch)
+    a, b = Ledger(postgres_url), Ledger(postgres_url)
+    a.open(cap=100000)
+    first = a.apply([request("x")]) + a.apply([request("y"), request("z")])
+    b.apply([request("w")])
+    replay = b.apply([request("y")])[0]  # b's one statement hits y's primary key and writes nothing
+    assert attempts == [2, 0] and replay["replayed"] and replay["created_at"] == first[1]["created_at"]
+    assert [r["seq"] for r in first] == [1, 2, 3] and first[2]["expires_at"] == first[2]["created_at"] + 100.0
+    totals, audit = a.totals(), a.audit()
+    assert totals["decisions"] == audit["decisions"] == 4 and totals["replays"] == 1
+    assert totals["at_risk"] == audit["at_risk"] == 4000 and a.timeline()[-1]["at_risk"] <= 4000
+    a.close()
+    b.close()
 
 
 def test_ledger_cap_holds_under_concurrent_writers(ledger_url):

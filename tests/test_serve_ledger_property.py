@@ -3,8 +3,11 @@ totals equal the sums over its rows exactly (integer minor units, no epsilon) an
 the cap."""
 
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,11 +30,31 @@ batches = st.lists(st.tuples(st.lists(st.one_of(decisions, outcomes), min_size=1
                              st.floats(0.0, 2.0)), min_size=1, max_size=12)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server(request):
+    """None for SQLite (a file per example), or a PostgreSQL database the examples share (tables dropped each)."""
+    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
+@contextmanager
+def empty_ledger(server: str | None):
+    if server is None:
+        with tempfile.TemporaryDirectory() as folder:
+            yield f"sqlite:///{Path(folder) / 'l.sqlite'}"
+        return
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute("DROP TABLE IF EXISTS decisions, budget, per_level, timeline, schema_version")
+    yield server
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(cap=st.integers(0, 6000), steps=batches)
-def test_running_totals_equal_the_rows_exactly(cap, steps):
-    with tempfile.TemporaryDirectory() as folder:
-        ledger = Ledger(f"sqlite:///{Path(folder) / 'l.sqlite'}", sweep_seconds=0.5)
+def test_running_totals_equal_the_rows_exactly(server, cap, steps):
+    """On PostgreSQL this runs both write paths: batches of new decisions as one statement (refused when the cap
+    is in reach or an id is known) and lock-first transactions."""
+    with empty_ledger(server) as url:
+        ledger = Ledger(url, sweep_seconds=0.5)
         ledger.open(cap=cap)
         now, peak = 1000.0, 0
         for items, wait in steps:

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pandas as pd
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, curves, plan_folder, request, score_frame
@@ -323,8 +324,24 @@ def test_quota_assignments_still_served(tmp_path):
     assert missing.status_code == 404 and bad.status_code == 422 and field_errors(bad) == ["path.user_id"]
 
 
+def test_a_lost_postgresql_connection_is_a_503_then_reconnects(tmp_path, postgres_url):
+    campaign = make_campaign(tmp_path, cap="1000")
+    with TestClient(create_app(campaign.path, ledger_url=postgres_url, token=TOKEN)) as test_client:
+        assert post(test_client, "/v1/decisions", {"request_id": "r0", "customer_id": "c0"}).status_code == 200
+        with psycopg.connect(postgres_url, autocommit=True) as admin:  # the server drops the service's sessions
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        lost = post(test_client, "/v1/decisions", {"request_id": "r1", "customer_id": "c1"})
+        again = post(test_client, "/v1/decisions", {"request_id": "r1", "customer_id": "c1"})
+    assert lost.status_code == 503 and lost.json()["detail"].startswith("ledger unavailable")
+    assert again.status_code == 200 and not again.json()["replayed"]  # the refused request wrote nothing
+    ledger = Ledger(postgres_url)
+    assert ledger.totals()["decisions"] == ledger.audit()["decisions"] == 2
+    ledger.close()
+
+
 def test_the_api_on_a_postgresql_ledger(tmp_path, postgres_url):
-    """PostgreSQL batches go through the writer thread (SQLite's run on the event loop): the same answers."""
+    """PostgreSQL batches are awaited (psycopg's AsyncConnection; SQLite's run inline): the same answers."""
     campaign = make_campaign(tmp_path, cap="30")
     with TestClient(create_app(campaign.path, ledger_url=postgres_url, token=TOKEN)) as test_client:
         answers = [post(test_client, "/v1/decisions", {"request_id": f"r{i}", "customer_id": f"c{i}"}).json()

@@ -18,10 +18,12 @@ import multiprocessing
 import os
 import signal
 import sys
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
+import psycopg
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -340,9 +342,12 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         return JSONResponse({"detail": [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]}
                                         for e in exc.errors()]}, status_code=422)
 
-    @app.exception_handler(SQLAlchemyError)
-    async def unavailable(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": f"ledger unavailable: {type(exc).__name__}"}, status_code=503)
+
+    # the write path speaks to the drivers directly (see Ledger.apply): their connection errors are 503s too
+    for error in (SQLAlchemyError, psycopg.OperationalError, sqlite3.OperationalError):
+        app.add_exception_handler(error, unavailable)
 
     return app
 

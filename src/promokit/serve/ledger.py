@@ -1,28 +1,30 @@
 """The budget ledger: every decision and outcome, and the money at risk, in SQLite or PostgreSQL.
 
-One code path for both servers, with the same SQL text (``ON CONFLICT … DO UPDATE`` and ``IN`` lists read alike
-in SQLite ≥ 3.24 and PostgreSQL): SQLAlchemy 2.x for the pool, connection set-up, migrations and reads, rather
-than psycopg 3 alone, because psycopg speaks only PostgreSQL and the embedded default is SQLite. The write
-transaction, the hot path, runs on the pooled connection's DBAPI cursor in the driver's parameter style, once
-per batch of requests (see :meth:`Ledger.apply`).
+SQLAlchemy 2.x for the pool, connection set-up, migrations and reads, with the same SQL for both servers
+(``ON CONFLICT … DO UPDATE`` and ``IN`` lists read alike in SQLite ≥ 3.24 and PostgreSQL), rather than psycopg 3
+alone, because psycopg speaks only PostgreSQL and the embedded default is SQLite. The write transaction, the hot
+path, runs once per batch of requests on a DBAPI connection of its own (sqlite3, or psycopg blocking or
+asynchronous; see :meth:`Ledger.apply`).
 
 Money is exact: integers of the currency's minor unit (:mod:`promokit.serve.money`) in ``BIGINT`` columns,
 added and compared without rounding. Expectations (expected cost and responses) are model estimates, not money
 held, and stay floating point.
 
 Budget safety. Money at risk is ``committed`` (face value of issued coupons that are neither closed nor expired)
-plus ``paid`` (money paid out). Every write is one transaction that first takes the budget row's lock
-(``SELECT … FOR UPDATE`` on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so writers in any number of threads and
-processes are serialised; inside it a coupon is issued only if ``committed + paid + face ≤ cap``, so the cap
-holds whatever the concurrency. Decisions are stamped (``created_at``) and numbered (``seq``) after the lock is
-taken, so both follow the commit order. ``request_id`` is the primary key of ``decisions``: the same request
-seen again gets its stored answer and is written once; the same id with another body is refused.
+plus ``paid`` (money paid out). Every write is one transaction that takes the budget row's lock (``SELECT … FOR
+UPDATE`` or an ``UPDATE`` of it on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so writers in any number of
+threads and processes are serialised, and issues a coupon only if ``committed + paid + face ≤ cap``, so the cap
+holds whatever the concurrency. Decisions are stamped (``created_at``, by PostgreSQL's clock on PostgreSQL) and
+numbered (``seq``) with the lock held, so both follow the commit order. ``request_id`` is the primary key of
+``decisions``: the same request seen again gets its stored answer and is written once; the same id with another
+body is refused.
 
 Schema migrations are the numbered entries of :data:`MIGRATIONS`; ``schema_version`` records those applied.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -270,10 +272,10 @@ class Ledger:
         commit and a few ``executemany`` calls for the whole batch. ``now`` (tests) replaces the clock, which is
         otherwise read once the lock is held.
 
-        One writer per instance. The transaction runs on a DBAPI connection (sqlite3 or psycopg) checked out of
-        SQLAlchemy's pool once, with statements written once per dialect: SQLAlchemy Core's Python cost per
-        statement (≈ 60 µs) and per checkout were most of a one-decision batch, the hot path at low
-        concurrency. Connection set-up, migrations and reads stay with SQLAlchemy.
+        One writer per instance, on a DBAPI connection checked out of SQLAlchemy's pool once, with statements
+        written once per dialect: SQLAlchemy Core's Python cost per statement (≈ 60 µs) and per checkout were
+        most of a one-decision batch, the hot path at low concurrency. On PostgreSQL a batch of new decisions is
+        first tried as one statement (:meth:`_one_statement`).
         """
         steps = self._transaction(items, now)
         session, reply = self._session(), None
@@ -319,8 +321,12 @@ class Ledger:
         A generator of the session's steps (``("begin", ids)``, ``("query", name, params)``, ``("commit",
         writes)``, ``("rollback",)``), each sent back its answer, so that :meth:`apply` and :meth:`apply_async`
         run the same decisions over blocking and asynchronous connections. Returns the batch's results."""
-        budget, known = yield "begin", sorted({item.request_id for item in items})
-        now = time.time() if now is None else now  # the lock is held: stamps follow the commit order
+        if self.dialect == "postgresql":
+            results = yield from self._one_statement(items, now)
+            if results is not None:
+                return results
+        budget, known, clock = yield "begin", sorted({item.request_id for item in items})
+        now = clock if now is None else now  # read with the lock held: stamps follow the commit order
         expired = 0
         if now - budget.last_sweep >= self.sweep_seconds:
             expiring = yield "query", "expiring", {"open": OPEN, "now": now}  # (face, expected_cost, response)
@@ -344,6 +350,41 @@ class Ledger:
         writes += self._save(budget, now, rows, responses, bool(inserted or updates or expired))
         yield "commit", writes
         self._last_budget = budget
+        return results
+
+    def _one_statement(self, items: list, now: float | None):
+        """A batch of new decisions as ONE statement (:data:`_ONE_STATEMENT`): no round trip with the budget row
+        locked. Returns None, having written nothing, when the batch needs the lock-first transaction.
+
+        The levels are chosen against the room this worker's last commit left; the statement adds the batch's
+        money to the budget row only if ``committed + paid`` stays within the cap (other workers may have spent
+        the room since), numbers and stamps the decisions from the row it updated (so ``seq`` and
+        ``created_at`` still follow the commit order) and returns nothing otherwise. A known request_id fails
+        the statement on the primary key. Batches with outcomes, a sweep due, a level that did not fit as
+        chosen or a request_id twice go the lock-first way."""
+        last = self._last_budget
+        clock = time.time() if now is None else now
+        if last is None or clock - last.last_sweep >= self.sweep_seconds \
+                or not all(isinstance(item, DecisionRequest) for item in items) \
+                or len({item.request_id for item in items}) < len(items):
+            return None
+        guess, inserted = dataclasses.replace(last, levels={}), {}
+        for item in items:
+            if self._decide(item, guess, {}, inserted, clock)["reason"] == "cap_reached":
+                return None
+        added = {k: getattr(guess, k) - getattr(last, k) for k in _ADDED}
+        rows = [{**row, "k": k, "ttl": item.ttl} for k, (item, row) in enumerate(zip(items, inserted.values()), 1)]
+        levels = [{"population": p, "level_index": j, "decisions": d, "responses": r, "paid": m}
+                  for (p, j), (d, r, m) in guess.levels.items()]
+        stamped = yield "one_statement", {**added, "now": now, "rows": json.dumps(rows), "levels": json.dumps(levels),
+                                          "lam": rows[-1]["lam"]}
+        if not stamped:
+            return None
+        results = []
+        for row, (request_id, seq, created_at, expires_at, *_) in zip(inserted.values(), stamped):
+            row.update(seq=seq, created_at=created_at, expires_at=expires_at)
+            results.append({**row, "replayed": False})
+        self._last_budget = _Budget(*stamped[0][4:])
         return results
 
     def _session(self) -> "_SQLiteSession | _PostgresSession":
@@ -522,6 +563,41 @@ _QUERIES = {
 #: them, which ``float8`` reads back exactly).
 _INSERT_ROWS = (f"INSERT INTO decisions ({', '.join(_DECISION_COLUMNS)}) SELECT {', '.join(_DECISION_COLUMNS)} "
                 "FROM json_populate_recordset(CAST(NULL AS decisions), :rows)")
+#: PostgreSQL stamps with its own clock, read once the budget row is locked, so that the stamps of every worker
+#: host come from one clock.
+_NOW = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
+_CLOCK = f"SELECT {_NOW}"
+_PARAMETER = r"(?<!:):(\w+)"  # ``:name``, not a ``::type`` cast
+#: What a batch of new decisions adds to the budget row.
+_ADDED = ("committed", "paid", "decisions", "expected_cost", "expected_responses", "open_expected_cost",
+          "open_expected_responses")
+_FRESH = ("request_id", "population", "subject_id", "level_index", "face", "expected_response", "expected_cost", "lam",
+          "model_version", "reason", "cold_start", "paid_on", "state", "paid")
+_FRESH_TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "BIGINT", "DOUBLE PRECISION", "DOUBLE PRECISION",
+                "DOUBLE PRECISION", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "BIGINT")
+#: PostgreSQL, a batch of new decisions in one statement (see :meth:`Ledger._one_statement`). ``b`` takes the
+#: budget row's lock and is empty when the money would pass the cap, which leaves every other part empty;
+#: ``clock_timestamp()`` is read once the lock is held.
+_ONE_STATEMENT = f"""WITH b AS (
+    UPDATE budget SET {', '.join(f'{k} = {k} + :{k}' for k in _ADDED)}
+    WHERE id = 1 AND committed + paid + :committed + :paid <= cap
+    RETURNING {', '.join(_BUDGET_COLUMNS)}, COALESCE(:now, {_NOW}) AS at),
+r AS (SELECT * FROM json_to_recordset(:rows) AS r(k INTEGER, ttl DOUBLE PRECISION,
+    {', '.join(f'{c} {t}' for c, t in zip(_FRESH, _FRESH_TYPES))})),
+ins AS (INSERT INTO decisions ({', '.join(_DECISION_COLUMNS)})
+    SELECT {', '.join('b.decisions - :decisions + r.k' if c == 'seq' else 'b.at' if c == 'created_at'
+                      else 'b.at + r.ttl' if c == 'expires_at' else 'NULL' if c in ('redeemed', 'outcome_at')
+                      else f'r.{c}' for c in _DECISION_COLUMNS)}
+    FROM r, b RETURNING request_id, seq, created_at, expires_at),
+levels AS ({_WRITES['save_levels'].split(' VALUES ')[0]}
+    SELECT l.* FROM json_to_recordset(:levels) AS l(population VARCHAR, level_index INTEGER, decisions BIGINT,
+    responses BIGINT, paid BIGINT), b
+    ON CONFLICT {_WRITES['save_levels'].split(' ON CONFLICT ')[1]}),
+timeline AS ({_WRITES['save_timeline'].split(' VALUES ')[0]}
+    SELECT FLOOR(b.at)::BIGINT, :decisions, 0, b.committed + b.paid, b.paid, :lam FROM b
+    ON CONFLICT {_WRITES['save_timeline'].split(' ON CONFLICT ')[1]})
+SELECT ins.request_id, ins.seq, ins.created_at, ins.expires_at, {', '.join(f'b.{c}' for c in _BUDGET_COLUMNS)}
+FROM ins, b ORDER BY ins.seq"""
 _LOCK = f"SELECT {', '.join(_BUDGET_COLUMNS)} FROM budget WHERE id = 1"
 _LOOKUP = f"SELECT {', '.join(_DECISION_COLUMNS)} FROM decisions WHERE request_id IN "
 
@@ -533,12 +609,12 @@ class _SQLiteSession:
     def __init__(self, connection):
         self.connection = connection
 
-    def begin(self, ids: list[str]) -> tuple[_Budget, dict]:
+    def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
         cursor = self.connection.cursor()
         cursor.execute("BEGIN IMMEDIATE")
         budget = _Budget(*cursor.execute(_LOCK).fetchone())
         rows = cursor.execute(_LOOKUP + f"({', '.join('?' * len(ids))})", ids).fetchall()
-        return budget, _known(rows)
+        return budget, _known(rows), time.time()
 
     def query(self, name: str, params: dict) -> list:
         return self.connection.execute(_QUERIES[name], params).fetchall()
@@ -567,9 +643,10 @@ class _PostgresText:
 
     def __init__(self):
         self.order, self.prepare = {}, {}  # statement name → its parameter names in $1, $2, … order; its PREPARE
-        for name, sql in {"lock": _LOCK + " FOR UPDATE", **_WRITES, "insert": _INSERT_ROWS}.items():
-            names = list(dict.fromkeys(re.findall(r":(\w+)", sql)))
-            numbered = re.sub(r":(\w+)", lambda m: f"${names.index(m.group(1)) + 1}", sql)
+        for name, sql in {"lock": _LOCK + " FOR UPDATE", **_WRITES, "insert": _INSERT_ROWS,
+                          "one_statement": _ONE_STATEMENT}.items():
+            names = list(dict.fromkeys(re.findall(_PARAMETER, sql)))
+            numbered = re.sub(_PARAMETER, lambda m: f"${names.index(m.group(1)) + 1}", sql)
             self.order[name], self.prepare[f"promokit_{name}"] = names, f"PREPARE promokit_{name} AS {numbered}"
 
     def _execute(self, name: str) -> str:
@@ -577,11 +654,14 @@ class _PostgresText:
         return f"EXECUTE promokit_{name}({marks})" if marks else f"EXECUTE promokit_{name}"
 
     def begin(self, ids: list[str]) -> tuple[str, list]:
-        return f"BEGIN; {self._execute('lock')}; {_LOOKUP}({', '.join(['%s'] * len(ids))})", ids
+        return f"BEGIN; {self._execute('lock')}; {_CLOCK}; {_LOOKUP}({', '.join(['%s'] * len(ids))})", ids
 
     @staticmethod
     def query(name: str, params: dict) -> tuple[str, dict]:
-        return re.sub(r":(\w+)", r"%(\1)s", _QUERIES[name]), params
+        return re.sub(_PARAMETER, r"%(\1)s", _QUERIES[name]), params
+
+    def one_statement(self, params: dict) -> tuple[str, list]:
+        return self._execute("one_statement"), [params[key] for key in self.order["one_statement"]]
 
     def commit(self, writes: list) -> tuple[str, list]:
         """The batch's new decisions travel as one JSON array (binding 19 literals per row cost ≈ 80 µs of the
@@ -608,13 +688,23 @@ class _PostgresSession:
             if name not in known:
                 connection.execute(statement)
 
-    def begin(self, ids: list[str]) -> tuple[_Budget, dict]:
+    def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
         cursor = psycopg.ClientCursor(self.connection)
         cursor.execute(*_PG.begin(ids))
         cursor.nextset()
         budget = _Budget(*cursor.fetchone())
         cursor.nextset()
-        return budget, _known(cursor.fetchall())
+        clock = cursor.fetchone()[0]
+        cursor.nextset()
+        return budget, _known(cursor.fetchall()), clock
+
+    def one_statement(self, params: dict) -> list:
+        cursor = psycopg.ClientCursor(self.connection)
+        try:
+            cursor.execute(*_PG.one_statement(params))
+        except psycopg.errors.UniqueViolation:  # a request_id seen before: nothing was written
+            return []
+        return cursor.fetchall()
 
     def query(self, name: str, params: dict) -> list:
         cursor = psycopg.ClientCursor(self.connection)
@@ -642,13 +732,23 @@ class _AsyncPostgresSession:
             await connection.execute(statement)
         return cls(connection)
 
-    async def begin(self, ids: list[str]) -> tuple[_Budget, dict]:
+    async def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
         cursor = psycopg.AsyncClientCursor(self.connection)
         await cursor.execute(*_PG.begin(ids))
         cursor.nextset()
         budget = _Budget(*await cursor.fetchone())
         cursor.nextset()
-        return budget, _known(await cursor.fetchall())
+        clock = (await cursor.fetchone())[0]
+        cursor.nextset()
+        return budget, _known(await cursor.fetchall()), clock
+
+    async def one_statement(self, params: dict) -> list:
+        cursor = psycopg.AsyncClientCursor(self.connection)
+        try:
+            await cursor.execute(*_PG.one_statement(params))
+        except psycopg.errors.UniqueViolation:  # a request_id seen before: nothing was written
+            return []
+        return await cursor.fetchall()
 
     async def query(self, name: str, params: dict) -> list:
         cursor = psycopg.AsyncClientCursor(self.connection)
