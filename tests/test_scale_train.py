@@ -1,6 +1,10 @@
 """promokit.scale.train: the vocabulary counted over parts, training part by part and data-parallel on Ray Train."""
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -146,3 +150,31 @@ def test_a_bad_part_is_named_in_the_error(ray_cluster, tmp_path):
     result = _invoke("conversion", "train", "--data", parts, "--out", tmp_path / "m")
     assert result.exit_code == 2 and f"{parts / 'part-00002.parquet'}: " in result.output
     assert "'price' has 1 infinite" in result.output
+
+
+def test_ctrl_c_stops_a_ray_train_run_and_keeps_the_best_model(ray_cluster, tmp_path):
+    """SIGINT to `conversion train --engine ray` after its first checkpoint: Ray Train aborts the run, the best
+    model so far is written with a hint to --resume, and the cluster's CPUs are free again."""
+    import ray
+
+    parts = write_parts(make_world(n_impressions=20_000, seed=1).table, tmp_path / "parts", [5000] * 4)
+    command = [sys.executable, "-m", "promokit.cli", "conversion", "train", "--data", str(parts),
+               "--out", str(tmp_path / "m"), "--model", "esmm", "--epochs", "1000", "--patience", "1000",
+               "--batch-size", "500", "--params", json.dumps(SMALL), "--engine", "ray",
+               "--address", ray_cluster.address, "--workers", "1"]
+    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    deadline = time.time() + 120
+    while not any((tmp_path / ".m.checkpoint").glob("checkpoint_*/checkpoint.pt")) and time.time() < deadline:
+        assert driver.poll() is None, driver.stdout.read()
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    output = driver.communicate(timeout=60)[0]
+    assert driver.returncode == 0, output
+    assert "interrupted after" in output and "continue with --resume" in output and "Traceback" not in output
+    test = make_world(n_impressions=100, seed=2).table
+    assert ConversionModel.load(tmp_path / "m").predict(test).shape == (100, 3)
+    deadline = time.time() + 30
+    while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert ray.available_resources().get("CPU", 0) == 2
