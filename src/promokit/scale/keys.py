@@ -1,0 +1,96 @@
+"""Keys unique across the parts of a table, checked without gathering them in one process.
+
+Two maps: each part hashes its key column (64-bit, :func:`pandas.util.hash_pandas_object`) and writes the hashes
+grouped by bucket (hash mod ``buckets``) to one scratch file; then each bucket is checked alone, reading its slice
+of every part's file. Equal hashes are confirmed on the keys themselves (two keys may share a hash), so a
+report is never a collision. Memory per worker: one part's keys, or one bucket's hashes (8 bytes × N / buckets);
+scratch on disk: 8 bytes a row.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError
+
+MapParts = Callable[[Callable, Iterable], Iterable]
+
+
+def check_unique_keys(paths: list, column: str, scratch: str | Path, map_parts: MapParts = map,
+                      buckets: int | None = None) -> int:
+    """Raise a one-line :class:`DataError` naming the key and the two files (and rows) of the first key found
+    twice; return the number of keys. ``scratch`` is a folder for the hashes, removed afterwards."""
+    scratch = Path(scratch)
+    buckets = buckets or max(1, len(paths))
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        rows = list(map_parts(_hash_part, [(str(p), column, str(scratch), k, buckets) for k, p in enumerate(paths)]))
+        found = [pair for pairs in map_parts(_check_bucket, [(str(scratch), len(paths), b) for b in range(buckets)])
+                 for pair in pairs]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for digest, first, second in sorted(found, key=lambda pair: (pair[1], pair[2])):
+        _confirm(paths, column, digest, first, second)
+    return sum(rows)
+
+
+def _keys(path: str, column: str) -> pd.Series:
+    try:
+        keys = pd.read_parquet(path, columns=[column])[column]
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"{path}: cannot read its {column!r} column: "
+                        f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+    return keys.astype(str)
+
+
+def _hashes(keys: pd.Series) -> np.ndarray:
+    return pd.util.hash_pandas_object(keys, index=False).to_numpy()
+
+
+def _hash_part(task: tuple) -> int:
+    path, column, scratch, k, buckets = task
+    digest = _hashes(_keys(path, column))
+    bucket = digest % np.uint64(buckets)
+    order = np.argsort(bucket, kind="stable")
+    offsets = np.searchsorted(bucket[order], np.arange(buckets + 1, dtype=np.uint64))
+    np.save(Path(scratch) / f"{k:05d}.npy", digest[order])
+    np.save(Path(scratch) / f"{k:05d}.offsets.npy", offsets)
+    return len(digest)
+
+
+def _check_bucket(task: tuple) -> list[tuple[int, int, int]]:
+    """(hash, part, part) of every hash seen twice in bucket ``b`` (the same part twice for a repeat within it)."""
+    scratch, n_parts, b = task
+    digests, owners = [], []
+    for k in range(n_parts):
+        offsets = np.load(Path(scratch) / f"{k:05d}.offsets.npy")
+        piece = np.load(Path(scratch) / f"{k:05d}.npy", mmap_mode="r")[offsets[b]:offsets[b + 1]]
+        digests.append(np.asarray(piece))
+        owners.append(np.full(len(piece), k))
+    digest, owner = np.concatenate(digests), np.concatenate(owners)
+    order = np.argsort(digest, kind="stable")
+    digest, owner = digest[order], owner[order]
+    twice = np.flatnonzero(digest[1:] == digest[:-1])
+    return [(int(digest[i]), int(owner[i]), int(owner[i + 1])) for i in twice]
+
+
+def _confirm(paths: list, column: str, digest: int, first: int, second: int) -> None:
+    """Raise if the rows of ``first`` and ``second`` with hash ``digest`` hold one key (else it was a collision)."""
+    rows = []
+    for k in dict.fromkeys((first, second)):
+        keys = _keys(str(paths[k]), column)
+        at = np.flatnonzero(_hashes(keys) == np.uint64(digest))
+        rows += [(k, int(i), keys.iloc[i]) for i in at]
+    for a in range(len(rows)):
+        for b in range(a + 1, len(rows)):
+            (ka, ia, key), (kb, ib, other) = rows[a], rows[b]
+            if key == other:
+                where = (f"rows {ia} and {ib} of {paths[ka]}" if ka == kb
+                         else f"{paths[ka]} (row {ia}) and {paths[kb]} (row {ib})")
+                raise DataError(f"{column} {key!r} appears twice, in {where}: every {column} must be in one "
+                                f"part, once")

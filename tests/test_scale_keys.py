@@ -1,0 +1,60 @@
+"""promokit.scale.keys: a key repeated across (or within) parts is found and named without gathering the keys."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from promokit.data.errors import DataError
+from promokit.scale import keys as keys_module
+from promokit.scale.engine import make_engine
+from promokit.scale.keys import check_unique_keys
+
+
+def write(tmp_path, groups: list[list]) -> list:
+    paths = []
+    for k, ids in enumerate(groups):
+        path = tmp_path / f"part-{k:05d}.parquet"
+        pd.DataFrame({"user_id": ids, "score_1": np.arange(len(ids), dtype=float)}).to_parquet(path, index=False)
+        paths.append(path)
+    return paths
+
+
+def test_unique_keys_pass_and_are_counted(tmp_path):
+    paths = write(tmp_path, [[f"u{i}" for i in range(0, 500)], [], [f"u{i}" for i in range(500, 1200)]])
+    assert check_unique_keys(paths, "user_id", tmp_path / "scratch", buckets=7) == 1200
+    assert not (tmp_path / "scratch").exists()  # scratch removed
+
+
+def test_a_key_in_two_parts_names_both_files_and_rows(tmp_path):
+    paths = write(tmp_path, [["a", "b", "c"], ["d", "e"], ["f", "c", "g"]])
+    with pytest.raises(DataError, match=r"user_id 'c' appears twice, in .*part-00000.parquet \(row 2\) and "
+                                        r".*part-00002.parquet \(row 1\)"):
+        check_unique_keys(paths, "user_id", tmp_path / "scratch", buckets=3)
+
+
+def test_a_key_twice_in_one_part_and_integer_keys(tmp_path):
+    paths = write(tmp_path, [[1, 2, 3], [4, 5, 4]])
+    with pytest.raises(DataError, match=r"user_id '4' appears twice, in rows 0 and 2 of .*part-00001.parquet"):
+        check_unique_keys(paths, "user_id", tmp_path / "scratch")
+
+
+def test_a_hash_collision_is_not_reported(tmp_path, monkeypatch):
+    """Every key hashed alike: the buckets see one hash many times, the keys themselves settle it."""
+    monkeypatch.setattr(keys_module, "_hashes", lambda keys: np.zeros(len(keys), dtype=np.uint64))
+    paths = write(tmp_path, [["a", "b"], ["c"]])
+    assert check_unique_keys(paths, "user_id", tmp_path / "scratch") == 3
+
+
+def test_a_missing_column_names_the_file(tmp_path):
+    paths = write(tmp_path, [["a"]])
+    with pytest.raises(DataError, match=r"part-00000.parquet: cannot read its 'customer' column"):
+        check_unique_keys(paths, "customer", tmp_path / "scratch")
+
+
+def test_on_ray_the_same_answer(ray_cluster, tmp_path):
+    paths = write(tmp_path, [[f"u{i}" for i in range(k * 100, k * 100 + 100)] for k in range(4)] + [["u7"]])
+    engine = make_engine("ray", address=ray_cluster.address)
+    with pytest.raises(DataError, match=r"user_id 'u7' appears twice, in .*part-00000.parquet \(row 7\) and "
+                                        r".*part-00004.parquet \(row 0\)"):
+        check_unique_keys(paths, "user_id", tmp_path / "scratch", map_parts=engine.map)
+    assert check_unique_keys(paths[:4], "user_id", tmp_path / "scratch", map_parts=engine.map) == 400
