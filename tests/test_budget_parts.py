@@ -201,3 +201,19 @@ def test_a_bad_part_names_its_file_and_row(files, tmp_path, spoil, message):
 def test_partitioned_input_errors_are_one_line(files, tmp_path, args, message):
     result = _invoke("allocate", "budget", *[str(a).format(files=files) for a in args], "--out", tmp_path)
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
+
+
+def test_a_customer_in_two_parts_is_named_with_both_files(files, tmp_path):
+    folder = tmp_path / "scores"
+    folder.mkdir()
+    sources = sorted((files / "scores").glob("*.parquet"))
+    for path in sources:
+        frame = pd.read_parquet(path)
+        if path.name == "part-00005.parquet":  # its first customer is also the second part's first
+            frame.loc[frame["user_id"] == frame["user_id"].iloc[0], "user_id"] = pd.read_parquet(sources[1])["user_id"][0]
+        frame.to_parquet(folder / path.name, index=False)
+    result = _invoke("allocate", "budget", "--scores", folder, "--ratio", 3, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "is in two parts, " in result.output and "part-00001.parquet (row 0)" in result.output
+    assert "part-00005.parquet (row 0): each user_id must be in one part" in result.output
+    assert not (tmp_path / "out" / ".user-keys").exists()

@@ -337,3 +337,17 @@ def test_ray_solves_a_sample_in_parts_as_this_process_does(ray_cluster, files, t
     assert solved["ray"].plan.diagnostics["maps"][:4] == ["count", "sample", "sample", "sample"]
     np.testing.assert_array_equal(np.concatenate(solved["ray"].outputs), np.concatenate(solved["local"].outputs))
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_user_in_two_parts_is_named_with_both_files(files, tmp_path):
+    folder = tmp_path / "scores"
+    folder.mkdir()
+    sources = sorted((files / "scores").glob("*.parquet"))
+    for path in sources:
+        frame = pd.read_parquet(path)
+        if path.name == "part-00004.parquet":
+            frame.loc[3, "user_id"] = pd.read_parquet(sources[2])["user_id"][7]
+        frame.to_parquet(folder / path.name, index=False)
+    result = _invoke("allocate", "quota", "--scores", folder, "--quotas", files / "quotas.csv", "--out", tmp_path / "o")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "part-00002.parquet (row 7) and " in result.output and "part-00004.parquet (row 3)" in result.output

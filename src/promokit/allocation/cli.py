@@ -226,6 +226,8 @@ def _budget_in_parts(sources: dict, out: Path, run: _BudgetRun):
     with _stage(run.console, f"{run.reading}: {len(parts)} parts"):
         infos = run.engine.map(inspect_part, parts, label="reading parts")
         levels = _budget_levels(parts, infos)
+        for files in sources.values():  # a customer and a merchant may share an id; a customer in two parts not
+            _unique_users(files, out, run.engine)
     with_value = any(info.has_value for info in infos)
     parts = [replace(part, rows=info.rows, levels=levels, out=str(out / "plan" / f"part-{i:05d}.parquet"),
                      with_population=len(sources) > 1, with_value=with_value)
@@ -237,6 +239,15 @@ def _budget_in_parts(sources: dict, out: Path, run: _BudgetRun):
     _drop_stale_parts(out / "plan", {Path(part.out).name for part in parts})
     counts = {name: sum(info.rows for part, info in zip(parts, infos) if part.population == name) for name in sources}
     return solved.plan, counts, np.asarray(levels), solved.outputs
+
+
+def _unique_users(files: list, out: Path, engine) -> None:
+    """Each user in one part: the parts' own checks cannot see a user two parts hold (hashed in buckets on the
+    engine, in a scratch folder inside OUT, where every worker can read it)."""
+    from promokit.allocation.tables import USER
+    from promokit.scale.keys import check_unique_keys
+
+    check_unique_keys(files, USER, out / ".user-keys", map_parts=engine.map)
 
 
 def _budget_levels(parts: list, infos: list) -> tuple[float, ...]:
@@ -409,6 +420,7 @@ def _quota_in_parts(files: list, out: Path, run: _QuotaRun) -> _QuotaSolved:
     parts = [QuotaPart(str(path), run.layout, run.columns, run.tolerance) for path in files]
     with _stage(run.console, f"reading {run.scores} and {run.quotas}: {len(parts)} parts"):
         infos = run.engine.map(inspect_part, parts, label="reading parts")
+        _unique_users(files, out, run.engine)
         funds, has_tolerance = _quota_part_funds(parts, infos)
         bounds = read_quotas(run.quotas, funds)
         _check_risk_rule(has_tolerance, bounds.risk is not None, run)

@@ -1,6 +1,8 @@
-"""Keys unique across the parts of a table, checked without gathering them in one process.
+"""Keys unique across the parts of a table, checked without gathering them in one process: every key lives in
+one part (a part may hold a key on several rows, as a long score table does; the part's own contract checks
+say whether it may).
 
-Two maps: each part hashes its key column (64-bit, :func:`pandas.util.hash_pandas_object`) and writes the hashes
+Two maps: each part hashes its distinct keys (64-bit, :func:`pandas.util.hash_pandas_object`) and writes the hashes
 grouped by bucket (hash mod ``buckets``) to one scratch file; then each bucket is checked alone, reading its slice
 of every part's file. Equal hashes are confirmed on the keys themselves (two keys may share a hash), so a
 report is never a collision. Memory per worker: one part's keys, or one bucket's hashes (8 bytes × N / buckets);
@@ -23,8 +25,8 @@ MapParts = Callable[[Callable, Iterable], Iterable]
 
 def check_unique_keys(paths: list, column: str, scratch: str | Path, map_parts: MapParts = map,
                       buckets: int | None = None) -> int:
-    """Raise a one-line :class:`DataError` naming the key and the two files (and rows) of the first key found
-    twice; return the number of keys. ``scratch`` is a folder for the hashes, removed afterwards."""
+    """Raise a one-line :class:`DataError` naming the key and the two files (and rows) of the first key found in
+    two parts; return the number of distinct keys. ``scratch`` is a folder for the hashes, removed afterwards."""
     scratch = Path(scratch)
     buckets = buckets or max(1, len(paths))
     scratch.mkdir(parents=True, exist_ok=True)
@@ -54,7 +56,7 @@ def _hashes(keys: pd.Series) -> np.ndarray:
 
 def _hash_part(task: tuple) -> int:
     path, column, scratch, k, buckets = task
-    digest = _hashes(_keys(path, column))
+    digest = _hashes(_keys(path, column).drop_duplicates())
     bucket = digest % np.uint64(buckets)
     order = np.argsort(bucket, kind="stable")
     offsets = np.searchsorted(bucket[order], np.arange(buckets + 1, dtype=np.uint64))
@@ -64,7 +66,7 @@ def _hash_part(task: tuple) -> int:
 
 
 def _check_bucket(task: tuple) -> list[tuple[int, int, int]]:
-    """(hash, part, part) of every hash seen twice in bucket ``b`` (the same part twice for a repeat within it)."""
+    """(hash, part, part) of every hash that two parts hold in bucket ``b``."""
     scratch, n_parts, b = task
     digests, owners = [], []
     for k in range(n_parts):
@@ -75,22 +77,17 @@ def _check_bucket(task: tuple) -> list[tuple[int, int, int]]:
     digest, owner = np.concatenate(digests), np.concatenate(owners)
     order = np.argsort(digest, kind="stable")
     digest, owner = digest[order], owner[order]
-    twice = np.flatnonzero(digest[1:] == digest[:-1])
+    twice = np.flatnonzero((digest[1:] == digest[:-1]) & (owner[1:] != owner[:-1]))  # parts in order
     return [(int(digest[i]), int(owner[i]), int(owner[i + 1])) for i in twice]
 
 
 def _confirm(paths: list, column: str, digest: int, first: int, second: int) -> None:
-    """Raise if the rows of ``first`` and ``second`` with hash ``digest`` hold one key (else it was a collision)."""
-    rows = []
-    for k in dict.fromkeys((first, second)):
+    """Raise if parts ``first`` and ``second`` hold one key with hash ``digest`` (else it was a collision)."""
+    found = {}
+    for k in (first, second):
         keys = _keys(str(paths[k]), column)
         at = np.flatnonzero(_hashes(keys) == np.uint64(digest))
-        rows += [(k, int(i), keys.iloc[i]) for i in at]
-    for a in range(len(rows)):
-        for b in range(a + 1, len(rows)):
-            (ka, ia, key), (kb, ib, other) = rows[a], rows[b]
-            if key == other:
-                where = (f"rows {ia} and {ib} of {paths[ka]}" if ka == kb
-                         else f"{paths[ka]} (row {ia}) and {paths[kb]} (row {ib})")
-                raise DataError(f"{column} {key!r} appears twice, in {where}: every {column} must be in one "
-                                f"part, once")
+        found[k] = {keys.iloc[i]: int(i) for i in at[::-1]}  # each key's first row
+    for key in found[first].keys() & found[second].keys():
+        raise DataError(f"{column} {key!r} is in two parts, {paths[first]} (row {found[first][key]}) and "
+                        f"{paths[second]} (row {found[second][key]}): each {column} must be in one part")
