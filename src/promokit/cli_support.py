@@ -37,6 +37,8 @@ StorageOpt = Annotated[Optional[Path], typer.Option("--storage", help="SQLite fi
                                                     "in --out); run the same command again to continue it.")]
 TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tune results: DIR/<model>/params.json "
                                                  "(tune --out DIR/<model>) replaces that model's parameters.")]
+# What every table option accepts (promokit.data.parts): one file, or a table in parts.
+TABLE_HELP = "CSV/Parquet file, or a directory/glob of Parquet parts"
 # Where a partitioned job runs (promokit.scale): shared by every command that takes --engine.
 EngineOpt = Annotated[str, typer.Option("--engine", help="local (this process, one partition after another) | ray "
                                         "(a Ray cluster: --address, $RAY_ADDRESS, or one started on this machine).")]

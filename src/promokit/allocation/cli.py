@@ -14,7 +14,7 @@ from typing import Annotated, NamedTuple, Optional
 
 import typer
 
-from promokit.cli_support import AddressOpt, EngineOpt, WorkersOpt, get_console, user_errors
+from promokit.cli_support import TABLE_HELP, AddressOpt, EngineOpt, WorkersOpt, get_console, user_errors
 
 app = typer.Typer(help="Decide who gets which promotion: budgets over incentive levels, quotas over funds.",
                   no_args_is_help=True)
@@ -29,8 +29,8 @@ SeedOpt = Annotated[int, typer.Option("--seed")]
 FormatOpt = Annotated[str, typer.Option("--format", help="parquet | csv.")]
 SynthLayoutOpt = Annotated[str, typer.Option("--layout", help="wide | long.")]
 BUDGET_METHODS = ("lagrange", "lp", "milp")
-BudgetScoresOpt = Annotated[Path, typer.Option("--scores", help="Score table, CSV or Parquet, long or wide; or a directory of Parquet parts or a quoted glob of parts, solved part by part (plan in OUT/plan/part-NNNNN.parquet).")]
-QuotaScoresOpt = Annotated[Path, typer.Option("--scores", help="ETV table, CSV or Parquet, long or wide; or a directory of Parquet parts or a quoted glob of parts, solved by ours over the parts (plan in OUT/plan/part-NNNNN.parquet).")]
+BudgetScoresOpt = Annotated[Path, typer.Option("--scores", help=f"Score table, long or wide: {TABLE_HELP} (quote a glob); parts are solved part by part (plan in OUT/plan/part-NNNNN.parquet).")]
+QuotaScoresOpt = Annotated[Path, typer.Option("--scores", help=f"ETV table, long or wide: {TABLE_HELP} (quote a glob); parts are solved by ours over the parts (plan in OUT/plan/part-NNNNN.parquet).")]
 
 
 @app.command()
@@ -74,7 +74,7 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
 
 @app.command()
 def quota(scores: QuotaScoresOpt, out: OutOpt,
-          quotas: Annotated[Path, typer.Option("--quotas", help="Table with fund, quota | min | max[, risk]: exactly `quota` users per fund, or at least `min` and/or at most `max`.")],
+          quotas: Annotated[Path, typer.Option("--quotas", help=f"Table with fund, quota | min | max[, risk] ({TABLE_HELP}): exactly `quota` users per fund, or at least `min` and/or at most `max`.")],
           method: Annotated[str, typer.Option("--method", help="ours (prices + exact repair, certified bound; any input) | ha (EOCA Algorithm 1) | manual (fund-by-fund priority) | exact (min-cost flow).")] = "ours",
           tolerance: Annotated[str, typer.Option("--tolerance-column", help="Column of the users' risk tolerance t_i.")] = "tolerance",
           seed: Annotated[int, typer.Option("--seed", help="Seed of the samples ours draws its starting prices from.")] = 0,

@@ -21,6 +21,7 @@ from promokit.cli_support import (
     PatienceOpt,
     ResumeOpt,
     StorageOpt,
+    TABLE_HELP,
     TimeoutOpt,
     TrialsOpt,
     TunedOpt,
@@ -43,7 +44,7 @@ app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-
                   "GMCM (micro-behaviour graph) with its baselines and ablations.",
                   no_args_is_help=True)
 
-DataOpt = Annotated[Path, typer.Option("--data", help="Impression table, CSV or Parquet (predict: also a directory or glob of Parquet parts).")]
+DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {TABLE_HELP} (predict scores part by part; tune and evaluate read the parts into one frame).")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
 MicroOpt = Annotated[Optional[str], typer.Option(
@@ -110,8 +111,9 @@ def _training(params, min_count, **flags):
     return training_options(DEFAULT_TRAIN, params, min_count, **flags)
 
 
-TrainDataOpt = Annotated[Path, typer.Option("--data", help="Impression table: CSV or Parquet, or a directory or glob "
-                                            "of Parquet parts (trained part by part, never read whole).")]
+TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {TABLE_HELP} (the networks train "
+                                            "part by part, never reading it whole; gbdt and lr read the parts into "
+                                            "one frame).")]
 
 
 @app.command()
@@ -119,7 +121,7 @@ def train(data: TrainDataOpt,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "esm2",
           spec: SpecOpt = None,
-          valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table for early stopping (a file, or parts with partitioned --data).")] = None,
+          valid: Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table for early stopping: {TABLE_HELP}.")] = None,
           valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = 0.1,
           valid_split: ValidSplitOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
@@ -170,7 +172,7 @@ def tune(data: DataOpt,
                                            "report and study.db.")],
          model: ModelOpt = "esm2",
          spec: SpecOpt = None,
-         valid: Annotated[Optional[Path], typer.Option("--valid", help="Validation table the trials are scored on.")] = None,
+         valid: Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table the trials are scored on: {TABLE_HELP}.")] = None,
          valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = 0.1,
          valid_split: ValidSplitOpt = None,
          metric: Annotated[str, typer.Option("--metric", help="Validation AUC to maximise: ctr_auc | cvr_auc | ctcvr_auc.")] = "ctcvr_auc",
@@ -290,7 +292,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
 
 
 @app.command()
-def bench(data: Annotated[Optional[Path], typer.Option("--data", help="Impression table; the synthetic world when omitted.")] = None,
+def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impression table ({TABLE_HELP}); the synthetic world when omitted.")] = None,
           spec: SpecOpt = None,
           models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
           seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",

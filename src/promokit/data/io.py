@@ -16,7 +16,16 @@ TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a CSV or Parquet file; fail with a one-line message for missing, unknown or empty files."""
+    """Read a table into one frame: a CSV or Parquet file, or a directory or glob of Parquet parts (see
+    :mod:`promokit.data.parts`); fail with a one-line message for missing, unknown, unreadable or empty tables."""
+    from promokit.data.parts import read_parts  # not at the top: parts reads each of its files with read_file
+
+    return read_parts(path)
+
+
+def read_file(path: str | os.PathLike, allow_empty: bool = False) -> pd.DataFrame:
+    """Read one CSV or Parquet file; fail with a one-line message for a missing, unknown, unreadable or (unless
+    ``allow_empty``) empty file."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file")
@@ -27,10 +36,10 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
         frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError) as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise DataError(f"{path}: cannot be read as {kind}: {first_line}") from None
-    if frame.empty:
+    if frame.empty and not allow_empty:
         raise DataError(f"{path}: the table has no rows (columns: {list(frame.columns)})")
     if kind == "csv":  # pandas renames a repeated header "x" to "x.1": check the header as written
         header = [str(c) for c in pd.read_csv(path, nrows=1, header=None, dtype=str).iloc[0]]

@@ -14,6 +14,7 @@ from promokit.cli_support import (
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
+    TABLE_HELP,
     bench_models,
     bench_training,
     checkpoint_dir,
@@ -29,9 +30,9 @@ from promokit.cli_support import (
 app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN + hazard regression and its baselines, "
                        "score tables for allocate budget.", no_args_is_help=True)
 
-CustomersOpt = Annotated[Path, typer.Option("--customers", help="customers table: customer_id, level, redeemed, features.")]
-MerchantsOpt = Annotated[Path, typer.Option("--merchants", help="merchants table: merchant_id, level, shares, prior_shares, features.")]
-EdgesOpt = Annotated[Path, typer.Option("--edges", help="edges table: customer_id, merchant_id[, weight, edge features].")]
+CustomersOpt = Annotated[Path, typer.Option("--customers", help=f"customers table ({TABLE_HELP}): customer_id, level, redeemed, features.")]
+MerchantsOpt = Annotated[Path, typer.Option("--merchants", help=f"merchants table ({TABLE_HELP}): merchant_id, level, shares, prior_shares, features.")]
+EdgesOpt = Annotated[Path, typer.Option("--edges", help=f"edges table ({TABLE_HELP}): customer_id, merchant_id[, weight, edge features].")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
 ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c")]

@@ -145,8 +145,9 @@ def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.Pa
                    when_exhausted: str = "lowest", merchant_paid_on: str | None = None, cold_start: str = "mean",
                    currency_exponent: int = 2, pacing: Pacing | None = None,
                    model_version: str | None = None) -> Campaign:
-    """Write a campaign directory from ``incentive predict``'s score tables (paths or frames), the folder (or
-    ``report.json``) ``allocate budget`` wrote for them, a cap on money at risk and an optional quota plan.
+    """Write a campaign directory from ``incentive predict``'s score tables (frames, or paths of a file or of a
+    directory/glob of Parquet parts, read into one frame), the folder (or ``report.json``) ``allocate budget``
+    wrote for them, a cap on money at risk and an optional quota plan (``plan.parquet`` or ``plan/`` of parts).
 
     ``merchant_paid_on`` defaults to the cost model the plan's λ* was solved under (its report says, when it was
     solved with merchants; else ``response``); another one is refused, as it would serve λ* under other costs.

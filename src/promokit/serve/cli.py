@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import get_console, user_errors
+from promokit.cli_support import TABLE_HELP, get_console, user_errors
 
 campaign_app = typer.Typer(help="Campaign directories: what the decision service serves.", no_args_is_help=True)
 
@@ -19,11 +19,11 @@ CampaignOpt = Annotated[Path, typer.Option("--campaign", help="Campaign director
 
 @campaign_app.command("build")
 def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to write.")],
-          scores: Annotated[Path, typer.Option("--scores", help="Customers' score table (incentive predict; wide).")],
+          scores: Annotated[Path, typer.Option("--scores", help=f"Customers' score table, wide ({TABLE_HELP}): incentive predict's customers.parquet, or the parts given to allocate budget --scores.")],
           budget_plan: Annotated[Path, typer.Option("--budget-plan", help="Folder `allocate budget --out` wrote for these scores (its report.json holds λ*, B, levels).")],
           cap: Annotated[str, typer.Option("--cap", help="Hard cap on money at risk: face value of open coupons + money paid (a decimal with at most --currency-exponent decimals).")],
-          merchants: Annotated[Optional[Path], typer.Option("--merchants", help="Merchants' score table (eq. 20), same levels.")] = None,
-          quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="plan.parquet of `allocate quota` (user_id, fund), served by GET /v1/assignments.")] = None,
+          merchants: Annotated[Optional[Path], typer.Option("--merchants", help=f"Merchants' score table (eq. 20), same levels ({TABLE_HELP}).")] = None,
+          quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="The plan of `allocate quota` (user_id, fund): OUT/plan.parquet, or OUT/plan/ when it solved parts; served by GET /v1/assignments.")] = None,
           coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = 7 * 24 * 3600.0,
           when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = "lowest",
           merchant_paid_on: Annotated[Optional[str], typer.Option("--merchant-paid-on", help="response | request (default: what allocate budget was given, from its report; response for a plan without merchants).")] = None,
