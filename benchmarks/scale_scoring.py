@@ -1,23 +1,33 @@
-"""Partitioned batch scoring: ``conversion predict`` over Parquet parts, in this process and on Ray.
+"""Partitioned batch scoring over Parquet parts, in this process and on Ray: ``conversion predict`` (the default) or
+``value predict`` (``--domain value``).
 
-An ESM² is trained for one epoch on 200k synthetic impressions (``promokit.conversion.synthetic.make_world``),
-then ``--rows`` impressions are generated straight into ``--parts`` Parquet parts (part k from seed k; never
-one frame) and scored three ways through :func:`promokit.scale.batch.score_parts`, the function behind
-``conversion predict --data DIR``:
+- **conversion**: an ESM² is trained for one epoch on 200k synthetic impressions
+  (``promokit.conversion.synthetic.make_world``), then ``--rows`` impressions are generated straight into
+  ``--parts`` Parquet parts (part k from seed k; never one frame) and scored through
+  :func:`promokit.scale.batch.score_parts`, the function behind ``conversion predict --data DIR``.
+- **value**: an ESDPM-NCG (ESDPM without the consumption graph: a graph model cannot score a part alone; emb 8,
+  4 experts 64-32, towers 32, sequences of 20) is trained for one epoch on a 10,000-user fund world
+  (``promokit.value.synthetic.make_world``),
+  then ``--users`` users × 8 funds are generated straight into ``--parts`` co-partitioned parts (part k a world of
+  its own from seed 1000 + k, user ids prefixed by the part; ``users/``, ``deliveries/`` with 2 deliveries per
+  user, ``behaviors/`` with 20; never one frame) and predicted through :func:`promokit.value.parts.predict_parts`,
+  the function behind ``value predict --data DIR``: the ETV of every user × fund (4 delivery contexts) and the
+  outputs of every delivery.
 
-- **local**: this process, one part after another (the model loaded once);
-- **ray × 1**: a local Ray cluster of 2 CPUs, one actor (the model loaded once per actor);
-- **ray × 2**: the same cluster, two actors.
+Each is scored three ways: **local** (this process, one part after another, the model loaded once), **ray × 1**
+(a local Ray cluster of 2 CPUs, one actor: the model loaded once per actor) and **ray × 2** (two actors).
 
-Reported: wall seconds, rows/s, rows/s per worker, Ray's overhead per core (ray × 1 time / local time; target ≤
-1.25) and the speed-up from 1 to 2 workers, with the largest absolute difference of any output against the local
-run (target ≤ 1e-6) and the load average. Workers and driver share 2 cores, so ray × 2 competes with wrk-less
-but real work of the driver (the progress loop) and Ray's own processes.
+Reported: wall seconds, rows/s (value: users/s), per worker, Ray's overhead per core (ray × 1 time / local time;
+target ≤ 1.25) and the speed-up from 1 to 2 workers, with the largest absolute difference of any output against
+the local run (target ≤ 1e-6) and the load average. Workers and driver share 2 cores, so ray × 2 competes with
+the driver (the progress loop) and Ray's own processes.
 
 Usage::
 
-    .venv/bin/python benchmarks/scale_scoring.py                       # 10⁷ rows in 40 parts
+    .venv/bin/python benchmarks/scale_scoring.py                                   # 10⁷ impressions in 40 parts
     .venv/bin/python benchmarks/scale_scoring.py --rows 1000000 --parts 8
+    .venv/bin/python benchmarks/scale_scoring.py --domain value                    # 10⁶ users × 8 funds, 20 parts
+    .venv/bin/python benchmarks/scale_scoring.py --domain value --users 20000 --parts 4
 """
 
 from __future__ import annotations
@@ -32,54 +42,136 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from promokit.conversion.estimator import ConversionModel
-from promokit.conversion.synthetic import make_world
-from promokit.scale.batch import score_parts
 from promokit.scale.engine import LocalEngine, RayEngine
-from promokit.scale.parts import list_parts
+from promokit.scale.parts import list_parts, part_name
 from promokit.training import TrainConfig
 
 
-def train(folder: Path) -> Path:
-    world = make_world(n_impressions=200_000, seed=0)
-    model = ConversionModel("esm2", {"emb_dim": 8, "hidden": (64, 32), "dropout": 0.0},
-                            TrainConfig(epochs=1, batch_size=2048, lr=0.01, progress=False))
-    model.fit(world.table)
-    model.save(folder / "esm2")
-    return folder / "esm2"
+def sizes(total: int, parts: int) -> np.ndarray:
+    """``total`` rows cut into ``parts`` near-equal parts."""
+    cut = np.full(parts, total // parts)
+    cut[: total % parts] += 1
+    return cut
 
 
-def write_parts(folder: Path, rows: int, parts: int) -> Path:
-    folder.mkdir(parents=True)
-    sizes = np.full(parts, rows // parts)
-    sizes[: rows % parts] += 1
-    for k, size in enumerate(sizes):
-        table = make_world(n_impressions=int(size), seed=1000 + k).table
-        table.drop(columns=["click", "daction", "purchase"]).to_parquet(folder / f"part-{k:05d}.parquet", index=False)
-    return folder
+class Conversion:
+    """``conversion predict`` over impression parts."""
+
+    title = "conversion predict (ESM², emb 8, MLP 64-32)"
+    unit = "rows"
+    default_parts = 40
+
+    def __init__(self, args):
+        self.rows = args.rows
+
+    def train(self, folder: Path) -> Path:
+        from promokit.conversion.estimator import ConversionModel
+        from promokit.conversion.synthetic import make_world
+
+        model = ConversionModel("esm2", {"emb_dim": 8, "hidden": (64, 32), "dropout": 0.0},
+                                TrainConfig(epochs=1, batch_size=2048, lr=0.01, progress=False))
+        model.fit(make_world(n_impressions=200_000, seed=0).table)
+        model.save(folder / "esm2")
+        return folder / "esm2"
+
+    def write(self, folder: Path, parts: int) -> Path:
+        from promokit.conversion.synthetic import make_world
+
+        folder.mkdir(parents=True)
+        for k, size in enumerate(sizes(self.rows, parts)):
+            table = make_world(n_impressions=int(size), seed=1000 + k).table
+            table.drop(columns=["click", "daction", "purchase"]).to_parquet(folder / part_name(k), index=False)
+        return folder
+
+    def run(self, engine, model: Path, source: Path, out: Path) -> int:
+        from promokit.conversion.estimator import ConversionModel
+        from promokit.scale.batch import score_parts
+
+        scored = score_parts(engine, partial(ConversionModel.load, model), ConversionModel.predict_with_keys, source,
+                             out)
+        return sum(s.rows for s in scored)
 
 
-def run(engine, model: Path, source: Path, out: Path) -> float:
-    started = time.perf_counter()
-    scored = score_parts(engine, partial(ConversionModel.load, model), ConversionModel.predict_with_keys, source, out)
-    assert sum(s.rows for s in scored) > 0
-    return time.perf_counter() - started
+class Value:
+    """``value predict`` over a dataset in parts (users, deliveries and behaviors co-partitioned by user)."""
+
+    title = "value predict (ESDPM-NCG, emb 8, experts 64-32, towers 32; 8 funds, 4 contexts)"
+    network = {"emb_dim": 8, "expert_hidden": [64], "expert_dim": 32, "tower_hidden": [32], "max_len": 20}
+    unit = "users"
+    default_parts = 20
+    tables = ("users", "deliveries", "behaviors")
+
+    def __init__(self, args):
+        self.users = args.users
+        self.funds = None
+
+    def train(self, folder: Path) -> Path:
+        from promokit.value.contract import check_tables
+        from promokit.value.estimator import ValueModel
+        from promokit.value.synthetic import make_world
+
+        world = make_world(10_000, seed=0)
+        self.funds = world.funds
+        tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors)
+        ValueModel("esdpm-ncg", self.network, TrainConfig(epochs=1, batch_size=512, lr=1e-3, progress=False)).fit(tables) \
+            .save(folder / "esdpm-ncg")
+        return folder / "esdpm-ncg"
+
+    def write(self, folder: Path, parts: int) -> Path:
+        from promokit.value.synthetic import make_world
+
+        for name in self.tables:
+            (folder / name).mkdir(parents=True)
+        self.funds.to_parquet(folder / "funds.parquet", index=False)
+        for k, size in enumerate(sizes(self.users, parts)):
+            world = make_world(int(size), deliveries_per_user=2.0, seed=1000 + k)
+            for name in self.tables:
+                table = getattr(world, name)
+                table.assign(user_id=f"p{k:05d}-" + table["user_id"].astype(str)).to_parquet(
+                    folder / name / part_name(k), index=False)
+        return folder
+
+    def run(self, engine, model: Path, source: Path, out: Path) -> int:
+        from promokit.value.contract import table_paths
+        from promokit.value.estimator import SCORE_CONTEXTS
+        from promokit.value.parts import predict_parts
+
+        _, values = predict_parts(model, table_paths(source), out, engine, None, SCORE_CONTEXTS)
+        return sum(v.etv.rows for v in values)
+
+
+DOMAINS = {"conversion": Conversion, "value": Value}
 
 
 def largest_difference(a: Path, b: Path) -> float:
+    """The largest difference of any float output between the parts written under ``a`` and ``b``, their keys
+    checked equal."""
     worst = 0.0
-    for pa, pb in zip(list_parts(a), list_parts(b)):
+    for pa, pb in zip(list_parts(a), list_parts(b), strict=True):
         x, y = pd.read_parquet(pa), pd.read_parquet(pb)
-        assert x[["user_id", "item_id"]].equals(y[["user_id", "item_id"]]), pa.name
-        worst = max(worst, float(np.abs(x.filter(like="p_").to_numpy() - y.filter(like="p_").to_numpy()).max()))
+        keys = [c for c in ("user_id", "item_id", "fund") if c in x.columns]
+        assert x[keys].equals(y[keys]), pa
+        floats = x.select_dtypes("floating").columns
+        worst = max(worst, float(np.abs(x[floats].to_numpy() - y[floats].to_numpy()).max(initial=0.0)))
     return worst
+
+
+def timed(domain, engine, model: Path, source: Path, out: Path) -> float:
+    started = time.perf_counter()
+    assert domain.run(engine, model, source, out) > 0
+    return time.perf_counter() - started
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=10_000_000)
-    parser.add_argument("--parts", type=int, default=40)
+    parser.add_argument("--domain", choices=sorted(DOMAINS), default="conversion")
+    parser.add_argument("--rows", type=int, default=10_000_000, help="conversion: impressions scored")
+    parser.add_argument("--users", type=int, default=1_000_000, help="value: users scored (× 8 funds)")
+    parser.add_argument("--parts", type=int, default=None, help="parts (default: 40 conversion, 20 value)")
     args = parser.parse_args()
+    domain = DOMAINS[args.domain](args)
+    parts = args.parts or domain.default_parts
+    total = args.rows if args.domain == "conversion" else args.users
     import torch
 
     torch.set_num_threads(1)  # one core per worker, the same in this process: a per-core comparison
@@ -87,27 +179,27 @@ def main() -> None:
         tmp = Path(tmp)
         load_before = os.getloadavg()
         started = time.perf_counter()
-        model = train(tmp)
-        source = write_parts(tmp / "in", args.rows, args.parts)
-        print(f"model trained and {args.rows:,} rows written in {args.parts} parts in "
+        model = domain.train(tmp)
+        source = domain.write(tmp / "in", parts)
+        print(f"model trained and {total:,} {domain.unit} written in {parts} parts in "
               f"{time.perf_counter() - started:.0f} s")
-        seconds = {"local": run(LocalEngine(), model, source, tmp / "local")}
+        seconds = {"local": timed(domain, LocalEngine(), model, source, tmp / "local")}
         import ray
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         for workers in (1, 2):
-            seconds[f"ray × {workers}"] = run(RayEngine(workers=workers), model, source, tmp / f"ray{workers}")
+            seconds[f"ray × {workers}"] = timed(domain, RayEngine(workers=workers), model, source, tmp / f"ray{workers}")
         differences = {name: largest_difference(tmp / "local", tmp / f"ray{name[-1]}")
                        for name in seconds if name != "local"}
         ray.shutdown()
-    print(f"\nconversion predict (ESM², emb 8, MLP 64-32) over {args.rows:,} rows in {args.parts} parts, 2 cores, "
-          f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
-    print("| engine | seconds | rows/s | rows/s per worker | max |Δ| vs local |")
+    print(f"\n{domain.title} over {total:,} {domain.unit} in {parts} parts, 2 cores, load average before "
+          f"{load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
+    print(f"| engine | seconds | {domain.unit}/s | {domain.unit}/s per worker | max |Δ| vs local |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, s in seconds.items():
         workers = 1 if name == "local" else int(name[-1])
         diff = "—" if name == "local" else f"{differences[name]:.1e}"
-        print(f"| {name} | {s:.1f} | {args.rows / s:,.0f} | {args.rows / s / workers:,.0f} | {diff} |")
+        print(f"| {name} | {s:.1f} | {total / s:,.0f} | {total / s / workers:,.0f} | {diff} |")
     print(f"\nRay overhead per core (ray × 1 / local): {seconds['ray × 1'] / seconds['local']:.2f}×; "
           f"speed-up from 1 to 2 workers: {seconds['ray × 1'] / seconds['ray × 2']:.2f}×")
 

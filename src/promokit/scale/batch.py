@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 
 from promokit.data.io import write_parquet
 from promokit.scale.parts import is_partitioned, list_parts, naming, part_name, read_part
@@ -45,11 +46,16 @@ def means(scores: list[PartScore]) -> dict:
     return {c: (sum(s.sums[c] for s in scores) / rows if rows else float("nan")) for c in columns}
 
 
+def part_score(frame: pd.DataFrame) -> PartScore:
+    """The rows of a scored part and the sum of each of its numeric columns (what :func:`means` averages)."""
+    numeric = frame.select_dtypes(include=[np.number])
+    return PartScore(len(frame), {c: float(numeric[c].sum()) for c in numeric.columns})
+
+
 def _score_part(score: Callable, model, job: tuple[Path, Path, bool]) -> PartScore:
     source, target, allow_empty = job
     with naming(source):
         result = score(model, read_part(source, allow_empty=allow_empty))
     write_parquet(result.reset_index(drop=True), target)
-    numeric = result.select_dtypes(include=[np.number])
-    return PartScore(len(result), {c: float(numeric[c].sum()) for c in numeric.columns})
+    return part_score(result)
 

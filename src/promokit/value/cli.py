@@ -8,6 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    AddressOpt,
+    EngineOpt,
+    WorkersOpt,
     BatchSizeOpt,
     EpochsOpt,
     LrOpt,
@@ -93,32 +96,61 @@ def train(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Model 
 
 
 @app.command()
-def predict(model: ModelDirOpt, data: DataOpt,
-            out: Annotated[Path, typer.Option("--out", help="Folder for scores.parquet, deliveries.parquet and summary.json.")],
+def predict(model: ModelDirOpt,
+            data: Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv; or in parts: users/, deliveries/ [, behaviors/, consumption/] directories of Parquet parts co-partitioned by user, and one funds table.")],
+            out: Annotated[Path, typer.Option("--out", help="Folder for scores.parquet, deliveries.parquet and summary.json; with --data in parts, scores/ and deliveries/ (part k from input part k) and summary.json.")],
             at: Annotated[Optional[str], typer.Option("--at", help="Score as of this time (a date or a number like the deliveries' times); default just after the latest delivery.")] = None,
-            contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4):
-    """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery."""
+            contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4,
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+    """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
+    dataset in parts is scored part by part on --engine (the model loaded once per worker)."""
     with user_errors():
         from promokit.data import DataError, write_json, write_parquet
-        from promokit.value.estimator import ValueModel
+        from promokit.value.contract import table_paths
+        from promokit.value.parts import in_parts, predict_parts, score_stats
 
         if contexts < 1:
             raise DataError(f"--contexts must be at least 1, got {contexts}")
-        estimator = ValueModel.load(model)
-        tables = _read(data, require_labels=False, model=estimator)
-        scores = estimator.score_table(tables, at, contexts)
-        per_delivery = estimator.predict(tables)
-        per_delivery.insert(0, "fund", tables.deliveries["fund"].to_numpy())
-        per_delivery.insert(0, "user_id", tables.deliveries["user_id"].to_numpy())
-        write_parquet(scores, out / "scores.parquet")
-        write_parquet(per_delivery.reset_index(drop=True), out / "deliveries.parquet")
-        etv = scores[[c for c in scores.columns if c.startswith("score_")]]
-        summary = {"model": estimator.name, "users": len(scores), "funds": tables.fund_names,
-                   "mean_etv": etv.mean().round(6).to_dict(), "deliveries": len(per_delivery),
-                   "best_fund_share": etv.idxmax(axis=1).value_counts(normalize=True).round(4).to_dict()}
+        paths = table_paths(data)
+        if in_parts(paths):
+            from promokit.scale.engine import make_engine
+
+            name, values = predict_parts(model, paths, out, make_engine(engine, address, workers), at, contexts)
+            written = out / "scores"
+        else:
+            from promokit.value.estimator import ValueModel
+
+            if engine != "local" or address or workers:
+                get_console().print(f"note: {data} holds whole tables, not parts: predicting in this process "
+                                    "(--engine, --address and --workers serve a dataset in parts)")
+            estimator = ValueModel.load(model)
+            tables = _read(data, require_labels=False, model=estimator)
+            scores = estimator.score_table(tables, at, contexts)
+            per_delivery = estimator.predict_with_keys(tables)
+            write_parquet(scores, out / "scores.parquet")
+            write_parquet(per_delivery, out / "deliveries.parquet")
+            name, values, written = estimator.name, [score_stats(scores, len(per_delivery))], out / "scores.parquet"
+        summary = _summary(name, values)
         write_json(summary, out / "summary.json")
-        get_console().print(f"ETV of {len(scores):,} users × {len(tables.funds)} funds written to {out}; allocate them "
-                            f"with: promokit allocate quota --scores {out / 'scores.parquet'} --quotas QUOTAS --out plan/")
+        get_console().print(f"ETV of {summary['users']:,} users × {len(summary['funds'])} funds written to {out}; "
+                            f"allocate them with: promokit allocate quota --scores {written} --quotas QUOTAS "
+                            "--out plan/")
+
+
+def _summary(model: str, values: list) -> dict:
+    """summary.json of predict from the :class:`~promokit.value.parts.PartValues` of one table or of every part:
+    the mean ETV per fund over every user and each fund's share of the users whose highest ETV it is."""
+    import pandas as pd
+
+    from promokit.scale.batch import means
+
+    etv = pd.Series(means([v.etv for v in values]), dtype="float64")
+    best = pd.DataFrame([v.best for v in values]).sum()
+    users = sum(v.etv.rows for v in values)
+    share = (best[best > 0] / users).sort_values(ascending=False, kind="stable")
+    return {"model": model, "users": users, "funds": [c.removeprefix("score_") for c in etv.index],
+            "mean_etv": etv.round(6).to_dict(), "deliveries": sum(v.deliveries for v in values),
+            "best_fund_share": share.round(4).to_dict()}
 
 
 @app.command()

@@ -33,6 +33,7 @@ naming the table, the column, the count and an example row.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -91,23 +92,30 @@ class ValueTables:
 def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFrame,
                  behaviors: pd.DataFrame | None = None, consumption: pd.DataFrame | None = None, *,
                  require_labels: bool = True, repair_labels: bool = False,
-                 specs: dict[str, FeatureSpec] | None = None) -> ValueTables:
+                 specs: dict[str, FeatureSpec] | None = None, part: bool = False) -> ValueTables:
     """Validate the tables and return them in contract form.
 
     Feature columns are inferred from the remaining columns unless ``specs`` (``context``, ``users``,
     ``funds``) name them — a trained model passes its own, so scoring tables may carry extra columns.
+    ``part``: the tables are one part of a dataset co-partitioned by user (``promokit.value.parts``): users and
+    deliveries may have no rows, and a behaviour or payment whose user is not in ``users`` is an error, not
+    dropped (its user is in another part, or nowhere).
     """
     specs = specs or {}
-    users = keyed_table(users, "users", USER)
+    if part and len(users) == 0:
+        require_columns(users, [USER], "users")
+        users = users.reset_index(drop=True)
+    else:
+        users = keyed_table(users, "users", USER)
     funds = keyed_table(funds, "funds", FUND)
-    if len(deliveries) == 0:
+    if len(deliveries) == 0 and not part:
         raise DataError("deliveries: the table is empty")
     deliveries = deliveries.reset_index(drop=True)
     require_columns(deliveries, [USER, FUND, TIME] + ([CLICK, CONVERT, AMOUNT] if require_labels else []),
                     "deliveries")
-    user = _lookup(deliveries, "deliveries", USER, users, "users")
-    fund = _lookup(deliveries, "deliveries", FUND, funds, "funds")
-    time, kind = _times(deliveries, "deliveries", None)
+    user = _lookup(deliveries, "deliveries", USER, users, _owners(part)[0])
+    fund = _lookup(deliveries, "deliveries", FUND, funds, "the funds table")
+    time, kind = parse_times(deliveries, "deliveries", None)
     counts = {"deliveries": len(deliveries), "users": len(users), "funds": len(funds)}
     if require_labels:
         click, convert, amount = _labels(deliveries, repair_labels, counts)
@@ -124,8 +132,8 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
     feature_specs["funds"].numeric = [c for c in feature_specs["funds"].numeric if c != FUND]
     return ValueTables(
         deliveries=deliveries, users=users, funds=funds,
-        behaviors=None if behaviors is None else _behaviors(behaviors, users, kind, counts),
-        consumption=None if consumption is None else _consumption(consumption, users, counts),
+        behaviors=None if behaviors is None else _behaviors(behaviors, users, kind, counts, part),
+        consumption=None if consumption is None else _consumption(consumption, users, counts, part),
         user=user, fund=fund, time=time, click=click, convert=convert, amount=amount,
         context_spec=feature_specs["context"], user_spec=feature_specs["users"], fund_spec=feature_specs["funds"],
         counts=counts)
@@ -133,16 +141,22 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
 
 def _lookup(frame: pd.DataFrame, table: str, key: str, side: pd.DataFrame, side_name: str,
             drop_unknown: bool = False) -> np.ndarray:
-    """Row of each ``frame[key]`` in ``side`` (matched as text, so 7 and "7" are one id); -1 when dropped."""
+    """Row of each ``frame[key]`` in ``side`` (matched as text, so 7 and "7" are one id; ``side_name`` says what
+    ``side`` is, e.g. "the users table"); -1 when dropped."""
     position = pd.Index(side[key].astype("string")).get_indexer(frame[key].astype("string"))
     unknown = position < 0
     if unknown.any() and not drop_unknown:
         raise DataError(f"{table}: column {key!r} has {int(unknown.sum())} values in {len(frame)} rows that are not "
-                        f"in the {side_name} table, e.g. {example_row(frame, unknown, [key])}")
+                        f"in {side_name}, e.g. {example_row(frame, unknown, [key])}")
     return position.astype(np.int64)
 
 
-def _times(frame: pd.DataFrame, table: str, kind: str | None) -> tuple[np.ndarray, str]:
+def _owners(part: bool) -> tuple[str, bool]:
+    """What a row's user is looked up in, and whether a row of an unknown user is dropped (else an error)."""
+    return ("this part's users", False) if part else ("the users table", True)
+
+
+def parse_times(frame: pd.DataFrame, table: str, kind: str | None) -> tuple[np.ndarray, str]:
     """The ``time`` column as int64 ns (datetimes, or text that parses as dates) or float64 (numbers)."""
     series = frame[TIME]
     if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
@@ -220,7 +234,7 @@ def _features(frame: pd.DataFrame, table: str, contract: tuple[str, ...], given:
     return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None)
 
 
-def _behaviors(frame: pd.DataFrame, users: pd.DataFrame, kind: str, counts: dict) -> pd.DataFrame:
+def _behaviors(frame: pd.DataFrame, users: pd.DataFrame, kind: str, counts: dict, part: bool) -> pd.DataFrame:
     frame = frame.reset_index(drop=True)
     require_columns(frame, [USER, FUND, ACTION, TIME], "behaviors")
     for column in (FUND, ACTION):
@@ -228,8 +242,8 @@ def _behaviors(frame: pd.DataFrame, users: pd.DataFrame, kind: str, counts: dict
         if missing.any():
             raise DataError(f"behaviors: column {column!r} has {int(missing.sum())} missing values in {len(frame)} "
                             f"rows, e.g. {example_row(frame, missing, [column])}")
-    time, _ = _times(frame, "behaviors", kind)
-    user = _lookup(frame, "behaviors", USER, users, "users", drop_unknown=True)
+    time, _ = parse_times(frame, "behaviors", kind)
+    user = _lookup(frame, "behaviors", USER, users, *_owners(part))
     keep = user >= 0
     counts["behaviors"] = int(keep.sum())
     counts["behaviors of unknown users (dropped)"] = int((~keep).sum())
@@ -237,7 +251,7 @@ def _behaviors(frame: pd.DataFrame, users: pd.DataFrame, kind: str, counts: dict
                          ACTION: frame[ACTION].astype("string").to_numpy()[keep], TIME: time[keep]})
 
 
-def _consumption(frame: pd.DataFrame, users: pd.DataFrame, counts: dict) -> pd.DataFrame:
+def _consumption(frame: pd.DataFrame, users: pd.DataFrame, counts: dict, part: bool) -> pd.DataFrame:
     frame = frame.reset_index(drop=True)
     require_columns(frame, [USER, MERCHANT, AMOUNT], "consumption")
     missing = frame[MERCHANT].isna().to_numpy()
@@ -249,7 +263,7 @@ def _consumption(frame: pd.DataFrame, users: pd.DataFrame, counts: dict) -> pd.D
     if bad.any():
         raise DataError(f"consumption: column 'amount' must hold finite numbers ≥ 0 but has {int(bad.sum())} other "
                         f"values in {len(frame)} rows, e.g. {example_row(frame, bad, [AMOUNT])}")
-    user = _lookup(frame, "consumption", USER, users, "users", drop_unknown=True)
+    user = _lookup(frame, "consumption", USER, users, *_owners(part))
     keep = user >= 0
     counts["payments"] = int(keep.sum())
     counts["payments of unknown users (dropped)"] = int((~keep).sum())
@@ -261,28 +275,36 @@ TABLES = ("deliveries", "users", "funds", "behaviors", "consumption")
 OPTIONAL_TABLES = ("behaviors", "consumption")
 
 
-def read_folder(folder, require_labels: bool = True, repair_labels: bool = False,
-                specs: dict[str, FeatureSpec] | None = None) -> ValueTables:
-    """The tables of a value dataset folder — ``deliveries``, ``users``, ``funds`` and optionally ``behaviors``
-    and ``consumption``, each as ``<name>.parquet`` or ``<name>.csv`` — validated by :func:`check_tables`."""
-    from pathlib import Path
-
-    from promokit.data.io import read_table
-
+def table_paths(folder) -> dict[str, Path]:
+    """Where each table of a value dataset folder is: ``<name>.parquet``, ``<name>.csv`` or a directory ``<name>/``
+    of Parquet parts (a dataset in parts, :mod:`promokit.value.parts`); ``behaviors`` and ``consumption`` only
+    when present."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder; a value dataset is a folder of deliveries, users, funds "
                         "[, behaviors, consumption] tables (.parquet or .csv)")
-    frames = {}
+    paths = {}
     for name in TABLES:
-        found = [folder / f"{name}{suffix}" for suffix in (".parquet", ".csv") if (folder / f"{name}{suffix}").exists()]
+        found = [path for path in (folder / f"{name}.parquet", folder / f"{name}.csv") if path.exists()]
+        found += [folder / name] if (folder / name).is_dir() else []
         if len(found) > 1:
-            raise DataError(f"{folder}: both {found[0].name} and {found[1].name} exist; keep one")
+            shown = [path.name + ("/" if path.is_dir() else "") for path in found]
+            raise DataError(f"{folder}: both {shown[0]} and {shown[1]} exist; keep one")
         if found:
-            frames[name] = read_table(found[0])
+            paths[name] = found[0]
         elif name not in OPTIONAL_TABLES:
             raise DataError(f"{folder}: {name}.parquet (or .csv) is missing; a value dataset needs deliveries, users "
                             "and funds")
+    return paths
+
+
+def read_folder(folder, require_labels: bool = True, repair_labels: bool = False,
+                specs: dict[str, FeatureSpec] | None = None) -> ValueTables:
+    """The tables of a value dataset folder (:func:`table_paths`), each read whole (a directory of parts as its
+    parts in order), validated by :func:`check_tables`."""
+    from promokit.data.io import read_table
+
+    frames = {name: read_table(path) for name, path in table_paths(folder).items()}
     return check_tables(frames["deliveries"], frames["users"], frames["funds"], frames.get("behaviors"),
                         frames.get("consumption"), require_labels=require_labels, repair_labels=repair_labels,
                         specs=specs)

@@ -152,21 +152,32 @@ class ValueModel:
         index = tables.deliveries.index if rows is None else tables.deliveries.index[rows]
         return pd.DataFrame({k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}, index=index)
 
+    def predict_with_keys(self, tables: ValueTables) -> pd.DataFrame:
+        """:meth:`predict` of every delivery after its ``user_id`` and ``fund`` (``value predict``'s deliveries
+        table), with a fresh RangeIndex."""
+        outputs = self.predict(tables).reset_index(drop=True)
+        outputs.insert(0, "fund", tables.deliveries["fund"].to_numpy())
+        outputs.insert(0, USER, tables.deliveries[USER].to_numpy())
+        return outputs
+
     def score_matrix(self, tables: ValueTables, at=None, users: np.ndarray | None = None,
-                     contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 2048) -> np.ndarray:
+                     contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 2048,
+                     context_rows: pd.DataFrame | None = None) -> np.ndarray:
         """ETV of every user (or the user rows ``users``) × fund of ``tables`` as ``(n_users, n_funds)``, as if the
         fund were shown at time ``at`` (default: just after the latest delivery, so every behaviour counts).
 
         A pair has no delivery context yet: its ETV is the mean over ``contexts`` context rows drawn (seeded) from
-        the deliveries of ``tables`` — the ETV of showing the fund on a typical occasion."""
+        the deliveries of ``tables`` (:func:`draw_contexts`) — the ETV of showing the fund on a typical occasion.
+        ``context_rows`` gives those rows instead (a part of a dataset in parts is scored with the rows drawn from
+        every part's deliveries)."""
         self._check_fitted()
         self._attach(tables)
         users = np.arange(len(tables.users)) if users is None else np.asarray(users, dtype=np.int64)
         n_users, n_funds = len(users), len(tables.funds)
-        at = _time_value(tables, at)
-        rng = np.random.default_rng(seed)
-        drawn = rng.choice(len(tables.deliveries), size=min(contexts, len(tables.deliveries)), replace=False)
-        context = self.encoders.context.transform(tables.deliveries.iloc[drawn])
+        at = scoring_time(tables.time, at)
+        if context_rows is None:
+            context_rows = tables.deliveries.iloc[draw_contexts(len(tables.deliveries), contexts, seed)]
+        context = self.encoders.context.transform(context_rows)
         ctx_cat, ctx_num = torch.from_numpy(context.categorical), torch.from_numpy(context.numeric)
         self.net.eval()
         scores = np.empty((n_users, n_funds))
@@ -178,10 +189,11 @@ class ValueModel:
             scores[start:start + len(part)] = etv.numpy().astype(np.float64).reshape(len(part), n_funds, -1).mean(axis=2)
         return scores
 
-    def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0) -> pd.DataFrame:
+    def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0,
+                    context_rows: pd.DataFrame | None = None) -> pd.DataFrame:
         """The ETV table in the wide layout ``allocate quota --scores`` reads: ``user_id``, ``score_<fund>`` per fund
         and the users' ``tolerance`` when the users table has one (see :meth:`score_matrix`)."""
-        scores = self.score_matrix(tables, at, contexts=contexts, seed=seed)
+        scores = self.score_matrix(tables, at, contexts=contexts, seed=seed, context_rows=context_rows)
         frame = pd.DataFrame({USER: tables.users[USER].to_numpy()})
         for j, fund in enumerate(tables.fund_names):
             frame[f"score_{fund}"] = scores[:, j]
@@ -232,13 +244,21 @@ def net_defaults() -> dict:
             for name, p in signature.parameters.items() if name not in ("self", "sizes")}
 
 
-def _time_value(tables: ValueTables, at) -> int | float:
+def draw_contexts(n_deliveries: int, contexts: int = SCORE_CONTEXTS, seed: int = 0) -> np.ndarray:
+    """The delivery rows (of ``n_deliveries``) whose contexts a user × fund pair is scored in: ``contexts`` rows
+    drawn without replacement from the seeded stream, in the order drawn."""
+    return np.random.default_rng(seed).choice(n_deliveries, size=min(contexts, n_deliveries), replace=False)
+
+
+def scoring_time(time: np.ndarray, at=None) -> int | float:
+    """The time pairs are scored at, like the deliveries' ``time`` (int64 ns or float64): ``at`` (a date or a
+    number), default just after the latest of ``time``."""
     if at is None:
-        return tables.time.max() + (1 if tables.time.dtype.kind == "i" else 1e-9)
+        return time.max() + (1 if time.dtype.kind == "i" else 1e-9)
     try:
-        return pd.Timestamp(at).value if tables.time.dtype.kind == "i" else float(at)
+        return pd.Timestamp(at).value if time.dtype.kind == "i" else float(at)
     except (ValueError, TypeError):
-        kind = "a date" if tables.time.dtype.kind == "i" else "a number"
+        kind = "a date" if time.dtype.kind == "i" else "a number"
         raise DataError(f"--at must be {kind}, like the deliveries' times; got {at!r}") from None
 
 
