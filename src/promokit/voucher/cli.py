@@ -8,8 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    AddressOpt,
     BatchSizeOpt,
     EmbeddingDecayOpt,
+    EngineOpt,
     EpochsOpt,
     LrOpt,
     MinCountOpt,
@@ -17,10 +19,12 @@ from promokit.cli_support import (
     PatienceOpt,
     ResumeOpt,
     StorageOpt,
+    TABLE_HELP,
     TimeoutOpt,
     TrialsOpt,
     TunedOpt,
     WeightDecayOpt,
+    WorkersOpt,
     bench_models,
     checkpoint_dir,
     finish_training,
@@ -239,12 +243,11 @@ def _rows_from(tables, start: Optional[str]):
     return rows
 
 
-def _model_tables(estimator, sessions, events, items, voucher_items, validity, require_labels, categorical, numeric,
-                  terms, item_features):
-    """The tables read with the options the model was trained with (``VoucherModel.table_options``). Training
-    options repeated here must name the same columns (in any order): one that contradicts the model is an error.
-    Model directories written before the options were kept do not know a non-DMBGN model's item features: those
-    follow --item-features (default category,brand,price_level), as before."""
+def _model_options(estimator, categorical, numeric, terms, item_features) -> dict:
+    """The :func:`check_tables` options the model was trained with (``VoucherModel.table_options``): categorical,
+    numeric, terms, item_features. Training options repeated here must name the same columns (in any order): one
+    that contradicts the model is an error. Model directories written before the options were kept do not know a
+    non-DMBGN model's item features: those follow --item-features (default category,brand,price_level), as before."""
     from promokit.data import DataError
     from promokit.voucher.contract import ITEM_FEATURES
 
@@ -259,28 +262,74 @@ def _model_tables(estimator, sessions, events, items, voucher_items, validity, r
         raise DataError(f"--{'' if terms else 'no-'}terms contradicts the model, trained with "
                         f"--{'' if saved['terms'] else 'no-'}terms; the model directory remembers it: leave it out")
     features = saved["item_features"] if saved["item_features"] is not None else _names(item_features) or ITEM_FEATURES
-    return _tables(sessions, events, items, voucher_items, saved["categorical"], saved["numeric"], validity,
-                   require_labels, saved["terms"], features)
+    return {"categorical": saved["categorical"], "numeric": saved["numeric"], "terms": saved["terms"],
+            "item_features": list(features or ITEM_FEATURES)}
+
+
+def _model_tables(estimator, sessions, events, items, voucher_items, validity, require_labels, categorical, numeric,
+                  terms, item_features):
+    """The tables read with the options the model was trained with (:func:`_model_options`)."""
+    options = _model_options(estimator, categorical, numeric, terms, item_features)
+    return _tables(sessions, events, items, voucher_items, options["categorical"], options["numeric"], validity,
+                   require_labels, options["terms"], options["item_features"])
+
+
+PartsSessionsOpt = Annotated[Path, typer.Option("--sessions", help=f"Sessions table: {TABLE_HELP}. In parts, the "
+                                                "sessions are partitioned by user (every session of a user in one "
+                                                "part) and each part is scored alone.")]
+PartsEventsOpt = Annotated[Optional[Path], typer.Option("--events", help="Behaviour events: session_id (or user_id), "
+                                                        "item_id, action, action_time. With --sessions in parts, in "
+                                                        "as many parts: part k holds the events of sessions part k.")]
 
 
 @app.command()
-def predict(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
-            out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, p_redeem.")],
-            events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
+def predict(model: ModelDirOpt, sessions: PartsSessionsOpt, items: ItemsOpt,
+            out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, p_redeem; a directory of "
+                                              "parts when --sessions is one (part k from sessions part k), with a "
+                                              "summary OUT.json.")],
+            events: PartsEventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
             numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
             item_features: SavedItemFeaturesOpt = None,
-            start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None):
+            start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
-    the users' histories."""
+    the users' histories. With --sessions in parts, each part is scored alone (--engine local | ray), the model
+    loaded once per worker."""
     with user_errors():
-        from promokit.data import write_parquet
+        from promokit.data import DataError, write_parquet
+        from promokit.scale.parts import is_partitioned
 
         estimator = _load(model)
+        if is_partitioned(sessions):
+            from promokit.voucher.parts import Reading
+
+            options = {**_model_options(estimator, categorical, numeric, terms, item_features), "validity": validity}
+            reading = Reading(model, items, voucher_items, options, _time_option("--from", start) if start else None)
+            return _predict_parts(estimator.name, reading, sessions, events, out, engine, address, workers)
+        if engine != "local":
+            raise DataError(f"--engine {engine} scores a table in parts: give --sessions as a directory or glob of "
+                            "Parquet parts (and --events in as many parts)")
         tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, False, categorical, numeric,
                                terms, item_features)
         predictions = estimator.predict(tables, _rows_from(tables, start))
         write_parquet(predictions, out)
         get_console().print(f"{len(predictions)} predictions written to {out}")
+
+
+def _predict_parts(name: str, reading, sessions: Path, events: Optional[Path], out: Path, engine: str,
+                   address: Optional[str], workers: Optional[int]) -> None:
+    """``predict`` over sessions (and events) in parts: ``out/part-NNNNN.parquet`` and the summary ``out.json``."""
+    from promokit.data import write_json
+    from promokit.scale.batch import means
+    from promokit.scale.engine import make_engine
+    from promokit.voucher.parts import predict_parts
+
+    parts = predict_parts(make_engine(engine, address, workers), reading, sessions, events, out)
+    rows = sum(p.rows for p in parts)
+    summary = {"rows": rows, "parts": len(parts), "engine": engine, "model": name, "outputs": ["p_redeem"],
+               "means": {"p_redeem": means(parts)["p_redeem"]}}
+    write_json(summary, out.with_suffix(".json"))
+    get_console().print(f"{rows} predictions written to {out}")
 
 
 @app.command()

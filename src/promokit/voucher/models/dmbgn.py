@@ -43,8 +43,9 @@ class UVGEncoder(nn.Module):
 
     ``encoder="gnn"``: ``layers`` Higher-order GNN layers, eq. (1),
     :math:`f^{(l)}(v) = \sigma(f^{(l-1)}(v) W_1 + \sum_{w \in N(v)} f^{(l-1)}(w) W_2)` (PyG ``GraphConv``,
-    sigmoid), then ``TopKPooling(ratio)``. Pooling may drop any node, the voucher's included, so e_o is the
-    voucher node's embedding *before* pooling; the sub-groups of eq. (2) use the item nodes that survive it.
+    sigmoid), then ``TopKPooling(ratio)`` (equal scores ranked by node position: :func:`_top_k`). Pooling may drop
+    any node, the voucher's included, so e_o is the voucher node's embedding *before* pooling; the sub-groups of
+    eq. (2) use the item nodes that survive it.
     ``encoder="avg"``: the paper's DMBGN-AvgPooling: no message passing, each zone is the plain average of its
     item embeddings f⁽⁰⁾.
 
@@ -111,8 +112,8 @@ class UVGEncoder(nn.Module):
             x = torch.sigmoid(conv(x, edge_index))  # eq. (1)
         voucher = x[graphs.voucher_index]
         if self.pool is not None:
-            x, _, _, batch, kept, _ = self.pool(x, edge_index, batch=batch)
-            zone = zone[kept]
+            x, kept = _top_k(self.pool, x, batch, n_graphs)
+            batch, zone = batch[kept], zone[kept]
         is_item = zone >= 0
         group = (batch * self.n_zones + zone)[is_item]
         x = x[is_item]
@@ -124,6 +125,25 @@ class UVGEncoder(nn.Module):
         behaviour = self.behaviour(groups)  # eq. (3)
         score = torch.sigmoid((behaviour * voucher).sum(dim=1))  # eq. (5)
         return UVGEmbedding(torch.cat([behaviour, voucher], dim=1), behaviour, voucher, score)
+
+
+def _top_k(pool: TopKPooling, x: Tensor, batch: Tensor, n_graphs: int) -> tuple[Tensor, Tensor]:
+    """``pool``'s selection: score y = tanh(x·p / ‖p‖), keep the k best nodes of each graph (k = ⌈ratio·n⌉ of its n
+    nodes; a ratio ≥ 1 is k itself) scaled by y; returns them and their positions.
+
+    As PyG's ``TopKPooling``, but equal scores (two nodes of one item with the same neighbours, say in different
+    zones) are ranked by node position: PyG sorts unstably, so which of them survived depended on the other
+    graphs of the batch, and a session scored differently alone and in a batch."""
+    select = pool.select
+    score = select.act((x * select.weight).sum(dim=-1) / select.weight.norm(p=2, dim=-1))
+    count = torch.bincount(batch, minlength=n_graphs)
+    ratio = select.ratio
+    keep = torch.full_like(count, int(ratio)) if ratio >= 1 else (float(ratio) * count.to(x.dtype)).ceil().long()
+    order = torch.sort(score, descending=True, stable=True).indices
+    order = order[torch.sort(batch[order], stable=True).indices]  # by graph, best first, ties by position
+    rank = torch.arange(len(order), device=x.device) - (torch.cumsum(count, 0) - count)[batch[order]]
+    kept = order[rank < keep[batch[order]]]
+    return x[kept] * score[kept].unsqueeze(1), kept
 
 
 class DMBGN(RedeemModel):
