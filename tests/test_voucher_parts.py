@@ -148,7 +148,7 @@ def test_a_user_in_two_parts_is_an_error_naming_both_files(world, tmp_path, part
     moved = pd.read_parquet(last).iloc[:1]
     pd.concat([pd.read_parquet(first), moved]).to_parquet(first, index=False)
     message = _error(_predict(world, sessions, events, tmp_path / "out"))
-    assert f"user_id '{moved['user_id'].iloc[0]}' is in two parts" in message
+    assert f"user_id {moved['user_id'].iloc[0]} is in two parts" in message
     assert str(first) in message and str(last) in message
     assert not list((tmp_path / "out").iterdir())  # nothing scored
 
@@ -160,7 +160,7 @@ def test_a_user_in_two_parts_of_a_user_level_log_is_an_error(world, tmp_path):
     stray = pd.read_parquet(source).iloc[:1]
     pd.concat([pd.read_parquet(target), stray]).to_parquet(target, index=False)
     message = _error(_predict(world, sessions, events, tmp_path / "out"))
-    assert f"user_id '{stray['user_id'].iloc[0]}' is in two parts" in message
+    assert f"user_id {stray['user_id'].iloc[0]} is in two parts" in message
     assert str(target) in message and str(source) in message
 
 

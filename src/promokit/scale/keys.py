@@ -24,45 +24,56 @@ MapParts = Callable[[Callable, Iterable], Iterable]
 
 
 def check_unique_keys(paths: list, column: str, scratch: str | Path, map_parts: MapParts = map,
-                      buckets: int | None = None) -> int:
+                      buckets: int | None = None) -> None:
     """Raise a one-line :class:`DataError` naming the key and the two files (and rows) of the first key found in
-    two parts; return the number of distinct keys. ``scratch`` is a folder for the hashes, removed afterwards."""
+    two parts. ``scratch`` is a folder for the hashes, removed afterwards."""
     scratch = Path(scratch)
     buckets = buckets or max(1, len(paths))
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        rows = list(map_parts(_hash_part, [(str(p), column, str(scratch), k, buckets) for k, p in enumerate(paths)]))
+        _same_kind(paths, column, list(map_parts(_hash_part, [(str(p), column, str(scratch), k, buckets)
+                                                              for k, p in enumerate(paths)])))
         found = [pair for pairs in map_parts(_check_bucket, [(str(scratch), len(paths), b) for b in range(buckets)])
                  for pair in pairs]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for digest, first, second in sorted(found, key=lambda pair: (pair[1], pair[2])):
         _confirm(paths, column, digest, first, second)
-    return sum(rows)
 
 
 def _keys(path: str, column: str) -> pd.Series:
+    """The part's keys: integers as they are, anything else as text (hashing integers is ≈ 20× cheaper)."""
     try:
         keys = pd.read_parquet(path, columns=[column])[column]
     except (OSError, ValueError, KeyError) as exc:
         raise DataError(f"{path}: cannot read its {column!r} column: "
                         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
-    return keys.astype(str)
+    return keys if pd.api.types.is_integer_dtype(keys) else keys.astype(str)
 
 
 def _hashes(keys: pd.Series) -> np.ndarray:
     return pd.util.hash_pandas_object(keys, index=False).to_numpy()
 
 
-def _hash_part(task: tuple) -> int:
+def _hash_part(task: tuple) -> bool | None:
+    """Write the part's distinct key hashes grouped by bucket; return whether its keys are integers (None: none)."""
     path, column, scratch, k, buckets = task
-    digest = _hashes(_keys(path, column).drop_duplicates())
+    keys = _keys(path, column)
+    digest = np.unique(_hashes(keys))  # a key on several rows of the part counts once
     bucket = digest % np.uint64(buckets)
     order = np.argsort(bucket, kind="stable")
     offsets = np.searchsorted(bucket[order], np.arange(buckets + 1, dtype=np.uint64))
     np.save(Path(scratch) / f"{k:05d}.npy", digest[order])
     np.save(Path(scratch) / f"{k:05d}.offsets.npy", offsets)
-    return len(digest)
+    return pd.api.types.is_integer_dtype(keys) if len(keys) else None
+
+
+def _same_kind(paths: list, column: str, integer: list) -> None:
+    """Integer keys in one part and text in another would never compare equal: refuse the mix."""
+    kinds = {flag: k for k, flag in reversed(list(enumerate(integer))) if flag is not None}
+    if len(kinds) == 2:
+        raise DataError(f"{column} is integer in {paths[kinds[True]]} but text in {paths[kinds[False]]}: the parts "
+                        f"of a table must agree on its type")
 
 
 def _check_bucket(task: tuple) -> list[tuple[int, int, int]]:
@@ -87,7 +98,8 @@ def _confirm(paths: list, column: str, digest: int, first: int, second: int) -> 
     for k in (first, second):
         keys = _keys(str(paths[k]), column)
         at = np.flatnonzero(_hashes(keys) == np.uint64(digest))
-        found[k] = {keys.iloc[i]: int(i) for i in at[::-1]}  # each key's first row
+        found[k] = {keys.iloc[i].item() if hasattr(keys.iloc[i], "item") else keys.iloc[i]: int(i)
+                    for i in at[::-1]}  # each key's first row
     for key in found[first].keys() & found[second].keys():
         raise DataError(f"{column} {key!r} is in two parts, {paths[first]} (row {found[first][key]}) and "
                         f"{paths[second]} (row {found[second][key]}): each {column} must be in one part")
