@@ -62,7 +62,7 @@ import torch
 
 from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
-from promokit.data.spec import MAX_INTEGER_LEVELS, missing_column_message
+from promokit.data.spec import MAX_INTEGER_LEVELS, FeatureSpec, missing_column_message
 from promokit.scale.engine import RETRIES, make_engine
 from promokit.scale.parts import list_parts, naming, read_part
 from promokit.training import (
@@ -86,7 +86,6 @@ from promokit.training.trainer import CHECKPOINT
 
 #: (part index, first row, end row) among the part's training (or validation) rows.
 Segment = tuple[int, int, int]
-FEATURES = ("cat", "num")  # tensors that are model inputs; the others are labels
 #: Ray Train's controller polls its workers every this many seconds (its default, 2 s, delays every epoch's report
 #: and the end of a run by up to 2 s); a value the user set in the environment wins.
 POLL_VARIABLE, POLL_SECONDS = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", 0.25
@@ -150,12 +149,6 @@ def _scan_part(job: tuple) -> PartScan:
     time_column, _, path = job
     with naming(path):
         frame = read_part(path)
-        levels = {}
-        for name in frame.columns:
-            series = frame[name]
-            if pd.api.types.is_integer_dtype(series) and not pd.api.types.is_bool_dtype(series):
-                distinct = series.dropna().unique()
-                levels[name] = distinct.tolist() if len(distinct) <= MAX_INTEGER_LEVELS else None
         times = None
         if time_column is not None:
             if time_column not in frame.columns:
@@ -164,9 +157,45 @@ def _scan_part(job: tuple) -> PartScan:
             if missing.any():
                 raise DataError(f"time column {time_column!r} has {int(missing.sum())} missing values in "
                                 f"{len(frame)} rows (first at row {int(np.flatnonzero(missing)[0])})")
-            counts = frame[time_column].value_counts(sort=False)
-            times = (counts.index.to_numpy(), counts.to_numpy())
-        return PartScan(len(frame), levels, times)
+            times = time_counts(frame[time_column].to_numpy())
+        return PartScan(len(frame), integer_levels(frame), times)
+
+
+def integer_levels(frame: pd.DataFrame) -> dict:
+    """A part's share of the inference of categorical integers (:func:`promokit.data.spec.infer_feature_columns`):
+    the distinct values of each integer column, None for more than ``MAX_INTEGER_LEVELS`` or for a column of
+    floats (the parts concatenated hold floats there, which are numeric)."""
+    levels = {}
+    for name in frame.columns:
+        series = frame[name]
+        if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
+            continue
+        distinct = series.dropna().unique() if pd.api.types.is_integer_dtype(series) else None
+        levels[name] = distinct.tolist() if distinct is not None and len(distinct) <= MAX_INTEGER_LEVELS else None
+    return levels
+
+
+def classify_integers(spec: FeatureSpec, parts_levels: list[dict], columns: list) -> FeatureSpec:
+    """``spec`` (resolved on one part) with its number columns categorical or numeric as on the parts' concatenation:
+    an integer column with at most ``MAX_INTEGER_LEVELS`` distinct values over every part (:func:`integer_levels`)
+    is categorical (ids, ``*id``, always are), else numeric; ``columns`` gives the order of the features."""
+    levels: dict[str, set | None] = {}
+    for part in parts_levels:
+        for name, values in part.items():
+            if name in levels and levels[name] is None:
+                continue
+            levels[name] = None if values is None else levels.get(name, set()) | set(values)
+    categorical = set(spec.categorical)
+    for name in [*spec.categorical, *spec.numeric]:
+        if name in levels and not str(name).lower().endswith("id"):
+            known = levels[name]
+            if known is not None and len(known) <= MAX_INTEGER_LEVELS:
+                categorical.add(name)
+            else:
+                categorical.discard(name)
+    order = [c for c in columns if c in {*spec.categorical, *spec.numeric}]
+    return replace(spec, categorical=[c for c in order if c in categorical],
+                   numeric=[c for c in order if c not in categorical])
 
 
 @dataclass
@@ -199,17 +228,30 @@ def _count_part(job: tuple) -> PartCount:
 
 @dataclass
 class TrainJob:
-    """What every worker receives: the estimator with its encoder (no network yet), where its rows are, and how to
-    step. ``train[r]`` / ``valid[r]`` are worker r's segments."""
+    """What every worker receives: the estimator with its encoders (no network yet), where its rows are, and how to
+    step. ``train_rows`` / ``valid_rows`` read a segment of the parts' training / validation rows as the network's
+    tensors (``load(estimator, segment)``: :class:`Rows` for a table, ``promokit.value.parts.DeliveryRows`` for a
+    value dataset); ``train[r]`` / ``valid[r]`` are worker r's segments."""
 
     estimator: object
-    train_rows: Rows
-    valid_rows: Rows | None
+    train_rows: object
+    valid_rows: object | None
     train: list[list[Segment]]
     valid: list[list[Segment]]
     batch_size: int
     steps: int
     initial: dict | None = field(default=None, repr=False)
+
+    @classmethod
+    def cut(cls, estimator, train_rows, valid_rows, train_sizes: list[int], valid_sizes: list[int],
+            workers: int) -> TrainJob:
+        """The job of ``workers`` workers over parts holding ``train_sizes`` training rows and ``valid_sizes``
+        validation rows (``valid_rows`` None: no validation): the training rows in equal padded shards, the
+        validation rows in shards without padding, the global batch shared by the workers."""
+        batch_size = math.ceil(estimator.train_config.batch_size / workers)
+        valid = shards(valid_sizes, workers, pad=False) if valid_rows is not None else [[] for _ in range(workers)]
+        return cls(estimator, train_rows, valid_rows, shards(train_sizes, workers, pad=True), valid, batch_size,
+                   math.ceil(math.ceil(sum(train_sizes) / workers) / batch_size))
 
     @property
     def validated(self) -> bool:
@@ -251,32 +293,27 @@ def _resolve_spec(estimator, paths: list[str], scans: list[PartScan]) -> None:
         sample = read_part(paths[first])
         spec = estimator._resolve(sample)
     if inferred:
-        levels: dict[str, set | None] = {}
-        for scan in scans:
-            for name, values in scan.levels.items():
-                if name in levels and levels[name] is None:
-                    continue
-                levels[name] = None if values is None else levels.get(name, set()) | set(values)
-        categorical = set(spec.categorical)
-        for name in [*spec.categorical, *spec.numeric]:
-            if name in levels and not str(name).lower().endswith("id"):
-                known = levels[name]
-                if known is not None and len(known) <= MAX_INTEGER_LEVELS:
-                    categorical.add(name)
-                else:
-                    categorical.discard(name)
-        order = [c for c in sample.columns if c in {*spec.categorical, *spec.numeric}]
-        spec = replace(spec, categorical=[c for c in order if c in categorical],
-                       numeric=[c for c in order if c not in categorical])
+        spec = classify_integers(spec, [scan.levels for scan in scans], list(sample.columns))
     estimator.spec = spec
 
 
-def _time_threshold(column: str, fraction: float, scans: list[PartScan]):
-    """The boundary time of :func:`promokit.data.split.latest_split` from the parts' time counts."""
+def time_counts(times) -> tuple[np.ndarray, np.ndarray]:
+    """A part's share of a time split: its distinct times and how many rows hold each."""
+    counts = pd.Series(times).value_counts(sort=False)
+    return counts.index.to_numpy(), counts.to_numpy()
+
+
+def summed_time_counts(shares: list[tuple[np.ndarray, np.ndarray]]) -> pd.Series:
+    """The rows per time over every part (:func:`time_counts` of each), in time order."""
+    counts = pd.concat([pd.Series(c, index=v) for v, c in shares])
+    return counts.groupby(level=0).sum().sort_index()
+
+
+def time_threshold(column: str, fraction: float, counts: pd.Series):
+    """The boundary time of :func:`promokit.data.split.latest_split` from the rows per time (:func:`summed_time_counts`):
+    the rows at or after it are the latest ``fraction``, widened to every row of the boundary time."""
     if not 0 < fraction < 1:
         raise DataError(f"the validation fraction must be in (0, 1), got {fraction}")
-    counts = pd.concat([pd.Series(scan.times[1], index=scan.times[0]) for scan in scans if scan.rows])
-    counts = counts.groupby(level=0).sum().sort_index()
     n = int(counts.sum())
     position = n - max(1, int(round(fraction * n)))
     threshold = counts.index[int(np.searchsorted(np.cumsum(counts.to_numpy()), position, side="right"))]
@@ -309,7 +346,8 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
     elif how == "random":
         holdout = Holdout("random", valid_fraction, cfg.seed)
     else:
-        holdout = Holdout("time", column=time_column, threshold=_time_threshold(time_column, valid_fraction, scans))
+        counts = summed_time_counts([scan.times for scan in scans if scan.rows])
+        holdout = Holdout("time", column=time_column, threshold=time_threshold(time_column, valid_fraction, counts))
     counts = runner.map(_count_part, [(estimator, holdout, True, *item) for item in items], label="counting parts")
     valid_paths = paths
     valid_counts = [c.valid_labels for c in counts]
@@ -330,14 +368,9 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
         raise DataError(f"--valid {valid}: the validation table has no rows")
     encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.spec)
     estimator.fit_counts(encoder, [c.labels for c in counts], valid_counts if (valid is not None or how) else [])
-    batch_size = math.ceil(cfg.batch_size / workers)
     validated = valid is not None or how is not None
-    return TrainJob(estimator, Rows(tuple(paths), holdout, False),
-                    Rows(tuple(valid_paths), Holdout("all") if valid is not None else holdout, True) if validated
-                    else None,
-                    shards(train_sizes, workers, pad=True), shards(valid_sizes, workers, pad=False) if validated
-                    else [[] for _ in range(workers)],
-                    batch_size, math.ceil(math.ceil(n_train / workers) / batch_size))
+    valid_rows = Rows(tuple(valid_paths), Holdout("all") if valid is not None else holdout, True) if validated else None
+    return TrainJob.cut(estimator, Rows(tuple(paths), holdout, False), valid_rows, train_sizes, valid_sizes, workers)
 
 
 # ------------------------------------------------------------------------------------------------- the worker loop
@@ -497,7 +530,7 @@ def _validate(job: TrainJob, comm, net) -> dict:
         tensors = job.valid_rows.load(estimator, segment)
         outputs = predictor.predict(net, tensors)
         pieces.append(({k: v.numpy() for k, v in outputs.items()},
-                       {k: v.numpy() for k, v in tensors.items() if k not in FEATURES}))
+                       {k: v.numpy() for k, v in tensors.items() if k in net.labels}))
     gathered = comm.gather(pieces)
     record = None
     if comm.rank == 0:
@@ -536,20 +569,24 @@ def fit_parts(estimator, data, engine: str = "local", address: str | None = None
                         "a table's parts; read the table whole (--engine local with one file), or choose a network "
                         "(esmm, esm2, dnn, gmcm …)")
     runner = make_engine(engine, address, workers)
-    n_workers = runner.workers if runner.name == "ray" else 1
+    job = plan(estimator, data, runner, runner.workers, valid, valid_fraction, valid_split)
+    estimator.net, estimator.report.history = run_job(job, runner, checkpoint_dir, resume)
+    return estimator
+
+
+def run_job(job: TrainJob, runner, checkpoint_dir: str | os.PathLike | None = None,
+            resume: bool = False) -> tuple[torch.nn.Module, History]:
+    """Train a planned job's network — in this process when ``runner`` is the local engine, else on
+    ``runner.workers`` Ray Train workers — with its checkpoint in ``checkpoint_dir`` (``resume``: continue from
+    it); return the kept network (evaluation mode) and the history."""
     checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    job = plan(estimator, data, runner, n_workers, valid, valid_fraction, valid_split)
     if checkpoint_dir is not None and not resume:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)  # a fresh run: no stale checkpoint to continue later
     if runner.name == "local":
         if resume and checkpoint_dir is not None:
             job.initial = _latest_state(checkpoint_dir)
-        net, history = run_shard(job, _Solo(checkpoint_dir))
-    else:
-        net, history = _launch(job, n_workers, checkpoint_dir, resume)
-    estimator.net = net
-    estimator.report.history = history
-    return estimator
+        return run_shard(job, _Solo(checkpoint_dir))
+    return _launch(job, runner.workers, checkpoint_dir, resume)
 
 
 def _launch(job: TrainJob, workers: int, checkpoint_dir: Path | None, resume: bool):
