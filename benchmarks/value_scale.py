@@ -35,6 +35,7 @@ from promokit.value.contract import check_tables
 from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
 from promokit.value.inputs import InputEncoders
 from promokit.value.models import ESDPM
+from promokit.value.models.esdpm import AmountStart
 from promokit.value.simulate import feasible_quotas
 from promokit.value.synthetic import make_world
 
@@ -80,7 +81,7 @@ def main() -> None:
 
     config = TrainConfig(**{**DEFAULT_TRAIN.to_dict(), "epochs": 1, "progress": False})
     net = ESDPM(encoders.sizes(), **{**_defaults(), "graph": True}).attach(nodes)
-    net.init_amount(rows["v"], rows["convert"])
+    net.init_amount(AmountStart.of(rows["v"], rows["convert"]))
     started = time.perf_counter()
     Trainer(config).fit(net, rows)
     seconds = time.perf_counter() - started

@@ -11,6 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from conftest import write_value_parts
 from promokit.cli import app
 from promokit.scale.engine import LocalEngine
 from promokit.training import TrainConfig
@@ -23,7 +24,6 @@ from promokit.value.synthetic import make_world
 torch.set_num_threads(1)
 runner = CliRunner()
 SMALL = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "max_len": 12}
-USER_KEYED = ("users", "deliveries", "behaviors", "consumption")
 PART_USERS = [150, 0, 120, 130]  # users per part; part 1 is empty
 
 
@@ -49,18 +49,7 @@ def data(world, tmp_path_factory):
     """The world's users shuffled into the parts of PART_USERS: ``parts/`` (a directory of parts per user-keyed
     table) and ``whole/`` (each table the concatenation of its parts, as one file), with quotas for both."""
     root = tmp_path_factory.mktemp("value-parts")
-    owner = np.repeat(np.arange(len(PART_USERS)), PART_USERS)[np.random.default_rng(0).permutation(len(world.users))]
-    part_of = dict(zip(world.users.user_id, owner))
-    for name in USER_KEYED:
-        table = getattr(world, name)
-        pieces = [table[table.user_id.map(part_of) == k] for k in range(len(PART_USERS))]
-        (root / "parts" / name).mkdir(parents=True)
-        for k, piece in enumerate(pieces):
-            piece.to_parquet(root / "parts" / name / f"part-{k:05d}.parquet", index=False)
-        (root / "whole").mkdir(exist_ok=True)
-        pd.concat(pieces, ignore_index=True).to_parquet(root / "whole" / f"{name}.parquet", index=False)
-    for folder in ("parts", "whole"):
-        world.funds.to_parquet(root / folder / "funds.parquet", index=False)
+    write_value_parts(world, root, PART_USERS)
     feasible_quotas(world.users.tolerance.to_numpy(), world.funds.risk.to_numpy(), world.funds.fund).to_csv(
         root / "quotas.csv", index=False)
     return root

@@ -116,18 +116,9 @@ class NumericEncoder:
     @classmethod
     def from_moments(cls, name: str, moments: list[tuple[int, int, float, float]],
                      squash: bool = True) -> NumericEncoder:
-        """The encoder :meth:`fit` builds on the concatenation of the parts whose :meth:`moments` these are (mean
-        and standard deviation combined by Chan et al.'s pairwise update: equal to one pass over all rows to
-        rounding)."""
-        rows, n, mean, m2 = 0, 0, 0.0, 0.0
-        for part_rows, part_n, part_mean, part_m2 in moments:
-            rows += part_rows
-            if part_n == 0:
-                continue
-            delta, total = part_mean - mean, n + part_n
-            mean += delta * part_n / total
-            m2 += part_m2 + delta * delta * n * part_n / total
-            n = total
+        """The encoder :meth:`fit` builds on the concatenation of the parts whose :meth:`moments` these are
+        (:func:`combine_moments`)."""
+        rows, n, mean, m2 = combine_moments(moments)
         if n == 0:
             raise DataError(f"numeric column {name!r} has no finite value in {rows} rows")
         std = float(np.sqrt(m2 / n))
@@ -151,6 +142,21 @@ class NumericEncoder:
     @classmethod
     def from_dict(cls, data: dict) -> NumericEncoder:
         return cls(data["mean"], data["std"], data["flag_missing"], data.get("squash", True))
+
+
+def combine_moments(moments: list[tuple[int, int, float, float]]) -> tuple[int, int, float, float]:
+    """The :meth:`NumericEncoder.moments` of the parts' concatenation from each part's (Chan et al.'s pairwise
+    update: equal to one pass over all rows to rounding)."""
+    rows, n, mean, m2 = 0, 0, 0.0, 0.0
+    for part_rows, part_n, part_mean, part_m2 in moments:
+        rows += part_rows
+        if part_n == 0:
+            continue
+        delta, total = part_mean - mean, n + part_n
+        mean += delta * part_n / total
+        m2 += part_m2 + delta * delta * n * part_n / total
+        n = total
+    return rows, n, mean, m2
 
 
 def _as_float(series: pd.Series) -> np.ndarray:

@@ -1,6 +1,14 @@
 """Training over a partitioned table: data-parallel on Ray Train (DDP over gloo, one CPU per worker) or part by
 part in this process.
 
+One loop for every estimator whose network trains by epochs of mini-batches. A :class:`TrainJob` holds the
+estimator with its fitted encoders (it gives ``train_config``, ``_build_net()`` and the validation metrics
+``_metrics(labels)``), two row readers (``load(estimator, segment)`` → the network's tensors of a segment of the
+parts' training or validation rows) and the shards (:meth:`TrainJob.cut`); :func:`run_job` trains it in this
+process or on Ray Train, with the checkpoints below. :func:`plan` builds the job of a table's parts (conversion,
+below); ``promokit.value.parts`` builds the job of a value dataset's co-partitioned tables with the same scan, count
+and shard pieces (:func:`integer_levels`, :func:`time_counts`, :func:`time_threshold`, :func:`shards`).
+
 The table is never one frame. Before training, two maps over the parts run on the engine (``local`` or ``ray``):
 
 1. **scan**: each part's rows, the distinct values of its integer columns (or "more than ``MAX_INTEGER_LEVELS``",

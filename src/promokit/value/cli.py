@@ -66,33 +66,55 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
 
 
 @app.command()
-def train(data: DataOpt, out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
+def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv; or in parts: users/, deliveries/ [, behaviors/, consumption/] directories of Parquet parts co-partitioned by user, and one funds table.")],
+          out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "esdpm",
           test_fraction: Annotated[float, typer.Option(help="Share of the deliveries held out for evaluate (the latest with --split time).")] = 0.1,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch (§5.1: 0.1).")] = 0.1,
           split: Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")] = "time",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
-          resume: ResumeOpt = False):
-    """Fit a value model on the earlier deliveries and write it as a model directory."""
+          resume: ResumeOpt = False, engine: EngineOpt = "local", address: AddressOpt = None,
+          workers: WorkersOpt = None):
+    """Fit a value model on the earlier deliveries and write it as a model directory.
+
+    A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
+    trains part by part in this process (--engine local) or data-parallel on --workers Ray Train workers (--engine
+    ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would."""
     with user_errors():
+        from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
+        from promokit.value.parts import in_parts
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 patience=patience, monitor=monitor, seed=seed)
-        tables = _read(data, repair=repair_labels)
         estimator = ValueModel(model, model_params, config)
         estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction, "how": split, "seed": seed}
-        train_rows, valid_rows, test_rows = delivery_split(tables, **estimator.split)
-        estimator.fit(tables, train_rows, valid_rows, checkpoint_dir(out), resume)
+        console = get_console()
+        paths = table_paths(data)
+        if in_parts(paths):
+            from promokit.scale.engine import make_engine
+            from promokit.value.parts import train_parts
+
+            counts = train_parts(estimator, paths, make_engine(engine, address, workers), estimator.split,
+                                 checkpoint_dir(out) / "user-keys", checkpoint_dir(out), resume, repair_labels)
+        else:
+            if engine != "local" or address or workers:
+                console.print(f"note: {data} holds whole tables, not parts: training in this process (--engine, "
+                              "--address and --workers serve a dataset in parts)")
+            tables = _read(data, repair=repair_labels)
+            rows = dict(zip(("train", "valid", "test"), delivery_split(tables, **estimator.split)))
+            estimator.fit(tables, rows["train"], rows["valid"], checkpoint_dir(out), resume)
+            counts = {**{k: len(v) for k, v in rows.items()},
+                      **{k: v for k, v in tables.counts.items() if k.endswith("(dropped)") and v or
+                         k.startswith("repaired")}}
         estimator.save(out)
         finish_training(out, estimator.history)
-        repaired = {k: v for k, v in tables.counts.items() if k.startswith("repaired")}
-        dropped = {k: v for k, v in tables.counts.items() if k.endswith("(dropped)") and v}
-        for what, count in {**repaired, **dropped}.items():
-            get_console().print(f"{what}: {count:,}")
-        get_console().print(f"model written to {out} (trained on {len(train_rows):,} deliveries, validated on "
-                            f"{len(valid_rows):,}; the latest {len(test_rows):,} held out for evaluate)")
+        for what, count in counts.items():
+            if what not in ("train", "valid", "test"):
+                console.print(f"{what}: {count:,}")
+        console.print(f"model written to {out} (trained on {counts['train']:,} deliveries, validated on "
+                      f"{counts['valid']:,}; the latest {counts['test']:,} held out for evaluate)")
 
 
 @app.command()

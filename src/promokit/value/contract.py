@@ -99,7 +99,8 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
     ``funds``) name them — a trained model passes its own, so scoring tables may carry extra columns.
     ``part``: the tables are one part of a dataset co-partitioned by user (``promokit.value.parts``): users and
     deliveries may have no rows, and a behaviour or payment whose user is not in ``users`` is an error, not
-    dropped (its user is in another part, or nowhere).
+    dropped (its user is in another part, or nowhere); whether some deliveries convert and some do not is a
+    question for the whole dataset, not for a part.
     """
     specs = specs or {}
     if part and len(users) == 0:
@@ -118,7 +119,7 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
     time, kind = parse_times(deliveries, "deliveries", None)
     counts = {"deliveries": len(deliveries), "users": len(users), "funds": len(funds)}
     if require_labels:
-        click, convert, amount = _labels(deliveries, repair_labels, counts)
+        click, convert, amount = _labels(deliveries, repair_labels, counts, part)
     else:
         click = convert = amount = np.full(len(deliveries), np.nan, dtype=np.float32)
     for name, column in ((TOLERANCE, users), (RISK, funds)):
@@ -187,7 +188,7 @@ def _binary(frame: pd.DataFrame, column: str) -> np.ndarray:
     return values
 
 
-def _labels(frame: pd.DataFrame, repair: bool, counts: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _labels(frame: pd.DataFrame, repair: bool, counts: dict, part: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = len(frame)
     click, convert = _binary(frame, CLICK), _binary(frame, CONVERT)
     amount = pd.to_numeric(frame[AMOUNT], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -210,10 +211,16 @@ def _labels(frame: pd.DataFrame, repair: bool, counts: dict) -> tuple[np.ndarray
         if fix == "convert":
             convert = np.where(broken, 0.0, convert)
         amount = np.where(broken, 0.0, amount)
-    if convert.sum() == 0 or convert.sum() == n:
-        raise DataError(f"deliveries: 'convert' is {int(convert[0])} on all {n} rows; a value model needs "
-                        "deliveries that converted and deliveries that did not")
+    if not part:
+        check_conversions(int(convert.sum()), n)
     return click.astype(np.float32), convert.astype(np.float32), amount
+
+
+def check_conversions(converted: int, n: int) -> None:
+    """A value model needs deliveries that converted and deliveries that did not (``converted`` of ``n``)."""
+    if converted in (0, n):
+        raise DataError(f"deliveries: 'convert' is {int(converted > 0)} on all {n} rows; a value model needs "
+                        "deliveries that converted and deliveries that did not")
 
 
 def _whole(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:

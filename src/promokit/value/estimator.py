@@ -3,9 +3,10 @@ directory."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ import torch
 
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec
+from promokit.data.encoders import NumericEncoder
 from promokit.data.split import latest_split
 from promokit.training import (
     History,
@@ -26,9 +28,10 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training.seed import seed_everything
-from promokit.value.contract import TOLERANCE, USER, ValueTables
+from promokit.value.contract import TIME, TOLERANCE, USER, ValueTables, check_conversions
 from promokit.value.inputs import InputEncoders
 from promokit.value.models import ESDPM, MODELS
+from promokit.value.models.esdpm import AmountStart
 
 OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "etv")
 #: The paper's §5.1 optimiser: Adam, batch 512, early stopping on the validation loss.
@@ -37,6 +40,8 @@ DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
 DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4, progress=False)
 MONITORS = ("loss", "auc")
 SPLITS = ("time", "random")
+#: The roles of a delivery in a split: trained on, validated on (picks the epoch), held out for evaluate.
+TRAIN, VALID, TEST = 0, 1, 2
 #: Context rows averaged over when a user × fund pair is scored without a delivery (see ``score_table``).
 SCORE_CONTEXTS = 4
 
@@ -49,24 +54,82 @@ def delivery_split(tables: ValueTables, test_fraction: float = 0.1, valid_fracti
     ``test_fraction`` is the test, the latest ``valid_fraction`` of the rest the validation; a time shared by rows
     never straddles a cut. ``how="random"``: seeded random rows, for data whose deliveries share one time (a
     customer-value table such as CDNOW's). A fraction of 0 leaves its part empty."""
-    if how not in SPLITS:
-        raise DataError(f"a split is one of {list(SPLITS)}, got {how!r}")
+    check_split(test_fraction, valid_fraction, how)
     n = len(tables.deliveries)
-    for name, fraction in (("test", test_fraction), ("validation", valid_fraction)):
-        if not 0 <= fraction < 1:
-            raise DataError(f"the {name} fraction must be in [0, 1), got {fraction}")
     if how == "random":
-        order = np.random.default_rng(seed).permutation(n)
-        n_test = int(round(test_fraction * n))
-        n_valid = int(round(valid_fraction * (n - n_test)))
-        test, valid, train = np.split(order, [n_test, n_test + n_valid])
-        return np.sort(train), np.sort(valid), np.sort(test)
+        roles = random_roles(n, test_fraction, valid_fraction, seed)
+        return tuple(np.flatnonzero(roles == role) for role in (TRAIN, VALID, TEST))
     times = pd.Series(tables.time, name="time")
     rest, test = latest_split(times, test_fraction) if test_fraction else (np.arange(n), np.empty(0, dtype=np.int64))
     if not valid_fraction:
         return rest, np.empty(0, dtype=np.int64), test
     train, valid = latest_split(times.iloc[rest].reset_index(drop=True), valid_fraction)
     return rest[train], rest[valid], test
+
+
+def check_split(test_fraction: float, valid_fraction: float, how: str) -> None:
+    if how not in SPLITS:
+        raise DataError(f"a split is one of {list(SPLITS)}, got {how!r}")
+    for name, fraction in (("test", test_fraction), ("validation", valid_fraction)):
+        if not 0 <= fraction < 1:
+            raise DataError(f"the {name} fraction must be in [0, 1), got {fraction}")
+
+
+def random_roles(n: int, test_fraction: float, valid_fraction: float, seed: int) -> np.ndarray:
+    """The role (:data:`TRAIN`, :data:`VALID`, :data:`TEST`) of each of ``n`` deliveries in the random split: the
+    first ``test_fraction`` of a seeded permutation tests, the next ``valid_fraction`` of the rest validates."""
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(test_fraction * n))
+    n_valid = int(round(valid_fraction * (n - n_test)))
+    roles = np.full(n, TRAIN, dtype=np.int8)
+    roles[order[:n_test]] = TEST
+    roles[order[n_test:n_test + n_valid]] = VALID
+    return roles
+
+
+@dataclass(frozen=True)
+class DeliverySplit:
+    """:func:`delivery_split` as a rule each part of a dataset applies to its own deliveries (``promokit.value.parts``),
+    holding out the rows one process would hold out of the parts' concatenation.
+
+    By time: the deliveries at or after ``test_from`` test and those at or after ``valid_from`` (and before
+    ``test_from``) validate — the boundary times :func:`~promokit.data.split.latest_split` finds, computed from the
+    parts' counts of each time (:meth:`by_time`). Random: the seeded permutation of all ``n`` deliveries, drawn
+    in full by every process that reads a part (8 bytes a delivery, once per process); a part's rows are its
+    slice of it, from its first delivery's position ``offset`` in the concatenation."""
+
+    how: str
+    test_from: object = None
+    valid_from: object = None
+    n: int = 0
+    test_fraction: float = 0.0
+    valid_fraction: float = 0.0
+    seed: int = 0
+
+    @classmethod
+    def by_time(cls, counts: pd.Series, test_fraction: float, valid_fraction: float) -> DeliverySplit:
+        """From the deliveries per time over every part (``promokit.scale.train.summed_time_counts``)."""
+        from promokit.scale.train import time_threshold
+
+        test_from = time_threshold(TIME, test_fraction, counts) if test_fraction else None
+        earlier = counts if test_from is None else counts[counts.index < test_from]
+        valid_from = time_threshold(TIME, valid_fraction, earlier) if valid_fraction else None
+        return cls("time", test_from, valid_from)
+
+    def roles(self, time: np.ndarray, offset: int) -> np.ndarray:
+        """The role of each delivery of a part with times ``time`` whose first delivery is the ``offset``-th."""
+        if self.how == "random":
+            return _cached_random_roles(self.n, self.test_fraction, self.valid_fraction, self.seed)[
+                offset:offset + len(time)]
+        roles = np.full(len(time), TRAIN, dtype=np.int8)
+        if self.valid_from is not None:
+            roles[time >= self.valid_from] = VALID
+        if self.test_from is not None:
+            roles[time >= self.test_from] = TEST
+        return roles
+
+
+_cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
 
 
 class ValueModel:
@@ -105,6 +168,7 @@ class ValueModel:
         self.net: ESDPM | None = None
         self.history: History | None = None
         self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
+        self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
         #: what train held out (``delivery_split``'s arguments), for evaluate
         self.split = {"test_fraction": 0.1, "valid_fraction": 0.1, "how": "time", "seed": 0}
 
@@ -125,23 +189,57 @@ class ValueModel:
         train = np.arange(len(tables.deliveries)) if train is None else np.asarray(train)
         valid = np.empty(0, dtype=np.int64) if valid is None else np.asarray(valid)
         for name, rows in (("training", train), ("validation", valid)):
-            if len(rows) and len(np.unique(tables.convert[rows])) < 2:
-                raise DataError(f"deliveries: the {len(rows)} {name} rows need conversions and non-conversions; "
-                                "use more deliveries or other fractions")
-        cfg = self.train_config
-        seed_everything(cfg.seed)
+            if len(rows):
+                _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
+        seed_everything(self.train_config.seed)
         self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
-        self.encoders = InputEncoders.fit(tables, self.max_len, rows=train)
-        self.net = ESDPM(self.encoders.sizes(), **self.params).attach(self.encoders.nodes(tables))
-        self._attached = tables
+        self.encoders = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
         train_rows = self.encoders.rows(tables, train)
-        self.net.init_amount(train_rows["v"], train_rows["convert"])
+        self.amount_start = AmountStart.of(train_rows["v"], train_rows["convert"])
+        self.net = self._build_net().attach(self.encoders.nodes(tables))
+        self._attached = tables
         valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
-        metrics = {"auc": auc_metric("p_ctcvr", "convert")} if valid_rows is not None else None
-        config = cfg if valid_rows is not None else replace(cfg, monitor="loss")
-        self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows,
-                                                           resume, metrics=metrics, on_epoch=on_epoch)
+        config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
+        self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
+                                                           metrics=self._metrics(valid_rows), on_epoch=on_epoch)
         return self
+
+    def _build_net(self) -> ESDPM:
+        """The network of the fitted encoders, its amount towers started at :attr:`amount_start`."""
+        net = ESDPM(self.encoders.sizes(), **self.params)
+        net.init_amount(self.amount_start)
+        return net
+
+    def _metrics(self, valid: dict | None) -> dict | None:
+        """The validation metric recorded each epoch (and monitored with ``--monitor auc``): the AUC of pCTCVR."""
+        return {"auc": auc_metric("p_ctcvr", "convert")} if valid is not None else None
+
+    # ---- Training over a dataset's parts (promokit.value.parts): what fit does, from sums over the parts. The
+    # encoders are reduced from the parts' counts (InputEncoders.from_counts), the labels counted here part by
+    # part, and the network (promokit.scale.train) trains on the tensors of one part at a time.
+
+    @staticmethod
+    def label_counts(tables: ValueTables, roles: np.ndarray) -> dict:
+        """One part's sums that :meth:`fit_counts` needs: its deliveries and conversions per role, and the moments
+        of v = log(1 + amount) over its converted and over all its training deliveries (the amount start)."""
+        train = roles == TRAIN
+        v = tables.log_amount
+        return {"rows": np.bincount(roles, minlength=3).tolist(),
+                "converted": np.bincount(roles, weights=tables.convert, minlength=3).astype(int).tolist(),
+                "v_converted": NumericEncoder.moments(pd.Series(v[train & (tables.convert > 0)])),
+                "v": NumericEncoder.moments(pd.Series(v[train]))}
+
+    def fit_counts(self, specs: dict[str, FeatureSpec], encoders: InputEncoders, counts: list[dict]) -> None:
+        """Become what :meth:`fit` makes before the network trains, from the encoders reduced over the parts of a
+        dataset (the feature ``specs`` they were counted with) and every part's :meth:`label_counts`: the same
+        checks and the same amount start."""
+        rows, converted = (np.sum([c[key] for c in counts], axis=0) for key in ("rows", "converted"))
+        check_conversions(int(converted.sum()), int(rows.sum()))
+        for name, role in (("training", TRAIN), ("validation", VALID)):
+            if rows[role]:
+                _check_learnable(name, int(rows[role]), int(converted[role]))
+        self.specs, self.encoders, self._attached = specs, encoders, None
+        self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
 
     def predict(self, tables: ValueTables, rows: np.ndarray | None = None) -> pd.DataFrame:
         """Named outputs per delivery of ``rows`` (all by default): p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma,
@@ -235,6 +333,12 @@ class ValueModel:
         load_weights(model.net, path)
         model.net.eval()
         return model
+
+
+def _check_learnable(name: str, rows: int, converted: int) -> None:
+    if converted in (0, rows):
+        raise DataError(f"deliveries: the {rows} {name} rows need conversions and non-conversions; use more "
+                        "deliveries or other fractions")
 
 
 def net_defaults() -> dict:

@@ -59,18 +59,39 @@ class InputEncoders:
     merchant_structure: TableEncoder | None = None
 
     @classmethod
-    def fit(cls, tables: ValueTables, max_len: int = 50, rows: np.ndarray | None = None) -> InputEncoders:
-        """Fit on ``tables``; the context vocabulary and scaling only on the delivery ``rows`` (training rows)."""
+    def fit(cls, tables: ValueTables, max_len: int = 50, rows: np.ndarray | None = None,
+            graph: bool = True) -> InputEncoders:
+        """Fit on ``tables``; the context vocabulary and scaling only on the delivery ``rows`` (training rows); the
+        consumption graph's encoders with ``graph`` (a model that reads it) when the tables have one."""
         deliveries = tables.deliveries if rows is None else tables.deliveries.iloc[rows]
-        actions = tables.behaviors[ACTION] if tables.behaviors is not None else pd.Series([], dtype="string")
         encoders = cls(TableEncoder.fit(deliveries, tables.context_spec), TableEncoder.fit(tables.users, tables.user_spec),
-                       TableEncoder.fit(tables.funds, tables.fund_spec), CategoryEncoder.fit(actions), max_len)
-        if tables.consumption is not None:
+                       TableEncoder.fit(tables.funds, tables.fund_spec), CategoryEncoder.fit(_actions(tables)), max_len)
+        if graph and tables.consumption is not None:
             users, merchants, _ = _graph_frames(tables)
             encoders.merchants = CategoryEncoder.fit(tables.consumption[MERCHANT], MERCHANT_MIN_COUNT)
             encoders.user_structure = _numeric_encoder(users)
             encoders.merchant_structure = _numeric_encoder(merchants)
         return encoders
+
+    @staticmethod
+    def count(tables: ValueTables, rows: np.ndarray) -> dict:
+        """One part's share of the encoders :meth:`fit` (without the graph) builds on a dataset in parts: the counts
+        and moments of the context features on its training ``rows``, of its users' features and of its behaviours'
+        actions (:meth:`TableEncoder.count`). :meth:`from_counts` adds them up."""
+        return {"context": TableEncoder.count(tables.deliveries.iloc[rows], tables.context_spec),
+                "users": TableEncoder.count(tables.users, tables.user_spec),
+                "actions": CategoryEncoder.count(_actions(tables))}
+
+    @classmethod
+    def from_counts(cls, shares: list[dict], specs: dict[str, FeatureSpec], funds: pd.DataFrame,
+                    max_len: int) -> InputEncoders:
+        """The encoders :meth:`fit` (without the graph) builds on the concatenation of a dataset's parts, from each
+        part's :meth:`count`; ``specs`` are the ``context``, ``users`` and ``funds`` feature specs, ``funds`` the
+        table every part shares."""
+        return cls(TableEncoder.from_counts([s["context"] for s in shares], specs["context"]),
+                   TableEncoder.from_counts([s["users"] for s in shares], specs["users"]),
+                   TableEncoder.fit(funds, specs["funds"]),
+                   CategoryEncoder.from_counts([s["actions"] for s in shares]), max_len)
 
     @property
     def has_graph(self) -> bool:
@@ -102,14 +123,26 @@ class InputEncoders:
             inputs.merchant_code = torch.from_numpy(self.merchants.transform(pd.Series(merchant_names)))
         return inputs
 
-    def rows(self, tables: ValueTables, rows: np.ndarray | None = None) -> dict[str, Tensor]:
+    def rows(self, tables: ValueTables, rows: np.ndarray | None = None, carry_nodes: bool = False
+             ) -> dict[str, Tensor]:
         """The per-delivery tensors (a Trainer batch source) of ``rows`` (all deliveries by default), with the
-        labels ``click``, ``convert`` and ``v`` = log(1 + amount) when the tables have them."""
+        labels ``click``, ``convert`` and ``v`` = log(1 + amount) when the tables have them. A delivery names its
+        user's and fund's rows of ``tables`` (``user``, ``fund``), or with ``carry_nodes`` carries their encoded
+        features (``user_cat``, ``user_num``, ``fund_cat``, ``fund_num``): the deliveries of one part of a dataset,
+        which a training batch mixes with other parts'."""
         rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
         context = self.context.transform(tables.deliveries.iloc[rows])
-        batch = {"user": torch.from_numpy(tables.user[rows]), "fund": torch.from_numpy(tables.fund[rows]),
-                 "ctx_cat": torch.from_numpy(context.categorical), "ctx_num": torch.from_numpy(context.numeric),
-                 "seq": torch.from_numpy(self.sequences(tables, rows))}
+        batch = {}
+        for node, encoder, frame, index in (("user", self.users, tables.users, tables.user[rows]),
+                                            ("fund", self.funds, tables.funds, tables.fund[rows])):
+            if carry_nodes:
+                encoded = encoder.transform(frame)
+                batch.update({f"{node}_cat": torch.from_numpy(encoded.categorical[index]),
+                              f"{node}_num": torch.from_numpy(encoded.numeric[index])})
+            else:
+                batch[node] = torch.from_numpy(index)
+        batch.update(ctx_cat=torch.from_numpy(context.categorical), ctx_num=torch.from_numpy(context.numeric),
+                     seq=torch.from_numpy(self.sequences(tables, rows)))
         if tables.has_labels:
             batch.update(click=torch.from_numpy(tables.click[rows]), convert=torch.from_numpy(tables.convert[rows]),
                          v=torch.from_numpy(tables.log_amount[rows].astype(np.float32)))
@@ -147,6 +180,10 @@ class InputEncoders:
                    CategoryEncoder.from_dict(data["merchants"]) if graph else None,
                    TableEncoder.from_dict(data["user_structure"]) if graph else None,
                    TableEncoder.from_dict(data["merchant_structure"]) if graph else None)
+
+
+def _actions(tables: ValueTables) -> pd.Series:
+    return tables.behaviors[ACTION] if tables.behaviors is not None else pd.Series([], dtype="string")
 
 
 def _graph_frames(tables: ValueTables) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:

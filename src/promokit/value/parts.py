@@ -1,27 +1,49 @@
-"""A value dataset in parts, predicted part by part on an engine (``value predict --data DIR --engine local|ray``).
+"""A value dataset in parts, predicted and trained part by part on an engine (``value predict`` / ``value train
+--data DIR --engine local|ray``).
 
 Layout: the user-keyed tables — ``users``, ``deliveries`` and the optional ``behaviors`` and ``consumption`` — are
 each a directory of Parquet parts, co-partitioned by user: part k of each (its k-th file in sorted path order) holds
 the rows of the same users. ``funds`` stays one table every part shares. The dataset means the one-folder dataset
-whose tables are its parts concatenated in order, and predicting it gives that dataset's outputs, part by part:
+whose tables are its parts concatenated in order; predicting or training on it gives that dataset's outputs (or
+model) without reading it whole. Both begin with the same checks: every user-keyed directory has as many parts as
+``users/``, and each user is in one part (:func:`promokit.scale.keys.check_unique_keys`, hashed on the engine).
 
-1. checks: every user-keyed directory has as many parts as ``users/``, and each user is in one part
-   (:func:`promokit.scale.keys.check_unique_keys`, hashed on the engine);
-2. a map reads each part's delivery times: their counts and latest times give the scoring time (just after the
+Predict (:func:`predict_parts`):
+
+1. a map reads each part's delivery times: their counts and latest times give the scoring time (just after the
    latest delivery of any part, as one folder) and the delivery rows whose contexts every pair is scored in
    (:func:`~promokit.value.estimator.draw_contexts` over all the deliveries; the driver reads those few rows);
-3. a map with the model loaded once per worker (the engine's ``setup``): each part is validated by
+2. a map with the model loaded once per worker (the engine's ``setup``): each part is validated by
    :func:`~promokit.value.contract.check_tables` (``part=True``: a row whose user is not in the part's users is an
    error) and scored by :meth:`ValueModel.score_table` and :meth:`ValueModel.predict_with_keys` into
    ``OUT/scores/part-k`` and ``OUT/deliveries/part-k``; only its sums travel back (:class:`PartValues`).
 
-A model that reads the consumption graph (``esdpm``) is refused: a merchant joins users of different parts, so a
-part alone does not hold its users' graph neighbourhoods.
+Train (:func:`train_parts`; the training deliveries are the examples):
+
+1. **scan**: each part's delivery times (distinct values and counts) and the distinct values of the integer columns
+   of its deliveries and users. The driver infers the feature specs on the first part with deliveries, with the
+   integer columns classified by their values over every part (as on the concatenation), and turns the time counts
+   into the boundary times of :func:`~promokit.value.estimator.delivery_split` (:class:`DeliverySplit`): the same
+   deliveries are held out for evaluate and for validation as one folder holds out (a random split draws the same
+   permutation of all the deliveries);
+2. **count**: each part, validated with its labels, sends its share of the encoders (:meth:`InputEncoders.count`:
+   the context features' counts and moments over its training deliveries, its users', its behaviours' actions) and
+   its label sums (:meth:`ValueModel.label_counts`). The driver adds them up into the encoders
+   :meth:`InputEncoders.fit` builds on the concatenation (:meth:`InputEncoders.from_counts`) and checks the labels
+   and starts the amount towers as :meth:`ValueModel.fit` does (:meth:`ValueModel.fit_counts`);
+3. **train**: :func:`promokit.scale.train.run_job` — the loop conversion models train with — streams each worker's
+   shard of the training deliveries: a worker reads part k of every user-keyed table, validates it and encodes that
+   part's deliveries (user and fund features, behaviour sequences strictly before each delivery, context) with
+   the fitted encoders (:class:`DeliveryRows`); each delivery carries its user's and fund's features, since a batch
+   mixes parts. In this process with the local engine, data-parallel on Ray Train with ``--engine ray``.
+
+A model that reads the consumption graph (``esdpm``) is refused by both: a merchant joins users of different parts,
+so a part alone does not hold its users' graph neighbourhoods.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,15 +51,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
+from promokit.data.spec import require_columns
 from promokit.scale.batch import PartScore, part_score
 from promokit.scale.keys import check_unique_keys
 from promokit.scale.parts import list_parts, naming, part_name, read_part, write_part
 from promokit.value.contract import TIME, USER, ValueTables, check_tables, parse_times
 
-if TYPE_CHECKING:  # the model (torch) is imported where a part is scored, not where its times are read
-    from promokit.value.estimator import ValueModel
+if TYPE_CHECKING:  # the model (torch) is imported where a part is scored or trained, not where its times are read
+    from promokit.value.estimator import DeliverySplit, ValueModel
 
 USER_KEYED = ("users", "deliveries", "behaviors", "consumption")
 OUTPUTS = ("scores", "deliveries")  # the folders of OUT that parts are written to
@@ -46,12 +70,12 @@ OUTPUTS = ("scores", "deliveries")  # the folders of OUT that parts are written 
 @dataclass(frozen=True)
 class ValuePart:
     """Part ``index`` of a dataset in parts: its file of each user-keyed table, the shared funds table and the
-    output folder."""
+    output folder (predict)."""
 
     index: int
     files: dict
     funds: str
-    out: str
+    out: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,7 +134,7 @@ def predict_parts(model: Path, paths: dict[str, Path], out: Path, engine, at, co
     return config["model"], values
 
 
-def _parts(paths: dict[str, Path], out: Path) -> list[ValuePart]:
+def _parts(paths: dict[str, Path], out: Path | None = None) -> list[ValuePart]:
     """Part k of every user-keyed table, checked to be directories of as many parts."""
     keyed = {name: paths[name] for name in USER_KEYED if name in paths}
     directory = next(path for path in keyed.values() if path.is_dir())
@@ -125,8 +149,8 @@ def _parts(paths: dict[str, Path], out: Path) -> list[ValuePart]:
             raise DataError(f"{keyed[name]}: {len(listed)} parts, but {keyed['users']} has {len(files['users'])}: "
                             "part k of every user-keyed table holds the rows of the same users (co-partitioned by "
                             "user)")
-    return [ValuePart(k, {name: str(listed[k]) for name, listed in files.items()}, str(paths["funds"]), str(out))
-            for k in range(len(files["users"]))]
+    return [ValuePart(k, {name: str(listed[k]) for name, listed in files.items()}, str(paths["funds"]),
+                      str(out) if out is not None else None) for k in range(len(files["users"]))]
 
 
 def _times(part: ValuePart) -> PartTimes:
@@ -148,16 +172,22 @@ def _when(deliveries: Path, parts: list[ValuePart], times: list[PartTimes], at):
     """The scoring time of every part: ``at``, or just after the latest delivery of any part."""
     from promokit.value.estimator import scoring_time
 
+    _delivery_kind(deliveries, parts, times, "pairs are scored in the contexts of deliveries")
+    return scoring_time(np.array([t.latest for t in times if t.rows]), at)
+
+
+def _delivery_kind(deliveries: Path, parts: list[ValuePart], times: list, why: str = "a model learns from them"
+                   ) -> str:
+    """The kind of the parts' delivery times (``times``: each part's ``rows`` and ``kind``), checked to be one."""
     filled = [(part, t) for part, t in zip(parts, times) if t.rows]
     if not filled:
-        raise DataError(f"{deliveries}: no deliveries in its {len(parts)} parts; pairs are scored in the contexts of "
-                        "deliveries")
+        raise DataError(f"{deliveries}: no deliveries in its {len(parts)} parts; {why}")
     first, kind = filled[0][0].files["deliveries"], filled[0][1].kind
     for part, t in filled[1:]:
         if t.kind != kind:
             raise DataError(f"{part.files['deliveries']}: column 'time' holds {t.kind}s but {first} holds {kind}s; "
                             "give every part times of one kind")
-    return scoring_time(np.array([t.latest for _, t in filled]), at)
+    return kind
 
 
 def _contexts(parts: list[ValuePart], times: list[PartTimes], contexts: int) -> pd.DataFrame:
@@ -183,14 +213,165 @@ def _score_part(when, context: pd.DataFrame, model: ValueModel, part: ValuePart)
     return score_stats(scores, len(deliveries))
 
 
-def _read_part(part: ValuePart, specs: dict) -> ValueTables:
-    """A part's tables, validated; an error names the file of the table it is about."""
+def _read_part(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False) -> ValueTables:
+    """A part's tables, validated (with the labels when ``labels``; the features of ``specs``, else inferred); an
+    error names the file of the table it is about."""
     frames = {name: read_part(path) for name, path in part.files.items()}  # a read error names the file
     funds = read_table(part.funds)
     try:
-        return check_tables(frames["deliveries"], frames["users"], funds, frames.get("behaviors"),
-                            frames.get("consumption"), require_labels=False, specs=specs, part=True)
+        tables = check_tables(frames["deliveries"], frames["users"], funds, frames.get("behaviors"),
+                              frames.get("consumption"), require_labels=labels, repair_labels=repair, specs=specs,
+                              part=True)
+        for table, frame, spec in (("deliveries", tables.deliveries, tables.context_spec),
+                                   ("users", tables.users, tables.user_spec)):
+            try:
+                check_numeric_columns(frame, spec.numeric)
+            except DataError as exc:
+                raise DataError(f"{table}: {exc}") from None
+        return tables
     except DataError as exc:
         table = str(exc).split(":", 1)[0]
         files = {**part.files, "funds": part.funds, "context": part.files["deliveries"]}
         raise DataError(f"{files.get(table, part.files['users'])}: {exc}") from None
+
+
+# ----------------------------------------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class PartScan:
+    """A part before its encoders are counted: its deliveries (``rows``), their times (distinct values in contract
+    form and counts) and kind, and the distinct values of the integer columns of its deliveries (``context``) and
+    users (:func:`promokit.scale.train.integer_levels`)."""
+
+    rows: int
+    times: tuple | None
+    kind: str | None
+    levels: dict
+
+
+@dataclass(frozen=True)
+class PartCount:
+    """A part's share of the fit: its encoders' counts (:meth:`InputEncoders.count`), its label sums
+    (:meth:`ValueModel.label_counts`) and its tables' counts (repaired labels)."""
+
+    shares: dict
+    labels: dict
+    counts: dict
+
+
+@dataclass(frozen=True)
+class DeliveryRows:
+    """The deliveries of one role (:data:`~promokit.value.estimator.TRAIN` or ``VALID``) of a dataset's parts, read
+    by a training worker a segment at a time (:class:`promokit.scale.train.TrainJob`); ``offsets[k]`` is the
+    position of part k's first delivery in the parts' concatenation."""
+
+    parts: tuple[ValuePart, ...]
+    specs: dict
+    split: DeliverySplit
+    offsets: tuple[int, ...]
+    role: int
+    repair: bool
+
+    def load(self, estimator: ValueModel, segment: tuple[int, int, int]) -> dict:
+        """The tensors of rows ``start:stop`` of this role's deliveries of part ``index``, each carrying its user's
+        and fund's features (a batch mixes parts)."""
+        index, start, stop = segment
+        tables = _read_part(self.parts[index], self.specs, labels=True, repair=self.repair)
+        roles = self.split.roles(tables.time, self.offsets[index])
+        return estimator.encoders.rows(tables, np.flatnonzero(roles == self.role)[start:stop], carry_nodes=True)
+
+
+def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path,
+                checkpoint_dir: Path | None = None, resume: bool = False, repair: bool = False) -> dict:
+    """Fit ``estimator`` on the dataset in parts at ``paths`` without holding it whole (module docstring): part by
+    part in this process on the local ``engine``, else data-parallel on ``engine.workers`` Ray Train workers, with
+    :func:`~promokit.value.estimator.delivery_split`'s ``split`` (its keyword arguments) and the checkpoint in
+    ``checkpoint_dir``; ``scratch`` holds the user-key check's hashes. Returns the deliveries per role
+    (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels)."""
+    from promokit.scale.train import run_job
+
+    if estimator.reads_graph:
+        raise DataError(f"model {estimator.name!r} reads the consumption graph, whose merchants join users of "
+                        "different parts, so a part cannot train alone; train esdpm-ncg (the same model without the "
+                        "graph), or give the tables as one folder")
+    job, counts = _plan(estimator, paths, engine, split, scratch, repair)
+    estimator.net, estimator.history = run_job(job, engine, checkpoint_dir, resume)
+    return counts
+
+
+def _plan(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path, repair: bool):
+    """Scan and count the parts on ``engine``, fit the estimator's encoders from the counts and cut the shards of
+    the engine's workers: the :class:`~promokit.scale.train.TrainJob` and the counts :func:`train_parts` returns."""
+    from promokit.scale.train import TrainJob, summed_time_counts
+    from promokit.value.estimator import TEST, TRAIN, VALID, DeliverySplit, check_split
+    from promokit.value.inputs import InputEncoders
+
+    check_split(split["test_fraction"], split["valid_fraction"], split["how"])
+    parts = _parts(paths)
+    check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=engine.map)
+    scans = engine.map(_scan, parts, label="scanning parts")
+    _delivery_kind(paths["deliveries"], parts, scans)
+    specs, funds = _feature_specs(parts, scans, repair)
+    sizes = [scan.rows for scan in scans]
+    offsets = tuple(int(o) for o in np.cumsum([0, *sizes[:-1]]))
+    if split["how"] == "time":
+        with naming(paths["deliveries"]):  # the deliveries of every part together
+            rule = DeliverySplit.by_time(summed_time_counts([s.times for s in scans if s.rows]),
+                                         split["test_fraction"], split["valid_fraction"])
+    else:
+        rule = DeliverySplit("random", n=sum(sizes), test_fraction=split["test_fraction"],
+                             valid_fraction=split["valid_fraction"], seed=split["seed"])
+    counted = engine.map(partial(_count, specs, rule, offsets, repair), parts, label="counting parts")
+    with naming(paths["deliveries"]):
+        estimator.fit_counts(specs, InputEncoders.from_counts([c.shares for c in counted], specs, funds,
+                                                              estimator.max_len), [c.labels for c in counted])
+    training_parts = tuple(replace(p, files={k: v for k, v in p.files.items() if k != "consumption"}) for p in parts)
+    rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
+    reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair)
+    job = TrainJob.cut(estimator, reader(TRAIN), reader(VALID) if rows[VALID].sum() else None, rows[TRAIN].tolist(),
+                       rows[VALID].tolist(), engine.workers)
+    counts = {name: int(r.sum()) for name, r in zip(("train", "valid", "test"), rows)}
+    for c in counted:
+        for what, k in c.counts.items():
+            if what.startswith("repaired"):
+                counts[what] = counts.get(what, 0) + k
+    return job, counts
+
+
+def _scan(part: ValuePart) -> PartScan:
+    """A part's deliveries' times and its integer columns' values."""
+    from promokit.scale.train import integer_levels, time_counts
+
+    users, deliveries = (read_part(part.files[name]) for name in ("users", "deliveries"))
+    levels = {"context": integer_levels(deliveries), "users": integer_levels(users)}
+    if deliveries.empty:
+        return PartScan(0, None, None, levels)
+    with naming(part.files["deliveries"]):
+        require_columns(deliveries, [TIME], "deliveries")
+        time, kind = parse_times(deliveries, "deliveries", None)
+    return PartScan(len(time), time_counts(time), kind, levels)
+
+
+def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool) -> tuple[dict, pd.DataFrame]:
+    """The feature specs of the dataset — inferred on the first part with deliveries, integer columns classified by
+    their values over every part, as on the parts' concatenation — and the funds table, validated."""
+    from promokit.scale.train import classify_integers
+
+    first = next(k for k, scan in enumerate(scans) if scan.rows)
+    tables = _read_part(parts[first], None, labels=True, repair=repair)
+    specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+    for name, frame in (("context", tables.deliveries), ("users", tables.users)):
+        specs[name] = classify_integers(specs[name], [scan.levels[name] for scan in scans], list(frame.columns))
+    return specs, tables.funds
+
+
+def _count(specs: dict, rule: DeliverySplit, offsets: tuple[int, ...], repair: bool, part: ValuePart) -> PartCount:
+    """Validate a part with its labels; count its training deliveries' features, its users' and its labels."""
+    from promokit.value.estimator import TRAIN, ValueModel
+    from promokit.value.inputs import InputEncoders
+
+    tables = _read_part(part, specs, labels=True, repair=repair)
+    roles = rule.roles(tables.time, offsets[part.index])
+    return PartCount(InputEncoders.count(tables, np.flatnonzero(roles == TRAIN)),
+                     ValueModel.label_counts(tables, roles), tables.counts)

@@ -419,6 +419,28 @@ def write_world(world: ValueWorld, out_dir: str | os.PathLike) -> dict[str, Path
     return paths
 
 
+USER_KEYED = ("users", "deliveries", "behaviors", "consumption")
+
+
+def write_world_parts(world: ValueWorld, out_dir: str | os.PathLike, part_users: list[int], seed: int = 0) -> Path:
+    """Write the observed tables as a dataset in parts (``promokit.value.parts``): the users shuffled (seeded) into
+    parts of ``part_users`` users each (0: an empty part), ``users/``, ``deliveries/``, ``behaviors/`` and
+    ``consumption/`` co-partitioned by user (each part's rows in the world's order) and one ``funds.parquet``. The
+    dataset means the one-folder world whose tables are the parts concatenated."""
+    if sum(part_users) != len(world.users):
+        raise DataError(f"the parts hold {sum(part_users)} users, the world {len(world.users)}")
+    out = Path(out_dir)
+    owner = np.repeat(np.arange(len(part_users)), part_users)[np.random.default_rng(seed).permutation(len(world.users))]
+    part_of = pd.Series(owner, index=world.users["user_id"])
+    for name in USER_KEYED:
+        table = getattr(world, name)
+        rows = part_of.reindex(table["user_id"]).to_numpy()
+        for k in range(len(part_users)):
+            write_parquet(table[rows == k].reset_index(drop=True), out / name / f"part-{k:05d}.parquet")
+    write_parquet(world.funds, out / "funds.parquet")
+    return out
+
+
 def _facts(world: ValueWorld) -> dict:
     d, truth = world.deliveries, world.truth
     clicked, converted = d["click"] == 1, d["convert"] == 1

@@ -27,7 +27,10 @@ class DeliveryEncoder(nn.Module):
       structure, merchants with an id embedding and their structure. Training samples ``fanouts`` neighbours per
       hop; evaluation runs every user's full neighbourhood once per evaluation (cached until training resumes).
 
-    The node tensors (users, funds, merchants, graph) are attached with :meth:`attach`: they are data.
+    The node tensors (users, funds, merchants, graph) are attached with :meth:`attach`: they are data. A batch
+    names its deliveries' users and funds by row of those tensors (``user``, ``fund``), or carries their features
+    itself (``user_cat``, ``user_num``, ``fund_cat``, ``fund_num``: deliveries streamed from the parts of a dataset,
+    whose batches mix users of several parts), which needs nothing attached unless the model reads the graph.
     """
 
     def __init__(self, user_cardinalities: Sequence[int], user_numeric: int, fund_cardinalities: Sequence[int],
@@ -62,11 +65,19 @@ class DeliveryEncoder(nn.Module):
         self._states = None  # evaluation states are stale once the weights move
         return super().train(mode)
 
-    def _users(self, index: Tensor) -> Tensor:
-        return self.user({"cat": self.inputs.user_cat[index], "num": self.inputs.user_num[index]})
+    def node_features(self, node: str, rows: Tensor) -> dict[str, Tensor]:
+        """The attached features (``cat``, ``num``) of the users or funds (``node``) at ``rows``."""
+        if self.inputs is None:
+            raise RuntimeError("attach the node inputs (attach) before calling the model")
+        return {"cat": getattr(self.inputs, f"{node}_cat")[rows], "num": getattr(self.inputs, f"{node}_num")[rows]}
+
+    def _batch_features(self, batch: dict[str, Tensor], node: str) -> dict[str, Tensor]:
+        if f"{node}_cat" in batch:
+            return {"cat": batch[f"{node}_cat"], "num": batch[f"{node}_num"]}
+        return self.node_features(node, batch[node])
 
     def _node_features(self, users: Tensor, merchants: Tensor) -> tuple[Tensor, Tensor]:
-        x_users = torch.cat([self._users(users), self.inputs.user_structure[users]], dim=1)
+        x_users = torch.cat([self.user(self.node_features("user", users)), self.inputs.user_structure[users]], dim=1)
         x_merchants = torch.cat([self.merchant(self.inputs.merchant_code[merchants]),
                                  self.inputs.merchant_structure[merchants]], dim=1)
         return x_users, x_merchants
@@ -83,22 +94,21 @@ class DeliveryEncoder(nn.Module):
         sub = sample_neighbours(self.inputs.graph, seeds, torch.empty(0, dtype=torch.long), self.fanouts)
         return self.gnn(*self._node_features(sub.customers, sub.merchants), sub).customers[inverse]
 
-    def user_part(self, user: Tensor, seq: Tensor) -> Tensor:
-        """[e_u ‖ e_b ‖ e_c] of deliveries to ``user`` with behaviour tokens ``seq``: what does not depend on the fund."""
-        if self.inputs is None:
-            raise RuntimeError("attach the node inputs (attach) before calling the model")
-        parts = [self._users(user), self.behaviour(seq)]
+    def user_part(self, features: dict[str, Tensor], seq: Tensor, user: Tensor | None = None) -> Tensor:
+        """[e_u ‖ e_b ‖ e_c] of deliveries to users of ``features`` with behaviour tokens ``seq``: what does not
+        depend on the fund; e_c reads the graph at the users' rows ``user``."""
+        parts = [self.user(features), self.behaviour(seq)]
         if self.graph:
             parts.append(self._consumption(user))
         return torch.cat(parts, dim=1)
 
-    def item_part(self, fund: Tensor, ctx_cat: Tensor, ctx_num: Tensor) -> Tensor:
-        """[e_f ‖ e_x]: the fund's and the context's embeddings."""
-        return torch.cat([self.fund({"cat": self.inputs.fund_cat[fund], "num": self.inputs.fund_num[fund]}),
-                          self.context({"cat": ctx_cat, "num": ctx_num})], dim=1)
+    def item_part(self, features: dict[str, Tensor], ctx_cat: Tensor, ctx_num: Tensor) -> Tensor:
+        """[e_f ‖ e_x]: the embeddings of the funds of ``features`` and of the context."""
+        return torch.cat([self.fund(features), self.context({"cat": ctx_cat, "num": ctx_num})], dim=1)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """e of each delivery, its parts in the order user, behaviour, graph, fund, context (the dense layers that
         follow do not care about the order of eq. 14)."""
-        return torch.cat([self.user_part(batch["user"], batch["seq"]),
-                          self.item_part(batch["fund"], batch["ctx_cat"], batch["ctx_num"])], dim=1)
+        return torch.cat([self.user_part(self._batch_features(batch, "user"), batch["seq"], batch.get("user")),
+                          self.item_part(self._batch_features(batch, "fund"), batch["ctx_cat"], batch["ctx_num"])],
+                         dim=1)

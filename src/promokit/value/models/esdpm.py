@@ -3,12 +3,15 @@ its configurations."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from promokit.data.encoders import combine_moments
 from promokit.nn import MLP
 from promokit.nn.mmoe import MMoE
 from promokit.value.losses import binary_nll, esj_loss, expected_value, log1mexp, ziln_loss
@@ -18,6 +21,33 @@ BOTTOMS = ("mmoe", "shared", "separate")
 CONVERSIONS = ("esmm", "direct")
 AMOUNTS = ("lognormal", "mse", None)
 AMOUNT_LOSSES = {"esj": esj_loss, "ziln": ziln_loss}
+
+
+@dataclass(frozen=True)
+class AmountStart:
+    """Where :meth:`ESDPM.init_amount` starts the amount towers: the number of converted training rows, the mean
+    and spread (sample standard deviation) of v = log(1 + amount) over them, and the mean of v over every training
+    row."""
+
+    converted: int
+    mean: float
+    spread: float
+    overall: float
+
+    @classmethod
+    def of(cls, v: Tensor, converted: Tensor) -> AmountStart:
+        positive = v[converted > 0]
+        n = len(positive)
+        return cls(n, float(positive.mean()) if n else math.nan, float(positive.std()) if n > 1 else math.nan,
+                   float(v.mean()))
+
+    @classmethod
+    def from_moments(cls, converted: list[tuple], every: list[tuple]) -> AmountStart:
+        """From the :meth:`~promokit.data.encoders.NumericEncoder.moments` of v over the converted training rows and
+        over every training row of each part of a dataset."""
+        _, n, mean, m2 = combine_moments(converted)
+        _, _, overall, _ = combine_moments(every)
+        return cls(n, mean if n else math.nan, math.sqrt(m2 / (n - 1)) if n > 1 else math.nan, overall)
 
 
 class ESDPM(nn.Module):
@@ -75,17 +105,16 @@ class ESDPM(nn.Module):
         self.heads = nn.ModuleDict({t: MLP(expert_dim, tower_hidden, dropout=dropout) for t in self.towers})
 
     @torch.no_grad()
-    def init_amount(self, v: Tensor, converted: Tensor) -> None:
+    def init_amount(self, start: AmountStart) -> None:
         """Start the amount towers at the training rows' log amounts: μ at the mean and σ at the spread of v over
         the converted rows, v̂ at the mean of v over all rows. From a zero start, μ would spend many epochs
         climbing to amounts of e^7 while σ inflated to cover the gap."""
-        positive = v[converted > 0]
-        if self.amount == "lognormal" and len(positive) > 1:
-            self.heads["mu"].layers[-1].bias.fill_(float(positive.mean()))
-            spread = max(float(positive.std()) - self.sigma_floor, 1e-3)
+        if self.amount == "lognormal" and start.converted > 1:
+            self.heads["mu"].layers[-1].bias.fill_(start.mean)
+            spread = max(start.spread - self.sigma_floor, 1e-3)
             self.heads["sigma"].layers[-1].bias.fill_(spread + float(torch.log(-torch.expm1(torch.tensor(-spread)))))
         elif self.amount == "mse":
-            self.heads["v_hat"].layers[-1].bias.fill_(float(v.mean()))
+            self.heads["v_hat"].layers[-1].bias.fill_(start.overall)
 
     def attach(self, inputs) -> ESDPM:
         for encoder in self.encoders:
@@ -111,8 +140,10 @@ class ESDPM(nn.Module):
         fund = torch.arange(n_funds).repeat_interleave(n_contexts)
         inputs = []
         for encoder in self.encoders:
-            users = encoder.user_part(user, seq).repeat_interleave(n_funds * n_contexts, dim=0)
-            items = encoder.item_part(fund, ctx_cat.repeat(n_funds, 1), ctx_num.repeat(n_funds, 1))
+            users = encoder.user_part(encoder.node_features("user", user), seq, user)
+            users = users.repeat_interleave(n_funds * n_contexts, dim=0)
+            items = encoder.item_part(encoder.node_features("fund", fund), ctx_cat.repeat(n_funds, 1),
+                                      ctx_num.repeat(n_funds, 1))
             inputs.append(torch.cat([users, items.repeat(n_users, 1)], dim=1))
         return self._outputs(inputs)
 

@@ -1,0 +1,197 @@
+"""``value train`` over a dataset in parts: encoders reduced from per-part counts equal a one-process fit, the split
+holds out the rows one folder would, training part by part learns and resumes, two DDP workers on Ray Train
+reach the AUC of one, and bad parts are one-line errors naming the file."""
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import write_value_parts
+from promokit.cli import app
+from promokit.scale.engine import LocalEngine
+from promokit.training import TrainConfig
+from promokit.value.contract import read_folder, table_paths
+from promokit.value.estimator import TEST, TRAIN, VALID, ValueModel, delivery_split
+from promokit.value.inputs import InputEncoders
+from promokit.value.parts import _plan, train_parts
+from promokit.value.synthetic import make_world
+
+torch.set_num_threads(1)
+runner = CliRunner()
+SMALL = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "max_len": 12}
+QUICK = TrainConfig(epochs=3, batch_size=256, lr=3e-3, patience=10, progress=False)
+PART_USERS = [30, 0, 620, 550]  # the first part's 30 users hold ≤ 30 'points': inferred alone, a categorical column
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A 1,200-user world as ``parts/`` and as ``whole/`` (each table its parts concatenated, one file); its users
+    have an integer column of 300 values (numeric on the whole table)."""
+    root = tmp_path_factory.mktemp("value-train-parts")
+    world = make_world(1200, seed=3)
+    world.users["points"] = np.random.default_rng(0).integers(0, 300, len(world.users))
+    return write_value_parts(world, root, PART_USERS)
+
+
+def _split(how="time"):
+    return {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": 4}
+
+
+@pytest.mark.parametrize("how", ["time", "random"])
+def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_path, how):
+    estimator = ValueModel("esdpm-ncg", SMALL, QUICK)
+    job, counts = _plan(estimator, table_paths(data / "parts"), LocalEngine(), _split(how), tmp_path / "keys", False)
+    tables = read_folder(data / "whole")
+    train, valid, test = delivery_split(tables, **_split(how))
+    assert counts == {"train": len(train), "valid": len(valid), "test": len(test)}
+    roles = np.concatenate([job.train_rows.split.roles(part_tables.time, offset) for part_tables, offset in
+                            zip(_part_tables(data, estimator), job.train_rows.offsets)])
+    for role, rows in ((TRAIN, train), (VALID, valid), (TEST, test)):
+        assert np.flatnonzero(roles == role).tolist() == rows.tolist()
+
+    local = InputEncoders.fit(tables, estimator.max_len, rows=train, graph=False)
+    assert estimator.specs == {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+    assert "points" in tables.user_spec.numeric
+    got, expected = estimator.encoders.to_dict(), local.to_dict()
+    assert set(got) == set(expected) == {"context", "users", "funds", "actions", "max_len"}
+    for name in ("context", "users", "funds"):
+        assert got[name]["categorical"] == expected[name]["categorical"], name
+        for column, enc in expected[name]["numeric"].items():
+            assert got[name]["numeric"][column] == pytest.approx(enc, rel=1e-12), (name, column)
+    assert got["actions"] == expected["actions"]
+
+    one = ValueModel("esdpm-ncg", SMALL, QUICK).fit(tables, train, valid)
+    assert estimator.amount_start.converted == one.amount_start.converted
+    assert (estimator.amount_start.mean, estimator.amount_start.spread, estimator.amount_start.overall) == \
+        pytest.approx((one.amount_start.mean, one.amount_start.spread, one.amount_start.overall), rel=1e-5)
+
+
+def _part_tables(data, estimator):
+    from promokit.value.parts import _parts, _read_part
+
+    return [_read_part(part, estimator.specs, labels=True) for part in _parts(table_paths(data / "parts"))]
+
+
+def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
+    paths = table_paths(data / "parts")
+
+    def fit(epochs, **kwargs):
+        estimator = ValueModel("esdpm-ncg", SMALL, TrainConfig(**{**QUICK.to_dict(), "epochs": epochs}))
+        train_parts(estimator, paths, LocalEngine(), _split(), tmp_path / "keys", **kwargs)
+        return estimator
+
+    straight = fit(3)
+    assert straight.history.epochs[-1]["valid_auc"] > 0.65
+    fit(1, checkpoint_dir=tmp_path / "ck")
+    resumed = fit(3, checkpoint_dir=tmp_path / "ck", resume=True)
+    assert [e["epoch"] for e in resumed.history.epochs] == [0, 1, 2]
+    for (name, a), b in zip(straight.net.state_dict().items(), resumed.net.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    tables = read_folder(data / "whole")
+    test = delivery_split(tables, **_split())[2]
+    from promokit.metrics import auc
+
+    assert auc(tables.convert[test], straight.predict(tables, test).p_ctcvr.to_numpy()) > 0.65
+
+
+def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
+    """The CLI on the 2-node cluster with 2 workers against the same loop in this process; the model directories
+    evaluate on the one-folder tables (the same held-out deliveries) and score a dataset in parts."""
+    args = ["value", "train", "--data", data / "parts", "--model", "esdpm-ncg", "--epochs", 3, "--batch-size", 256,
+            "--lr", 3e-3, "--monitor", "auc", "--params", json.dumps(SMALL)]
+    one = _invoke(*args, "--out", tmp_path / "one")
+    assert one.exit_code == 0, one.output
+    two = _invoke(*args, "--out", tmp_path / "two", "--engine", "ray", "--address", ray_cluster.address,
+                  "--workers", 2)
+    assert two.exit_code == 0, two.output
+    assert "model written to" in two.output and not (tmp_path / ".two.checkpoint").exists()
+    auc = {}
+    for name in ("one", "two"):
+        assert len(json.loads((tmp_path / name / "history.json").read_text())["epochs"]) == 3
+        result = _invoke("value", "evaluate", "--model", tmp_path / name, "--data", data / "whole", "--out",
+                         tmp_path / f"eval-{name}")
+        assert result.exit_code == 0, result.output
+        auc[name] = json.loads((tmp_path / f"eval-{name}" / "report.json").read_text())["metrics"]["auc"]
+    assert auc["one"] > 0.65 and abs(auc["two"] - auc["one"]) < 0.03, auc
+    result = _invoke("value", "predict", "--model", tmp_path / "two", "--data", data / "parts", "--out",
+                     tmp_path / "scores")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_graph_model_in_parts_is_a_one_line_error(data, tmp_path):
+    result = _invoke("value", "train", "--data", data / "parts", "--model", "esdpm", "--out", tmp_path / "m")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    line = " ".join(result.output.split())
+    assert line.startswith("error: model 'esdpm' reads the consumption graph") and "esdpm-ncg" in line
+    assert len(result.output.strip().splitlines()) <= 3  # one line, wrapped at the terminal's width
+
+
+def _edit(table, k, edit):
+    def spoil(folder):
+        path = folder / table / f"part-{k:05d}.parquet"
+        edit(pd.read_parquet(path)).to_parquet(path, index=False)
+        return path
+    return spoil
+
+
+def _set(column, value, row=3):
+    def edit(frame):
+        if isinstance(value, str):  # a text column, as a Parquet part holds one
+            frame[column] = frame[column].astype(str)
+        frame.loc[row, column] = value
+        return frame
+    return edit
+
+
+def _only_rows(n):
+    """Every deliveries part emptied but the first ``n`` rows of part 2."""
+    def spoil(folder):
+        for path in sorted((folder / "deliveries").glob("*.parquet")):
+            frame = pd.read_parquet(path)
+            frame.iloc[:n if path.name == "part-00002.parquet" else 0].to_parquet(path, index=False)
+        return folder / "deliveries"
+    return spoil
+
+
+def _drop_part(folder):
+    (folder / "behaviors" / "part-00003.parquet").unlink()
+    return folder / "behaviors"
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (_edit("deliveries", 2, lambda f: f.drop(columns="channel")), "'channel'"),
+    (_edit("users", 3, _set("tenure_days", "abc")), "'tenure_days' has 1 non-numeric"),
+    (_edit("deliveries", 3, _set("amount", np.nan)), "'amount' must hold finite numbers"),
+    (_edit("deliveries", 2, _set("time", pd.NaT)), "'time' has 1 missing or unreadable"),
+    (_only_rows(1), "all 1 rows are at or after"),
+    (_only_rows(0), "no deliveries in its 4 parts"),
+    (_drop_part, "3 parts, but"),
+])
+def test_bad_parts_are_one_line_errors_naming_the_file(data, tmp_path, spoil, message):
+    folder = tmp_path / "parts"
+    shutil.copytree(data / "parts", folder)
+    named = spoil(folder)
+    result = _invoke("value", "train", "--data", folder, "--model", "esdpm-ncg", "--out", tmp_path / "m",
+                     "--epochs", 1, "--params", json.dumps(SMALL))
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    line = " ".join(result.output.split())  # rich wraps at the terminal's width
+    assert line.startswith("error: ") and str(named) in line and message in line, line
+
+
+def test_one_converting_delivery_is_a_one_line_error(data, tmp_path):
+    folder = tmp_path / "parts"
+    shutil.copytree(data / "parts", folder)
+    _only_rows(1)(folder)
+    result = _invoke("value", "train", "--data", folder, "--model", "esdpm-ncg", "--out", tmp_path / "m",
+                     "--test-fraction", 0, "--valid-fraction", 0)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "'convert' is 0 on all 1 rows" in " ".join(result.output.split())
