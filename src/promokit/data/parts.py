@@ -56,6 +56,16 @@ def read_part(path: str | os.PathLike, allow_empty: bool = True) -> pd.DataFrame
     return read_file(path, allow_empty=allow_empty and Path(path).suffix.lower() in PARQUET_SUFFIXES)
 
 
+def parquet_rows(path: str | os.PathLike) -> int | None:
+    """The rows of a Parquet file, from its footer; None when it is not readable as Parquet."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_metadata(path).num_rows
+    except (OSError, ValueError):  # pyarrow raises both for a file that is not Parquet
+        return None
+
+
 def read_parts(path: str | os.PathLike) -> pd.DataFrame:
     """The whole table in one frame (for commands that need it whole): one file as :func:`read_file` reads it, or
     every part in order, concatenated (index reset); the parts must share their columns and hold some rows."""

@@ -8,13 +8,16 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    AddressOpt,
     BatchSizeOpt,
+    EngineOpt,
     EpochsOpt,
     LrOpt,
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
     TABLE_HELP,
+    WorkersOpt,
     bench_models,
     bench_training,
     checkpoint_dir,
@@ -107,25 +110,42 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
 
 @app.command()
 def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
-            out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json.")]):
-    """Score every customer and merchant at every value: score tables in the allocate budget wide layout."""
+            out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json; with --customers in parts, customers/ and merchants/ (a part per input part).")],
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+    """Score every customer and merchant at every value: score tables in the allocate budget wide layout. With
+    --customers in parts (a directory or glob; --edges co-partitioned with them, --merchants one table or parts)
+    the graph is scored shard by shard on --engine, layer by layer (docs/scale.md)."""
     with user_errors():
         from promokit.data import write_json, write_parquet
-        from promokit.incentive.estimator import IncentiveModel
+        from promokit.scale.parts import is_partitioned
 
-        estimator = IncentiveModel.load(model)
-        tables = _tables(customers, merchants, edges, estimator.levels, require_labels=False, model=estimator)
-        customer_scores, merchant_scores = estimator.score_tables(tables)
-        write_parquet(customer_scores, out / "customers.parquet")
-        write_parquet(merchant_scores, out / "merchants.parquet")
-        summary = {"model": estimator.name, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
-                   "merchants": len(merchant_scores), **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
-                   "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
-                   "mean_merchant_response": merchant_scores.drop(columns="user_id").mean().round(6).tolist()}
+        if is_partitioned(customers):
+            from promokit.incentive.parts import predict_parts
+            from promokit.scale.engine import make_engine
+
+            summary = predict_parts(model, customers, merchants, edges, out, make_engine(engine, address, workers))
+            written = {"customers": out / "customers", "merchants": out / "merchants"}
+        else:
+            from promokit.incentive.estimator import IncentiveModel
+
+            if engine != "local" or address or workers:
+                get_console().print(f"note: {customers} is one table, not parts: predicting in this process "
+                                    "(--engine, --address and --workers serve a graph in parts)")
+            estimator = IncentiveModel.load(model)
+            tables = _tables(customers, merchants, edges, estimator.levels, require_labels=False, model=estimator)
+            customer_scores, merchant_scores = estimator.score_tables(tables)
+            written = {"customers": out / "customers.parquet", "merchants": out / "merchants.parquet"}
+            write_parquet(customer_scores, written["customers"])
+            write_parquet(merchant_scores, written["merchants"])
+            summary = {"model": estimator.name, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
+                       "merchants": len(merchant_scores),
+                       **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
+                       "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
+                       "mean_merchant_response": merchant_scores.drop(columns="user_id").mean().round(6).tolist()}
         write_json(summary, out / "summary.json")
-        get_console().print(f"scores of {len(customer_scores):,} customers and {len(merchant_scores):,} merchants at "
-                            f"{len(estimator.levels)} values written to {out}; allocate them with: promokit allocate "
-                            f"budget --scores {out / 'customers.parquet'} --merchants {out / 'merchants.parquet'} "
+        get_console().print(f"scores of {summary['customers']:,} customers and {summary['merchants']:,} merchants at "
+                            f"{len(summary['levels'])} values written to {out}; allocate them with: promokit allocate "
+                            f"budget --scores {written['customers']} --merchants {written['merchants']} "
                             "--ratio B --out plan/")
 
 

@@ -108,6 +108,57 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
         redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts)
 
 
+def check_customer_part(customers: pd.DataFrame, edges: pd.DataFrame, *, levels: Sequence[float],
+                        customer_features: FeatureSpec, edge_features: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One part of a graph in parts, for scoring (:mod:`promokit.incentive.parts`): the part's customers, checked
+    as :func:`check_tables` checks them (a part may be empty), and the edges of those customers, co-partitioned
+    with them. Returns the customers and the edges as ``node`` (the customer's row in the part), ``right_key``
+    (the merchant_id), ``weight`` and ``edge_features``."""
+    customers = _node_part(customers, "customers", CUSTOMER, levels, customer_features)
+    _binary(customers, "customers", REDEEMED, False)
+    require_columns(edges, [CUSTOMER, MERCHANT, *edge_features], "edges")
+    node = pd.Index(customers[CUSTOMER]).get_indexer(edges[CUSTOMER])
+    elsewhere = node < 0
+    if elsewhere.any():
+        raise DataError(f"edges: column {CUSTOMER!r} has {int(elsewhere.sum())} values in {len(edges)} rows that are "
+                        f"not in this part's customers, e.g. {example_row(edges, elsewhere, [CUSTOMER, MERCHANT])}; "
+                        "in parts, part k of the edges holds the edges of part k's customers")
+    missing = edges[MERCHANT].isna().to_numpy()
+    if missing.any():
+        raise DataError(f"edges: column {MERCHANT!r} has {int(missing.sum())} missing values in {len(edges)} rows, "
+                        f"e.g. {example_row(edges, missing, [CUSTOMER, MERCHANT])}")
+    weight = _weights(edges)
+    table = pd.DataFrame({"node": node.astype(np.int64), "right_key": edges[MERCHANT].to_numpy(), WEIGHT: weight})
+    for name in edge_features:
+        table[name] = _numbers(edges, "edges", name)
+    return customers, table
+
+
+def check_merchant_part(merchants: pd.DataFrame, *, levels: Sequence[float],
+                        merchant_features: FeatureSpec) -> pd.DataFrame:
+    """One part of the merchants of a graph in parts, for scoring, checked as :func:`check_tables` checks them."""
+    merchants = _node_part(merchants, "merchants", MERCHANT, levels, merchant_features)
+    _counts(merchants, SHARES, False, whole=True)
+    _counts(merchants, PRIOR_SHARES, False, whole=False)
+    return merchants
+
+
+def prior_shares(merchants: pd.DataFrame) -> np.ndarray:
+    """The merchants' ``prior_shares`` (NaN when the table has none), as :func:`check_tables` reads them."""
+    return _counts(merchants, PRIOR_SHARES, False, whole=False)
+
+
+def _node_part(frame: pd.DataFrame, table: str, key: str, levels: Sequence[float], spec: FeatureSpec) -> pd.DataFrame:
+    """A part of a node table: keyed (an empty part allowed), its features present, its levels in the list."""
+    if len(frame):
+        frame = keyed_table(frame, table, key)
+    require_columns(frame, [key, *spec.features], table)
+    levels_column = _levels_column(frame, table, False)
+    if levels_column is not None:
+        _value_list(levels, levels_column, None)
+    return frame.reset_index(drop=True)
+
+
 def _numbers(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:
     """A column as float64; text, NaN or infinite values are an error."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -149,7 +200,7 @@ def _value_list(levels, c_level, m_level) -> np.ndarray:
         outside = ~np.isin(values, grid)
         if outside.any():
             raise DataError(f"{table}: column 'level' has {int(outside.sum())} values outside the value list "
-                            f"{grid.tolist()}, e.g. {values[outside][0]!r}")
+                            f"{grid.tolist()}, e.g. {values[outside][0]:g}")
     return grid
 
 
@@ -207,18 +258,24 @@ def _edges(edges: pd.DataFrame, customers: pd.DataFrame, merchants: pd.DataFrame
             raise DataError(f"edges: column {key!r} has {int(unknown.sum())} values in {len(edges)} rows that are not "
                             f"in the {table} table, e.g. {example_row(edges, unknown, [CUSTOMER, MERCHANT])}")
         index[key[:-3]] = position.astype(np.int64)
-    weight = np.ones(len(edges))
-    if WEIGHT in edges.columns:
-        weight = _numbers(edges, "edges", WEIGHT)
-        negative = weight < 0
-        if negative.any():
-            raise DataError(f"edges: column 'weight' has {int(negative.sum())} negative values in {len(edges)} rows, "
-                            f"e.g. {example_row(edges, negative, [WEIGHT])}")
+    weight = _weights(edges)
     features = [c for c in edges.columns if c not in (CUSTOMER, MERCHANT, WEIGHT)]
     table = pd.DataFrame({"customer": index["customer"], "merchant": index["merchant"], "weight": weight})
     for name in features:
         table[name] = _numbers(edges, "edges", name)
     return table, features, counts
+
+
+def _weights(edges: pd.DataFrame) -> np.ndarray:
+    """The ``weight`` column (1 when absent): finite numbers ≥ 0."""
+    if WEIGHT not in edges.columns:
+        return np.ones(len(edges))
+    weight = _numbers(edges, "edges", WEIGHT)
+    negative = weight < 0
+    if negative.any():
+        raise DataError(f"edges: column 'weight' has {int(negative.sum())} negative values in {len(edges)} rows, "
+                        f"e.g. {example_row(edges, negative, [WEIGHT])}")
+    return weight
 
 
 def _features(frame: pd.DataFrame, table: str, key: str, contract: tuple[str, ...],

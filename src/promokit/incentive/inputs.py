@@ -37,6 +37,11 @@ class NodeInputs:
     def __len__(self) -> int:
         return len(self.cat)
 
+    @property
+    def aggregated(self) -> Tensor:
+        """What a neighbour's history averages of this node: its numeric features and structure."""
+        return torch.cat([self.num, self.structure], dim=1)
+
 
 @dataclass
 class GraphInputs:
@@ -69,11 +74,15 @@ class InputEncoders:
         graph = BipartiteGraph.from_edges(customer_index, merchant_index, len(tables.customers), len(tables.merchants),
                                           weight=weight)
         c_struct, m_struct = _structure_frames(tables)
-        customers = _own(self.customers, tables.customers, self.customer_structure, c_struct)
-        merchants = _own(self.merchants, tables.merchants, self.merchant_structure, m_struct)
-        customers.history = _neighbour_mean(merchants, merchant_index, customer_index, weight, len(customers))
-        merchants.history = _neighbour_mean(customers, customer_index, merchant_index, weight, len(merchants))
+        customers = own_inputs(self.customers, tables.customers, self.customer_structure, c_struct)
+        merchants = own_inputs(self.merchants, tables.merchants, self.merchant_structure, m_struct)
+        customers.history = neighbour_mean(merchants.aggregated, merchant_index, customer_index, weight, len(customers))
+        merchants.history = neighbour_mean(customers.aggregated, customer_index, merchant_index, weight, len(merchants))
         return GraphInputs(customers, merchants, graph)
+
+    def edge_features(self) -> list[str]:
+        """The edge feature columns the model was trained with (each node's structure holds their means)."""
+        return [name.removeprefix("edge_") for name in self.customer_structure.numeric if name.startswith("edge_")]
 
     def to_dict(self) -> dict:
         return {name: getattr(self, name).to_dict() for name in
@@ -85,16 +94,25 @@ class InputEncoders:
 
 
 def _structure_frames(tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFrame]:
-    edges = tables.edges
-    frames = []
-    for key, n in (("customer", len(tables.customers)), ("merchant", len(tables.merchants))):
-        grouped = edges.groupby(key)
-        frame = pd.DataFrame({"log_degree": np.log1p(grouped.size()), "log_weight": np.log1p(grouped["weight"].sum())})
-        for name in tables.edge_features:
-            frame[f"edge_{name}"] = grouped[name].mean()
-        frames.append(frame.reindex(range(n)).fillna({"log_degree": 0.0, "log_weight": 0.0}))
-    frames[1]["log_prior_shares"] = np.log1p(tables.prior_shares)
-    return frames[0], frames[1]
+    customers = structure_frame(tables.edges, "customer", len(tables.customers), tables.edge_features)
+    merchants = structure_frame(tables.edges, "merchant", len(tables.merchants), tables.edge_features,
+                                tables.prior_shares)
+    return customers, merchants
+
+
+def structure_frame(edges: pd.DataFrame, key: str, n: int, edge_features, prior_shares: np.ndarray | None = None
+                    ) -> pd.DataFrame:
+    """What nodes ``0 … n − 1`` know of their own interactions, from the ``edges`` whose column ``key`` names the
+    node: log(1 + degree), log(1 + total weight), each edge feature's mean and, for merchants, log(1 +
+    prior_shares)."""
+    grouped = edges.groupby(key)
+    frame = pd.DataFrame({"log_degree": np.log1p(grouped.size()), "log_weight": np.log1p(grouped["weight"].sum())})
+    for name in edge_features:
+        frame[f"edge_{name}"] = grouped[name].mean()
+    frame = frame.reindex(range(n)).fillna({"log_degree": 0.0, "log_weight": 0.0})
+    if prior_shares is not None:
+        frame["log_prior_shares"] = np.log1p(prior_shares)
+    return frame
 
 
 def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:
@@ -103,17 +121,17 @@ def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:
     return TableEncoder.fit(frame, FeatureSpec(numeric=list(frame.columns), group_key=None), squash_numeric=False)
 
 
-def _own(encoder: TableEncoder, table: pd.DataFrame, structure_encoder: TableEncoder,
-         structure: pd.DataFrame) -> NodeInputs:
+def own_inputs(encoder: TableEncoder, table: pd.DataFrame, structure_encoder: TableEncoder,
+               structure: pd.DataFrame) -> NodeInputs:
+    """A node table's encoded features and structure (its history comes from the neighbours, later)."""
     encoded = encoder.transform(table)
     return NodeInputs(torch.from_numpy(encoded.categorical), torch.from_numpy(encoded.numeric),
                       torch.from_numpy(structure_encoder.transform(structure).numeric), torch.empty(0))
 
 
-def _neighbour_mean(neighbours: NodeInputs, source: Tensor, target: Tensor, weight: Tensor, n_target: int) -> Tensor:
-    """Per target node, the payment-weighted mean over its edges of the neighbour's numeric features and
-    structure (0 without edges, or when its edges weigh nothing)."""
-    values = torch.cat([neighbours.num, neighbours.structure], dim=1)
+def neighbour_mean(values: Tensor, source: Tensor, target: Tensor, weight: Tensor, n_target: int) -> Tensor:
+    """Per target node, the payment-weighted mean over its edges of the neighbours' ``values`` (their
+    :attr:`NodeInputs.aggregated`; 0 without edges, or when its edges weigh nothing)."""
     total = torch.zeros(n_target, values.shape[1]).index_add_(0, target, values[source] * weight.unsqueeze(1))
     mass = torch.zeros(n_target).index_add_(0, target, weight)
     return total / mass.clamp_min(1e-12).unsqueeze(1)

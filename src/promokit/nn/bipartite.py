@@ -266,15 +266,24 @@ class BipartiteGNN(nn.Module):
         """States of every node (no dropout), each layer over ``chunk_size`` destination nodes at a time;
         ``x_customers`` / ``x_merchants`` have one row per node of ``graph``, in index order."""
         customers, merchants = self.customer_in(x_customers), self.merchant_in(x_merchants)
-        for layer, (to_customer, to_merchant) in enumerate(zip(self.to_customer, self.to_merchant)):
+        for layer in range(len(self.to_customer)):
             customers, merchants = (
-                _chunked(to_customer, merchants, customers, graph.customer_ptr, graph.merchant_of,
-                         graph.merchant_of_weight, chunk_size),
-                _chunked(to_merchant, customers, merchants, graph.merchant_ptr, graph.customer_of,
-                         graph.customer_of_weight, chunk_size))
-            if layer < len(self.to_customer) - 1:
-                customers, merchants = customers.relu(), merchants.relu()
+                self.layer(layer, "customer", merchants, customers, graph.customer_ptr, graph.merchant_of,
+                           graph.merchant_of_weight, chunk_size),
+                self.layer(layer, "merchant", customers, merchants, graph.merchant_ptr, graph.customer_of,
+                           graph.customer_of_weight, chunk_size))
         return NodeStates(customers, merchants)
+
+    @torch.no_grad()
+    def layer(self, index: int, into: str, source: Tensor, destination: Tensor, ptr: Tensor, neighbour: Tensor,
+              weight: Tensor | None, chunk_size: int = 16384) -> Tensor:
+        """Layer ``index`` of :meth:`inference` for the ``into`` nodes (``"customer"`` or ``"merchant"``) alone:
+        ``destination`` holds their states, ``ptr`` / ``neighbour`` / ``weight`` their full neighbourhoods in CSR
+        over the rows of ``source``, the other type's states. A graph in shards runs it shard by shard
+        (:mod:`promokit.scale.graph`): a node's new state needs only its own edges and its neighbours' states."""
+        conv = (self.to_customer if into == "customer" else self.to_merchant)[index]
+        out = _chunked(conv, source, destination, ptr, neighbour, weight, chunk_size)
+        return out.relu() if index < len(self.to_customer) - 1 else out
 
 
 def _trim(sub: Subgraph, hops: int) -> tuple[int, int, tuple[Tensor, Tensor | None], tuple[Tensor, Tensor | None]]:

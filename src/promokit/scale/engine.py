@@ -104,13 +104,14 @@ class RayEngine:
         """Tasks, at most ``workers`` at a time: ``--workers`` bounds a stateless map too."""
         import ray
 
-        call = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(fn)
+        call = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(_apply)
+        fn = ray.put(fn)  # a partial's arguments travel once, not with every call
         queue = iter(enumerate(items))
         position = {}
 
         def feed(_done=None):
             for k, item in queue:
-                ref = call.remote(item)
+                ref = call.remote(fn, item)
                 position[ref] = k
                 return ref
             return None
@@ -178,6 +179,11 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
     except OSError as exc:
         raise DataError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
+def _apply(fn: Callable, item):
+    """A task: ``fn`` may be any picklable callable (a partial, say), which ``ray.remote`` alone does not take."""
+    return fn(item)
 
 
 class _Worker:

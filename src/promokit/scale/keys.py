@@ -45,17 +45,27 @@ def check_unique_keys(paths: list, column: str, scratch: str | Path, map_parts: 
 
 
 def _keys(path: str, column: str) -> pd.Series:
-    """The part's keys: integers as they are, anything else as text (hashing integers is ≈ 20× cheaper)."""
+    """The part's keys (:func:`canonical`)."""
     try:
         keys = pd.read_parquet(path, columns=[column])[column]
     except (OSError, ValueError, KeyError) as exc:
         raise DataError(f"{path}: cannot read its {column!r} column: "
                         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+    return canonical(keys)
+
+
+def canonical(keys: pd.Series) -> pd.Series:
+    """Keys as they are hashed: integers as they are, anything else as text (hashing integers is ≈ 20× cheaper)."""
     return keys if pd.api.types.is_integer_dtype(keys) else keys.astype(str)
 
 
 def _hashes(keys: pd.Series) -> np.ndarray:
     return pd.util.hash_pandas_object(keys, index=False).to_numpy()
+
+
+def bucket_of(keys: pd.Series, buckets: int) -> np.ndarray:
+    """The bucket (0 … ``buckets`` − 1) of each key: equal keys of any part land in one bucket."""
+    return (_hashes(canonical(keys)) % np.uint64(buckets)).astype(np.int64)
 
 
 def _hash_part(task: tuple) -> bool | None:

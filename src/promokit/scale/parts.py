@@ -14,10 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from promokit.data.io import write_parquet
-from promokit.data.parts import GLOB_CHARACTERS, is_partitioned, list_parts, naming, read_part, read_parts
+from promokit.data.parts import GLOB_CHARACTERS, is_partitioned, list_parts, naming, parquet_rows, read_part, read_parts
 
-__all__ = ["GLOB_CHARACTERS", "is_partitioned", "list_parts", "naming", "part_name", "read_part", "read_parts",
-           "write_part"]
+__all__ = ["GLOB_CHARACTERS", "is_partitioned", "list_parts", "naming", "parquet_rows", "part_name", "read_part",
+           "read_parts", "write_part"]
 
 
 def part_name(index: int) -> str:

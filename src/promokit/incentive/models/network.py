@@ -132,17 +132,35 @@ class IncentiveNet(nn.Module):
         """GNN states of every node, full neighbourhoods, computed once per evaluation."""
         if self._states is None:
             inputs = self.inputs
-            x_c = self._node_features(inputs.customers, torch.arange(len(inputs.customers)), self.customer_features)
-            x_m = self._node_features(inputs.merchants, torch.arange(len(inputs.merchants)), self.merchant_features)
-            self._states = self.gnn.inference(x_c, x_m, inputs.graph)
+            self._states = self.gnn.inference(self.node_features("customer", inputs.customers),
+                                              self.node_features("merchant", inputs.merchants), inputs.graph)
         return self._states
+
+    # The three steps of scoring, exposed for a graph in shards (promokit.incentive.parts): a node's inputs x, the
+    # state the representation starts from, then (after the GNN's layers) the heads.
+    def node_features(self, side: str, nodes: NodeInputs) -> Tensor:
+        """x of every row of ``nodes`` (``side``: ``"customer"`` or ``"merchant"``)."""
+        embedding = self.customer_features if side == "customer" else self.merchant_features
+        return self._node_features(nodes, torch.arange(len(nodes)), embedding)
+
+    def first_states(self, side: str, x: Tensor) -> Tensor:
+        """The representation of x before any graph layer: the GNN's projection, or x itself."""
+        if self.representation != "gnn":
+            return x
+        return (self.gnn.customer_in if side == "customer" else self.gnn.merchant_in)(x)
+
+    def heads(self, side: str, states: Tensor) -> dict[str, Tensor]:
+        """The tower and head of ``side`` on final states: ``response`` (and the customer head's other outputs)."""
+        if side == "customer":
+            return self.customer_head(self.customer_tower(states))
+        return self.merchant_head(self.merchant_tower(states))
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         is_customer = batch["customer"].bool()
         nodes = batch["node"]
         states = self._represent(nodes[is_customer], nodes[~is_customer])
-        customer = self.customer_head(self.customer_tower(states.customers))
-        merchant = self.merchant_head(self.merchant_tower(states.merchants))
+        customer = self.heads("customer", states.customers)
+        merchant = self.heads("merchant", states.merchants)
         rows, k = len(nodes), self.n_levels
         out = {}
         for name, value in customer.items():
