@@ -1,5 +1,5 @@
-"""Partitioned batch scoring over Parquet parts, in this process and on Ray: ``conversion predict`` (the default) or
-``value predict`` (``--domain value``).
+"""Partitioned batch scoring over Parquet parts, in this process and on Ray: ``conversion predict`` (the default),
+``value predict`` (``--domain value``) or ``incentive predict`` (``--domain incentive``).
 
 - **conversion**: an ESM² is trained for one epoch on 200k synthetic impressions
   (``promokit.conversion.synthetic.make_world``), then ``--rows`` impressions are generated straight into
@@ -13,6 +13,13 @@
   user, ``behaviors/`` with 20; never one frame) and predicted through :func:`promokit.value.parts.predict_parts`,
   the function behind ``value predict --data DIR``: the ETV of every user × fund (4 delivery contexts) and the
   outputs of every delivery.
+- **incentive**: the paper's gnn-hazard (GraphConv, 2 layers of 64, towers 256-128) is trained for one epoch on a
+  20,000-customer world (``promokit.incentive.synthetic.make_world``), then ``--users`` customers (mean degree 4)
+  are generated straight into ``--parts`` parts with their edges co-partitioned (part k a world of its own whose
+  edges reach one shared set of ``--users`` / 10 merchants, in 4 parts) and scored through
+  :func:`promokit.incentive.parts.predict_parts`, the function behind ``incentive predict --customers DIR``: the
+  graph in shards, one map per GNN layer. Up to ``--whole-up-to`` customers the same graph is also scored as one
+  table each in this process (``IncentiveModel.score_tables``), the path without parts.
 
 Each is scored three ways: **local** (this process, one part after another, the model loaded once), **ray × 1**
 (a local Ray cluster of 2 CPUs, one actor: the model loaded once per actor) and **ray × 2** (two actors).
@@ -28,6 +35,7 @@ Usage::
     .venv/bin/python benchmarks/scale_scoring.py --rows 1000000 --parts 8
     .venv/bin/python benchmarks/scale_scoring.py --domain value                    # 10⁶ users × 8 funds, 20 parts
     .venv/bin/python benchmarks/scale_scoring.py --domain value --users 20000 --parts 4
+    .venv/bin/python benchmarks/scale_scoring.py --domain incentive                # 10⁶ customers, 10⁵ merchants
 """
 
 from __future__ import annotations
@@ -140,7 +148,71 @@ class Value:
         return sum(v.etv.rows for v in values)
 
 
-DOMAINS = {"conversion": Conversion, "value": Value}
+class Incentive:
+    """``incentive predict`` over a graph in parts: customers with their edges co-partitioned, merchants in parts."""
+
+    title = "incentive predict (gnn-hazard: GraphConv 2 × 64, towers 256-128, the paper's settings)"
+    unit = "customers"
+    default_parts = 20
+    merchant_parts = 4
+
+    def __init__(self, args):
+        self.customers = args.users
+        self.merchants = max(1, args.users // 10)
+
+    def train(self, folder: Path) -> Path:
+        from promokit.incentive.contract import check_tables
+        from promokit.incentive.estimator import IncentiveModel
+        from promokit.incentive.synthetic import make_world
+
+        world = make_world(20_000, 2_000, seed=0)
+        tables = check_tables(world.customers, world.merchants, world.edges)
+        IncentiveModel("gnn-hazard", train=TrainConfig(epochs=1, batch_size=512, progress=False)).fit(tables) \
+            .save(folder / "gnn-hazard")
+        return folder / "gnn-hazard"
+
+    def write(self, folder: Path, parts: int) -> Path:
+        """Part k's customers and edges from a world of its own (seed 1000 + k, customer ids prefixed by the part)
+        whose edges reach the one shared set of merchants; the merchants from the world of seed 999."""
+        from promokit.incentive.synthetic import make_world
+
+        for name in ("customers", "edges", "merchants"):
+            (folder / name).mkdir(parents=True)
+        for k, size in enumerate(sizes(self.customers, parts)):
+            world = make_world(int(size), self.merchants, seed=1000 + k)
+            prefix = f"p{k:05d}-"
+            world.customers.assign(customer_id=prefix + world.customers.customer_id).drop(
+                columns=["level", "redeemed"]).to_parquet(folder / "customers" / part_name(k), index=False)
+            world.edges.assign(customer_id=prefix + world.edges.customer_id).to_parquet(
+                folder / "edges" / part_name(k), index=False)
+        merchants = make_world(self.merchants, self.merchants, seed=999).merchants
+        for q, rows in enumerate(np.array_split(np.arange(self.merchants), self.merchant_parts)):
+            merchants.iloc[rows].to_parquet(folder / "merchants" / part_name(q), index=False)
+        return folder
+
+    def run(self, engine, model: Path, source: Path, out: Path) -> int:
+        from promokit.incentive.parts import predict_parts
+
+        summary = predict_parts(model, source / "customers", source / "merchants", source / "edges", out, engine)
+        return summary["customers"]
+
+    @staticmethod
+    def whole(model: Path, source: Path) -> float:
+        """The one-process predict of the same graph as one table each (seconds, reading included)."""
+        from promokit.data import read_table
+        from promokit.incentive.contract import check_tables
+        from promokit.incentive.estimator import IncentiveModel
+
+        started = time.perf_counter()
+        estimator = IncentiveModel.load(model)
+        tables = check_tables(*(read_table(source / name) for name in ("customers", "merchants", "edges")),
+                              levels=estimator.levels, require_labels=False,
+                              customer_features=estimator.customer_spec, merchant_features=estimator.merchant_spec)
+        estimator.score_tables(tables)
+        return time.perf_counter() - started
+
+
+DOMAINS = {"conversion": Conversion, "value": Value, "incentive": Incentive}
 
 
 def largest_difference(a: Path, b: Path) -> float:
@@ -166,7 +238,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domain", choices=sorted(DOMAINS), default="conversion")
     parser.add_argument("--rows", type=int, default=10_000_000, help="conversion: impressions scored")
-    parser.add_argument("--users", type=int, default=1_000_000, help="value: users scored (× 8 funds)")
+    parser.add_argument("--users", type=int, default=1_000_000, help="value: users scored (× 8 funds); incentive: "
+                        "customers scored (with a tenth as many merchants)")
+    parser.add_argument("--whole-up-to", type=int, default=2_000_000, help="incentive: also score the graph as one "
+                        "table each in this process, up to this many customers")
     parser.add_argument("--parts", type=int, default=None, help="parts (default: 40 conversion, 20 value)")
     args = parser.parse_args()
     domain = DOMAINS[args.domain](args)
@@ -184,6 +259,7 @@ def main() -> None:
         print(f"model trained and {total:,} {domain.unit} written in {parts} parts in "
               f"{time.perf_counter() - started:.0f} s")
         seconds = {"local": timed(domain, LocalEngine(), model, source, tmp / "local")}
+        whole = domain.whole(model, source) if hasattr(domain, "whole") and total <= args.whole_up_to else None
         import ray
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -200,6 +276,8 @@ def main() -> None:
         workers = 1 if name == "local" else int(name[-1])
         diff = "—" if name == "local" else f"{differences[name]:.1e}"
         print(f"| {name} | {s:.1f} | {total / s:,.0f} | {total / s / workers:,.0f} | {diff} |")
+    if whole is not None:
+        print(f"| one table each, one process | {whole:.1f} | {total / whole:,.0f} | {total / whole:,.0f} | — |")
     print(f"\nRay overhead per core (ray × 1 / local): {seconds['ray × 1'] / seconds['local']:.2f}×; "
           f"speed-up from 1 to 2 workers: {seconds['ray × 1'] / seconds['ray × 2']:.2f}×")
 

@@ -116,6 +116,7 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
         empty = wide_scores(pd.Series([], dtype=object), np.zeros((0, len(reader.levels))), np.array(reader.levels))
         graph.collect_right(engine, layout, out / "merchants", empty)
     finally:
+        engine.release()
         graph.remove(layout)
     return {"model": config["model"], "levels": list(reader.levels), "customers": counts["left"],
             "merchants": counts["right"], "isolated_customers": counts["isolated_left"],

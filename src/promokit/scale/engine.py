@@ -6,13 +6,15 @@ a file path, an index, a few numbers — never its rows) and return the results 
 call: ``fn(state, item)``. The domains and ``allocation/`` write those per-partition functions; they never
 import Ray.
 
-Ray runs a stateless map as tasks and a map with ``setup`` on a pool of actors, one CPU each, fed as they
+On Ray every map runs on the engine's pool of at most ``workers`` actors, one CPU each, started by the first
+map and kept until :meth:`RayEngine.release`: a job of several passes (the graph layers, a dual method's
+sweeps) starts its worker processes once, and each actor keeps the state of the last ``setup`` it ran, so a
+model is loaded once per worker for every map that passes that ``setup``. Calls are fed to the actors as they
 finish (a slow partition does not hold the others). Ray core rather than Ray Data: a job here maps input part
 *k* to output part *k* with its keys in order, which Ray Data's block repartitioning would not keep. A worker
-that dies is restarted by Ray and its partition runs again (tasks and actor calls are retried up to
-``RETRIES`` times); since every partition function is deterministic and writes its output atomically, a
-retried partition gives the same result. Ctrl-C cancels what is queued or running and raises
-``KeyboardInterrupt``.
+that dies is restarted by Ray and its partition runs again (up to ``RETRIES`` times); since every partition
+function is deterministic and writes its output atomically, a retried partition gives the same result. Ctrl-C
+stops the pool (what is queued or running) and raises ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class LocalEngine:
                 progress.advance(task)
         return results
 
+    def release(self) -> None:
+        """Nothing to stop: a map's state lives as long as the map."""
+
 
 class RayEngine:
     """Partitions on a Ray cluster (see the module docstring)."""
@@ -91,46 +96,25 @@ class RayEngine:
                                 f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.workers = max(1, min(workers or cpus, cpus))
+        self._actors: list = []  # the pool, started by the first map
+        self._setups: list = []  # every setup seen: a setup's token is its index (held, so ids stay unique)
 
     def map(self, fn: Callable, items: Sequence, setup: Callable | None = None, label: str = "partitions") -> list:
+        """On the engine's pool of at most ``workers`` actors, fed as they finish (module docstring)."""
+        import ray
+
         items = list(items)
         if not items:
             return []
-        if setup is None:
-            return self._map_tasks(fn, items, label)
-        return self._map_actors(fn, items, setup, label)
-
-    def _map_tasks(self, fn, items, label) -> list:
-        """Tasks, at most ``workers`` at a time: ``--workers`` bounds a stateless map too."""
-        import ray
-
-        call = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(_apply)
-        fn = ray.put(fn)  # a partial's arguments travel once, not with every call
-        queue = iter(enumerate(items))
-        position = {}
-
-        def feed(_done=None):
-            for k, item in queue:
-                ref = call.remote(fn, item)
-                position[ref] = k
-                return ref
-            return None
-
-        first = [feed() for _ in range(self.workers)]
-        return self._collect([r for r in first if r is not None], position, label, len(items), then=feed)
-
-    def _map_actors(self, fn, items, setup, label) -> list:
-        import ray
-
-        worker_class = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
-        actors = [worker_class.remote(setup) for _ in range(min(self.workers, len(items)))]
+        actors = self._pool(min(self.workers, len(items)))
+        call = (ray.put(fn), None, None) if setup is None else (ray.put(fn), self._token(setup), ray.put(setup))
         queue = iter(enumerate(items))
         owner, position = {}, {}
 
         def feed(actor):
             """The next partition's call on ``actor``, or None when every partition is queued."""
             for k, item in queue:
-                ref = actor.run.remote(fn, item)
+                ref = actor.run.remote(call[0], item, *call[1:])
                 owner[ref], position[ref] = actor, k
                 return ref
             return None
@@ -139,32 +123,51 @@ class RayEngine:
         try:
             return self._collect([r for r in first if r is not None], position, label, len(items),
                                  then=lambda ref: feed(owner.pop(ref)))
-        finally:
-            for actor in actors:
-                ray.kill(actor)
+        except BaseException:
+            self.release()  # stops what runs and what is queued on them (Ctrl-C, an error)
+            raise
+
+    def release(self) -> None:
+        """Stop the pool's actors and free their CPUs (the next map starts a new pool). Ray Train, which needs the
+        CPUs, runs after this; the actors also stop when the engine is dropped."""
+        import ray
+
+        for actor in self._actors:
+            ray.kill(actor)
+        self._actors = []
+
+    def _pool(self, n: int) -> list:
+        import ray
+
+        if len(self._actors) < n:
+            worker_class = ray.remote(num_cpus=1, max_restarts=RETRIES, max_task_retries=RETRIES)(_Worker)
+            self._actors += [worker_class.remote() for _ in range(n - len(self._actors))]
+        return self._actors[:n]
+
+    def _token(self, setup: Callable) -> int:
+        for token, seen in enumerate(self._setups):
+            if seen is setup:
+                return token
+        self._setups.append(setup)
+        return len(self._setups) - 1
 
     @staticmethod
-    def _collect(pending: list, position: dict, label: str, total: int, then=None) -> list:
+    def _collect(pending: list, position: dict, label: str, total: int, then) -> list:
         """Wait for every call, in any order; ``then(ref)`` may start another call when one finishes."""
         import ray
 
         results: list = [None] * total
-        try:
-            with _progress(label, total) as progress:
-                task = progress.add_task(label, total=total)
-                while pending:
-                    ready, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SECONDS)
-                    if not ready:
-                        continue
-                    results[position[ready[0]]] = _unwrap(ready[0])
-                    progress.advance(task)
-                    follow = then(ready[0]) if then is not None else None
-                    if follow is not None:
-                        pending.append(follow)
-        except KeyboardInterrupt:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            raise
+        with _progress(label, total) as progress:
+            task = progress.add_task(label, total=total)
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SECONDS)
+                if not ready:
+                    continue
+                results[position[ready[0]]] = _unwrap(ready[0])
+                progress.advance(task)
+                follow = then(ready[0])
+                if follow is not None:
+                    pending.append(follow)
         return results
 
 
@@ -181,18 +184,19 @@ def _check_reachable(address: str) -> None:
         raise DataError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
 
 
-def _apply(fn: Callable, item):
-    """A task: ``fn`` may be any picklable callable (a partial, say), which ``ray.remote`` alone does not take."""
-    return fn(item)
-
-
 class _Worker:
-    """A Ray actor holding one worker's state (``setup()``, e.g. a loaded model) across its partitions."""
+    """A Ray actor of the engine's pool: runs any map's calls, and keeps the state of the last ``setup`` it was given
+    (a loaded model, say) for the calls that pass the same one. A restarted actor has none and builds it again."""
 
-    def __init__(self, setup: Callable):
-        self.state = setup()
+    def __init__(self):
+        self.token, self.state = None, None
 
-    def run(self, fn: Callable, item):
+    def run(self, fn: Callable, item, token: int | None = None, setup: Callable | None = None):
+        if setup is None:
+            return fn(item)
+        if token != self.token:
+            self.token = self.state = None  # the old state goes first: two models need not fit at once
+            self.state, self.token = setup(), token
         return fn(self.state, item)
 
 

@@ -594,6 +594,7 @@ def run_job(job: TrainJob, runner, checkpoint_dir: str | os.PathLike | None = No
         if resume and checkpoint_dir is not None:
             job.initial = _latest_state(checkpoint_dir)
         return run_shard(job, _Solo(checkpoint_dir))
+    runner.release()  # the planning maps' actors hold the CPUs Ray Train's workers need
     return _launch(job, runner.workers, checkpoint_dir, resume)
 
 
