@@ -1,21 +1,35 @@
-"""Training over parts: the local trainer against 1 and 2 DDP workers on Ray Train, on the same data in one run.
+"""Training over parts: the local trainer against 1 and 2 DDP workers on Ray Train, on the same data in one run;
+``conversion train`` (the default) or ``value train`` (``--domain value``).
 
-``--rows`` synthetic impressions (``promokit.conversion.synthetic.make_world``; one world, of which a further tenth
-is held out as the test rows) are written as ``--parts`` Parquet parts, and ESM² (the default network and
-training settings: embeddings 16, towers 256-128-64, dropout 0.3, Adam lr 0.001, batch 1,000, lazy embedding
-decay 10) trains for ``--epochs`` epochs (no early stopping) four ways:
+- **conversion**: ``--rows`` synthetic impressions (``promokit.conversion.synthetic.make_world``; one world, of
+  which a further tenth is held out as the test rows) are written as ``--parts`` Parquet parts, and ESM² (the
+  default network and training settings: embeddings 16, towers 256-128-64, dropout 0.3, Adam lr 0.001, batch 1,000,
+  lazy embedding decay 10) trains for ``--epochs`` epochs (no early stopping). Validation over parts: a seeded
+  tenth of each part.
+- **value**: a fund world of ``--users`` users (``promokit.value.synthetic.make_world``, 5 deliveries and 20
+  behaviours per user) is written as a dataset in ``--parts`` co-partitioned parts
+  (``promokit.value.synthetic.write_world_parts``: users/, deliveries/, behaviors/, consumption/ and one funds
+  table), and ESDPM-NCG (ESDPM without the consumption graph, which a part cannot hold; emb 8, 4 experts 64-32,
+  towers 32, sequences of 20; Adam lr 0.001, batch 512) trains for ``--epochs`` epochs (no early stopping) on the
+  one-folder time split: the latest tenth of the deliveries held out as the test, the latest tenth of the rest
+  validating.
 
-- **local trainer**: ``ConversionModel.fit`` on the parts read into one frame (the in-memory Trainer);
-- **local, parts**: ``conversion train --data DIR`` in this process: the same loop as a Ray worker's, streaming
-  the parts (validation: a seeded tenth of each part);
-- **ray × 1** and **ray × 2**: ``conversion train --data DIR --engine ray --workers N`` on a local Ray cluster of
-  2 CPUs, DDP over gloo, the global batch kept at 1,000 (500 rows per worker and step with 2).
+Each trains four ways:
+
+- **local trainer**: ``fit`` on the tables read into memory (the one-file / one-folder path, the in-memory Trainer);
+- **local, parts**: ``train --data DIR`` in this process: the same loop as a Ray worker's, streaming the parts;
+- **ray × 1** and **ray × 2**: ``train --data DIR --engine ray --workers N`` on a local Ray cluster of 2 CPUs, DDP
+  over gloo, the global batch kept (half the rows per worker and step with 2).
 
 Reported: the training samples per second (the mean over epochs of rows / seconds of the optimisation steps, all
-workers together: validation, start-up and the vocabulary count are not in it), the wall seconds of the whole
-fit (those included), and the test AUCs each model reaches, with ``uptime`` before and after. Every process runs
-torch on one thread: a per-core comparison. ``--embedding dense`` trains the embedding tables with dense gradients
-(``{"sparse": false}``; DDP then allreduces the whole table each step), ``both`` adds those runs.
+workers together; for the streaming runs that includes reading and encoding the parts each epoch, which the local
+trainer does once before its first epoch; validation, start-up and the counting maps are not in it), the wall
+seconds of the whole fit (those included), and the AUCs each model reaches — conversion: the test CTR, CVR and
+CTCVR AUCs; value: the validation AUC of pCTCVR against ``convert`` at the kept epoch and, on the held-out test
+deliveries, that AUC and the normalised Gini of ETV against the amount (``value evaluate``'s metrics) — with
+``uptime`` before and after. Every process runs torch on one thread: a per-core comparison. ``--embedding dense``
+trains the embedding tables with dense gradients (``{"sparse": false}``; DDP then allreduces the whole table each
+step; conversion only), ``both`` adds those runs.
 
 ``--ddp-probe`` instead answers what DDP does with ``nn.Embedding(sparse=True)`` over gloo, without Ray: two
 processes each take half of a batch through a DDP-wrapped embedding and linear layer; the embedding's gradient
@@ -27,6 +41,7 @@ Usage::
 
     .venv/bin/python benchmarks/scale_training.py                        # 10⁶ rows in 20 parts, 2 epochs
     .venv/bin/python benchmarks/scale_training.py --rows 40000 --parts 4 --epochs 1
+    .venv/bin/python benchmarks/scale_training.py --domain value --users 10000 --parts 8
     .venv/bin/python benchmarks/scale_training.py --ddp-probe
 """
 
@@ -41,45 +56,115 @@ from pathlib import Path
 
 import numpy as np
 
-from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
-from promokit.conversion.synthetic import make_world
-from promokit.data import FeatureSpec
-from promokit.scale.parts import read_parts
-from promokit.scale.train import fit_parts
-
 
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def write_parts(folder: Path, rows: int, parts: int, seed: int):
-    """The world's first ``rows`` impressions in ``parts`` parts; the rest (a tenth more) is the test table."""
-    world = make_world(n_impressions=rows + rows // 10, seed=seed)
-    table = world.table
-    folder.mkdir(parents=True)
-    bounds = np.linspace(0, rows, parts + 1).astype(int)
-    for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
-        table.iloc[a:b].to_parquet(folder / f"part-{k:05d}.parquet", index=False)
-    spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id")
-    return table.iloc[rows:].reset_index(drop=True), spec
+class Conversion:
+    """``conversion train`` of ESM² over impression parts."""
+
+    metrics = (("ctr", "test CTR AUC"), ("cvr", "test CVR AUC"), ("ctcvr", "test CTCVR AUC"))
+
+    def __init__(self, args):
+        self.rows, self.epochs = args.rows, args.epochs
+        self.kinds = ("sparse", "dense") if args.embedding == "both" else (args.embedding,)
+
+    def title(self, parts: int) -> str:
+        return (f"ESM² (emb 16, towers 256-128-64, batch 1,000 global), {self.rows:,} rows in {parts} parts, "
+                f"{self.epochs} epochs")
+
+    def write(self, folder: Path, parts: int, seed: int) -> str:
+        """The world's first ``rows`` impressions in ``parts`` parts; the rest (a tenth more) is the test table."""
+        from promokit.conversion.synthetic import make_world
+        from promokit.data import FeatureSpec
+
+        world = make_world(n_impressions=self.rows + self.rows // 10, seed=seed)
+        table = world.table
+        folder.mkdir(parents=True)
+        bounds = np.linspace(0, self.rows, parts + 1).astype(int)
+        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            table.iloc[a:b].to_parquet(folder / f"part-{k:05d}.parquet", index=False)
+        self.test = table.iloc[self.rows:].reset_index(drop=True)
+        self.spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id")
+        return f"{self.rows:,} training rows (+ {len(self.test):,} test rows)"
+
+    def fit(self, parts: Path, kind: str, engine: str | None, workers: int) -> dict:
+        from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
+        from promokit.scale.parts import read_parts
+        from promokit.scale.train import fit_parts
+
+        config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False)
+        model = ConversionModel("esm2", {} if kind == "sparse" else {"sparse": False}, config, self.spec)
+        if engine is None:
+            model.fit(read_parts(parts))
+        else:
+            fit_parts(model, parts, engine, workers=workers)
+        metrics = model.evaluate(self.test)
+        return {"history": model.report.history, "ctr": metrics["ctr_auc"], "cvr": metrics["cvr_auc"],
+                "ctcvr": metrics["ctcvr_auc"]}
 
 
-def run(name: str, parts: Path, test, spec, epochs: int, params: dict, engine: str | None, workers: int) -> dict:
-    config = replace(DEFAULT_TRAIN, epochs=epochs, patience=epochs, progress=False)
-    model = ConversionModel("esm2", params, config, spec)
+class Value:
+    """``value train`` of ESDPM-NCG over a dataset in parts."""
+
+    network = {"emb_dim": 8, "expert_hidden": [64], "expert_dim": 32, "tower_hidden": [32], "max_len": 20}
+    metrics = (("valid_auc", "valid AUC"), ("auc", "test AUC"), ("gini", "test Gini"))
+    kinds = ("sparse",)
+
+    def __init__(self, args):
+        self.users, self.epochs = args.users, args.epochs
+
+    def title(self, parts: int) -> str:
+        return (f"ESDPM-NCG (emb 8, experts 64-32, towers 32, sequences of 20, batch 512 global), {self.users:,} users "
+                f"in {parts} parts, {self.epochs} epochs")
+
+    def write(self, folder: Path, parts: int, seed: int) -> str:
+        from promokit.value.contract import read_folder
+        from promokit.value.estimator import delivery_split
+        from promokit.value.synthetic import make_world, write_world_parts
+
+        world = make_world(self.users, seed=seed)
+        cut = np.full(parts, self.users // parts)
+        cut[: self.users % parts] += 1
+        write_world_parts(world, folder, cut.tolist(), seed)
+        self.tables = read_folder(folder)  # the one-folder dataset: the local trainer's input, and the test rows
+        self.rows = delivery_split(self.tables)
+        return f"{len(self.tables.deliveries):,} deliveries ({len(self.rows[0]):,} training, {len(self.rows[2]):,} test)"
+
+    def fit(self, parts: Path, kind: str, engine: str | None, workers: int) -> dict:
+        from promokit.scale.engine import make_engine
+        from promokit.value.contract import table_paths
+        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
+        from promokit.value.evaluate import evaluate
+        from promokit.value.parts import train_parts
+
+        config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False)
+        model = ValueModel("esdpm-ncg", self.network, config)
+        train, valid, test = self.rows
+        if engine is None:
+            model.fit(self.tables, train, valid)
+        else:
+            with tempfile.TemporaryDirectory(prefix="promokit-keys-") as scratch:
+                train_parts(model, table_paths(parts), make_engine(engine, workers=workers), model.split,
+                            Path(scratch))
+        metrics, _ = evaluate(model, self.tables, test)
+        kept = model.history.epochs[model.history.best_epoch]
+        return {"history": model.history, "valid_auc": kept["valid_auc"], "auc": metrics["auc"],
+                "gini": metrics["gini"]}
+
+
+DOMAINS = {"conversion": Conversion, "value": Value}
+
+
+def run(domain, name: str, parts: Path, kind: str, engine: str | None, workers: int) -> dict:
     started = time.perf_counter()
-    if engine is None:
-        model.fit(read_parts(parts))
-    else:
-        fit_parts(model, parts, engine, workers=workers)
+    row = domain.fit(parts, kind, engine, workers)
     wall = time.perf_counter() - started
-    metrics = model.evaluate(test)
-    epochs_run = model.report.history.epochs
-    speed = float(np.mean([e["samples_per_second"] for e in epochs_run]))
-    row = {"run": name, "workers": workers, "wall": wall, "speed": speed, "per_worker": speed / workers,
-           "ctr": metrics["ctr_auc"], "cvr": metrics["cvr_auc"], "ctcvr": metrics["ctcvr_auc"],
-           "train_rows": model.report.n_train}
-    print(f"  {name}: {speed:,.0f} samples/s, {wall:.0f} s, test CTCVR AUC {row['ctcvr']:.4f}", flush=True)
+    speed = float(np.mean([e["samples_per_second"] for e in row.pop("history").epochs]))
+    row.update(run=name, workers=workers, wall=wall, speed=speed, per_worker=speed / workers)
+    print(f"  {name}: {speed:,.0f} samples/s, {wall:.0f} s, "
+          + ", ".join(f"{label} {row[key]:.4f}" for key, label in domain.metrics), flush=True)
     return row
 
 
@@ -182,8 +267,10 @@ def ddp_probe() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--parts", type=int, default=20)
+    parser.add_argument("--domain", choices=sorted(DOMAINS), default="conversion")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="conversion: training impressions")
+    parser.add_argument("--users", type=int, default=10_000, help="value: users of the world")
+    parser.add_argument("--parts", type=int, default=None, help="parts (default: 20 conversion, 8 value)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--embedding", choices=("sparse", "dense", "both"), default="sparse")
@@ -195,38 +282,36 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)  # one core per worker, the same in this process: a per-core comparison
+    domain = DOMAINS[args.domain](args)
+    n_parts = args.parts or (20 if args.domain == "conversion" else 8)
     before = uptime()
     rows = []
     with tempfile.TemporaryDirectory(prefix="promokit-scale-train-") as tmp:
         started = time.perf_counter()
-        test, spec = write_parts(Path(tmp) / "parts", args.rows, args.parts, args.seed)
         parts = Path(tmp) / "parts"
-        print(f"{args.rows:,} training rows written in {args.parts} parts (+ {len(test):,} test rows) in "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
+        written = domain.write(parts, n_parts, args.seed)
+        print(f"{written} written in {n_parts} parts in {time.perf_counter() - started:.0f} s", flush=True)
         import ray
 
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        kinds = ("sparse", "dense") if args.embedding == "both" else (args.embedding,)
-        for kind in kinds:
-            params = {} if kind == "sparse" else {"sparse": False}
-            tag = "" if len(kinds) == 1 else f" ({kind})"
-            rows.append(run(f"local trainer{tag}", parts, test, spec, args.epochs, params, None, 1))
-            rows.append(run(f"local, parts{tag}", parts, test, spec, args.epochs, params, "local", 1))
+        for kind in domain.kinds:
+            tag = "" if len(domain.kinds) == 1 else f" ({kind})"
+            rows.append(run(domain, f"local trainer{tag}", parts, kind, None, 1))
+            rows.append(run(domain, f"local, parts{tag}", parts, kind, "local", 1))
             for workers in (1, 2):
-                rows.append(run(f"ray × {workers}{tag}", parts, test, spec, args.epochs, params, "ray", workers))
+                rows.append(run(domain, f"ray × {workers}{tag}", parts, kind, "ray", workers))
         ray.shutdown()
-    print(f"\nESM² (emb 16, towers 256-128-64, batch 1,000 global), {args.rows:,} rows in {args.parts} parts, "
-          f"{args.epochs} epochs, 2 cores, torch on 1 thread per process\n")
+    print(f"\n{domain.title(n_parts)}, 2 cores, torch on 1 thread per process\n")
     print(f"uptime before: `{before}`  \nuptime after: `{uptime()}`\n")
-    print("| run | workers | samples/s (training) | per worker | wall s (whole fit) | test CTR AUC | test CVR AUC "
-          "| test CTCVR AUC |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    labels = [label for _, label in domain.metrics]
+    print("| run | workers | samples/s (training) | per worker | wall s (whole fit) | " + " | ".join(labels) + " |")
+    print("| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in labels) + " |")
     for r in rows:
         print(f"| {r['run']} | {r['workers']} | {r['speed']:,.0f} | {r['per_worker']:,.0f} | {r['wall']:.0f} | "
-              f"{r['ctr']:.4f} | {r['cvr']:.4f} | {r['ctcvr']:.4f} |")
+              + " | ".join(f"{r[key]:.4f}" for key, _ in domain.metrics) + " |")
     first = {r["run"]: r for r in rows}
-    for kind in kinds:
-        tag = "" if len(kinds) == 1 else f" ({kind})"
+    for kind in domain.kinds:
+        tag = "" if len(domain.kinds) == 1 else f" ({kind})"
         one, two, local = first[f"ray × 1{tag}"], first[f"ray × 2{tag}"], first[f"local trainer{tag}"]
         print(f"\n{kind} embeddings: speed-up from 1 to 2 workers {two['speed'] / one['speed']:.2f}×; "
               f"2 workers against the local trainer {two['speed'] / local['speed']:.2f}×")
