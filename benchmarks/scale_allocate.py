@@ -167,14 +167,17 @@ def main() -> None:
                for engine in args.engines.split(",")]
     print(f"\nallocate {args.problem}: {args.rows:,} users × {options} in {args.parts} parts, 2 cores, load average "
           f"before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
-    print("| engine | seconds | λ* | objective | relative gap | driver peak MB | largest other processes (peak MB) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| engine | seconds | λ* | objective | upper bound | relative gap | path | driver peak MB "
+          "| largest other processes (peak MB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
     for r in results:
         s = r["report"]
         others = ", ".join(f"{name} {mb:,.0f}" for name, mb in r["others"][:4]) or "—"
         gap, lam = s.get("relative_gap"), s.get("lam")
+        bound = s.get("upper_bound")
         print(f"| {r['engine']} | {r['seconds']:.0f} | {'—' if lam is None else f'{lam:.9g}'} | {s['objective']:,.3f} "
-              f"| {'—' if gap is None else f'{gap:.1e}'} | {r['driver_mb']:,.0f} | {others} |")
+              f"| {'—' if bound is None else f'{bound:,.3f}'} | {'—' if gap is None else f'{gap:.1e}'} "
+              f"| {s.get('lagrange_path', '—')} | {r['driver_mb']:,.0f} | {others} |")
     if len(results) > 1:
         a, b = (r["report"] for r in results[:2])
         print(f"\nλ* equal: {a.get('lam') == b.get('lam')}; objective relative difference "

@@ -111,6 +111,108 @@ def test_parts_without_requests_are_an_error():
         solve_budget_parts([ArrayPart(np.empty((0, 3)), np.empty((0, 3)))] * 2, 0.0)
 
 
+# ------------------------------------------------------------------------------------- a narrowed bracket
+
+GATHER = 200  # well below the ≈ 10³ requests the sample's bracket leaves undecided at N_ROWS: narrowed first
+
+
+def array_parts(value, cost, edges):
+    return [ArrayPart(value[lo:hi], cost[lo:hi]) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+@pytest.mark.parametrize("edges", [[0, N_ROWS], cuts(9), cuts(25, seed=3)], ids=["one", "nine", "twenty-five"])
+@pytest.mark.parametrize("form", ["ratio", "absolute"])
+def test_a_narrowed_bracket_gives_the_local_plan_and_the_exact_lambda(instance, edges, form):
+    value, cost, budget = (ratio_form(instance.scores, instance.levels, 3.0) if form == "ratio"
+                           else absolute_form(instance.scores, instance.levels, 2500.0))
+    exact = solve_budget(value, cost, budget, sample_size=N_ROWS)  # every request hulled
+    wide = solve_budget(value, cost, budget, seed=4)
+    local = solve_budget(value, cost, budget, seed=4, gather_rows=GATHER)
+    assert wide.lagrange_path == "hull+sweep" and local.lagrange_path == "hull+narrow+sweep"
+    sample = budget_module._sample_size(N_ROWS, None)
+    assert local.hulled_rows - sample <= GATHER < wide.hulled_rows - sample
+    assert local.lam == exact.lam and local.upper_bound == pytest.approx(exact.upper_bound, rel=1e-12)
+    assert local.spent <= budget and local.gap <= (value.max(axis=1) - value.min(axis=1)).max()
+    pickling_map.calls = 0
+    partitioned = solve_budget_parts(array_parts(value, cost, edges), budget, map_parts=pickling_map, seed=4,
+                                     gather_rows=GATHER)
+    assert_same_plan(partitioned, local)
+    assert pickling_map.calls == 3 + local.sweeps  # counts, sample, narrowing passes and sweep, choices
+
+
+def three_groups(seed=0):
+    """Requests with one step of efficiency 1, 1/2 or 1/4 (Δvalue 1), and a budget that stops inside the 1/2
+    group: λ* = 1/2 exactly, the middle edge of 256 bins over [0, 1], tied by a third of the requests."""
+    group = np.random.default_rng(seed).integers(0, 3, N_ROWS)
+    value, cost = np.zeros((N_ROWS, 2)), np.zeros((N_ROWS, 2))
+    value[:, 1], cost[:, 1] = 1.0, np.array([1.0, 2.0, 4.0])[group]
+    return value, cost, float((group == 0).sum() + 2 * ((group == 1).sum() // 2) + 1)
+
+
+def test_lambda_on_a_bin_edge_and_tied_requests_are_kept_inside(monkeypatch):
+    value, cost, budget = three_groups()
+    exact = solve_budget(value, cost, budget, sample_size=N_ROWS)
+    bracket = budget_module._Hull.bracket
+    monkeypatch.setattr(budget_module._Hull, "bracket", lambda hull, share, width: (
+        (0.0, 1.0) if width == budget_module.BRACKET_WIDTHS[0] else bracket(hull, share, width)))
+    local = solve_budget(value, cost, budget, gather_rows=GATHER)
+    # no widening: two passes (the second shows only the tied requests left), one sweep that gathers them
+    assert local.sweeps == 3 and local.lam == exact.lam == 0.5
+    assert local.objective == exact.objective and local.upper_bound == exact.upper_bound
+    assert local.hulled_rows - budget_module._sample_size(N_ROWS, None) == int((cost[:, 1] == 2).sum())
+    assert_same_plan(solve_budget_parts(array_parts(value, cost, cuts(7)), budget, gather_rows=GATHER), local)
+
+
+def test_identical_requests_are_all_gathered():
+    value, cost = np.tile([0.0, 1.0, 2.0, 3.0], (N_ROWS, 1)), np.tile([0.0, 1.0, 3.0, 7.0], (N_ROWS, 1))
+    budget = N_ROWS + 2 * (N_ROWS // 3) + 0.5  # every request tied at λ* = 1/2: no bracket leaves fewer
+    exact = solve_budget(value, cost, budget, sample_size=N_ROWS)
+    local = solve_budget(value, cost, budget, gather_rows=GATHER)
+    assert local.lagrange_path == "hull+narrow+sweep" and local.lam == exact.lam == 0.5
+    assert local.objective == exact.objective and local.spent <= budget
+    assert_same_plan(solve_budget_parts(array_parts(value, cost, cuts(5)), budget, gather_rows=GATHER), local)
+
+
+@pytest.mark.parametrize("case", ["loose", "zero-costs", "infinite-bracket", "missed-bracket"])
+def test_degenerate_brackets_give_the_local_plan(instance, monkeypatch, case):
+    value, cost, budget = ratio_form(instance.scores, instance.levels, 3.0)
+    if case == "loose":  # never binding: λ* = 0, every request at its best value
+        value, cost, _ = absolute_form(instance.scores, instance.levels, 0.0)
+        budget = float(cost[np.arange(N_ROWS), value.argmax(axis=1)].sum()) + 1.0
+    if case == "zero-costs":
+        cost = np.zeros_like(cost)
+    exact = solve_budget(value, cost, budget, sample_size=N_ROWS)
+    bracket = budget_module._Hull.bracket
+    first = {"infinite-bracket": (0.0, np.inf), "missed-bracket": (exact.lam * 0.3, exact.lam * 0.33)}.get(case)
+    monkeypatch.setattr(budget_module._Hull, "bracket", lambda hull, share, width: (
+        first if first and width == budget_module.BRACKET_WIDTHS[0] else bracket(hull, share, width)))
+    local = solve_budget(value, cost, budget, seed=3, gather_rows=GATHER)
+    assert local.lam == exact.lam and local.upper_bound == pytest.approx(exact.upper_bound, rel=1e-12)
+    assert local.lagrange_path == ("hull+sweep" if case == "zero-costs" else "hull+narrow+sweep")
+    if case in ("loose", "zero-costs"):
+        np.testing.assert_array_equal(local.choice, value.argmax(axis=1))
+    assert_same_plan(solve_budget_parts(array_parts(value, cost, cuts(9)), budget, seed=3, gather_rows=GATHER),
+                     local)
+
+
+def test_an_infeasible_budget_is_found_by_the_first_narrowing_pass(instance):
+    value, cost, _ = absolute_form(instance.scores, instance.levels, 0.0)
+    budget = 0.999 * float(cost.min(axis=1).sum())
+    with pytest.raises(DataError) as wide:
+        solve_budget(value, cost, budget, sample_size=500)
+    steps = []
+
+    def recording_map(fn, items):
+        steps.append(fn.__name__)
+        return map(fn, items)
+
+    with pytest.raises(DataError) as narrowed:
+        solve_budget_parts(array_parts(value, cost, cuts(5)), budget, map_parts=recording_map, sample_size=500,
+                           gather_rows=GATHER)
+    assert str(narrowed.value) == str(wide.value) and "infeasible" in str(wide.value)
+    assert steps == ["_count_part", "_sample_part", "_histogram_part", "_worst_part"]
+
+
 # ------------------------------------------------------------------------------------------ solver, on files
 
 
@@ -123,6 +225,19 @@ def test_file_parts_give_the_local_plan(instance, tmp_path, form):
     local = solve_budget(value, cost, budget, seed=2)
     parts = [BudgetPart(str(path), ratio=3.0 if form == "ratio" else None) for path in paths]
     assert_same_plan(solve_budget_parts(parts, budget, map_parts=pickling_map, seed=2), local)
+
+
+def test_a_narrowed_bracket_on_a_ray_cluster_gives_the_local_plan(instance, tmp_path, ray_cluster):
+    from promokit.scale.engine import make_engine
+
+    paths = write_parts(instance.scores, instance.levels, cuts(6, seed=5), tmp_path / "scores")
+    value, cost, budget = ratio_form(instance.scores, instance.levels, 3.0)
+    local = solve_budget(value, cost, budget, seed=2, gather_rows=GATHER)
+    parts = [BudgetPart(str(path), ratio=3.0) for path in paths]
+    solved = solve_budget_parts(parts, budget, map_parts=make_engine("ray", workers=2).map, seed=2,
+                                gather_rows=GATHER)
+    assert solved.plan.lagrange_path == "hull+narrow+sweep"
+    assert_same_plan(solved, local)
 
 
 # ---------------------------------------------------------------------------------------------------- CLI

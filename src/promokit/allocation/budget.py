@@ -20,16 +20,25 @@ decides:
 
 1. hull a seeded random sample of requests and read a bracket ``[λ_lo, λ_hi]`` around λ* off its greedy, a
    few standard errors of the sample's budget estimate wide;
-2. one sweep over all requests (chunked, float64, two threads) decides the requests that have an option
+2. narrow the bracket while more than ``gather_rows`` requests (10⁵, estimated from the sample) have a choice to
+   make inside it: each pass hulls the requests whose choice changes inside the bracket (part by part) and
+   sums, over ``NARROW_BINS`` bins of the bracket, the Δcost of their hull segments whose efficiency falls in
+   each bin; with Σ cost of the rest this gives the exact total cost C(λ) = Σ_i cost_i(argmax_j value_ij −
+   λ·cost_ij) at every bin edge, so λ* (where C crosses the budget) is located to a bin, the new bracket;
+3. one sweep over all requests (chunked, float64, two threads) decides the requests that have an option
    optimal at both ends of the bracket: ``max_j (value_ij − λ·cost_ij)`` is convex in λ, so that option is
    optimal on the whole bracket;
-3. the requests left (a few per cent) are hulled and solved by the greedy with what remains of the budget.
-   If their λ* falls outside the bracket (a sampling miss), the bracket is widened and steps 2–3 rerun; the
-   last bracket, ``[0, ∞)``, leaves undecided every request with a choice to make, so λ* and the bound are
-   always the exact LP's.
+4. the requests left (at most about ``gather_rows``, however large N) are hulled and solved by the greedy with
+   what remains of the budget. If their λ* falls outside the bracket (a sampling miss, which step 2 also
+   detects), the sample's bracket is widened and steps 2–4 rerun; the last bracket, ``[0, ∞)``, is not
+   narrowed and leaves undecided every request with a choice to make, so λ* and the bound are always the
+   exact LP's.
 
-Steps 1–2 run on parts of the rows, each step one map over the parts that returns small summaries (the
-sample's rows, a part's sums and undecided rows); step 3 runs on the gathered undecided rows.
+Steps 1–3 run on parts of the rows, each step (each narrowing pass) one map over the parts that returns small
+summaries (the sample's rows, a part's histogram, a part's sums and undecided rows); step 4 runs on the gathered
+undecided rows. Requests tied exactly at λ* (a segment of efficiency λ*) stay undecided in every bracket around
+it, so narrowing stops when a pass leaves every request inside: inputs with many identical rows may gather
+more than ``gather_rows``.
 :func:`solve_budget` maps threads over ``workers`` in-memory parts (:class:`ArrayPart`);
 :mod:`promokit.allocation.budget_parts` maps any engine over parts that load themselves (files), with the same
 functions, the same global sample rows, and so the same λ*, bound and choices.
@@ -41,7 +50,7 @@ import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal, NamedTuple, Sequence
 
 import numpy as np
@@ -55,6 +64,12 @@ DIRECT_ROWS = 20_000
 BRACKET_WIDTHS = (4.0, 32.0, None)
 #: Requests per chunk of the sweep: two (K × chunk) float64 buffers stay in the core's cache.
 SWEEP_CHUNK = 4096
+#: Step 2 narrows the bracket until at most about this many requests are left undecided to gather.
+GATHER_ROWS = 100_000
+#: Bins of a narrowing pass: each part returns about 24 bytes a bin; a pass shrinks the bracket this many times.
+NARROW_BINS = 256
+#: The sample has 2·N^(2/3) requests (balancing its hull against the undecided ones), at most this many.
+SAMPLE_ROWS = 100_000
 #: Requests per chunk when hulling, to bound the temporaries at about 10 (chunk × K) arrays.
 HULL_CHUNK = 1 << 17
 #: At most this many rounds of the greedy fill after λ* (each takes at least one segment).
@@ -179,7 +194,7 @@ def decide(value, cost, lam: float) -> np.ndarray:
 
 
 def solve_budget(value, cost, budget: float, *, sample_size: int | None = None, seed: int = 0,
-                 workers: int = 2) -> BudgetPlan:
+                 workers: int = 2, gather_rows: int = GATHER_ROWS) -> BudgetPlan:
     """Maximise ``Σ value[i, x_i]`` s.t. ``Σ cost[i, x_i] ≤ budget`` (eqs. 11–16), one option per request.
 
     Returns the integral plan of the exact LP relaxation's greedy (see the module docstring): feasible, with
@@ -187,7 +202,8 @@ def solve_budget(value, cost, budget: float, *, sample_size: int | None = None, 
     value at λ* (by weak duality a bound on the LP and integer optima; it equals the LP optimum).
     ``value``/``cost`` may be float32 to halve memory; they are read in float64 chunks. Inputs above
     ``DIRECT_ROWS`` requests are bracketed from a seeded sample of ``sample_size`` requests (default
-    2·N^(2/3)) and swept as ``workers`` in-memory parts, one thread each.
+    2·N^(2/3), at most ``SAMPLE_ROWS``), the bracket narrowed until about ``gather_rows`` requests are
+    undecided in it, and swept as ``workers`` in-memory parts, one thread each.
     Raises :class:`DataError` on bad shapes, NaN/infinite entries or an infeasible budget.
     """
     started = time.perf_counter()
@@ -200,7 +216,7 @@ def solve_budget(value, cost, budget: float, *, sample_size: int | None = None, 
     edges = np.linspace(0, n_rows, workers + 1).astype(np.int64)
     parts = [ArrayPart(value[lo:hi], cost[lo:hi]) for lo, hi in zip(edges[:-1], edges[1:])]
     with ThreadPoolExecutor(workers) as pool:
-        solved = _solve_sampled(parts, edges, budget, size, seed, pool.map, keep_choice=True)
+        solved = _solve_sampled(parts, edges, budget, size, seed, pool.map, gather_rows, keep_choice=True)
     choice = np.concatenate([sweep.choice for sweep in solved.sweeps])
     choice[solved.open_rows] = solved.rest.choice
     return solved.plan(choice, budget, started)
@@ -227,7 +243,7 @@ class ArrayPart:
 
 
 def _sample_size(n_rows: int, sample_size: int | None) -> int:
-    return sample_size if sample_size is not None else int(2 * n_rows ** (2 / 3))
+    return sample_size if sample_size is not None else min(int(2 * n_rows ** (2 / 3)), SAMPLE_ROWS)
 
 
 def _is_direct(n_rows: int, size: int) -> bool:
@@ -245,7 +261,7 @@ def _solve_direct(value, cost, budget, started) -> BudgetPlan:
 
 @dataclass
 class _Sampled:
-    """Steps 1–3 over parts: the last bracket, its sweeps (one per non-empty part), Σ value / Σ cost of the
+    """Steps 1–4 over parts: the last bracket, its sweeps (one per non-empty part), Σ value / Σ cost of the
     requests they decide, the undecided requests (global indices, increasing) and the greedy on them."""
 
     bracket: tuple[float, float]
@@ -254,18 +270,19 @@ class _Sampled:
     cost: float
     open_rows: np.ndarray
     rest: _Rows
-    n_sweeps: int
+    n_sweeps: int  # passes over all requests after the sample: narrowing passes and sweeps
+    narrowed: bool
     hulled: int
 
     def plan(self, choice, budget: float, started: float) -> BudgetPlan:
         lam = self.rest.lam
         upper = lam * budget + (self.value - lam * self.cost) + self.rest.dual
         return _plan(choice, lam, self.value + self.rest.objective, self.cost + self.rest.spent, budget, upper,
-                     started, "hull+sweep", self.hulled, self.n_sweeps)
+                     started, "hull+narrow+sweep" if self.narrowed else "hull+sweep", self.hulled, self.n_sweeps)
 
 
-def _solve_sampled(parts, edges, budget, size, seed, map_parts, keep_choice=False) -> _Sampled:
-    """Steps 1–3 of the module docstring on ``parts``, part i holding rows ``edges[i]:edges[i + 1]``.
+def _solve_sampled(parts, edges, budget, size, seed, map_parts, gather_rows, keep_choice=False) -> _Sampled:
+    """Steps 1–4 of the module docstring on ``parts``, part i holding rows ``edges[i]:edges[i + 1]``.
 
     Each step is one ``map_parts(fn, tasks)`` (in order) over the non-empty parts, returning small summaries;
     the sample rows are those one array of ``edges[-1]`` rows would draw, so any partition gives one answer.
@@ -275,8 +292,16 @@ def _solve_sampled(parts, edges, budget, size, seed, map_parts, keep_choice=Fals
     sample = _Hull(*_draw_sample(parts, edges, size, seed, map_parts))
     scale = size / n_rows
     spans = [(part, lo) for part, lo, hi in zip(parts, edges[:-1], edges[1:]) if hi > lo]
-    for n_sweeps, width in enumerate(BRACKET_WIDTHS, start=1):
+    n_sweeps, narrowed = 0, False
+    for width in BRACKET_WIDTHS:
         bracket = sample.bracket(budget * scale, width)
+        if width is not None:
+            estimate = sample.open_rows(*bracket) / scale
+            bracket, passes = _narrow(spans, n_rows, bracket, budget, estimate, gather_rows, map_parts)
+            n_sweeps, narrowed = n_sweeps + passes, narrowed or passes > 0
+            if bracket is None:
+                continue
+        n_sweeps += 1
         sweeps = list(map_parts(_sweep_part, [(part, lo, *bracket, keep_choice) for part, lo in spans]))
         value, cost = sum(sweep.value for sweep in sweeps), sum(sweep.cost for sweep in sweeps)
         _check_parts_feasible(spans, n_rows, budget, sum(sweep.cheapest for sweep in sweeps), map_parts)
@@ -288,7 +313,7 @@ def _solve_sampled(parts, edges, budget, size, seed, map_parts, keep_choice=Fals
         if rest is not None and (bracket[0] == 0 or rest.lam >= bracket[0]) and rest.lam <= bracket[1]:
             break
     open_rows = np.concatenate([sweep.open_rows for sweep in sweeps])
-    return _Sampled(bracket, sweeps, value, cost, open_rows, rest, n_sweeps, size + open_rows.size)
+    return _Sampled(bracket, sweeps, value, cost, open_rows, rest, n_sweeps, narrowed, size + open_rows.size)
 
 
 def _draw_sample(parts, edges, size, seed, map_parts) -> tuple[np.ndarray, np.ndarray]:
@@ -338,9 +363,10 @@ class _Hull:
         self.segment = np.empty((n_rows, width), np.int64)  # flat index of each step's segment
         self.n_segments = np.empty(n_rows, np.int64)
         self._stored = 0
-        parts = [self._chain(value[lo:lo + HULL_CHUNK], cost[lo:lo + HULL_CHUNK], lo)
-                 for lo in range(0, n_rows, HULL_CHUNK)]
-        self.row, self.dcost, self.efficiency = (np.concatenate(field) for field in zip(*parts))
+        chains = [self._chain(value[lo:lo + HULL_CHUNK], cost[lo:lo + HULL_CHUNK], lo)
+                  for lo in range(0, n_rows, HULL_CHUNK)]
+        no_segments = np.empty(0, np.int64), np.empty(0), np.empty(0)  # for no requests
+        self.row, self.dcost, self.efficiency = (np.concatenate(field) for field in zip(*chains, no_segments))
         self.start_cost = cost[np.arange(n_rows), self.start]
         self.base_cost = float(self.start_cost.sum())
 
@@ -393,6 +419,10 @@ class _Hull:
             efficiencies.append(efficiency)
         empty = [np.empty(0, np.int64), np.empty(0), np.empty(0)]
         return [np.concatenate(part) if part else e for part, e in zip((rows, dcosts, efficiencies), empty)]
+
+    def open_rows(self, lam_lo: float, lam_hi: float) -> int:
+        """How many requests have a hull segment of efficiency strictly inside (λ_lo, λ_hi): a choice to make."""
+        return int(np.unique(self.row[(self.efficiency > lam_lo) & (self.efficiency < lam_hi)]).size)
 
     def threshold(self, room: float) -> float:
         """λ where segments taken by efficiency fill ``room`` (Σ Δcost): 0 if all fit, ∞ if ``room < 0``."""
@@ -582,9 +612,9 @@ def _sweep_rows(value, cost, lam_lo, lam_hi, choice) -> tuple[np.ndarray, np.nda
     """Decide the rows whose maximisers of ``value − λ·cost`` at λ_lo and at λ_hi share an option.
 
     Writes the shared option into ``choice`` (0 for undecided rows); returns Σ value and Σ cost of the
-    decided rows with Σ of every row's cheapest cost, and the undecided rows. Works on transposed
-    (K × chunk) float64 copies so every reduction runs along contiguous memory; the first shared maximiser
-    is found as ``K − max_j(shared_j · (K − j))`` in int8. At λ_hi = ∞ the maximisers are the cheapest
+    decided rows with Σ of every row's cheapest cost and of its largest |cost|, and the undecided rows. Works
+    on transposed (K × chunk) float64 copies so every reduction runs along contiguous memory; the first shared
+    maximiser is found as ``K − max_j(shared_j · (K − j))`` in int8. At λ_hi = ∞ the maximisers are the cheapest
     options of highest value (the limit of ``value − λ·cost``).
     """
     n_rows, n_options = value.shape
@@ -595,7 +625,7 @@ def _sweep_rows(value, cost, lam_lo, lam_hi, choice) -> tuple[np.ndarray, np.nda
     key = np.empty((n_options, width), small)
     rank = (n_options - np.arange(n_options)).astype(small)[:, None]
     columns = np.arange(width)
-    sums = np.zeros(3)  # Σ value, Σ cost of decided rows, Σ cheapest cost
+    sums = np.zeros(4)  # Σ value, Σ cost of decided rows, Σ cheapest cost, Σ largest |cost|
     undecided = [np.empty(0, np.int64)]
     for lo in range(0, n_rows, width):
         hi = min(lo + width, n_rows)
@@ -605,6 +635,7 @@ def _sweep_rows(value, cost, lam_lo, lam_hi, choice) -> tuple[np.ndarray, np.nda
         c[...] = cost[lo:hi].T
         cheapest = c.min(axis=0)
         sums[2] += cheapest.sum()
+        sums[3] += np.maximum(c.max(axis=0), -cheapest).sum()
         if math.isinf(lam_hi):
             np.equal(c, cheapest, out=eh)
             np.copyto(sh, v)
@@ -628,6 +659,128 @@ def _sweep_rows(value, cost, lam_lo, lam_hi, choice) -> tuple[np.ndarray, np.nda
         if not decided.all():
             undecided.append(lo + np.flatnonzero(~decided))
     return sums, np.concatenate(undecided)
+
+
+# --------------------------------------------------------------------------------------------- the narrowing
+
+
+def _narrow(spans, n_rows, bracket, budget, open_rows, gather_rows, map_parts):
+    """Step 2: ``(bracket, passes)``, the bracket shrunk around λ* by histogram maps while ``open_rows`` (its
+    undecided requests, first the sample's estimate) exceed ``gather_rows``; bracket ``None`` when the
+    histograms put λ* outside it (a sampling miss: widen).
+
+    The last pass keeps as many bins around λ*'s as stay within ``gather_rows`` requests: more requests for the
+    greedy fill of step 4 to spend the slack on, as the sample's bracket would give.
+    """
+    passes = 0
+    while open_rows > gather_rows:
+        edges = _bin_edges(*bracket)
+        total = _Histogram.total(map_parts(_histogram_part, [(part, edges) for part, _ in spans]))
+        passes += 1
+        _check_parts_feasible(spans, n_rows, budget, total.cheapest, map_parts)
+        around = total.around(edges, budget)
+        if around is None:
+            return None, passes
+        low, high = around
+        inside = int(total.count[low:high].sum())
+        if inside <= gather_rows:
+            low, high = _grow(total.count, low, high, gather_rows)
+        elif inside == total.count.sum():  # no progress: requests tied at λ* stay inside every bracket around it
+            inside = 0
+        bracket, open_rows = (float(edges[low]), float(edges[high])), inside
+    return bracket, passes
+
+
+def _grow(count: np.ndarray, low: int, high: int, limit: int) -> tuple[int, int]:
+    """Edges ``low < high`` moved out a bin on each side at a time while the bins between hold ≤ ``limit``."""
+    inside = int(count[low:high].sum())
+    while low > 0 or high < count.size:
+        grown = inside + int(count[max(low - 1, 0):low].sum() + count[high:high + 1].sum())
+        if grown > limit:
+            break
+        low, high, inside = max(low - 1, 0), min(high + 1, count.size), grown
+    return low, high
+
+
+def _bin_edges(lam_lo: float, lam_hi: float) -> np.ndarray:
+    """``NARROW_BINS`` + 1 increasing edges from λ_lo to λ_hi: evenly spaced, or for λ_hi = ∞ evenly spaced in
+    the float64 bit patterns (which increase with the number: a few bins a binade, then even ones)."""
+    if math.isinf(lam_hi):
+        ends = np.array([lam_lo, math.inf]).view(np.int64)
+        edges = np.linspace(*ends, NARROW_BINS + 1).astype(np.int64).view(np.float64)
+    else:
+        edges = np.linspace(lam_lo, lam_hi, NARROW_BINS + 1)
+    edges[0], edges[-1] = lam_lo, lam_hi
+    return np.unique(edges)  # a bracket a few ulps wide has fewer distinct edges
+
+
+@dataclass
+class _Histogram:
+    """A narrowing pass over one part (or the sum over parts) for bin edges t_0 = λ_lo < … < t_G = λ_hi.
+
+    ``base`` is Σ cost on the open bracket above its last bin: the requests the sweep decides at their option,
+    the others at the hull vertex after every segment of efficiency ≥ λ_hi. ``cost[g]`` is the Δcost of the
+    segments with efficiency in (t_g, t_{g+1}] (the last bin open at λ_hi), ``count[g]`` their number, and
+    ``at_edge[g]`` the Δcost of those exactly at t_g (in bin g − 1), so Σ cost at λ = t_g (eqs. 17–18's argmax, segments
+    above t_g taken) is ``base + Σ_{h ≥ g} cost[h]`` and just below t_g ``at_edge[g]`` more. ``magnitude`` is
+    Σ_i max_j |cost_ij|, the scale of the rounding in these sums.
+    """
+
+    base: float
+    cheapest: float
+    magnitude: float
+    cost: np.ndarray
+    at_edge: np.ndarray
+    count: np.ndarray
+
+    @staticmethod
+    def total(histograms) -> _Histogram:
+        """The sum over parts, in order, reading the parts' histograms one by one."""
+        histograms = iter(histograms)
+        total = next(histograms)
+        for histogram in histograms:
+            total = _Histogram(*(getattr(total, f.name) + getattr(histogram, f.name) for f in fields(_Histogram)))
+        return total
+
+    def around(self, edges: np.ndarray, budget: float) -> tuple[int, int] | None:
+        """``(a, b)``: the bin edges nearest λ* with Σ cost at t_a above the budget and just below t_b under it,
+        so t_a < λ* < t_b strictly; ``None`` if λ* is not inside (λ_lo, λ_hi).
+
+        Sums within ``1e-12·magnitude`` of the budget count as neither side, so that the rounding of sums over
+        another partition of the rows cannot move the bracket (such edges stay inside it).
+        """
+        tolerance = 1e-12 * self.magnitude
+        at = self.base + np.append(np.cumsum(self.cost[::-1])[::-1], 0.0)
+        over = np.flatnonzero(at[:-1] > budget + tolerance)
+        under = np.flatnonzero((at + self.at_edge)[1:] < budget - tolerance) + 1
+        if not under.size or (not over.size and edges[0] > 0):
+            return None
+        return int(over[-1]) if over.size else 0, int(under[0])
+
+
+def _histogram_part(task) -> _Histogram:
+    """``(part, edges)`` → the part's :class:`_Histogram`: swept at the bracket ``edges[0], edges[-1]``, its
+    undecided requests hulled (a few per cent of it on the first pass, fewer on the next)."""
+    part, edges = task
+    value, cost = part.load()
+    sums, undecided = _sweep_rows(value, cost, edges[0], edges[-1], np.empty(value.shape[0], np.int64))
+    hull = _Hull(np.asarray(value[undecided], np.float64), np.asarray(cost[undecided], np.float64))
+    base, bins, at_edge, count = _bin_segments(hull, edges)
+    return _Histogram(float(sums[1]) + base, float(sums[2]), float(sums[3]), bins, at_edge, count)
+
+
+def _bin_segments(hull: _Hull, edges: np.ndarray):
+    """The hull's part of a :class:`_Histogram`: Σ cost above the last bin, Δcost per bin, Δcost exactly at
+    each edge, and segments per bin."""
+    lam_lo, lam_hi, n_bins = edges[0], edges[-1], edges.size - 1
+    efficiency, dcost = hull.efficiency, hull.dcost
+    base = hull.base_cost + float(dcost[efficiency >= lam_hi].sum())
+    inside = (efficiency > lam_lo) & (efficiency < lam_hi)
+    efficiency, dcost = efficiency[inside], dcost[inside]
+    upper = np.searchsorted(edges, efficiency)  # edges[upper − 1] < efficiency ≤ edges[upper]
+    on_edge = edges[upper] == efficiency
+    return (base, np.bincount(upper - 1, dcost, n_bins), np.bincount(upper[on_edge], dcost[on_edge], n_bins + 1),
+            np.bincount(upper - 1, minlength=n_bins))
 
 
 # ------------------------------------------------------------------------------------------------ validation

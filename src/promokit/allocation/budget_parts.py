@@ -9,21 +9,29 @@ N requests, K options, P parts and n_p requests in part p:
 
 1. counts (only for parts without a known ``rows``): part → ``(n_p, K)``, a few bytes;
 2. sample: the seeded global rows ``solve_budget`` would draw for N, split by part → their value/cost rows,
-   16·K bytes a sampled row (about 2·N^(2/3)·n_p/N of them);
-3. sweep at the bracket the sample gives: part → Σ value / Σ cost of the requests the bracket decides, Σ of
-   every request's cheapest cost and the u_p undecided requests (global index, value/cost rows): 24 + u_p·(8 +
-   16·K) bytes, u_p a few per cent of n_p. The driver solves the undecided rest with the exact greedy and, when
-   its λ* falls outside the bracket, widens it and maps the sweep again, as ``solve_budget`` does;
-4. choices: part, bracket and the rest's choices at its undecided rows (16 bytes each) → ``part.finish(choice)``
+   16·K bytes a sampled row (about 2·N^(2/3)·n_p/N of them, at most ``SAMPLE_ROWS`` in all);
+3. narrowing, while the bracket the sample gives leaves more than ``gather_rows`` requests undecided (the
+   sample's estimate, then the histograms' count): part + ``NARROW_BINS`` + 1 bin edges over the bracket → a
+   histogram of the Δcost of its undecided requests' hull segments per bin, with three sums, about 24·G bytes
+   (6 KB). One pass usually brings 10⁶ undecided requests under 10⁴; the driver keeps the bins around λ*
+   that hold at most ``gather_rows`` requests;
+4. sweep at that bracket: part → Σ value / Σ cost of the requests the bracket decides, Σ of every request's
+   cheapest cost and the u_p undecided requests (global index, value/cost rows): 32 + u_p·(8 + 16·K) bytes,
+   Σ_p u_p about ``gather_rows`` at most. The driver solves the undecided rest with the exact greedy and, when
+   its λ* falls outside the bracket, widens it and maps steps 3–4 again, as ``solve_budget`` does;
+5. choices: part, bracket and the rest's choices at its undecided rows (16 bytes each) → ``part.finish(choice)``
    with the options the bracket decides recomputed in place: the choices themselves (8·n_p bytes) or, for a
    :class:`BudgetPart` with ``out``, a per-level summary after writing its plan file.
 
+The driver holds the sample, one histogram, the gathered rows and what the parts return per part (a few
+hundred bytes and the per-level summaries), so its memory does not grow with N beyond that per-part share.
 Inputs small enough to be hulled whole (N ≤ ``DIRECT_ROWS`` or 2·sample) are gathered and solved by
 ``solve_budget`` itself: they fit one process by definition. A part is any picklable object with ``load() →
 (value, cost)`` and ``finish(choice)`` (:class:`~promokit.allocation.budget.ArrayPart` in memory,
 :class:`BudgetPart` for a score file) and optionally ``rows``, its request count, which skips map 1.
-Limitation: the last-resort bracket [0, ∞), used only if a 32-standard-error bracket misses λ*, leaves
-almost every request undecided and so gathers almost all rows, exactly as the local solver hulls them.
+Limitations: requests tied exactly at λ* (identical rows, say) stay undecided in every bracket and are all
+gathered; the last-resort bracket [0, ∞), used only if a 32-standard-error bracket misses λ*, is not narrowed,
+leaves almost every request undecided and so gathers almost all rows, exactly as the local solver hulls them.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.allocation.budget import (
+    GATHER_ROWS,
     BudgetPlan,
     PaidOn,
     _check_number,
@@ -124,11 +133,11 @@ class PartsPlan:
 
 
 def solve_budget_parts(parts: Sequence, budget: float, *, map_parts: MapParts = map,
-                       sample_size: int | None = None, seed: int = 0) -> PartsPlan:
+                       sample_size: int | None = None, seed: int = 0, gather_rows: int = GATHER_ROWS) -> PartsPlan:
     """Maximise ``Σ value[i, x_i]`` s.t. ``Σ cost[i, x_i] ≤ budget`` (eqs. 11–16) over the rows of ``parts``.
 
-    The same plan as ``solve_budget`` on the parts' rows concatenated in order, with the same ``sample_size``
-    and ``seed``; see the module docstring for the maps. Raises :class:`DataError` on bad parts or an
+    The same plan as ``solve_budget`` on the parts' rows concatenated in order, with the same ``sample_size``,
+    ``seed`` and ``gather_rows``; see the module docstring for the maps. Raises :class:`DataError` on bad parts or an
     infeasible budget.
     """
     started = time.perf_counter()
@@ -136,10 +145,11 @@ def solve_budget_parts(parts: Sequence, budget: float, *, map_parts: MapParts = 
     edges = _edges(parts, map_parts)
     size = _sample_size(int(edges[-1]), sample_size)
     if _is_direct(int(edges[-1]), size):
-        plan = solve_budget(*_gather(parts, edges, map_parts), budget, sample_size=sample_size, seed=seed)
+        plan = solve_budget(*_gather(parts, edges, map_parts), budget, sample_size=sample_size, seed=seed,
+                            gather_rows=gather_rows)
         tasks = [(part, None, None, plan.choice[lo:hi]) for part, lo, hi in zip(parts, edges[:-1], edges[1:])]
     else:
-        solved = _solve_sampled(parts, edges, budget, size, seed, map_parts)
+        solved = _solve_sampled(parts, edges, budget, size, seed, map_parts, gather_rows)
         plan = solved.plan(None, budget, started)
         cuts = np.searchsorted(solved.open_rows, edges)
         tasks = [(part, solved.bracket, solved.open_rows[a:b] - lo, solved.rest.choice[a:b])
@@ -221,7 +231,7 @@ def _load_part(part) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _choose_part(task):
-    """Map 4: ``(part, bracket, open_rows, chosen)`` → ``part.finish(choice)``, where ``choice`` holds the options
+    """Map 5: ``(part, bracket, open_rows, chosen)`` → ``part.finish(choice)``, where ``choice`` holds the options
     the bracket decides and ``chosen`` at the part's ``open_rows`` (``bracket`` None: ``chosen`` is all of it)."""
     part, bracket, rows, chosen = task
     if bracket is None:
@@ -233,7 +243,7 @@ def _choose_part(task):
     return part.finish(choice)
 
 
-@lru_cache(maxsize=1)  # map 4 loads a part, then finishes it: read its file once
+@lru_cache(maxsize=1)  # map 5 loads a part, then finishes it: read its file once
 def _read_part(path: str, layout: str, prefix: str, levels: tuple[float, ...], stamp) -> BudgetTable:
     """A part's table (``stamp``: the file's mtime and size, so a rewritten file is read again); a Parquet part
     without rows is an empty table over ``levels``."""

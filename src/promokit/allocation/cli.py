@@ -213,7 +213,7 @@ def _budget_in_one(sources: dict, out: Path, run: _BudgetRun):
 
 
 def _budget_in_parts(sources: dict, out: Path, run: _BudgetRun):
-    """Every file a part (merchants after customers), checked, solved and written part by part (maps 1–4 of
+    """Every file a part (merchants after customers), checked, solved and written part by part (the maps of
     ``budget_parts``, each on ``run.engine``); plan part i is ``OUT/plan/part-{i:05d}.parquet``."""
     from dataclasses import replace
 
