@@ -65,6 +65,7 @@ class PartReader:
     merchant_encoder: TableEncoder
 
     def customers(self, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Part k's customers and its edges, checked together."""
         customers, edges = self.layout.left[k], self.layout.edges[k]
         with naming(customers):
             table = read_part(customers)
@@ -73,6 +74,11 @@ class PartReader:
         with naming(f"{customers} with {edges}"):
             return check_customer_part(table, edge_table, levels=self.levels, customer_features=self.customer_spec,
                                        edge_features=self.edge_features)
+
+    def customer_nodes(self, k: int) -> pd.DataFrame:
+        """Part k's customers alone, once :meth:`customers` has checked them with their edges."""
+        with naming(self.layout.left[k]):
+            return read_part(self.layout.left[k]).reset_index(drop=True)
 
     def merchants(self, q: int) -> pd.DataFrame:
         path = self.layout.right[q]
@@ -130,9 +136,15 @@ def _layout(customers: Path, merchants: Path, edges: Path, out: Path) -> GraphLa
     if len(edge_parts) != len(left):
         raise DataError(f"{edges}: {len(edge_parts)} parts, but {customers} has {len(left)}: in parts, the edges are "
                         "co-partitioned with the customers (part k of the edges holds the edges of part k's customers)")
-    rows = sum(len(read_file(p)) if parquet_rows(p) is None else parquet_rows(p) for p in right)  # CSV: read it
+    buckets = graph.bucket_count(sum(map(_rows, right)), sum(map(_rows, edge_parts)))
     return GraphLayout(str(out / ".graph"), tuple(map(str, left)), tuple(map(str, edge_parts)),
-                       tuple(map(str, right)), graph.bucket_count(rows), MERCHANT, "merchants")
+                       tuple(map(str, right)), buckets, MERCHANT, "merchants")
+
+
+def _rows(path: Path) -> int:
+    """A table's rows: a Parquet part's from its footer; a CSV (a table of one part) read."""
+    rows = parquet_rows(path)
+    return len(read_file(path)) if rows is None else rows
 
 
 def _means(scored: list[ShardScores], side: str) -> list[float]:
@@ -147,7 +159,7 @@ def _means(scored: list[ShardScores], side: str) -> list[float]:
 
 def _nodes(reader: PartReader, shard: Shard) -> pd.DataFrame:
     if shard.side == LEFT:
-        return reader.customers(shard.index)[0]
+        return reader.customer_nodes(shard.index)
     return graph.right_nodes(reader.layout, shard.index)
 
 

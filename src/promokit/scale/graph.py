@@ -48,8 +48,9 @@ LEFT, RIGHT = "left", "right"
 PART, ROW = "_part", "_row"
 #: edge columns every shard's edges hold (besides the domain's edge features)
 NODE, WEIGHT = "node", "weight"
-#: a bucket holds about this many right nodes
-RIGHT_ROWS_PER_BUCKET = 500_000
+#: a bucket holds about this many right nodes and edges at most: the edges bound what it pulls per layer (a state
+#: of each distinct neighbour, 256 bytes at width 64)
+RIGHT_ROWS_PER_BUCKET, EDGES_PER_BUCKET = 500_000, 1_000_000
 
 
 @dataclass(frozen=True)
@@ -136,9 +137,10 @@ def prepare(engine, read_left: Callable, read_right: Callable, layout: GraphLayo
             "isolated_left": sum(isolated), "isolated_right": sum(joined)}
 
 
-def bucket_count(right_rows: int) -> int:
-    """Buckets for ``right_rows`` right nodes: each holds about :data:`RIGHT_ROWS_PER_BUCKET`."""
-    return max(1, -(-right_rows // RIGHT_ROWS_PER_BUCKET))
+def bucket_count(right_rows: int, edges: int) -> int:
+    """Buckets for ``right_rows`` right nodes and ``edges`` edges (:data:`RIGHT_ROWS_PER_BUCKET`,
+    :data:`EDGES_PER_BUCKET`)."""
+    return max(1, -(-right_rows // RIGHT_ROWS_PER_BUCKET), -(-edges // EDGES_PER_BUCKET))
 
 
 def _route(layout: GraphLayout, kind: str, bucket: int, source: int) -> Path:
