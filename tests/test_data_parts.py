@@ -124,7 +124,7 @@ def test_campaign_build_takes_the_parts_allocate_budget_solved(budget, tmp_path)
         result = _invoke("campaign", "build", "--out", tmp_path / name, "--scores", scores, "--budget-plan",
                          budget / "plan", "--cap", 1000)
         assert result.exit_code == 0, result.output
-        assert len(load_campaign(tmp_path / name).populations["customer"].ids) == 300
+        assert len(load_campaign(tmp_path / name).populations["customer"]) == 300
     built = {name: pd.read_parquet(tmp_path / name / "customers.parquet") for name in ("from-parts", "from-file")}
     pd.testing.assert_frame_equal(built["from-parts"], built["from-file"])
     versions = {json.loads((tmp_path / name / "campaign.json").read_text())["model_version"]

@@ -23,6 +23,11 @@ TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+def in_order(population, prefix: str, n: int) -> np.ndarray:
+    """The population's curves of ids ``prefix0 … prefix{n-1}``, in that order."""
+    return np.stack([population.scores[population.row(f"{prefix}{i}")] for i in range(n)])
+
+
 def curves(n: int, seed: int = 0) -> np.ndarray:
     """Concave, increasing response curves in [0, 1) over LEVELS."""
     rng = np.random.default_rng(seed)
@@ -66,8 +71,51 @@ def request(request_id: str, face: int = 1000, fallback: int = 500, paid_on: str
 def test_campaign_round_trip(campaign):
     again = load_campaign(campaign.path)
     assert again.config == campaign.config and again.config.form == "ratio" and again.config.B == B
-    np.testing.assert_allclose(again.populations["customer"].scores, curves(400))
+    np.testing.assert_allclose(in_order(again.populations["customer"], "c", 400), curves(400))
     assert again.assignments == {"c1": "F1", "c2": "F2"} and len(again.config.model_version) == 12
+
+
+def test_the_lookup_finds_exactly_the_ids_the_table_holds(tmp_path):
+    """Ids of any text (prefixes of one another, unicode, digits) are found by a binary search on the memory-mapped
+    ids, and only they: a prefix, an extension, a longer id or an unknown one is not in the table."""
+    ids = ["c1", "c10", "c2", "ünïcode-7", "17", "a" * 40, "c100"]
+    f = curves(len(ids))
+    frame = score_frame(f).assign(user_id=ids)
+    plan_folder(tmp_path / "plan", f)
+    population = load_campaign(build_campaign(tmp_path / "c", frame, tmp_path / "plan", cap=100.0).path) \
+        .populations["customer"]
+    assert isinstance(population.scores, np.memmap) and isinstance(population.ids, np.memmap)
+    for i, user in enumerate(ids):
+        np.testing.assert_array_equal(population.scores[population.row(user)], f[i])
+    for unknown in ("c", "c1000", "c3", "", "a" * 41, "a" * 39, "ünïcode", "17 ", "c1\x00"):
+        assert population.row(unknown) is None, unknown
+    np.testing.assert_allclose(population.mean, f.mean(axis=0))
+
+
+def test_a_campaign_built_before_the_lookup_still_loads(campaign):
+    import shutil
+
+    shutil.rmtree(campaign.path / "lookup")
+    again = load_campaign(campaign.path).populations["customer"]
+    np.testing.assert_allclose(in_order(again, "c", 400), curves(400))
+
+
+def test_a_campaign_rebuilt_without_merchants_keeps_none_of_them(tmp_path):
+    f = curves(5)
+    plan_folder(tmp_path / "plan", f)
+    build_campaign(tmp_path / "c", score_frame(f), tmp_path / "plan", cap=100.0, merchants=score_frame(f, "m"))
+    assert set(load_campaign(tmp_path / "c").populations) == {"customer", "merchant"}
+    build_campaign(tmp_path / "c", score_frame(f), tmp_path / "plan", cap=100.0)
+    assert set(load_campaign(tmp_path / "c").populations) == {"customer"}
+    assert not (tmp_path / "c" / "lookup" / "merchant").exists()
+
+
+def test_an_id_ending_in_nul_is_refused(tmp_path):
+    f = curves(3)
+    plan_folder(tmp_path / "plan", f)
+    with pytest.raises(DataError, match="ends with a NUL character"):
+        build_campaign(tmp_path / "c", score_frame(f).assign(user_id=["c0", "c1\x00", "c2"]), tmp_path / "plan",
+                       cap=100.0)
 
 
 @pytest.mark.parametrize("breach, message", [
@@ -261,7 +309,7 @@ def test_ledger_url_errors():
 
 def test_engine_reproduces_the_offline_plan(campaign):
     """At λ*, eq. 19 on each customer's curve gives the plan's level except on the marginal request(s)."""
-    f = campaign.populations["customer"].scores
+    f = in_order(campaign.populations["customer"], "c", 400)
     plan = solve_budget(*ratio_form(f, LEVELS, B))
     engine = DecisionEngine(campaign)
     chosen = np.array([engine.propose(f"r{i}", "customer", f"c{i}")[0].chosen.index for i in range(len(f))])
@@ -306,7 +354,8 @@ def test_decisions_are_authorised_idempotent_and_recorded(client, campaign):
     first = client.post("/v1/decisions", json=body, headers=AUTH).json()
     again = client.post("/v1/decisions", json=body, headers=AUTH).json()
     assert not first["replayed"] and again["replayed"] and {**again, "replayed": False} == first
-    f = campaign.populations["customer"].scores[3]
+    customers = campaign.populations["customer"]
+    f = customers.scores[customers.row("c3")]
     expected = decide(f, f * (LEVELS - B), campaign.config.lam)
     assert first["level"] == LEVELS[expected] and first["expected_cost"] == pytest.approx(LEVELS[expected] * f[expected])
     assert first["model_version"] == campaign.config.model_version and first["reason"] == "rule"

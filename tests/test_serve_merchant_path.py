@@ -69,10 +69,10 @@ def test_predict_allocate_build_serve_merchants(scores, tmp_path, paid_on):
 
     plan, folder = _build(scores, tmp_path, paid_on)
     campaign = load_campaign(folder)
-    assert {p: len(t.ids) for p, t in campaign.populations.items()} == {"customer": 400, "merchant": 60}
+    assert {p: len(t) for p, t in campaign.populations.items()} == {"customer": 400, "merchant": 60}
     assert campaign.config.merchant_paid_on == paid_on and campaign.config.B == B
     table = campaign.populations["merchant"]
-    np.testing.assert_allclose(table.scores, shares)
+    np.testing.assert_allclose([table.scores[table.row(str(m))] for m in merchants.user_id], shares)
     levels, lam = campaign.levels, campaign.config.lam
     offline = pd.read_parquet(plan / "plan.parquet").query("population == 'merchant'").set_index("user_id")["level"]
 
@@ -94,8 +94,9 @@ def test_predict_allocate_build_serve_merchants(scores, tmp_path, paid_on):
         # eq. 20 (paid on request: cost r − B) or eq. 19's form (paid on response: cost f·(r − B)) at λ*, B
         agree = 0
         for merchant, answer in answers.items():
-            cold = merchant not in table.index
-            f = table.mean if cold else table.scores[table.index[merchant]]
+            row = table.row(merchant)
+            cold = row is None
+            f = table.mean if cold else table.scores[row]
             cost = (levels - B) if paid_on == "request" else f * (levels - B)
             j = int(decide(f, cost, lam))
             assert answer["population"] == "merchant" and answer["subject_id"] == merchant

@@ -8,6 +8,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
@@ -76,6 +77,13 @@ def _umask() -> int:
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
+    return Path(path)
+
+
+def write_npy(array: np.ndarray, path: str | os.PathLike) -> Path:
+    """An array as ``.npy`` (readable memory-mapped, and never unpickled: no object arrays), written atomically."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as file:
+        np.save(file, array, allow_pickle=False)
     return Path(path)
 
 

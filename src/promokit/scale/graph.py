@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
-from promokit.data.io import write_parquet
+from promokit.data.io import atomic_path, write_npy, write_parquet
 from promokit.scale.keys import bucket_of, canonical
 from promokit.scale.parts import part_name, write_part
 
@@ -107,8 +107,9 @@ class ShardGraph:
         shards = np.array([j for j, _ in self.pulls], dtype=np.int64)
         sizes = np.array([len(rows) for _, rows in self.pulls], dtype=np.int64)
         rows = np.concatenate([rows for _, rows in self.pulls]) if self.pulls else np.zeros(0, np.int64)
-        _atomic(path, lambda f: np.savez(f, n=self.n, ptr=self.ptr, neighbour=self.neighbour, weight=self.weight,
-                                         shards=shards, sizes=sizes, rows=rows))
+        with atomic_path(path) as tmp, open(tmp, "wb") as file:
+            np.savez(file, n=self.n, ptr=self.ptr, neighbour=self.neighbour, weight=self.weight, shards=shards,
+                     sizes=sizes, rows=rows)
 
     @classmethod
     def load(cls, path: Path) -> ShardGraph:
@@ -203,8 +204,7 @@ def _join_bucket(layout: GraphLayout, b: int) -> int:
                         f"in the {layout.right_name} table, e.g. row {int(edges['row'].iloc[first])} "
                         f"{{{key}={edges['right_key'].iloc[first]!r}}}")
     for k, rows in edges.groupby("_source", sort=True).indices.items():
-        _atomic(Path(layout.scratch) / "links" / f"{int(k):05d}" / f"{b:05d}.npy",
-                partial(_save_array, position[rows]))
+        write_npy(position[rows], Path(layout.scratch) / "links" / f"{int(k):05d}" / f"{b:05d}.npy")
     order = np.argsort(position, kind="stable")  # edges stay in input order (left part, row) within a node
     in_csr = edges.iloc[order].reset_index(drop=True)
     graph = _graph(len(nodes), position[order], in_csr["_source"].to_numpy(), in_csr[NODE].to_numpy(),
@@ -271,7 +271,7 @@ def right_nodes(layout: GraphLayout, b: int) -> pd.DataFrame:
 
 
 def save_state(layout: GraphLayout, shard: Shard, name: str, values: np.ndarray) -> None:
-    _atomic(layout.state_path(shard, name), partial(_save_array, np.ascontiguousarray(values)))
+    write_npy(values, layout.state_path(shard, name))
 
 
 def load_state(layout: GraphLayout, shard: Shard, name: str) -> np.ndarray:
@@ -309,17 +309,3 @@ def _collect(layout: GraphLayout, out: str, empty: pd.DataFrame, q: int) -> None
 
 def remove(layout: GraphLayout) -> None:
     shutil.rmtree(layout.scratch, ignore_errors=True)
-
-
-def _save_array(values: np.ndarray, file) -> None:
-    np.save(file, values)
-
-
-def _atomic(path: Path, write: Callable) -> None:
-    """``write(file)`` to a temporary file beside ``path``, then renamed to it: a retried shard never leaves half a
-    file for another to read."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as file:
-        write(file)
-    os.replace(temporary, path)

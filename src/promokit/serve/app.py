@@ -218,7 +218,7 @@ class Service:
                          "B": config.B, "cap": money(totals["cap"]), "currency_exponent": e,
                          "coupon_ttl_seconds": config.coupon_ttl_seconds, "when_exhausted": config.when_exhausted,
                          "cold_start": config.cold_start,
-                         "populations": {p: len(t.ids) for p, t in self.campaign.populations.items()},
+                         "populations": {p: len(t) for p, t in self.campaign.populations.items()},
                          "assignments": len(self.campaign.assignments)},
             "budget": {**{k: money(totals[k]) for k in ("cap", "committed", "paid", "at_risk")},
                        "remaining": money(totals["cap"] - totals["at_risk"]),

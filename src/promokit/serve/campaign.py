@@ -8,9 +8,13 @@ Layout (every file written atomically; nothing is unpickled when it is read back
                          ``incentive predict`` and read by ``allocate budget --scores``
     merchants.parquet    optional, the merchants' score table (``allocate budget --merchants``)
     assignments.parquet  optional, ``user_id, fund`` from an ``allocate quota`` plan
+    lookup/<population>/ ids.npy (the ids as sorted UTF-8 bytes), scores.npy (their rows, in that order),
+                         mean.npy (the population's mean curve): what the service reads
 
 :func:`build_campaign` checks that the score tables offer the levels the budget plan was solved for and that
-the plan's λ* and B are there; :func:`load_campaign` reads the directory into arrays the engine indexes.
+the plan's λ* and B are there; :func:`load_campaign` memory-maps each population's lookup: the service starts at
+once whatever the population's size, and the workers of one machine share one copy of it in the page cache
+(a dictionary of 10⁶ ids took 1.4 s and 530 MB per worker; 10⁸ would not fit).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -29,12 +34,13 @@ import pandas as pd
 from promokit import __version__
 from promokit.allocation.tables import FUND, USER, BudgetTable, read_budget_table
 from promokit.data.errors import DataError
-from promokit.data.io import read_table, write_json, write_parquet
+from promokit.data.io import read_table, write_json, write_npy, write_parquet
 from promokit.serve.money import EXPONENTS, to_minor
 
 CONFIG = "campaign.json"
 TABLES = {"customer": "customers.parquet", "merchant": "merchants.parquet"}
 ASSIGNMENTS = "assignments.parquet"
+LOOKUP = "lookup"
 WHEN_EXHAUSTED = ("lowest", "none")
 PAID_ON = ("response", "request")
 COLD_START = ("mean", "lowest", "none")
@@ -120,12 +126,47 @@ class CampaignConfig:
 
 @dataclass
 class Population:
-    """One population's precomputed responses: row ``index[id]`` of ``scores`` is that request's f over levels."""
+    """One population's precomputed responses, ordered by id: ``ids`` the ids as sorted UTF-8 bytes, row i of
+    ``scores`` the response f of ``ids[i]`` over the levels, ``mean`` the population's mean curve (for an id the
+    table does not hold: cold start). Read from a campaign directory, ``ids`` and ``scores`` are memory-mapped."""
 
-    ids: np.ndarray
+    ids: np.ndarray  # (N,) bytes, sorted
     scores: np.ndarray  # (N, K) float64
-    index: dict[str, int]
-    mean: np.ndarray  # (K,) the population's mean curve, for ids the table does not hold (cold start)
+    mean: np.ndarray  # (K,)
+
+    @classmethod
+    def of(cls, ids: np.ndarray, scores: np.ndarray) -> Population:
+        """From ids in any order (unique, as a score table's are) and their rows of scores."""
+        text = pd.Series(np.asarray(ids, dtype=object)).astype(str)
+        trailing = text.str.endswith("\x00").to_numpy(dtype=bool)
+        if trailing.any():  # numpy's fixed-width strings drop trailing NULs: "a\x00" would answer as "a"
+            raise DataError(f"user_id {text[trailing].iloc[0]!r} ends with a NUL character; ids must not")
+        encoded = np.char.encode(text.to_numpy(dtype=str), "utf-8") if len(text) else np.zeros(0, dtype="S1")
+        order = np.argsort(encoded, kind="stable")
+        scores = np.asarray(scores, dtype=np.float64)
+        return cls(encoded[order], scores[order], scores.mean(axis=0) if len(scores) else scores.sum(axis=0))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def row(self, subject_id: str) -> int | None:
+        """The row of ``subject_id``, or None when the table does not hold it (a binary search on the ids)."""
+        key = subject_id.encode("utf-8")
+        if len(key) > self.ids.dtype.itemsize or key.endswith(b"\0"):
+            return None
+        i = int(np.searchsorted(self.ids, key))
+        return i if i < len(self.ids) and self.ids[i] == key else None
+
+    def save(self, folder: Path) -> None:
+        for name in ("ids", "scores", "mean"):
+            write_npy(getattr(self, name), folder / f"{name}.npy")
+
+    @classmethod
+    def load(cls, folder: Path) -> Population:
+        ids, scores = (np.load(folder / f"{name}.npy", mmap_mode="r") for name in ("ids", "scores"))
+        if len(ids) != len(scores):
+            raise DataError(f"{folder}: {len(ids)} ids but {len(scores)} rows of scores; build the campaign again")
+        return cls(ids, scores, np.load(folder / "mean.npy"))
 
 
 @dataclass
@@ -177,8 +218,11 @@ def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.Pa
     for population in TABLES:
         if population not in frames and (out / TABLES[population]).exists():
             (out / TABLES[population]).unlink()  # a rebuilt campaign without merchants must not keep old ones
+            shutil.rmtree(out / LOOKUP / population, ignore_errors=True)
     for population, frame in frames.items():
         write_parquet(frame, out / TABLES[population])
+        table = tables[population]
+        Population.of(table.user_ids, table.scores).save(out / LOOKUP / population)
     if plan is not None:
         write_parquet(plan, out / ASSIGNMENTS)
     elif (out / ASSIGNMENTS).exists():
@@ -198,13 +242,12 @@ def load_campaign(path: str | os.PathLike) -> Campaign:
         raise DataError(f"{path / CONFIG} is not valid JSON: {exc}") from None
     populations = {}
     for population, name in TABLES.items():
-        if (path / name).is_file():
+        if (path / LOOKUP / population / "ids.npy").is_file():
+            populations[population] = Population.load(path / LOOKUP / population)
+        elif (path / name).is_file():  # a campaign built before the lookup existed
             table = read_budget_table(path / name)
             _check_table(population, table, config.levels)
-            scores = np.asarray(table.scores, dtype=np.float64)
-            ids = table.user_ids.astype(str)
-            populations[population] = Population(ids, scores, {key: i for i, key in enumerate(ids)},
-                                                 scores.mean(axis=0))
+            populations[population] = Population.of(table.user_ids, table.scores)
     if "customer" not in populations:
         raise DataError(f"{path} holds no {TABLES['customer']}")
     assignments = {}

@@ -44,7 +44,7 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
                                   currency_exponent=currency_exponent,
                                   pacing=Pacing(pacing_window, pacing_every, pacing_gain, pacing),
                                   model_version=model_version)
-        sizes = ", ".join(f"{len(p.ids):,} {name}s" for name, p in campaign.populations.items())
+        sizes = ", ".join(f"{len(p):,} {name}s" for name, p in campaign.populations.items())
         get_console().print(f"campaign {campaign.config.model_version} in {out}: {sizes}, levels "
                             f"{campaign.config.levels}, λ* {campaign.config.lam:.6g}, cap "
                             f"{campaign.config.cap:,.{campaign.config.currency_exponent}f}")

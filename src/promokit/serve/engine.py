@@ -31,8 +31,8 @@ class DecisionEngine:
     def curve(self, population: str, subject_id: str) -> tuple[np.ndarray, bool]:
         """The requester's f over the levels, and whether it is the population's mean (an unknown id)."""
         table = self.campaign.populations[population]
-        row = table.index.get(subject_id)
-        return (table.mean, True) if row is None else (table.scores[row], False)
+        row = table.row(subject_id)
+        return (table.mean, True) if row is None else (np.asarray(table.scores[row]), False)
 
     def propose(self, request_id: str, population: str, subject_id: str) -> tuple[DecisionRequest, bool]:
         """The decision to record, and whether the pacer asks for a re-solve.
