@@ -233,7 +233,6 @@ def _link_left(layout: GraphLayout, sizes: list[int], k: int) -> int:
     features = [c for c in edges.columns if c not in (NODE, "row", "bucket", WEIGHT)]
     write_parquet(pd.DataFrame({NODE: node[order], WEIGHT: edges[WEIGHT].to_numpy()[order],
                                 **{c: edges[c].to_numpy()[order] for c in features}}), folder / "edges.parquet")
-    (folder / "edges-in.parquet").unlink()
     return int((np.diff(graph.ptr) == 0).sum())
 
 
