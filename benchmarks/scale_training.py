@@ -41,7 +41,7 @@ Usage::
 
     .venv/bin/python benchmarks/scale_training.py                        # 10⁶ rows in 20 parts, 2 epochs
     .venv/bin/python benchmarks/scale_training.py --rows 40000 --parts 4 --epochs 1
-    .venv/bin/python benchmarks/scale_training.py --domain value --users 10000 --parts 8
+    .venv/bin/python benchmarks/scale_training.py --domain value --users 20000 --parts 8 --seeds 0,1,2
     .venv/bin/python benchmarks/scale_training.py --ddp-probe
 """
 
@@ -89,12 +89,12 @@ class Conversion:
         self.spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id")
         return f"{self.rows:,} training rows (+ {len(self.test):,} test rows)"
 
-    def fit(self, parts: Path, kind: str, engine: str | None, workers: int) -> dict:
+    def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
         from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
         from promokit.scale.parts import read_parts
         from promokit.scale.train import fit_parts
 
-        config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False)
+        config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
         model = ConversionModel("esm2", {} if kind == "sparse" else {"sparse": False}, config, self.spec)
         if engine is None:
             model.fit(read_parts(parts))
@@ -132,14 +132,14 @@ class Value:
         self.rows = delivery_split(self.tables)
         return f"{len(self.tables.deliveries):,} deliveries ({len(self.rows[0]):,} training, {len(self.rows[2]):,} test)"
 
-    def fit(self, parts: Path, kind: str, engine: str | None, workers: int) -> dict:
+    def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
         from promokit.scale.engine import make_engine
         from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
         from promokit.value.evaluate import evaluate
         from promokit.value.parts import train_parts
 
-        config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False)
+        config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
         model = ValueModel("esdpm-ncg", self.network, config)
         train, valid, test = self.rows
         if engine is None:
@@ -157,12 +157,12 @@ class Value:
 DOMAINS = {"conversion": Conversion, "value": Value}
 
 
-def run(domain, name: str, parts: Path, kind: str, engine: str | None, workers: int) -> dict:
+def run(domain, name: str, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
     started = time.perf_counter()
-    row = domain.fit(parts, kind, engine, workers)
+    row = domain.fit(parts, kind, engine, workers, seed)
     wall = time.perf_counter() - started
     speed = float(np.mean([e["samples_per_second"] for e in row.pop("history").epochs]))
-    row.update(run=name, workers=workers, wall=wall, speed=speed, per_worker=speed / workers)
+    row.update(run=name, workers=workers, seed=seed, wall=wall, speed=speed, per_worker=speed / workers)
     print(f"  {name}: {speed:,.0f} samples/s, {wall:.0f} s, "
           + ", ".join(f"{label} {row[key]:.4f}" for key, label in domain.metrics), flush=True)
     return row
@@ -272,7 +272,9 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=10_000, help="value: users of the world")
     parser.add_argument("--parts", type=int, default=None, help="parts (default: 20 conversion, 8 value)")
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the synthetic world's seed")
+    parser.add_argument("--seeds", default="0", help="training seeds: the first runs every way, the others (for the "
+                        "seed spread) the streaming loop in this process (= Ray Train × 1) and Ray Train × 2")
     parser.add_argument("--embedding", choices=("sparse", "dense", "both"), default="sparse")
     parser.add_argument("--ddp-probe", action="store_true", help="only the DDP × sparse embedding probe")
     args = parser.parse_args()
@@ -294,22 +296,33 @@ def main() -> None:
         import ray
 
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+        seeds = [int(s) for s in args.seeds.split(",")]
         for kind in domain.kinds:
             tag = "" if len(domain.kinds) == 1 else f" ({kind})"
-            rows.append(run(domain, f"local trainer{tag}", parts, kind, None, 1))
-            rows.append(run(domain, f"local, parts{tag}", parts, kind, "local", 1))
-            for workers in (1, 2):
-                rows.append(run(domain, f"ray × {workers}{tag}", parts, kind, "ray", workers))
+            for seed in seeds:
+                if seed == seeds[0]:
+                    rows.append(run(domain, f"local trainer{tag}", parts, kind, None, 1, seed))
+                rows.append(run(domain, f"local, parts{tag}", parts, kind, "local", 1, seed))
+                for workers in (1, 2) if seed == seeds[0] else (2,):
+                    rows.append(run(domain, f"ray × {workers}{tag}", parts, kind, "ray", workers, seed))
         ray.shutdown()
     print(f"\n{domain.title(n_parts)}, 2 cores, torch on 1 thread per process\n")
     print(f"uptime before: `{before}`  \nuptime after: `{uptime()}`\n")
     labels = [label for _, label in domain.metrics]
-    print("| run | workers | samples/s (training) | per worker | wall s (whole fit) | " + " | ".join(labels) + " |")
-    print("| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in labels) + " |")
+    print("| run | workers | seed | samples/s (training) | per worker | wall s (whole fit) | " + " | ".join(labels)
+          + " |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in labels) + " |")
     for r in rows:
-        print(f"| {r['run']} | {r['workers']} | {r['speed']:,.0f} | {r['per_worker']:,.0f} | {r['wall']:.0f} | "
-              + " | ".join(f"{r[key]:.4f}" for key, _ in domain.metrics) + " |")
-    first = {r["run"]: r for r in rows}
+        print(f"| {r['run']} | {r['workers']} | {r['seed']} | {r['speed']:,.0f} | {r['per_worker']:,.0f} | "
+              f"{r['wall']:.0f} | " + " | ".join(f"{r[key]:.4f}" for key, _ in domain.metrics) + " |")
+    if len(seeds) > 1:
+        print()
+        for name in ("local, parts", "ray × 2"):
+            for key, label in domain.metrics:
+                values = [r[key] for r in rows if r["run"].startswith(name)]
+                print(f"{name}, {label} over seeds {args.seeds}: mean {np.mean(values):.4f}, range "
+                      f"{min(values):.4f}–{max(values):.4f}")
+    first = {r["run"]: r for r in rows if r["seed"] == seeds[0]}
     for kind in domain.kinds:
         tag = "" if len(domain.kinds) == 1 else f" ({kind})"
         one, two, local = first[f"ray × 1{tag}"], first[f"ray × 2{tag}"], first[f"local trainer{tag}"]
