@@ -94,9 +94,9 @@ class DeliverySplit:
 
     By time: the deliveries at or after ``test_from`` test and those at or after ``valid_from`` (and before
     ``test_from``) validate — the boundary times :func:`~promokit.data.split.latest_split` finds, computed from the
-    parts' counts of each time (:meth:`by_time`). Random: the seeded permutation of all ``n`` deliveries, drawn
-    in full by every process that reads a part (8 bytes a delivery, once per process); a part's rows are its
-    slice of it, from its first delivery's position ``offset`` in the concatenation."""
+    parts' counts of each time (:meth:`by_time`). Random: the roles :func:`random_roles` gives all ``n``
+    deliveries, drawn by every process that reads a part (once: 8 bytes a delivery while drawing, 1 kept); a part's
+    rows are its slice of them, from its first delivery's position ``offset`` in the concatenation."""
 
     how: str
     test_from: object = None
