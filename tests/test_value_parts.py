@@ -176,11 +176,49 @@ def test_bad_parts_are_one_line_errors_naming_the_file(data, model_dir, tmp_path
     assert line.startswith("error: ") and str(folder / file) in line and message in line
 
 
-def test_a_graph_model_is_refused(data, model_dir, tmp_path):
-    graph_model = tmp_path / "esdpm"
-    shutil.copytree(model_dir, graph_model)
-    config = json.loads((graph_model / "config.json").read_text())
-    config["params"]["graph"] = True
-    (graph_model / "config.json").write_text(json.dumps(config))
-    result = _invoke("value", "predict", "--model", graph_model, "--data", data / "parts", "--out", tmp_path / "out")
-    assert result.exit_code == 2 and "reads the consumption graph" in result.output
+@pytest.fixture(scope="module")
+def graph_models(world, tmp_path_factory):
+    """ESDPM with the consumption graph (its GAT, §4.1.2) and the DNN-C/DNN-V configuration, whose two networks
+    each have a GNN."""
+    tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
+    root = tmp_path_factory.mktemp("graph-models")
+    for name, params in (("esdpm", {}), ("separate", {"bottom": "separate", "conv": "graph"})):
+        ValueModel("esdpm", {**SMALL, **params}, TrainConfig(epochs=1, batch_size=256, progress=False)).fit(tables) \
+            .save(root / name)
+    return root
+
+
+@pytest.mark.parametrize("name", ["esdpm", "separate"])
+def test_a_graph_model_scores_the_parts_as_the_whole_folder(data, graph_models, tmp_path, name):
+    """e_c over the payment graph in shards (merchants join users of different parts), then each part: the
+    one-folder ETV and per-delivery outputs."""
+    outs = {}
+    for folder in ("whole", "parts"):
+        outs[folder] = tmp_path / folder
+        result = _invoke("value", "predict", "--model", graph_models / name, "--data", data / folder, "--out",
+                         outs[folder])
+        assert result.exit_code == 0, result.output
+    for table, users_table, tolerance in (("scores", "users", 1e-6), ("deliveries", "deliveries", 1e-5)):
+        expected = _split(pd.read_parquet(outs["whole"] / f"{table}.parquet"), data, users_table)
+        got = [pd.read_parquet(outs["parts"] / table / f"part-{k:05d}.parquet") for k in range(len(PART_USERS))]
+        assert max(_largest_difference(g, e, table == "deliveries") for g, e in zip(got, expected)) <= tolerance
+    assert not (outs["parts"] / ".graph").exists()
+
+
+def test_a_graph_model_on_ray_equals_local(ray_cluster, data, graph_models, tmp_path):
+    for engine in ("local", "ray"):
+        result = _invoke("value", "predict", "--model", graph_models / "esdpm", "--data", data / "parts", "--out",
+                         tmp_path / engine, "--engine", engine, *(("--workers", 2) if engine == "ray" else ()))
+        assert result.exit_code == 0, result.output
+    for k in range(len(PART_USERS)):
+        pd.testing.assert_frame_equal(*(pd.read_parquet(tmp_path / e / "scores" / f"part-{k:05d}.parquet")
+                                        for e in ("local", "ray")))
+
+
+def test_a_graph_model_needs_the_payments(data, graph_models, tmp_path):
+    folder = tmp_path / "parts"
+    shutil.copytree(data / "parts", folder)
+    shutil.rmtree(folder / "consumption")
+    result = _invoke("value", "predict", "--model", graph_models / "esdpm", "--data", folder, "--out", tmp_path / "o")
+    assert result.exit_code == 2 and "reads the consumption graph: give the consumption/ parts" in \
+        " ".join(result.output.split())

@@ -76,9 +76,9 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
 
 
 def _part_tables(data, estimator):
-    from promokit.value.parts import _parts, _read_part
+    from promokit.value.parts import _parts, read_part_tables
 
-    return [_read_part(part, estimator.specs, labels=True) for part in _parts(table_paths(data / "parts"))]
+    return [read_part_tables(part, estimator.specs, labels=True) for part in _parts(table_paths(data / "parts"))]
 
 
 def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):

@@ -119,23 +119,27 @@ class ShardGraph:
                        list(zip(data["shards"].tolist(), rows)))
 
 
-def prepare(engine, read_left: Callable, read_right: Callable, layout: GraphLayout) -> dict:
+def prepare(engine, read_left: Callable, read_right: Callable | None, layout: GraphLayout) -> dict:
     """The four maps of the module docstring on ``engine``. ``read_left(k)`` returns part k's left nodes and its
     edges (columns ``node``: the left node's row in the part, ``right_key``, ``weight`` and edge features, validated
-    by the domain); ``read_right(q)`` returns part q's right nodes (with the ``layout.right_key`` column). Returns
-    the node and edge counts and the nodes without edges, per side."""
+    by the domain); ``read_right(q)`` returns part q's right nodes (with the ``layout.right_key`` column). Without
+    right parts (``layout.right`` empty, ``read_right`` None) the right nodes are the keys the edges name, as when a
+    payment log is the only table of merchants. Returns the node and edge counts and the nodes without edges, per
+    side."""
     Path(layout.scratch).mkdir(parents=True, exist_ok=True)
     left = engine.map(partial(_route_left, read_left, layout), range(len(layout.left)), label="routing edges")
-    right = engine.map(partial(_route_right, read_right, layout), range(len(layout.right)),
-                       label="routing right nodes")
-    for paths, rows in ((layout.left, sum(n for n, _ in left)), (layout.right, sum(right))):
-        if not rows:
-            raise DataError(f"{Path(paths[0]).parent}: the table has no rows in its {len(paths)} parts")
+    if not sum(n for n, _ in left):
+        raise DataError(f"{Path(layout.left[0]).parent}: the table has no rows in its {len(layout.left)} parts")
+    if layout.right:
+        right = engine.map(partial(_route_right, read_right, layout), range(len(layout.right)),
+                           label="routing right nodes")
+        if not sum(right):
+            raise DataError(f"{Path(layout.right[0]).parent}: the table has no rows in its {len(layout.right)} parts")
     joined = engine.map(partial(_join_bucket, layout), range(layout.buckets), label="joining edges")
     isolated = engine.map(partial(_link_left, layout, [n for n, _ in left]), range(len(layout.left)),
                           label="linking left parts")
-    return {"left": sum(n for n, _ in left), "right": sum(right), "edges": sum(e for _, e in left),
-            "isolated_left": sum(isolated), "isolated_right": sum(joined)}
+    return {"left": sum(n for n, _ in left), "right": sum(n for n, _ in joined), "edges": sum(e for _, e in left),
+            "isolated_left": sum(isolated), "isolated_right": sum(i for _, i in joined)}
 
 
 def bucket_count(right_rows: int, edges: int) -> int:
@@ -182,11 +186,15 @@ def _pieces(layout: GraphLayout, kind: str, b: int, sources: int) -> pd.DataFram
     return pd.concat(filled, ignore_index=True) if filled else frames[0]
 
 
-def _join_bucket(layout: GraphLayout, b: int) -> int:
+def _join_bucket(layout: GraphLayout, b: int) -> tuple[int, int]:
     """Bucket ``b``: its right nodes, its edges joined to them, its graph and each left part's links; returns its
-    right nodes without edges."""
+    right nodes, and those without edges."""
     key = layout.right_key
-    nodes = _pieces(layout, "nodes", b, len(layout.right))
+    edges = _pieces(layout, "edges", b, len(layout.left))
+    if layout.right:
+        nodes = _pieces(layout, "nodes", b, len(layout.right))
+    else:  # the keys the edges name, sorted
+        nodes = pd.DataFrame({key: np.unique(canonical(edges["right_key"]).to_numpy())})
     keys = canonical(nodes[key])
     twice = keys.duplicated(keep=False).to_numpy()
     if twice.any():
@@ -194,7 +202,6 @@ def _join_bucket(layout: GraphLayout, b: int) -> int:
         raise DataError(f"{key} {nodes[key].iloc[first]!r} is in {layout.right[nodes[PART].iloc[first]]} (row "
                         f"{nodes[ROW].iloc[first]}) and {layout.right[nodes[PART].iloc[second]]} (row "
                         f"{nodes[ROW].iloc[second]}): each {key} must be in one row")
-    edges = _pieces(layout, "edges", b, len(layout.left))
     folder = layout.folder(Shard(RIGHT, b))
     position = pd.Index(keys).get_indexer(canonical(edges["right_key"]))
     unknown = position < 0
@@ -214,7 +221,7 @@ def _join_bucket(layout: GraphLayout, b: int) -> int:
     write_parquet(pd.DataFrame({NODE: position[order], WEIGHT: in_csr[WEIGHT].to_numpy(),
                                 **{c: in_csr[c].to_numpy() for c in features}}), folder / "edges.parquet")
     write_parquet(nodes.drop(columns="_source", errors="ignore"), folder / "nodes.parquet")
-    return int((np.diff(graph.ptr) == 0).sum())
+    return len(nodes), int((np.diff(graph.ptr) == 0).sum())
 
 
 def _link_left(layout: GraphLayout, sizes: list[int], k: int) -> int:

@@ -310,6 +310,14 @@ class ValueModel:
         self.net.attach(self.encoders.nodes(tables))
         self._attached = tables
 
+    def use_consumption_states(self, tables: ValueTables, states: list[torch.Tensor]) -> None:
+        """Score ``tables`` — a part of a dataset whose payment graph it holds only a part of — with its users' e_c
+        given: ``states``, one per GNN of the network, a row per user of ``tables``, computed over the whole graph
+        (:mod:`promokit.value.consumption`)."""
+        self._attach(tables)
+        for encoder, users in zip([e for e in self.net.encoders if e.graph], states, strict=True):
+            encoder.use_states(users)
+
     def _check_fitted(self) -> None:
         if self.net is None:
             raise RuntimeError("the model is not fitted: call fit() or ValueModel.load()")

@@ -191,11 +191,13 @@ def _graph_frames(tables: ValueTables) -> tuple[pd.DataFrame, pd.DataFrame, np.n
     edges = tables.consumption
     merchant_names, merchant = np.unique(edges[MERCHANT].to_numpy(dtype=str), return_inverse=True)
     amount = edges[AMOUNT].to_numpy(dtype=np.float64)
-    return (_structure(edges["user"].to_numpy(), amount, len(tables.users)),
-            _structure(merchant, amount, len(merchant_names)), merchant_names)
+    return (payment_structure(edges["user"].to_numpy(), amount, len(tables.users)),
+            payment_structure(merchant, amount, len(merchant_names)), merchant_names)
 
 
-def _structure(node: np.ndarray, amount: np.ndarray, n: int) -> pd.DataFrame:
+def payment_structure(node: np.ndarray, amount: np.ndarray, n: int) -> pd.DataFrame:
+    """Of nodes ``0 … n − 1`` paying or paid ``amount`` on the edges naming them ``node``: log(1 + payments),
+    log(1 + total amount) and the mean log(1 + amount)."""
     payments = np.bincount(node, minlength=n).astype(np.float64)
     total = np.bincount(node, weights=amount, minlength=n)
     log_sum = np.bincount(node, weights=np.log1p(amount), minlength=n)

@@ -37,8 +37,10 @@ Train (:func:`train_parts`; the training deliveries are the examples):
    the fitted encoders (:class:`DeliveryRows`); each delivery carries its user's and fund's features, since a batch
    mixes parts. In this process with the local engine, data-parallel on Ray Train with ``--engine ray``.
 
-A model that reads the consumption graph (``esdpm``) is refused by both: a merchant joins users of different parts,
-so a part alone does not hold its users' graph neighbourhoods.
+A model that reads the consumption graph (``esdpm``) needs every user's e_c, and a merchant joins users of different
+parts: predict first computes e_c over the whole payment graph in shards (:mod:`promokit.value.consumption`), then
+scores each part with its users' e_c given. Training such a model over parts (neighbourhoods sampled across parts)
+is refused.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ import pandas as pd
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
-from promokit.data.spec import require_columns
+from promokit.data.spec import FeatureSpec, require_columns
+from promokit.scale import graph
 from promokit.scale.batch import PartScore, part_score
 from promokit.scale.keys import check_unique_keys
 from promokit.scale.parts import list_parts, naming, part_name, read_part, write_part
@@ -119,15 +122,27 @@ def predict_parts(model: Path, paths: dict[str, Path], out: Path, engine, at, co
     from promokit.value.estimator import ValueModel
 
     config = read_model_config(model, "value")
-    if config["params"]["graph"]:
-        raise DataError(f"{model}: model {config['model']!r} reads the consumption graph, whose merchants join users "
-                        f"of different parts, so a part cannot be scored alone; score the tables as one folder, or "
-                        f"train a model without the graph (esdpm-ncg)")
     parts = _parts(paths, out)
     check_unique_keys([p.files["users"] for p in parts], USER, out / ".user-keys", map_parts=engine.map)
     times = engine.map(_times, parts, label="reading delivery times")
-    score = partial(_score_part, _when(paths["deliveries"], parts, times, at), _contexts(parts, times, contexts))
-    values = engine.map(score, parts, setup=partial(ValueModel.load, model), label="scoring parts")
+    load = partial(ValueModel.load, model)  # one setup for every map: each worker loads the model once
+    layout = None
+    try:
+        if config["params"]["graph"]:
+            from promokit.value.consumption import consumption_states
+
+            if "consumption" not in paths:
+                raise DataError(f"{model}: model {config['model']!r} reads the consumption graph: give the "
+                                "consumption/ parts")
+            specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
+            layout = consumption_states(parts, specs, len(config["params"]["fanouts"]), out, engine, load)
+        score = partial(_score_part, _when(paths["deliveries"], parts, times, at), _contexts(parts, times, contexts),
+                        layout)
+        values = engine.map(score, parts, setup=load, label="scoring parts")
+    finally:
+        engine.release()
+        if layout is not None:
+            graph.remove(layout)
     for folder in OUTPUTS:  # parts an earlier run with more input parts left there
         for stale in set((out / folder).glob("part-*.parquet")) - {out / folder / part_name(p.index) for p in parts}:
             stale.unlink()
@@ -203,9 +218,14 @@ def _contexts(parts: list[ValuePart], times: list[PartTimes], contexts: int) -> 
                      ignore_index=True)
 
 
-def _score_part(when, context: pd.DataFrame, model: ValueModel, part: ValuePart) -> PartValues:
-    """Validate and score one part at time ``when`` in the ``context`` rows; write its output parts."""
-    tables = _read_part(part, model.specs)
+def _score_part(when, context: pd.DataFrame, layout, model: ValueModel, part: ValuePart) -> PartValues:
+    """Validate and score one part at time ``when`` in the ``context`` rows (with its users' e_c from ``layout``
+    when the model reads the consumption graph); write its output parts."""
+    tables = read_part_tables(part, model.specs)
+    if layout is not None:
+        from promokit.value.consumption import part_states
+
+        model.use_consumption_states(tables, part_states(layout, model, part.index))
     scores = model.score_table(tables, when, context_rows=context)
     deliveries = model.predict_with_keys(tables)
     for folder, frame in zip(OUTPUTS, (scores, deliveries)):
@@ -213,7 +233,7 @@ def _score_part(when, context: pd.DataFrame, model: ValueModel, part: ValuePart)
     return score_stats(scores, len(deliveries))
 
 
-def _read_part(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False) -> ValueTables:
+def read_part_tables(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False) -> ValueTables:
     """A part's tables, validated (with the labels when ``labels``; the features of ``specs``, else inferred); an
     error names the file of the table it is about."""
     frames = {name: read_part(path) for name, path in part.files.items()}  # a read error names the file
@@ -277,7 +297,7 @@ class DeliveryRows:
         """The tensors of rows ``start:stop`` of this role's deliveries of part ``index``, each carrying its user's
         and fund's features (a batch mixes parts)."""
         index, start, stop = segment
-        tables = _read_part(self.parts[index], self.specs, labels=True, repair=self.repair)
+        tables = read_part_tables(self.parts[index], self.specs, labels=True, repair=self.repair)
         roles = self.split.roles(tables.time, self.offsets[index])
         return estimator.encoders.rows(tables, np.flatnonzero(roles == self.role)[start:stop], carry_nodes=True)
 
@@ -359,7 +379,7 @@ def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool) 
     from promokit.scale.train import classify_integers
 
     first = next(k for k, scan in enumerate(scans) if scan.rows)
-    tables = _read_part(parts[first], None, labels=True, repair=repair)
+    tables = read_part_tables(parts[first], None, labels=True, repair=repair)
     specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
     for name, frame in (("context", tables.deliveries), ("users", tables.users)):
         specs[name] = classify_integers(specs[name], [scan.levels[name] for scan in scans], list(frame.columns))
@@ -371,7 +391,7 @@ def _count(specs: dict, rule: DeliverySplit, offsets: tuple[int, ...], repair: b
     from promokit.value.estimator import TRAIN, ValueModel
     from promokit.value.inputs import InputEncoders
 
-    tables = _read_part(part, specs, labels=True, repair=repair)
+    tables = read_part_tables(part, specs, labels=True, repair=repair)
     roles = rule.roles(tables.time, offsets[part.index])
     return PartCount(InputEncoders.count(tables, np.flatnonzero(roles == TRAIN)),
                      ValueModel.label_counts(tables, roles), tables.counts)

@@ -53,13 +53,19 @@ class DeliveryEncoder(nn.Module):
             self.output_dim += width
         self.inputs: NodeInputs | None = None
         self._states: NodeStates | None = None
+        self._given: Tensor | None = None  # users' e_c computed elsewhere (use_states)
 
     def attach(self, inputs: NodeInputs) -> DeliveryEncoder:
         """Use these node inputs (the users, funds and graph of the tables being trained on or scored)."""
         if self.graph and inputs.graph is None:
             raise ValueError("this model reads the consumption graph; give the consumption table")
-        self.inputs, self._states = inputs, None
+        self.inputs, self._states, self._given = inputs, None, None
         return self
+
+    def use_states(self, users: Tensor) -> None:
+        """Take the attached users' e_c as given (one row each, in the attached users' order), computed over a
+        graph no part holds whole (:mod:`promokit.value.parts`), instead of from the attached graph."""
+        self._given = users
 
     def train(self, mode: bool = True) -> DeliveryEncoder:
         self._states = None  # evaluation states are stale once the weights move
@@ -77,13 +83,20 @@ class DeliveryEncoder(nn.Module):
         return self.node_features(node, batch[node])
 
     def _node_features(self, users: Tensor, merchants: Tensor) -> tuple[Tensor, Tensor]:
-        x_users = torch.cat([self.user(self.node_features("user", users)), self.inputs.user_structure[users]], dim=1)
-        x_merchants = torch.cat([self.merchant(self.inputs.merchant_code[merchants]),
-                                 self.inputs.merchant_structure[merchants]], dim=1)
-        return x_users, x_merchants
+        return (self.graph_input("user", self.node_features("user", users), self.inputs.user_structure[users]),
+                self.graph_input("merchant", self.inputs.merchant_code[merchants],
+                                 self.inputs.merchant_structure[merchants]))
+
+    def graph_input(self, side: str, features, structure: Tensor) -> Tensor:
+        """x of nodes entering the GNN: users' feature embedding (``features``: ``cat``, ``num``), or merchants'
+        id embedding (``features``: their codes), with their payment structure."""
+        embedded = self.user(features) if side == "user" else self.merchant(features)
+        return torch.cat([embedded, structure], dim=1)
 
     def _consumption(self, users: Tensor) -> Tensor:
         if not self.training:
+            if self._given is not None:
+                return self._given[users]
             if self._states is None:
                 with torch.no_grad():
                     graph = self.inputs.graph
