@@ -62,6 +62,7 @@ from promokit.allocation.budget import (
 from promokit.allocation.tables import AUTO, DEFAULT_PREFIX, LEVEL, SCORE, USER, VALUE, BudgetTable, read_budget_table
 from promokit.data.errors import DataError
 from promokit.data.io import write_parquet
+from promokit.data.parts import parquet_rows
 
 MapParts = Callable[[Callable, Iterable], Iterable]
 
@@ -247,17 +248,9 @@ def _choose_part(task):
 def _read_part(path: str, layout: str, prefix: str, levels: tuple[float, ...], stamp) -> BudgetTable:
     """A part's table (``stamp``: the file's mtime and size, so a rewritten file is read again); a Parquet part
     without rows is an empty table over ``levels``."""
-    if stamp is not None and Path(path).suffix.lower() in (".parquet", ".pq") and _parquet_rows(path) == 0:
+    if stamp is not None and Path(path).suffix.lower() in (".parquet", ".pq") and parquet_rows(path) == 0:
         frame = pd.read_parquet(path)
         user_ids = frame[USER].to_numpy() if USER in frame else np.empty(0, object)
         return BudgetTable(user_ids, np.asarray(levels, np.float64), np.empty((0, len(levels))), None, None, layout)
     return read_budget_table(path, layout, prefix)
 
-
-def _parquet_rows(path: str) -> int | None:
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_metadata(path).num_rows
-    except (OSError, ValueError):  # not readable as Parquet (pyarrow's errors are both): read_budget_table says why
-        return None

@@ -64,6 +64,7 @@ from promokit.allocation.tables import (AUTO, DEFAULT_PREFIX, FUND, RISK, SCORE,
                                         read_quota_table)
 from promokit.data.errors import DataError
 from promokit.data.io import write_parquet
+from promokit.data.parts import parquet_rows
 
 MapParts = Callable[[Callable, Iterable], Iterable]
 HISTOGRAM_BINS = 2048  # gap histogram bins per pass: the threshold's bin holds about N / 2048 users
@@ -92,7 +93,7 @@ class QuotaPart:
     out: str | None = None
 
     def table(self) -> QuotaTable:
-        if Path(self.path).suffix.lower() in (".parquet", ".pq") and _parquet_rows(self.path) == 0:
+        if Path(self.path).suffix.lower() in (".parquet", ".pq") and parquet_rows(self.path) == 0:
             frame = pd.read_parquet(self.path)
             user_ids = frame[USER].to_numpy() if USER in frame else np.empty(0, object)
             return QuotaTable(user_ids, list(self.funds), np.empty((0, len(self.funds))), np.empty(0, np.int64))
@@ -614,11 +615,3 @@ def _finish_part(task) -> _Finished:
 def _objective(masked: np.ndarray, assignment: np.ndarray) -> float:
     return float(np.take_along_axis(masked, assignment[:, None], axis=1).sum())
 
-
-def _parquet_rows(path: str) -> int | None:
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_metadata(path).num_rows
-    except (OSError, ValueError):  # not readable as Parquet (pyarrow's errors are both): read_quota_table says why
-        return None
