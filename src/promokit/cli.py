@@ -8,6 +8,7 @@ from promokit.allocation.cli import app as allocate_app
 from promokit.campaign.cli import demo as campaign_demo
 from promokit.conversion.cli import app as conversion_app
 from promokit.incentive.cli import app as incentive_app
+from promokit.policy.cli import app as policy_app
 from promokit.serve.cli import campaign_app, serve
 from promokit.value.cli import app as value_app
 from promokit.voucher.cli import app as voucher_app
@@ -19,6 +20,7 @@ app.add_typer(allocate_app, name="allocate")
 app.add_typer(voucher_app, name="voucher")
 app.add_typer(incentive_app, name="incentive")
 app.add_typer(value_app, name="value")
+app.add_typer(policy_app, name="policy")
 campaign_app.command("demo")(campaign_demo)
 app.add_typer(campaign_app, name="campaign")
 app.command("serve")(serve)
