@@ -1,0 +1,204 @@
+"""``policy evaluate``: every plan's estimates on one log, by every estimator, with paired bootstrap intervals and
+each plan's difference from a reference plan; the diagnostics that say when to trust them.
+
+The estimates are means per subject of the log's outcomes (:mod:`promokit.policy.estimators`); a plan's total is
+its mean times the subjects it decides. For an incentive log the spend per response (the budget form of eq. 16)
+comes with its own interval, from the same replicates. Every plan is judged on the same bootstrap replicates of
+the log's subjects, so a difference from the reference is paired: its interval is that of the difference, not of
+two independent estimates.
+
+Diagnostics per plan: the effective sample size of its importance weights (Kish's), the share of the log's rows
+whose logged action the plan would take, and the share of the plan's choices the log supports (actions the
+logging policy gave positive probability; with only logged propensities, actions the log holds at all). A plan
+whose choices the log does not support is judged there by the model alone (DM and DR), or not at all (IPS, SNIPS
+count those choices as nothing): that is stated, as is an effective sample size too small to trust.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError
+from promokit.policy.estimators import COLUMNS, Terms, bootstrap_sums, effective_sample_size, from_sums, interval
+from promokit.policy.log import INCENTIVE, Log
+from promokit.policy.plans import Plan, on_actions
+
+#: an effective sample size below this share of the log (or below MIN_ESS) is a stated warning
+THIN_SHARE, MIN_ESS = 0.01, 30.0
+#: a plan the log supports on less than this share of its choices is a stated warning
+SUPPORTED = 0.99
+
+
+@dataclass
+class Estimate:
+    value: float
+    low: float
+    high: float
+
+    def to_dict(self) -> dict:
+        return {"estimate": self.value, "low": self.low, "high": self.high}
+
+
+@dataclass
+class PlanResult:
+    """One plan's estimates (outcome → estimator → mean per subject), totals, ratio and diagnostics."""
+
+    name: str
+    subjects: int
+    means: dict[str, dict[str, Estimate]]
+    totals: dict[str, dict[str, Estimate]]
+    ratio: dict[str, Estimate]
+    diagnostics: dict
+    differences: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # vs the reference
+    relative: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Evaluation:
+    log: Log
+    reference: PlanResult
+    plans: list[PlanResult]
+    replicates: int
+    seed: int
+    clip: float | None
+    notes: list[str]
+
+
+def predicted_outcomes(log: Log, scores: np.ndarray, score_actions: np.ndarray, actions: np.ndarray
+                       ) -> dict[str, np.ndarray]:
+    """q̂ of each outcome over ``actions`` from a score table's rows aligned with the log (``scores``, over
+    ``score_actions``): an incentive table's response probabilities give ``responses`` and, times the level,
+    ``spend``; a value table's ETV gives ``amount`` (the conversions have no model: IPS and SNIPS only)."""
+    missing = np.setdiff1d(actions, score_actions)
+    if len(missing):
+        raise DataError(f"the score table has no column for the action(s) {missing.tolist()}, which the log or a "
+                        f"plan holds; its actions are {score_actions.tolist()}")
+    q = scores[:, np.searchsorted(score_actions, actions)]
+    if log.kind == INCENTIVE:
+        return {"responses": q, "spend": q * actions[None, :].astype(np.float64)}
+    return {"amount": q}
+
+
+def evaluate(log: Log, plans: list[Plan], reference: Plan, predicted: dict[str, np.ndarray] | None = None,
+             clip: float | None = None, replicates: int = 500, seed: int = 0, population: int | None = None
+             ) -> Evaluation:
+    """Judge ``plans`` and ``reference`` on ``log`` (their probabilities over the log's rows), ``predicted`` the
+    model's q̂ per outcome over the union of the actions (:func:`predicted_outcomes`)."""
+    if replicates < 2:
+        raise DataError(f"--bootstrap must be at least 2, got {replicates}")
+    if clip is not None and not clip > 0:
+        raise DataError(f"--clip must be a weight above 0, got {clip}")
+    actions = union_of_actions(log, [reference, *plans])
+    action = np.searchsorted(actions, log.labels)
+    everything = [reference, *plans]
+    terms = {(p.name, o): _terms(p, log, actions, action, o, (predicted or {}).get(o), clip)
+             for p in everything for o in log.outcomes}
+    blocks = list(terms)
+    matrix = np.hstack([terms[b].matrix() for b in blocks])
+    sums = matrix.sum(axis=0)
+    replicated = bootstrap_sums(matrix, replicates, seed, log.subjects)
+    width = len(COLUMNS)
+
+    def series(block, estimator):
+        j = blocks.index(block) * width
+        return (float(from_sums(sums[j:j + width], estimator)),
+                from_sums(replicated[:, j:j + width], estimator))
+
+    # the reference's totals count the subjects the plans decide, so that totals compare
+    counted = population or max([p.subjects for p in plans], default=reference.subjects)
+    results = [_result(p, log, terms, series, actions, action, population or (counted if p is reference else None))
+               for p in everything]
+    ref = results[0]
+    for plan, result in zip(plans, results[1:]):
+        _compare(result, ref, plan, series, log)
+    return Evaluation(log, ref, results[1:], replicates, seed, clip, list(log.notes))
+
+
+def union_of_actions(log: Log, plans: list[Plan]) -> np.ndarray:
+    return np.unique(np.concatenate([log.actions, *[p.actions for p in plans]]))
+
+
+def _terms(plan: Plan, log: Log, actions: np.ndarray, action: np.ndarray, outcome: str,
+           predicted: np.ndarray | None, clip: float | None) -> Terms:
+    y = log.outcomes[outcome]
+    if plan.logging:  # the log's own policy: its value is the observed mean, every estimator alike
+        return Terms(y, np.ones_like(y), y, np.zeros_like(y))
+    return Terms.of(on_actions(plan, actions), action, log.propensity, y, predicted, clip)
+
+
+def _result(plan: Plan, log: Log, terms: dict, series, actions, action, population: int | None) -> PlanResult:
+    subjects = population or plan.subjects
+    means, totals = {}, {}
+    for outcome in log.outcomes:
+        block = (plan.name, outcome)
+        means[outcome], totals[outcome] = {}, {}
+        for estimator in terms[block].estimators:
+            point, draws = series(block, estimator)
+            means[outcome][estimator] = Estimate(point, *interval(draws))
+            totals[outcome][estimator] = Estimate(point * subjects, *(x * subjects for x in interval(draws)))
+    ratio = {}
+    if log.kind == INCENTIVE:
+        for estimator in terms[(plan.name, "responses")].estimators:
+            spend, spend_draws = series((plan.name, "spend"), estimator)
+            responses, response_draws = series((plan.name, "responses"), estimator)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio[estimator] = Estimate(spend / responses if responses else float("nan"),
+                                            *interval(spend_draws / response_draws))
+    result = PlanResult(plan.name, subjects, means, totals, ratio, {})
+    if not plan.logging:
+        result.diagnostics, result.warnings = _diagnostics(plan, log, terms[(plan.name, next(iter(log.outcomes)))],
+                                                           actions)
+    return result
+
+
+def _diagnostics(plan: Plan, log: Log, terms: Terms, actions: np.ndarray) -> tuple[dict, list[str]]:
+    probabilities = on_actions(plan, actions)
+    if log.logging is not None:
+        logged = np.zeros_like(probabilities)
+        logged[:, np.searchsorted(actions, log.actions)] = log.logging
+        supported = float((probabilities * (logged > 0)).sum(axis=1).mean())
+        basis = "actions the logging policy gave each subject"
+    else:
+        supported = float(probabilities[:, np.isin(actions, log.actions)].sum(axis=1).mean())
+        basis = "actions the log holds"
+    n = len(log)
+    ess = effective_sample_size(terms.w)
+    matched = int((terms.w > 0).sum())
+    diagnostics = {"rows": n, "effective_sample_size": ess, "effective_share": ess / n, "matched_rows": matched,
+                   "supported_share": supported, "max_weight": float(terms.w.max(initial=0.0))}
+    warnings = []
+    if supported < SUPPORTED:
+        warnings.append(f"{plan.name}: {1 - supported:.1%} of its choices are not among the {basis}: IPS and SNIPS "
+                        "count them as nothing, DM and DR rest on the model there")
+    if ess < max(MIN_ESS, THIN_SHARE * n):
+        warnings.append(f"{plan.name}: effective sample size {ess:,.1f} of {n:,} rows ({matched:,} rows whose logged "
+                        "action it would take): too few to trust IPS, SNIPS or DR; widen the exploration or compare "
+                        "plans that differ less")
+    return diagnostics, warnings
+
+
+def _compare(result: PlanResult, ref: PlanResult, plan: Plan, series, log: Log) -> None:
+    """The plan minus the reference, per outcome and estimator they share, on the same replicates."""
+    for outcome in log.outcomes:
+        result.differences[outcome], result.relative[outcome] = {}, {}
+        for estimator in result.means[outcome]:
+            mine, my_draws = series((plan.name, outcome), estimator)
+            theirs, their_draws = series((ref.name, outcome), estimator)
+            result.differences[outcome][estimator] = Estimate(mine - theirs, *interval(my_draws - their_draws))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                result.relative[outcome][estimator] = Estimate(mine / theirs - 1 if theirs else float("nan"),
+                                                               *interval(my_draws / their_draws - 1))
+
+
+def align_scores(log: Log, ids: np.ndarray, source: str) -> np.ndarray:
+    """The rows of a score table (its ``ids``) of each log subject; a subject it lacks is an error."""
+    at = pd.Index(np.asarray(ids).astype(str)).get_indexer(log.ids)
+    missing = at < 0
+    if missing.any():
+        raise DataError(f"{source}: {int(missing.sum())} of the log's {len(log):,} subjects have no scores, e.g. "
+                        f"{log.key} {log.ids[missing][0]!r}")
+    return at

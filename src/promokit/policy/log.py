@@ -1,0 +1,231 @@
+"""A randomized log in a domain contract, with the logging policy's propensity of every logged action.
+
+Two contracts, told apart by their columns:
+
+- **incentive** (`incentive` customers or merchants, or `campaign export`): ``customer_id`` or ``merchant_id``,
+  ``level`` (the value offered: the action), ``redeemed`` (0/1) and optionally ``paid`` (money paid; else the
+  face value ``level`` when redeemed). Outcomes: ``responses`` (redeemed) and ``spend``.
+- **value** (`value` deliveries): ``user_id``, ``fund`` (the action), ``convert`` (0/1) and ``amount`` (≥ 0).
+  Outcomes: ``conversions`` and ``amount`` (the transaction value).
+
+An incentive log holds one row (one decision) per subject; a value log one row per delivery, a user on several
+rows (its outcomes are per delivery, and the bootstrap resamples users, each with all its rows). The logging
+propensity p_i = π₀(a_i | x_i) of each logged action comes from
+
+- a column (``--propensity COL``): numbers in (0, 1];
+- the design (``--design uniform``: uniform over the actions the log holds; ``--design bucket:COL``: uniform,
+  within each value of the bucket column, over the actions logged in that bucket, as the joint-incentive paper
+  randomizes customers into buckets of values); or
+- an estimate (``--estimate-propensity COLS``): a multinomial logistic regression of the logged action on those
+  columns (scikit-learn), whose fitted probabilities are π₀ for every action. The intervals then leave out the
+  estimate's own error.
+
+A design and an estimate give π₀ for every action, not only the logged one, which tells how much of a plan the
+log supports. A log that holds a propensity column as well as a design is checked against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError, example_row
+from promokit.data.spec import require_columns
+
+INCENTIVE, VALUE = "incentive", "value"
+#: contract → (action column, outcome columns)
+CONTRACTS = {INCENTIVE: ("level", ("responses", "spend")), VALUE: ("fund", ("conversions", "amount"))}
+PROPENSITY = "propensity"
+DESIGNS = ("uniform", "bucket:COL")
+
+
+@dataclass
+class Log:
+    """A validated log: subject ``ids`` (text), each row's action ``labels`` among ``actions`` (sorted), its
+    ``outcomes`` by name, the ``propensity`` of its action and, when the design or an estimate gives it, the
+    logging policy over every action (``logging``, rows × actions). ``population`` is ``customer`` or
+    ``merchant`` for an incentive log."""
+
+    kind: str
+    key: str
+    ids: np.ndarray
+    labels: np.ndarray
+    actions: np.ndarray
+    outcomes: dict[str, np.ndarray]
+    propensity: np.ndarray
+    logging: np.ndarray | None = None
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def subjects(self) -> np.ndarray:
+        """Each row's subject as an index 0 … (distinct subjects − 1): the unit the bootstrap resamples."""
+        return np.unique(self.ids, return_inverse=True)[1]
+
+    @property
+    def population(self) -> str | None:
+        return {"customer_id": "customer", "merchant_id": "merchant"}.get(self.key)
+
+    def rows(self, keep: np.ndarray) -> Log:
+        """The log restricted to the rows ``keep`` (a boolean mask)."""
+        return replace(self, ids=self.ids[keep], labels=self.labels[keep],
+                       outcomes={k: v[keep] for k, v in self.outcomes.items()}, propensity=self.propensity[keep],
+                       logging=None if self.logging is None else self.logging[keep], notes=list(self.notes))
+
+
+def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = None, design: str | None = None,
+             estimate: list[str] | None = None) -> Log:
+    """Validate ``frame`` as a log (module docstring) and find its propensities; every breach is a one-line
+    :class:`DataError` naming the column, the count and an example row."""
+    if len(frame) == 0:
+        raise DataError(f"{source}: the log has no rows")
+    if estimate and (propensity or design):
+        raise DataError("--estimate-propensity estimates the logging policy: give it without --propensity or --design")
+    frame = frame.reset_index(drop=True)
+    kind, key = _contract(frame, source)
+    action_column, _ = CONTRACTS[kind]
+    ids = _ids(frame, key, source, unique=kind == INCENTIVE)
+    labels = _actions(frame, action_column, kind, source)
+    actions = np.unique(labels)
+    log = Log(kind, key, ids, labels, actions, _outcomes(frame, kind, source), np.ones(len(frame)), source=source)
+    if estimate:
+        log.logging = _estimated(frame, labels, actions, estimate, source)
+    elif design is not None:
+        log.logging = _designed(frame, labels, actions, design, source)
+    if log.logging is not None:
+        log.propensity = log.logging[np.arange(len(frame)), np.searchsorted(actions, labels)]
+    column = propensity or (PROPENSITY if PROPENSITY in frame.columns and not estimate else None)
+    if column is not None:
+        given = _propensities(frame, column, source)
+        if design is not None:
+            _agree(frame, given, log.propensity, column, design, source)
+        else:
+            log.propensity = given
+            if propensity is None:
+                log.notes.append(f"the logging propensities are the log's {PROPENSITY!r} column")
+    elif log.logging is None:
+        raise DataError(f"{source}: no logging propensity: give --propensity COL (a column of the log), --design "
+                        f"uniform|bucket:COL or --estimate-propensity COLS")
+    return log
+
+
+def _contract(frame: pd.DataFrame, source: str) -> tuple[str, str]:
+    if "fund" in frame.columns:
+        return VALUE, "user_id"
+    if "level" not in frame.columns:
+        raise DataError(f"{source}: a log needs 'level' (an incentive log) or 'fund' (a value log) as its action "
+                        f"column; columns are {list(frame.columns)[:12]}")
+    keys = [k for k in ("customer_id", "merchant_id") if k in frame.columns]
+    if len(keys) != 1:
+        raise DataError(f"{source}: an incentive log names its subjects by exactly one of 'customer_id' and "
+                        f"'merchant_id'; it has {keys or 'neither'}")
+    return INCENTIVE, keys[0]
+
+
+def _ids(frame: pd.DataFrame, key: str, source: str, unique: bool) -> np.ndarray:
+    require_columns(frame, [key], source)
+    missing = frame[key].isna().to_numpy()
+    if missing.any():
+        raise DataError(f"{source}: column {key!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
+                        f"e.g. {example_row(frame, missing, [key])}")
+    ids = frame[key].astype(str).to_numpy()
+    repeated = pd.Series(ids).duplicated().to_numpy()
+    if unique and repeated.any():
+        raise DataError(f"{source}: {int(repeated.sum())} repeated {key} values in {len(frame)} rows, e.g. "
+                        f"{example_row(frame, repeated, [key])}; a log holds one decision per subject")
+    return ids
+
+
+def _numbers(frame: pd.DataFrame, column: str, source: str, low: float = 0.0) -> np.ndarray:
+    """A column of finite numbers ≥ ``low`` (text, NaN, infinities and booleans refused)."""
+    require_columns(frame, [column], source)
+    series = frame[column]
+    values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values) | (values < low) | pd.api.types.is_bool_dtype(series)
+    if np.any(bad):
+        bad = np.broadcast_to(bad, values.shape)
+        raise DataError(f"{source}: column {column!r} must hold finite numbers ≥ {low:g} but has "
+                        f"{int(bad.sum())} other values in {len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
+    return values
+
+
+def _binary(frame: pd.DataFrame, column: str, source: str) -> np.ndarray:
+    values = _numbers(frame, column, source)
+    bad = ~np.isin(values, (0.0, 1.0))
+    if bad.any():
+        raise DataError(f"{source}: column {column!r} must be 0/1 but has {int(bad.sum())} other values in "
+                        f"{len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
+    return values
+
+
+def _actions(frame: pd.DataFrame, column: str, kind: str, source: str) -> np.ndarray:
+    if kind == INCENTIVE:
+        return _numbers(frame, column, source)
+    require_columns(frame, [column], source)
+    missing = frame[column].isna().to_numpy()
+    if missing.any():
+        raise DataError(f"{source}: column {column!r} has {int(missing.sum())} missing values in {len(frame)} rows, "
+                        f"e.g. {example_row(frame, missing, [column])}")
+    return frame[column].astype(str).to_numpy()
+
+
+def _outcomes(frame: pd.DataFrame, kind: str, source: str) -> dict[str, np.ndarray]:
+    if kind == VALUE:
+        return {"conversions": _binary(frame, "convert", source), "amount": _numbers(frame, "amount", source)}
+    responses = _binary(frame, "redeemed", source)
+    spend = _numbers(frame, "paid", source) if "paid" in frame.columns else frame["level"].to_numpy(float) * responses
+    return {"responses": responses, "spend": spend}
+
+
+def _propensities(frame: pd.DataFrame, column: str, source: str) -> np.ndarray:
+    values = _numbers(frame, column, source)
+    bad = (values <= 0) | (values > 1)
+    if bad.any():
+        raise DataError(f"{source}: column {column!r} must hold propensities in (0, 1] but has {int(bad.sum())} "
+                        f"other values in {len(frame)} rows, e.g. {example_row(frame, bad, [column])}; a logged "
+                        "action of propensity 0 could not have been logged")
+    return values
+
+
+def _designed(frame: pd.DataFrame, labels: np.ndarray, actions: np.ndarray, design: str, source: str) -> np.ndarray:
+    """π₀ of a uniform design, over all the log's actions or within each bucket's."""
+    if design == "uniform":
+        return np.full((len(frame), len(actions)), 1.0 / len(actions))
+    if not design.startswith("bucket:") or not design.removeprefix("bucket:"):
+        raise DataError(f"--design must be one of {list(DESIGNS)}, got {design!r}")
+    column = design.removeprefix("bucket:")
+    require_columns(frame, [column], source)
+    bucket = frame[column].astype(str).to_numpy()
+    offered = pd.crosstab(bucket, labels).reindex(columns=actions, fill_value=0) > 0
+    matrix = offered.loc[bucket].to_numpy(dtype=np.float64)
+    return matrix / matrix.sum(axis=1, keepdims=True)
+
+
+def _estimated(frame: pd.DataFrame, labels: np.ndarray, actions: np.ndarray, columns: list[str],
+               source: str) -> np.ndarray:
+    """π₀ as the fitted probabilities of a multinomial logistic regression of the action on ``columns``."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(actions) < 2:
+        raise DataError(f"{source}: every row logged the action {actions[0]!r}; estimating a logging policy needs "
+                        "at least two actions")
+    features = np.column_stack([_numbers(frame, c, source, low=-np.inf) for c in columns])
+    scale = features.std(axis=0)
+    features = (features - features.mean(axis=0)) / np.where(scale > 0, scale, 1.0)
+    model = LogisticRegression(max_iter=1000).fit(features, np.searchsorted(actions, labels))
+    return model.predict_proba(features)
+
+
+def _agree(frame: pd.DataFrame, given: np.ndarray, implied: np.ndarray, column: str, design: str,
+           source: str) -> None:
+    """A propensity column must say what the design says (to 1e-6: propensities are written rounded)."""
+    bad = np.abs(given - implied) > 1e-6
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{source}: column {column!r} disagrees with {design} in {int(bad.sum())} of {len(frame)} "
+                        f"rows, e.g. row {i}: {given[i]:g} where {design} gives {implied[i]:g}")

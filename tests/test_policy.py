@@ -1,0 +1,279 @@
+"""Off-policy evaluation (``promokit.policy``): the estimators against a hand-computed log, the paired bootstrap,
+logs and their propensities, plans, and ``policy evaluate`` end to end with its errors."""
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from promokit.cli import app
+from promokit.data import DataError
+from promokit.policy.estimators import Terms, bootstrap_sums, effective_sample_size, estimate
+from promokit.policy.evaluate import evaluate
+from promokit.policy.log import read_log
+from promokit.policy.plans import Plan, read_plan, reference_plan
+
+runner = CliRunner()
+
+# four subjects, two actions: a hand-computed case
+ACTION = np.array([0, 1, 1, 0])
+PROPENSITY = np.array([0.5, 0.5, 0.25, 0.75])
+OUTCOME = np.array([1.0, 0.0, 1.0, 1.0])
+PLAN = np.array([[0, 1], [0, 1], [1, 0], [1, 0]], dtype=float)
+PREDICTED = np.array([[0.6, 0.2], [0.3, 0.5], [0.1, 0.9], [0.7, 0.4]])
+
+
+def _invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_estimators_on_a_hand_computed_log():
+    """w = (0, 2, 0, 4/3); IPS = (4/3)/4; SNIPS = (4/3)/(10/3); DM = (0.2 + 0.5 + 0.1 + 0.7)/4; the residuals
+    w·(y − q̂) sum to 2·(0 − 0.5) + 4/3·(1 − 0.7) = −0.6, so DR = DM − 0.15 and SNDR = DM − 0.6/(10/3)."""
+    terms = Terms.of(PLAN, ACTION, PROPENSITY, OUTCOME, PREDICTED)
+    expected = {"IPS": 1 / 3, "SNIPS": 0.4, "DM": 0.375, "DR": 0.225, "SNDR": 0.195}
+    for name, value in expected.items():
+        assert estimate(terms, name) == pytest.approx(value, abs=1e-15), name
+    assert effective_sample_size(terms.w) == pytest.approx(100 / 52)
+    clipped = Terms.of(PLAN, ACTION, PROPENSITY, OUTCOME, clip=1.5)
+    assert clipped.w.tolist() == [0.0, 1.5, 0.0, pytest.approx(4 / 3)]
+    assert Terms.of(PLAN, ACTION, PROPENSITY, OUTCOME).estimators == ("IPS", "SNIPS")
+
+
+def test_the_bootstrap_resamples_subjects_with_all_their_rows():
+    matrix = np.arange(12, dtype=float).reshape(6, 2)
+    once = bootstrap_sums(matrix, 50, seed=3)
+    assert np.array_equal(once, bootstrap_sums(matrix, 50, seed=3))  # seeded
+    assert (once[:, 0] % 2 == 0).all()  # sums of even numbers only: whole rows are drawn
+    # two subjects of three rows each: every replicate draws 2 subjects, so 6 rows in all
+    counts = bootstrap_sums(np.ones((6, 1)), 200, seed=0, subjects=np.array([0, 0, 0, 1, 1, 1]))
+    assert (counts == 6).all()
+
+
+def _log(frame, **options):
+    return read_log(pd.DataFrame(frame), "log", **options)
+
+
+def _incentive(n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    level = rng.choice([1.0, 2.0], n)
+    return {"customer_id": [f"c{i}" for i in range(n)], "level": level, "redeemed": rng.integers(0, 2, n)}
+
+
+def test_a_plan_equal_to_its_reference_differs_by_exactly_nothing():
+    log = _log(_incentive(), design="uniform")
+    uniform = reference_plan("uniform", log)
+    same = Plan("same", uniform.actions, uniform.probabilities.copy(), uniform.subjects)
+    result = evaluate(log, [same], uniform, replicates=100).plans[0]
+    for outcome in ("responses", "spend"):
+        for estimate_ in result.differences[outcome].values():
+            assert (estimate_.value, estimate_.low, estimate_.high) == (0.0, 0.0, 0.0)
+
+
+def test_the_logging_reference_is_the_observed_mean():
+    data = _incentive()
+    log = _log(data, design="uniform")
+    result = evaluate(log, [], reference_plan("logging", log), replicates=20).reference
+    assert result.means["responses"]["IPS"].value == pytest.approx(np.mean(data["redeemed"]))
+    assert result.means["spend"]["DR"].value == pytest.approx(np.mean(data["redeemed"] * data["level"]))
+
+
+def test_designs_give_the_logging_policy_of_every_action():
+    frame = {"customer_id": ["a", "b", "c", "d", "e"], "level": [1, 2, 1, 3, 3], "redeemed": [0, 1, 0, 1, 1],
+             "bucket": ["x", "x", "x", "y", "y"]}
+    uniform = _log(frame, design="uniform")
+    assert uniform.propensity.tolist() == [1 / 3] * 5 and uniform.logging.shape == (5, 3)
+    bucket = _log(frame, design="bucket:bucket")  # bucket x randomized over levels 1 and 2, bucket y gave 3 only
+    assert bucket.propensity.tolist() == [0.5, 0.5, 0.5, 1.0, 1.0]
+    assert bucket.logging[3].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_a_propensity_column_is_read_and_checked_against_the_design():
+    frame = {**_incentive(8), "propensity": [0.5] * 8}
+    assert _log(frame).propensity.tolist() == [0.5] * 8  # the 'propensity' column by default, with a note
+    assert _log(frame, design="uniform").propensity.tolist() == [0.5] * 8
+    frame["propensity"][3] = 0.4
+    with pytest.raises(DataError, match=r"column 'propensity' disagrees with uniform in 1 of 8 rows, e.g. row 3: "
+                                        r"0.4 where uniform gives 0.5"):
+        _log(frame, design="uniform")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda f: f.update(propensity=[0.0] + [0.5] * 7), r"must hold propensities in \(0, 1\] but has 1 other"),
+    (lambda f: f.update(propensity=[1.5] + [0.5] * 7), r"must hold propensities in \(0, 1\]"),
+    (lambda f: f.update(propensity=["x"] + [0.5] * 7), r"must hold finite numbers"),
+    (lambda f: f.update(customer_id=["c0"] * 8, propensity=[0.5] * 8), r"8 rows|7 repeated customer_id values"),
+    (lambda f: f.update(level=["high"] + [1.0] * 7, propensity=[0.5] * 8), r"column 'level' must hold finite"),
+    (lambda f: f.update(redeemed=[2] + [0] * 7, propensity=[0.5] * 8), r"column 'redeemed' must be 0/1"),
+    (lambda f: f.update(level=[np.inf] + [1.0] * 7, propensity=[0.5] * 8), r"column 'level' must hold finite"),
+])
+def test_bad_logs_are_one_line_errors(edit, message):
+    frame = _incentive(8)
+    edit(frame)
+    with pytest.raises(DataError, match=message):
+        _log(frame, propensity="propensity" if "propensity" in frame else None)
+
+
+def test_a_log_without_a_propensity_or_a_contract_is_refused():
+    with pytest.raises(DataError, match="no logging propensity: give --propensity COL"):
+        _log(_incentive(8))
+    with pytest.raises(DataError, match="needs 'level' .* or 'fund'"):
+        _log({"customer_id": ["a"], "redeemed": [1]})
+    with pytest.raises(DataError, match="exactly one of 'customer_id' and 'merchant_id'"):
+        _log({"customer_id": ["a"], "merchant_id": ["m"], "level": [1], "redeemed": [1], "propensity": [1.0]})
+
+
+def test_a_value_log_holds_several_deliveries_of_a_user():
+    log = _log({"user_id": ["u1", "u1", "u2"], "fund": ["F1", "F2", "F1"], "convert": [1, 0, 0],
+                "amount": [10.0, 0.0, 0.0]}, design="uniform")
+    assert log.subjects.tolist() == [0, 0, 1] and log.propensity.tolist() == [0.5] * 3
+    assert set(log.outcomes) == {"conversions", "amount"}
+
+
+def test_an_estimated_logging_policy_follows_the_features():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=4000)
+    p_high = 1 / (1 + np.exp(-1.5 * x))
+    level = np.where(rng.random(4000) < p_high, 2.0, 1.0)
+    log = _log({"customer_id": np.arange(4000), "level": level, "redeemed": rng.integers(0, 2, 4000), "x": x},
+               estimate=["x"])
+    assert np.abs(log.logging[:, 1] - p_high).max() < 0.05
+    with pytest.raises(DataError, match="without --propensity or --design"):
+        _log({"customer_id": [1], "level": [1.0], "redeemed": [1], "x": [0.0]}, estimate=["x"], design="uniform")
+
+
+def _plan_file(path, frame):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(frame).to_parquet(path, index=False)
+    return path
+
+
+def test_plans_deterministic_stochastic_and_allocate_folders(tmp_path):
+    log = _log({"customer_id": ["a", "b"], "level": [1.0, 2.0], "redeemed": [1, 0]}, design="uniform")
+    folder = tmp_path / "budget"
+    _plan_file(folder / "plan.parquet", {"population": ["customer", "customer", "merchant"],
+                                         "user_id": ["b", "a", "a"], "level": [2.0, 1.0, 2.0]})
+    plan, decided = read_plan(folder, log)
+    assert plan.name == "budget" and decided.all() and plan.probabilities.tolist() == [[1, 0], [0, 1]]
+    stochastic = _plan_file(tmp_path / "s.parquet", {"user_id": ["a", "a", "b"], "level": [1.0, 2.0, 2.0],
+                                                     "probability": [0.25, 0.75, 1.0]})
+    assert read_plan(stochastic, log)[0].probabilities.tolist() == [[0.25, 0.75], [0, 1]]
+
+
+@pytest.mark.parametrize("frame, message", [
+    ({"user_id": ["a", "a"], "level": [1.0, 2.0]}, "more than one row"),
+    ({"user_id": ["a", "a"], "level": [1.0, 2.0], "probability": [0.5, 0.6]}, "do not sum to 1, e.g. subject 'a'"),
+    ({"user_id": ["a"], "level": [1.0], "probability": [-0.1]}, r"probabilities in \[0, 1\]"),
+    ({"user_id": ["a"], "fund": ["F1"]}, "needs the columns 'user_id' and 'level'"),
+])
+def test_bad_plans_are_one_line_errors(tmp_path, frame, message):
+    log = _log({"customer_id": ["a"], "level": [1.0], "redeemed": [1]}, design="uniform")
+    with pytest.raises(DataError, match=message):
+        read_plan(_plan_file(tmp_path / "p.parquet", frame), log)
+
+
+# ------------------------------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory):
+    """A randomized incentive log of 3,000 customers over 4 levels, the true response curves, a model's scores
+    (the truth seen through noise) and two plans: the model's best level under a spend per response, and level 1."""
+    root = tmp_path_factory.mktemp("ope")
+    rng = np.random.default_rng(7)
+    n, levels = 3000, np.array([1.0, 2.0, 3.0, 4.0])
+    x = rng.normal(size=n)
+    truth = 1 / (1 + np.exp(-(-1.5 + 0.6 * x[:, None] + 0.4 * np.arange(4)[None, :] * (x[:, None] > 0))))
+    level = rng.integers(0, 4, n)
+    ids = [f"c{i}" for i in range(n)]
+    pd.DataFrame({"customer_id": ids, "level": levels[level],
+                  "redeemed": (rng.random(n) < truth[np.arange(n), level]).astype(int)}).to_parquet(root / "log.parquet")
+    noisy = np.clip(truth + rng.normal(scale=0.05, size=truth.shape), 0.001, 0.999)
+    pd.DataFrame({"user_id": ids, **{f"score_{l:g}": noisy[:, j] for j, l in enumerate(levels)}}).to_parquet(
+        root / "scores.parquet")
+    best = np.argmax(noisy - 0.05 * levels[None, :], axis=1)
+    _plan_file(root / "model" / "plan.parquet", {"user_id": ids, "level": levels[best]})
+    _plan_file(root / "one" / "plan.parquet", {"user_id": ids, "level": np.ones(n)})
+    rows = np.arange(n)
+    return root, {"model": truth[rows, best].mean(), "one": truth[:, 0].mean()}
+
+
+def test_policy_evaluate_reports_every_plan_with_intervals_that_hold_the_truth(campaign):
+    root, true_means = campaign
+    result = _invoke("policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "model", "--plan",
+                     root / "one", "--scores", root / "scores.parquet", "--design", "uniform", "--out", root / "out",
+                     "--bootstrap", 300)
+    assert result.exit_code == 0, result.output
+    assert "model against logging:" in " ".join(result.output.split())
+    report = json.loads((root / "out" / "report.json").read_text())
+    for plan in report["plans"]:
+        truth = true_means[plan["name"]]
+        for estimator in ("IPS", "SNIPS", "DR", "SNDR"):
+            interval = plan["means"]["responses"][estimator]
+            assert interval["low"] <= truth <= interval["high"], (plan["name"], estimator, interval, truth)
+        assert plan["diagnostics"]["supported_share"] == 1.0
+        assert plan["totals"]["responses"]["DR"]["estimate"] == pytest.approx(
+            3000 * plan["means"]["responses"]["DR"]["estimate"])
+    assert (root / "out" / "estimates.png").stat().st_size > 0
+    markdown = (root / "out" / "report.md").read_text()
+    assert "## Headline" in markdown and "spend per response" in markdown
+
+
+def test_a_plan_that_leaves_log_subjects_undecided(campaign, tmp_path):
+    root, _ = campaign
+    plan = pd.read_parquet(root / "one" / "plan.parquet").iloc[10:]
+    _plan_file(tmp_path / "part" / "plan.parquet", plan)
+    args = ["policy", "evaluate", "--log", root / "log.parquet", "--plan", tmp_path / "part", "--design", "uniform",
+            "--out", tmp_path / "out", "--bootstrap", 20]
+    result = _invoke(*args)
+    assert result.exit_code == 2
+    assert re.search(r"10 of the log's 3,000 subjects have no decision in this plan, e.g. customer_id 'c0'",
+                     " ".join(result.output.split())), result.output
+    result = _invoke(*args, "--missing", "drop")
+    assert result.exit_code == 0, result.output
+    assert "2,990" in json.loads((tmp_path / "out" / "report.json").read_text())["notes"][0]
+
+
+def test_thin_support_and_unlogged_actions_are_stated(campaign, tmp_path):
+    root, _ = campaign
+    log = pd.read_parquet(root / "log.parquet")
+    log = log[log.level != 4.0]  # level 4 never logged
+    log.to_parquet(tmp_path / "log.parquet")
+    _plan_file(tmp_path / "four" / "plan.parquet", {"user_id": log.customer_id, "level": 4.0})
+    result = _invoke("policy", "evaluate", "--log", tmp_path / "log.parquet", "--plan", tmp_path / "four",
+                     "--scores", root / "scores.parquet", "--design", "uniform", "--out", tmp_path / "out",
+                     "--bootstrap", 20)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "warning: four: 100.0% of its choices are not among the actions the logging policy gave" in text
+    assert "effective sample size 0.0" in text
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--reference", "constant:9"], "the log holds no action '9'"),
+    (["--reference", "best"], "--reference must be logging, uniform or constant:ACTION"),
+    (["--clip", "0"], "--clip must be a weight above 0"),
+    (["--bootstrap", "1"], "--bootstrap must be at least 2"),
+    (["--missing", "maybe"], "--missing must be error or drop"),
+    (["--design", "stratified"], "--design must be one of"),
+])
+def test_bad_options_are_one_line_errors(campaign, tmp_path, extra, message):
+    root, _ = campaign
+    result = _invoke("policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "one", "--out",
+                     tmp_path / "out", *(["--design", "uniform"] if "--design" not in extra else []), *extra)
+    assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_scores_must_hold_every_subject_and_action(campaign, tmp_path):
+    root, _ = campaign
+    scores = pd.read_parquet(root / "scores.parquet")
+    scores.iloc[5:].to_parquet(tmp_path / "short.parquet")
+    scores.drop(columns="score_4").to_parquet(tmp_path / "narrow.parquet")
+    for table, message in (("short", "5 of the log's 3,000 subjects have no scores, e.g. customer_id 'c0'"),
+                           ("narrow", "the score table has no column for the action(s) [4.0]")):
+        result = _invoke("policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "one", "--scores",
+                         tmp_path / f"{table}.parquet", "--design", "uniform", "--out", tmp_path / "out")
+        assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
