@@ -12,7 +12,14 @@ from promokit.metrics.ranking import (
     precision_recall_f1_at_top,
 )
 from promokit.metrics.regression import mae, squared_error
-from promokit.metrics.uplift import uplift_by_quantile
+from promokit.metrics.uplift import (
+    UpliftCurves,
+    qini_auc_score,
+    qini_curve,
+    uplift_auc_score,
+    uplift_by_quantile,
+    uplift_curve,
+)
 from promokit.metrics.value import (
     decile_figure,
     decile_table,
@@ -26,6 +33,7 @@ __all__ = [
     "GAUCResult",
     "MetricWarning",
     "TopKResult",
+    "UpliftCurves",
     "auc",
     "decile_figure",
     "decile_table",
@@ -39,8 +47,12 @@ __all__ = [
     "order_of_magnitude_share",
     "per_mille",
     "precision_recall_f1_at_top",
+    "qini_auc_score",
+    "qini_curve",
     "rela_impr",
     "relative_improvement_permille",
     "squared_error",
+    "uplift_auc_score",
     "uplift_by_quantile",
+    "uplift_curve",
 ]
