@@ -9,7 +9,7 @@ from promokit.allocation.tables import read_budget_table
 from promokit.data import DataError
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, node_split
-from promokit.incentive.evaluate import change_point, evaluate
+from promokit.incentive.evaluate import change_point, evaluate, uplift_against_lowest
 from promokit.incentive.simulate import simulate
 from promokit.incentive.synthetic import make_world
 from promokit.training import TrainConfig
@@ -116,6 +116,20 @@ def test_change_point_is_the_largest_rise_of_the_hazard():
     curve = pd.DataFrame({"level": [20, 40, 60, 80, 100, 120], "hazard_per_unit": [1.0, 1.1, 1.0, 1.2, 3.0, 3.1]})
     assert change_point(curve) == (80.0, 100.0)
     assert change_point(curve.drop(columns="hazard_per_unit")) is None
+
+
+def test_each_value_against_the_lowest_by_hand():
+    levels = np.array([10.0, 20.0, 30.0])
+    offered = np.array([0, 1, 0, 1, 0])  # nobody offered 30
+    y = np.array([0, 1, 0, 0, 1])
+    f_c = np.array([[0.1, 0.6, 0.7], [0.1, 1.0, 1.0], [0.1, 0.5, 0.6], [0.1, 0.3, 0.4], [0.2, 0.2, 0.3]])
+    table, curves = uplift_against_lowest(levels, offered, y, f_c)
+    first = table.iloc[0]
+    assert (first.treated, first.control) == (2, 3) and first.observed_uplift == pytest.approx(0.5 - 1 / 3)
+    assert first.predicted_uplift == pytest.approx(np.mean([0.5, 0.9, 0.4, 0.2, 0.0]))
+    # ranked by f_c(20) − f_c(10): the treated responder first, the control responder last (a perfect ranking)
+    assert first.auuc == 1 and first.qini_coefficient == 1
+    assert list(curves) == ["20"] and np.isnan(table.iloc[1].auuc) and table.iloc[1].treated == 0
 
 
 def test_simulation_orders_oracle_above_random(world):

@@ -57,6 +57,12 @@ def test_train_predict_allocate_evaluate_simulate(world, models, tmp_path):
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
     assert report["metrics"]["customers"] == 225 and 0.5 < report["metrics"]["auc_c"] <= 1
     assert (tmp_path / "eval" / "response_curves.png").exists()
+    by_level = pd.DataFrame(report["uplift_by_level"])
+    assert by_level.level.tolist() == [40, 60, 80, 100, 120, 150, 200]
+    assert by_level[["auuc", "qini_coefficient", "true_auuc"]].notna().all().all()
+    assert (by_level.treated > 0).all() and (by_level.control == by_level.control[0]).all()
+    assert report["metrics"]["auuc"] == pytest.approx(by_level.auuc.mean())
+    assert (tmp_path / "eval" / "uplift_curves.png").exists()
 
     result = _invoke("incentive", "simulate", "--world", world, "--model", models["gnn-hazard"], "--model",
                      models["sbbm"], "--ratio", 90, "--out", tmp_path / "sim")

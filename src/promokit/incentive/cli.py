@@ -151,10 +151,11 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
 
 @app.command()
 def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
-             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png.")],
+             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png / uplift_curves.png.")],
              all_rows: Annotated[bool, typer.Option("--all", help="Score every labelled node (a new experiment), not the nodes train held out.")] = False,
-             truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error.")] = None):
-    """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5)."""
+             truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error and the true uplift's AUUC.")] = None):
+    """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5), and
+    each value's uplift and Qini curves against the lowest with their AUUC and Qini coefficient (scikit-uplift's)."""
     with user_errors():
         import numpy as np
 
@@ -163,6 +164,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
         from promokit.incentive.estimator import IncentiveModel
         from promokit.incentive.evaluate import change_point, evaluate as score
         from promokit.incentive.synthetic import read_truth
+        from promokit.metrics.uplift import DEFINITIONS, uplift_figure
         from promokit.report import Report
 
         estimator = IncentiveModel.load(model)
@@ -186,14 +188,22 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
                              f"{estimator.name}: {len(c_rows):,} customers, {len(m_rows):,} merchants")
         report = Report(f"Evaluation of {model}", data={"metrics": result.metrics,
                                                          "curve": result.curve.to_dict(orient="records"),
-                                                         "uplift": result.uplift.to_dict(orient="records")})
+                                                         "uplift": result.uplift.to_dict(orient="records"),
+                                                         "uplift_by_level": result.level_uplift.to_dict(orient="records")})
         report.add("Metrics", "; ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                          for k, v in result.metrics.items()))
         report.add("Response per value (Figure 5)", result.curve.set_index("level"))
         report.add("Uplift by sensitivity quintile (Figure 4)", result.uplift.set_index("group"))
+        report.add(f"Each value against the lowest ({estimator.levels[0]:g}): uplift and Qini curves",
+                   f"{DEFINITIONS} Customers offered the value or the lowest one, ranked by the predicted uplift "
+                   "f_c(r_j) − f_c(r_1).")
+        report.add("AUUC and Qini coefficient per value", result.level_uplift.set_index("level"))
         report.figures["response_curves"] = curve_figure({estimator.name: result.curve})
+        report.figures["uplift_curves"] = uplift_figure(
+            result.uplift_curves, f"{estimator.name}: each value against {estimator.levels[0]:g} (dashed: random)")
         report.write(out)
         print_table("response per value", result.curve.set_index("level"))
+        print_table(f"each value against the lowest ({estimator.levels[0]:g})", result.level_uplift.set_index("level"))
 
 
 @app.command()

@@ -1,5 +1,6 @@
 """The paper's offline metrics (section 5) on held-out customers and merchants, Figure 4's uplift by
-sensitivity quintile and Figure 5's response and hazard curves."""
+sensitivity quintile, Figure 5's response and hazard curves, and the uplift and Qini curves of each value
+against the lowest."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pandas as pd
 
 from promokit.incentive.contract import IncentiveTables
 from promokit.incentive.estimator import Responses
-from promokit.metrics import auc, mae, mse, squared_error, uplift_by_quantile
+from promokit.metrics import UpliftCurves, auc, mae, mse, squared_error, uplift_by_quantile
 
 
 @dataclass
@@ -18,6 +19,8 @@ class Evaluation:
     metrics: dict[str, float]
     curve: pd.DataFrame    # per value: observed rate, mean predicted response (and hazard, and truth)
     uplift: pd.DataFrame   # Figure 4: per sensitivity quintile
+    level_uplift: pd.DataFrame   # per value above the lowest: AUUC and Qini coefficient against the lowest
+    uplift_curves: dict[str, UpliftCurves]   # … their curves, by value
 
 
 def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.ndarray, merchant_rows: np.ndarray,
@@ -32,7 +35,9 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
       response over all held-out customers (Figure 5), the mean hazard per unit value for the hazard heads and
       the mean true response;
     - ``uplift``: customers sorted by the model's sensitivity f_c(r_K) − f_c(r_1) into five groups, with the
-      observed uplift between the highest and the lowest value (Figure 4), the predicted one and the true one.
+      observed uplift between the highest and the lowest value (Figure 4), the predicted one and the true one;
+    - ``level_uplift`` and ``uplift_curves``: each value against the lowest (:func:`uplift_against_lowest`), and
+      their means over the values as ``auuc`` and ``qini``.
     """
     levels, f_c = responses.levels, responses.customers[customer_rows]
     offered = tables.customer_level[customer_rows]
@@ -49,8 +54,10 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
     if truth is not None:
         metrics["curve_mae_c"] = float(np.abs(f_c - truth).mean())
     hazard = None if responses.hazard is None else responses.hazard[customer_rows] / levels[-1]
+    level_uplift, curves = uplift_against_lowest(levels, offered, y, f_c, truth)
+    metrics.update(auuc=float(level_uplift["auuc"].mean()), qini=float(level_uplift["qini_coefficient"].mean()))
     return Evaluation(metrics, response_curve(levels, offered, y, f_c, hazard, truth),
-                      sensitivity_uplift(levels, offered, y, f_c, truth))
+                      sensitivity_uplift(levels, offered, y, f_c, truth), level_uplift, curves)
 
 
 def response_curve(levels, offered, y, f_c, hazard=None, truth=None) -> pd.DataFrame:
@@ -75,6 +82,41 @@ def sensitivity_uplift(levels, offered, y, f_c, truth=None, groups: int = 5) -> 
     if truth is not None:
         table["true_uplift"] = [float((truth[part, -1] - truth[part, 0]).mean()) for part in order]
     return table
+
+
+def uplift_against_lowest(levels, offered, y, f_c, truth=None) -> tuple[pd.DataFrame, dict[str, UpliftCurves]]:
+    """Each value r_j above the lowest against r_1, on the customers offered one of the two (the randomized levels
+    make them an experiment): ranked by the predicted uplift f_c(r_j) − f_c(r_1) and judged by scikit-uplift's
+    uplift and Qini curves (:class:`~promokit.metrics.UpliftCurves`: AUUC, Qini coefficient, Qini area). Per value
+    also the customers offered it (``treated``) and the lowest (``control``), the observed uplift (the difference
+    of their redemption rates), the mean predicted one and, with ``truth``, the AUUC and Qini coefficient of the
+    true uplift's ranking on the same outcomes — what a perfect model would score. A value without customers in
+    one of the groups gets NaN; its curves are left out."""
+    names = ["auuc", "qini_coefficient", "qini_area"] + ([] if truth is None else ["true_auuc", "true_qini_coefficient"])
+    rows, curves = [], {}
+    for j in range(1, len(levels)):
+        pair = np.flatnonzero((offered == j) | (offered == 0))
+        treated = (offered[pair] == j).astype(np.float64)
+        predicted = f_c[pair, j] - f_c[pair, 0]
+        row = {"level": levels[j], "treated": int(treated.sum()), "control": int(len(pair) - treated.sum()),
+               "observed_uplift": np.nan, "predicted_uplift": float(predicted.mean()) if len(pair) else np.nan,
+               **dict.fromkeys(names, np.nan)}
+        if row["treated"] and row["control"]:
+            curves[f"{levels[j]:g}"] = judged = UpliftCurves.of(predicted, treated, y[pair])
+            row.update(observed_uplift=float(y[pair][treated == 1].mean() - y[pair][treated == 0].mean()),
+                       **_areas(judged))
+            if truth is not None:
+                ideal = _areas(UpliftCurves.of(truth[pair, j] - truth[pair, 0], treated, y[pair]))
+                row.update(true_auuc=ideal["auuc"], true_qini_coefficient=ideal["qini_coefficient"])
+        rows.append(row)
+    return pd.DataFrame(rows), curves
+
+
+def _areas(judged: UpliftCurves) -> dict[str, float]:
+    """AUUC, Qini coefficient and Qini area, NaN where undefined (one outcome class)."""
+    return {"auuc": np.nan if judged.auuc is None else judged.auuc,
+            "qini_coefficient": np.nan if judged.qini_coefficient is None else judged.qini_coefficient,
+            "qini_area": judged.qini_area}
 
 
 def change_point(curve: pd.DataFrame) -> tuple[float, float] | None:
