@@ -1,6 +1,7 @@
 """``campaign demo`` end to end on a tiny world: world → models → plan → campaign → service → outcomes → report."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -94,3 +95,25 @@ def test_arms_are_scored_by_the_truth(run):
 def test_bad_settings_are_one_line_errors(tmp_path):
     result = _invoke("--out", tmp_path / "demo", "--waves", 0)
     assert result.exit_code == 2 and "waves" in result.output and "Traceback" not in result.output
+
+
+def test_the_report_reads_like_a_report(run):
+    """It opens with what happened; numbers are for people (no four-decimal counts, no True/False, λ not lam);
+    each figure sits beside the numbers it explains."""
+    out, _, _ = run
+    markdown = (out / "report.md").read_text()
+    sections = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## What happened" and sections[1] == "## Setup"
+    headline = markdown.split("## Setup")[0]
+    assert "of the oracle's expected redemptions" in headline and "never above it" in headline
+    assert " True " not in markdown and "| True |" not in markdown and "lam" not in markdown.replace("λ", "")
+    assert "✓" in markdown and "λ" in markdown
+    allocations = markdown.split("## Allocations")[1].split("## ")[0]
+    assert "![arms](arms.png)" in allocations
+    rows = [line.split("|")[1:-1] for line in allocations.splitlines() if line.startswith("| ")][2:]
+    for cells in rows:  # model, budget, expected and drawn redemptions, spend per redemption, share, λ
+        assert re.fullmatch(r" [\d,]+ ", cells[2]) and re.fullmatch(r" [\d,]+ ", cells[3]), cells
+        assert re.fullmatch(r" [\d,]+\.\d\d ", cells[4]) and re.fullmatch(r" [\d.]+% ", cells[5]), cells
+    assert "![budget_burn](budget_burn.png)" in markdown.split("## Budget safety")[1].split("## ")[0]
+    html = (out / "report.html").read_text()
+    assert html.index("What happened") < html.index("Setup") and "<li>" in html

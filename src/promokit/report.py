@@ -15,32 +15,41 @@ from promokit.data.io import atomic_path, write_json, write_text
 
 @dataclass
 class Report:
-    """Sections of tables and text, figures and machine-readable data, written together by :meth:`write`."""
+    """Sections of tables and text, figures and machine-readable data, written together by :meth:`write`. A
+    section may name figures (stems of :attr:`figures`) to show right after it, beside the numbers they explain;
+    the others come at the end."""
 
     title: str
-    sections: list[tuple[str, str | pd.DataFrame]] = field(default_factory=list)
+    sections: list[tuple[str, str | pd.DataFrame, tuple[str, ...]]] = field(default_factory=list)
     data: dict = field(default_factory=dict)
     figures: dict[str, object] = field(default_factory=dict)  # file stem → matplotlib Figure
 
-    def add(self, heading: str, body: str | pd.DataFrame) -> Report:
-        self.sections.append((heading, body))
+    def add(self, heading: str, body: str | pd.DataFrame, figures: tuple[str, ...] = ()) -> Report:
+        self.sections.append((heading, body, tuple(figures)))
         return self
+
+    def _trailing(self) -> list[str]:
+        placed = {stem for *_, figures in self.sections for stem in figures}
+        return [stem for stem in self.figures if stem not in placed]
 
     def markdown(self) -> str:
         lines = [f"# {self.title}", ""]
-        for heading, body in self.sections:
+        for heading, body, figures in self.sections:
             lines += [f"## {heading}", "", markdown_table(body) if isinstance(body, pd.DataFrame) else body, ""]
-        lines += [f"![{stem}]({stem}.png)\n" for stem in self.figures]
+            lines += [f"![{stem}]({stem}.png)\n" for stem in figures]
+        lines += [f"![{stem}]({stem}.png)\n" for stem in self._trailing()]
         return "\n".join(lines)
 
     def html(self) -> str:
         """The same sections as one self-contained HTML page (text escaped; figures are the PNGs beside it)."""
         escape = html_text.escape
+        image = lambda stem: f'<p><img src="{escape(stem)}.png" alt="{escape(stem)}"></p>'  # noqa: E731
         parts = [f"<h1>{escape(self.title)}</h1>"]
-        for heading, body in self.sections:
+        for heading, body, figures in self.sections:
             parts.append(f"<h2>{escape(heading)}</h2>")
-            parts.append(_html_table(body) if isinstance(body, pd.DataFrame) else f"<p>{escape(body)}</p>")
-        parts += [f'<p><img src="{escape(stem)}.png" alt="{escape(stem)}"></p>' for stem in self.figures]
+            parts.append(_html_table(body) if isinstance(body, pd.DataFrame) else _html_text(body))
+            parts += [image(stem) for stem in figures]
+        parts += [image(stem) for stem in self._trailing()]
         return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(self.title)}</title>'
                 f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
@@ -58,6 +67,20 @@ class Report:
         return out
 
 
+def count(value: float) -> str:
+    """A count for people: thousands separated, no decimals (— for a missing value)."""
+    return "—" if value is None or not math.isfinite(value) else f"{value:,.0f}"
+
+
+def money(value: float, decimals: int = 2) -> str:
+    """An amount of money with the currency's ``decimals`` and thousands separated."""
+    return "—" if value is None or not math.isfinite(value) else f"{value:,.{decimals}f}"
+
+
+def percent(value: float, digits: int = 1, signed: bool = False) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:{'+' if signed else ''}.{digits}%}"
+
+
 def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:
     """A GitHub-flavoured Markdown table; floats rounded to ``digits``."""
     def cell(value) -> str:
@@ -70,6 +93,15 @@ def markdown_table(frame: pd.DataFrame, digits: int = 4) -> str:
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
     rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *rows])
+
+
+def _html_text(text: str) -> str:
+    """Text as paragraphs, a block of ``- `` lines as a list."""
+    escape = html_text.escape
+    lines = text.splitlines()
+    if lines and all(line.startswith("- ") for line in lines):
+        return "<ul>" + "".join(f"<li>{escape(line[2:])}</li>" for line in lines) + "</ul>"
+    return "".join(f"<p>{escape(part)}</p>" for part in text.split("\n\n"))
 
 
 def _html_table(frame: pd.DataFrame, digits: int = 4) -> str:

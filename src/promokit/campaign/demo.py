@@ -65,7 +65,7 @@ from promokit.incentive.estimator import IncentiveModel, Responses, wide_scores
 from promokit.incentive.evaluate import evaluate
 from promokit.incentive.simulate import ORACLE, simulate
 from promokit.incentive.synthetic import IncentiveWorld, make_world, write_world
-from promokit.report import Report
+from promokit.report import Report, count, money, percent
 from promokit.serve.campaign import build_campaign
 from promokit.serve.ledger import Ledger
 from promokit.serve.money import to_major, to_minor
@@ -306,7 +306,7 @@ def _safety(campaign_dir: Path, cap: float, served: Served) -> dict:
             "within_cap": to_minor(peak, e, "peak") <= totals["cap"] == to_minor(cap, e, "cap"),
             "audit": {k: audit[k] for k in (*AUDITED, "distinct_ids")}, "totals": {k: totals[k] for k in AUDITED},
             "audit_matches": all(audit[k] == totals[k] for k in AUDITED),
-            "customers": n, "decided": int((served.level_index != UNDECIDED).sum()),
+            "exponent": e, "customers": n, "decided": int((served.level_index != UNDECIDED).sum()),
             "decided_once": totals["decisions"] == audit["distinct_ids"] == n,
             "ledger_replays": totals["replays"], "capped": totals["capped"],
             "no_coupon": int((served.level_index == NO_COUPON).sum()),
@@ -337,53 +337,118 @@ def _served_levels(world: IncentiveWorld, scores: Responses, served: Served) -> 
 
 
 def _report(data: dict) -> Report:
-    s, safety, lat = data["setup"], data["safety"], data["latency"]
-    plan, retries = data["plan"], data["retries"]
+    """The report: what happened first, then each part with the figure that explains it, numbers for people."""
+    s, safety, lat, plan, retries = data["setup"], data["safety"], data["latency"], data["plan"], data["retries"]
     report = Report("promokit campaign demo: world → model → allocation → service → outcomes", data=data)
-    report.add("Setup", f"Synthetic incentive world (seed {s['seed']}): {s['customers']:,} customers, "
-                        f"{s['merchants']:,} merchants, {s['edges']:,} payment edges; levels "
-                        f"{', '.join(f'{v:g}' for v in s['levels'])} (true change point {s['change_point'][0]:g}–"
-                        f"{s['change_point'][1]:g}). Ratio budget B = {s['B']:g} (eq. 16: expected incentive per "
-                        f"expected redemption). Cap on money at risk {s['cap']:,.0f} = {s['cap_factor']:g} × the "
-                        f"plan's expected spend. {s['waves']} waves, {s['concurrency']} requests in flight, "
-                        f"{retries['sent']} retries.")
-    report.add("Models on the held-out customers (same split; oracle = the true curves)",
-               pd.DataFrame(data["models"]).set_index("model"))
-    report.add("Offline plan (allocate budget on gnn-hazard's scores)",
-               f"λ* = {plan['lam']:.6g}; expected redemptions {plan['expected_responses']:,.1f} and spend "
-               f"{plan['expected_spend']:,.0f} by the model's own scores ({plan['spend_per_response']:.2f} per "
-               f"redemption); solved in {plan['seconds']:.2f} s, relative gap {plan['relative_gap']:.1e}.")
-    report.add("Allocations at the same B, scored by the true curves (served = what the service issued)",
-               pd.DataFrame(data["arms"]))
-    checks = [("money at risk ≤ cap (peak)", f"{safety['peak_at_risk']:,.2f} ≤ {safety['cap']:,.2f}",
-               safety["within_cap"]),
-              ("ledger audit = running totals, exactly (money in cents)",
-               ", ".join(f"{k} {safety['totals'][k]:,}" for k in AUDITED),
-               safety["audit_matches"]),
-              ("every customer decided once", f"{safety['decided']:,} of {safety['customers']:,}; ledger rows "
-               f"{safety['audit']['distinct_ids']:,}", safety["decided_once"]),
-              ("retries replayed with the same answer", f"{retries['same_answer']} of {retries['sent']}; ledger "
-               f"replays {safety['ledger_replays']}", retries["same_answer"] == retries["sent"]),
-              ("answers changed by the cap", f"{safety['capped']:,} ({safety['no_coupon']:,} without a coupon)", True),
-              ("failed requests", f"{safety['failed_decisions']} decisions, {safety['failed_outcomes']} outcomes",
-               safety["failed_decisions"] + safety["failed_outcomes"] == 0)]
-    report.add("Budget safety (from the ledger)", pd.DataFrame(checks, columns=["check", "value", "ok"]))
+    report.add("What happened", "\n".join(f"- {line}" for line in headline(data)))
+    report.add("Setup", f"A synthetic incentive world (seed {s['seed']}): {count(s['customers'])} customers, "
+                        f"{count(s['merchants'])} merchants, {count(s['edges'])} payment edges; coupon levels "
+                        f"{', '.join(f'{v:g}' for v in s['levels'])} (the true response curves change slope between "
+                        f"{s['change_point'][0]:g} and {s['change_point'][1]:g}). Budget: at most B = {s['B']:g} of "
+                        f"expected incentive per expected redemption (eq. 16). Cap on money at risk "
+                        f"{money(s['cap'])} ({s['cap_factor']:g} × the plan's expected spend). The customers ask in "
+                        f"{s['waves']} waves, {s['concurrency']} requests in flight, {retries['sent']} of the requests "
+                        "sent twice.")
+    report.add("Allocations at the same budget, scored by the true curves", _arms_table(data), figures=("arms",))
+    report.add("Budget safety, from the ledger", _safety_table(safety, retries), figures=("budget_burn",))
     by_level = pd.DataFrame(data["served_levels"])
-    report.add("Redemptions by level issued (served): drawn, true and predicted rates",
-               by_level.assign(level=[f"{v:g}" for v in by_level["level"]]))
+    report.add("Redemptions by level issued: drawn, true and predicted rates", pd.DataFrame({
+        "level": [f"{v:g}" for v in by_level["level"]], "decisions": by_level["decisions"].map(count),
+        **{name: by_level[column].map(percent) for name, column in (("drawn rate", "drawn_rate"),
+                                                                   ("true rate", "true_rate"),
+                                                                   ("model's rate", "model_rate"))}}),
+        figures=("served_levels",))
     waves = pd.DataFrame(data["waves"])
     shown = np.unique(np.linspace(1, s["waves"], min(s["waves"], 10)).round().astype(int))
-    report.add(f"Pacing controller and budget after the decisions and after the outcomes of waves "
-               f"{', '.join(map(str, shown))} (every wave in report.json)", waves[waves["wave"].isin(shown)])
-    latency = pd.DataFrame([{"measured": name, "requests": v.get("requests", v.get("count")),
-                             **{k: v.get(k) for k in ("p50", "p90", "p99", "max", "throughput")}}
-                            for name, v in (("client: decisions", lat["decisions"]),
-                                            ("client: outcomes", lat["outcomes"]),
-                                            ("server: decision handler", lat["server_decisions"]))])
-    report.add("Latency (ms) and throughput (answers per second)", latency)
-    report.add("Seconds per step", pd.DataFrame({"step": list(data["seconds"]), "seconds": list(data["seconds"].values())}))
+    waves = waves[waves["wave"].isin(shown)]
+    report.add(f"Pacing: λ and the budget after the decisions and after the outcomes of waves "
+               f"{', '.join(map(str, shown))} (every wave in report.json)", pd.DataFrame({
+                   "wave": waves["wave"], "after": waves["after"], "seconds": waves["seconds"].map("{:.1f}".format),
+                   "decisions": waves["decisions"].map(count), "redemptions": waves["responses"].map(count),
+                   "capped": waves["capped"].map(count), "money at risk": waves["at_risk"].map(money),
+                   "paid": waves["paid"].map(money), "λ": waves["lam"].map("{:.4g}".format),
+                   "target B_t": waves["target"].map("{:.2f}".format),
+                   "realised spend per redemption": waves["realised_ratio"].map(
+                       lambda v: "—" if v is None or not math.isfinite(v) else f"{v:.2f}")}),
+               figures=("pacing",))
+    models = pd.DataFrame(data["models"])
+    report.add("Models on the held-out customers (one split; oracle = the true curves)", pd.DataFrame({
+        "model": models["model"], "epochs": models["epochs"], "training seconds": models["seconds"].map("{:.0f}".format),
+        "AUC": models["auc_c"].map("{:.3f}".format), "MAE": models["mae_c"].map("{:.4f}".format),
+        "curve MAE": models["curve_mae_c"].map("{:.4f}".format), "customers": models["customers"].map(count),
+        "mean response": models["mean_response"].map(percent)}))
+    report.add("The offline plan (allocate budget on gnn-hazard's scores)",
+               f"λ* = {plan['lam']:.6g}: {count(plan['expected_responses'])} expected redemptions and "
+               f"{money(plan['expected_spend'])} of spend by the model's own scores ({money(plan['spend_per_response'])} "
+               f"per redemption); solved in {plan['seconds']:.2f} s, relative gap {plan['relative_gap']:.1e}.")
+    report.add("Latency (ms) and throughput", pd.DataFrame([
+        {"measured": name, "requests": count(v.get("requests", v.get("count"))),
+         **{k: "—" if v.get(k) is None else f"{v[k]:.1f}" for k in ("p50", "p90", "p99", "max")},
+         "per second": "—" if v.get("throughput") is None else count(v["throughput"])}
+        for name, v in (("client: decisions", lat["decisions"]), ("client: outcomes", lat["outcomes"]),
+                        ("server: decision handler", lat["server_decisions"]))]))
+    report.add("Seconds per step", pd.DataFrame({"step": list(data["seconds"]),
+                                                 "seconds": [f"{v:.1f}" for v in data["seconds"].values()]}))
     report.figures.update(_figures(data))
     return report
+
+
+def headline(data: dict) -> list[str]:
+    """What happened, in a few lines: the served decisions against the oracle and the baseline at the budget, the
+    cap, the service."""
+    s, safety, lat, retries = data["setup"], data["safety"], data["latency"], data["retries"]
+    arms = pd.DataFrame(data["arms"]).set_index(["model", "budget"])
+    served, baseline = arms.loc[(PAPER, SERVED)], arms.loc[(BASELINE, "planned")]
+    oracle = arms.loc[(ORACLE, "planned")]
+    d = lat["decisions"]
+    return [f"The service's decisions reach {percent(served['share_of_oracle'])} of the oracle's expected redemptions "
+            f"at the budget ({count(served['redemptions'])} of {count(oracle['redemptions'])}), spending "
+            f"{money(served['spend_per_redemption'])} per redemption against B = {s['B']:g}.",
+            f"Against the baseline model's plan ({BASELINE}, the same budget): "
+            f"{percent(served['redemptions'] / baseline['redemptions'] - 1, signed=True)} expected redemptions by "
+            f"the true curves.",
+            f"Money at risk peaked at {money(safety['peak_at_risk'])} of the {money(safety['cap'])} cap: "
+            + ("never above it." if safety["within_cap"] else "ABOVE IT.")
+            + f" {count(safety['capped'])} answers were changed by the cap; the ledger's audit "
+            + ("equals its running totals to the cent." if safety["audit_matches"] else "DIFFERS from its totals."),
+            f"{count(d['throughput'])} decisions a second at p50 {d['p50']:.1f} ms and p99 {d['p99']:.1f} ms on the "
+            f"client; {retries['same_answer']} of {retries['sent']} retried requests came back with their first "
+            "answer."]
+
+
+def _arms_table(data: dict) -> pd.DataFrame:
+    arms = pd.DataFrame(data["arms"])
+    return pd.DataFrame({"model": arms["model"], "budget": arms["budget"],
+                         "expected redemptions": arms["redemptions"].map(count),
+                         "drawn redemptions": arms["drawn_redemptions"].map(count),
+                         "spend per redemption": arms["spend_per_redemption"].map(money),
+                         "share of the oracle": arms["share_of_oracle"].map(percent),
+                         "λ": arms["lam"].map(lambda v: "—" if not math.isfinite(v) else f"{v:.4g}")})
+
+
+def _audited(key: str, safety: dict) -> str:
+    """A ledger total for people: a count, or money (kept in minor units) with the currency's decimals."""
+    value = safety["totals"][key]
+    if key in ("decisions", "responses"):
+        return count(value)
+    return money(float(to_major(value, safety["exponent"])), safety["exponent"])
+
+
+def _safety_table(safety: dict, retries: dict) -> pd.DataFrame:
+    mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
+    checks = [("money at risk ≤ cap, at its peak", f"{money(safety['peak_at_risk'])} ≤ {money(safety['cap'])}",
+               safety["within_cap"]),
+              ("the ledger's audit = its running totals, exactly (money in minor units)",
+               ", ".join(f"{k.replace('_', ' ')} {_audited(k, safety)}" for k in AUDITED), safety["audit_matches"]),
+              ("every customer decided once", f"{count(safety['decided'])} of {count(safety['customers'])}; ledger "
+               f"rows {count(safety['audit']['distinct_ids'])}", safety["decided_once"]),
+              ("retries replayed with the same answer", f"{retries['same_answer']} of {retries['sent']}; ledger "
+               f"replays {count(safety['ledger_replays'])}", retries["same_answer"] == retries["sent"]),
+              ("answers changed by the cap", f"{count(safety['capped'])} ({count(safety['no_coupon'])} without a "
+               "coupon)", True),
+              ("failed requests", f"{safety['failed_decisions']} decisions, {safety['failed_outcomes']} outcomes",
+               safety["failed_decisions"] + safety["failed_outcomes"] == 0)]
+    return pd.DataFrame([(name, value, mark(ok)) for name, value, ok in checks], columns=["check", "value", "ok"])
 
 
 def _figures(data: dict) -> dict:
@@ -472,15 +537,7 @@ def print_summary(data: dict, out: Path, console=None) -> None:
     arms = pd.DataFrame(data["arms"]).set_index(["model", "budget"])
     print_table(f"allocations at B = {data['setup']['B']:g}, scored by the true curves",
                 arms[["redemptions", "drawn_redemptions", "spend_per_redemption", "share_of_oracle"]])
-    safety, lat, retries = data["safety"], data["latency"], data["retries"]
-    console.print(f"budget: peak money at risk {safety['peak_at_risk']:,.0f} of cap {safety['cap']:,.0f}, paid "
-                  f"{safety['paid']:,.0f}; {safety['capped']:,} answers capped; audit "
-                  f"{'matches' if safety['audit_matches'] else 'DIFFERS from'} the totals; "
-                  f"{safety['decided']:,}/{safety['customers']:,} customers decided once; "
-                  f"{retries['same_answer']}/{retries['sent']} retries replayed", highlight=False)
-    d, server = lat["decisions"], lat["server_decisions"]
-    ms = lambda value: "–" if value is None else f"{value:.1f} ms"  # noqa: E731  (None: nothing answered)
-    console.print(f"latency: client p50 {ms(d['p50'])}, p99 {ms(d['p99'])} at {d['throughput']:,.0f} decisions/s; "
-                  f"server p50 {ms(server['p50'])}, p99 {ms(server['p99'])}", highlight=False)
+    for line in headline(data):
+        console.print(f"- {line}", highlight=False)
     console.print(f"total {sum(data['seconds'].values()):.0f} s; report written to {out / 'report.md'} "
                   f"(+ report.html, report.json, PNGs, status.html)", highlight=False)
