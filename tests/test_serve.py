@@ -174,7 +174,7 @@ def test_ledger_cap_fallbacks_and_replays(ledger_url):
     assert totals["at_risk"] == audit["at_risk"] == 2500 <= totals["cap"]
     assert totals["decisions"] == audit["decisions"] == audit["last_seq"] == 5
     assert totals["replays"] == 1 and totals["capped"] == 3
-    assert ledger.migrate() == 2  # migrations are idempotent
+    assert ledger.migrate() == 3  # migrations are idempotent
     ledger.close()
 
 

@@ -1,6 +1,6 @@
-"""Property: whatever sequence of decisions, outcomes, expiries and retries reaches the ledger, its running
-totals equal the sums over its rows exactly (integer minor units, no epsilon) and money at risk never passes
-the cap."""
+"""Property: whatever sequence of decisions (the rule's or drawn at random), outcomes, expiries and retries
+reaches the ledger, its running totals equal the sums over its rows exactly (integer minor units, no epsilon),
+money at risk never passes the cap and every decision's propensity is a share of the levels it drew among."""
 
 import tempfile
 from contextlib import contextmanager
@@ -11,19 +11,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from promokit.serve.explore import EXPLOIT, EXPLORE
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Ledger, LedgerConflict, Option, OutcomeRequest
 
 FACES = (1, 333, 1000, 2500)
 
 
-def decision(key: int, subject: int, level: int, paid_on: str, ttl: float) -> DecisionRequest:
-    options = [Option(j, face, 0.1 * (j + 1), face * 0.1 * (j + 1) / 100) for j, face in enumerate(FACES)]
+def decision(key: int, subject: int, level: int, paid_on: str, ttl: float, explore: bool) -> DecisionRequest:
+    options = tuple(Option(j, face, 0.1 * (j + 1), face * 0.1 * (j + 1) / 100) for j, face in enumerate(FACES))
     return DecisionRequest(f"r{key}", "merchant" if paid_on == "request" else "customer", f"s{subject}",
-                           options[level], (options[0], Option(NO_LEVEL, 0, 0.0, 0.0)), 0.5, "v", False, paid_on, ttl)
+                           options[level], (options[0], Option(NO_LEVEL, 0, 0.0, 0.0)), 0.5, "v", False, paid_on, ttl,
+                           "explore" if explore else "rule", EXPLORE if explore else EXPLOIT,
+                           options if explore else None)
 
 
 decisions = st.builds(decision, st.integers(0, 9), st.integers(0, 2), st.integers(0, len(FACES) - 1),
-                      st.sampled_from(["response", "request"]), st.sampled_from([0.5, 3.0, 100.0]))
+                      st.sampled_from(["response", "request"]), st.sampled_from([0.5, 3.0, 100.0]), st.booleans())
 outcomes = st.builds(OutcomeRequest, st.integers(0, 9).map(lambda k: f"r{k}"), st.booleans(),
                      st.one_of(st.none(), st.integers(0, 3000)))
 batches = st.lists(st.tuples(st.lists(st.one_of(decisions, outcomes), min_size=1, max_size=6),
@@ -62,7 +65,7 @@ def test_running_totals_equal_the_rows_exactly(server, cap, steps):
             results = ledger.apply(items, now=now)
             assert len(results) == len(items)
             totals, audit = ledger.totals(), ledger.audit()
-            for key in ("committed", "paid", "at_risk", "decisions", "responses"):
+            for key in ("committed", "paid", "at_risk", "decisions", "responses", "explored"):
                 assert isinstance(totals[key], int) and totals[key] == audit[key], key
             assert audit["decisions"] == audit["distinct_ids"] == audit["last_seq"]
             levels = ledger.per_level()
@@ -76,5 +79,7 @@ def test_running_totals_equal_the_rows_exactly(server, cap, steps):
                     assert result.status in (404, 409)
                 elif isinstance(item, DecisionRequest):
                     assert (result["population"], result["subject_id"]) == (item.population, item.subject_id)
+                    drawn_among = len(FACES) if result["bucket"] == EXPLORE else 1
+                    assert result["propensity"] * drawn_among in range(1, drawn_among + 1)
         assert all(row["at_risk"] <= cap for row in ledger.timeline()) and peak <= cap
         ledger.close()

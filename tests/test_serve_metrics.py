@@ -23,7 +23,7 @@ from promokit.serve.metrics import (CONTENT_TYPE, ENV, LATENCY, MULTIPROCESS, Re
 
 STATUS = {
     "budget": {"cap": 200_000.0, "at_risk": 1234.5, "committed": 1000.0, "remaining": 198_765.5, "paid": 234.5,
-               "decisions": 1000, "responses": 87, "capped": 3, "replays": 2},
+               "decisions": 1000, "responses": 87, "capped": 3, "replays": 2, "explored": 50},
     "pacing": {"lam": 0.0125, "target": 6.0, "realised_ratio": None},
     "levels": [{"population": "customer", "level": None, "decisions": 400, "responses": 10},
                {"population": "merchant", "level": 10.0, "decisions": 600, "responses": None}],
@@ -129,6 +129,7 @@ def test_render_metrics_holds_the_status_and_the_requests():
     assert value("promokit_paid", "promokit_paid_total") == 234.5
     assert value("promokit_decisions", "promokit_decisions_total") == 1000
     assert value("promokit_replays", "promokit_replays_total") == 2
+    assert value("promokit_explored", "promokit_explored_total") == 50
     assert value("promokit_lambda") == 0.0125 and value("promokit_pacing_target") == 6.0
     assert value("promokit_level_decisions", "promokit_level_decisions_total", population="customer",
                  level="none") == 400

@@ -42,7 +42,7 @@ def make_status(step: int = 0, seconds: int = 30) -> dict:
                      "populations": {"customer": 900, "merchant": 40}, "assignments": 940},
         "budget": {"cap": 2000.0, "committed": 1500.0, "paid": 362.5, "at_risk": 1234.5 + 25 * step,
                    "remaining": 765.5, "decisions": decisions, "responses": 87, "capped": 3, "replays": 2,
-                   "expected_cost": 900.0, "expected_responses": 80.0},
+                   "explored": 50, "expected_cost": 900.0, "expected_responses": 80.0},
         "pacing": {"enabled": True, "lam": 0.0123456 + 0.0001 * step, "target": 1600.0, "B": 5000.0,
                    "realised_ratio": 0.92, "trace": trace},
         "levels": [
@@ -107,7 +107,7 @@ def test_page_has_ids_and_formatted_numbers():
     assert text_of(page, "at-risk") == "1,234.50"
     assert text_of(page, "cap-card") == "2,000.00"
     assert text_of(page, "at-risk-pct") == "61.7% of cap"
-    assert text_of(page, "decisions") == "1,000"
+    assert text_of(page, "decisions") == "1,000" and text_of(page, "explored") == "50"
     assert text_of(page, "lam") == "0.01235"
     assert text_of(page, "budget-b") == "5,000.00"
     assert text_of(page, "p99") == "9.9 ms"

@@ -285,7 +285,7 @@ def test_a_version_1_ledger_is_migrated_to_minor_units(tmp_path):
         conn.execute("INSERT INTO timeline VALUES (5, 3, 1, 20.5, 0.3, 0.1)")
     ledger = Ledger(f"sqlite:///{path}")
     ledger.open(cap=10_010)
-    assert ledger.migrate() == 2
+    assert ledger.migrate() == 3
     totals, audit = ledger.totals(), ledger.audit()
     assert (totals["cap"], totals["committed"], totals["paid"], totals["exponent"]) == (10_010, 2020, 30, 2)
     assert audit["committed"] == 2020 and audit["paid"] == 30 and audit["last_seq"] == 3

@@ -24,7 +24,7 @@ def api(tmp_path_factory):
     path = tmp_path_factory.mktemp("schema")
     f = curves(40)
     plan_folder(path / "plan", f)
-    build_campaign(path / "campaign", score_frame(f), path / "plan", cap="50",
+    build_campaign(path / "campaign", score_frame(f), path / "plan", cap="50", explore=0.5,  # answers of each bucket
                    merchants=score_frame(curves(10, seed=2), prefix="m"),
                    quota_plan=pd.DataFrame({"user_id": ["c1"], "fund": ["F1"]}))
     with running_service(path / "campaign", TOKEN) as base:

@@ -43,6 +43,7 @@ from promokit.serve.schema import (Assignment, DecisionIn, DecisionOut, Invalid,
 
 MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
+EXPLORE_ENV = "PROMOKIT_EXPLORE"  # serve --explore, for the workers
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 class BatchWriter:
@@ -171,7 +172,8 @@ class Service:
             "level": None if index is None else to_major(row["face"], self.exponent), "level_index": index,
             "expected_response": row["expected_response"], "expected_cost": row["expected_cost"], "lam": row["lam"],
             "model_version": row["model_version"], "reason": row["reason"], "cold_start": bool(row["cold_start"]),
-            "expires_at": row["expires_at"], "replayed": row["replayed"]}).encode()
+            "bucket": row["bucket"], "propensity": row["propensity"], "expires_at": row["expires_at"],
+            "replayed": row["replayed"]}).encode()
 
     def _resolve(self) -> None:
         totals = self.ledger.last_totals  # None until this worker's first commit: then λ follows the traffic only
@@ -217,13 +219,13 @@ class Service:
             "campaign": {"model_version": config.model_version, "levels": config.levels, "form": config.form,
                          "B": config.B, "cap": money(totals["cap"]), "currency_exponent": e,
                          "coupon_ttl_seconds": config.coupon_ttl_seconds, "when_exhausted": config.when_exhausted,
-                         "cold_start": config.cold_start,
+                         "cold_start": config.cold_start, "explore": config.explore,
                          "populations": {p: len(t) for p, t in self.campaign.populations.items()},
                          "assignments": len(self.campaign.assignments)},
             "budget": {**{k: money(totals[k]) for k in ("cap", "committed", "paid", "at_risk")},
                        "remaining": money(totals["cap"] - totals["at_risk"]),
-                       **{k: totals[k] for k in ("decisions", "responses", "capped", "replays", "expected_cost",
-                                                 "expected_responses")}},
+                       **{k: totals[k] for k in ("decisions", "responses", "capped", "replays", "explored",
+                                                 "expected_cost", "expected_responses")}},
             "pacing": {"enabled": pacer.enabled, "lam": lam, "target": target, "B": config.B,
                        "realised_ratio": realised_ratio(totals),
                        "trace": [vars(point) for point in pacer.trace[-500:]]},
@@ -252,16 +254,18 @@ class RequestRoute(APIRoute):
         return self.endpoint
 
 
-def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None) -> FastAPI:
+def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None,
+               explore: float | None = None) -> FastAPI:
     """The service for one campaign. ``ledger_url`` defaults to ``sqlite:///<campaign>/ledger.sqlite``;
-    ``token`` (default ``$PROMOKIT_API_TOKEN``) is the bearer token the mutating endpoints require."""
+    ``token`` (default ``$PROMOKIT_API_TOKEN``) is the bearer token the mutating endpoints require; ``explore``
+    replaces the campaign's exploration share (its seed stays the campaign's)."""
     from promokit.serve.page import render_page
 
     token = token if token is not None else os.environ.get(TOKEN_ENV, "")
     if not token:
         raise RuntimeError(f"set {TOKEN_ENV} to the bearer token clients must send (mutating endpoints refuse "
                            f"requests without it)")
-    campaign = load_campaign(campaign_dir)
+    campaign = load_campaign(campaign_dir, explore)
     ledger = Ledger(ledger_url or f"sqlite:///{os.path.abspath(campaign.path / 'ledger.sqlite')}",
                     exponent=campaign.config.currency_exponent)
     expected = f"Bearer {token}".encode()
@@ -355,7 +359,9 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
 def app_from_environment() -> FastAPI:
     """Factory for ``uvicorn --factory`` and multi-worker runs: the settings come from the environment."""
     exit_with_parent()
-    return create_app(os.environ["PROMOKIT_CAMPAIGN"], os.environ.get("PROMOKIT_LEDGER") or None)
+    explore = os.environ.get(EXPLORE_ENV)
+    return create_app(os.environ["PROMOKIT_CAMPAIGN"], os.environ.get("PROMOKIT_LEDGER") or None,
+                      explore=None if explore is None else float(explore))
 
 
 def exit_with_parent() -> None:

@@ -3,7 +3,8 @@
 Layout (every file written atomically; nothing is unpickled when it is read back)::
 
     campaign.json        levels, budget form and B, λ* of the offline plan, the money-at-risk cap, coupon
-                         lifetime, what to answer when the cap is reached, pacing settings, model version
+                         lifetime, what to answer when the cap is reached, the exploration share and its seed,
+                         pacing settings, model version
     customers.parquet    the customers' score table, wide layout (``user_id``, ``score_<level>`` …) as written by
                          ``incentive predict`` and read by ``allocate budget --scores``
     merchants.parquet    optional, the merchants' score table (``allocate budget --merchants``)
@@ -68,6 +69,8 @@ class CampaignConfig:
     merchant_paid_on: str = "response"
     cold_start: str = "mean"  # an id the score table does not hold: "mean" curve, "lowest" level, or "none"
     currency_exponent: int = 2  # decimals of the currency's minor unit: money is kept in integer minor units
+    explore: float = 0.0  # share of subjects answered with a uniformly random level (promokit.serve.explore)
+    explore_seed: int = 0  # key of the hashes that pick those subjects and their levels
     model_version: str = ""
     pacing: Pacing = field(default_factory=Pacing)
 
@@ -107,6 +110,12 @@ class CampaignConfig:
         if isinstance(self.currency_exponent, bool) or self.currency_exponent not in EXPONENTS:
             raise DataError(f"currency_exponent must be an integer in 0..{EXPONENTS[-1]}, got "
                             f"{self.currency_exponent!r}")
+        if isinstance(self.explore, bool) or not isinstance(self.explore, (int, float)) \
+                or not 0 <= self.explore < 1:
+            raise DataError(f"explore must be a share in [0, 1), got {self.explore!r}")
+        if isinstance(self.explore_seed, bool) or not isinstance(self.explore_seed, int) \
+                or not 0 <= self.explore_seed < 2**64:
+            raise DataError(f"explore_seed must be an integer in [0, 2^64), got {self.explore_seed!r}")
         self.cap_minor
         self.level_faces
         p = self.pacing
@@ -184,8 +193,8 @@ class Campaign:
 def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float, *,
                    merchants=None, quota_plan=None, coupon_ttl_seconds: float = 7 * 24 * 3600.0,
                    when_exhausted: str = "lowest", merchant_paid_on: str | None = None, cold_start: str = "mean",
-                   currency_exponent: int = 2, pacing: Pacing | None = None,
-                   model_version: str | None = None) -> Campaign:
+                   currency_exponent: int = 2, explore: float = 0.0, explore_seed: int = 0,
+                   pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
     """Write a campaign directory from ``incentive predict``'s score tables (frames, or paths of a file or of a
     directory/glob of Parquet parts, read into one frame), the folder (or ``report.json``) ``allocate budget``
     wrote for them, a cap on money at risk and an optional quota plan (``plan.parquet`` or ``plan/`` of parts).
@@ -208,7 +217,8 @@ def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.Pa
                             lam=float(report["lam"]), cap=_decimal_number(cap),
                             coupon_ttl_seconds=coupon_ttl_seconds, when_exhausted=when_exhausted,
                             merchant_paid_on=merchant_paid_on, cold_start=cold_start,
-                            currency_exponent=currency_exponent, pacing=pacing or Pacing())
+                            currency_exponent=currency_exponent, explore=explore, explore_seed=explore_seed,
+                            pacing=pacing or Pacing())
     config.check()
     frames = {population: _wide(table) for population, table in tables.items()}
     plan = None if quota_plan is None else _read_assignments(quota_plan)
@@ -231,15 +241,17 @@ def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.Pa
     return load_campaign(out)
 
 
-def load_campaign(path: str | os.PathLike) -> Campaign:
+def load_campaign(path: str | os.PathLike, explore: float | None = None) -> Campaign:
+    """The campaign directory at ``path``; ``explore`` (``serve --explore``) replaces its exploration share."""
     path = Path(path)
     if not (path / CONFIG).is_file():
         raise DataError(f"{path} is not a campaign directory: {CONFIG} is missing (make one with "
                         f"`promokit campaign build`)")
     try:
-        config = CampaignConfig.from_dict(json.loads((path / CONFIG).read_text(encoding="utf-8")))
+        data = json.loads((path / CONFIG).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path / CONFIG} is not valid JSON: {exc}") from None
+    config = CampaignConfig.from_dict(data if explore is None else {**data, "explore": explore})
     populations = {}
     for population, name in TABLES.items():
         if (path / LOOKUP / population / "ids.npy").is_file():

@@ -4,7 +4,9 @@ No solver runs here: the curve f_j of the requester over the levels is a row of 
 population's mean curve for an id the table does not hold, flagged ``cold_start``) and the level is
 ``argmax_j f_j − λ·cost_j`` (:func:`promokit.allocation.budget.decide`), with ``cost_j = f_j (r_j − B_t)`` for the
 ratio budget of eq. 16 (eq. 19), ``r_j − B_t`` for merchants paid on request (eq. 20), or ``r_j f_j`` for an
-absolute budget. The ledger then issues it, or a fallback when the money-at-risk cap leaves no room.
+absolute budget. A subject in the exploration bucket (:mod:`promokit.serve.explore`) gets instead a level drawn
+uniformly among all K, fixed per request_id. The ledger then issues it, or a fallback when the money-at-risk cap
+leaves no room, and records the propensity of what it issued.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 
 from promokit.allocation.budget import decide
 from promokit.serve.campaign import Campaign
+from promokit.serve.explore import EXPLORE, Exploration
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Option, no_incentive
 from promokit.serve.pacing import Pacer
 
@@ -23,6 +26,7 @@ class DecisionEngine:
         self.campaign, self.config = campaign, config
         self.levels = campaign.levels
         self.faces = config.level_faces
+        self.exploration = Exploration(config.explore, config.explore_seed)
         self.paid_on = {"customer": "response", "merchant": config.merchant_paid_on}
         self.pacer = Pacer(self.levels, config.B, config.lam, {p: self.paid_on[p] for p in campaign.populations},
                            config.pacing.window, config.pacing.every, config.pacing.gain,
@@ -39,27 +43,39 @@ class DecisionEngine:
 
         An id the score table does not hold is answered as the campaign's ``cold_start`` says: by the rule on
         the population's mean curve (``mean``), with the lowest level (``lowest``) or with no incentive
-        (``none``); the last two are not the rule's choice and do not enter the pacing window.
+        (``none``); the last two are not the rule's choice and do not enter the pacing window, and they hold in
+        the exploration bucket too (exploring must not let a minted id draw a dearer coupon). A subject in the
+        exploration bucket otherwise draws its level uniformly among all K; its curve still enters the pacing
+        window, which stands for the traffic, not for the answers.
         """
         f, cold_start = self.curve(population, subject_id)
         config, paid_on = self.config, self.paid_on[population]
+        bucket = self.exploration.bucket(population, subject_id)
         if cold_start and config.cold_start != "mean":
             chosen = no_incentive() if config.cold_start == "none" else self.option(0, f, paid_on)
             return DecisionRequest(request_id, population, subject_id, chosen, (no_incentive(),), self.pacer.lam,
                                    config.model_version, True, paid_on, config.coupon_ttl_seconds,
-                                   reason="cold_start"), False
+                                   reason="cold_start", bucket=bucket), False
         lam, target = self.pacer.state
-        r = self.levels
-        if config.form == "ratio":
-            cost = (r - target) if paid_on == "request" else f * (r - target)
-        else:
-            cost = r if paid_on == "request" else f * r
-        chosen = int(decide(f, cost, lam))
         fallbacks = (self.option(0, f, paid_on), no_incentive()) if config.when_exhausted == "lowest" \
             else (no_incentive(),)
-        request = DecisionRequest(request_id, population, subject_id, self.option(chosen, f, paid_on), fallbacks, lam,
-                                  config.model_version, cold_start, paid_on, config.coupon_ttl_seconds)
+        if bucket == EXPLORE:
+            among = tuple(self.option(j, f, paid_on) for j in range(len(self.levels)))
+            chosen, reason = among[self.exploration.draw(request_id, len(among))], "explore"
+        else:
+            among, reason = None, "rule"
+            chosen = self.option(int(decide(f, self.cost(f, paid_on, target), lam)), f, paid_on)
+        request = DecisionRequest(request_id, population, subject_id, chosen, fallbacks, lam, config.model_version,
+                                  cold_start, paid_on, config.coupon_ttl_seconds, reason, bucket, among)
         return request, self.pacer.observe(population, f)
+
+    def cost(self, f: np.ndarray, paid_on: str, target: float) -> np.ndarray:
+        """Each level's cost in the rule: eq. 16's ratio budget at B_t (eq. 20 for merchants paid on request), or
+        the absolute budget's expected spend."""
+        r = self.levels
+        if self.config.form == "ratio":
+            return (r - target) if paid_on == "request" else f * (r - target)
+        return r if paid_on == "request" else f * r
 
     def option(self, j: int, f: np.ndarray, paid_on: str) -> Option:
         level = float(self.levels[j])

@@ -19,6 +19,12 @@ numbered (``seq``) with the lock held, so both follow the commit order. ``reques
 ``decisions``: the same request seen again gets its stored answer and is written once; the same id with another
 body is refused.
 
+Exploration. Each decision records its subject's ``bucket`` (:mod:`promokit.serve.explore`) and the
+``propensity`` of the answer it got: the probability, under the service's policy as it stood at that decision,
+of that answer. A level chosen for sure (the rule's at its λ, a fallback at the cap, a cold-start setting's) has
+1; a level drawn uniformly among K has 1/K, or more when the cap sends several of the drawn levels to one
+fallback. It is computed with the budget row locked, from the room the cap left, so it is exact.
+
 Schema migrations are the numbered entries of :data:`MIGRATIONS`; ``schema_version`` records those applied.
 """
 
@@ -33,11 +39,12 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import psycopg
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
 from promokit.data.errors import DataError
+from promokit.serve.explore import EXPLOIT, EXPLORE
 
 NO_LEVEL = -1
 
@@ -118,6 +125,12 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "DROP TABLE timeline",
         "ALTER TABLE timeline_v2 RENAME TO timeline",
     ]),
+    (3, [  # the exploration bucket: each decision's bucket and the propensity of its level; explored decisions
+        # (a decision before exploration existed was the rule's, with probability 1)
+        f"ALTER TABLE decisions ADD COLUMN bucket VARCHAR(8) NOT NULL DEFAULT '{EXPLOIT}'",
+        "ALTER TABLE decisions ADD COLUMN propensity DOUBLE PRECISION NOT NULL DEFAULT 1",
+        "ALTER TABLE budget ADD COLUMN explored BIGINT NOT NULL DEFAULT 0",
+    ]),
 ]
 
 OPEN, REDEEMED, CLOSED, EXPIRED, SETTLED = "issued", "redeemed", "closed", "expired", "settled"
@@ -145,7 +158,9 @@ class DecisionRequest:
     cold_start: bool
     paid_on: str  # "response": paid when redeemed; "request": paid when issued (eq. 20 as printed)
     ttl: float
-    reason: str = "rule"  # why ``chosen``: the "rule" (eq. 19/20) or the campaign's "cold_start" setting
+    reason: str = "rule"  # why ``chosen``: the "rule" (eq. 19/20), "explore" or the campaign's "cold_start" setting
+    bucket: str = EXPLOIT  # the subject's exploration bucket (promokit.serve.explore)
+    among: tuple[Option, ...] | None = None  # ``chosen`` was drawn uniformly among these; None: chosen for sure
 
 
 @dataclass(frozen=True)
@@ -174,6 +189,7 @@ class _Budget:
     responses: int
     capped: int
     replays: int
+    explored: int
     expected_cost: float
     expected_responses: float
     open_expected_cost: float
@@ -357,27 +373,33 @@ class Ledger:
         locked. Returns None, having written nothing, when the batch needs the lock-first transaction.
 
         The levels are chosen against the room this worker's last commit left; the statement adds the batch's
-        money to the budget row only if ``committed + paid`` stays within the cap (other workers may have spent
-        the room since), numbers and stamps the decisions from the row it updated (so ``seq`` and
-        ``created_at`` still follow the commit order) and returns nothing otherwise. A known request_id fails
-        the statement on the primary key. Batches with outcomes, a sweep due, a level that did not fit as
-        chosen or a request_id twice go the lock-first way."""
+        money to the budget row only if the room the budget row has left is at least the batch's *headroom*
+        (other workers may have spent it since), numbers and stamps the decisions from the row it updated (so
+        ``seq`` and ``created_at`` still follow the commit order) and returns nothing otherwise. The headroom is
+        the money the batch adds, or more where a drawn level's propensity depends on the room: each explored
+        decision needs room for the dearest level it drew among, so that the answers and propensities computed
+        against this worker's guess are those the locked row would give. A known request_id fails the statement
+        on the primary key. Batches with outcomes, a sweep due, a level that did not fit as chosen, a headroom
+        beyond the guess or a request_id twice go the lock-first way."""
         last = self._last_budget
         clock = time.time() if now is None else now
         if last is None or clock - last.last_sweep >= self.sweep_seconds \
                 or not all(isinstance(item, DecisionRequest) for item in items) \
                 or len({item.request_id for item in items}) < len(items):
             return None
-        guess, inserted = dataclasses.replace(last, levels={}), {}
+        guess, inserted, headroom = dataclasses.replace(last, levels={}), {}, 0
         for item in items:
+            headroom = max(headroom, guess.at_risk - last.at_risk + _dearest(item))
             if self._decide(item, guess, {}, inserted, clock)["reason"] == "cap_reached":
                 return None
+        if last.at_risk + headroom > last.cap:  # a drawn level's propensity depends on the room left: lock first
+            return None
         added = {k: getattr(guess, k) - getattr(last, k) for k in _ADDED}
         rows = [{**row, "k": k, "ttl": item.ttl} for k, (item, row) in enumerate(zip(items, inserted.values()), 1)]
         levels = [{"population": p, "level_index": j, "decisions": d, "responses": r, "paid": m}
                   for (p, j), (d, r, m) in guess.levels.items()]
-        stamped = yield "one_statement", {**added, "now": now, "rows": json.dumps(rows), "levels": json.dumps(levels),
-                                          "lam": rows[-1]["lam"]}
+        stamped = yield "one_statement", {**added, "headroom": headroom, "now": now, "rows": json.dumps(rows),
+                                          "levels": json.dumps(levels), "lam": rows[-1]["lam"]}
         if not stamped:
             return None
         results = []
@@ -406,20 +428,21 @@ class Ledger:
             budget.replays += 1
             return {**row, "replayed": True}
         room = budget.cap - budget.at_risk
-        option, reason = item.chosen, item.reason
-        if option.face > room:
+        option, reason = _served(item, item.chosen, room), item.reason
+        if option is not item.chosen:
             budget.capped += 1
             reason = "cap_reached"
-            option = next(o for o in item.fallbacks if o.face <= room)  # the last fallback is no incentive
         settled = item.paid_on == "request" and option.index != NO_LEVEL
         budget.decisions += 1
+        budget.explored += item.bucket == EXPLORE
         row = {"request_id": item.request_id, "seq": budget.decisions, "population": item.population,
                "subject_id": item.subject_id, "level_index": option.index, "face": option.face,
                "expected_response": option.expected_response, "expected_cost": option.expected_cost,
                "lam": item.lam, "model_version": item.model_version, "reason": reason,
                "cold_start": int(item.cold_start), "paid_on": item.paid_on, "state": SETTLED if settled else OPEN,
                "created_at": now, "expires_at": now + item.ttl, "redeemed": None,
-               "paid": option.face if settled else 0, "outcome_at": None}
+               "paid": option.face if settled else 0, "outcome_at": None, "bucket": item.bucket,
+               "propensity": _propensity(item, option, room)}
         stats = budget.level(item.population, option.index)
         stats[0] += 1
         if settled:  # eq. 20 as printed: the commission is paid on the request itself
@@ -509,6 +532,13 @@ class Ledger:
                                      "timeline) - :span ORDER BY second"), {"span": seconds}).all()
         return [dict(r._mapping) for r in rows]
 
+    def schema_version(self) -> int:
+        """The last migration applied (0: the database holds no ledger), read without migrating."""
+        with self.reader.connect() as conn:
+            if not inspect(conn).has_table("schema_version"):
+                return 0
+            return conn.execute(text("SELECT COALESCE(MAX(version), 0) FROM schema_version")).scalar()
+
     def decision(self, request_id: str) -> dict | None:
         with self.reader.connect() as conn:
             row = conn.execute(text("SELECT * FROM decisions WHERE request_id = :id"), {"id": request_id}).first()
@@ -521,9 +551,10 @@ class Ledger:
             row = conn.execute(text(
                 "SELECT COUNT(*) AS decisions, COUNT(DISTINCT request_id) AS distinct_ids, "
                 "COALESCE(MAX(seq), 0) AS last_seq, "
+                "COALESCE(SUM(CASE WHEN bucket = :explore THEN 1 ELSE 0 END), 0) AS explored, "
                 "COALESCE(SUM(CASE WHEN state = :open THEN face ELSE 0 END), 0) AS committed, "
                 "COALESCE(SUM(paid), 0) AS paid, COALESCE(SUM(CASE WHEN redeemed = 1 THEN 1 ELSE 0 END), 0) AS "
-                "responses FROM decisions"), {"open": OPEN}).one()._mapping
+                "responses FROM decisions"), {"open": OPEN, "explore": EXPLORE}).one()._mapping
         audit = {key: int(value) for key, value in row.items()}  # PostgreSQL sums BIGINT as NUMERIC
         return {**audit, "at_risk": audit["committed"] + audit["paid"]}
 
@@ -531,11 +562,11 @@ class Ledger:
 _NONE = Option(NO_LEVEL, 0, 0.0, 0.0)
 _DECISION_COLUMNS = ("request_id", "seq", "population", "subject_id", "level_index", "face", "expected_response",
                      "expected_cost", "lam", "model_version", "reason", "cold_start", "paid_on", "state", "created_at",
-                     "expires_at", "redeemed", "paid", "outcome_at")
-_BUDGET_COLUMNS = ("exponent", "cap", "committed", "paid", "decisions", "responses", "capped", "replays",
+                     "expires_at", "redeemed", "paid", "outcome_at", "bucket", "propensity")
+_BUDGET_COLUMNS = ("exponent", "cap", "committed", "paid", "decisions", "responses", "capped", "replays", "explored",
                    "expected_cost", "expected_responses", "open_expected_cost", "open_expected_responses", "last_sweep")
-_RUNNING = ("committed", "paid", "decisions", "responses", "capped", "replays", "expected_cost", "expected_responses",
-            "open_expected_cost", "open_expected_responses", "last_sweep")
+_RUNNING = ("committed", "paid", "decisions", "responses", "capped", "replays", "explored", "expected_cost",
+            "expected_responses", "open_expected_cost", "open_expected_responses", "last_sweep")
 
 
 #: The write path's statements, with ``:name`` parameters.
@@ -569,18 +600,19 @@ _NOW = "EXTRACT(EPOCH FROM clock_timestamp())::DOUBLE PRECISION"
 _CLOCK = f"SELECT {_NOW}"
 _PARAMETER = r"(?<!:):(\w+)"  # ``:name``, not a ``::type`` cast
 #: What a batch of new decisions adds to the budget row.
-_ADDED = ("committed", "paid", "decisions", "expected_cost", "expected_responses", "open_expected_cost",
+_ADDED = ("committed", "paid", "decisions", "explored", "expected_cost", "expected_responses", "open_expected_cost",
           "open_expected_responses")
 _FRESH = ("request_id", "population", "subject_id", "level_index", "face", "expected_response", "expected_cost", "lam",
-          "model_version", "reason", "cold_start", "paid_on", "state", "paid")
+          "model_version", "reason", "cold_start", "paid_on", "state", "paid", "bucket", "propensity")
 _FRESH_TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "INTEGER", "BIGINT", "DOUBLE PRECISION", "DOUBLE PRECISION",
-                "DOUBLE PRECISION", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "BIGINT")
+                "DOUBLE PRECISION", "VARCHAR", "VARCHAR", "INTEGER", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR",
+                "DOUBLE PRECISION")
 #: PostgreSQL, a batch of new decisions in one statement (see :meth:`Ledger._one_statement`). ``b`` takes the
 #: budget row's lock and is empty when the money would pass the cap, which leaves every other part empty;
 #: ``clock_timestamp()`` is read once the lock is held.
 _ONE_STATEMENT = f"""WITH b AS (
     UPDATE budget SET {', '.join(f'{k} = {k} + :{k}' for k in _ADDED)}
-    WHERE id = 1 AND committed + paid + :committed + :paid <= cap
+    WHERE id = 1 AND committed + paid + :headroom <= cap
     RETURNING {', '.join(_BUDGET_COLUMNS)}, COALESCE(:now, {_NOW}) AS at),
 r AS (SELECT * FROM json_to_recordset(:rows) AS r(k INTEGER, ttl DOUBLE PRECISION,
     {', '.join(f'{c} {t}' for c, t in zip(_FRESH, _FRESH_TYPES))})),
@@ -763,6 +795,27 @@ class _AsyncPostgresSession:
 
     async def close(self) -> None:
         await self.connection.close()
+
+
+def _served(item: DecisionRequest, option: Option, room: int) -> Option:
+    """``option`` if its face value fits in ``room``, else the first fallback that does (the last fallback is no
+    incentive, which always fits)."""
+    return option if option.face <= room else next(o for o in item.fallbacks if o.face <= room)
+
+
+def _propensity(item: DecisionRequest, served: Option, room: int) -> float:
+    """The probability that ``item`` is answered ``served`` with this much ``room`` under the cap: 1 for a level
+    chosen for sure (the rule's at its λ, a fallback, a cold-start setting's); for a drawn level, the share of
+    the levels it drew among that this room answers with ``served`` (one, or all those the cap sends to it)."""
+    if item.among is None:
+        return 1.0
+    return sum(_served(item, option, room).index == served.index for option in item.among) / len(item.among)
+
+
+def _dearest(item: DecisionRequest) -> int:
+    """The least room in which ``item``'s answer and propensity are what any larger room gives: the face value of
+    the dearest level it could be answered with."""
+    return max(option.face for option in item.among or (item.chosen,))
 
 
 def _known(rows: list) -> dict:

@@ -208,7 +208,7 @@ class StatusCollector(Collector):
                                ("committed", "Face value of open coupons."), ("remaining", "Cap minus money at risk.")):
             yield from _single(GaugeMetricFamily, f"promokit_budget_{key}", help_text, budget.get(key))
         yield from _single(CounterMetricFamily, "promokit_paid", "Money paid for redeemed coupons.", budget.get("paid"))
-        for key in ("decisions", "responses", "capped", "replays"):
+        for key in ("decisions", "responses", "capped", "replays", "explored"):
             yield from _single(CounterMetricFamily, f"promokit_{key}", f"{key.capitalize()} recorded in the ledger.",
                                budget.get(key))
         yield from _single(GaugeMetricFamily, "promokit_lambda", "λ of the real-time rule (the answering worker).",

@@ -48,10 +48,17 @@ class DecisionOut(BaseModel):
     expected_cost: float
     lam: float = Field(description="λ of the rule when the request was decided.")
     model_version: str
-    reason: Literal["rule", "cap_reached", "cold_start"] = Field(
-        description="rule: eq. 19/20; cap_reached: the cap left no room for the rule's level; cold_start: an id "
-                    "the score table does not hold, answered as the campaign's cold_start setting says.")
+    reason: Literal["rule", "explore", "cap_reached", "cold_start"] = Field(
+        description="rule: eq. 19/20; explore: a level drawn uniformly among the campaign's levels (the subject is "
+                    "in the exploration bucket); cap_reached: the cap left no room for the rule's or the drawn "
+                    "level; cold_start: an id the score table does not hold, answered as the campaign's cold_start "
+                    "setting says.")
     cold_start: bool = Field(description="The id is not in the score table.")
+    bucket: Literal["explore", "exploit"] = Field(
+        description="The subject's exploration bucket: a keyed hash of its id, the same for every request of it.")
+    propensity: float = Field(gt=0, le=1, description="Probability of this answer under the service's policy as it "
+                                                      "stood: 1 for the rule's (or a fallback's) level, 1/K for a "
+                                                      "level drawn among K, more when the cap merged draws.")
     expires_at: float
     replayed: bool = Field(description="True when this request was answered before (the stored answer).")
 
