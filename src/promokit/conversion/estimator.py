@@ -31,6 +31,7 @@ from promokit.data import (
     holdout_split,
 )
 from promokit.data.encoders import check_numeric_columns
+from promokit.data.ids import id_hashes
 from promokit.training import (
     History,
     TrainConfig,
@@ -97,6 +98,8 @@ class ConversionModel:
         self.pmg: np.ndarray | None = None  # (N, N) concurrence prior of the micro-behaviours, when declared
         self.net = None
         self.report = FitReport()
+        #: the hashes of the training rows' ``group_key`` ids (``training_ids.npy``), when the spec names one
+        self.training_ids: np.ndarray | None = None
 
     @property
     def model_class(self):
@@ -131,6 +134,7 @@ class ConversionModel:
         if spec.micro_behaviors:  # the PMG prior, from the clicked training rows only (GMCM section 3)
             self.pmg = concurrence_probability(labels["micro"], labels["click"])
         self.encoder = TableEncoder.fit(table, spec)
+        self.training_ids = id_hashes(table[spec.group_key]) if spec.group_key else None
         train_x = self.encoder.transform(table)
         valid_part = None if valid is None else (self.encoder.transform(valid), valid_labels)
         self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), labels=label_report)
@@ -175,12 +179,14 @@ class ConversionModel:
 
     def label_counts(self, table: pd.DataFrame) -> dict:
         """The label sums of one part's training rows that :meth:`fit_counts` needs (the learnability checks of
-        ``fit`` and GMCM's PMG prior), with the rows repaired; the part's labels are checked as ``fit`` checks
-        them."""
+        ``fit`` and GMCM's PMG prior), with the rows repaired, and the hashes of their ``group_key`` ids; the
+        part's labels are checked as ``fit`` checks them."""
         labels, report = self._labels(table)
         click = labels["click"] == 1
         counts = {"rows": len(table), "click": int(click.sum()), "purchase": int(labels["purchase"][click].sum()),
                   "repaired": dict(report.repaired)}
+        if self.spec.group_key:
+            counts["subjects"] = id_hashes(table[self.spec.group_key])
         if "daction" in labels:
             counts["daction"] = int(labels["daction"][click].sum())
         if "micro" in labels:
@@ -192,7 +198,7 @@ class ConversionModel:
     def fit_counts(self, encoder: TableEncoder, counts: list[dict], valid_counts: list[dict]) -> None:
         """Become what :meth:`fit` makes before the network trains, from the training rows' ``encoder`` (built from
         the parts' counts) and the :meth:`label_counts` of every training and validation part: the same errors and
-        warnings, the PMG prior, the report."""
+        warnings, the PMG prior, the report, the training subjects."""
         n = sum(c["rows"] for c in counts)
         clicks, purchases = sum(c["click"] for c in counts), sum(c["purchase"] for c in counts)
         columns = self.spec.labels
@@ -233,6 +239,7 @@ class ConversionModel:
         self.encoder = encoder
         self.report = FitReport(n_train=n, n_valid=sum(c["rows"] for c in valid_counts),
                                 labels=LabelReport(repaired))
+        self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts])) if self.spec.group_key else None
 
     def part_tensors(self, table: pd.DataFrame) -> dict[str, torch.Tensor]:
         """The network's input and labels for the rows of ``table`` (one part), with the fitted encoder."""
@@ -320,7 +327,7 @@ class ConversionModel:
                   "repair_labels": self.repair_labels,
                   "pmg": None if self.pmg is None else self.pmg.tolist()}
         history = None if self.report.history is None else self.report.history.to_dict()
-        write_model_dir(path, config, self.encoder.to_dict(), self.net, history)
+        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, training_ids=self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConversionModel:

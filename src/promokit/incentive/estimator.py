@@ -12,6 +12,7 @@ import torch
 
 from promokit import __version__
 from promokit.data.errors import DataError
+from promokit.data.ids import id_hashes
 from promokit.data.spec import FeatureSpec
 from promokit.data.split import random_split
 from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables
@@ -107,6 +108,8 @@ class IncentiveModel:
         self.net: IncentiveNet | None = None
         self.history: History | None = None
         self.test_fraction, self.valid_fraction = 0.15, 0.1
+        #: the hashes of the ids of the customers and merchants trained on (``training_ids.npy``)
+        self.training_ids: np.ndarray | None = None
 
     # ---- fit ------------------------------------------------------------------------------------------
     def fit(self, tables: IncentiveTables, test_fraction: float = 0.15, valid_fraction: float = 0.1,
@@ -127,6 +130,8 @@ class IncentiveModel:
                 raise DataError(f"customers: the {len(rows)} {name} customers need redemptions and non-redemptions; "
                                 "use more customers or other fractions")
         seed_everything(cfg.seed)
+        self.training_ids = id_hashes(np.concatenate([tables.customers[CUSTOMER].to_numpy()[split.train_customers],
+                                                      tables.merchants[MERCHANT].to_numpy()[split.train_merchants]]))
         self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
         self.encoders = InputEncoders.fit(tables)
         inputs = self.encoders.transform(tables)
@@ -189,7 +194,7 @@ class IncentiveModel:
                   "split": {"test_fraction": self.test_fraction, "valid_fraction": self.valid_fraction},
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
         history = None if self.history is None else self.history.to_dict()
-        write_model_dir(path, config, self.encoders.to_dict(), self.net, history)
+        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> IncentiveModel:

@@ -15,9 +15,10 @@ The table is never one frame. Before training, two maps over the parts run on th
    for the spec's inference of categorical integers) and, for a time-ordered validation split, the counts of its
    times (from which the driver computes the same boundary time as :func:`promokit.data.split.latest_split`);
 2. **count**: on each part's training rows, the value counts of every categorical feature and the moments of every
-   numeric one (:meth:`TableEncoder.count`), and the estimator's label sums (``label_counts``). The driver adds
-   them up (:meth:`TableEncoder.from_counts`) into the encoder a local fit builds on the concatenated table: the
-   same vocabulary, ``min_count`` applied to the summed counts, the same means and deviations to rounding.
+   numeric one (:meth:`TableEncoder.count`), and the estimator's label sums (``label_counts``, with the hashes of
+   the part's training subjects). The driver adds them up (:meth:`TableEncoder.from_counts`) into the encoder a
+   local fit builds on the concatenated table: the same vocabulary, ``min_count`` applied to the summed counts,
+   the same means and deviations to rounding; the subjects' hashes, united, are the model's ``training_ids.npy``.
 
 The spec is resolved on the first part with rows (its columns and dtypes), with integer columns classified by
 their distinct values over all parts. Validation rows are a seeded random share of each part (part *k*'s

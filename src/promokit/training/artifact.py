@@ -7,6 +7,7 @@ Layout::
       encoder.json         # fitted feature encoders (plain JSON)
       weights.safetensors  # neural weights (or other files a model writes, e.g. LightGBM text models)
       history.json         # training history
+      training_ids.npy     # the hashes of the ids of the subjects trained on (promokit.data.ids.id_hashes)
 """
 
 from __future__ import annotations
@@ -17,13 +18,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
 from promokit.data.errors import DataError
+from promokit.data.io import write_npy
 
 CONFIG = "config.json"
 WEIGHTS = "weights.safetensors"
+TRAINING_IDS = "training_ids.npy"
 
 
 class ModelDirWriter:
@@ -42,6 +46,9 @@ class ModelDirWriter:
 
     def text(self, name: str, text: str) -> None:
         (self.tmp / name).write_text(text, encoding="utf-8")
+
+    def array(self, name: str, array: np.ndarray) -> None:
+        write_npy(array, self.tmp / name)
 
     def weights(self, state_dict: dict[str, torch.Tensor], name: str = WEIGHTS) -> None:
         save_file({k: v.detach().contiguous() for k, v in state_dict.items()}, str(self.tmp / name))
@@ -62,15 +69,18 @@ class ModelDirWriter:
 
 
 def write_model_dir(path: str | os.PathLike, config: dict, encoder: dict, net, history: dict | None = None,
-                    extra: dict[str, object] | None = None) -> None:
+                    extra: dict[str, object] | None = None, training_ids: np.ndarray | None = None) -> None:
     """Write a whole model directory atomically: ``config.json``, ``encoder.json``, ``history.json`` (when
-    given), the ``extra`` JSON files by name, and the network — a torch module's state dict as safetensors,
-    or the text files of ``net.model_texts()`` (e.g. LightGBM's text models)."""
+    given), the ``extra`` JSON files by name, ``training_ids.npy`` (when given: the hashes of the training
+    subjects' ids, :func:`promokit.data.ids.id_hashes`), and the network — a torch module's state dict as
+    safetensors, or the text files of ``net.model_texts()`` (e.g. LightGBM's text models)."""
     with ModelDirWriter(path) as out:
         out.json(CONFIG, config)
         out.json("encoder.json", encoder)
         if history is not None:
             out.json("history.json", history)
+        if training_ids is not None:
+            out.array(TRAINING_IDS, training_ids)
         for name, obj in (extra or {}).items():
             out.json(name, obj)
         if isinstance(net, torch.nn.Module):
@@ -93,6 +103,26 @@ def read_model_config(model_dir: str | os.PathLike, task: str) -> dict:
     if config.get("task") != task:
         raise DataError(f"{model_dir}: holds a {config.get('task')!r} model, not a {task} model")
     return config
+
+
+def read_training_ids(model_dir: str | os.PathLike) -> np.ndarray | None:
+    """The hashes of the ids of the subjects the model in ``model_dir`` was trained on (sorted distinct uint64, as
+    :func:`promokit.data.ids.id_hashes` gives them, for :func:`~promokit.data.ids.share_in`), or ``None`` when the
+    directory does not record them (written before promokit did). A DataError when ``model_dir`` is not a model
+    directory or its file is not such hashes."""
+    if not (Path(model_dir) / CONFIG).exists():
+        raise DataError(f"{model_dir}: not a promokit model directory ({CONFIG} is missing)")
+    path = Path(model_dir) / TRAINING_IDS
+    if not path.exists():
+        return None
+    try:
+        hashes = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot be read as the training subjects' hashes ({exc})") from None
+    if hashes.dtype != np.uint64 or hashes.ndim != 1 or np.any(hashes[1:] <= hashes[:-1]):
+        raise DataError(f"{path}: not the training subjects' hashes (a sorted array of distinct uint64; got "
+                        f"{hashes.dtype} of shape {hashes.shape})")
+    return hashes
 
 
 def read_weights(model_dir: str | os.PathLike, name: str = WEIGHTS) -> dict[str, torch.Tensor]:

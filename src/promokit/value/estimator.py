@@ -15,6 +15,7 @@ import torch
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec
 from promokit.data.encoders import NumericEncoder
+from promokit.data.ids import id_hashes
 from promokit.data.split import latest_split
 from promokit.training import (
     History,
@@ -171,6 +172,8 @@ class ValueModel:
         self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
         #: what train held out (``delivery_split``'s arguments), for evaluate
         self.split = {"test_fraction": 0.1, "valid_fraction": 0.1, "how": "time", "seed": 0}
+        #: the hashes of the ids of the users of the training deliveries (``training_ids.npy``)
+        self.training_ids: np.ndarray | None = None
 
     @property
     def reads_graph(self) -> bool:
@@ -192,6 +195,7 @@ class ValueModel:
             if len(rows):
                 _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
         seed_everything(self.train_config.seed)
+        self.training_ids = id_hashes(tables.deliveries[USER].to_numpy()[train])
         self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
         self.encoders = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
         train_rows = self.encoders.rows(tables, train)
@@ -220,11 +224,13 @@ class ValueModel:
 
     @staticmethod
     def label_counts(tables: ValueTables, roles: np.ndarray) -> dict:
-        """One part's sums that :meth:`fit_counts` needs: its deliveries and conversions per role, and the moments
-        of v = log(1 + amount) over its converted and over all its training deliveries (the amount start)."""
+        """One part's sums that :meth:`fit_counts` needs: its deliveries and conversions per role, the moments of
+        v = log(1 + amount) over its converted and over all its training deliveries (the amount start), and the
+        hashes of its training deliveries' users."""
         train = roles == TRAIN
         v = tables.log_amount
         return {"rows": np.bincount(roles, minlength=3).tolist(),
+                "subjects": id_hashes(tables.deliveries[USER].to_numpy()[train]),
                 "converted": np.bincount(roles, weights=tables.convert, minlength=3).astype(int).tolist(),
                 "v_converted": NumericEncoder.moments(pd.Series(v[train & (tables.convert > 0)])),
                 "v": NumericEncoder.moments(pd.Series(v[train]))}
@@ -232,7 +238,7 @@ class ValueModel:
     def fit_counts(self, specs: dict[str, FeatureSpec], encoders: InputEncoders, counts: list[dict]) -> None:
         """Become what :meth:`fit` makes before the network trains, from the encoders reduced over the parts of a
         dataset (the feature ``specs`` they were counted with) and every part's :meth:`label_counts`: the same
-        checks and the same amount start."""
+        checks, the same amount start and the same training subjects."""
         rows, converted = (np.sum([c[key] for c in counts], axis=0) for key in ("rows", "converted"))
         check_conversions(int(converted.sum()), int(rows.sum()))
         for name, role in (("training", TRAIN), ("validation", VALID)):
@@ -240,6 +246,7 @@ class ValueModel:
                 _check_learnable(name, int(rows[role]), int(converted[role]))
         self.specs, self.encoders, self._attached = specs, encoders, None
         self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
+        self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts]))
 
     def predict(self, tables: ValueTables, rows: np.ndarray | None = None) -> pd.DataFrame:
         """Named outputs per delivery of ``rows`` (all by default): p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma,
@@ -328,7 +335,7 @@ class ValueModel:
                   "params": {**self.params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
                   "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.split}
         history = None if self.history is None else self.history.to_dict()
-        write_model_dir(path, config, self.encoders.to_dict(), self.net, history)
+        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ValueModel:

@@ -28,9 +28,10 @@ Train (:func:`train_parts`; the training deliveries are the examples):
    permutation of all the deliveries);
 2. **count**: each part, validated with its labels, sends its share of the encoders (:meth:`InputEncoders.count`:
    the context features' counts and moments over its training deliveries, its users', its behaviours' actions) and
-   its label sums (:meth:`ValueModel.label_counts`). The driver adds them up into the encoders
-   :meth:`InputEncoders.fit` builds on the concatenation (:meth:`InputEncoders.from_counts`) and checks the labels
-   and starts the amount towers as :meth:`ValueModel.fit` does (:meth:`ValueModel.fit_counts`);
+   its label sums (:meth:`ValueModel.label_counts`, with the hashes of its training deliveries' users). The driver
+   adds them up into the encoders :meth:`InputEncoders.fit` builds on the concatenation
+   (:meth:`InputEncoders.from_counts`), checks the labels, starts the amount towers and unites the users' hashes
+   (the model's ``training_ids.npy``) as :meth:`ValueModel.fit` does (:meth:`ValueModel.fit_counts`);
 3. **train**: :func:`promokit.scale.train.run_job` — the loop conversion models train with — streams each worker's
    shard of the training deliveries: a worker reads part k of every user-keyed table, validates it and encodes that
    part's deliveries (user and fund features, behaviour sequences strictly before each delivery, context) with

@@ -15,6 +15,7 @@ from torch import nn
 
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec, TableEncoder
+from promokit.data.ids import id_hashes
 from promokit.data.spec import DEFAULT_MIN_COUNT
 from promokit.metrics import auc, gauc, logloss
 from promokit.training import (
@@ -104,6 +105,8 @@ class VoucherModel:
         self.report = FitReport()
         self.store = None  # the UVGStore of the tables last seen, holding the training vocabulary (DMBGN only)
         self._cache: tuple[object, dict[str, torch.Tensor]] | None = None
+        #: the hashes of the ids of the users of the training sessions (``training_ids.npy``)
+        self.training_ids: np.ndarray | None = None
 
     @property
     def model_class(self):
@@ -197,6 +200,7 @@ class VoucherModel:
         self.spec = self._feature_spec(tables)
         self.table_options = tables.options
         self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.spec)
+        self.training_ids = id_hashes(sessions["user_id"].to_numpy()[train_rows])
         self.net, self._cache = None, None
         inputs = self.inputs(tables, fit_rows=train_rows)
         for name, rows in (("training", train_rows), ("validation", valid_rows)):
@@ -318,7 +322,7 @@ class VoucherModel:
                   "max_history": self.max_history}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
-        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra)
+        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra, self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> VoucherModel:
