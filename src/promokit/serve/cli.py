@@ -1,4 +1,5 @@
-"""``promokit serve`` and ``promokit campaign build``: the decision service and the directory it serves."""
+"""``promokit serve`` and ``promokit campaign build`` / ``export``: the decision service, the directory it serves and the
+log its ledger leaves."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
           merchant_paid_on: Annotated[Optional[str], typer.Option("--merchant-paid-on", help="response | request (default: what allocate budget was given, from its report; response for a plan without merchants).")] = None,
           cold_start: Annotated[str, typer.Option("--cold-start", help="An id the score table does not hold: mean (the rule on the population's mean curve; anyone can mint ids, so this gives coupons to unknown ids) | lowest (the lowest level) | none (no incentive).")] = "mean",
           currency_exponent: Annotated[int, typer.Option("--currency-exponent", help="Decimals of the currency's minor unit (2 for cents, 0 for yen): the ledger keeps money in integer minor units.")] = 2,
+          explore: Annotated[float, typer.Option("--explore", help="Share of subjects, in [0, 1), answered with a level drawn uniformly among the levels (under the same cap), chosen by a keyed hash of their id: the log `campaign export` writes for off-policy evaluation.")] = 0.0,
+          explore_seed: Annotated[int, typer.Option("--explore-seed", help="Key of the hashes that choose the explored subjects and their levels, an integer in [0, 2^64).")] = 0,
           pacing_window: Annotated[int, typer.Option("--pacing-window", help="Recent requests λ is re-solved on.")] = 4096,
           pacing_every: Annotated[int, typer.Option("--pacing-every", help="Re-solve λ after this many decisions (per worker).")] = 256,
           pacing_gain: Annotated[float, typer.Option("--pacing-gain", help="Feedback exponent g of B_t = B·(B/ρ̂)^g; 0 follows traffic only.")] = 0.5,
@@ -41,26 +44,56 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
         campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
                                   coupon_ttl_seconds=coupon_ttl, when_exhausted=when_exhausted,
                                   merchant_paid_on=merchant_paid_on, cold_start=cold_start,
-                                  currency_exponent=currency_exponent,
+                                  currency_exponent=currency_exponent, explore=explore, explore_seed=explore_seed,
                                   pacing=Pacing(pacing_window, pacing_every, pacing_gain, pacing),
                                   model_version=model_version)
         sizes = ", ".join(f"{len(p):,} {name}s" for name, p in campaign.populations.items())
-        get_console().print(f"campaign {campaign.config.model_version} in {out}: {sizes}, levels "
-                            f"{campaign.config.levels}, λ* {campaign.config.lam:.6g}, cap "
-                            f"{campaign.config.cap:,.{campaign.config.currency_exponent}f}")
+        config = campaign.config
+        get_console().print(f"campaign {config.model_version} in {out}: {sizes}, levels {config.levels}, λ* "
+                            f"{config.lam:.6g}, cap {config.cap:,.{config.currency_exponent}f}"
+                            + (f", exploring {config.explore:.2%} of subjects" if config.explore else ""))
+
+
+@campaign_app.command("export")
+def export(campaign: CampaignOpt,
+           out: Annotated[Path, typer.Option("--out", help="The log to write (.parquet or .csv).")],
+           ledger: Annotated[Optional[str], typer.Option("--ledger", help="sqlite:///FILE or postgresql://USER@HOST/DB (default: ledger.sqlite in the campaign).")] = None,
+           customers: Annotated[Optional[Path], typer.Option("--customers", help=f"Customer features ({TABLE_HELP}) keyed by customer_id: write a customers table for `incentive train` (id, level, redeemed, these features) instead of the log.")] = None,
+           population: Annotated[str, typer.Option("--population", help="customer | merchant: whose decisions (the id column is customer_id or merchant_id).")] = "customer",
+           bucket: Annotated[str, typer.Option("--bucket", help="all | explore (the randomized part alone) | exploit.")] = "all",
+           every_decision: Annotated[bool, typer.Option("--every-decision", help="One row per decision, not per subject (the first): ids may repeat.")] = False):
+    """Write the ledger's decisions and outcomes as a log in the incentive contract, with propensities, for
+    `policy evaluate` and `incentive train`."""
+    with user_errors():
+        from promokit.data.errors import DataError
+        from promokit.data.io import TABLE_SUFFIXES, write_table
+        from promokit.serve.export import export_log
+
+        if out.suffix not in TABLE_SUFFIXES or out.is_dir():
+            raise DataError(f"--out must be a file ending in .parquet or .csv, got {out}")
+        if customers is not None and population != "customer":
+            raise DataError("--customers joins customer features; the merchants' outcomes in the ledger are 0/1, not "
+                            "the share counts a merchants table for `incentive train` needs")
+        result = export_log(campaign, ledger, population=population, bucket=bucket, every_decision=every_decision,
+                            features=customers)
+        write_table(result.log, out)
+        left_out = ", ".join(f"{n:,} {why}" for why, n in result.left_out.items() if n) or "none"
+        get_console().print(f"{len(result.log):,} rows written to {out} from {result.decisions:,} {population} "
+                            f"decisions (left out: {left_out})")
 
 
 def serve(campaign: CampaignOpt,
           ledger: Annotated[Optional[str], typer.Option("--ledger", help="sqlite:///FILE (default: ledger.sqlite in the campaign) or postgresql://USER@HOST/DB.")] = None,
           host: Annotated[str, typer.Option("--host", help="Address to bind; loopback unless you mean otherwise.")] = "127.0.0.1",
           port: Annotated[int, typer.Option("--port")] = 8000,
-          workers: Annotated[int, typer.Option("--workers", help="Worker processes; they share the ledger.")] = 1):
+          workers: Annotated[int, typer.Option("--workers", help="Worker processes; they share the ledger.")] = 1,
+          explore: Annotated[Optional[float], typer.Option("--explore", help="Replace the campaign's exploration share for this run (its seed stays the campaign's).")] = None):
     """Serve real-time decisions (eqs. 19–20) under a hard cap on money at risk. Needs $PROMOKIT_API_TOKEN."""
     with user_errors():
         import uvicorn
 
         from promokit.data.errors import DataError
-        from promokit.serve.app import TOKEN_ENV
+        from promokit.serve.app import EXPLORE_ENV, TOKEN_ENV
         from promokit.serve.campaign import load_campaign
         from promokit.serve.ledger import Ledger
         from promokit.serve.metrics import multiprocess_dir
@@ -69,7 +102,7 @@ def serve(campaign: CampaignOpt,
             raise DataError(f"set {TOKEN_ENV} to the bearer token clients must send with POST requests")
         if workers < 1 or not 0 < port < 65536:
             raise DataError(f"--workers must be ≥ 1 and --port in 1..65535, got {workers} and {port}")
-        loaded = load_campaign(campaign)
+        loaded = load_campaign(campaign, explore)
         url = ledger or f"sqlite:///{(loaded.path / 'ledger.sqlite').resolve()}"
         opened = Ledger(url, exponent=loaded.config.currency_exponent)
         opened.open(loaded.config.cap_minor)  # migrate once here, not racing in every worker
@@ -78,8 +111,10 @@ def serve(campaign: CampaignOpt,
         if not _loopback(host):
             console.print(f"[yellow]binding {host}: the service is reachable from other machines[/]")
         console.print(f"serving campaign {loaded.config.model_version} on http://{host}:{port} with {workers} "
-                      f"worker(s), ledger {url.split('@')[-1]}")
+                      f"worker(s), ledger {url.split('@')[-1]}"
+                      + (f", exploring {loaded.config.explore:.2%} of subjects" if loaded.config.explore else ""))
         os.environ["PROMOKIT_CAMPAIGN"], os.environ["PROMOKIT_LEDGER"] = str(loaded.path.resolve()), url
+        os.environ[EXPLORE_ENV] = repr(loaded.config.explore)
         # request metrics summed over the workers, in a directory per port: a restart after kill -9 empties it
         with multiprocess_dir(Path(tempfile.gettempdir()) / f"promokit-metrics-{port}"):
                 uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
