@@ -104,19 +104,12 @@ def uplift_against_lowest(levels, offered, y, f_c, truth=None) -> tuple[pd.DataF
         if row["treated"] and row["control"]:
             curves[f"{levels[j]:g}"] = judged = UpliftCurves.of(predicted, treated, y[pair])
             row.update(observed_uplift=float(y[pair][treated == 1].mean() - y[pair][treated == 0].mean()),
-                       **_areas(judged))
+                       **judged.areas())
             if truth is not None:
-                ideal = _areas(UpliftCurves.of(truth[pair, j] - truth[pair, 0], treated, y[pair]))
+                ideal = UpliftCurves.of(truth[pair, j] - truth[pair, 0], treated, y[pair]).areas()
                 row.update(true_auuc=ideal["auuc"], true_qini_coefficient=ideal["qini_coefficient"])
         rows.append(row)
     return pd.DataFrame(rows), curves
-
-
-def _areas(judged: UpliftCurves) -> dict[str, float]:
-    """AUUC, Qini coefficient and Qini area, NaN where undefined (one outcome class)."""
-    return {"auuc": np.nan if judged.auuc is None else judged.auuc,
-            "qini_coefficient": np.nan if judged.qini_coefficient is None else judged.qini_coefficient,
-            "qini_area": judged.qini_area}
 
 
 def change_point(curve: pd.DataFrame) -> tuple[float, float] | None:

@@ -138,9 +138,11 @@ class UpliftCurves:
         return cls(k, uplift, qini, int(t.sum()), int(len(t) - t.sum()), auuc, qini_coefficient,
                    area_over_random(k, qini) / len(y) ** 2)
 
-    def summary(self) -> dict:
-        return {"treated": self.treated, "control": self.control, "auuc": self.auuc,
-                "qini_coefficient": self.qini_coefficient, "qini_area": self.qini_area}
+    def areas(self) -> dict[str, float]:
+        """``auuc``, ``qini_coefficient`` (NaN where undefined) and ``qini_area``, for a table's row."""
+        return {"auuc": np.nan if self.auuc is None else self.auuc,
+                "qini_coefficient": np.nan if self.qini_coefficient is None else self.qini_coefficient,
+                "qini_area": self.qini_area}
 
 
 def uplift_figure(curves: dict[str, UpliftCurves], title: str):

@@ -131,3 +131,26 @@ def _training_overlap(model: Path, log) -> list[str]:
         return []
     return [f"{share:.1%} of the log's subjects are ones {model} was trained on: a plan judged on its own training "
             "subjects looks better than it will on new ones; judge it on a log of held-out subjects"]
+
+
+@app.command()
+def uplift(log: LogOpt,
+           scores: Annotated[Path, typer.Option("--scores", help=f"The score table ({TABLE_HELP}) with a row per subject of the log: wide user_id, score_<level> … (incentive predict's, for an incentive log) or user_id, score_<fund> … (value predict's ETV, for a value log); or long.")],
+           out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and uplift_curves.png.")],
+           outcome: Annotated[Optional[str], typer.Option("--outcome", help="redeemed (default) or spend for an incentive log; convert (default) or amount for a value log.")] = None,
+           control: Annotated[Optional[str], typer.Option("--control", help="The action every other is compared with (default: an incentive log's lowest level; a value log's fund must be named).")] = None):
+    """For each action against the control: the uplift and Qini curves of the score table's predicted uplift
+    score(action) − score(control) on the log's rows that took one of the two, with the AUUC and the Qini coefficient
+    (scikit-uplift's definitions). The log must give the two actions at random, with the same odds to everyone."""
+    with user_errors():
+        from promokit.cli_support import print_table
+        from promokit.data import read_table
+        from promokit.policy.log import read_log
+        from promokit.policy.uplift import read_scores, uplift_by_action, uplift_report
+
+        the_log = read_log(read_table(log), str(log), design="uniform")
+        values, actions = read_scores(scores, the_log)
+        result = uplift_by_action(the_log, values, actions, control, outcome)
+        uplift_report(result, the_log, str(scores)).write(out)
+        print_table(f"{result.outcome}: each action against {result.control}", result.table.set_index("action"))
+        get_console().print(f"report written to {out}/report.md")
