@@ -169,7 +169,8 @@ def uplift_figure(curves: dict[str, UpliftCurves], title: str):
     for ax in axes.flat[len(curves):]:
         ax.axis("off")
     axes.flat[0].set_ylabel("incremental outcome", fontsize=8)
-    axes.flat[0].legend(fontsize=7)
+    if curves:
+        axes.flat[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
