@@ -49,10 +49,12 @@ for name in names:
               "perfect_uplift_curve": m.perfect_uplift_curve(y, t),
               "perfect_qini_curve": m.perfect_qini_curve(y, t, negative_effect=True),
               "perfect_qini_curve(negative_effect=False)": m.perfect_qini_curve(y, t, negative_effect=False)}
-    answers[name] = {key: [np.asarray(x, float).tolist(), np.asarray(v, float).tolist()] for key, (x, v) in curves.items()}
+    answers[name] = {key: [np.asarray(x, float).tolist(), np.asarray(v, float).tolist()]
+                     for key, (x, v) in curves.items()}
     answers[name].update({"uplift_auc_score": float(m.uplift_auc_score(y, s, t)),
                           "qini_auc_score": float(m.qini_auc_score(y, s, t, negative_effect=True)),
-                          "qini_auc_score(negative_effect=False)": float(m.qini_auc_score(y, s, t, negative_effect=False))})
+                          "qini_auc_score(negative_effect=False)":
+                              float(m.qini_auc_score(y, s, t, negative_effect=False))})
 print(json.dumps(answers))
 '''
 

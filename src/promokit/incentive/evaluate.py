@@ -92,7 +92,8 @@ def uplift_against_lowest(levels, offered, y, f_c, truth=None) -> tuple[pd.DataF
     of their redemption rates), the mean predicted one and, with ``truth``, the AUUC and Qini coefficient of the
     true uplift's ranking on the same outcomes — what a perfect model would score. A value without customers in
     one of the groups gets NaN; its curves are left out."""
-    names = ["auuc", "qini_coefficient", "qini_area"] + ([] if truth is None else ["true_auuc", "true_qini_coefficient"])
+    truth_names = [] if truth is None else ["true_auuc", "true_qini_coefficient"]
+    names = ["auuc", "qini_coefficient", "qini_area", *truth_names]
     rows, curves = [], {}
     for j in range(1, len(levels)):
         pair = np.flatnonzero((offered == j) | (offered == 0))

@@ -24,7 +24,8 @@ from promokit.policy.log import INCENTIVE, VALUE, Log
 from promokit.report import Report
 
 #: the outcomes ``--outcome`` names, per contract (the first is the default) → the log's outcome
-OUTCOMES = {INCENTIVE: {"redeemed": "responses", "spend": "spend"}, VALUE: {"convert": "conversions", "amount": "amount"}}
+OUTCOMES = {INCENTIVE: {"redeemed": "responses", "spend": "spend"},
+            VALUE: {"convert": "conversions", "amount": "amount"}}
 
 
 @dataclass
