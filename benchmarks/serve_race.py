@@ -11,13 +11,15 @@ two are usually in flight together (and may reach different workers, in either o
 After each round the ledger is checked: money at risk (running totals and recomputed by :meth:`Ledger.audit`)
 ≤ cap and the two agree, exactly (integer minor units); every request_id acknowledged with 200 is in
 ``decisions`` exactly once, and the table holds nothing else (its rows = distinct acknowledged ids + the pre-fill); each answer's level equals
-its ledger row's; a retry and its original got the same answer (level, λ, expires_at) and exactly one of them
-``replayed: false``. A violation is any of these failing, or an answer other than 200.
+its ledger row's (level, bucket, propensity); a retry and its original got the same answer (level, λ, expires_at,
+bucket, propensity) and exactly one of them ``replayed: false``. ``--explore 0.5`` runs the race with half the
+subjects drawing their level at random (the propensities the cap changes are recorded under the same race). A violation is any of these failing, or an answer other than 200.
 
 Usage::
 
     .venv/bin/python benchmarks/serve_race.py                 # 20 rounds × SQLite and PostgreSQL, ~3 minutes
     .venv/bin/python benchmarks/serve_race.py --rounds 3 --ledgers sqlite   # imports serve_throughput beside it
+    .venv/bin/python benchmarks/serve_race.py --rounds 5 --explore 0.5      # with an exploration bucket
 """
 
 from __future__ import annotations
@@ -76,20 +78,25 @@ def check_round(url: str, bodies: list[dict], pairs: list, result) -> dict:
     totals, audit = ledger.totals(), ledger.audit()
     cap = totals["cap"]
     with ledger.reader.connect() as conn:
-        rows = {r.request_id: (r.n, None if r.level_index < 0 else r.level_index) for r in conn.execute(text(
-            "SELECT request_id, COUNT(*) AS n, MIN(level_index) AS level_index FROM decisions GROUP BY request_id"))}
+        rows = {r.request_id: (r.n, None if r.level_index < 0 else r.level_index, r.bucket, r.propensity)
+                for r in conn.execute(text("SELECT request_id, COUNT(*) AS n, MIN(level_index) AS level_index, "
+                                           "MIN(bucket) AS bucket, MIN(propensity) AS propensity FROM decisions "
+                                           "GROUP BY request_id"))}
     ledger.close()
     ok = result.statuses == 200
     acknowledged = {b["request_id"]: a for b, a, good in zip(bodies, result.answers, ok) if good}
-    same = lambda a, b: (a["level"], a["lam"], a["expires_at"]) == (b["level"], b["lam"], b["expires_at"])
+    answer = lambda a: (a["level"], a["lam"], a["expires_at"], a["bucket"], a["propensity"])  # noqa: E731
+    same = lambda a, b: answer(a) == answer(b)  # noqa: E731
     mismatched = sum(not (ok[i] and ok[j]) or not same(result.answers[i], result.answers[j])
                      or result.answers[i]["replayed"] == result.answers[j]["replayed"] for i, j in pairs)
     checks = {
         "at_risk ≤ cap": max(totals["at_risk"], audit["at_risk"]) <= cap,
-        "audit = totals": all(audit[k] == totals[k] for k in ("at_risk", "committed", "paid", "decisions", "responses")),
+        "audit = totals": all(audit[k] == totals[k] for k in ("at_risk", "committed", "paid", "decisions", "responses",
+                                                             "explored")),
         "acknowledged once in ledger": all(rows.get(rid, (0,))[0] == 1 for rid in acknowledged),
         "ledger = acknowledged + prefill": set(rows) == set(acknowledged) | {"prefill"},
-        "answers = ledger": all(rows[rid][1] == a["level_index"] for rid, a in acknowledged.items() if rid in rows),
+        "answers = ledger": all(rows[rid][1:] == (a["level_index"], a["bucket"], a["propensity"])
+                                for rid, a in acknowledged.items() if rid in rows),
         "all 200": bool(ok.all()),
         "retries agree": mismatched == 0,
     }
@@ -111,14 +118,16 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=10_000)
     parser.add_argument("--ledgers", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default=PG_URL)
+    parser.add_argument("--explore", type=float, default=0.0, help="Share of subjects in the exploration bucket.")
     args = parser.parse_args()
     cap = round(args.room / (1 - PREFILL_SHARE), 2)  # whole cents
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
-        campaign = make_campaign(Path(tmp), args.customers, cap=cap)
+        campaign = make_campaign(Path(tmp), args.customers, cap=cap, explore=args.explore)
         for ledger in args.ledgers.split(","):
             print(f"\n{ledger}: {args.rounds} rounds × {args.requests:,} decisions ({args.retry_share:.0%} retries), "
-                  f"{args.clients} clients, {args.workers} workers, cap {cap:,.0f} with {args.room:,.0f} left\n")
+                  f"{args.clients} clients, {args.workers} workers, cap {cap:,.0f} with {args.room:,.0f} left, "
+                  f"exploring {args.explore:.0%}\n")
             print("| round | at_risk/cap | cap − at_risk | violations | acknowledged ids | ledger rows | retries "
                   "| mismatched retries | capped | decisions/s |")
             print("| ---: |" + " ---: |" * 9)

@@ -32,6 +32,8 @@ Usage::
     .venv/bin/python benchmarks/serve_throughput.py --ledgers sqlite --workers 1 --clients 8 --seconds 5
     .venv/bin/python benchmarks/serve_throughput.py --out serve.json     # every figure as JSON too
     .venv/bin/python benchmarks/serve_throughput.py --apps promokit      # without the bare app
+    .venv/bin/python benchmarks/serve_throughput.py --ledgers sqlite --workers 1 --clients 8 --explore 0,0.05
+                                                            # each cell without and with an exploration bucket
 
 Needs ``wrk`` (Debian: ``apt-get install -y wrk``).
 
@@ -105,8 +107,10 @@ end
 """
 
 
-def make_campaign(out: Path, n_customers: int, cap: float) -> Path:
-    """A ratio-budget campaign of ``n_customers`` synthetic customers at λ* of eq. 16 with B = ``RATIO_B``."""
+def make_campaign(out: Path, n_customers: int, cap: float, explore: float = 0.0) -> Path:
+    """A ratio-budget campaign of ``n_customers`` synthetic customers at λ* of eq. 16 with B = ``RATIO_B``, exploring
+    the share ``explore`` of them."""
+    out.mkdir(parents=True, exist_ok=True)
     instance = make_budget_instance(n_customers, levels=LEVELS, seed=0)
     plan = solve_budget(*ratio_form(instance.scores, instance.levels, RATIO_B))
     report = out / "report.json"
@@ -114,7 +118,8 @@ def make_campaign(out: Path, n_customers: int, cap: float) -> Path:
                                   "levels": list(LEVELS)}))
     scores = pd.DataFrame({"user_id": [f"c{i}" for i in range(n_customers)],
                            **{f"score_{level:g}": instance.scores[:, j] for j, level in enumerate(LEVELS)}})
-    build_campaign(out / "campaign", scores, report, cap=cap)
+    # explore only when asked: the script also runs against code from before exploration (older PYTHONPATH)
+    build_campaign(out / "campaign", scores, report, cap=cap, **({"explore": explore} if explore else {}))
     return out / "campaign"
 
 
@@ -301,6 +306,8 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--apps", default="promokit,bare", help="promokit,bare | promokit | bare")
     parser.add_argument("--customers", type=int, default=100_000)
+    parser.add_argument("--explore", default="0", help="Exploration shares, each a campaign measured in every cell "
+                                                      "(0,0.05: without and with a 5 %% bucket, back to back).")
     parser.add_argument("--pg-url", default=PG_URL)
     parser.add_argument("--out", type=Path, help="Write every figure as JSON here.")
     args = parser.parse_args()
@@ -311,33 +318,38 @@ def main() -> None:
     print(f"promokit serve vs bare FastAPI + 1 INSERT: {args.customers:,} customers × {len(LEVELS)} levels, "
           f"{args.warm_up:g} s warm-up + {args.seconds:g} s wrk per cell and app, {os.cpu_count()} cores, "
           f"load average {load_before} (1, 5, 15 min)\n", flush=True)
-    columns = ["ledger", "workers", "clients", "decisions/s", "p50 ms", "p99 ms", "non-2xx (promokit / bare)",
+    shares = [float(share) for share in args.explore.split(",")]
+    columns = ["ledger", "workers", "clients", "explore", "decisions/s", "p50 ms", "p99 ms", "non-2xx (promokit / bare)",
                "server ms CPU / dec", "bare req/s", "bare p99 ms", "bare server ms CPU / req", "promokit / bare",
                "CPU bare / promokit", "wrk ms / req", "PG ms / dec (bare)", "other CPU s"]
     print("| " + " | ".join(columns) + " |\n|" + " --- |" * 3 + " ---: |" * (len(columns) - 3), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        campaign = make_campaign(tmp, args.customers, cap=1e12) if "promokit" in apps else None
+        campaigns = {share: make_campaign(tmp / f"explore-{share:g}", args.customers, cap=1e12, explore=share)
+                     for share in shares} if "promokit" in apps else {}
         script = tmp / "decisions.lua"
         script.write_text(WRK_LUA)
         sys.path.insert(0, str(HERE))
         for ledger in args.ledgers.split(","):
             for workers in map(int, args.workers.split(",")):
                 for clients in map(int, args.clients.split(",")):
-                    cell = {"ledger": ledger, "workers": workers, "clients": clients}
-                    tag = f"{ledger[0]}{workers}x{clients}-{int(time.time())}"
-                    if "promokit" in apps:
-                        url = fresh_ledger(campaign, ledger, args.pg_url)
-                        cell["promokit"] = measure("promokit", promokit_command(campaign, port := free_port(),
-                                                                                workers, url),
-                                                   {"PROMOKIT_API_TOKEN": TOKEN}, port, clients, args, script, tag)
-                    if "bare" in apps:
-                        url = fresh_bare_ledger(tmp, ledger, args.pg_url)
-                        cell["bare"] = measure("bare", bare_command(port := free_port(), workers),
-                                               {"BARE_LEDGER": url}, port, clients, args, script, tag)
-                    rows.append(cell)
-                    print(table_row(cell), flush=True)
+                    for share in shares:
+                        cell = {"ledger": ledger, "workers": workers, "clients": clients, "explore": share}
+                        tag = f"{ledger[0]}{workers}x{clients}e{share:g}-{int(time.time())}"
+                        if "promokit" in apps:
+                            url = fresh_ledger(campaigns[share], ledger, args.pg_url)
+                            command = promokit_command(campaigns[share], port := free_port(), workers, url)
+                            cell["promokit"] = measure("promokit", command, {"PROMOKIT_API_TOKEN": TOKEN}, port,
+                                                       clients, args, script, tag)
+                        if "bare" in apps:
+                            url = fresh_bare_ledger(tmp, ledger, args.pg_url)
+                            cell["bare"] = measure("bare", bare_command(port := free_port(), workers),
+                                                   {"BARE_LEDGER": url}, port, clients, args, script, tag)
+                        rows.append(cell)
+                        print(table_row(cell), flush=True)
+    if len(shares) > 1 and "promokit" in apps:
+        print_exploration_cost(rows, shares[0])
     load_after = uptime()
     print(f"\nload average before {load_before}, after {load_after} (1, 5, 15 min); {time.time() - started:.0f} s "
           f"in all. 'other CPU s': CPU used by other processes during the promokit window (and the bare one).")
@@ -346,6 +358,20 @@ def main() -> None:
                                         "seconds": args.seconds, "warm_up": args.warm_up,
                                         "customers": args.customers, "cores": os.cpu_count(), "cells": rows},
                                        indent=1))
+
+
+def print_exploration_cost(rows: list[dict], base: float) -> None:
+    """promokit's decisions/s with each exploration share against ``base``'s in the same cell."""
+    print(f"\ndecisions/s with exploration against explore {base:g}, same cell:")
+    reference = {(r["ledger"], r["workers"], r["clients"]): r["promokit"] for r in rows if r["explore"] == base}
+    for row in rows:
+        if row["explore"] != base:
+            before = reference[row["ledger"], row["workers"], row["clients"]]
+            print(f"  {row['ledger']} × {row['workers']} worker(s), {row['clients']} clients, explore "
+                  f"{row['explore']:g}: {row['promokit']['per_second']:,.0f}/s vs {before['per_second']:,.0f}/s = "
+                  f"{row['promokit']['per_second'] / before['per_second']:.3f}× (p99 {row['promokit']['p99']:.2f} vs "
+                  f"{before['p99']:.2f} ms; server ms CPU / decision {row['promokit']['ms_per_request_server']:.3f} "
+                  f"vs {before['ms_per_request_server']:.3f})")
 
 
 def table_row(cell: dict) -> str:
@@ -361,7 +387,8 @@ def table_row(cell: dict) -> str:
     wrk_cpu = " / ".join(f"{row['ms_per_request_client']:.3f}" for row in (p, b) if row)
     errors = " / ".join(f"{row['non_2xx']}" + (f" (+{row['socket_errors']} socket)" if row["socket_errors"] else "")
                         for row in (p, b) if row)
-    return (f"| {cell['ledger']} | {cell['workers']} | {cell['clients']} | {fmt(p, 'per_second', ',.0f')} | "
+    return (f"| {cell['ledger']} | {cell['workers']} | {cell['clients']} | {cell['explore']:g} | "
+            f"{fmt(p, 'per_second', ',.0f')} | "
             f"{fmt(p, 'p50', '.2f')} | {fmt(p, 'p99', '.2f')} | {errors} | {fmt(p, 'ms_per_request_server', '.3f')} | "
             f"{fmt(b, 'per_second', ',.0f')} | {fmt(b, 'p99', '.2f')} | {fmt(b, 'ms_per_request_server', '.3f')} | "
             f"{ratio} | {cpu_ratio} | {wrk_cpu} | {database} | {other} |")
