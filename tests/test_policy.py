@@ -273,7 +273,26 @@ def test_scores_must_hold_every_subject_and_action(campaign, tmp_path):
     scores.iloc[5:].to_parquet(tmp_path / "short.parquet")
     scores.drop(columns="score_4").to_parquet(tmp_path / "narrow.parquet")
     for table, message in (("short", "5 of the log's 3,000 subjects have no scores, e.g. customer_id 'c0'"),
-                           ("narrow", "the score table has no column for the action(s) [4.0]")):
+                           ("narrow", "no score column for the logged action(s) ['4']")):
         result = _invoke("policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "one", "--scores",
                          tmp_path / f"{table}.parquet", "--design", "uniform", "--out", tmp_path / "out")
         assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
+
+
+def test_a_plan_judged_on_its_models_training_subjects_is_warned_about(campaign, tmp_path):
+    from promokit.data.ids import id_hashes
+
+    root, _ = campaign
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    args = ["policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "one", "--design", "uniform",
+            "--model", model, "--out", tmp_path / "out", "--bootstrap", 20]
+    old = _invoke(*args)
+    assert old.exit_code == 0 and "does not record the subjects it was trained on" in \
+        (tmp_path / "out" / "report.md").read_text()
+    np.save(model / "training_ids.npy", id_hashes([f"c{i}" for i in range(750)]))
+    result = _invoke(*args)
+    assert result.exit_code == 0, result.output
+    notes = json.loads((tmp_path / "out" / "report.json").read_text())["notes"]
+    assert any(note.startswith("25.0% of the log's subjects are ones") for note in notes), notes

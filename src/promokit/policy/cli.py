@@ -62,6 +62,8 @@ def evaluate(log: LogOpt,
             console.print(line)
         for warning in [w for r in evaluation.plans for w in r.warnings]:
             console.print(f"warning: {warning}")
+        for note in evaluation.notes:
+            console.print(f"note: {note}")
         console.print(f"report written to {out}/report.md")
 
 
@@ -100,22 +102,10 @@ def _plans(paths: list[Path], log, missing: str):
 
 
 def _predicted(scores: Path, log, plans, reference):
-    import numpy as np
+    from promokit.policy.evaluate import predicted_outcomes, read_scores, union_of_actions
 
-    from promokit.allocation.tables import read_budget_table, read_quota_table
-    from promokit.policy.evaluate import align_scores, predicted_outcomes, union_of_actions
-    from promokit.policy.log import INCENTIVE
-
-    if log.kind == INCENTIVE:
-        table = read_budget_table(scores)
-        ids, values, actions = table.user_ids, table.scores, table.levels
-    else:
-        table = read_quota_table(scores)
-        order = np.argsort(table.funds)
-        ids, values, actions = table.user_ids, table.etv[:, order], np.asarray(table.funds, dtype=object)[order]
-        actions = actions.astype(str)
-    rows = align_scores(log, ids, str(scores))
-    return predicted_outcomes(log, values[rows], actions, union_of_actions(log, [reference, *plans]))
+    values, actions = read_scores(scores, log)
+    return predicted_outcomes(log, values, actions, union_of_actions(log, [reference, *plans]))
 
 
 def _training_overlap(model: Path, log) -> list[str]:
@@ -146,7 +136,8 @@ def uplift(log: LogOpt,
         from promokit.cli_support import print_table
         from promokit.data import read_table
         from promokit.policy.log import read_log
-        from promokit.policy.uplift import read_scores, uplift_by_action, uplift_report
+        from promokit.policy.evaluate import read_scores
+        from promokit.policy.uplift import uplift_by_action, uplift_report
 
         the_log = read_log(read_table(log), str(log), design="uniform")
         values, actions = read_scores(scores, the_log)

@@ -16,6 +16,7 @@ count those choices as nothing): that is stated, as is an effective sample size 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,7 +24,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.policy.estimators import COLUMNS, Terms, bootstrap_sums, effective_sample_size, from_sums, interval
-from promokit.policy.log import INCENTIVE, Log
+from promokit.policy.log import INCENTIVE, Log, action_label
 from promokit.policy.plans import Plan, on_actions
 
 #: an effective sample size below this share of the log (or below MIN_ESS) is a stated warning
@@ -202,3 +203,22 @@ def align_scores(log: Log, ids: np.ndarray, source: str) -> np.ndarray:
         raise DataError(f"{source}: {int(missing.sum())} of the log's {len(log):,} subjects have no scores, e.g. "
                         f"{log.key} {log.ids[missing][0]!r}")
     return at
+
+def read_scores(path: str | os.PathLike, log: Log) -> tuple[np.ndarray, np.ndarray]:
+    """The score table at ``path`` as a matrix with a row per row of ``log`` (a subject it lacks is an error) and
+    its actions, sorted as the log's are: levels of a budget table for an incentive log, funds of a quota table
+    for a value log."""
+    from promokit.allocation.tables import read_budget_table, read_quota_table
+
+    if log.kind == INCENTIVE:
+        table = read_budget_table(path)
+        ids, values, actions = table.user_ids, table.scores, table.levels
+    else:
+        table = read_quota_table(path)
+        order = np.argsort(table.funds)
+        ids, values, actions = table.user_ids, table.etv[:, order], np.asarray(table.funds, dtype=str)[order]
+    missing = [action_label(a) for a in log.actions if a not in actions]
+    if missing:
+        raise DataError(f"{path}: no score column for the logged action(s) {missing}; its actions are "
+                        f"{[action_label(a) for a in actions]}")
+    return values[align_scores(log, ids, str(path))], actions

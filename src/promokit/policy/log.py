@@ -229,3 +229,8 @@ def _agree(frame: pd.DataFrame, given: np.ndarray, implied: np.ndarray, column: 
         i = int(np.flatnonzero(bad)[0])
         raise DataError(f"{source}: column {column!r} disagrees with {design} in {int(bad.sum())} of {len(frame)} "
                         f"rows, e.g. row {i}: {given[i]:g} where {design} gives {implied[i]:g}")
+
+
+def action_label(action) -> str:
+    """An action as people write it: a level without a trailing .0 (``20``), a fund's name."""
+    return f"{action:g}" if isinstance(action, (float, np.floating)) else str(action)

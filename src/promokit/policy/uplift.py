@@ -11,7 +11,6 @@ for an incentive log, a value ETV table for a value log, with a row for every su
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,8 +18,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.metrics.uplift import DEFINITIONS, UpliftCurves, uplift_figure
-from promokit.policy.evaluate import align_scores
-from promokit.policy.log import INCENTIVE, VALUE, Log
+from promokit.policy.log import INCENTIVE, VALUE, Log, action_label
 from promokit.report import Report
 
 #: the outcomes ``--outcome`` names, per contract (the first is the default) → the log's outcome
@@ -38,31 +36,12 @@ class UpliftByAction:
     curves: dict[str, UpliftCurves]
 
 
-def read_scores(path: str | os.PathLike, log: Log) -> tuple[np.ndarray, np.ndarray]:
-    """The score table at ``path`` as a matrix with a row per row of ``log`` (a subject it lacks is an error) and
-    its actions, sorted as the log's are: levels of a budget table for an incentive log, funds of a quota table
-    for a value log."""
-    from promokit.allocation.tables import read_budget_table, read_quota_table
-
-    if log.kind == INCENTIVE:
-        table = read_budget_table(path)
-        ids, values, actions = table.user_ids, table.scores, table.levels
-    else:
-        table = read_quota_table(path)
-        order = np.argsort(table.funds)
-        ids, values, actions = table.user_ids, table.etv[:, order], np.asarray(table.funds, dtype=str)[order]
-    missing = [_label(a) for a in log.actions if a not in actions]
-    if missing:
-        raise DataError(f"{path}: no score column for the logged action(s) {missing}; its actions are "
-                        f"{[_label(a) for a in actions]}")
-    return values[align_scores(log, ids, str(path))], actions
-
 
 def uplift_by_action(log: Log, scores: np.ndarray, score_actions: np.ndarray, control: str | None = None,
                      outcome: str | None = None) -> UpliftByAction:
     """Every logged action against ``control`` (default: the lowest level of an incentive log; a value log's
     funds have no lowest, so it is named) on the ``outcome`` (:data:`OUTCOMES`), with the scores of each row of
-    ``log`` over ``score_actions`` (:func:`read_scores`): response probabilities f of an incentive log (for
+    ``log`` over ``score_actions`` (:func:`~promokit.policy.evaluate.read_scores`): response probabilities f of an incentive log (for
     ``spend``, r·f), the ETV of a value log. Per action: its rows (``treated``) and the control's,
     the observed uplift (the difference of their mean outcomes), the mean predicted uplift, the AUUC, the Qini
     coefficient and the Qini area (:class:`~promokit.metrics.UpliftCurves`; NaN where the pair's outcomes are
@@ -77,17 +56,17 @@ def uplift_by_action(log: Log, scores: np.ndarray, score_actions: np.ndarray, co
         pair = np.flatnonzero((log.labels == a) | (log.labels == log.actions[c]))
         treated = (log.labels[pair] == a).astype(np.float64)
         predicted = scores[pair, column[a]] - scores[pair, column[log.actions[c]]]
-        curves[_label(a)] = judged = UpliftCurves.of(predicted, treated, y[pair])
-        rows.append({"action": _label(a), "treated": judged.treated, "control": judged.control,
+        curves[action_label(a)] = judged = UpliftCurves.of(predicted, treated, y[pair])
+        rows.append({"action": action_label(a), "treated": judged.treated, "control": judged.control,
                      "observed_uplift": float(y[pair][treated == 1].mean() - y[pair][treated == 0].mean()),
                      "predicted_uplift": float(predicted.mean()), **judged.areas()})
-    return UpliftByAction(_label(log.actions[c]), name, pd.DataFrame(rows), curves)
+    return UpliftByAction(action_label(log.actions[c]), name, pd.DataFrame(rows), curves)
 
 
 def uplift_report(result: UpliftByAction, log: Log, scores: str) -> Report:
     """report.md / report.json / uplift_curves.png of ``policy uplift``."""
     setup = {"log": f"{log.source}: a {log.kind} log of {len(log):,} rows, actions "
-                    f"{[_label(a) for a in log.actions]}",
+                    f"{[action_label(a) for a in log.actions]}",
              "scores": scores, "control": result.control, "outcome": result.outcome}
     report = Report(f"Uplift curves on {log.source}",
                     data={**setup, "actions": result.table.to_dict(orient="records")})
@@ -127,13 +106,10 @@ def _control(log: Log, control: str | None) -> int:
         found = np.flatnonzero(log.actions == wanted)
         if not len(found):
             raise DataError(f"--control {control}: the log never took that action; its actions are "
-                            f"{[_label(a) for a in log.actions]}")
+                            f"{[action_label(a) for a in log.actions]}")
         position = int(found[0])
     if len(log.actions) < 2:
-        raise DataError(f"{log.source}: every row took the action {_label(log.actions[0])}: there is no other action "
+        raise DataError(f"{log.source}: every row took the action {action_label(log.actions[0])}: there is no other action "
                         "to compare with the control")
     return position
 
-
-def _label(action) -> str:
-    return f"{action:g}" if isinstance(action, (float, np.floating)) else str(action)
