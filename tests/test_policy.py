@@ -254,7 +254,7 @@ def test_thin_support_and_unlogged_actions_are_stated(campaign, tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["--reference", "constant:9"], "the log holds no action '9'"),
-    (["--reference", "best"], "--reference must be logging, uniform or constant:ACTION"),
+    (["--reference", "best"], "best: no such file"),
     (["--clip", "0"], "--clip must be a weight above 0"),
     (["--bootstrap", "1"], "--bootstrap must be at least 2"),
     (["--missing", "maybe"], "--missing must be error or drop"),
@@ -296,3 +296,19 @@ def test_a_plan_judged_on_its_models_training_subjects_is_warned_about(campaign,
     assert result.exit_code == 0, result.output
     notes = json.loads((tmp_path / "out" / "report.json").read_text())["notes"]
     assert any(note.startswith("25.0% of the log's subjects are ones") for note in notes), notes
+
+
+def test_a_plan_against_another_plan(campaign, tmp_path):
+    root, true_means = campaign
+    result = _invoke("policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "model", "--reference",
+                     root / "one", "--scores", root / "scores.parquet", "--design", "uniform", "--out", tmp_path / "o",
+                     "--bootstrap", 300)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    plan, reference = report["plans"][0], report["reference"]
+    assert reference["name"] == "one" and len(report["plans"]) == 1
+    for estimator in ("IPS", "DR"):
+        difference = plan["difference"]["responses"][estimator]
+        assert difference["estimate"] == pytest.approx(plan["means"]["responses"][estimator]["estimate"]
+                                                       - reference["means"]["responses"][estimator]["estimate"])
+        assert difference["low"] <= true_means["model"] - true_means["one"] <= difference["high"]

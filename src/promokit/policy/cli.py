@@ -23,7 +23,7 @@ def evaluate(log: LogOpt,
              propensity: Annotated[Optional[str], typer.Option("--propensity", help="The log's column holding each logged action's logging probability (default: a 'propensity' column, if there is one).")] = None,
              design: Annotated[Optional[str], typer.Option("--design", help="uniform (every logged action alike) | bucket:COL (uniform over the actions logged within each value of COL).")] = None,
              estimate_propensity: Annotated[Optional[str], typer.Option("--estimate-propensity", help="Comma-separated numeric columns: estimate the logging policy by a multinomial logistic regression of the action on them.")] = None,
-             reference: Annotated[str, typer.Option("--reference", help="What each plan is compared with: logging (the log's own policy) | uniform | constant:ACTION.")] = "logging",
+             reference: Annotated[str, typer.Option("--reference", help="What each plan is compared with: logging (the log's own policy) | uniform | constant:ACTION | another plan (a path, as --plan).")] = "logging",
              clip: Annotated[Optional[float], typer.Option("--clip", help="Cap the importance weights at this value (less variance, some bias).")] = None,
              bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the 95 % intervals.")] = 500,
              seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
@@ -41,15 +41,16 @@ def evaluate(log: LogOpt,
             raise DataError(f"--missing must be error or drop, got {missing!r}")
         columns = [c.strip() for c in estimate_propensity.split(",") if c.strip()] if estimate_propensity else None
         the_log = read_log(read_table(log), str(log), propensity, design, columns)
-        plans, the_log = _plans(plan, the_log, missing)
-        predicted = _predicted(scores, the_log, plans, reference_plan(reference, the_log)) if scores else None
+        against_plan = reference not in ("logging", "uniform") and not reference.startswith("constant:")
+        plans, the_log = _plans([*plan, *([Path(reference)] if against_plan else [])], the_log, missing)
+        the_reference = plans.pop() if against_plan else reference_plan(reference, the_log)
+        predicted = _predicted(scores, the_log, plans, the_reference) if scores else None
         if model is not None:
             the_log.notes.extend(_training_overlap(model, the_log))
         from promokit.policy.evaluate import evaluate as judge
         from promokit.policy.report import build_report, headlines
 
-        evaluation = judge(the_log, plans, reference_plan(reference, the_log), predicted, clip, bootstrap, seed,
-                           population)
+        evaluation = judge(the_log, plans, the_reference, predicted, clip, bootstrap, seed, population)
         setup = {"log": f"{log}: a {the_log.kind} log of {len(the_log):,} rows, {len(set(the_log.ids)):,} "
                         f"{the_log.key} values, actions {the_log.actions.tolist()}",
                  "propensity": propensity or design or (f"estimated from {columns}" if columns else "the log's "

@@ -100,7 +100,7 @@ def reference_plan(spec: str, log: Log) -> Plan:
         probabilities = np.zeros((n, len(actions)))
         probabilities[:, np.searchsorted(actions, action)] = 1.0
         return Plan(spec, actions, probabilities, subjects)
-    raise DataError(f"--reference must be logging, uniform or constant:ACTION, got {spec!r}")
+    raise DataError(f"--reference must be logging, uniform, constant:ACTION or a plan, got {spec!r}")
 
 
 def on_actions(plan: Plan, actions: np.ndarray) -> np.ndarray:
