@@ -49,7 +49,9 @@ def test_writes_every_artefact(run):
 def test_budget_is_safe_and_every_customer_decided_once(run):
     _, report, _ = run
     safety, retries = report["safety"], report["retries"]
-    assert safety["cap"] == pytest.approx(report["setup"]["cap_factor"] * report["plan"]["expected_spend"], abs=0.01)
+    setup = report["setup"]
+    assert setup["expected_spend"] > (1 - setup["explore"]) * report["plan"]["expected_spend"]  # + the exploration's
+    assert safety["cap"] == pytest.approx(setup["cap_factor"] * setup["expected_spend"], abs=0.01)
     assert safety["cap"] == round(safety["cap"], 2)  # whole cents
     assert safety["within_cap"] and safety["peak_at_risk"] <= safety["cap"] and safety["at_risk"] <= safety["cap"]
     assert safety["audit_matches"]
@@ -117,3 +119,20 @@ def test_the_report_reads_like_a_report(run):
     assert "![budget_burn](budget_burn.png)" in markdown.split("## Budget safety")[1].split("## ")[0]
     html = (out / "report.html").read_text()
     assert html.index("What happened") < html.index("Setup") and "<li>" in html
+
+
+def test_the_plans_are_judged_on_the_services_exploration_log(run):
+    """The exploration bucket's decisions, exported from the ledger with their propensities, judge the paper's plan
+    against the baseline's; the report shows the estimates beside the true values of both plans."""
+    out, report, _ = run
+    judged = report["judged"]
+    log = pd.read_parquet(out / "log.parquet")
+    assert len(log) == judged["customers"] > 0 and (log["bucket"] == "explore").all()
+    assert ((log["propensity"] > 0) & (log["propensity"] <= 1)).all()
+    assert 0.03 < judged["customers"] / CUSTOMERS < 0.2  # the 10 % bucket, chosen by a hash of the id
+    for plan in ("gnn-hazard", "dnn-h"):
+        estimate = judged["estimates"][plan]["responses"]["DR"]
+        assert estimate["low"] <= estimate["estimate"] <= estimate["high"]
+        assert 0 < judged["truth"][plan]["responses"] < 1
+    assert (out / "ope" / "report.md").is_file()
+    assert "off-policy evaluation puts the paper's plan against the baseline's" in (out / "report.md").read_text()

@@ -22,12 +22,14 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the world, 
          cap_factor: Annotated[float, typer.Option("--cap-factor", help="Cap on money at risk as a multiple of the plan's expected spend Σ r·f.")] = 1.1,
          waves: Annotated[int, typer.Option("--waves", help="Waves of decisions, each followed by its outcomes: 1/WAVES of the coupons are open at once.")] = 50,
          concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight at most.")] = 16,
-         max_seconds: Annotated[float, typer.Option("--max-seconds", help="Time allowed for sending the decisions; customers not reached stay undecided.")] = 180.0):
+         max_seconds: Annotated[float, typer.Option("--max-seconds", help="Time allowed for sending the decisions; customers not reached stay undecided.")] = 180.0,
+         explore: Annotated[float, typer.Option("--explore", help="Share of customers answered with a uniformly random level: the log the plans are then judged on.")] = 0.1):
     """Run the whole campaign on a synthetic world: train, score, allocate, serve, replay traffic with outcomes from
     the true curves, and report redemptions, spend, budget safety and latency."""
     with user_errors():
         from promokit.campaign.demo import DemoConfig, print_summary, run_demo
 
         config = DemoConfig(customers=customers, merchants=merchants, seed=seed, epochs=epochs, ratio=ratio,
-                            cap_factor=cap_factor, waves=waves, concurrency=concurrency, max_seconds=max_seconds)
+                            cap_factor=cap_factor, waves=waves, concurrency=concurrency, max_seconds=max_seconds,
+                            explore=explore)
         print_summary(run_demo(out, config), out)

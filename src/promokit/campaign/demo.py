@@ -96,6 +96,8 @@ class DemoConfig:
     concurrency: int = 16
     retry_share: float = 0.02
     max_seconds: float = 180.0  # time allowed for sending the decisions of all waves
+    explore: float = 0.1  # share of customers the service answers with a uniformly random level
+    bootstrap: int = 500  # replicates of the off-policy intervals
 
     def check(self) -> None:
         if self.customers < 100 or self.merchants < 10:
@@ -107,6 +109,9 @@ class DemoConfig:
             raise DataError(f"ratio B must be a finite number > 0, got {self.ratio}")
         if self.epochs is not None and self.epochs < 1:
             raise DataError(f"epochs must be ≥ 1, got {self.epochs}")
+        if not 0 < self.explore < 1:
+            raise DataError(f"explore must be a share in (0, 1): the demo judges plans on the exploration log, "
+                            f"got {self.explore}")
         if not (self.cap_factor > 0 and 0 <= self.retry_share <= 1 and self.max_seconds > 0):
             raise DataError(f"need cap_factor > 0, 0 ≤ retry_share ≤ 1 and max_seconds > 0, got {self.cap_factor}, "
                             f"{self.retry_share} and {self.max_seconds}")
@@ -145,24 +150,34 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
     with stages("allocate"):
         allocate_budget(scores=_scores_path(out, PAPER), out=out / "plan", ratio=B, seed=config.seed)
         plan = json.loads((out / "plan" / "report.json").read_text(encoding="utf-8"))
-    cap = math.floor(config.cap_factor * plan["expected_spend"] * 100) / 100  # money in cents: floored, not rounded
+    # the campaign's expected spend by the model: the plan's on the customers it serves and a uniformly random level's
+    # on the exploration bucket; the cap is cap_factor times it, in cents (floored, not rounded)
+    explored = config.explore * float((responses[PAPER].customers * world.levels).mean(axis=1).sum())
+    expected_spend = (1 - config.explore) * plan["expected_spend"] + explored
+    cap = math.floor(config.cap_factor * expected_spend * 100) / 100
     campaign_dir = out / "campaign"
     with stages("campaign"):
         for stale in campaign_dir.glob("ledger.sqlite*"):  # a rerun into OUT starts a new ledger
             stale.unlink()
-        build_campaign(campaign_dir, _scores_path(out, PAPER), out / "plan", cap)
+        build_campaign(campaign_dir, _scores_path(out, PAPER), out / "plan", cap, explore=config.explore,
+                       explore_seed=config.seed)
     with stages("serve and replay"):
         served = _serve(campaign_dir, world, config)
     with stages("compare"):
         arms = _arms(world, responses, served, B, config.seed)
         safety = _safety(campaign_dir, cap, served)
-    data = {"setup": {**asdict(config), "B": B, "cap": cap, "levels": world.levels.tolist(),
+    with stages("judge on the exploration log"):
+        allocate_budget(scores=_scores_path(out, BASELINE), out=out / "plan-baseline", ratio=B, seed=config.seed)
+        judged = _judge(out, world, config)
+    data = {"setup": {**asdict(config), "B": B, "cap": cap, "expected_spend": expected_spend,
+                      "levels": world.levels.tolist(),
                       "edges": len(world.edges), "change_point": list(world.change_point)},
             "models": models.to_dict(orient="records"), "plan": plan, "arms": arms.to_dict(orient="records"),
             "safety": safety, "latency": _latency(served), "retries": served.retries,
             "served_levels": _served_levels(world, responses[PAPER], served).to_dict(orient="records"),
             "waves": served.trace, "pacing_trace": served.status["pacing"]["trace"],
-            "timeline": served.status["timeline"], "replay_started": served.started, "seconds": stages.seconds}
+            "timeline": served.status["timeline"], "replay_started": served.started, "judged": judged,
+            "seconds": stages.seconds}
     with stages("report"):
         _report(data).write(out, html=True)
         write_text(served.page, out / "status.html")
@@ -290,6 +305,42 @@ def _arms(world: IncentiveWorld, responses: dict[str, Responses], served: Served
     return arms
 
 
+def _judge(out: Path, world: IncentiveWorld, config: DemoConfig) -> dict:
+    """The loop closed on the service's own log: the exploration bucket's decisions and outcomes, exported from the
+    ledger (``campaign export --bucket explore``, with each level's propensity), judge the paper's plan against the
+    baseline model's plan by off-policy evaluation (``policy evaluate``, DR on the paper's scores), beside the TRUE
+    values of both plans on the same customers from the world's curves."""
+    from promokit.policy.evaluate import evaluate as judge, predicted_outcomes, read_scores, union_of_actions
+    from promokit.policy.log import read_log
+    from promokit.policy.plans import read_plan
+    from promokit.policy.report import build_report
+    from promokit.serve.export import export_log
+
+    exported = export_log(out / "campaign", bucket="explore")
+    write_parquet(exported.log, out / "log.parquet")
+    log = read_log(exported.log, "the exploration log", propensity="propensity")
+    paper, _ = read_plan(out / "plan", log, PAPER)
+    baseline, _ = read_plan(out / "plan-baseline", log, BASELINE)
+    values, actions = read_scores(_scores_path(out, PAPER), log)
+    predicted = predicted_outcomes(log, values, actions, union_of_actions(log, [paper, baseline]))
+    evaluation = judge(log, [paper], baseline, predicted, replicates=config.bootstrap, seed=config.seed)
+    build_report(evaluation, {"log": f"{out / 'log.parquet'}: the exploration bucket's {len(log):,} customers",
+                              "scores": f"{PAPER}'s", "reference": f"{BASELINE}'s plan"}).write(out / "ope")
+    row = pd.Index(world.customers[CUSTOMER].astype(str)).get_indexer(log.ids)
+    truth = {}
+    for plan in (paper, baseline):
+        level = plan.actions[plan.probabilities.argmax(axis=1)]
+        p = world.customer_truth[row, np.searchsorted(world.levels, level)]
+        truth[plan.name] = {"responses": float(p.mean()), "spend": float((level * p).mean())}
+    result = evaluation.plans[0]
+    return {"customers": len(log), "left_out": exported.left_out,
+            "estimates": {name: {outcome: {e: v.to_dict() for e, v in by.items()} for outcome, by in means.items()}
+                          for name, means in ((PAPER, result.means), (BASELINE, evaluation.reference.means))},
+            "difference": {o: {e: v.to_dict() for e, v in by.items()} for o, by in result.differences.items()},
+            "relative": {o: {e: v.to_dict() for e, v in by.items()} for o, by in result.relative.items()},
+            "truth": truth, "diagnostics": result.diagnostics, "warnings": result.warnings}
+
+
 def _safety(campaign_dir: Path, cap: float, served: Served) -> dict:
     """Step 7's budget checks from the ledger the service wrote (read after it stopped); money compared exactly,
     in the ledger's minor units."""
@@ -346,10 +397,19 @@ def _report(data: dict) -> Report:
                         f"{', '.join(f'{v:g}' for v in s['levels'])} (the true response curves change slope between "
                         f"{s['change_point'][0]:g} and {s['change_point'][1]:g}). Budget: at most B = {s['B']:g} of "
                         f"expected incentive per expected redemption (eq. 16). Cap on money at risk "
-                        f"{money(s['cap'])} ({s['cap_factor']:g} × the plan's expected spend). The customers ask in "
+                        f"{money(s['cap'])} ({s['cap_factor']:g} × the campaign's expected spend by the model: the plan's, and a "
+                        f"random level's on the {percent(s['explore'])} of customers in the exploration bucket). The "
+                        "customers ask in "
                         f"{s['waves']} waves, {s['concurrency']} requests in flight, {retries['sent']} of the requests "
                         "sent twice.")
     report.add("Allocations at the same budget, scored by the true curves", _arms_table(data), figures=("arms",))
+    judged = data["judged"]
+    report.add(f"Judged on the service's own exploration log ({count(judged['customers'])} customers given a random "
+               f"level), beside the truth", _judged_table(judged)
+               + f"\n\nThe paper's plan against the baseline's, paired: {_judged_difference(judged)}. The customers "
+               f"are the exploration bucket ({percent(s['explore'])} of them, by a hash of their id); the levels and "
+               "propensities are the ledger's (`campaign export`); DR uses the paper's scores. The full "
+               "off-policy report is in ope/.")
     report.add("Budget safety, from the ledger", _safety_table(safety, retries), figures=("budget_burn",))
     by_level = pd.DataFrame(data["served_levels"])
     report.add("Redemptions by level issued: drawn, true and predicted rates", pd.DataFrame({
@@ -398,22 +458,50 @@ def headline(data: dict) -> list[str]:
     cap, the service."""
     s, safety, lat, retries = data["setup"], data["safety"], data["latency"], data["retries"]
     arms = pd.DataFrame(data["arms"]).set_index(["model", "budget"])
-    served, baseline = arms.loc[(PAPER, SERVED)], arms.loc[(BASELINE, "planned")]
-    oracle = arms.loc[(ORACLE, "planned")]
+    served, planned = arms.loc[(PAPER, SERVED)], arms.loc[(PAPER, "planned")]
+    baseline, oracle = arms.loc[(BASELINE, "planned")], arms.loc[(ORACLE, "planned")]
     d = lat["decisions"]
-    return [f"The service's decisions reach {percent(served['share_of_oracle'])} of the oracle's expected redemptions "
-            f"at the budget ({count(served['redemptions'])} of {count(oracle['redemptions'])}), spending "
-            f"{money(served['spend_per_redemption'])} per redemption against B = {s['B']:g}.",
-            f"Against the baseline model's plan ({BASELINE}, the same budget): "
-            f"{percent(served['redemptions'] / baseline['redemptions'] - 1, signed=True)} expected redemptions by "
-            f"the true curves.",
+    return [f"The paper's plan ({PAPER}) reaches {percent(planned['share_of_oracle'])} of the oracle's expected "
+            f"redemptions at the budget B = {s['B']:g} ({count(planned['redemptions'])} of "
+            f"{count(oracle['redemptions'])}), {percent(planned['redemptions'] / baseline['redemptions'] - 1, signed=True)}"
+            f" against the baseline model's plan ({BASELINE}), by the true curves.",
+            f"The service's decisions, {percent(s['explore'])} of them a random level for the exploration log, reach "
+            f"{percent(served['share_of_oracle'])} of the oracle's ({count(served['redemptions'])}), spending "
+            f"{money(served['spend_per_redemption'])} per redemption.",
             f"Money at risk peaked at {money(safety['peak_at_risk'])} of the {money(safety['cap'])} cap: "
             + ("never above it." if safety["within_cap"] else "ABOVE IT.")
             + f" {count(safety['capped'])} answers were changed by the cap; the ledger's audit "
             + ("equals its running totals to the cent." if safety["audit_matches"] else "DIFFERS from its totals."),
+            f"On the service's own exploration log ({count(data['judged']['customers'])} customers), off-policy "
+            f"evaluation puts the paper's plan against the baseline's at {_judged_difference(data['judged'])}.",
             f"{count(d['throughput'])} decisions a second at p50 {d['p50']:.1f} ms and p99 {d['p99']:.1f} ms on the "
             f"client; {retries['same_answer']} of {retries['sent']} retried requests came back with their first "
             "answer."]
+
+
+def _judged_table(judged: dict) -> str:
+    """Each plan's DR and IPS estimates per customer with their intervals, and its TRUE value on the same
+    customers."""
+    lines = ["| plan | estimator | redemptions per customer | true | spend per customer | true |", "|---|---|---|---|---|---|"]
+    for plan, estimates in judged["estimates"].items():
+        truth = judged["truth"][plan]
+        for estimator in ("DR", "IPS"):
+            r, c = estimates["responses"][estimator], estimates["spend"][estimator]
+            lines.append(f"| {plan} | {estimator} | {_interval(r, percent)} | {percent(truth['responses'])} | "
+                         f"{_interval(c, money)} | {money(truth['spend'])} |")
+    return "\n".join(lines)
+
+
+def _judged_difference(judged: dict) -> str:
+    truth = judged["truth"]
+    true = truth[PAPER]["responses"] / truth[BASELINE]["responses"] - 1
+    dr = judged["relative"]["responses"]["DR"]
+    return (f"{percent(dr['estimate'], signed=True)} [{percent(dr['low'], signed=True)}, "
+            f"{percent(dr['high'], signed=True)}] redemptions by DR (true {percent(true, signed=True)})")
+
+
+def _interval(e: dict, form) -> str:
+    return f"{form(e['estimate'])} [{form(e['low'])}, {form(e['high'])}]"
 
 
 def _arms_table(data: dict) -> pd.DataFrame:
