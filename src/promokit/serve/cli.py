@@ -1,5 +1,5 @@
-"""``promokit serve`` and ``promokit campaign build`` / ``export``: the decision service, the directory it serves and the
-log its ledger leaves."""
+"""``promokit serve`` and ``promokit campaign build`` / ``export``: the decision service, the directory it serves
+and the log its ledger leaves."""
 
 from __future__ import annotations
 
