@@ -312,3 +312,9 @@ def test_a_plan_against_another_plan(campaign, tmp_path):
         assert difference["estimate"] == pytest.approx(plan["means"]["responses"][estimator]["estimate"]
                                                        - reference["means"]["responses"][estimator]["estimate"])
         assert difference["low"] <= true_means["model"] - true_means["one"] <= difference["high"]
+
+
+def test_a_log_with_the_services_exploit_bucket_says_what_it_supports():
+    log = _log({"customer_id": ["a", "b"], "level": [1.0, 2.0], "redeemed": [1, 0], "propensity": [1.0, 0.5],
+                "bucket": ["exploit", "explore"]})
+    assert any("1 rows are the service's exploit bucket" in note for note in log.notes)

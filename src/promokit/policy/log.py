@@ -111,6 +111,11 @@ def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = 
     elif log.logging is None:
         raise DataError(f"{source}: no logging propensity: give --propensity COL (a column of the log), --design "
                         f"uniform|bucket:COL or --estimate-propensity COLS")
+    if "bucket" in frame.columns and (frame["bucket"] == "exploit").any():
+        log.notes.append(f"{int((frame['bucket'] == 'exploit').sum()):,} rows are the service's exploit bucket, each "
+                         "the rule's level at propensity 1: they support only plans that agree with the rule there; "
+                         "to judge another plan, export the exploration bucket alone (campaign export --bucket "
+                         "explore)")
     return log
 
 
