@@ -318,3 +318,18 @@ def test_a_log_with_the_services_exploit_bucket_says_what_it_supports():
     log = _log({"customer_id": ["a", "b"], "level": [1.0, 2.0], "redeemed": [1, 0], "propensity": [1.0, 0.5],
                 "bucket": ["exploit", "explore"]})
     assert any("1 rows are the service's exploit bucket" in note for note in log.notes)
+
+
+def test_a_heavy_tailed_outcome_on_few_rows_is_stated():
+    rng = np.random.default_rng(1)
+    n = 2000
+    convert = rng.random(n) < 0.02
+    log = _log({"user_id": [f"u{i}" for i in range(n)], "fund": rng.choice(["F1", "F2"], n),
+                "convert": convert.astype(int), "amount": np.where(convert, rng.lognormal(3, 2, n), 0.0)},
+               design="uniform")
+    plan = reference_plan("constant:F1", log)
+    result = evaluate(log, [Plan("f1", plan.actions, plan.probabilities, plan.subjects)],
+                      reference_plan("logging", log), replicates=20).plans[0]
+    tail = result.diagnostics["outcomes"]["amount"]
+    assert 0 < tail["rows"] < 50 and 0 < tail["top_share"] <= 1
+    assert any(w.startswith(f"f1: its amount estimate rests on {tail['rows']} rows") for w in result.warnings)

@@ -2,8 +2,8 @@ r"""Off-policy estimators of a plan's mean outcome per subject, from a randomize
 
 A log holds n subjects; subject i was given action a_i with the logging policy's probability p_i = π₀(a_i | x_i)
 and showed outcome y_i. A plan is a target policy π(a | x_i) (a row of probabilities per subject; a deterministic
-plan puts 1 on one action). With the importance weight w_i = π(a_i | x_i) / p_i (capped at ``clip`` when given,
-obp's λ) and a model's predicted outcome q̂(x_i, a) for every action:
+plan puts 1 on one action). With the importance weight w_i = π(a_i | x_i) / p_i (capped at ``clip`` when given, in
+every estimator: obp's ``lambda_`` clips IPS and DR alike, but its self-normalised estimators ignore it) and a model's predicted outcome q̂(x_i, a) for every action:
 
 .. math::
     \hat V_{DM}    &= \tfrac1n \textstyle\sum_i \sum_a π(a|x_i)\, q̂(x_i, a)
