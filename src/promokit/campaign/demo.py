@@ -622,10 +622,17 @@ def print_summary(data: dict, out: Path, console=None) -> None:
     from promokit.cli_support import get_console, print_table
 
     console = console or get_console()
-    arms = pd.DataFrame(data["arms"]).set_index(["model", "budget"])
     print_table(f"allocations at B = {data['setup']['B']:g}, scored by the true curves",
-                arms[["redemptions", "drawn_redemptions", "spend_per_redemption", "share_of_oracle"]])
+                _arms_table(data).drop(columns="λ").set_index(["model", "budget"]))
     for line in headline(data):
         console.print(f"- {line}", highlight=False)
+    judged = data["judged"]
+    rows = {plan: {"redemptions per customer (DR)": _interval(estimates["responses"]["DR"], percent),
+                   "true": percent(judged["truth"][plan]["responses"]),
+                   "spend per customer (DR)": _interval(estimates["spend"]["DR"], money),
+                   "true spend": money(judged["truth"][plan]["spend"])}
+            for plan, estimates in judged["estimates"].items()}
+    print_table(f"plans judged on the exploration log ({count(judged['customers'])} customers)",
+                pd.DataFrame(rows).T.rename_axis("plan"))
     console.print(f"total {sum(data['seconds'].values()):.0f} s; report written to {out / 'report.md'} "
                   f"(+ report.html, report.json, PNGs, status.html)", highlight=False)
