@@ -66,6 +66,14 @@ def postgres_url():
         admin.dispose()
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def ledger_url(request, tmp_path):
+    """A ledger of each kind: SQLite in the test's folder, and a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
+    return request.getfixturevalue("postgres_url")
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A Ray cluster of two local nodes with one CPU each, started once for the whole test session, with this

@@ -154,13 +154,6 @@ def test_load_campaign_errors(tmp_path, campaign):
 # --------------------------------------------------------------------------------------------------- ledger
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    return request.getfixturevalue("postgres_url")
-
-
 def test_ledger_cap_fallbacks_and_replays(ledger_url):
     ledger = Ledger(ledger_url)
     ledger.open(cap=2700)

@@ -179,13 +179,6 @@ def drawn(request_id: str, faces: tuple, draw: int, fallback: bool = True) -> De
                            100.0, "explore", EXPLORE, among)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def ledger_url(request, tmp_path):
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
-    return request.getfixturevalue("postgres_url")
-
-
 def test_the_ledger_records_the_propensity_of_what_the_cap_served(ledger_url):
     faces = (100, 500, 1000, 2500)
     ledger = Ledger(ledger_url)
