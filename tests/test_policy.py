@@ -168,6 +168,9 @@ def test_plans_deterministic_stochastic_and_allocate_folders(tmp_path):
     ({"user_id": ["a", "a"], "level": [1.0, 2.0], "probability": [0.5, 0.6]}, "do not sum to 1, e.g. subject 'a'"),
     ({"user_id": ["a"], "level": [1.0], "probability": [-0.1]}, r"probabilities in \[0, 1\]"),
     ({"user_id": ["a"], "fund": ["F1"]}, "needs the columns 'user_id' and 'level'"),
+    ({"user_id": ["a", "b"], "level": ["x", "1"]}, "column 'level' has 1 missing or unreadable actions in 2 rows, e.g. "
+                                                  "row 0"),
+    ({"user_id": ["a", "b"], "level": [None, 1.0]}, "column 'level' has 1 missing or unreadable actions"),
 ])
 def test_bad_plans_are_one_line_errors(tmp_path, frame, message):
     log = _log({"customer_id": ["a"], "level": [1.0], "redeemed": [1]}, design="uniform")

@@ -217,8 +217,8 @@ def _estimated(frame: pd.DataFrame, labels: np.ndarray, actions: np.ndarray, col
     from sklearn.linear_model import LogisticRegression
 
     if len(actions) < 2:
-        raise DataError(f"{source}: every row logged the action {actions[0]!r}; estimating a logging policy needs "
-                        "at least two actions")
+        raise DataError(f"{source}: every row logged the action {action_label(actions[0])}; estimating a logging "
+                        "policy needs at least two actions")
     features = np.column_stack([_numbers(frame, c, source, low=-np.inf) for c in columns])
     scale = features.std(axis=0)
     features = (features - features.mean(axis=0)) / np.where(scale > 0, scale, 1.0)

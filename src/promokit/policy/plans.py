@@ -68,8 +68,7 @@ def read_plan(path: str | Path, log: Log, name: str | None = None) -> tuple[Plan
         if frame.empty:
             raise DataError(f"{source}: the plan decides no {log.population}s, the log's population")
     ids = frame[key].astype(str).to_numpy()
-    labels = (frame[action_column].to_numpy(dtype=np.float64) if log.kind == INCENTIVE
-              else frame[action_column].astype(str).to_numpy())
+    labels = _actions(frame, action_column, log.kind, source)
     probability = _probabilities(frame, ids, source)
     subjects = np.unique(ids)
     actions = np.unique(labels)
@@ -108,6 +107,20 @@ def on_actions(plan: Plan, actions: np.ndarray) -> np.ndarray:
     matrix = np.zeros((len(plan.probabilities), len(actions)))
     matrix[:, np.searchsorted(actions, plan.actions)] = plan.probabilities
     return matrix
+
+
+def _actions(frame: pd.DataFrame, column: str, kind: str, source: str) -> np.ndarray:
+    """The plan's actions: finite levels of an incentive plan, named funds of a value plan."""
+    if kind == INCENTIVE:
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = ~np.isfinite(values)
+    else:
+        values = frame[column].astype(str).to_numpy()
+        bad = frame[column].isna().to_numpy()
+    if bad.any():
+        raise DataError(f"{source}: column {column!r} has {int(bad.sum())} missing or unreadable actions in "
+                        f"{len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
+    return values
 
 
 def _probabilities(frame: pd.DataFrame, ids: np.ndarray, source: str) -> np.ndarray:
