@@ -211,6 +211,9 @@ class ValueCase:
         return predicted_outcomes(log, q, self.funds, log.actions)
 
 
+#: the intervals policy evaluate gives in the replications (--interval)
+INTERVAL = "bca"
+
 def budget_plan(q: np.ndarray, levels: np.ndarray, ratio: float) -> np.ndarray:
     """The level index per customer that ``allocate budget --ratio`` gives for the scores ``q``."""
     return solve_budget(*ratio_form(q, levels, ratio)).choice
@@ -230,7 +233,8 @@ def replicate(case, r: int, replicates: int) -> list[dict]:
         raise SystemExit(f"replication {r}: the log holds {len(log.actions)} of {case.q.shape[1]} actions")
     plans = [as_plan(name, choice, log.actions) for name, choice in case.plans.items()]
     predicted = case.predicted(log)
-    judged = evaluate(log, plans, reference_plan("logging", log), predicted, replicates=replicates, seed=r)
+    judged = evaluate(log, plans, reference_plan("logging", log), predicted, replicates=replicates, seed=r,
+                      interval_method=INTERVAL)
     rows = []
     for plan, result in zip(plans, judged.plans):
         truth = case.truths(case.plans[plan.name])
@@ -461,6 +465,8 @@ def main() -> None:
     parser.add_argument("--worlds", default="incentive,value", help="incentive, value or both")
     parser.add_argument("--replications", type=int, default=200, help="randomized logs per world (≥ 100)")
     parser.add_argument("--bootstrap", type=int, default=300, help="bootstrap replicates per evaluation")
+    parser.add_argument("--interval", default="bca", choices=("percentile", "bca"),
+                        help="the intervals policy evaluate gives: bootstrap percentiles or BCa")
     parser.add_argument("--first", type=int, default=1, help="seed of the first replication's log")
     parser.add_argument("--customers", type=int, default=10_000)
     parser.add_argument("--users", type=int, default=10_000)
@@ -480,6 +486,8 @@ def main() -> None:
                              "fund's amount against the number of matched conversions (empty: skip)")
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
     args = parser.parse_args()
+    global INTERVAL
+    INTERVAL = args.interval
     torch.set_num_threads(1)
     worlds = [w.strip() for w in args.worlds.split(",") if w.strip()]
     report = {"args": vars(args) | {"out": str(args.out) if args.out else None}, "load_before": uptime()}

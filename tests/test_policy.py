@@ -336,3 +336,25 @@ def test_a_heavy_tailed_outcome_on_few_rows_is_stated():
     tail = result.diagnostics["outcomes"]["amount"]
     assert 0 < tail["rows"] < 50 and 0 < tail["top_share"] <= 1
     assert any(w.startswith(f"f1: its amount estimate rests on {tail['rows']} rows") for w in result.warnings)
+
+
+def test_bca_corrects_a_skewed_estimators_interval():
+    """The influence of a subject on a mean is its deviation from the mean; on the mean of a right-skewed outcome
+    BCa moves the interval up against the percentiles (z₀ ≈ 0, acceleration > 0)."""
+    from promokit.policy.estimators import influence, interval
+
+    rng = np.random.default_rng(0)
+    y = rng.lognormal(0, 1.5, 400)
+    assert np.allclose(influence(lambda m: m[..., 0], y[:, None]), y - y.mean(), atol=1e-6)
+    draws = bootstrap_sums(y[:, None], 2000, seed=1)[:, 0] / len(y)
+    percentile = interval(draws)
+    bca = interval(draws, float(y.mean()), y - y.mean())
+    assert bca[0] > percentile[0] and bca[1] > percentile[1]
+    log = _log(_incentive(), design="uniform")
+    uniform = reference_plan("uniform", log)
+    result = evaluate(log, [Plan("u", uniform.actions, uniform.probabilities, uniform.subjects)],
+                      reference_plan("logging", log), replicates=50, interval_method="bca").plans[0]
+    low, value, high = (getattr(result.means["responses"]["IPS"], k) for k in ("low", "value", "high"))
+    assert low < value < high
+    with pytest.raises(DataError, match="--interval must be one of"):
+        evaluate(log, [], reference_plan("logging", log), interval_method="normal")

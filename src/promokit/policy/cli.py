@@ -26,6 +26,7 @@ def evaluate(log: LogOpt,
              reference: Annotated[str, typer.Option("--reference", help="What each plan is compared with: logging (the log's own policy) | uniform | constant:ACTION | another plan (a path, as --plan).")] = "logging",
              clip: Annotated[Optional[float], typer.Option("--clip", help="Cap the importance weights at this value (less variance, some bias).")] = None,
              bootstrap: Annotated[int, typer.Option("--bootstrap", help="Bootstrap replicates for the 95 % intervals.")] = 500,
+             interval: Annotated[str, typer.Option("--interval", help="percentile | bca (bias-corrected and accelerated: better for skewed, heavy-tailed outcomes such as transaction values).")] = "bca",
              seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
              population: Annotated[Optional[int], typer.Option("--population", help="Subjects a plan's totals count (default: the subjects each plan decides).")] = None,
              missing: Annotated[str, typer.Option("--missing", help="A log subject a plan does not decide: error | drop (judge on the subjects every plan decides).")] = "error",
@@ -50,13 +51,14 @@ def evaluate(log: LogOpt,
         from promokit.policy.evaluate import evaluate as judge
         from promokit.policy.report import build_report, headlines
 
-        evaluation = judge(the_log, plans, the_reference, predicted, clip, bootstrap, seed, population)
+        evaluation = judge(the_log, plans, the_reference, predicted, clip, bootstrap, seed, population, interval)
         setup = {"log": f"{log}: a {the_log.kind} log of {len(the_log):,} rows, {len(set(the_log.ids)):,} "
                         f"{the_log.key} values, actions {the_log.actions.tolist()}",
                  "propensity": propensity or design or (f"estimated from {columns}" if columns else "the log's "
                                                         "'propensity' column"),
                  "scores": str(scores) if scores else "none (IPS and SNIPS only)", "reference": reference,
-                 "bootstrap": f"{bootstrap} replicates, seed {seed}", "clip": clip if clip is not None else "none"}
+                 "bootstrap": f"{bootstrap} replicates, seed {seed}, {interval} intervals",
+                 "clip": clip if clip is not None else "none"}
         build_report(evaluation, setup).write(out)
         console = get_console()
         for line in headlines(evaluation):

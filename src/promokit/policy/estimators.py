@@ -86,16 +86,23 @@ def estimate(terms: Terms, estimator: str) -> float:
     return float(from_sums(terms.matrix().sum(axis=0), estimator))
 
 
+def per_subject_sums(matrix: np.ndarray, subjects: np.ndarray | None = None) -> np.ndarray:
+    """The rows of ``matrix`` summed per subject (``subjects``: each row's subject index; default a row each)."""
+    if subjects is None:
+        return matrix
+    n = int(subjects.max()) + 1 if len(subjects) else 0
+    summed = np.zeros((n, matrix.shape[1]))
+    np.add.at(summed, subjects, matrix)
+    return summed
+
+
 def bootstrap_sums(matrix: np.ndarray, replicates: int, seed: int, subjects: np.ndarray | None = None,
                    max_cells: int = 10_000_000) -> np.ndarray:
     """(replicates, columns) sums of ``matrix`` (rows, columns) over the subjects resampled with replacement, each
     replicate drawing as many subjects as there are, each with all its rows (``subjects``: each row's subject
     index; default one subject per row). Seeded; chunks of replicates keep ``max_cells`` counts in memory."""
-    if subjects is None:
-        subjects = np.arange(len(matrix))
-    n = int(subjects.max()) + 1 if len(subjects) else 0
-    per_subject = np.zeros((n, matrix.shape[1]))
-    np.add.at(per_subject, subjects, matrix)
+    per_subject = per_subject_sums(matrix, subjects)
+    n = len(per_subject)
     rng = np.random.default_rng(seed)
     chunk = max(1, max_cells // max(n, 1))
     out = np.empty((replicates, matrix.shape[1]))
@@ -107,14 +114,40 @@ def bootstrap_sums(matrix: np.ndarray, replicates: int, seed: int, subjects: np.
     return out
 
 
-def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    """The percentile interval of bootstrap ``values`` (NaN replicates — a resample with no weight — left out)."""
+INTERVALS = ("percentile", "bca")
+
+
+def interval(values: np.ndarray, point: float | None = None, influence: np.ndarray | None = None,
+             level: float = 0.95) -> tuple[float, float]:
+    """The interval of bootstrap ``values`` (NaN replicates — a resample with no weight — left out): their
+    percentiles, or with the estimate ``point`` and its per-subject ``influence`` values, Efron's bias-corrected
+    and accelerated (BCa) percentiles — the levels moved by the bootstrap's median bias z₀ = Φ⁻¹(share of values
+    below the point) and the acceleration a = Σu³ / (6 (Σu²)^{3/2}), which corrects a skewed estimator's interval
+    (a heavy-tailed outcome's) to second order."""
+    from scipy.stats import norm
+
     finite = values[np.isfinite(values)]
     if not len(finite):
         return float("nan"), float("nan")
-    tail = (1 - level) / 2 * 100
-    low, high = np.percentile(finite, [tail, 100 - tail])
+    tails = np.array([(1 - level) / 2, 1 - (1 - level) / 2])
+    if influence is not None and point is not None and np.isfinite(point):
+        below = (np.sum(finite < point) + 0.5 * np.sum(finite == point)) / len(finite)
+        square = float(np.square(influence).sum())
+        if 0 < below < 1 and square > 0:
+            z0, z = norm.ppf(below), norm.ppf(tails)
+            a = float(np.power(influence, 3).sum()) / (6 * square ** 1.5)
+            tails = norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    low, high = np.percentile(finite, tails * 100)
     return float(low), float(high)
+
+
+def influence(statistic, per_subject: np.ndarray, step: float = 1e-6) -> np.ndarray:
+    """Each subject's empirical influence on ``statistic`` (a function of the column sums, or means, of
+    ``per_subject``: its rows' sums per subject): the derivative of the statistic at the mean in the direction of
+    the subject's deviation from it, by a finite ``step``."""
+    mean = per_subject.mean(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (statistic(mean + step * (per_subject - mean)) - statistic(mean)) / step
 
 
 def effective_sample_size(w: np.ndarray) -> float:
