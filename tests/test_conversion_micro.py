@@ -6,7 +6,6 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from promokit.cli import app
