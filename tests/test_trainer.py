@@ -139,3 +139,31 @@ def test_lr_decay_scales_each_epochs_rate():
                         on_epoch=lambda epoch, record: snapshots.append(model.linear.weight.detach().clone()))
     assert not torch.equal(snapshots[0], initial)
     assert torch.equal(snapshots[0], snapshots[1]) and torch.equal(snapshots[1], snapshots[2])
+
+
+def _quiet_console(monkeypatch, interactive: bool):
+    """The rich console as on a terminal (``interactive``) or as with output to a log file or a pipe."""
+    import rich
+
+    monkeypatch.setattr(rich.get_console(), "is_interactive", interactive)
+    monkeypatch.setattr(rich.get_console(), "is_jupyter", False)
+
+
+def test_one_line_per_epoch_when_the_output_is_not_a_terminal(monkeypatch, capsys):
+    _quiet_console(monkeypatch, interactive=False)
+    _, history = _fit(TrainConfig(epochs=3, patience=5, batch_size=200, progress=True),
+                      metrics={"auc": _scripted([0.6, 0.7, 0.8])})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    record = history.epochs[1]
+    assert f"train_loss {record['train_loss']:.5f}, valid_loss {record['valid_loss']:.5f}" in lines[1]
+    assert f"valid_auc {record['valid_auc']:.5f}" in lines[1]
+    assert lines[1].endswith(f"({record['seconds']:.1f} s)")
+
+
+def test_no_epoch_lines_on_a_terminal_or_without_progress(monkeypatch, capsys):
+    _quiet_console(monkeypatch, interactive=False)
+    _fit(TrainConfig(epochs=2, batch_size=200, progress=False))
+    _quiet_console(monkeypatch, interactive=True)
+    _fit(TrainConfig(epochs=2, batch_size=200, progress=True))
+    assert "epoch" not in capsys.readouterr().out

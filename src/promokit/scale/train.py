@@ -497,6 +497,8 @@ def run_shard(job: TrainJob, comm) -> tuple[torch.nn.Module, History]:
                         record.update(_validate(job, comm, net))
                     stop = loop.end_epoch(record, net)
                     comm.save(partial(loop.checkpoint, net, optimizers, epoch), record)
+                    if progress is not None:
+                        progress.end_epoch(record, cfg.epochs)
                     if stop:
                         break
             except KeyboardInterrupt:  # in this process only: Ray Train handles Ctrl-C on the driver

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import rich
 import torch
 from rich.progress import (
     BarColumn,
@@ -159,6 +160,8 @@ class Trainer:
                     if valid is not None:
                         record.update(self._validate(model, valid, metrics))
                     stop = loop.end_epoch(record, model, on_epoch)
+                    if progress is not None:
+                        progress.end_epoch(record, cfg.epochs)
                     if self.checkpoint_dir is not None:
                         self._save_checkpoint(loop.checkpoint(model, optimizers, epoch))
                     if stop:
@@ -358,9 +361,41 @@ def flush_optimizers(optimizers) -> None:
 
 
 def progress_display(enabled: bool):
-    """A transient rich progress display (description, bar, done/total, a ``loss`` field, time left) for
-    training loops; a null context when not ``enabled``."""
+    """What a training loop shows when ``enabled`` (a null context otherwise): on a terminal, a transient rich
+    progress display (description, bar, done/total, a ``loss`` field, time left); elsewhere (a log file, a pipe),
+    where rich's live display stays blank until it ends, :class:`EpochLines`. The loop passes each epoch's
+    record to its ``end_epoch``."""
     if not enabled:
         return contextlib.nullcontext()
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[loss]}"), TimeRemainingColumn(), transient=True)
+    console = rich.get_console()
+    if not (console.is_interactive or console.is_jupyter):
+        return EpochLines()
+    return EpochProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                         TextColumn("{task.fields[loss]}"), TimeRemainingColumn(), transient=True)
+
+
+class EpochProgress(Progress):
+    """The live display of a training loop on a terminal: its bars show each epoch while it runs."""
+
+    def end_epoch(self, record: dict, epochs: int) -> None:
+        pass
+
+
+class EpochLines:
+    """The display of a training loop whose output is not a terminal: no bars (``add_task`` gives no task), one
+    plain line per epoch, flushed, e.g. ``epoch 2/10: train_loss 0.41234, valid_loss 0.40123, valid_cvr_auc
+    0.70120 (12.3 s)``."""
+
+    def __enter__(self) -> EpochLines:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, *args, **kwargs) -> None:
+        return None
+
+    def end_epoch(self, record: dict, epochs: int) -> None:
+        scores = ", ".join(f"{name} {value:.5f}" for name, value in record.items()
+                           if name.startswith(("train_", "valid_")))
+        print(f"epoch {record['epoch'] + 1}/{epochs}: {scores} ({record['seconds']:.1f} s)", flush=True)
