@@ -71,6 +71,30 @@ def test_spec_names_missing_column_and_suggests(impressions):
         FeatureSpec().resolve(table, ("click", "purchase"))
 
 
+def test_a_semicolon_delimited_csv_says_the_delimiter_is_probably_wrong(tmp_path, impressions):
+    impressions.to_csv(tmp_path / "t.csv", sep=";", index=False)
+    table = read_table(tmp_path / "t.csv")
+    with pytest.raises(DataError, match=r"column 'click' \(label 'click'\) is missing from the table of 4000 rows; "
+                       r"the table's column 'user_id;item_id;segment;price;click;daction;purchase' holds it among "
+                       r"names separated by ';': the file is probably delimited by semicolons, not commas"):
+        FeatureSpec().resolve(table, ("click", "purchase"))
+    impressions.to_csv(tmp_path / "t.tsv.csv", sep="\t", index=False)
+    with pytest.raises(DataError, match=r"separated by '\\t': the file is probably delimited by tabs"):
+        FeatureSpec().resolve(read_table(tmp_path / "t.tsv.csv"), ("click", "purchase"))
+
+
+@pytest.mark.parametrize("present, suggested", [
+    ("price", None), ("purchse", "purchse"), ("Purchase", "Purchase"),
+    ("is_purchase", "is_purchase"), ("purhcase", "purhcase"), ("purchases", "purchases"), ("pur", None),
+])
+def test_only_close_names_are_suggested_for_a_missing_column(impressions, present, suggested):
+    table = impressions.rename(columns={"purchase": present})
+    with pytest.raises(DataError) as error:
+        FeatureSpec().resolve(table, ("click", "purchase"))
+    hint = f"; did you mean {suggested!r}? Columns present" if suggested else ". Columns present"
+    assert f"column 'purchase' (label 'purchase') is missing from the table of 4000 rows{hint}" in str(error.value)
+
+
 def test_spec_maps_label_roles_to_other_columns(impressions):
     table = impressions.rename(columns={"click": "is_click"})
     spec = FeatureSpec(labels={"click": "is_click"}).resolve(table, ("click", "purchase"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -180,10 +181,70 @@ def _check_mostly_numeric(frame: pd.DataFrame, name) -> None:
 
 
 def missing_column_message(name: str, columns: list[str], what: str, n_rows: int) -> str:
-    close = difflib.get_close_matches(name, [str(c) for c in columns], n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}. "
+    """A missing column's one-line message, with a hint: the file's delimiter when one column holds the whole header
+    (``user_id;item_id;click``), else the present column most likely meant (:func:`close_column`)."""
+    header, close = _whole_header(name, columns), None
+    if header is not None:
+        column, mark = header
+        hint = (f"; the table's column {column!r} holds it among names separated by {mark!r}: the file is probably "
+                f"delimited by {DELIMITERS[mark]}, not commas; save it comma-separated (or as Parquet)")
+    else:
+        close = close_column(name, columns)
+        hint = f"; did you mean {close!r}?" if close is not None else ""
+    return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}{'' if close else '.'} "
             f"Columns present: {list(columns)[:20]}")
+
+
+#: Delimiters a CSV file may be written with, which promokit (reading commas) would take for part of a name.
+DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "pipes"}
+#: difflib's similarity (ignoring case) from which a present column is suggested for a missing one.
+CLOSE_NAME = 0.8
+
+
+def _whole_header(name: str, columns) -> tuple[str, str] | None:
+    """The column whose name is a header of names separated by one of :data:`DELIMITERS`, ``name`` among them,
+    and that delimiter."""
+    for column in map(str, columns):
+        for mark in DELIMITERS:
+            if mark in column and str(name) in (part.strip().strip("\"'") for part in column.split(mark)):
+                return column, mark
+    return None
+
+
+def close_column(name: str, columns) -> str | None:
+    """The present column most likely meant by the missing ``name``, ignoring case: the same name, one typo away
+    (``purchse``, ``dya``), at least :data:`CLOSE_NAME` similar, or holding it as whole words (``is_click``) or
+    held by it (``item`` for ``item_id``); None rather than a far-fetched guess (``price`` for ``purchase``)."""
+    wanted, present = str(name).lower(), [str(c) for c in columns]
+    tests = (lambda c: c == wanted, lambda c: _one_typo(wanted, c),
+             lambda c: difflib.SequenceMatcher(None, wanted, c).ratio() >= CLOSE_NAME,
+             lambda c: _within(_words(wanted), _words(c)) or _within(_words(c), _words(wanted)))
+    for test in tests:
+        for column in present:
+            if test(column.lower()):
+                return column
+    return None
+
+
+def _one_typo(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by one inserted, deleted or replaced character, or two swapped neighbours."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+    if len(a) != len(b):
+        longer, shorter = (a, b) if len(a) > len(b) else (b, a)
+        return longer[i + 1:] == shorter[i:]
+    return a[i + 1:] == b[i + 1:] or (a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:])
+
+
+def _words(name: str) -> list[str]:
+    return [word for word in re.split(r"[^0-9a-z]+", name) if word]
+
+
+def _within(words: list[str], other: list[str]) -> bool:
+    """``words`` (at least one) appear in ``other`` in a row."""
+    n = len(words)
+    return 0 < n <= len(other) and any(other[k:k + n] == words for k in range(len(other) - n + 1))
 
 
 def keyed_table(frame: pd.DataFrame, table: str, key: str) -> pd.DataFrame:
