@@ -182,3 +182,33 @@ def test_an_unknown_model_parameter_is_one_line_with_a_hint():
         ConversionModel("esm2", {"hiden": [8]})
     with pytest.raises(DataError, match=r"model 'lr' has no parameter 'l2'; its parameters are \['l2_ctr', 'l2_cvr'\]"):
         ConversionModel("lr", {"l2": 1e-3})
+
+
+def _with_cart(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with an undeclared post-click column: ``cart`` is 1 on 40 % of the clicked rows, 0 elsewhere."""
+    rng = np.random.default_rng(1)
+    return table.assign(cart=((table.click == 1) & (rng.random(len(table)) < 0.4)).astype(int))
+
+
+def test_a_post_click_column_left_among_the_features_is_named_in_a_warning(impressions, tmp_path):
+    from conftest import write_parts
+    from promokit.scale.train import fit_parts
+
+    table = _with_cart(impressions)
+    unclicked, clicked, carts = int((table.click == 0).sum()), int(table.click.sum()), int(table.cart.sum())
+    warning = (rf"feature columns \['cart'\] are 0 on all {unclicked} rows where 'click' is 0 and 1 on some of the "
+               rf"{clicked} clicked rows \(cart: {carts}\): they look like post-click labels .*--micro-behaviors cart")
+    with pytest.warns(UserWarning, match=warning):
+        _model("esmm").fit(table, valid_fraction=0)
+    with pytest.warns(UserWarning, match=warning):  # over parts: the same sums, part by part
+        fit_parts(ConversionModel("esmm", SMALL, FAST), write_parts(table, tmp_path / "parts", [1500, 2500]),
+                  valid_fraction=0)
+
+
+def test_0_1_features_seen_before_a_click_or_too_rare_to_tell_are_not_called_post_click(impressions, recwarn):
+    table = impressions.assign(promo=(impressions.index % 7 == 0).astype(int))  # 1 on clicked and unclicked rows
+    clicked = table.index[table.click == 1]
+    table["rare"] = table.index.isin(clicked[:3]).astype(int)  # 3 ones, all clicked: chance 0.27**3 = 0.02
+    assert 1e-3 < table.click.mean() ** 3
+    _model("esmm").fit(table, valid_fraction=0)
+    assert not [w for w in recwarn if "post-click" in str(w.message)]

@@ -106,3 +106,49 @@ def _after_click(frame: pd.DataFrame, arrays: dict, click_column: str, column: s
                         "post-click labels need a click (pass repair to set them to 0)")
     report.repaired[role] = int(orphan.sum())
     return np.where(orphan, 0.0, values).astype(np.float32)
+
+
+#: A 0/1 feature whose k ones all fall on clicked rows is called a post-click label when chance (the clicked share
+#: of the rows to the power k) would do that less often than this.
+POST_CLICK_CHANCE = 1e-3
+
+
+def post_click_counts(frame: pd.DataFrame, columns: list[str], click: np.ndarray) -> dict[str, tuple[int, int] | None]:
+    """For each feature of ``columns``: its ones on unclicked and on clicked rows, or None when it holds anything but
+    0 and 1 (text, other numbers, missing values): the sums :func:`post_click_warning` reads, part by part."""
+    clicked = click == 1
+    counts = {}
+    for name in columns:
+        series = frame[name]
+        if not (pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)):
+            counts[name] = None
+            continue
+        values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+        counts[name] = (int(values[~clicked].sum()), int(values[clicked].sum())) if np.isin(values, (0, 1)).all() \
+            else None
+    return counts
+
+
+def post_click_warning(counts: list[dict], rows: int, clicks: int, click_column: str) -> str | None:
+    """A warning naming the 0/1 features that are 0 on every unclicked row and 1 on some clicked rows (summed over
+    the :func:`post_click_counts` of every part of ``rows`` rows, ``clicks`` of them clicked), more often than
+    :data:`POST_CLICK_CHANCE` allows by chance: post-click labels (a micro-behaviour, the DAction) left among the
+    features, where they give the click away. None when there is none."""
+    share = clicks / rows if rows else 0.0
+    leaks = {}
+    for name in counts[0] if counts else ():
+        sums = [part[name] for part in counts]
+        if any(s is None for s in sums):
+            continue
+        unclicked, clicked = (sum(s[k] for s in sums) for k in (0, 1))
+        if unclicked == 0 and clicked > 0 and share ** clicked < POST_CLICK_CHANCE:
+            leaks[name] = clicked
+    if not leaks:
+        return None
+    names = list(leaks)
+    return (f"feature columns {names} are 0 on all {rows - clicks} rows where {click_column!r} is 0 and 1 on some of "
+            f"the {clicks} clicked rows ({', '.join(f'{n}: {k}' for n, k in leaks.items())}): they look like "
+            "post-click labels (micro-behaviours, the DAction), which are not known when an impression is scored; "
+            f"declare them as micro-behaviours (--micro-behaviors {','.join(map(str, names))}, or micro_behaviors in "
+            f"the spec) or one as the DAction (labels: {{daction: {names[0]}}} in the spec), or drop them from the "
+            "table")

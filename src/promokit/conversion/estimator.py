@@ -19,6 +19,8 @@ from promokit.conversion.contract import (
     check_labels,
     check_learnable,
     check_micro_behaviors,
+    post_click_counts,
+    post_click_warning,
 )
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.conversion.models import MODELS
@@ -119,6 +121,10 @@ class ConversionModel:
         spec = self.spec = self._resolve(table)
         seed_everything(self.train_config.seed)
         labels, label_report = self._labels(table)
+        leak = post_click_warning([post_click_counts(table, spec.features, labels["click"])], len(table),
+                                  int(labels["click"].sum()), spec.labels["click"])
+        if leak:
+            warnings.warn(leak, stacklevel=2)
         valid_labels = None
         if valid is not None:
             valid_labels, valid_report = self._labels(valid)
@@ -184,7 +190,8 @@ class ConversionModel:
         labels, report = self._labels(table)
         click = labels["click"] == 1
         counts = {"rows": len(table), "click": int(click.sum()), "purchase": int(labels["purchase"][click].sum()),
-                  "repaired": dict(report.repaired)}
+                  "repaired": dict(report.repaired),
+                  "post_click": post_click_counts(table, self.spec.features, labels["click"])}
         if self.spec.group_key:
             counts["subjects"] = id_hashes(table[self.spec.group_key])
         if "daction" in labels:
@@ -209,6 +216,9 @@ class ConversionModel:
             raise DataError(f"label {columns['purchase']!r} (purchase) is {int(purchases > 0)} on all {clicks} "
                             f"clicked rows of the {n} training rows: CVR needs clicked rows with and without a "
                             "purchase")
+        leak = post_click_warning([c["post_click"] for c in counts], n, clicks, columns["click"])
+        if leak:
+            warnings.warn(leak, stacklevel=2)
         fired = {columns["daction"]: sum(c["daction"] for c in counts)} if "daction" in counts[0] else {}
         if self.spec.micro_behaviors:
             micro = sum(c["micro"] for c in counts)
