@@ -128,8 +128,9 @@ def test_esdpm_learns_conversion_and_amount_signal(tables, fitted):
     assert (predictions.sigma >= 0.1).all() and np.isfinite(predictions.etv).all()
     converted = tables.convert[test] == 1
     assert np.corrcoef(predictions.mu[converted], tables.log_amount[test][converted])[0, 1] > 0.3
-    metrics, deciles = evaluate(model, tables, test)
+    metrics, deciles, funds = evaluate(model, tables, test)
     assert metrics["gini"] > 0.3 and len(deciles) == 10 and metrics["deliveries"] == len(test)
+    assert funds.deliveries.sum() == len(test) and 0 <= metrics["best_differs"] <= 1
 
 
 def test_model_directory_round_trip_and_quota_table(tables, fitted, tmp_path):

@@ -4,6 +4,7 @@ inputs as one-line errors."""
 import json
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 from typer.testing import CliRunner
@@ -52,8 +53,18 @@ def test_train_predict_allocate_evaluate(world, model, tmp_path):
     result = _invoke("value", "evaluate", "--model", model, "--data", world, "--out", tmp_path / "eval")
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
-    assert {"auc", "logloss", "mse", "mae", "gini", "thc", "tha"} <= set(report["metrics"])
+    assert {"auc", "logloss", "mse", "mae", "gini", "thc", "tha", "best_differs", "uplift_spread",
+            "etv_bias"} <= set(report["metrics"])
     assert len(report["deciles"]) == 10 and (tmp_path / "eval" / "deciles.png").exists()
+    # the floor, fitted on the deliveries the model trained on, beside it; the calibration per fund
+    floor, metrics = report["floor"], report["metrics"]
+    assert set(floor) == set(metrics) and floor["deliveries"] == metrics["deliveries"]
+    funds = pd.DataFrame(report["funds"])
+    assert funds.deliveries.sum() == report["metrics"]["deliveries"]
+    bought = funds.mean_observed > 0
+    assert np.allclose(funds.ratio[bought], funds.mean_predicted[bought] / funds.mean_observed[bought])
+    assert funds.ratio[~bought].isna().all()
+    assert "relaimpr_vs_floor" in result.output and "calibration per fund" in result.output
 
 
 def _copy(world, tmp_path):
@@ -126,10 +137,15 @@ def test_bench_writes_the_tables_and_the_decile_figure(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "bench" / "report.json").read_text())
     metrics = pd.DataFrame(report["results"])
-    assert list(metrics.model) == ["esdpm", "esmm", "oracle"]
-    assert metrics.set_index("model").loc["oracle", "etv_mae_true"] == 0
+    assert list(metrics.model) == ["two-part", "esdpm", "esmm", "oracle"]  # the floor first, always
+    oracle = metrics.set_index("model").loc["oracle"]
+    assert oracle.etv_mae_true == 0 and oracle.etv_bias_true == 0 and oracle.fund_bias_true == 0
+    assert metrics.best_differs.between(0, 1).all()
+    assert np.isnan(metrics.set_index("model").loc["esmm", "etv_bias_true"])  # its ETV is a pCTCVR
+    assert "RelaImpr vs two-part" in (tmp_path / "bench" / "report.md").read_text()
     plans = pd.DataFrame(report["simulation"])
-    assert set(plans.allocator) == {"manual", "ha", "ours"} and set(plans.model) == {"esdpm", "esmm", "oracle"}
+    assert set(plans.allocator) == {"manual", "ha", "ours"}
+    assert set(plans.model) == {"two-part", "esdpm", "esmm", "oracle"}
     assert (tmp_path / "bench" / "deciles.png").exists()
 
 

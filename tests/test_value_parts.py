@@ -222,3 +222,18 @@ def test_a_graph_model_needs_the_payments(data, graph_models, tmp_path):
     result = _invoke("value", "predict", "--model", graph_models / "esdpm", "--data", folder, "--out", tmp_path / "o")
     assert result.exit_code == 2 and "reads the consumption graph: give the consumption/ parts" in \
         " ".join(result.output.split())
+
+
+def test_the_floor_scores_the_parts_as_the_whole_folder(world, data, tmp_path):
+    """two-part (boosted trees, no network) over parts: the one-folder ETV table and per-delivery outputs, exactly
+    (a tree scores each row alone)."""
+    tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors)
+    ValueModel("two-part").fit(tables).save(tmp_path / "floor")
+    for folder in ("whole", "parts"):
+        result = _invoke("value", "predict", "--model", tmp_path / "floor", "--data", data / folder, "--out",
+                         tmp_path / folder)
+        assert result.exit_code == 0, result.output
+    for table, users_table in (("scores", "users"), ("deliveries", "deliveries")):
+        expected = _split(pd.read_parquet(tmp_path / "whole" / f"{table}.parquet"), data, users_table)
+        got = [pd.read_parquet(tmp_path / "parts" / table / f"part-{k:05d}.parquet") for k in range(len(PART_USERS))]
+        assert max(_largest_difference(g, e, relative=True) for g, e in zip(got, expected)) <= 1e-12, table

@@ -133,6 +133,8 @@ def test_a_graph_model_in_parts_is_a_one_line_error(data, tmp_path):
     line = " ".join(result.output.split())
     assert line.startswith("error: model 'esdpm' reads the consumption graph") and "esdpm-ncg" in line
     assert len(result.output.strip().splitlines()) <= 3  # one line, wrapped at the terminal's width
+    result = _invoke("value", "train", "--data", data / "parts", "--model", "two-part", "--out", tmp_path / "m")
+    assert result.exit_code == 2 and "does not train over parts" in " ".join(result.output.split())
 
 
 def _edit(table, k, edit):

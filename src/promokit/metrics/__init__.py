@@ -23,6 +23,7 @@ from promokit.metrics.uplift import (
 from promokit.metrics.value import (
     decile_figure,
     decile_table,
+    fund_personalisation,
     hit_metrics,
     normalized_gini,
     order_of_magnitude_share,
@@ -38,6 +39,7 @@ __all__ = [
     "decile_figure",
     "decile_table",
     "expected_auc",
+    "fund_personalisation",
     "gauc",
     "hit_metrics",
     "logloss",

@@ -5,6 +5,8 @@
 * :func:`hit_metrics` — total hit conversions and amount, EOCA (Weng et al.) eqs. (15)–(16).
 * :func:`per_mille` — conversions or amount per mille deliveries, EOCA eqs. (17)–(18).
 * :func:`order_of_magnitude_share` — the share of predictions off by a factor of ten or more.
+* :func:`fund_personalisation` — how much a user × fund value table tells users apart: whose best fund is not
+  everyone's, and how much the differences between funds vary over users.
 """
 
 from __future__ import annotations
@@ -220,6 +222,39 @@ def order_of_magnitude_share(y_true, y_pred) -> float:
         return float("nan")
     a, b = 1 + p, 1 + y
     return float(np.mean(np.maximum(a, b) >= 10 * np.minimum(a, b)))
+
+
+def fund_personalisation(scores) -> dict:
+    """How much a users × funds table of values (ETV) personalises the choice of fund.
+
+    * ``best_differs``: the share of users whose highest-value fund (the first on ties) is not the population's
+      best fund, the one with the highest mean value over the users. 0 when the table would give everyone the same
+      fund — a model whose value is a user part plus (or times) a fund part, however well it ranks users.
+    * ``uplift_spread``: how much the difference between two funds' values varies over users — the standard
+      deviation over users of s_ij − s_ik, root-mean-squared over every pair of funds j ≠ k — divided by the mean
+      value, so tables on other scales (a pCTCVR, an amount) compare. 0 when every user's values differ from
+      everyone else's by one constant; NaN with a single fund or a mean value that is not positive.
+
+    ``scores`` must be a 2-D finite array with at least one user and one fund.
+    """
+    s = np.asarray(scores)
+    if s.ndim != 2 or s.dtype.kind not in "biuf" or 0 in s.shape:
+        raise ValueError(f"scores must be a numeric (users, funds) array with at least one of each, got "
+                         f"{s.dtype} of shape {s.shape}")
+    s = s.astype(np.float64)
+    if not np.isfinite(s).all():
+        raise ValueError(f"scores must be finite; {int((~np.isfinite(s)).sum())} of {s.size} values are not")
+    mean, n_funds = s.mean(), s.shape[1]
+    best_differs = float(np.mean(s.argmax(axis=1) != s.mean(axis=0).argmax()))
+    if n_funds < 2 or not mean > 0:
+        return {"best_differs": best_differs, "uplift_spread": float("nan")}
+    # the user × fund interaction r (s without its user and fund means): var over users of s_ij − s_ik is the mean
+    # over users of (r_ij − r_ik)², whose mean over the pairs j ≠ k is 2J/(J − 1) times the mean of r², as the rows
+    # and columns of r sum to 0 — without the cancellation of a covariance formula
+    centred = s - s.mean(axis=0)
+    interaction = centred - centred.mean(axis=1, keepdims=True)
+    spread = np.sqrt(2 * n_funds / (n_funds - 1) * np.mean(interaction ** 2))
+    return {"best_differs": best_differs, "uplift_spread": float(spread / mean)}
 
 
 def _gini(y: np.ndarray, order_by: np.ndarray, total: float) -> float:

@@ -1,11 +1,15 @@
-"""The value bench: every model on synthetic fund worlds, against the oracle, with the delivery plans they lead to.
+"""The value bench: the floor and every model on synthetic fund worlds, against the oracle, with the delivery plans
+they lead to.
 
 For each seed: a world (``make_world(seed=seed)``), the deliveries split by time (the latest 10 % for the test,
-the 10 % before for validation, as §5.1 trains on earlier days), each model trained on the rest; then on the test
-deliveries the metrics of Tables 1–2 against the observed outcomes and the ETV error against the TRUE ETV; THA
-against the truth (every user given its highest-ETV fund, the expected amount of that fund); and, for the
-allocation models, the delivery plan of each allocator under exact quotas and the risk rule, scored by outcomes
-drawn from the true model (CPMD and TAPMD, eqs. 17–18: the offline analogue of Table 3).
+the 10 % before for validation, as §5.1 trains on earlier days), each model trained on the rest — the floor
+``two-part`` first, always; then on the test deliveries the metrics of Tables 1–2 against the observed outcomes,
+RelaImpr of the AUC against the floor's, and the ETV's error and mean bias against the TRUE ETV (overall and the
+worst fund's); THA against the truth (every user given its highest-ETV fund, the expected amount of that fund);
+how much each model personalises the choice of fund on the user × fund table as of the test's start
+(:func:`~promokit.metrics.value.fund_personalisation`, the truth's too); and, for the allocation models, the
+delivery plan of each allocator under exact quotas and the risk rule, scored by outcomes drawn from the true model
+(CPMD and TAPMD, eqs. 17–18: the offline analogue of Table 3).
 """
 
 from __future__ import annotations
@@ -18,22 +22,26 @@ import numpy as np
 import pandas as pd
 
 from promokit.data import DataError
-from promokit.metrics.compare import mean_std, paired_change
-from promokit.metrics.value import decile_figure
+from promokit.metrics.compare import mean_std, paired_change, rela_impr
+from promokit.metrics.value import decile_figure, fund_personalisation
 from promokit.report import Report
 from promokit.training import TrainConfig
 from promokit.value.contract import ValueTables, check_tables
 from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
-from promokit.value.evaluate import amount_scale, calibration, delivery_metrics, hits
+from promokit.value.evaluate import amount_scale, calibration, delivery_metrics, fund_calibration, hits
 from promokit.value.simulate import feasible_quotas, simulate_plans
 from promokit.value.synthetic import ValueWorld, make_world
 
-MODELS = ["esdpm", "esdpm-ncg", "mtl-ziln", "mtl-mse", "esmm", "mmoe", "shared-bottom", "dnn"]
+#: the floor every model has to beat, trained first in every bench
+FLOOR = "two-part"
+MODELS = [FLOOR, "esdpm", "esdpm-ncg", "mtl-ziln", "mtl-mse", "esmm", "mmoe", "shared-bottom", "dnn"]
 ORACLE = "oracle"
-#: the models whose ETV goes to the allocators (Table 3: ESMM's pCTCVR as the P1 baseline, ESDPM-NCG, ESDPM)
-ALLOCATED = ("esmm", "esdpm-ncg", "esdpm", ORACLE)
+#: the models whose ETV goes to the allocators (Table 3: ESMM's pCTCVR as the P1 baseline, ESDPM-NCG, ESDPM; and
+#: the floor)
+ALLOCATED = (FLOOR, "esmm", "esdpm-ncg", "esdpm", ORACLE)
 ALLOCATORS = ("manual", "ha", "ours")
-HEADLINE = ["auc", "logloss", "mse", "mae", "gini", "etv_mae_true", "tha_true", "thc", "tha"]
+HEADLINE = ["auc", "logloss", "mse", "mae", "gini", "etv_mae_true", "etv_bias_true", "fund_bias_true", "tha_true",
+            "thc", "tha", "best_differs", "uplift_spread"]
 
 
 @dataclass
@@ -47,7 +55,9 @@ class BenchResult:
 def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict | None = None,
         train: TrainConfig | None = None, params: dict[str, dict] | None = None,
         allocators: Sequence[str] = ALLOCATORS, on_result: Callable[[dict], None] | None = None) -> BenchResult:
-    """Train and score every model on the world of every seed; ``world`` holds :func:`make_world`'s sizes."""
+    """Train and score the floor and every model on the world of every seed; ``world`` holds :func:`make_world`'s
+    sizes."""
+    models = list(models) if FLOOR in models else [FLOOR, *models]
     result = BenchResult(pd.DataFrame(), pd.DataFrame())
     metrics, simulations = [], []
     for seed in seeds:
@@ -71,7 +81,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 model = ValueModel(name, (params or {}).get(name), config).fit(tables, train_rows, valid_rows)
                 predictions = model.predict(tables, test_rows)
                 p_ctcvr, etv = predictions["p_ctcvr"].to_numpy(), predictions["etv"].to_numpy()
-                amount = model.params["amount"] is not None
+                amount = model.predicts_amount
                 scores, epochs = model.score_matrix(tables, at=at, seed=seed), len(model.history.epochs)
             row = {"model": name, "seed": seed,
                    **_score(tables, w, test_rows, p_ctcvr, etv, scores, truth, amount),
@@ -109,7 +119,9 @@ def true_etv_matrix_from(truth_etv: pd.DataFrame, tables: ValueTables) -> np.nda
 
 def _score(tables: ValueTables, world: ValueWorld, rows: np.ndarray, p_ctcvr: np.ndarray, etv: np.ndarray,
            scores: np.ndarray, truth: np.ndarray, amount_head: bool) -> dict:
-    """A model without an amount (ESMM) ranks by pCTCVR: its Gini, THC and THA count, its amount errors do not."""
+    """A model without an amount (ESMM) ranks by pCTCVR: its Gini, THC, THA and personalisation count, its amount
+    errors and biases do not. ``fund_bias_true`` is the mean ETV over the mean true ETV, minus 1, of the fund where
+    that is farthest from 0 (signed)."""
     convert, amount = tables.convert[rows].astype(np.float64), tables.amount[rows]
     true_etv = world.truth["true_etv"].to_numpy()[rows]
     users = np.unique(tables.user[rows])
@@ -118,27 +130,35 @@ def _score(tables: ValueTables, world: ValueWorld, rows: np.ndarray, p_ctcvr: np
     hit = hits(scores[users], users, range(len(tables.funds)), outcomes)
     best = scores.argmax(axis=1)
     metrics = delivery_metrics(convert, amount, p_ctcvr, etv)
-    etv_error = float(np.mean(np.abs(etv - true_etv)) / amount_scale(convert, amount))
+    errors = {"etv_mae_true": float(np.mean(np.abs(etv - true_etv)) / amount_scale(convert, amount)),
+              "etv_bias_true": float(etv.mean() / true_etv.mean() - 1)}
+    fund_bias = fund_calibration(tables.fund_names, tables.fund[rows], etv, true_etv)["ratio"].to_numpy() - 1
+    errors["fund_bias_true"] = float(fund_bias[np.nanargmax(np.abs(fund_bias))])
     if not amount_head:
-        metrics["mse"] = metrics["mae"] = etv_error = float("nan")
-    return {**metrics, "etv_mae_true": etv_error,
-            "tha_true": float(truth[np.arange(len(truth)), best].mean()), "thc": hit["thc"], "tha": hit["tha"]}
+        metrics["mse"] = metrics["mae"] = float("nan")
+        errors = dict.fromkeys(errors, float("nan"))
+    return {**metrics, **errors, "tha_true": float(truth[np.arange(len(truth)), best].mean()), "thc": hit["thc"],
+            "tha": hit["tha"], **fund_personalisation(scores)}
 
 
 def summary(result: BenchResult) -> pd.DataFrame:
-    """Mean ± std over seeds of the headline metrics per model, in the order run."""
+    """Mean ± std over seeds of the headline metrics per model, in the order run, and RelaImpr (DMBGN eq. 11) of the
+    mean AUC against the floor's."""
     rows = []
+    floor_auc = result.metrics.loc[result.metrics["model"] == FLOOR, "auc"].mean()
     for name, group in result.metrics.groupby("model", sort=False):
         row = {"model": name}
         for metric in HEADLINE:
             row[metric] = mean_std(group[metric].astype(float))
+            if metric == "auc" and np.isfinite(floor_auc):
+                row[f"RelaImpr vs {FLOOR}"] = f"{rela_impr(group['auc'].mean(), floor_auc):+.2f}%"
         row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
         rows.append(row)
     return pd.DataFrame(rows).set_index("model")
 
 
-def paired(result: BenchResult, model: str = "esdpm", against: Sequence[str] = ("esdpm-ncg", "mtl-ziln", "mtl-mse",
-                                                                                    "esmm")) -> pd.DataFrame:
+def paired(result: BenchResult, model: str = "esdpm", against: Sequence[str] = (FLOOR, "esdpm-ncg", "mtl-ziln",
+                                                                                    "mtl-mse", "esmm")) -> pd.DataFrame:
     """Per seed, ``model`` minus each baseline on the headline metrics (positive = higher for ``model``)."""
     frame = result.metrics.set_index(["model", "seed"])
     rows = []
@@ -197,12 +217,16 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
 
     def done(row: dict) -> None:
         console.print(f"  seed {row['seed']} {row['model']:>13}: AUC {row['auc']:.4f}  Gini {row['gini']:.4f}  "
-                      f"ETV error {row['etv_mae_true']:.4f}  true THA/user {row['tha_true']:.1f}  "
+                      f"ETV error {row['etv_mae_true']:.4f}  bias {row['etv_bias_true']:+.1%}  "
+                      f"true THA/user {row['tha_true']:.1f}  best fund ≠ everyone's {row['best_differs']:.1%}  "
                       f"({row['fit_seconds']:.0f} s)", highlight=False)
 
-    result = run(models, seeds, world, config, {name: model_params for name in models}, on_result=done)
+    # the network parameters (--params) are the networks'; the floor keeps its own
+    result = run(models, seeds, world, config, {name: model_params for name in models if name != FLOOR},
+                 on_result=done)
     print_table("test deliveries (mean ± std over seeds)",
-                summary(result)[["auc", "logloss", "mae", "gini", "etv_mae_true", "tha_true"]])
+                summary(result)[["auc", f"RelaImpr vs {FLOOR}", "logloss", "mae", "gini", "etv_mae_true",
+                                 "etv_bias_true", "tha_true", "best_differs", "uplift_spread"]])
     if len(result.simulation):
         print_table("delivery plans scored by the true model (per mille deliveries)",
                     simulation_summary(result).set_index(["model", "allocator"]).round(1))

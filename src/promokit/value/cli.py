@@ -17,12 +17,10 @@ from promokit.cli_support import (
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
-    ThreadsOpt,
     bench_training,
     checkpoint_dir,
     finish_training,
     seeds_option,
-    set_threads,
     get_console,
     print_table,
     training_options,
@@ -34,7 +32,7 @@ app = typer.Typer(help="Expected transaction value: ESDPM with the ESJ loss and 
 
 DataOpt = Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for initialisation, sampling and shuffling.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn")]
+ModelOpt = Annotated[str, typer.Option("--model", help="two-part (the floor) | esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversions without a click or an amount, and amounts without a conversion, to 0 (counted) instead of failing.")]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (default, §5.1) | auc.")]
@@ -77,14 +75,13 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
           resume: ResumeOpt = False, engine: EngineOpt = "local", address: AddressOpt = None,
-          workers: WorkersOpt = None, threads: ThreadsOpt = None):
+          workers: WorkersOpt = None):
     """Fit a value model on the earlier deliveries and write it as a model directory.
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
     trains part by part in this process (--engine local) or data-parallel on --workers Ray Train workers (--engine
     ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would."""
     with user_errors():
-        set_threads(threads)
         from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
         from promokit.value.parts import in_parts
@@ -126,12 +123,10 @@ def predict(model: ModelDirOpt,
             out: Annotated[Path, typer.Option("--out", help="Folder for scores.parquet, deliveries.parquet and summary.json; with --data in parts, scores/ and deliveries/ (part k from input part k) and summary.json.")],
             at: Annotated[Optional[str], typer.Option("--at", help="Score as of this time (a date or a number like the deliveries' times); default just after the latest delivery.")] = None,
             contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: ThreadsOpt = None):
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
     dataset in parts is scored part by part on --engine (the model loaded once per worker)."""
     with user_errors():
-        set_threads(threads)
         from promokit.data import DataError, write_json, write_parquet
         from promokit.value.contract import table_paths
         from promokit.value.parts import in_parts, predict_parts, score_stats
@@ -184,8 +179,10 @@ def _summary(model: str, values: list) -> dict:
 def evaluate(model: ModelDirOpt, data: DataOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")],
              all_rows: Annotated[bool, typer.Option("--all", help="Score every delivery (new data), not the latest ones train held out.")] = False,
-             repair_labels: RepairOpt = False):
-    """AUC, logloss, MSE, MAE, normalised Gini, THC, THA and the decile calibration of a trained model."""
+             repair_labels: RepairOpt = False,
+             floor: Annotated[Optional[Path], typer.Option("--floor", help="A two-part model directory to show beside the model; default: the floor fitted on the deliveries the model trained on (with --all: none).")] = None):
+    """AUC, logloss, MSE, MAE, normalised Gini, THC, THA, how much the ETV personalises the fund, the decile and the
+    per-fund calibration of a trained model, beside the floor's (two-part)."""
     with user_errors():
         import numpy as np
 
@@ -193,7 +190,7 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
         from promokit.metrics.value import decile_figure
         from promokit.report import Report
         from promokit.value.estimator import ValueModel, delivery_split
-        from promokit.value.evaluate import evaluate as evaluate_model
+        from promokit.value.evaluate import beside_floor, evaluate as evaluate_model
 
         estimator = ValueModel.load(model)
         tables = _read(data, repair=repair_labels, model=estimator)
@@ -204,32 +201,53 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
                 raise DataError("the model was trained on every delivery (--test-fraction 0); evaluate with --all on "
                                 "new data")
             rows = delivery_split(tables, **estimator.split)[2]
-        metrics, deciles = evaluate_model(estimator, tables, rows)
-        report = Report(f"Value model {estimator.name}", data={"model": estimator.name, "metrics": metrics,
-                                                               "deciles": deciles.to_dict(orient="records")})
-        report.add("Metrics", _metrics_frame(metrics)).add("Decile calibration", deciles)
+        metrics, deciles, funds = evaluate_model(estimator, tables, rows)
+        floor_model = _floor(estimator, tables, floor, all_rows)
+        floor_metrics = None if floor_model is None else evaluate_model(floor_model, tables, rows)[0]
+        table = beside_floor(metrics, floor_metrics)
+        report = Report(f"Value model {estimator.name}", data={
+            "model": estimator.name, "metrics": metrics, "floor": floor_metrics,
+            "deciles": deciles.to_dict(orient="records"), "funds": funds.to_dict(orient="records")})
+        report.add("Metrics" + ("" if floor_metrics is None else " (floor: two-part on the same deliveries)"), table)
+        report.add("Decile calibration", deciles).add("Calibration per fund", funds)
         report.figures["deciles"] = decile_figure(deciles, f"{estimator.name}: mean ETV and amount per decile")
         report.write(out)
-        print_table(f"{estimator.name} on {len(rows):,} deliveries", _metrics_frame(metrics).set_index("metric"))
+        print_table(f"{estimator.name} on {len(rows):,} deliveries", table.set_index("metric"))
+        print_table("calibration per fund (mean ETV / mean amount)", funds.set_index("fund").round(3))
 
 
-def _metrics_frame(metrics: dict):
-    import pandas as pd
+def _floor(estimator, tables, path: Optional[Path], all_rows: bool):
+    """The floor evaluate shows beside ``estimator``: the two-part model at ``path``, else one fitted on the
+    deliveries ``estimator`` trained and validated on (none with --all, or for the floor itself)."""
+    from promokit.data import DataError
+    from promokit.value.bench import FLOOR
+    from promokit.value.estimator import ValueModel, delivery_split
 
-    return pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+    if path is not None:
+        floor = ValueModel.load(path)
+        if floor.name != FLOOR:
+            raise DataError(f"--floor {path}: holds the model {floor.name!r}, not the floor {FLOOR!r}")
+        return floor
+    if estimator.name == FLOOR:
+        return None
+    if all_rows:
+        get_console().print(f"note: with --all there are no training deliveries to fit the floor on; give --floor "
+                            f"DIR (promokit value train --model {FLOOR}) to show it beside")
+        return None
+    train, valid, _ = delivery_split(tables, **estimator.split)
+    return ValueModel(FLOOR).fit(tables, train, valid)
 
 
 @app.command()
-def bench(models: Annotated[str, typer.Option(help="Comma-separated models.")] = "esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,mmoe,shared-bottom,dnn",
+def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the floor two-part is always added, first.")] = "two-part,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,mmoe,shared-bottom,dnn",
           seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
           users: int = 20_000, funds: int = 8,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           params: ParamsOpt = None,
-          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench"),
-          threads: ThreadsOpt = None):
-    """Every model on synthetic worlds (one per seed) against the oracle, and the delivery plans each leads to."""
+          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench")):
+    """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
+    how much each personalises the fund, and the delivery plans each leads to (--params go to the networks)."""
     with user_errors():
-        set_threads(threads)
         from promokit.value.bench import run_and_report
         from promokit.value.estimator import DEFAULT_TRAIN
 
@@ -284,9 +302,9 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
 @app.command()
 def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("value-demo"),
          users: int = 6_000, seed: SeedOpt = 0,
-         models: Annotated[str, typer.Option(help="Comma-separated models.")] = "esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
-    """Train ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the oracle and
-    allocate users to funds by each model's ETV."""
+         models: Annotated[str, typer.Option(help="Comma-separated models; the floor two-part is always added, first.")] = "two-part,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
+    """Train the floor, ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the
+    oracle and allocate users to funds by each model's ETV."""
     with user_errors():
         from promokit.value.bench import run_and_report
         from promokit.value.estimator import DEMO_TRAIN

@@ -31,10 +31,10 @@ from promokit.training import (
 from promokit.training.seed import seed_everything
 from promokit.value.contract import TIME, TOLERANCE, USER, ValueTables, check_conversions
 from promokit.value.inputs import InputEncoders
-from promokit.value.models import ESDPM, MODELS
+from promokit.value.models import ESDPM, MODELS, TwoPart
 from promokit.value.models.esdpm import AmountStart
 
-OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "etv")
+OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "amount_if_convert", "etv")
 #: The paper's §5.1 optimiser: Adam, batch 512, early stopping on the validation loss.
 DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
 #: The demo's: the defaults with fewer epochs, so the demo runs in a few minutes.
@@ -134,8 +134,8 @@ _cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
 
 
 class ValueModel:
-    """A value model by name (:data:`~promokit.value.models.MODELS`: ``esdpm``, ``esdpm-ncg``, ``mtl-ziln``,
-    ``mtl-mse``, ``esmm``, ``mmoe``, ``shared-bottom``, ``dnn``) with its encoders.
+    """A value model by name (:data:`~promokit.value.models.MODELS`: the floor ``two-part``, ``esdpm``,
+    ``esdpm-ncg``, ``mtl-ziln``, ``mtl-mse``, ``esmm``, ``mmoe``, ``shared-bottom``, ``dnn``) with its encoders.
 
     Example::
 
@@ -146,8 +146,9 @@ class ValueModel:
         scores = model.score_table(tables)                 # user_id, score_<fund> …, tolerance
         model.save("model/"); ValueModel.load("model/")
 
-    ``params`` are :class:`~promokit.value.models.ESDPM`'s (``n_experts``, ``dropout``, ``sigma_floor`` …) and
-    ``max_len``, the behaviour events kept per delivery (50).
+    ``params`` are :class:`~promokit.value.models.ESDPM`'s (``n_experts``, ``dropout``, ``sigma_floor`` …) or
+    :class:`~promokit.value.models.TwoPart`'s (``n_trees``, ``num_leaves`` …) and ``max_len``, the behaviour events
+    kept per delivery (50).
     """
 
     def __init__(self, model: str = "esdpm", params: dict | None = None, train: TrainConfig | None = None):
@@ -158,15 +159,17 @@ class ValueModel:
         if self.max_len < 1:
             raise DataError(f"max_len must be at least 1, got {self.max_len}")
         self.name = model
-        check_model_params(model, ESDPM, params)
+        check_model_params(model, self.net_class, params)
         # every setting is written to the model directory, so a later change of a default cannot change a model
-        self.params = {**net_defaults(), **MODELS[model][1], **params}
+        self.params = {**net_defaults(self.net_class), **MODELS[model][1], **params}
+        if not self.is_neural:
+            TwoPart.check_params(self.params)
         self.train_config = train or DEFAULT_TRAIN
         if self.train_config.monitor not in MONITORS:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
         self.encoders: InputEncoders | None = None
         self.specs: dict[str, FeatureSpec] | None = None
-        self.net: ESDPM | None = None
+        self.net: ESDPM | TwoPart | None = None
         self.history: History | None = None
         self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
         self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
@@ -176,8 +179,22 @@ class ValueModel:
         self.training_ids: np.ndarray | None = None
 
     @property
+    def net_class(self) -> type:
+        return MODELS[self.name][0]
+
+    @property
+    def is_neural(self) -> bool:
+        """Trained by epochs (the networks), not boosted in one go (the floor ``two-part``)."""
+        return self.net_class is ESDPM
+
+    @property
     def reads_graph(self) -> bool:
-        return bool(self.params["graph"])
+        return bool(self.params.get("graph", False))
+
+    @property
+    def predicts_amount(self) -> bool:
+        """Whether the ETV holds an amount (ESMM's ETV is its pCTCVR alone)."""
+        return self.params.get("amount", "two-part") is not None
 
     def fit(self, tables: ValueTables, train: np.ndarray | None = None, valid: np.ndarray | None = None,
             checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> ValueModel:
@@ -203,13 +220,18 @@ class ValueModel:
         self.net = self._build_net().attach(self.encoders.nodes(tables))
         self._attached = tables
         valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
+        if not self.is_neural:
+            self.history = self.net.fit(train_rows, valid_rows, self.train_config.seed)
+            return self
         config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
         self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
                                                            metrics=self._metrics(valid_rows), on_epoch=on_epoch)
         return self
 
-    def _build_net(self) -> ESDPM:
-        """The network of the fitted encoders, its amount towers started at :attr:`amount_start`."""
+    def _build_net(self) -> ESDPM | TwoPart:
+        """The network of the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor)."""
+        if not self.is_neural:
+            return TwoPart(self.encoders, **self.params)
         net = ESDPM(self.encoders.sizes(), **self.params)
         net.init_amount(self.amount_start)
         return net
@@ -250,7 +272,7 @@ class ValueModel:
 
     def predict(self, tables: ValueTables, rows: np.ndarray | None = None) -> pd.DataFrame:
         """Named outputs per delivery of ``rows`` (all by default): p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma,
-        v_hat where the model has them."""
+        v_hat, amount_if_convert where the model has them."""
         self._check_fitted()
         self._attach(tables)
         out = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))
@@ -344,6 +366,9 @@ class ValueModel:
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.split = config["split"]
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
+        if not model.is_neural:
+            model.net = TwoPart(model.encoders, **model.params).load_texts(path)
+            return model
         model.net = ESDPM(model.encoders.sizes(), **model.params)
         load_weights(model.net, path)
         model.net.eval()
@@ -356,11 +381,12 @@ def _check_learnable(name: str, rows: int, converted: int) -> None:
                         "deliveries or other fractions")
 
 
-def net_defaults() -> dict:
-    """:class:`ESDPM`'s keyword settings and their defaults (lists for JSON)."""
-    signature = inspect.signature(ESDPM.__init__)
+def net_defaults(net_class: type = ESDPM) -> dict:
+    """The keyword settings of ``net_class`` (:class:`ESDPM` or :class:`TwoPart`) and their defaults (lists for
+    JSON)."""
+    signature = inspect.signature(net_class.__init__)
     return {name: list(p.default) if isinstance(p.default, tuple) else p.default
-            for name, p in signature.parameters.items() if name not in ("self", "sizes")}
+            for name, p in signature.parameters.items() if name not in ("self", "sizes", "encoders")}
 
 
 def draw_contexts(n_deliveries: int, contexts: int = SCORE_CONTEXTS, seed: int = 0) -> np.ndarray:

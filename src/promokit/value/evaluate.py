@@ -1,6 +1,6 @@
 """Metrics of the value domain (EOCA §5.1): conversion (AUC, logloss of pCTCVR), transaction value over the
 entire space (MSE, MAE, normalised Gini, decile calibration, order-of-magnitude misses) and the hit metrics THC
-and THA (eqs. 15–16).
+and THA (eqs. 15–16); how much the ETV personalises the choice of fund, and its calibration per fund.
 
 Scale of MSE and MAE: the predicted ETV against the observed amount of every delivery (zeros included), both
 divided by the mean amount of the evaluated deliveries that converted — "in average purchases", so the figures
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from promokit.metrics import auc, logloss
-from promokit.metrics.value import decile_table, hit_metrics, normalized_gini
+from promokit.metrics import auc, logloss, rela_impr
+from promokit.metrics.value import decile_table, fund_personalisation, hit_metrics, normalized_gini
 
 
 def amount_scale(convert: np.ndarray, amount: np.ndarray) -> float:
@@ -45,10 +45,27 @@ def calibration(amount: np.ndarray, etv: np.ndarray, bins: int = 10) -> pd.DataF
     return decile_table(amount, etv, bins)
 
 
-def evaluate(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame]:
-    """Metrics of a fitted :class:`~promokit.value.estimator.ValueModel` on the delivery ``rows`` of ``tables`` and
-    its decile table. THC and THA score every user of those rows on every fund as of the first of their times (the
-    behaviours known then), and count what the rows show each user bought."""
+def fund_calibration(fund_names, fund: np.ndarray, predicted: np.ndarray, observed: np.ndarray) -> pd.DataFrame:
+    """Per fund with deliveries (``fund``: each delivery's row in ``fund_names``): ``deliveries``, the mean
+    ``predicted`` ETV, the mean ``observed`` value (the amount, or a synthetic world's true ETV) and ``ratio`` =
+    predicted / observed (NaN where the fund's deliveries bought nothing)."""
+    n = len(fund_names)
+    count = np.bincount(fund, minlength=n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_predicted = np.bincount(fund, weights=predicted, minlength=n) / count
+        mean_observed = np.bincount(fund, weights=observed, minlength=n) / count
+        ratio = np.where(mean_observed > 0, mean_predicted / mean_observed, np.nan)
+    table = pd.DataFrame({"fund": list(fund_names), "deliveries": count, "mean_predicted": mean_predicted,
+                          "mean_observed": mean_observed, "ratio": ratio})
+    return table[count > 0].reset_index(drop=True)
+
+
+def evaluate(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """Metrics of a fitted :class:`~promokit.value.estimator.ValueModel` on the delivery ``rows`` of ``tables``, its
+    decile table and its :func:`fund_calibration` against the amounts. THC, THA and the personalisation
+    (:func:`~promokit.metrics.value.fund_personalisation`: ``best_differs``, ``uplift_spread``) score every user of
+    those rows on every fund as of the first of their times (the behaviours known then); THC and THA count what the
+    rows show each user bought. ``etv_bias`` is the mean ETV over the mean amount, minus 1."""
     predictions = model.predict(tables, rows)
     convert, amount = tables.convert[rows].astype(np.float64), tables.amount[rows]
     etv = predictions["etv"].to_numpy()
@@ -58,5 +75,19 @@ def evaluate(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame]:
     outcomes = pd.DataFrame({"user_id": tables.user[rows], "fund": tables.fund[rows],
                              "convert": convert, "amount": amount})
     metrics.update(hits(scores, users, range(len(tables.funds)), outcomes))
+    metrics.update(fund_personalisation(scores))
+    metrics["etv_bias"] = float(etv.mean() / amount.mean() - 1) if amount.mean() > 0 else float("nan")
     metrics["deliveries"] = len(rows)
-    return metrics, calibration(amount, etv)
+    return metrics, calibration(amount, etv), fund_calibration(tables.fund_names, tables.fund[rows], etv, amount)
+
+
+def beside_floor(metrics: dict, floor: dict | None) -> pd.DataFrame:
+    """A model's ``metrics`` as ``metric`` and ``value`` rows; with the ``floor``'s metrics (``two-part``, on the same
+    deliveries) a ``floor`` column beside and a last row ``relaimpr_vs_floor``: RelaImpr (DMBGN eq. 11, %) of the
+    model's AUC against the floor's."""
+    table = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+    if floor is None:
+        return table
+    table["floor"] = [float(floor.get(m, np.nan)) for m in metrics]
+    relaimpr = {"metric": "relaimpr_vs_floor", "value": rela_impr(metrics["auc"], floor["auc"]), "floor": 0.0}
+    return pd.concat([table, pd.DataFrame([relaimpr])], ignore_index=True)

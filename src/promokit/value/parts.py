@@ -129,7 +129,7 @@ def predict_parts(model: Path, paths: dict[str, Path], out: Path, engine, at, co
     load = partial(ValueModel.load, model)  # one setup for every map: each worker loads the model once
     layout = None
     try:
-        if config["params"]["graph"]:
+        if config["params"].get("graph"):  # the floor two-part has no graph setting
             from promokit.value.consumption import consumption_states
 
             if "consumption" not in paths:
@@ -316,6 +316,9 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, split: di
         raise DataError(f"model {estimator.name!r} reads the consumption graph, whose merchants join users of "
                         "different parts, so a part cannot train alone; train esdpm-ncg (the same model without the "
                         "graph), or give the tables as one folder")
+    if not estimator.is_neural:
+        raise DataError(f"model {estimator.name!r} boosts its trees on the whole training table in one process, so it "
+                        "does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
     job, counts = _plan(estimator, paths, engine, split, scratch, repair)
     estimator.net, estimator.history = run_job(job, engine, checkpoint_dir, resume)
     return counts

@@ -1,13 +1,16 @@
-"""The value models by name: ESDPM and the baselines of the EOCA paper's Tables 1–2, as ESDPM configurations.
+"""The value models by name: the floor every model has to beat (``two-part``: boosted trees for P(convert) and the
+log amount), then ESDPM and the baselines of the EOCA paper's Tables 1–2, as ESDPM configurations.
 
-Following §5.1, every model reads the same behaviour sequence through the same self-attention encoder; only
+Following §5.1, every network reads the same behaviour sequence through the same self-attention encoder; only
 ESDPM reads the consumption graph (MTL-ZILN and MTL-MSE share ESDPM-NCG's bottom, as the paper notes).
 """
 
 from promokit.value.models.esdpm import ESDPM
+from promokit.value.models.two_part import TwoPart
 
 NO_GRAPH = {"graph": False}
 MODELS = {
+    "two-part": (TwoPart, {}),
     "esdpm": (ESDPM, {}),
     "esdpm-ncg": (ESDPM, NO_GRAPH),
     "mtl-ziln": (ESDPM, {**NO_GRAPH, "loss": "ziln"}),
@@ -18,4 +21,4 @@ MODELS = {
     "dnn": (ESDPM, {**NO_GRAPH, "bottom": "separate", "conversion": "direct", "amount": "mse"}),
 }
 
-__all__ = ["ESDPM", "MODELS"]
+__all__ = ["ESDPM", "MODELS", "TwoPart"]
