@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 from contextlib import contextmanager
@@ -46,6 +47,9 @@ AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Address of
                                                    "(host:port or ray://host:port), with --engine ray.")]
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Ray workers (one CPU each) sharing the "
                                                    "partitions; default every CPU of the cluster.")]
+ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="Torch threads of this process (default: the "
+                                                   "cores free now: the cores it may run on minus the 1-minute load "
+                                                   "average, at least 1).")]
 
 
 @contextmanager
@@ -67,6 +71,28 @@ def user_errors():
     except DataError as exc:  # the message is text, not markup: "[cart, favorite]" must print as written
         get_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
+
+
+def free_cores() -> int:
+    """The cores this process may run on minus the 1-minute load average (rounded), at least 1: torch's default of
+    one thread per core oversubscribes a machine where other processes hold cores (an incentive epoch took 15–112 s
+    on 2 threads against 1.5–6 s on 1, docs/training.md)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
+    return max(1, usable - busy)
+
+
+def set_threads(threads: int | None) -> int:
+    """``--threads``: torch's intra-op threads, :func:`free_cores` when not given; returns the number set."""
+    from promokit.data.errors import DataError
+
+    if threads is not None and threads < 1:
+        raise DataError(f"--threads must be at least 1, got {threads}")
+    import torch
+
+    count = free_cores() if threads is None else threads
+    torch.set_num_threads(count)
+    return count
 
 
 def get_console(stderr: bool = False):

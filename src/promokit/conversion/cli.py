@@ -22,6 +22,7 @@ from promokit.cli_support import (
     ResumeOpt,
     StorageOpt,
     TABLE_HELP,
+    ThreadsOpt,
     TimeoutOpt,
     TrialsOpt,
     TunedOpt,
@@ -33,6 +34,7 @@ from promokit.cli_support import (
     print_table,
     run_tune,
     seeds_option,
+    set_threads,
     training_options,
     tuned_params,
     user_errors,
@@ -129,7 +131,8 @@ def train(data: TrainDataOpt,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = False,
           resume: ResumeOpt = False, micro_behaviors: MicroOpt = None,
-          engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+          engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+          threads: ThreadsOpt = None):
     """Fit a model on an impression table and write it as a model directory.
 
     With --data a directory or glob of Parquet parts, or with --engine ray, the network trains over the parts
@@ -138,6 +141,7 @@ def train(data: TrainDataOpt,
     the global batch). Validation rows are then a seeded random share of each part (about --valid-fraction), the
     latest rows by time, or --valid."""
     with user_errors():
+        set_threads(threads)
         from promokit.conversion import ConversionModel
         from promokit.scale.parts import is_partitioned, read_parts
 
@@ -204,10 +208,12 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
             data: DataOpt,
             out: Annotated[Path, typer.Option("--out", help="Parquet file of predictions; a directory of parts when --data is one (part k from input part k).")],
             keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
     with the input's key columns."""
     with user_errors():
+        set_threads(threads)
         from functools import partial
 
         from promokit.conversion import ConversionModel
@@ -309,9 +315,11 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
               "features; replaces the spec's micro_behaviors). On the synthetic world: a count N (its first N of "
               "cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button) or their names; the "
               "oracle row then has their true node AUCs.")] = None,
-          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None):
+          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
+          threads: ThreadsOpt = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
     with user_errors():
+        set_threads(threads)
         from promokit.conversion import bench as runner
         from promokit.conversion.demo import world_split
         from promokit.conversion.synthetic import make_world

@@ -17,6 +17,7 @@ from promokit.cli_support import (
     PatienceOpt,
     ResumeOpt,
     TABLE_HELP,
+    ThreadsOpt,
     WorkersOpt,
     bench_models,
     bench_training,
@@ -25,6 +26,7 @@ from promokit.cli_support import (
     get_console,
     print_table,
     seeds_option,
+    set_threads,
     training_options,
     user_errors,
     write_metrics_report,
@@ -88,9 +90,10 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = 0.1,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
           patience: PatienceOpt = None, monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
-          resume: ResumeOpt = False):
+          resume: ResumeOpt = False, threads: ThreadsOpt = None):
     """Fit a response model on an incentive experiment and write it as a model directory."""
     with user_errors():
+        set_threads(threads)
         from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
@@ -111,11 +114,13 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
 @app.command()
 def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
             out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json; with --customers in parts, customers/ and merchants/ (a part per input part).")],
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = None):
     """Score every customer and merchant at every value: score tables in the allocate budget wide layout. With
     --customers in parts (a directory or glob; --edges co-partitioned with them, --merchants one table or parts)
     the graph is scored shard by shard on --engine, layer by layer (docs/scale.md)."""
     with user_errors():
+        set_threads(threads)
         from promokit.data import write_json, write_parquet
         from promokit.scale.parts import is_partitioned
 
@@ -212,9 +217,11 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           customers: int = 20_000, merchants: int = 2_000, degree: float = 4.0, ratio: RatioOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
           patience: PatienceOpt = None, params: ParamsOpt = None,
-          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png.")] = Path("incentive-bench")):
+          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png.")] = Path("incentive-bench"),
+          threads: ThreadsOpt = None):
     """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
     with user_errors():
+        set_threads(threads)
         from promokit.incentive.bench import run_and_report
         from promokit.incentive.estimator import DEFAULT_TRAIN
 

@@ -17,10 +17,12 @@ from promokit.cli_support import (
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
+    ThreadsOpt,
     bench_training,
     checkpoint_dir,
     finish_training,
     seeds_option,
+    set_threads,
     get_console,
     print_table,
     training_options,
@@ -75,13 +77,14 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
           resume: ResumeOpt = False, engine: EngineOpt = "local", address: AddressOpt = None,
-          workers: WorkersOpt = None):
+          workers: WorkersOpt = None, threads: ThreadsOpt = None):
     """Fit a value model on the earlier deliveries and write it as a model directory.
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
     trains part by part in this process (--engine local) or data-parallel on --workers Ray Train workers (--engine
     ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would."""
     with user_errors():
+        set_threads(threads)
         from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
         from promokit.value.parts import in_parts
@@ -123,10 +126,12 @@ def predict(model: ModelDirOpt,
             out: Annotated[Path, typer.Option("--out", help="Folder for scores.parquet, deliveries.parquet and summary.json; with --data in parts, scores/ and deliveries/ (part k from input part k) and summary.json.")],
             at: Annotated[Optional[str], typer.Option("--at", help="Score as of this time (a date or a number like the deliveries' times); default just after the latest delivery.")] = None,
             contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = None):
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
     dataset in parts is scored part by part on --engine (the model loaded once per worker)."""
     with user_errors():
+        set_threads(threads)
         from promokit.data import DataError, write_json, write_parquet
         from promokit.value.contract import table_paths
         from promokit.value.parts import in_parts, predict_parts, score_stats
@@ -244,10 +249,12 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           users: int = 20_000, funds: int = 8,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           params: ParamsOpt = None,
-          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench")):
+          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench"),
+          threads: ThreadsOpt = None):
     """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
     how much each personalises the fund, and the delivery plans each leads to (--params go to the networks)."""
     with user_errors():
+        set_threads(threads)
         from promokit.value.bench import run_and_report
         from promokit.value.estimator import DEFAULT_TRAIN
 

@@ -32,6 +32,7 @@ from promokit.cli_support import (
     print_table,
     run_tune,
     seeds_option,
+    set_threads,
     training_options,
     tuned_params,
     user_errors,
@@ -60,8 +61,8 @@ SavedTermsOpt = Annotated[Optional[bool], typer.Option("--terms/--no-terms", hel
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
 GaucByOpt = Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within, e.g. campaign_id.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
-ThreadsOpt = Annotated[int, typer.Option("--threads", help="Torch threads; 1 is fastest for these small batches, "
-                                        "especially on a shared machine.")]
+ThreadsOpt = Annotated[int, typer.Option("--threads", help="Torch threads; 1 (the default) is fastest for these small "
+                                        "batches, especially on a shared machine.")]
 MODEL_NAMES = "lr | gbdt | dnn | wdl | din | dmbgn | dmbgn-avgpooling | dmbgn-pretrained"
 ItemEmbeddingsOpt = Annotated[Optional[str], typer.Option(
     "--item-embeddings", help="DMBGN models: initial item embeddings (paper §3.4.2). 'metapath2vec' pre-trains them "
@@ -70,12 +71,6 @@ ItemEmbeddingsOpt = Annotated[Optional[str], typer.Option(
     '--params \'{"item_pretrain": {"dim": 16, "epochs": 5}}\'.')]
 FreezeItemsOpt = Annotated[bool, typer.Option("--freeze-items", help="DMBGN models: keep the item embeddings fixed "
                                               "during training.")]
-
-
-def _set_threads(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, threads))
 
 
 def _names(text: Optional[str]) -> list[str]:
@@ -137,7 +132,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           threads: ThreadsOpt = 1, resume: ResumeOpt = False):
     """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
     with user_errors():
-        _set_threads(threads)
+        set_threads(threads)
         from promokit.voucher.estimator import VoucherModel
 
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
@@ -172,7 +167,7 @@ def tune(sessions: SessionsOpt, items: ItemsOpt,
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) for the best validation AUC;
     write the best as params.json for train --params. Held-out sessions (--test-from) are never scored."""
     with user_errors():
-        _set_threads(threads)
+        set_threads(threads)
         from promokit.voucher.tune import tune_voucher
 
         config, fixed = _training(params, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
@@ -291,11 +286,13 @@ def predict(model: ModelDirOpt, sessions: PartsSessionsOpt, items: ItemsOpt,
             numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
             item_features: SavedItemFeaturesOpt = None,
             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = 1):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
     the users' histories. With --sessions in parts, each part is scored alone (--engine local | ray), the model
     loaded once per worker."""
     with user_errors():
+        set_threads(threads)
         from promokit.data import DataError, write_parquet
         from promokit.scale.parts import is_partitioned
 
@@ -357,7 +354,7 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
          threads: ThreadsOpt = 1):
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
     with user_errors():
-        _set_threads(threads)
+        set_threads(threads)
         from promokit.voucher.demo import run_demo
 
         console = get_console()
@@ -461,7 +458,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
           threads: ThreadsOpt = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
     with user_errors():
-        _set_threads(threads)
+        set_threads(threads)
         from dataclasses import replace
 
         from promokit.voucher import bench as runner
