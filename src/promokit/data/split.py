@@ -33,6 +33,17 @@ def time_split(times: pd.Series, fractions: tuple[float, ...]) -> list[np.ndarra
     return [np.sort(p) for p in np.split(order, bounds)]
 
 
+class NothingEarlier(DataError):
+    """A split by time whose latest rows would be every row (all ``rows`` are at or after ``threshold``, the first
+    time of the latest part): nothing is left to train on. A domain can say it in its own terms (the time as a
+    date, the option that splits otherwise)."""
+
+    def __init__(self, column, rows: int, threshold):
+        self.column, self.rows, self.threshold = column, rows, threshold
+        super().__init__(f"time column {column!r}: all {rows} rows are at or after {threshold}, which leaves none to "
+                         "train on before the validation rows")
+
+
 def latest_split(times: pd.Series, fraction: float) -> tuple[np.ndarray, np.ndarray]:
     """(earlier rows, latest rows): the latest ``fraction`` of the rows by ``times``, widened so that rows with
     the boundary time all fall in the latest part (validate on the future, as a time-ordered test does)."""
@@ -47,8 +58,7 @@ def latest_split(times: pd.Series, fraction: float) -> tuple[np.ndarray, np.ndar
     threshold = ordered[len(values) - max(1, int(round(fraction * len(values))))]
     latest = values >= threshold
     if latest.all():
-        raise DataError(f"time column {times.name!r}: all {len(values)} rows are at or after {threshold}, which "
-                        "leaves none to train on before the validation rows")
+        raise NothingEarlier(times.name, len(values), threshold)
     return np.flatnonzero(~latest), np.flatnonzero(latest)
 
 

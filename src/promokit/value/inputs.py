@@ -53,7 +53,7 @@ class InputEncoders:
     users: TableEncoder
     funds: TableEncoder
     actions: CategoryEncoder
-    max_len: int
+    max_len: int  # behaviour events a delivery reads; 0 when training saw none (the network has no sequence encoder)
     merchants: CategoryEncoder | None = None
     user_structure: TableEncoder | None = None
     merchant_structure: TableEncoder | None = None
@@ -64,8 +64,9 @@ class InputEncoders:
         """Fit on ``tables``; the context vocabulary and scaling only on the delivery ``rows`` (training rows); the
         consumption graph's encoders with ``graph`` (a model that reads it) when the tables have one."""
         deliveries = tables.deliveries if rows is None else tables.deliveries.iloc[rows]
+        actions = CategoryEncoder.fit(_actions(tables))
         encoders = cls(TableEncoder.fit(deliveries, tables.context_spec), TableEncoder.fit(tables.users, tables.user_spec),
-                       TableEncoder.fit(tables.funds, tables.fund_spec), CategoryEncoder.fit(_actions(tables)), max_len)
+                       TableEncoder.fit(tables.funds, tables.fund_spec), actions, _sequence_length(actions, max_len))
         if graph and tables.consumption is not None:
             users, merchants, _ = _graph_frames(tables)
             encoders.merchants = CategoryEncoder.fit(tables.consumption[MERCHANT], MERCHANT_MIN_COUNT)
@@ -88,10 +89,10 @@ class InputEncoders:
         """The encoders :meth:`fit` (without the graph) builds on the concatenation of a dataset's parts, from each
         part's :meth:`count`; ``specs`` are the ``context``, ``users`` and ``funds`` feature specs, ``funds`` the
         table every part shares."""
+        actions = CategoryEncoder.from_counts([s["actions"] for s in shares])
         return cls(TableEncoder.from_counts([s["context"] for s in shares], specs["context"]),
                    TableEncoder.from_counts([s["users"] for s in shares], specs["users"]),
-                   TableEncoder.fit(funds, specs["funds"]),
-                   CategoryEncoder.from_counts([s["actions"] for s in shares]), max_len)
+                   TableEncoder.fit(funds, specs["funds"]), actions, _sequence_length(actions, max_len))
 
     @property
     def has_graph(self) -> bool:
@@ -153,7 +154,7 @@ class InputEncoders:
         most recent first; -1 pads."""
         out = np.full((len(rows), self.max_len, 2), -1, dtype=np.int64)
         behaviors = tables.behaviors
-        if behaviors is None or len(behaviors) == 0:
+        if behaviors is None or len(behaviors) == 0 or not self.max_len:
             return out
         position = last_events_before(behaviors["user"].to_numpy(), behaviors[TIME].to_numpy(),
                                       tables.user[rows], tables.time[rows], self.max_len)
@@ -180,6 +181,12 @@ class InputEncoders:
                    CategoryEncoder.from_dict(data["merchants"]) if graph else None,
                    TableEncoder.from_dict(data["user_structure"]) if graph else None,
                    TableEncoder.from_dict(data["merchant_structure"]) if graph else None)
+
+
+def _sequence_length(actions: CategoryEncoder, max_len: int) -> int:
+    """The behaviour events a delivery reads: ``max_len``, or 0 when training saw no behaviour (no action to
+    learn): the network then has no sequence encoder, which would only run over padding."""
+    return max_len if actions.vocabulary else 0
 
 
 def _actions(tables: ValueTables) -> pd.Series:

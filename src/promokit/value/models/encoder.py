@@ -20,7 +20,8 @@ class DeliveryEncoder(nn.Module):
 
     - e_u, e_f, e_x: the user's, the fund's and the delivery context's feature embeddings, concatenated
       (:class:`FeatureEmbedding`; the context is this library's addition: the paper's deliveries have none);
-    - e_b: the behaviour sequence through self-attention (:class:`BehaviourEncoder`, 128 wide as §5.1);
+    - e_b: the behaviour sequence through self-attention (:class:`BehaviourEncoder`, 128 wide as §5.1); none
+      when ``max_len`` is 0 (the training tables had no behaviours);
     - e_c (``graph=True``): a 2-layer graph attention network on the user–merchant–user consumption graph
       (:class:`BipartiteGNN` with GAT convolutions, §4.1.2): the user's state after merchants → user, where the
       merchants first gathered from their own customers. Users enter with their feature embedding and payment
@@ -42,9 +43,10 @@ class DeliveryEncoder(nn.Module):
         self.user = FeatureEmbedding(user_cardinalities, user_numeric, emb_dim)
         self.fund = FeatureEmbedding(fund_cardinalities, fund_numeric, emb_dim)
         self.context = FeatureEmbedding(context_cardinalities, context_numeric, emb_dim)
-        self.behaviour = BehaviourEncoder(sequence_cardinalities, max_len, sequence_dim, out_dim=behaviour_dim)
+        self.behaviour = BehaviourEncoder(sequence_cardinalities, max_len, sequence_dim, out_dim=behaviour_dim) \
+            if max_len else None
         self.output_dim = (self.user.output_dim + self.fund.output_dim + self.context.output_dim
-                           + self.behaviour.output_dim)
+                           + (self.behaviour.output_dim if self.behaviour is not None else 0))
         self.graph, self.fanouts = graph, list(fanouts)
         if graph:
             self.merchant = nn.Embedding(merchant_cardinality, emb_dim)
@@ -110,7 +112,7 @@ class DeliveryEncoder(nn.Module):
     def user_part(self, features: dict[str, Tensor], seq: Tensor, user: Tensor | None = None) -> Tensor:
         """[e_u ‖ e_b ‖ e_c] of deliveries to users of ``features`` with behaviour tokens ``seq``: what does not
         depend on the fund; e_c reads the graph at the users' rows ``user``."""
-        parts = [self.user(features), self.behaviour(seq)]
+        parts = [self.user(features)] + ([self.behaviour(seq)] if self.behaviour is not None else [])
         if self.graph:
             parts.append(self._consumption(user))
         return torch.cat(parts, dim=1)
