@@ -151,7 +151,7 @@ def test_unknown_model_and_parameter_are_one_line_errors():
 
 
 def test_a_level_that_was_not_randomised_is_refused(world):
-    with pytest.raises(DataError, match="every one of the 2500 rows was offered the level 100"):
+    with pytest.raises(DataError, match="every one of the 2500 labelled rows was offered the level 100"):
         check_tables(world.customers.assign(level=100.0), world.merchants, world.edges)
 
 
@@ -179,3 +179,53 @@ def test_the_linear_floor_learns_and_has_no_tower(tables, world):
     split = model.split(tables)
     result = evaluate(model.responses(tables), tables, split.test_customers, split.test_merchants)
     assert result.metrics["auc_c"] > 0.7 and result.metrics["monotone_violations"] == 0
+
+
+@pytest.fixture(scope="module")
+def part_labelled(world):
+    """The world with a third of its customers unlabelled (no redemption, half of them without a level either)."""
+    customers = world.customers.copy()
+    customers.loc[customers.index % 3 == 0, "redeemed"] = np.nan
+    customers.loc[customers.index % 6 == 0, "level"] = np.nan
+    return customers
+
+
+def test_unlabelled_customers_stay_in_the_graph_and_out_of_the_split(part_labelled, world):
+    tables = check_tables(part_labelled, world.merchants, world.edges)
+    assert tables.counts["unlabelled_customers"] == 834 and tables.counts["edges"] == len(world.edges)
+    assert (tables.customer_level[::6] == -1).all() and len(tables.labelled_customers) == 1666
+    split = IncentiveModel("gnn-hazard").split(tables)
+    rows = np.concatenate([split.train_customers, split.valid_customers, split.test_customers])
+    assert np.array_equal(np.sort(rows), tables.labelled_customers) and len(split.test_customers) == 250
+
+
+def test_a_level_missing_on_a_labelled_customer_is_refused(part_labelled, world):
+    broken = part_labelled.assign(level=part_labelled.level.where(part_labelled.index != 1, np.nan))
+    with pytest.raises(DataError, match="customers: column 'level' has 1 missing, non-numeric or infinite values"):
+        check_tables(broken, world.merchants, world.edges)
+
+
+def test_unlabelled_customers_pass_messages_but_are_in_no_loss(part_labelled, world):
+    small = {"width": 8, "hidden": [16, 8], "fanouts": [5, 5], "emb_dim": 4}
+    fast = TrainConfig(epochs=2, batch_size=256, lr=3e-3, patience=3, progress=False)
+    tables = check_tables(part_labelled, world.merchants, world.edges)
+    model = IncentiveModel("gnn-hazard", small, fast).fit(tables)
+    unlabelled = np.isnan(tables.redeemed)
+    # what an unlabelled customer carries besides its features never reaches the loss: other levels, same weights
+    other = check_tables(part_labelled.assign(level=np.where(unlabelled, 200.0, part_labelled.level)),
+                         world.merchants, world.edges)
+    again = IncentiveModel("gnn-hazard", small, fast).fit(other)
+    for name, weight in model.net.state_dict().items():
+        assert torch.equal(weight, again.net.state_dict()[name]), name
+    # its features do reach its labelled neighbours two hops away, through their shared merchants
+    edges = tables.edges
+    shared = edges[edges.customer.isin(np.flatnonzero(unlabelled))].merchant
+    neighbours = np.setdiff1d(edges[edges.merchant.isin(shared)].customer, np.flatnonzero(unlabelled))
+    far = np.setdiff1d(tables.labelled_customers, neighbours)
+    moved = part_labelled.assign(c_x1=np.where(unlabelled, -part_labelled.c_x1, part_labelled.c_x1),
+                                 c_x2=np.where(unlabelled, -part_labelled.c_x2, part_labelled.c_x2))
+    before = model.responses(tables).customers
+    after = model.responses(check_tables(moved, world.merchants, world.edges)).customers
+    change = np.abs(after - before).max(axis=1)
+    assert (change[neighbours] > 0).mean() > 0.9 and change[neighbours].max() > 1e-5
+    assert len(far) and change[far].max() == 0

@@ -72,7 +72,8 @@ def test_train_predict_allocate_evaluate_simulate(world, models, tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda f: f.iloc[:1], "every one of the 1 rows was offered"),
+    (lambda f: f[f.level == f.level.iloc[0]], "labelled rows was offered the level"),
+    (lambda f: f.assign(redeemed=float("nan")), "has no value in 1500 rows (1500 missing)"),
     (lambda f: f.assign(redeemed="yes"), "must be 0/1"),
     (lambda f: f.assign(level=float("inf")), "infinite"),
     (lambda f: f.iloc[:0], "the table has no rows"),
@@ -103,3 +104,15 @@ def test_demo_writes_the_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert {r["model"] for r in report["results"]} == {"lr", "gnn-hazard", "sbbm", "oracle"}
     assert (out / "response_curves.png").exists() and "Allocation at the same budget" in (out / "report.md").read_text()
+
+
+def test_customers_with_an_empty_redeemed_cell_train_as_unlabelled_nodes(world, tmp_path):
+    customers = pd.read_parquet(world / "customers.parquet")
+    customers.loc[customers.index % 4 == 0, "redeemed"] = None
+    path = tmp_path / "customers.csv"
+    customers.to_csv(path, index=False)  # an empty cell
+    result = _invoke("incentive", "train", *_tables(world, path), "--model", "lr", "--out", tmp_path / "m")
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "375 customers without a label (in the graph, not in the loss)" in output
+    assert "169 and 22 held out for evaluate" in output  # 15 % of the 1,125 labelled customers

@@ -105,7 +105,9 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
         finish_training(out, estimator.history)
         split, counts = estimator.split(tables), tables.counts
         get_console().print(f"graph: {counts['edges']:,} edges; {counts['isolated_customers']:,} customers and "
-                            f"{counts['isolated_merchants']:,} merchants without edges")
+                            f"{counts['isolated_merchants']:,} merchants without edges; "
+                            f"{counts['unlabelled_customers']:,} customers without a label (in the graph, not in "
+                            "the loss)")
         get_console().print(f"model written to {out} (trained on {len(split.train_customers):,} customers and "
                             f"{len(split.train_merchants):,} merchants; {len(split.test_customers):,} and "
                             f"{len(split.test_merchants):,} held out for evaluate)")
@@ -175,7 +177,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
         estimator = IncentiveModel.load(model)
         tables = _tables(customers, merchants, edges, estimator.levels, model=estimator)
         if all_rows:
-            c_rows, m_rows = np.arange(len(tables.customers)), np.arange(len(tables.merchants))
+            c_rows, m_rows = tables.labelled_customers, np.arange(len(tables.merchants))
         else:
             split = estimator.split(tables)
             c_rows, m_rows = split.test_customers, split.test_merchants

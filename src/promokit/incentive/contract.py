@@ -7,7 +7,8 @@ Tables (CSV or Parquet)
 ================  =========================================================================================
 ``customer_id``   unique key, any type
 ``level``         the incentive value r^c offered (a coupon), a number in the value list R
-``redeemed``      label y^c, 0/1
+``redeemed``      label y^c, 0/1; missing (NaN, an empty cell) for a customer without a label — one held out, or
+                  outside the experiment — who stays in the graph (its ``level`` may be missing too)
 other columns     customer features (numbers → numeric, anything else → categorical)
 ================  =========================================================================================
 
@@ -64,8 +65,9 @@ class IncentiveTables:
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
-    def has_customer_labels(self) -> bool:
-        return bool(len(self.redeemed)) and not np.isnan(self.redeemed).any()
+    def labelled_customers(self) -> np.ndarray:
+        """Rows of the customers with a ``redeemed`` label (the others are nodes of the graph only)."""
+        return np.flatnonzero(~np.isnan(self.redeemed))
 
     @property
     def has_merchant_labels(self) -> bool:
@@ -87,17 +89,18 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
     """
     customers = keyed_table(customers, "customers", CUSTOMER)
     merchants = keyed_table(merchants, "merchants", MERCHANT)
-    c_level = _levels_column(customers, "customers", require_labels)
+    redeemed = _binary(customers, "customers", REDEEMED, require_labels)
+    c_level = _levels_column(customers, "customers", require_labels, unlabelled=np.isnan(redeemed))
     m_level = _levels_column(merchants, "merchants", require_labels)
     grid = _value_list(levels, c_level, m_level)
     if require_labels:
-        _randomised(customers, "customers", c_level)
-        _randomised(merchants, "merchants", m_level)
-    redeemed = _binary(customers, "customers", REDEEMED, require_labels)
+        _randomised("customers", c_level[~np.isnan(redeemed)])
+        _randomised("merchants", m_level)
     shares = _counts(merchants, SHARES, require_labels, whole=True)
     prior = _counts(merchants, PRIOR_SHARES, require_labels, whole=False)
     edge_table, edge_features, counts = _edges(edges, customers, merchants)
     counts.update(customers=len(customers), merchants=len(merchants),
+                  unlabelled_customers=int(np.isnan(redeemed).sum()) if REDEEMED in customers.columns else 0,
                   isolated_customers=int(len(customers) - edge_table["customer"].nunique()),
                   isolated_merchants=int(len(merchants) - edge_table["merchant"].nunique()))
     return IncentiveTables(
@@ -114,8 +117,8 @@ def check_customer_part(customers: pd.DataFrame, edges: pd.DataFrame, *, levels:
     as :func:`check_tables` checks them (a part may be empty), and the edges of those customers, co-partitioned
     with them. Returns the customers and the edges as ``node`` (the customer's row in the part), ``right_key``
     (the merchant_id), ``weight`` and ``edge_features``."""
-    customers = _node_part(customers, "customers", CUSTOMER, levels, customer_features)
-    _binary(customers, "customers", REDEEMED, False)
+    customers = _node_part(customers, "customers", CUSTOMER, levels, customer_features,
+                           unlabelled=np.isnan(_binary(customers, "customers", REDEEMED, False)))
     require_columns(edges, [CUSTOMER, MERCHANT, *edge_features], "edges")
     node = pd.Index(customers[CUSTOMER]).get_indexer(edges[CUSTOMER])
     elsewhere = node < 0
@@ -148,33 +151,40 @@ def prior_shares(merchants: pd.DataFrame) -> np.ndarray:
     return _counts(merchants, PRIOR_SHARES, False, whole=False)
 
 
-def _node_part(frame: pd.DataFrame, table: str, key: str, levels: Sequence[float], spec: FeatureSpec) -> pd.DataFrame:
-    """A part of a node table: keyed (an empty part allowed), its features present, its levels in the list."""
+def _node_part(frame: pd.DataFrame, table: str, key: str, levels: Sequence[float], spec: FeatureSpec,
+               unlabelled: np.ndarray | None = None) -> pd.DataFrame:
+    """A part of a node table: keyed (an empty part allowed), its features present, its levels in the list (a
+    level may be missing on the ``unlabelled`` rows)."""
     if len(frame):
         frame = keyed_table(frame, table, key)
     require_columns(frame, [key, *spec.features], table)
-    levels_column = _levels_column(frame, table, False)
+    levels_column = _levels_column(frame, table, False, unlabelled)
     if levels_column is not None:
         _value_list(levels, levels_column, None)
     return frame.reset_index(drop=True)
 
 
-def _numbers(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:
-    """A column as float64; text, NaN or infinite values are an error."""
+def _numbers(frame: pd.DataFrame, table: str, column: str, may_miss: np.ndarray | None = None) -> np.ndarray:
+    """A column as float64; text, NaN or infinite values are an error, except a missing value (NaN) on the rows
+    ``may_miss`` marks."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
+    if may_miss is not None:
+        bad &= ~(may_miss & frame[column].isna().to_numpy())
     if bad.any():
         raise DataError(f"{table}: column {column!r} has {int(bad.sum())} missing, non-numeric or infinite values "
                         f"in {len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
     return values
 
 
-def _levels_column(frame: pd.DataFrame, table: str, required: bool) -> np.ndarray | None:
+def _levels_column(frame: pd.DataFrame, table: str, required: bool,
+                   unlabelled: np.ndarray | None = None) -> np.ndarray | None:
+    """The offered levels (NaN where an ``unlabelled`` row has none)."""
     if LEVEL not in frame.columns:
         if required:
             require_columns(frame, [LEVEL], table)
         return None
-    return _numbers(frame, table, LEVEL)
+    return _numbers(frame, table, LEVEL, unlabelled)
 
 
 def _value_list(levels, c_level, m_level) -> np.ndarray:
@@ -185,7 +195,7 @@ def _value_list(levels, c_level, m_level) -> np.ndarray:
         if (np.diff(grid) <= 0).any():
             raise DataError(f"levels must be strictly increasing, got {grid.tolist()}")
     else:
-        seen = [v for v in (c_level, m_level) if v is not None]
+        seen = [v[~np.isnan(v)] for v in (c_level, m_level) if v is not None]
         if not seen:
             raise DataError("no value list: the tables have no 'level' column; pass the levels")
         grid = np.unique(np.concatenate(seen))
@@ -197,39 +207,46 @@ def _value_list(levels, c_level, m_level) -> np.ndarray:
     for table, values in (("customers", c_level), ("merchants", m_level)):
         if values is None:
             continue
-        outside = ~np.isin(values, grid)
+        outside = ~np.isin(values, grid) & ~np.isnan(values)
         if outside.any():
             raise DataError(f"{table}: column 'level' has {int(outside.sum())} values outside the value list "
                             f"{grid.tolist()}, e.g. {values[outside][0]:g}")
     return grid
 
 
-def _randomised(frame: pd.DataFrame, table: str, values: np.ndarray | None) -> None:
+def _randomised(table: str, values: np.ndarray | None) -> None:
     """A response to the value can only be learned from rows offered different values."""
     if values is not None and len(np.unique(values)) < 2:
-        raise DataError(f"{table}: every one of the {len(frame)} rows was offered the level {values[0]:g}; the "
-                        "experiment must randomise the level over at least two values to learn a response to it")
+        raise DataError(f"{table}: every one of the {len(values)} labelled rows was offered the level "
+                        f"{values[0]:g}; the experiment must randomise the level over at least two values to learn "
+                        "a response to it")
 
 
 def _level_index(values: np.ndarray | None, grid: np.ndarray) -> np.ndarray:
     if values is None:
         return np.empty(0, dtype=np.int64)
-    return np.searchsorted(grid, values).astype(np.int64)
+    return np.where(np.isnan(values), -1, np.searchsorted(grid, values)).astype(np.int64)
 
 
 def _binary(frame: pd.DataFrame, table: str, column: str, required: bool) -> np.ndarray:
+    """A 0/1 label column, NaN where the value is missing (an unlabelled row)."""
     if column not in frame.columns:
         if required:
             require_columns(frame, [column], table)
         return np.full(len(frame), np.nan)
+    missing = frame[column].isna().to_numpy()
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isin(values, (0.0, 1.0))
+    bad = ~np.isin(values, (0.0, 1.0)) & ~missing
     if bad.any():
-        raise DataError(f"{table}: label column {column!r} must be 0/1 but has {int(bad.sum())} missing or other "
-                        f"values in {len(frame)} rows, e.g. {example_row(frame, bad, [column])}")
-    if required and len(np.unique(values)) < 2:
-        raise DataError(f"{table}: label column {column!r} has only the value {values[0]:g} in {len(frame)} rows; "
-                        "a response model needs redemptions and non-redemptions")
+        raise DataError(f"{table}: label column {column!r} must be 0/1 but has {int(bad.sum())} other values in "
+                        f"{len(frame)} rows (leave it empty for an unlabelled row), e.g. "
+                        f"{example_row(frame, bad, [column])}")
+    seen = np.unique(values[~missing])
+    if required and len(seen) < 2:
+        found = f"only the value {seen[0]:g}" if len(seen) else "no value"
+        blank = f" ({int(missing.sum())} missing)" if missing.any() else ""
+        raise DataError(f"{table}: label column {column!r} has {found} in {len(frame)} rows{blank}; a response model "
+                        "needs redemptions and non-redemptions")
     return values
 
 

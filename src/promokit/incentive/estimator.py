@@ -116,10 +116,12 @@ class IncentiveModel:
             checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> IncentiveModel:
         """Train on the labelled customers and merchants of ``tables`` except a held-out ``test_fraction`` of each
         (:meth:`split` gives the rows; :func:`~promokit.incentive.evaluate.evaluate` scores them); a
-        ``valid_fraction`` of the rest picks the epoch. Features and edges of every node are used
-        (transductive, as the paper trains on 85 % of the nodes of one graph)."""
-        if not tables.has_customer_labels:
-            raise DataError("customers: training needs the 'level' and 'redeemed' columns on every row")
+        ``valid_fraction`` of the rest picks the epoch. Features and edges of every node are used, unlabelled
+        customers' included: they pass messages but are in no loss or validation metric (transductive, as the
+        paper trains on 85 % of the nodes of one graph)."""
+        if not len(tables.labelled_customers):
+            raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
+                            f"{len(tables.customers)} customers has a label")
         cfg = self.train_config
         self.test_fraction, self.valid_fraction = test_fraction, valid_fraction
         split = self.split(tables)
@@ -144,9 +146,14 @@ class IncentiveModel:
         return self
 
     def split(self, tables: IncentiveTables) -> NodeSplit:
-        """The rows this model trains, validates and is tested on (seeded by the training seed)."""
-        return node_split(len(tables.customers), len(tables.merchants), self.test_fraction, self.valid_fraction,
-                          self.train_config.seed)
+        """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
+        customers (all of them when every customer has a label) and the merchants."""
+        labelled = tables.labelled_customers
+        split = node_split(len(labelled), len(tables.merchants), self.test_fraction, self.valid_fraction,
+                           self.train_config.seed)
+        split.train_customers, split.valid_customers, split.test_customers = (
+            labelled[rows] for rows in (split.train_customers, split.valid_customers, split.test_customers))
+        return split
 
     def _build(self, inputs: GraphInputs) -> IncentiveNet:
         c, m = inputs.customers, inputs.merchants
