@@ -238,3 +238,42 @@ def test_bench_tuned_reads_each_models_params_file(tmp_path, impressions):
     assert "RelaImpr cvr_auc vs lr" in (tmp_path / "b" / "report.md").read_text()
     missing = _invoke(*args, "--models", "lr", "--tuned", tmp_path / "tuned")
     assert missing.exit_code == 2 and "none of ['lr'] has a params.json" in missing.output
+
+
+def test_train_reports_each_features_type_and_categorical_overrides_an_inferred_numeric(tmp_path, impressions):
+    """An integer column of 300 values is inferred numeric; --categorical makes it categorical, in the encoder and in
+    config.json, and the summary says so."""
+    path = tmp_path / "t.csv"
+    impressions.assign(item_brand=impressions["item_id"] * 10 + impressions.index % 10).to_csv(path, index=False)
+    base = ("conversion", "train", "--data", path, "--model", "esmm", "--epochs", 1, "--params", NET)
+    inferred = _invoke(*base, "--out", tmp_path / "inferred")
+    assert inferred.exit_code == 0, inferred.output
+    assert ("impression features: categorical (3) user_id, item_id, segment; numeric (2) price, item_brand"
+            in inferred.output)
+    assert "integer column categorical when its name ends in id or it has at most 64 distinct values" in inferred.output
+    given = _invoke(*base, "--out", tmp_path / "given", "--categorical", "item_brand", "--numeric", "segment")
+    assert given.exit_code == 2 and "numeric column 'segment' has 4000 non-numeric values" in given.output
+    given = _invoke(*base, "--out", tmp_path / "given", "--categorical", "item_brand")
+    assert given.exit_code == 0, given.output
+    assert "categorical (4) user_id, item_id, segment, item_brand; numeric (1) price" in given.output
+    assert "given: item_brand categorical" in given.output
+    spec = json.loads((tmp_path / "given" / "config.json").read_text())["spec"]
+    assert (spec["categorical"], spec["numeric"], spec["types"]) == (
+        ["user_id", "item_id", "segment", "item_brand"], ["price"], {"item_brand": "categorical"})
+    encoders = json.loads((tmp_path / "given" / "encoder.json").read_text())
+    assert "item_brand" in encoders["categorical"] and "item_brand" not in encoders["numeric"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--categorical", "item_brnd"], "column 'item_brnd' (given the type categorical) is missing from the table of "
+                                     "4000 rows; did you mean 'item_brand'?"),
+    (["--numeric", "click"], "column 'click' is given the type numeric, but it is a label, key or time column"),
+    (["--categorical", "price", "--numeric", "price"], "columns ['price'] are named more than once"),
+    (["--categorical", " , "], "--categorical names no column"),
+])
+def test_bad_feature_types_are_one_line_errors(tmp_path, impressions, args, message):
+    path = tmp_path / "t.csv"
+    impressions.assign(item_brand=1).to_csv(path, index=False)
+    result = _invoke("conversion", "train", "--data", path, "--out", tmp_path / "m", "--model", "esmm", "--epochs", 1,
+                     "--params", NET, *args)
+    assert result.exit_code == 2 and message in result.output, result.output

@@ -75,11 +75,13 @@ def test_a_semicolon_delimited_csv_says_the_delimiter_is_probably_wrong(tmp_path
     impressions.to_csv(tmp_path / "t.csv", sep=";", index=False)
     table = read_table(tmp_path / "t.csv")
     with pytest.raises(DataError, match=r"column 'click' \(label 'click'\) is missing from the table of 4000 rows; "
-                       r"the table's column 'user_id;item_id;segment;price;click;daction;purchase' holds it among "
-                       r"names separated by ';': the file is probably delimited by semicolons, not commas"):
+                       r"a column's name holds it among names separated by ';' \(the whole header\): the file is "
+                       r"probably delimited by semicolons, not commas.*Columns present: "
+                       r"\['user_id;item_id;segment;price;click;daction;purchase'\]"):
         FeatureSpec().resolve(table, ("click", "purchase"))
     impressions.to_csv(tmp_path / "t.tsv.csv", sep="\t", index=False)
-    with pytest.raises(DataError, match=r"separated by '\\t': the file is probably delimited by tabs"):
+    with pytest.raises(DataError, match=r"separated by '\\t' \(the whole header\): the file is probably delimited "
+                                         r"by tabs"):
         FeatureSpec().resolve(read_table(tmp_path / "t.tsv.csv"), ("click", "purchase"))
 
 
@@ -93,6 +95,34 @@ def test_only_close_names_are_suggested_for_a_missing_column(impressions, presen
         FeatureSpec().resolve(table, ("click", "purchase"))
     hint = f"; did you mean {suggested!r}? Columns present" if suggested else ". Columns present"
     assert f"column 'purchase' (label 'purchase') is missing from the table of 4000 rows{hint}" in str(error.value)
+
+
+def test_types_override_the_inferred_type_and_are_kept(impressions):
+    table = impressions.assign(brand=np.arange(len(impressions)) % 300, hour=np.arange(len(impressions)) % 24)
+    labels = ("click", "purchase"), ("daction",)
+    inferred = FeatureSpec().resolve(table, *labels)
+    assert "brand" in inferred.numeric and "hour" in inferred.categorical  # 300 integers; 24
+    spec = FeatureSpec(types={"brand": "categorical", "hour": "numeric"}).resolve(table, *labels)
+    assert spec.categorical == ["user_id", "item_id", "segment", "brand"]
+    assert spec.numeric == ["price", "hour"]
+    assert spec.types == {"brand": "categorical", "hour": "numeric"}
+    assert FeatureSpec.from_dict(spec.to_dict()) == spec
+    written_before = {key: value for key, value in spec.to_dict().items() if key != "types"}
+    assert FeatureSpec.from_dict(written_before).types == {}  # model directories from before types load
+    listed = FeatureSpec(categorical=["user_id"], numeric=["price", "hour"],
+                         types={"hour": "categorical", "brand": "categorical"}).resolve(table, *labels)
+    assert (listed.categorical, listed.numeric) == (["user_id", "hour", "brand"], ["price"])
+
+
+@pytest.mark.parametrize("types, message", [
+    ({"brnd": "categorical"}, r"column 'brnd' \(given the type categorical\) is missing .* did you mean 'brand'"),
+    ({"click": "numeric"}, "column 'click' is given the type numeric, but it is a label, key or time column"),
+    ({"brand": "text"}, "types maps columns to categorical or numeric, got {'brand': 'text'}"),
+])
+def test_types_name_columns_of_the_table_that_are_features(impressions, types, message):
+    table = impressions.assign(brand=1)
+    with pytest.raises(DataError, match=message):
+        FeatureSpec(types=types).resolve(table, ("click", "purchase"))
 
 
 def test_spec_maps_label_roles_to_other_columns(impressions):

@@ -116,3 +116,25 @@ def test_customers_with_an_empty_redeemed_cell_train_as_unlabelled_nodes(world, 
     output = " ".join(result.output.split())
     assert "375 customers without a label (in the graph, not in the loss)" in output
     assert "169 and 22 held out for evaluate" in output  # 15 % of the 1,125 labelled customers
+
+
+def test_train_prints_the_feature_types_and_numeric_overrides_an_inferred_categorical(world, tmp_path):
+    customers = pd.read_parquet(world / "customers.parquet")
+    path = tmp_path / "customers.parquet"
+    customers.assign(c_age=customers.index % 50 + 18).to_parquet(path)  # 50 integers: inferred categorical
+    train = ("incentive", "train", *_tables(world, path), "--model", "dnn", "--epochs", 1)
+    result = _invoke(*train, "--out", tmp_path / "inferred")
+    assert result.exit_code == 0, result.output
+    assert ("customers features: categorical (2) c_segment, c_age; numeric (6) c_x0, c_x1, c_x2, c_x3, c_x4, c_x5"
+            in result.output)
+    assert "merchants features: categorical (1) m_category; numeric (4) m_x0, m_x1, m_x2, m_x3" in result.output
+    result = _invoke(*train, "--out", tmp_path / "given", "--numeric", "c_age")
+    assert result.exit_code == 0, result.output
+    assert "customers features: categorical (1) c_segment; numeric (7) c_x0" in result.output
+    spec = json.loads((tmp_path / "given" / "config.json").read_text())["customer_spec"]
+    assert spec["numeric"][-1] == "c_age" and spec["types"] == {"c_age": "numeric"}
+    for args, message in ((["--categorical", "c_ag"], "column 'c_ag' (given the type categorical) is in none of the "
+                                                      "tables customers, merchants; did you mean 'c_age'?"),
+                          (["--numeric", "redeemed"], "column 'redeemed' is given the type numeric, but it is a label")):
+        result = _invoke(*train, "--out", tmp_path / "bad", *args)
+        assert result.exit_code == 2 and message in result.output, result.output

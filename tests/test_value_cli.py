@@ -164,3 +164,21 @@ def test_random_split_for_deliveries_sharing_one_time(world, tmp_path):
     assert held_out == round(0.1 * len(deliveries))
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m2", "--split", "users")
     assert result.exit_code == 2 and "a split is one of" in result.output
+
+
+def test_train_prints_the_feature_types_and_numeric_overrides_an_inferred_categorical(world, tmp_path):
+    """age (integers, at most 64 values among 600 users) and hour (24) are inferred categorical; --numeric makes them
+    numeric in the printed summary and in config.json."""
+    train = ("value", "train", "--data", world, "--model", "mtl-mse", "--epochs", 1, "--params", NET)
+    result = _invoke(*train, "--out", tmp_path / "inferred")
+    assert result.exit_code == 0, result.output
+    assert "deliveries features: categorical (2) channel, hour; numeric (0)" in result.output
+    assert "users features: categorical (6) tolerance, age, income_band" in result.output
+    result = _invoke(*train, "--out", tmp_path / "given", "--numeric", "age,hour")
+    assert result.exit_code == 0, result.output
+    assert "deliveries features: categorical (1) channel; numeric (1) hour" in result.output
+    assert "given: hour numeric, age numeric" in result.output
+    specs = json.loads((tmp_path / "given" / "config.json").read_text())["specs"]
+    assert "age" in specs["users"]["numeric"] and specs["users"]["types"] == {"age": "numeric"}
+    result = _invoke(*train, "--out", tmp_path / "bad", "--numeric", "fund")
+    assert result.exit_code == 2 and "the fund key 'fund' is always a categorical feature" in result.output

@@ -75,6 +75,17 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
         pytest.approx((one.amount_start.mean, one.amount_start.spread, one.amount_start.overall), rel=1e-5)
 
 
+def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path):
+    """'points' (300 integers over every part: numeric when inferred) given categorical stays so whatever the values
+    over the parts say, and is recorded in the spec, as read_folder gives it on the whole table."""
+    estimator = ValueModel("esdpm-ncg", SMALL, QUICK)
+    types = {"points": "categorical", "hour": "numeric"}
+    _plan(estimator, table_paths(data / "parts"), LocalEngine(), _split(), tmp_path / "keys", False, types)
+    tables = read_folder(data / "whole", types=types)
+    assert estimator.specs == {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+    assert "points" in tables.user_spec.categorical and tables.user_spec.types == {"points": "categorical"}
+    assert "hour" in tables.context_spec.numeric and tables.context_spec.types == {"hour": "numeric"}
+
 def _part_tables(data, estimator):
     from promokit.value.parts import _parts, read_part_tables
 

@@ -40,6 +40,13 @@ TunedOpt = Annotated[Optional[Path], typer.Option("--tuned", help="Folder of tun
                                                  "(tune --out DIR/<model>) replaces that model's parameters.")]
 # What every table option accepts (promokit.data.parts): one file, or a table in parts.
 TABLE_HELP = "CSV/Parquet file, or a directory/glob of Parquet parts"
+# The type of feature columns, whatever the inference says (FeatureSpec.types): every train command that infers them.
+CategoricalOpt = Annotated[Optional[str], typer.Option(
+    "--categorical", help="Comma-separated feature columns to encode as categories whatever their inferred type, "
+    "e.g. an integer code with more than 64 distinct values.")]
+NumericOpt = Annotated[Optional[str], typer.Option(
+    "--numeric", help="Comma-separated feature columns to encode as numbers whatever their inferred type, e.g. an "
+    "integer count with at most 64 distinct values.")]
 # Where a partitioned job runs (promokit.scale): shared by every command that takes --engine.
 EngineOpt = Annotated[str, typer.Option("--engine", help="local (this process, one partition after another) | ray "
                                         "(a Ray cluster: --address, $RAY_ADDRESS, or one started on this machine).")]
@@ -259,6 +266,42 @@ def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) ->
 def checkpoint_dir(out: Path) -> Path:
     """Where ``train --out OUT`` keeps its per-epoch checkpoint: ``.OUT.checkpoint`` beside OUT."""
     return out.parent / f".{out.name}.checkpoint"
+
+
+def types_option(categorical: str | None, numeric: str | None) -> dict[str, str]:
+    """``--categorical`` / ``--numeric`` as column → type (:attr:`promokit.data.FeatureSpec.types`); a column named
+    twice is a one-line error."""
+    from promokit.data.errors import DataError
+
+    types: dict[str, str] = {}
+    for flag, text in (("categorical", categorical), ("numeric", numeric)):
+        names = [name.strip() for name in (text or "").split(",") if name.strip()]
+        if text is not None and not names:
+            raise DataError(f"--{flag} names no column ({text!r}); give comma-separated column names")
+        twice = sorted({name for name in names if names.count(name) > 1 or name in types})
+        if twice:
+            raise DataError(f"--{flag}: columns {twice} are named more than once in --categorical / --numeric")
+        types.update(dict.fromkeys(names, flag))
+    return types
+
+
+def print_feature_types(specs: dict, inferred: bool) -> None:
+    """The type of every feature column a model was trained with, per table (``specs``: table name →
+    :class:`~promokit.data.FeatureSpec`, as the model directory's config.json keeps them), and how the types came."""
+    from promokit.data.spec import MAX_INTEGER_LEVELS
+
+    console = get_console()
+    for table, spec in specs.items():
+        console.print(f"{table} features: categorical ({len(spec.categorical)}) {', '.join(map(str, spec.categorical))}"
+                      f"; numeric ({len(spec.numeric)}) {', '.join(map(str, spec.numeric))}", markup=False,
+                      highlight=False, soft_wrap=True)
+    given = {name: kind for spec in specs.values() for name, kind in spec.types.items()}
+    how = ("types inferred: text and booleans categorical; an integer column categorical when its name ends in id "
+           f"or it has at most {MAX_INTEGER_LEVELS} distinct values, else numeric; other numbers numeric"
+           if inferred else "features and types as listed in the spec")
+    given_text = ", ".join(f"{name} {kind}" for name, kind in given.items())
+    console.print(f"{how}{'; given: ' + given_text if given else ''} (--categorical / --numeric set a column's type)",
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def finish_training(out: Path, history) -> None:

@@ -10,6 +10,7 @@ import typer
 
 from promokit.cli_support import (
     AddressOpt,
+    CategoricalOpt,
     EngineOpt,
     WorkersOpt,
     BatchSizeOpt,
@@ -17,6 +18,7 @@ from promokit.cli_support import (
     EpochsOpt,
     LrOpt,
     MinCountOpt,
+    NumericOpt,
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
@@ -31,12 +33,14 @@ from promokit.cli_support import (
     checkpoint_dir,
     finish_training,
     get_console,
+    print_feature_types,
     print_table,
     run_tune,
     seeds_option,
     set_threads,
     training_options,
     tuned_params,
+    types_option,
     user_errors,
     write_bench_report,
     write_metrics_report,
@@ -54,14 +58,16 @@ MicroOpt = Annotated[Optional[str], typer.Option(
     "favorite, …; labels, never features), the nodes of GMCM's graph; replaces the spec's micro_behaviors.")]
 
 
-def _spec(path: Optional[Path], micro_behaviors: Optional[str] = None):
-    """The spec file's FeatureSpec (or an empty one), with ``--micro-behaviors`` as its micro_behaviors."""
+def _spec(path: Optional[Path], micro_behaviors: Optional[str] = None, categorical: Optional[str] = None,
+          numeric: Optional[str] = None):
+    """The spec file's FeatureSpec (or an empty one), with ``--micro-behaviors`` as its micro_behaviors and the
+    types of ``--categorical`` / ``--numeric`` over its own."""
     from promokit.data import FeatureSpec
 
     spec = FeatureSpec.from_file(path) if path else FeatureSpec()
     if micro_behaviors is not None:
         spec = replace(spec, micro_behaviors=_micro_names(micro_behaviors))
-    return spec
+    return replace(spec, types={**spec.types, **types_option(categorical, numeric)})
 
 
 def _micro_names(value: str) -> list[str]:
@@ -131,6 +137,7 @@ def train(data: TrainDataOpt,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = False,
           resume: ResumeOpt = False, micro_behaviors: MicroOpt = None,
+          categorical: CategoricalOpt = None, numeric: NumericOpt = None,
           engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
           threads: ThreadsOpt = None):
     """Fit a model on an impression table and write it as a model directory.
@@ -139,7 +146,10 @@ def train(data: TrainDataOpt,
     without reading the table whole: the vocabulary is counted part by part, then the model trains part by part in
     this process (--engine local) or data-parallel on --workers Ray Train workers (--engine ray; DDP, batch size
     the global batch). Validation rows are then a seeded random share of each part (about --valid-fraction), the
-    latest rows by time, or --valid."""
+    latest rows by time, or --valid.
+
+    Without feature lists in the spec, every column but the labels is a feature, its type inferred (printed at the
+    end and kept in config.json): --categorical / --numeric set the type of some."""
     with user_errors():
         set_threads(threads)
         from promokit.conversion import ConversionModel
@@ -148,7 +158,8 @@ def train(data: TrainDataOpt,
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
                                          weight_decay=weight_decay, seed=seed)
-        estimator = ConversionModel(model, model_params, config, _spec(spec, micro_behaviors), repair_labels)
+        given = _spec(spec, micro_behaviors, categorical, numeric)
+        estimator = ConversionModel(model, model_params, config, given, repair_labels)
         console = get_console()
         partitioned = is_partitioned(data) or (valid is not None and is_partitioned(valid))
         if engine == "local" and (not partitioned or not estimator.trains_by_epochs):
@@ -167,6 +178,7 @@ def train(data: TrainDataOpt,
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
         finish_training(out, report.history)
+        print_feature_types({"impression": estimator.spec}, inferred=not given.features)
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 

@@ -18,7 +18,9 @@ from promokit.data.errors import DataError, example_row
 MAX_INTEGER_LEVELS = 64
 #: Categories seen fewer times in training map to the out-of-vocabulary row.
 DEFAULT_MIN_COUNT = 1
-SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count", "micro_behaviors")
+SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count", "micro_behaviors", "types")
+#: The types a feature column can be given (the spec's ``types``; ``--categorical`` / ``--numeric``).
+FEATURE_TYPES = ("categorical", "numeric")
 
 
 @dataclass
@@ -31,6 +33,8 @@ class FeatureSpec:
     would. ``min_count``: categories seen fewer times in the training table share the out-of-vocabulary
     row (:class:`~promokit.data.CategoryEncoder`). ``micro_behaviors`` lists 0/1 post-click label columns (add to
     cart, favourite …: the nodes of GMCM's micro-behaviour graph); like every label they are never features.
+    ``types`` maps columns to ``"categorical"`` or ``"numeric"``, whatever the inference or the lists say: a column
+    named there is a feature of that type (the others are inferred, or listed).
     """
 
     categorical: list[str] = field(default_factory=list)
@@ -40,6 +44,7 @@ class FeatureSpec:
     time_key: str | None = None
     min_count: int = DEFAULT_MIN_COUNT
     micro_behaviors: list[str] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)
 
     @property
     def features(self) -> list[str]:
@@ -51,6 +56,8 @@ class FeatureSpec:
     def __post_init__(self):
         if isinstance(self.min_count, bool) or not isinstance(self.min_count, int) or self.min_count < 1:
             raise DataError(f"feature spec: min_count must be a whole number >= 1, got {self.min_count!r}")
+        if not isinstance(self.types, dict) or set(self.types.values()) - set(FEATURE_TYPES):
+            raise DataError(f"feature spec: types maps columns to {' or '.join(FEATURE_TYPES)}, got {self.types!r}")
 
     @classmethod
     def from_dict(cls, data: dict) -> FeatureSpec:
@@ -60,7 +67,7 @@ class FeatureSpec:
         return cls(categorical=list(data.get("categorical", [])), numeric=list(data.get("numeric", [])),
                    labels=dict(data.get("labels", {})), group_key=data.get("group_key", "user_id"),
                    time_key=data.get("time_key"), min_count=data.get("min_count", DEFAULT_MIN_COUNT),
-                   micro_behaviors=list(data.get("micro_behaviors", [])))
+                   micro_behaviors=list(data.get("micro_behaviors", [])), types=data.get("types", {}))
 
     @classmethod
     def from_file(cls, path: str | Path) -> FeatureSpec:
@@ -78,10 +85,9 @@ class FeatureSpec:
                 optional_labels: tuple[str, ...] = ()) -> FeatureSpec:
         """Check the spec against a table and fill what it leaves out.
 
-        Label roles default to columns of the same name. Feature lists left empty are inferred:
-        strings, booleans and categories are categorical; integers are categorical when the column is
-        an id (``*_id``) or has at most ``MAX_INTEGER_LEVELS`` values; other numbers are numeric.
-        Label columns and the group key are never features unless the group key is listed explicitly.
+        Label roles default to columns of the same name. Feature lists left empty are inferred
+        (:func:`infer_feature_columns`); label columns, micro-behaviours and the time key are never features.
+        The columns of ``types`` get their type whether listed or inferred (and become features when not listed).
         """
         columns = list(frame.columns)
         labels = {}
@@ -133,18 +139,33 @@ class FeatureSpec:
             raise DataError(f"feature spec: the time key {self.time_key!r} cannot also be a feature (the test "
                             "rows' times are never seen in training)")
         if not categorical and not numeric:
-            categorical, numeric = infer_feature_columns(frame, exclude=label_columns | {self.time_key})
+            categorical, numeric = infer_feature_columns(frame, label_columns | {self.time_key}, self.types)
+        else:
+            check_types(frame, self.types, label_columns | {self.time_key})
+            categorical = [c for c in categorical if c not in self.types] + typed(self.types, "categorical")
+            numeric = [c for c in numeric if c not in self.types] + typed(self.types, "numeric")
         if not categorical and not numeric:
             raise DataError("the table has no feature columns besides the labels")
         return FeatureSpec(categorical=categorical, numeric=numeric, labels=labels, group_key=self.group_key,
-                           time_key=self.time_key, min_count=self.min_count, micro_behaviors=micro)
+                           time_key=self.time_key, min_count=self.min_count, micro_behaviors=micro,
+                           types=dict(self.types))
 
 
-def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], list[str]]:
-    """Split the columns of ``frame`` (minus ``exclude``) into categorical and numeric ones."""
+def infer_feature_columns(frame: pd.DataFrame, exclude=(), types: dict[str, str] | None = None
+                          ) -> tuple[list[str], list[str]]:
+    """Split the columns of ``frame`` (minus ``exclude``) into categorical and numeric ones: a column of ``types``
+    (column → ``"categorical"`` / ``"numeric"``) has the type given there; otherwise text, booleans and categories
+    are categorical, date-times are no feature, an integer column is categorical when its name ends in ``id`` (any
+    case: ``user_id``, ``userid``, ``paid`` …) or it has at most ``MAX_INTEGER_LEVELS`` distinct values, and other
+    numbers are numeric."""
+    types = types or {}
+    check_types(frame, types, exclude)
     categorical, numeric = [], []
     for name in frame.columns:
         if name in exclude:
+            continue
+        if name in types:
+            (categorical if types[name] == "categorical" else numeric).append(name)
             continue
         series = frame[name]
         if pd.api.types.is_bool_dtype(series) or not pd.api.types.is_numeric_dtype(series):
@@ -158,6 +179,34 @@ def infer_feature_columns(frame: pd.DataFrame, exclude=()) -> tuple[list[str], l
         else:
             numeric.append(name)
     return categorical, numeric
+
+
+def typed(types: dict[str, str], kind: str) -> list[str]:
+    """The columns ``types`` gives the type ``kind``."""
+    return [name for name, given in types.items() if given == kind]
+
+
+def check_types(frame: pd.DataFrame, types: dict[str, str], exclude=()) -> None:
+    """A :class:`DataError` for a column of ``types`` that ``frame`` lacks, or that is one of ``exclude`` (a label,
+    key or time column, never a feature)."""
+    for name, kind in types.items():
+        if name not in frame.columns:
+            raise DataError(missing_column_message(name, list(frame.columns), f"given the type {kind}", len(frame)))
+        if name in exclude:
+            raise DataError(f"column {name!r} is given the type {kind}, but it is a label, key or time column of the "
+                            f"table of {len(frame)} rows, never a feature")
+
+
+def table_types(types: dict[str, str], frames: dict[str, pd.DataFrame]) -> dict[str, dict[str, str]]:
+    """The share of ``types`` of each table of ``frames`` (name → frame): a column given a type gets it in every
+    table holding a column of that name; one that none holds is a :class:`DataError`."""
+    columns = [str(c) for frame in frames.values() for c in frame.columns]
+    for name, kind in types.items():
+        if not any(name in frame.columns for frame in frames.values()):
+            close = close_column(name, columns)
+            raise DataError(f"column {name!r} (given the type {kind}) is in none of the tables {', '.join(frames)}"
+                            + (f"; did you mean {close!r}?" if close is not None else ""))
+    return {table: {n: k for n, k in types.items() if n in frame.columns} for table, frame in frames.items()}
 
 
 #: A text column whose values are numbers at least this often is a numeric column with a few bad values.
@@ -185,13 +234,13 @@ def missing_column_message(name: str, columns: list[str], what: str, n_rows: int
     (``user_id;item_id;click``), else the present column most likely meant (:func:`close_column`)."""
     header, close = _whole_header(name, columns), None
     if header is not None:
-        column, mark = header
-        hint = (f"; the table's column {column!r} holds it among names separated by {mark!r}: the file is probably "
-                f"delimited by {DELIMITERS[mark]}, not commas; save it comma-separated (or as Parquet)")
+        hint = (f"; a column's name holds it among names separated by {header!r} (the whole header): the file is "
+                f"probably delimited by {DELIMITERS[header]}, not commas; save it comma-separated (or as Parquet)")
     else:
         close = close_column(name, columns)
         hint = f"; did you mean {close!r}?" if close is not None else ""
-    return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}{'' if close else '.'} "
+    stop = "" if close is not None else "."
+    return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}{stop} "
             f"Columns present: {list(columns)[:20]}")
 
 
@@ -201,13 +250,12 @@ DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "pipes"}
 CLOSE_NAME = 0.8
 
 
-def _whole_header(name: str, columns) -> tuple[str, str] | None:
-    """The column whose name is a header of names separated by one of :data:`DELIMITERS`, ``name`` among them,
-    and that delimiter."""
+def _whole_header(name: str, columns) -> str | None:
+    """The delimiter of :data:`DELIMITERS` that separates names in a column's name, ``name`` among them."""
     for column in map(str, columns):
         for mark in DELIMITERS:
             if mark in column and str(name) in (part.strip().strip("\"'") for part in column.split(mark)):
-                return column, mark
+                return mark
     return None
 
 

@@ -10,9 +10,11 @@ import typer
 from promokit.cli_support import (
     AddressOpt,
     BatchSizeOpt,
+    CategoricalOpt,
     EngineOpt,
     EpochsOpt,
     LrOpt,
+    NumericOpt,
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
@@ -24,10 +26,12 @@ from promokit.cli_support import (
     checkpoint_dir,
     finish_training,
     get_console,
+    print_feature_types,
     print_table,
     seeds_option,
     set_threads,
     training_options,
+    types_option,
     user_errors,
     write_metrics_report,
 )
@@ -58,13 +62,14 @@ def _levels(text: Optional[str]):
         raise DataError(f"--levels must be comma-separated numbers, got {text!r}") from None
 
 
-def _tables(customers: Path, merchants: Path, edges: Path, levels=None, require_labels: bool = True, model=None):
+def _tables(customers: Path, merchants: Path, edges: Path, levels=None, require_labels: bool = True, model=None,
+            types: dict[str, str] | None = None):
     from promokit.data import read_table
     from promokit.incentive.contract import check_tables
 
     specs = {} if model is None else {"customer_features": model.customer_spec, "merchant_features": model.merchant_spec}
     return check_tables(read_table(customers), read_table(merchants), read_table(edges), levels=levels,
-                        require_labels=require_labels, **specs)
+                        require_labels=require_labels, types=types, **specs)
 
 
 @app.command()
@@ -90,19 +95,24 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = 0.1,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
           patience: PatienceOpt = None, monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
+          categorical: CategoricalOpt = None, numeric: NumericOpt = None,
           resume: ResumeOpt = False, threads: ThreadsOpt = None):
-    """Fit a response model on an incentive experiment and write it as a model directory."""
+    """Fit a response model on an incentive experiment and write it as a model directory.
+
+    The other columns of customers and merchants are features, their types inferred (printed at the end and kept
+    in config.json): --categorical / --numeric set the type of some."""
     with user_errors():
         set_threads(threads)
         from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed)
-        tables = _tables(customers, merchants, edges, _levels(levels))
+        tables = _tables(customers, merchants, edges, _levels(levels), types=types_option(categorical, numeric))
         estimator = IncentiveModel(model, model_params, config)
         estimator.fit(tables, test_fraction, valid_fraction, checkpoint_dir(out), resume)
         estimator.save(out)
         finish_training(out, estimator.history)
+        print_feature_types({"customers": estimator.customer_spec, "merchants": estimator.merchant_spec}, inferred=True)
         split, counts = estimator.split(tables), tables.counts
         get_console().print(f"graph: {counts['edges']:,} edges; {counts['isolated_customers']:,} customers and "
                             f"{counts['isolated_merchants']:,} merchants without edges; "

@@ -9,7 +9,7 @@ Tables (CSV or Parquet)
 ``level``         the incentive value r^c offered (a coupon), a number in the value list R
 ``redeemed``      label y^c, 0/1; missing (NaN, an empty cell) for a customer without a label — one held out, or
                   outside the experiment — who stays in the graph (its ``level`` may be missing too)
-other columns     customer features (numbers → numeric, anything else → categorical)
+other columns     customer features, typed by :func:`~promokit.data.spec.infer_feature_columns`
 ================  =========================================================================================
 
 ``merchants`` — one row per merchant: ``merchant_id``, ``level`` (the commission r^m offered, in R),
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns
+from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
 
 CUSTOMER, MERCHANT = "customer_id", "merchant_id"
 LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
@@ -81,11 +81,14 @@ class IncentiveTables:
 def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.DataFrame, *,
                  levels: Sequence[float] | None = None, require_labels: bool = True,
                  customer_features: FeatureSpec | None = None,
-                 merchant_features: FeatureSpec | None = None) -> IncentiveTables:
+                 merchant_features: FeatureSpec | None = None,
+                 types: dict[str, str] | None = None) -> IncentiveTables:
     """Validate the three tables and return them in contract form.
 
-    Feature columns are inferred from the remaining columns unless ``customer_features`` /
-    ``merchant_features`` name them (a trained model passes its own, so scoring tables may carry extra columns).
+    Feature columns are inferred from the remaining columns (:func:`~promokit.data.spec.infer_feature_columns`;
+    ``types``, column → ``"categorical"`` / ``"numeric"``, sets the type of those it names in either table) unless
+    ``customer_features`` / ``merchant_features`` name them (a trained model passes its own, so scoring tables may
+    carry extra columns).
     """
     customers = keyed_table(customers, "customers", CUSTOMER)
     merchants = keyed_table(merchants, "merchants", MERCHANT)
@@ -103,10 +106,13 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
                   unlabelled_customers=int(np.isnan(redeemed).sum()) if REDEEMED in customers.columns else 0,
                   isolated_customers=int(len(customers) - edge_table["customer"].nunique()),
                   isolated_merchants=int(len(merchants) - edge_table["merchant"].nunique()))
+    given_types = table_types(types or {}, {"customers": customers, "merchants": merchants})
     return IncentiveTables(
         customers=customers, merchants=merchants, edges=edge_table, levels=grid,
-        customer_spec=_features(customers, "customers", CUSTOMER, CUSTOMER_LABELS + (REDEEMED,), customer_features),
-        merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS, merchant_features),
+        customer_spec=_features(customers, "customers", CUSTOMER, CUSTOMER_LABELS + (REDEEMED,), customer_features,
+                                given_types["customers"]),
+        merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS, merchant_features,
+                                given_types["merchants"]),
         edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
         redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts)
 
@@ -296,11 +302,10 @@ def _weights(edges: pd.DataFrame) -> np.ndarray:
 
 
 def _features(frame: pd.DataFrame, table: str, key: str, contract: tuple[str, ...],
-              given: FeatureSpec | None) -> FeatureSpec:
+              given: FeatureSpec | None, types: dict[str, str]) -> FeatureSpec:
     if given is not None:
         require_columns(frame, given.features, table)
         return FeatureSpec(categorical=list(given.categorical), numeric=list(given.numeric), group_key=None,
                            min_count=given.min_count)
-    categorical, numeric = infer_feature_columns(frame, exclude={key, *contract})
-    return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None)
-
+    categorical, numeric = infer_feature_columns(frame, {key, *contract}, types)
+    return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None, types=types)

@@ -187,7 +187,8 @@ def integer_levels(frame: pd.DataFrame) -> dict:
 def classify_integers(spec: FeatureSpec, parts_levels: list[dict], columns: list) -> FeatureSpec:
     """``spec`` (resolved on one part) with its number columns categorical or numeric as on the parts' concatenation:
     an integer column with at most ``MAX_INTEGER_LEVELS`` distinct values over every part (:func:`integer_levels`)
-    is categorical (ids, ``*id``, always are), else numeric; ``columns`` gives the order of the features."""
+    is categorical (ids, ``*id``, always are), else numeric, unless the spec's ``types`` gives its type; ``columns``
+    gives the order of the features."""
     levels: dict[str, set | None] = {}
     for part in parts_levels:
         for name, values in part.items():
@@ -196,7 +197,7 @@ def classify_integers(spec: FeatureSpec, parts_levels: list[dict], columns: list
             levels[name] = None if values is None else levels.get(name, set()) | set(values)
     categorical = set(spec.categorical)
     for name in [*spec.categorical, *spec.numeric]:
-        if name in levels and not str(name).lower().endswith("id"):
+        if name in levels and name not in spec.types and not str(name).lower().endswith("id"):
             known = levels[name]
             if known is not None and len(known) <= MAX_INTEGER_LEVELS:
                 categorical.add(name)

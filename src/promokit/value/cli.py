@@ -12,8 +12,10 @@ from promokit.cli_support import (
     EngineOpt,
     WorkersOpt,
     BatchSizeOpt,
+    CategoricalOpt,
     EpochsOpt,
     LrOpt,
+    NumericOpt,
     ParamsOpt,
     PatienceOpt,
     ResumeOpt,
@@ -24,8 +26,10 @@ from promokit.cli_support import (
     seeds_option,
     set_threads,
     get_console,
+    print_feature_types,
     print_table,
     training_options,
+    types_option,
     user_errors,
 )
 
@@ -40,10 +44,10 @@ RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversion
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (default, §5.1) | auc.")]
 
 
-def _read(data: Path, require_labels: bool = True, repair: bool = False, model=None):
+def _read(data: Path, require_labels: bool = True, repair: bool = False, model=None, types=None):
     from promokit.value.contract import read_folder
 
-    return read_folder(data, require_labels, repair, None if model is None else model.specs)
+    return read_folder(data, require_labels, repair, None if model is None else model.specs, types)
 
 
 @app.command()
@@ -76,13 +80,17 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
           split: Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")] = "time",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
+          categorical: CategoricalOpt = None, numeric: NumericOpt = None,
           resume: ResumeOpt = False, engine: EngineOpt = "local", address: AddressOpt = None,
           workers: WorkersOpt = None, threads: ThreadsOpt = None):
     """Fit a value model on the earlier deliveries and write it as a model directory.
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
     trains part by part in this process (--engine local) or data-parallel on --workers Ray Train workers (--engine
-    ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would."""
+    ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would.
+
+    The other columns of deliveries, users and funds are features, their types inferred (printed at the end and
+    kept in config.json): --categorical / --numeric set the type of some."""
     with user_errors():
         set_threads(threads)
         from promokit.value.contract import table_paths
@@ -93,6 +101,7 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
                                                 patience=patience, monitor=monitor, seed=seed)
         estimator = ValueModel(model, model_params, config)
         estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction, "how": split, "seed": seed}
+        types = types_option(categorical, numeric)
         console = get_console()
         paths = table_paths(data)
         if in_parts(paths):
@@ -100,12 +109,12 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
             from promokit.value.parts import train_parts
 
             counts = train_parts(estimator, paths, make_engine(engine, address, workers), estimator.split,
-                                 checkpoint_dir(out) / "user-keys", checkpoint_dir(out), resume, repair_labels)
+                                 checkpoint_dir(out) / "user-keys", checkpoint_dir(out), resume, repair_labels, types)
         else:
             if engine != "local" or address or workers:
                 console.print(f"note: {data} holds whole tables, not parts: training in this process (--engine, "
                               "--address and --workers serve a dataset in parts)")
-            tables = _read(data, repair=repair_labels)
+            tables = _read(data, repair=repair_labels, types=types)
             rows = dict(zip(("train", "valid", "test"), delivery_split(tables, **estimator.split)))
             estimator.fit(tables, rows["train"], rows["valid"], checkpoint_dir(out), resume)
             counts = {**{k: len(v) for k, v in rows.items()},
@@ -113,6 +122,8 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
                          k.startswith("repaired")}}
         estimator.save(out)
         finish_training(out, estimator.history)
+        specs = estimator.specs
+        print_feature_types({"deliveries": specs["context"], "users": specs["users"], "funds": specs["funds"]}, True)
         for what, count in counts.items():
             if what not in ("train", "valid", "test"):
                 console.print(f"{what}: {count:,}")

@@ -11,7 +11,7 @@ Tables (CSV or Parquet)
 ``convert``    0/1, only after a click
 ``amount``     the purchase amount PA, ≥ 0; > 0 exactly when ``convert`` = 1
 ``time``       when it was shown: a datetime (or text that parses as one) or a number
-other columns  context features of the delivery (numbers → numeric, anything else → categorical)
+other columns  context features of the delivery, typed by :func:`~promokit.data.spec.infer_feature_columns`
 =============  ==============================================================================================
 
 ``users`` — ``user_id``, optional ``tolerance`` (whole-number risk tolerance t_i, the allocation's eq. 5) and
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns
+from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
 
 USER, FUND, CLICK, CONVERT, AMOUNT, TIME = "user_id", "fund", "click", "convert", "amount", "time"
 TOLERANCE, RISK, ACTION, MERCHANT = "tolerance", "risk", "action", "merchant_id"
@@ -92,11 +92,14 @@ class ValueTables:
 def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFrame,
                  behaviors: pd.DataFrame | None = None, consumption: pd.DataFrame | None = None, *,
                  require_labels: bool = True, repair_labels: bool = False,
-                 specs: dict[str, FeatureSpec] | None = None, part: bool = False) -> ValueTables:
+                 specs: dict[str, FeatureSpec] | None = None, part: bool = False,
+                 types: dict[str, str] | None = None) -> ValueTables:
     """Validate the tables and return them in contract form.
 
-    Feature columns are inferred from the remaining columns unless ``specs`` (``context``, ``users``,
-    ``funds``) name them — a trained model passes its own, so scoring tables may carry extra columns.
+    Feature columns are inferred from the remaining columns (:func:`~promokit.data.spec.infer_feature_columns`;
+    ``types``, column → ``"categorical"`` / ``"numeric"``, sets the type of those it names in any table) unless
+    ``specs`` (``context``, ``users``, ``funds``) name them — a trained model passes its own, so scoring tables may
+    carry extra columns.
     ``part``: the tables are one part of a dataset co-partitioned by user (``promokit.value.parts``): users and
     deliveries may have no rows, and a behaviour or payment whose user is not in ``users`` is an error, not
     dropped (its user is in another part, or nowhere); whether some deliveries convert and some do not is a
@@ -127,7 +130,12 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
             _whole(column, "users" if column is users else "funds", name)
     contract = {"context": DELIVERY_CONTRACT, "users": (USER,), "funds": ()}
     tables = {"context": deliveries, "users": users, "funds": funds}
-    feature_specs = {name: _features(tables[name], name, contract[name], specs.get(name)) for name in tables}
+    named = {"deliveries": deliveries, "users": users, "funds": funds}  # the tables as the user knows them
+    given_types = dict(zip(tables, table_types(types or {}, named).values()))
+    if given_types["funds"].get(FUND) == "numeric":
+        raise DataError(f"funds: the fund key {FUND!r} is always a categorical feature; it cannot be numeric")
+    feature_specs = {name: _features(tables[name], name, contract[name], specs.get(name), given_types[name])
+                     for name in tables}
     if FUND not in feature_specs["funds"].categorical:
         feature_specs["funds"].categorical.insert(0, FUND)
     feature_specs["funds"].numeric = [c for c in feature_specs["funds"].numeric if c != FUND]
@@ -232,13 +240,14 @@ def _whole(frame: pd.DataFrame, table: str, column: str) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def _features(frame: pd.DataFrame, table: str, contract: tuple[str, ...], given: FeatureSpec | None) -> FeatureSpec:
+def _features(frame: pd.DataFrame, table: str, contract: tuple[str, ...], given: FeatureSpec | None,
+              types: dict[str, str]) -> FeatureSpec:
     if given is not None:
         require_columns(frame, given.features, table)
         return FeatureSpec(categorical=list(given.categorical), numeric=list(given.numeric), group_key=None,
                            min_count=given.min_count)
-    categorical, numeric = infer_feature_columns(frame, exclude=set(contract))
-    return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None)
+    categorical, numeric = infer_feature_columns(frame, set(contract), types)
+    return FeatureSpec(categorical=categorical, numeric=numeric, group_key=None, types=types)
 
 
 def _behaviors(frame: pd.DataFrame, users: pd.DataFrame, kind: str, counts: dict, part: bool) -> pd.DataFrame:
@@ -306,12 +315,12 @@ def table_paths(folder) -> dict[str, Path]:
 
 
 def read_folder(folder, require_labels: bool = True, repair_labels: bool = False,
-                specs: dict[str, FeatureSpec] | None = None) -> ValueTables:
+                specs: dict[str, FeatureSpec] | None = None, types: dict[str, str] | None = None) -> ValueTables:
     """The tables of a value dataset folder (:func:`table_paths`), each read whole (a directory of parts as its
-    parts in order), validated by :func:`check_tables`."""
+    parts in order), validated by :func:`check_tables` (``types``: the types it gives inferred features)."""
     from promokit.data.io import read_table
 
     frames = {name: read_table(path) for name, path in table_paths(folder).items()}
     return check_tables(frames["deliveries"], frames["users"], frames["funds"], frames.get("behaviors"),
                         frames.get("consumption"), require_labels=require_labels, repair_labels=repair_labels,
-                        specs=specs)
+                        specs=specs, types=types)

@@ -234,15 +234,16 @@ def _score_part(when, context: pd.DataFrame, layout, model: ValueModel, part: Va
     return score_stats(scores, len(deliveries))
 
 
-def read_part_tables(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False) -> ValueTables:
-    """A part's tables, validated (with the labels when ``labels``; the features of ``specs``, else inferred); an
-    error names the file of the table it is about."""
+def read_part_tables(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False,
+                     types: dict[str, str] | None = None) -> ValueTables:
+    """A part's tables, validated (with the labels when ``labels``; the features of ``specs``, else inferred with
+    the ``types`` given); an error names the file of the table it is about."""
     frames = {name: read_part(path) for name, path in part.files.items()}  # a read error names the file
     funds = read_table(part.funds)
     try:
         tables = check_tables(frames["deliveries"], frames["users"], funds, frames.get("behaviors"),
                               frames.get("consumption"), require_labels=labels, repair_labels=repair, specs=specs,
-                              part=True)
+                              part=True, types=types)
         for table, frame, spec in (("deliveries", tables.deliveries, tables.context_spec),
                                    ("users", tables.users, tables.user_spec)):
             try:
@@ -304,12 +305,14 @@ class DeliveryRows:
 
 
 def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path,
-                checkpoint_dir: Path | None = None, resume: bool = False, repair: bool = False) -> dict:
+                checkpoint_dir: Path | None = None, resume: bool = False, repair: bool = False,
+                types: dict[str, str] | None = None) -> dict:
     """Fit ``estimator`` on the dataset in parts at ``paths`` without holding it whole (module docstring): part by
     part in this process on the local ``engine``, else data-parallel on ``engine.workers`` Ray Train workers, with
     :func:`~promokit.value.estimator.delivery_split`'s ``split`` (its keyword arguments) and the checkpoint in
     ``checkpoint_dir``; ``scratch`` holds the user-key check's hashes. Returns the deliveries per role
-    (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels)."""
+    (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels). ``types``: the
+    types of inferred features (:func:`~promokit.value.contract.check_tables`)."""
     from promokit.scale.train import run_job
 
     if estimator.reads_graph:
@@ -319,12 +322,13 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, split: di
     if not estimator.is_neural:
         raise DataError(f"model {estimator.name!r} boosts its trees on the whole training table in one process, so it "
                         "does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
-    job, counts = _plan(estimator, paths, engine, split, scratch, repair)
+    job, counts = _plan(estimator, paths, engine, split, scratch, repair, types)
     estimator.net, estimator.history = run_job(job, engine, checkpoint_dir, resume)
     return counts
 
 
-def _plan(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path, repair: bool):
+def _plan(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path, repair: bool,
+          types: dict[str, str] | None = None):
     """Scan and count the parts on ``engine``, fit the estimator's encoders from the counts and cut the shards of
     the engine's workers: the :class:`~promokit.scale.train.TrainJob` and the counts :func:`train_parts` returns."""
     from promokit.scale.train import TrainJob, summed_time_counts
@@ -336,7 +340,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, sc
     check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=engine.map)
     scans = engine.map(_scan, parts, label="scanning parts")
     _delivery_kind(paths["deliveries"], parts, scans)
-    specs, funds = _feature_specs(parts, scans, repair)
+    specs, funds = _feature_specs(parts, scans, repair, types)
     sizes = [scan.rows for scan in scans]
     offsets = tuple(int(o) for o in np.cumsum([0, *sizes[:-1]]))
     if split["how"] == "time":
@@ -377,13 +381,15 @@ def _scan(part: ValuePart) -> PartScan:
     return PartScan(len(time), time_counts(time), kind, levels)
 
 
-def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool) -> tuple[dict, pd.DataFrame]:
-    """The feature specs of the dataset — inferred on the first part with deliveries, integer columns classified by
-    their values over every part, as on the parts' concatenation — and the funds table, validated."""
+def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool,
+                   types: dict[str, str] | None) -> tuple[dict, pd.DataFrame]:
+    """The feature specs of the dataset — inferred on the first part with deliveries (the columns of ``types`` of
+    the type given), integer columns classified by their values over every part, as on the parts' concatenation —
+    and the funds table, validated."""
     from promokit.scale.train import classify_integers
 
     first = next(k for k, scan in enumerate(scans) if scan.rows)
-    tables = read_part_tables(parts[first], None, labels=True, repair=repair)
+    tables = read_part_tables(parts[first], None, labels=True, repair=repair, types=types)
     specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
     for name, frame in (("context", tables.deliveries), ("users", tables.users)):
         specs[name] = classify_integers(specs[name], [scan.levels[name] for scan in scans], list(frame.columns))
