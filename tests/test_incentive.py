@@ -229,3 +229,16 @@ def test_unlabelled_customers_pass_messages_but_are_in_no_loss(part_labelled, wo
     change = np.abs(after - before).max(axis=1)
     assert (change[neighbours] > 0).mean() > 0.9 and change[neighbours].max() > 1e-5
     assert len(far) and change[far].max() == 0
+
+
+def test_bench_summary_gives_relaimpr_of_auc_c_against_the_floor():
+    from promokit.incentive.bench import BenchResult, HEADLINE, summary
+
+    rows = [{"model": m, "seed": s, **{k: 0.3 for k in HEADLINE}, "auc_c": a, "monotone_violations": 0.0,
+             "change_point_found": True, "fit_seconds": 1.0}
+            for m, s, a in [("lr", 0, 0.79), ("lr", 1, 0.81), ("gnn-hazard", 0, 0.85), ("gnn-hazard", 1, 0.87),
+                            ("oracle", 0, 0.89), ("oracle", 1, 0.89)]]
+    table = summary(BenchResult(pd.DataFrame(rows), pd.DataFrame()))
+    # ((0.86 − 0.5) / (0.80 − 0.5) − 1) · 100 = 20 %, ((0.89 − 0.5) / 0.3 − 1) · 100 = 30 %
+    assert table["RelaImpr auc_c vs lr"].tolist() == ["+0.00%", "+20.00%", "+30.00%"]
+    assert "RelaImpr auc_c vs lr" not in summary(BenchResult(pd.DataFrame(rows[2:]), pd.DataFrame())).columns

@@ -104,6 +104,8 @@ def test_demo_writes_the_report(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert {r["model"] for r in report["results"]} == {"lr", "gnn-hazard", "sbbm", "oracle"}
     assert (out / "response_curves.png").exists() and "Allocation at the same budget" in (out / "report.md").read_text()
+    assert "RelaImpr auc_c vs lr" in (out / "report.md").read_text() and "RelaImpr" in result.output
+    assert [r["epochs"] for r in report["results"] if r["model"] == "lr"] == [0]  # solved, not trained by epochs
 
 
 def test_customers_with_an_empty_redeemed_cell_train_as_unlabelled_nodes(world, tmp_path):

@@ -20,12 +20,14 @@ from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, n
 from promokit.incentive.evaluate import Evaluation, change_point, evaluate
 from promokit.incentive.simulate import simulate
 from promokit.incentive.synthetic import IncentiveWorld, make_world
-from promokit.metrics.compare import mean_std, paired_change
+from promokit.metrics.compare import mean_std, paired_change, rela_impr
 from promokit.report import Report
 from promokit.training import TrainConfig
 
 MODELS = ["lr", "gnn-hazard", "dnn", "dnn-h", "sbbm", "cox", "dssm-c"]
 ORACLE = "oracle"
+#: RelaImpr (DMBGN eq. 11) of AUC_c is shown against the linear floor.
+FLOOR = "lr"
 HEADLINE = ["auc_c", "mae_c", "mse_c", "mae_m", "mse_m", "curve_mae_c"]
 
 
@@ -61,7 +63,9 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 config = TrainConfig(**{**(train or _default_train()).to_dict(), "seed": seed})
                 model = IncentiveModel(name, (params or {}).get(name), config)
                 model.fit(tables)
-                responses, epochs = model.responses(tables), len(model.history.epochs)
+                # the floor is solved, not trained by epochs: its history holds the L2 strengths it tried
+                epochs = len(model.history.epochs) if model.history.unit == "epoch" else 0
+                responses = model.responses(tables)
                 scores[name] = (responses.customers[split.test_customers], responses.merchants[split.test_merchants])
             row = _score(name, seed, responses, tables, split, w, time.perf_counter() - started, epochs, result)
             metrics.append(row)
@@ -102,13 +106,17 @@ def _score(name: str, seed: int, responses: Responses, tables: IncentiveTables, 
 
 
 def summary(result: BenchResult) -> pd.DataFrame:
-    """Mean ± std over seeds of the headline metrics per model, in the order run."""
+    """Mean ± std over seeds of the headline metrics per model, in the order run, and RelaImpr of the mean AUC_c
+    against the linear floor's (when it ran)."""
     frame = result.metrics
+    floor = frame.loc[frame.model == FLOOR, "auc_c"].mean() if (frame.model == FLOOR).any() else None
     rows = []
     for name, group in frame.groupby("model", sort=False):
         row = {"model": name}
         for metric in [*HEADLINE, "monotone_violations"]:
             row[metric] = mean_std(group[metric].astype(float))
+        if floor is not None:
+            row[f"RelaImpr auc_c vs {FLOOR}"] = f"{rela_impr(float(group['auc_c'].mean()), floor):+.2f}%"
         found = group["change_point_found"].dropna()
         row["change_point"] = f"{int(found.sum())}/{len(found)}" if len(found) else "–"
         row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
@@ -193,8 +201,10 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
                       highlight=False)
 
     result = run(models, seeds, world, config, {name: model_params for name in models}, ratio, on_result=done)
+    table = summary(result)
     print_table("held-out customers and merchants (mean ± std over seeds)",
-                summary(result)[["auc_c", "mae_c", "mae_m", "curve_mae_c", "change_point"]])
+                table[["auc_c", *table.columns[table.columns.str.startswith("RelaImpr")], "mae_c", "mae_m",
+                       "curve_mae_c", "change_point"]])
     sims = simulation_summary(result)
     paced = sims[sims.budget == "paced"].set_index(["population", "model"])
     print_table("allocation at the same (paced) budget, scored by the true curves",

@@ -18,6 +18,7 @@ from promokit.data.split import random_split
 from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
+from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, chosen_strengths, solve_floor
 from promokit.incentive.models.network import IncentiveNet
 from promokit.metrics import auc
 from promokit.training import (
@@ -94,10 +95,12 @@ class IncentiveModel:
             raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
         representation, head = MODELS[model]
         self.name = model
-        check_model_params(model, IncentiveNet, params or {})
+        floor = FLOOR_PARAMS if representation == "linear" else {}
+        check_model_params(model, IncentiveNet, params or {}, own=floor)
+        check_floor_params(params or {})
         # every network setting is written to the model directory, so a later change of a default cannot change
         # what a saved model is
-        self.params = {**net_defaults(), "representation": representation, "head": head, **(params or {})}
+        self.params = {**net_defaults(), **floor, "representation": representation, "head": head, **(params or {})}
         self.train_config = train or DEFAULT_TRAIN
         if self.train_config.monitor not in MONITORS:
             raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
@@ -140,6 +143,11 @@ class IncentiveModel:
         self.net = self._build(inputs).attach(inputs)
         train = labelled_rows(tables, split.train_customers, split.train_merchants)
         valid = labelled_rows(tables, split.valid_customers, split.valid_merchants) if valid_fraction else None
+        if self.params["representation"] == "linear":
+            self.history = solve_floor(self.net, train, valid, cfg.monitor,
+                                       **{k: self.params[k] for k in FLOOR_PARAMS})
+            self.params.update(chosen_strengths(self.history))
+            return self
         metrics = validation_metrics() if valid else None
         self.history = Trainer(cfg if valid else replace(cfg, monitor="loss"), checkpoint_dir).fit(
             self.net, train, valid, resume, metrics=metrics, on_epoch=on_epoch)
@@ -159,7 +167,7 @@ class IncentiveModel:
         c, m = inputs.customers, inputs.merchants
         return IncentiveNet(self.encoders.customers.cardinalities, c.num.shape[1], c.structure.shape[1],
                             self.encoders.merchants.cardinalities, m.num.shape[1], m.structure.shape[1],
-                            self.levels.tolist(), **self.params)
+                            self.levels.tolist(), **network_params(self.params))
 
     # ---- predict ----------------------------------------------------------------------------------------
     def responses(self, tables: IncentiveTables) -> Responses:
@@ -217,7 +225,7 @@ class IncentiveModel:
         model.net = IncentiveNet(model.encoders.customers.cardinalities, model.encoders.customers.numeric_width,
                                  widths["c"], model.encoders.merchants.cardinalities,
                                  model.encoders.merchants.numeric_width, widths["m"], config["levels"],
-                                 **model.params)
+                                 **network_params(model.params))
         load_weights(model.net, path)
         model.net.eval()
         return model
@@ -228,6 +236,11 @@ def net_defaults() -> dict:
     signature = inspect.signature(IncentiveNet.__init__).parameters
     return {name: list(p.default) if isinstance(p.default, tuple) else p.default
             for name, p in signature.items() if p.default is not inspect.Parameter.empty}
+
+
+def network_params(params: dict) -> dict:
+    """The model's parameters without the linear floor's own (its L2 strengths, not network settings)."""
+    return {k: v for k, v in params.items() if k not in FLOOR_PARAMS}
 
 
 def labelled_rows(tables: IncentiveTables, customers: np.ndarray, merchants: np.ndarray) -> dict[str, torch.Tensor]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -12,6 +13,7 @@ from promokit.incentive.models._curve import response_nll
 from promokit.incentive.models.cox import CoxResponse
 from promokit.incentive.models.dssm import DSSMCostResponse
 from promokit.incentive.models.hazard import HazardResponse
+from promokit.incentive.models.linear import OneHotFeatures
 from promokit.incentive.models.merchant import MerchantResponse
 from promokit.incentive.models.sbbm import SemiBlackBoxResponse
 from promokit.nn import MLP, FeatureEmbedding
@@ -41,8 +43,9 @@ class IncentiveNet(nn.Module):
       neighbour-sampled subgraphs in training and full neighbourhoods (layer by layer) in evaluation;
     - ``dnn``: the node's own features only (the paper's DNN);
     - ``dnn-h``: own features, interaction structure and the mean of the neighbours' features (DNN-H);
-    - ``linear``: DNN-H's inputs fed to the heads without a tower: per-piece log-linear hazards, the linear
-      floor every deep model has to beat.
+    - ``linear``: DNN-H's inputs, categories one-hot instead of embedded, fed to the heads without a tower:
+      per-piece log-linear hazards, the linear floor every deep model has to beat (solved by
+      :func:`~promokit.incentive.models.linear.solve_floor`, not trained by gradient steps).
 
     Each node type then has a tower (``hidden``, ReLU) feeding its head: the customer head is one of
     :data:`CUSTOMER_HEADS`, the merchant head :class:`MerchantResponse`.
@@ -69,8 +72,9 @@ class IncentiveNet(nn.Module):
             raise ValueError(f"fanouts {list(fanouts)} need one entry per GNN layer (depth {depth})")
         self.representation, self.fanouts, self.merchant_weight = representation, list(fanouts), merchant_weight
         self.n_levels = len(levels)
-        self.customer_features = FeatureEmbedding(customer_cardinalities, customer_numeric, emb_dim)
-        self.merchant_features = FeatureEmbedding(merchant_cardinalities, merchant_numeric, emb_dim)
+        features = OneHotFeatures if representation == "linear" else partial(FeatureEmbedding, dim=emb_dim)
+        self.customer_features = features(customer_cardinalities, customer_numeric)
+        self.merchant_features = features(merchant_cardinalities, merchant_numeric)
         c_dim = self.customer_features.output_dim + self._extra(customer_structure, merchant_numeric, merchant_structure)
         m_dim = self.merchant_features.output_dim + self._extra(merchant_structure, customer_numeric, customer_structure)
         if representation == "gnn":

@@ -1,0 +1,204 @@
+"""The linear floor ``lr``: one-hot inputs read by the hazard and merchant heads without a tower, solved to the
+optimum of its L2-penalised likelihood by L-BFGS instead of trained by Adam to an epoch limit."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from scipy.optimize import minimize
+from scipy.special import expit
+from torch import Tensor, nn
+
+from promokit.data.errors import DataError
+from promokit.incentive.models._curve import MAX_LOG_HAZARD
+from promokit.metrics import auc
+from promokit.training import History
+from promokit.training.logistic import DEFAULT_L2, L2_GRID, design_matrix
+
+#: The floor's own parameters: the L2 strengths of its customer and merchant heads (``None``: chosen on validation).
+FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
+
+
+def check_floor_params(params: dict) -> None:
+    """The floor's strengths: ``None`` (chosen on validation) or a number ≥ 0, else a one-line error."""
+    for name in FLOOR_PARAMS:
+        value = params.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0):
+            raise DataError(f"{name} must be a number ≥ 0 (or null: chosen on the validation nodes), got {value!r}")
+
+
+class OneHotFeatures(nn.Module):
+    """A node's categorical fields one-hot (a column per category of every field, the OOV slot included) beside its
+    numeric block: the inputs of the linear floor, called as :class:`~promokit.nn.FeatureEmbedding` is."""
+
+    def __init__(self, cardinalities: Sequence[int], n_numeric: int):
+        super().__init__()
+        self.cardinalities = list(cardinalities)
+        offsets = torch.tensor([0, *self.cardinalities[:-1]], dtype=torch.long).cumsum(0)
+        self.register_buffer("offsets", offsets, persistent=False)
+        self.output_dim = sum(self.cardinalities) + n_numeric
+
+    def forward(self, x: dict[str, Tensor]) -> Tensor:
+        cat, num = x["cat"], x["num"]
+        hot = torch.zeros(len(cat), sum(self.cardinalities)).scatter_(1, cat + self.offsets, 1.0)
+        return torch.cat([hot, num], dim=1)
+
+
+def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, monitor: str,
+                l2_customers: float | None = None, l2_merchants: float | None = None) -> History:
+    r"""Set the heads of a ``linear`` :class:`~promokit.incentive.models.network.IncentiveNet` (inputs attached) to
+    the minimisers of its two separable objectives over the rows of ``train`` (``labelled_rows``' layout):
+
+    - customers: the mean censored negative log-likelihood of eq. 9 under log-linear piecewise hazards
+      λ_j = exp(w_j·x + b_j) (exponents capped at ``MAX_LOG_HAZARD`` as in the network) + (l2 / 2)·Σ_j ‖w_j‖²;
+    - merchants: the mean squared error of f_m = softplus(w_g·x + c_g)·r_k / r_K + softplus(w_i·x + c_i) against
+      the normalised shares + (l2 / 2)·(‖w_g‖² + ‖w_i‖²);
+
+    intercepts unpenalised, each by scipy's L-BFGS-B with the exact gradient. A strength not given is chosen on
+    ``valid`` as :func:`~promokit.training.fit_logistic` chooses it (:func:`_l2_path`): the customers' on AUC_c
+    with ``monitor="auc_c"``, else on their log-likelihood; the merchants' on their squared error. The merchant
+    objective is not convex (softplus of a linear map): L-BFGS finds a stationary point. Returns the paths as a
+    :class:`History` (one record per strength, the kept ones ``chosen``)."""
+    values = net.customer_head.values
+    width, scaled = values.width.double().numpy(), values.scaled.double().numpy()
+    score = customer_auc if monitor == "auc_c" else customer_loglik
+    records = []
+    for side, objective, metric, extra, fixed, head in (
+            ("customers", customer_objective, score, width, l2_customers, net.customer_head),
+            ("merchants", merchant_objective, merchant_mse, scaled, l2_merchants, net.merchant_head)):
+        rows = _rows(net, train, side)
+        if rows is None:
+            continue
+        held = _rows(net, valid, side) if valid is not None else None
+        theta, path = _l2_path(objective, metric, rows, held, extra, fixed, side)
+        _assign(side, head, theta, rows[0].shape[1], len(extra))
+        records += path
+    net.eval()
+    return History(epochs=records, best_epoch=-1, monitor=monitor, unit="l2 strength")
+
+
+def _l2_path(objective, metric, rows, held, extra, fixed: float | None, side: str, grid=L2_GRID, patience: int = 2):
+    """The solution kept and the path: ``fixed`` alone, else :data:`L2_GRID` from the strongest down (each solution
+    warm-starting the next) until ``patience`` strengths bring no better validation ``metric`` (the largest AUC or
+    log-likelihood, the smallest squared error); :data:`DEFAULT_L2` without validation rows."""
+    strengths = [fixed] if fixed is not None else list(grid) if held is not None else [DEFAULT_L2]
+    sign = -1.0 if metric is merchant_mse else 1.0
+    theta = np.zeros(_size(side, rows[0].shape[1], len(extra)))
+    path, best, bad = [], None, 0
+    for strength in strengths:
+        theta = minimize(objective, theta, args=(*rows, extra, strength), jac=True, method="L-BFGS-B",
+                         options={"maxiter": 5000, "ftol": 1e-13, "gtol": 1e-8}).x
+        value = metric(theta, *held, extra) if held is not None else np.nan
+        path.append({"part": side, "l2": strength, f"valid_{metric.__name__}": float(value), "chosen": False})
+        if best is None or sign * value > sign * best[1]:
+            best, bad = (theta, value, len(path) - 1), 0
+        else:
+            bad += 1
+            if bad >= patience:
+                break
+    path[best[2]]["chosen"] = True
+    return best[0], path
+
+
+def chosen_strengths(history: History) -> dict[str, float]:
+    """``l2_customers`` / ``l2_merchants`` as :func:`solve_floor` chose them (for the model's parameters)."""
+    return {f"l2_{r['part']}": r["l2"] for r in history.epochs if r["chosen"]}
+
+
+def _rows(net, rows: dict[str, Tensor], side: str) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray] | None:
+    """The design matrix (the one-hot categories, then the numeric block the network reads after them: own
+    numbers, structure, neighbours' history), offered level index and label of the ``side`` rows of ``rows``;
+    None without any."""
+    mine = rows["customer"] == (side == "customers")
+    if not mine.any():
+        return None
+    nodes, features = ((net.inputs.customers, net.customer_features) if side == "customers" else
+                       (net.inputs.merchants, net.merchant_features))
+    index = rows["node"][mine]
+    numeric = torch.cat([nodes.num[index], nodes.structure[index], nodes.history[index]], dim=1)
+    x = design_matrix(nodes.cat[index], numeric, features.cardinalities)
+    return x, rows["level"][mine].numpy(), rows["label"][mine].double().numpy()
+
+
+def _size(side: str, p: int, k: int) -> int:
+    return k * (p + 1) if side == "customers" else 2 * (p + 1)
+
+
+def _hazards(theta: np.ndarray, x: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Piece weights ``(K, p)``, and each row's log-hazards ``z`` ``(n, K)`` uncapped."""
+    p = x.shape[1]
+    weight, bias = theta[:k * p].reshape(k, p), theta[k * p:]
+    return weight, bias, x @ weight.T + bias
+
+
+def customer_objective(theta, x, level, y, width, l2) -> tuple[float, np.ndarray]:
+    """Mean NLL of eq. 9 + (l2 / 2)·‖W‖² and its gradient in θ = (W row by row, b)."""
+    k = len(width)
+    weight, _, z = _hazards(theta, x, k)
+    hazard = np.exp(np.minimum(z, MAX_LOG_HAZARD))
+    reached = (np.arange(k) <= level[:, None]) * width  # δ_j on the pieces up to the offered value, else 0
+    cumulative = (hazard * reached).sum(1)
+    redeemed = y > 0.5
+    nll = np.where(redeemed, -np.log(-np.expm1(-np.maximum(cumulative, 1e-12))), cumulative)
+    slope = np.where(redeemed, -1.0 / np.expm1(np.maximum(cumulative, 1e-12)), 1.0) / len(y)
+    g = slope[:, None] * hazard * reached * (z < MAX_LOG_HAZARD)
+    grad = np.concatenate([(x.T @ g).T.ravel() + l2 * weight.ravel(), g.sum(0)])
+    return float(nll.mean() + 0.5 * l2 * (weight ** 2).sum()), grad
+
+
+def _customer_response(theta, x, width) -> np.ndarray:
+    """f_c at every value ``(n, K)``."""
+    _, _, z = _hazards(theta, x, len(width))
+    return -np.expm1(-np.cumsum(np.exp(np.minimum(z, MAX_LOG_HAZARD)) * width, axis=1))
+
+
+def customer_auc(theta, x, level, y, width) -> float:
+    """AUC_c of f_c at the offered value."""
+    return auc(y, _customer_response(theta, x, width)[np.arange(len(y)), level])
+
+
+def customer_loglik(theta, x, level, y, width) -> float:
+    """The customers' mean log-likelihood of eq. 9."""
+    return -customer_objective(theta, x, level, y, width, 0.0)[0]
+
+
+def _merchant_maps(theta, x):
+    p = x.shape[1]
+    w_g, c_g, w_i, c_i = theta[:p], theta[p], theta[p + 1:2 * p + 1], theta[2 * p + 1]
+    return w_g, w_i, x @ w_g + c_g, x @ w_i + c_i
+
+
+def merchant_objective(theta, x, level, target, scaled, l2) -> tuple[float, np.ndarray]:
+    """Mean squared error of f_m at the offered commission + (l2 / 2)·(‖w_g‖² + ‖w_i‖²), and its gradient in
+    θ = (w_g, c_g, w_i, c_i)."""
+    w_g, w_i, a, c = _merchant_maps(theta, x)
+    r = scaled[level]
+    error = np.logaddexp(0.0, a) * r + np.logaddexp(0.0, c) - target
+    d_a, d_c = 2 * error * expit(a) * r / len(target), 2 * error * expit(c) / len(target)
+    grad = np.concatenate([x.T @ d_a + l2 * w_g, [d_a.sum()], x.T @ d_c + l2 * w_i, [d_c.sum()]])
+    return float((error ** 2).mean() + 0.5 * l2 * (w_g @ w_g + w_i @ w_i)), grad
+
+
+def merchant_mse(theta, x, level, target, scaled) -> float:
+    """The merchants' mean squared error at the offered commission."""
+    return merchant_objective(theta, x, level, target, scaled, 0.0)[0]
+
+
+def _assign(side: str, head: nn.Module, theta: np.ndarray, p: int, k: int) -> None:
+    """Copy a solution into the head's weights (float32, the network's precision)."""
+    def put(param, values):
+        param.copy_(torch.as_tensor(np.asarray(values).reshape(param.shape), dtype=param.dtype))
+
+    with torch.no_grad():
+        if side == "customers":
+            put(head.weight, theta[:k * p])
+            put(head.bias, theta[k * p:])
+        else:
+            curve = head.curve
+            put(curve.gradient.weight, theta[:p])
+            put(curve.gradient.bias, theta[p])
+            put(curve.intercept.weight, theta[p + 1:2 * p + 1])
+            put(curve.intercept.bias, theta[2 * p + 1])

@@ -1,0 +1,107 @@
+"""The incentive linear floor ``lr``: log-linear hazards on one-hot inputs, solved to its optimum by L-BFGS."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.sparse import csr_matrix
+
+from promokit.data import DataError
+from promokit.incentive.contract import check_tables
+from promokit.incentive.estimator import IncentiveModel, labelled_rows
+from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective
+from promokit.incentive.synthetic import make_world
+
+
+def _theta_customers(net) -> np.ndarray:
+    head = net.customer_head
+    return np.concatenate([head.weight.detach().double().numpy().ravel(), head.bias.detach().double().numpy()])
+
+
+def _theta_merchants(net) -> np.ndarray:
+    curve = net.merchant_head.curve
+    return np.concatenate([p.detach().double().numpy().ravel() for p in
+                           (curve.gradient.weight, curve.gradient.bias, curve.intercept.weight, curve.intercept.bias)])
+
+
+@pytest.fixture(scope="module")
+def solved():
+    world = make_world(1200, 120, seed=5)
+    tables = check_tables(world.customers, world.merchants, world.edges)
+    return tables, IncentiveModel("lr").fit(tables)
+
+
+@pytest.mark.parametrize("objective, k", [(customer_objective, 4), (merchant_objective, 4)])
+def test_the_gradients_are_the_objectives_derivatives(objective, k):
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.eye(3)[rng.integers(0, 3, 60)], rng.normal(size=(60, 2))])
+    level, y = rng.integers(0, k, 60), rng.integers(0, 2, 60).astype(float)
+    extra = np.array([0.25, 0.25, 0.25, 0.25]) if objective is customer_objective else np.linspace(0.25, 1, k)
+    size = k * 6 if objective is customer_objective else 12
+    theta = rng.normal(scale=0.5, size=size)
+    args = (csr_matrix(x), level, y if objective is customer_objective else rng.gamma(2.0, size=60), extra, 0.01)
+    _, grad = objective(theta, *args)
+    step = 1e-6
+    numeric = [(objective(theta + step * e, *args)[0] - objective(theta - step * e, *args)[0]) / (2 * step)
+               for e in np.eye(size)]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-8)
+
+
+def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
+    tables, model = solved
+    split = model.split(tables)
+    train = labelled_rows(tables, split.train_customers, split.train_merchants)
+    net, levels = model.net, model.net.customer_head.values
+    chosen = {r["part"]: r["l2"] for r in model.history.epochs if r["chosen"]}
+    assert model.params["l2_customers"] == chosen["customers"] and model.params["l2_merchants"] == chosen["merchants"]
+    for side, objective, theta, extra in (
+            ("customers", customer_objective, _theta_customers(net), levels.width.double().numpy()),
+            ("merchants", merchant_objective, _theta_merchants(net), levels.scaled.double().numpy())):
+        value, grad = objective(theta, *_rows(net, train, side), extra, chosen[side])
+        assert np.abs(grad).max() < 1e-5, side  # the weights are float32: the solver's 1e-8 is rounded
+        assert np.isfinite(value)
+
+
+def test_the_strength_is_chosen_on_the_validation_customers(solved):
+    _, model = solved
+    path = [r for r in model.history.epochs if r["part"] == "customers"]
+    assert [r["l2"] for r in path] == sorted((r["l2"] for r in path), reverse=True)
+    best = max(path, key=lambda r: r["valid_customer_loglik"])
+    assert best["chosen"] and sum(r["chosen"] for r in path) == 1
+    assert model.history.unit == "l2 strength" and "chosen: part customers" in model.history.summary()
+
+
+def test_a_saturated_floor_reproduces_the_redemption_rate_of_every_group_and_value(tmp_path):
+    """Two segments × two values, nothing else varying: with (almost) no penalty the optimum's f_c is each cell's
+    observed redemption rate (its hazards are free per segment and piece, and the rates rise with the value)."""
+    rates = {("a", 10.0): 0.2, ("a", 20.0): 0.5, ("b", 10.0): 0.1, ("b", 20.0): 0.35}
+    rows = []
+    for (segment, level), rate in rates.items():
+        redeemed = np.zeros(40)
+        redeemed[:round(40 * rate)] = 1
+        rows += [{"segment": segment, "level": level, "redeemed": r} for r in redeemed]
+    customers = pd.DataFrame(rows).assign(customer_id=lambda f: np.arange(len(f)))
+    merchants = pd.DataFrame({"merchant_id": [0, 1, 2, 3], "level": [10.0, 20.0, 10.0, 20.0], "shares": [1, 3, 2, 4],
+                              "prior_shares": [2.0, 2.0, 2.0, 2.0]})
+    edges = pd.DataFrame({"customer_id": customers.customer_id, "merchant_id": 0})
+    tables = check_tables(customers, merchants, edges)
+    model = IncentiveModel("lr", {"l2_customers": 1e-9, "l2_merchants": 1e-9}).fit(tables, test_fraction=0,
+                                                                                    valid_fraction=0)
+    f_c = model.responses(tables).customers
+    for (segment, level), rate in rates.items():
+        row = customers.index[(customers.segment == segment) & (customers.level == level)][0]
+        np.testing.assert_allclose(f_c[row, tables.levels.tolist().index(level)], rate, atol=2e-4)
+    model.save(tmp_path / "lr")
+    np.testing.assert_allclose(IncentiveModel.load(tmp_path / "lr").responses(tables).customers, f_c, atol=1e-6)
+
+
+def test_a_fixed_strength_is_solved_alone_and_a_bad_one_is_refused(solved):
+    tables, _ = solved
+    model = IncentiveModel("lr", {"l2_customers": 1e-3}).fit(tables)
+    assert [r["l2"] for r in model.history.epochs if r["part"] == "customers"] == [1e-3]
+    assert isinstance(model.net.customer_tower, torch.nn.Identity)
+    with pytest.raises(DataError, match="model 'gnn-hazard' has no parameter 'l2_customers'"):
+        IncentiveModel("gnn-hazard", {"l2_customers": 1e-3})
+    for bad in (-1e-3, "strong", float("nan"), True):
+        with pytest.raises(DataError, match="l2_merchants must be a number ≥ 0"):
+            IncentiveModel("lr", {"l2_merchants": bad})
