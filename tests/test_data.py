@@ -114,6 +114,14 @@ def test_types_override_the_inferred_type_and_are_kept(impressions):
     assert (listed.categorical, listed.numeric) == (["user_id", "hour", "brand"], ["price"])
 
 
+def test_a_mostly_numeric_text_column_given_categorical_is_no_error(impressions):
+    table = impressions.assign(code=impressions["item_id"].astype(str).where(impressions.index != 7, "n/a"))
+    labels = ("click", "purchase"), ("daction",)
+    with pytest.raises(DataError, match=r"clean them, or make it categorical \(--categorical code, or the spec's"):
+        FeatureSpec().resolve(table, *labels)
+    assert "code" in FeatureSpec(types={"code": "categorical"}).resolve(table, *labels).categorical
+
+
 @pytest.mark.parametrize("types, message", [
     ({"brnd": "categorical"}, r"column 'brnd' \(given the type categorical\) is missing .* did you mean 'brand'"),
     ({"click": "numeric"}, "column 'click' is given the type numeric, but it is a label, key or time column"),

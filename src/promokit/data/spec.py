@@ -216,7 +216,7 @@ MOSTLY_NUMERIC = 0.95
 def _check_mostly_numeric(frame: pd.DataFrame, name) -> None:
     """Refuse to infer a numeric column spoiled by a few non-numbers (``"abc"``, ``"n/a"``) as categorical: it
     would silently become thousands of categories. A column of ids or codes that are mostly numbers can still be
-    listed as categorical in the spec."""
+    given the type categorical (``types``, ``--categorical``)."""
     values = frame[name].dropna()
     if values.empty or pd.api.types.is_bool_dtype(values):
         return
@@ -226,7 +226,7 @@ def _check_mostly_numeric(frame: pd.DataFrame, name) -> None:
         bad = frame[name].notna() & pd.to_numeric(frame[name], errors="coerce").isna()
         raise DataError(f"column {name!r} holds numbers in {share:.2%} of its {len(frame)} rows but "
                         f"{int(bad.sum())} values are not numbers, e.g. {example_row(frame, bad.to_numpy(), [name])}; "
-                        "clean them, or list the column as categorical in the spec")
+                        f"clean them, or make it categorical (--categorical {name}, or the spec's types)")
 
 
 def missing_column_message(name: str, columns: list[str], what: str, n_rows: int) -> str:
