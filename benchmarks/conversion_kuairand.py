@@ -78,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated models every other model is compared with in the paired bootstrap")
     p.add_argument("--bootstrap", type=int, default=1000,
                    help="paired bootstrap resamples of the scored day, each model − each --against model (0: skip)")
+    p.add_argument("--wide", default=None,
+                   help="comma-separated wide settings (none, joint, offset): a row per neural model and setting, "
+                        "labelled '<model> <setting>' (default: each model's own default)")
     p.add_argument("--out", type=Path, default=None, help="folder for report.md / report.json / results.csv")
     return p.parse_args(argv)
 
@@ -172,6 +175,11 @@ def main(argv=None) -> int:
     histories: list[dict] = []
     predictions: dict[str, list[pd.DataFrame]] = {}  # row label → its predictions on the scored part, per seed
     variants = [(m, m, None) for m in models] + [(f"{m} tuned", m, p) for m, p in tuned.items()]
+    if args.wide:
+        settings = [w.strip() for w in args.wide.split(",") if w.strip()]
+        variants = [v for label, name, p in variants
+                    for v in ([(label, name, p)] if name in bench.SHALLOW else
+                              [(f"{label} {w}", name, {**(p or {}), "wide": w}) for w in settings])]
 
     def record(label: str):
         def on_fitted(model: ConversionModel) -> None:

@@ -163,11 +163,19 @@ def test_every_baseline_trains_and_scores(world, name):
     assert model.score_matrix(tables, contexts=2).shape == (300, len(tables.funds))
 
 
-def test_pair_scoring_equals_scoring_each_delivery(tables, fitted):
-    """score_matrix computes each user's part once; it must equal scoring every user × fund × context as rows."""
+@pytest.fixture(scope="module")
+def fitted_wide(tables):
+    train, valid, test = delivery_split(tables)
+    return ValueModel("esdpm", {**SMALL, "wide": "joint"}, QUICK).fit(tables, train, valid), test
+
+
+@pytest.mark.parametrize("which", ["fitted", "fitted_wide"])
+def test_pair_scoring_equals_scoring_each_delivery(request, tables, which):
+    """score_matrix computes each user's part once; it must equal scoring every user × fund × context as rows (with
+    a wide part too, whose user, fund and context fields are laid out per pair)."""
     import torch
 
-    model, _ = fitted
+    model, _ = request.getfixturevalue(which)
     users = np.arange(7)
     at = tables.time.max() + 1
     fast = model.score_matrix(tables, at=at, users=users, contexts=3, seed=4)
@@ -219,3 +227,21 @@ def test_one_table_set_is_encoded_once_for_predict_and_scores(world, fitted, mon
     model.predict(tables, test[:50])
     model.score_matrix(tables, users=np.arange(5), contexts=1)
     assert len(calls) == 1
+
+
+def test_without_behaviours_the_network_has_no_sequence_encoder(tmp_path):
+    small = make_world(300, seed=5)
+    tables = check_tables(small.deliveries, small.users, small.funds)
+    model = ValueModel("esdpm-ncg", SMALL, TrainConfig(epochs=1, batch_size=256, progress=False)).fit(tables)
+    assert model.encoders.max_len == 0 and model.encoders.sequences(tables, np.arange(3)).shape == (3, 0, 2)
+    assert not any(".behaviour." in name for name, _ in model.net.named_parameters())
+    full = ValueModel("esdpm-ncg", SMALL, TrainConfig(epochs=1, batch_size=256, progress=False))
+    full.fit(check_tables(small.deliveries, small.users, small.funds, small.behaviors))
+    assert full.encoders.max_len == SMALL["max_len"]
+    assert model.net.encoders[0].output_dim == full.net.encoders[0].output_dim - 128  # e_b, 128 wide (§5.1)
+    model.save(tmp_path / "m")
+    loaded = ValueModel.load(tmp_path / "m")
+    # the behaviours of a scoring table change nothing: the model never learnt to read them
+    scored = check_tables(small.deliveries, small.users, small.funds, small.behaviors)
+    pd.testing.assert_frame_equal(model.predict(tables), loaded.predict(scored))
+    assert np.array_equal(model.score_matrix(tables), loaded.score_matrix(scored))

@@ -58,6 +58,10 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="Torch thre
                                                    "cores free now: the cores it may run on minus the 1-minute load "
                                                    "average, at least 1).")]
 
+WideOpt = Annotated[Optional[str], typer.Option("--wide", help="The linear floor's term in every logit of a neural "
+                                                "model: none | joint (trained with it) | offset (the solved lr, "
+                                                "fixed; the network learns the correction). Default: the model's.")]
+
 
 @contextmanager
 def user_errors():
@@ -183,16 +187,23 @@ def tuned_params(folder: Path | None, names: list[str]) -> dict[str, dict]:
     return found
 
 
-def training_options(base, params: str | None, min_count: int | None = None, **flags):
+def training_options(base, params: str | None, min_count: int | None = None, wide: str | None = None, **flags):
     """The ``TrainConfig`` and model parameters of a command: ``base``, then the training fields among
     ``--params`` (``lr``, ``embedding_decay`` …, as ``tune`` writes them), then the flags given (not None).
-    ``--min-count`` joins the model parameters (the estimators pass it to the vocabulary)."""
+    ``--min-count`` joins the model parameters (the estimators pass it to the vocabulary), as ``--wide`` does."""
     from dataclasses import replace
 
     config, model_params = base.merged(params_option("--params", params))
     config = replace(config, **{k: v for k, v in flags.items() if v is not None})
     if min_count is not None:
         model_params["min_count"] = min_count
+    if wide is not None:
+        from promokit.data.errors import DataError
+        from promokit.nn.wide import WIDE_MODES
+
+        if wide not in WIDE_MODES:
+            raise DataError(f"--wide must be one of {', '.join(WIDE_MODES)}, got {wide!r}")
+        model_params["wide"] = wide
     return config, model_params
 
 

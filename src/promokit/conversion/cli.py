@@ -25,6 +25,7 @@ from promokit.cli_support import (
     StorageOpt,
     TABLE_HELP,
     ThreadsOpt,
+    WideOpt,
     TimeoutOpt,
     TrialsOpt,
     TunedOpt,
@@ -136,7 +137,7 @@ def train(data: TrainDataOpt,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = False,
-          resume: ResumeOpt = False, micro_behaviors: MicroOpt = None,
+          resume: ResumeOpt = False, micro_behaviors: MicroOpt = None, wide: WideOpt = None,
           categorical: CategoricalOpt = None, numeric: NumericOpt = None,
           engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
           threads: ThreadsOpt = None):
@@ -157,7 +158,7 @@ def train(data: TrainDataOpt,
 
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
-                                         weight_decay=weight_decay, seed=seed)
+                                         weight_decay=weight_decay, seed=seed, wide=wide)
         given = _spec(spec, micro_behaviors, categorical, numeric)
         estimator = ConversionModel(model, model_params, config, given, repair_labels)
         console = get_console()
@@ -321,7 +322,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
           params: Annotated[Optional[str], typer.Option(help='Parameters for every neural model (JSON or a JSON file); they override the defaults, e.g. \'{"dropout": 0.2}\'.')] = None,
-          tuned: TunedOpt = None, repair_labels: bool = False,
+          tuned: TunedOpt = None, repair_labels: bool = False, wide: WideOpt = None,
           micro_behaviors: Annotated[Optional[str], typer.Option(
               "--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns of --data (labels, never "
               "features; replaces the spec's micro_behaviors). On the synthetic world: a count N (its first N of "
@@ -334,12 +335,14 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
         set_threads(threads)
         from promokit.conversion import bench as runner
         from promokit.conversion.demo import world_split
+        from promokit.conversion.models import MODELS
         from promokit.conversion.synthetic import make_world
         from promokit.data import read_table
+        from promokit.training.params import without_foreign_wide
 
         names = bench_models(models)
         config, net = _training(params, None, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience,
-                                monitor=monitor, embedding_decay=embedding_decay)
+                                monitor=monitor, embedding_decay=embedding_decay, wide=wide)
         oracle = truth = None
         if data is None:
             nodes, n_micro = _synthetic_micro(micro_behaviors) if micro_behaviors is not None else ([], 0)
@@ -360,7 +363,8 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
                           f"CTCVR AUC {row['ctcvr_auc']:.4f}  ({row['fit_seconds']:.0f} s)")
 
         found = tuned_params(tuned, names)
-        per_model = {n: {**({} if n in runner.SHALLOW else net), **found.get(n, {})} for n in names}
+        per_model = {n: {**({} if n in runner.SHALLOW else without_foreign_wide(MODELS[n][0], net)),
+                         **found.get(n, {})} for n in names}
         results = runner.run(parts, names, seeds_option(seeds), feature_spec, per_model, config,
                              repair_labels=repair_labels, on_result=done, truth=truth)
         summary = runner.summarise(results, base if base in names else None, (*runner.HEADLINE, *runner.TRUTH_AUCS))

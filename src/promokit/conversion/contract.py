@@ -11,6 +11,17 @@ from promokit.data.errors import DataError, example_row
 
 REQUIRED_LABELS = ("click", "purchase")
 OPTIONAL_LABELS = ("daction",)
+#: The logits of the path impression → click → (DAction) → purchase that a model may define, each with the label
+#: that supervises it and the rows it is observed on: what a wide part's floor is solved on (``promokit.nn.WidePart``).
+#: y2–y4 are ESM²'s (eqs. 1–4).
+LOGIT_TARGETS = {"ctr": ("click", {}), "cvr": ("purchase", {"click": 1}), "ctcvr": ("purchase", {}),
+                 "y2": ("daction", {"click": 1}), "y3": ("purchase", {"click": 1, "daction": 1}),
+                 "y4": ("purchase", {"click": 1, "daction": 0})}
+
+
+def wide_targets(*logits: str) -> dict[str, tuple[str, dict[str, int]]]:
+    """:data:`LOGIT_TARGETS` of the named logits."""
+    return {name: LOGIT_TARGETS[name] for name in logits}
 
 
 @dataclass

@@ -6,5 +6,6 @@ from promokit.nn.inputs import FeatureEmbedding
 from promokit.nn.linear import LinearLogit
 from promokit.nn.losses import binary_log_loss
 from promokit.nn.mlp import MLP
+from promokit.nn.wide import WIDE_L2, WIDE_MODES, WidePart
 
-__all__ = ["MLP", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "LinearLogit", "binary_log_loss", "drop_to_oov"]
+__all__ = ["MLP", "WIDE_L2", "WIDE_MODES", "WidePart", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "LinearLogit", "binary_log_loss", "drop_to_oov"]

@@ -61,6 +61,7 @@ import shutil
 import signal
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -72,6 +73,7 @@ import torch
 from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
 from promokit.data.spec import MAX_INTEGER_LEVELS, FeatureSpec, missing_column_message
+from promokit.data.split import NothingEarlier
 from promokit.scale.engine import RETRIES, make_engine
 from promokit.scale.parts import list_parts, naming, read_part
 from promokit.training import (
@@ -328,8 +330,7 @@ def time_threshold(column: str, fraction: float, counts: pd.Series):
     position = n - max(1, int(round(fraction * n)))
     threshold = counts.index[int(np.searchsorted(np.cumsum(counts.to_numpy()), position, side="right"))]
     if threshold == counts.index[0]:
-        raise DataError(f"time column {column!r}: all {n} rows are at or after {threshold}, which leaves none to "
-                        "train on before the validation rows")
+        raise NothingEarlier(column, n, threshold)
     return threshold
 
 
@@ -497,9 +498,9 @@ def run_shard(job: TrainJob, comm) -> tuple[torch.nn.Module, History]:
                     if job.validated:
                         record.update(_validate(job, comm, net))
                     stop = loop.end_epoch(record, net)
-                    comm.save(partial(loop.checkpoint, net, optimizers, epoch), record)
                     if progress is not None:
                         progress.end_epoch(record, cfg.epochs)
+                    comm.save(partial(loop.checkpoint, net, optimizers, epoch), record)
                     if stop:
                         break
             except KeyboardInterrupt:  # in this process only: Ray Train handles Ctrl-C on the driver
@@ -580,10 +581,21 @@ def fit_parts(estimator, data, engine: str = "local", address: str | None = None
         raise DataError(f"model {estimator.name!r} is not trained by epochs of mini-batches, so it cannot train over "
                         "a table's parts; read the table whole (--engine local with one file), or choose a network "
                         "(esmm, esm2, dnn, gmcm …)")
+    wide_over_parts(estimator.params)
     runner = make_engine(engine, address, workers)
     job = plan(estimator, data, runner, runner.workers, valid, valid_fraction, valid_split)
     estimator.net, estimator.report.history = run_job(job, runner, checkpoint_dir, resume)
     return estimator
+
+
+def wide_over_parts(params: dict) -> None:
+    """An ``offset`` wide part is a logistic regression solved on the whole training table first, which training
+    over parts never holds: it falls back to ``none``, with a warning (``joint`` trains with the network)."""
+    if params.get("wide") == "offset":
+        warnings.warn("the offset wide part (the default) is the lr floor solved on the whole training table, which "
+                      "training over parts never reads at once: training without it (--wide none); --wide joint "
+                      "trains one with the network", stacklevel=2)
+        params["wide"] = "none"
 
 
 def run_job(job: TrainJob, runner, checkpoint_dir: str | os.PathLike | None = None,

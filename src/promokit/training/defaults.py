@@ -9,3 +9,7 @@ NET = {"emb_dim": 16, "hidden": (256, 128, 64), "dropout": 0.3}
 LR = 1e-3
 #: Lazy L2 on embedding rows (``TrainConfig.embedding_decay``).
 EMBEDDING_DECAY = 10.0
+#: The wide part of every neural model that has one (``promokit.nn.WidePart``): the solved ``lr`` floor as a fixed
+#: offset of each logit. Jointly trained wide parts and none scored below the floor on KuaiRand-Pure's validation
+#: day (docs/training.md#the-wide-part).
+WIDE = "offset"

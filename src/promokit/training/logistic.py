@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import warnings
+from collections import OrderedDict
 
 import numpy as np
 import scipy.sparse as sp
@@ -11,6 +13,7 @@ from torch import Tensor
 
 from promokit.metrics import auc
 from promokit.nn.linear import LinearLogit
+from promokit.nn.wide import WidePart
 
 #: The L2 strength without validation rows to choose one on.
 DEFAULT_L2 = 1e-4
@@ -77,3 +80,57 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
         model.numeric.weight[0] = torch.from_numpy(coef[n_cat:]).float()
         model.numeric.bias.fill_(intercept)
     return records
+
+
+def solve_wide(model: torch.nn.Module, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None) -> list[dict]:
+    """Solve every ``offset`` :class:`~promokit.nn.WidePart` of ``model`` to the floor: each logit's
+    :class:`LinearLogit` by :func:`fit_logistic` on the rows its target names (the L2 strength chosen on the
+    matching validation rows), as the domain's ``lr`` solves the same logit. Returns one record per logit: its
+    name, the chosen ``l2`` and that strength's ``valid_auc``. A model whose batches do not hold the wide part's
+    ``cat`` and ``num`` themselves builds them with its ``wide_inputs(batch)``.
+
+    The last few floors solved in this process are kept by the content of their rows: a bench fits the same
+    training rows for every seed and model, and the floor of one logit on them is the same every time."""
+    parts = [m for m in model.modules() if isinstance(m, WidePart) and m.mode == "offset"]
+    if not parts:
+        return []
+    if hasattr(model, "wide_inputs"):
+        train = {**train, **model.wide_inputs(train)}
+        valid = None if valid is None else {**valid, **model.wide_inputs(valid)}
+    records = []
+    for part in parts:
+        for name, (label, given) in part.targets.items():
+            linear = part.logits[name]
+            rows = _rows(train, label, given), None if valid is None else _rows(valid, label, given)
+            key = _fingerprint(linear, *rows[0], *(rows[1] or ()))
+            if key not in _SOLVED:
+                path = fit_logistic(linear, *rows[0], rows[1])
+                _SOLVED[key] = ({k: v.clone() for k, v in linear.state_dict().items()},
+                                next(r for r in path if r["chosen"]))
+                while len(_SOLVED) > SOLVED_KEPT:
+                    _SOLVED.popitem(last=False)
+            weights, chosen = _SOLVED[key]
+            linear.load_state_dict(weights)
+            records.append({"logit": name, "l2": chosen["l2"], "valid_auc": chosen["valid_auc"]})
+    return records
+
+
+#: How many solved floors :func:`solve_wide` keeps.
+SOLVED_KEPT = 16
+_SOLVED: OrderedDict[bytes, tuple[dict, dict]] = OrderedDict()
+
+
+def _fingerprint(linear: LinearLogit, *tensors: Tensor) -> bytes:
+    digest = hashlib.blake2b(repr((linear.weights.cardinalities, linear.numeric.in_features)).encode(), digest_size=16)
+    for tensor in tensors:
+        digest.update(repr(tuple(tensor.shape)).encode())
+        digest.update(tensor.contiguous().numpy().tobytes())
+    return digest.digest()
+
+
+def _rows(tensors: dict[str, Tensor], label: str, given) -> tuple[Tensor, Tensor, Tensor]:
+    """``cat``, ``num`` and ``label`` of the rows where every ``given`` column holds its value."""
+    rows = torch.ones(len(tensors[label]), dtype=torch.bool)
+    for column, value in given.items():
+        rows &= tensors[column] == value
+    return tensors["cat"][rows], tensors["num"][rows], tensors[label][rows]

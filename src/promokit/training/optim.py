@@ -7,6 +7,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from promokit.nn.wide import WidePart
+
 
 class LazyWeightDecay:
     r"""Decoupled L2 weight decay on sparse embedding tables, applied only to the rows a batch reads.
@@ -113,16 +115,23 @@ class LazyWeightDecay:
 def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0,
                     embedding_decay: float = 0.0) -> list:
     """SparseAdam for sparse-gradient embedding tables (with :class:`LazyWeightDecay` when
-    ``embedding_decay`` > 0), Adam for every other parameter (AdamW when ``weight_decay`` > 0)."""
-    tables = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad]
-    table_ids = {id(m.weight) for m in tables}
-    sparse = [m.weight for m in tables]
+    ``embedding_decay`` > 0), Adam for every other parameter (AdamW when ``weight_decay`` > 0). The tables of a
+    jointly trained :class:`~promokit.nn.WidePart` get their own SparseAdam, at the part's ``lr_scale`` times
+    ``lr`` (a group's ``lr_scale``, which :func:`~promokit.training.set_epoch_lr` keeps) and decayed by its ``l2``."""
+    trained = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad]
+    setting = {id(m): (embedding_decay, 1.0) for m in trained}
+    for part in (m for m in model.modules() if isinstance(m, WidePart)):
+        setting.update({id(m): (part.l2, part.lr_scale) for m in part.modules() if id(m) in setting})
+    groups = {}
+    for m in trained:
+        groups.setdefault(setting[id(m)], []).append(m)
+    table_ids = {id(m.weight) for m in trained}
     dense = [p for p in model.parameters() if id(p) not in table_ids and p.requires_grad]
     optimizers: list = []
-    if sparse:
-        sparse_adam = torch.optim.SparseAdam(sparse, lr=lr)
-        optimizers.append(LazyWeightDecay(sparse_adam, tables, embedding_decay) if embedding_decay > 0
-                          else sparse_adam)
+    for (strength, scale), tables in groups.items():
+        sparse_adam = torch.optim.SparseAdam([{"params": [m.weight for m in tables], "lr_scale": scale}],
+                                             lr=lr * scale)
+        optimizers.append(LazyWeightDecay(sparse_adam, tables, strength) if strength > 0 else sparse_adam)
     if dense:
         optimizers.append(torch.optim.AdamW(dense, lr=lr, weight_decay=weight_decay) if weight_decay
                           else torch.optim.Adam(dense, lr=lr))

@@ -20,6 +20,12 @@ def check_model_params(name: str, model_class, params: dict, own=()) -> None:
         raise DataError(f"model {name!r} has no parameter {unknown[0]!r}{hint}; its parameters are {sorted(accepted)}")
 
 
+def without_foreign_wide(model_class, params: dict) -> dict:
+    """``params`` without ``wide`` when ``model_class`` has no wide part to set (a bench's ``--wide`` reaches only
+    the models that have one: not ``lr``, ``gbdt`` or WDL, whose own wide part is always on)."""
+    return {k: v for k, v in params.items() if k != "wide" or "wide" in _keyword_defaults(model_class)}
+
+
 def _keyword_defaults(model_class) -> list[str]:
     """The arguments with defaults of ``model_class.__init__``, and of its bases' when it passes ``**params`` on."""
     names = []

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from promokit.data.io import atomic_path
 from promokit.metrics import auc
 from promokit.training.batches import Batch, iterate_batches, n_rows
+from promokit.training.logistic import solve_wide
 from promokit.training.optim import LazyWeightDecay, make_optimizers
 
 CHECKPOINT = "checkpoint.pt"
@@ -101,6 +102,8 @@ class History:
     best_score: float = math.nan
     stopped: str = "completed"  # completed | early_stopping | interrupted
     unit: str = "epoch"
+    #: an ``offset`` wide part's floor, one record per logit (:func:`promokit.training.solve_wide`)
+    wide: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -153,6 +156,8 @@ class Trainer:
         loop = EpochLoop(cfg, validated=valid is not None)
         if resume and self.checkpoint_dir and (self.checkpoint_dir / CHECKPOINT).exists():
             loop.restore(torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True), model, optimizers)
+        else:
+            loop.history.wide = solve_wide(model, train, valid)
         with progress_display(cfg.progress) as progress:
             try:
                 for epoch in loop.epochs():
@@ -291,10 +296,10 @@ class EpochLoop:
 
 
 def set_epoch_lr(optimizers, config: TrainConfig, epoch: int) -> None:
-    """``config.lr · config.lr_decay ** epoch`` on every optimiser."""
+    """``config.lr · config.lr_decay ** epoch`` on every optimiser (times a group's ``lr_scale``)."""
     for opt in optimizers:
         for group in opt.param_groups:
-            group["lr"] = config.lr * config.lr_decay ** epoch
+            group["lr"] = config.lr * config.lr_decay ** epoch * group.get("lr_scale", 1.0)
 
 
 def seed_epoch(config: TrainConfig, epoch: int, rank: int = 0) -> torch.Generator:

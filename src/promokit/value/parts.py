@@ -313,8 +313,9 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, split: di
     ``checkpoint_dir``; ``scratch`` holds the user-key check's hashes. Returns the deliveries per role
     (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels). ``types``: the
     types of inferred features (:func:`~promokit.value.contract.check_tables`)."""
-    from promokit.scale.train import run_job
+    from promokit.scale.train import run_job, wide_over_parts
 
+    wide_over_parts(estimator.params)
     if estimator.reads_graph:
         raise DataError(f"model {estimator.name!r} reads the consumption graph, whose merchants join users of "
                         "different parts, so a part cannot train alone; train esdpm-ncg (the same model without the "

@@ -24,6 +24,7 @@ from promokit.cli_support import (
     TrialsOpt,
     TunedOpt,
     WeightDecayOpt,
+    WideOpt,
     WorkersOpt,
     bench_models,
     checkpoint_dir,
@@ -128,7 +129,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: int = 0, params: ParamsOpt = None,
-          item_embeddings: ItemEmbeddingsOpt = None, freeze_items: FreezeItemsOpt = False,
+          item_embeddings: ItemEmbeddingsOpt = None, freeze_items: FreezeItemsOpt = False, wide: WideOpt = None,
           threads: ThreadsOpt = 1, resume: ResumeOpt = False):
     """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
     with user_errors():
@@ -137,7 +138,7 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
 
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
-                                         weight_decay=weight_decay, seed=seed)
+                                         weight_decay=weight_decay, seed=seed, wide=wide)
         model_params = _with_item_options(model_params, item_embeddings, freeze_items)
         VoucherModel(model, model_params, config)  # parameter errors before the tables are read
         tables = _tables(sessions, events, items, voucher_items, _names(categorical), _names(numeric), validity, True,
@@ -437,10 +438,13 @@ def amexpert(src: Annotated[Path, typer.Option("--src", help="AmExpert 2019 fold
 def _net_for(name: str, net: dict) -> dict:
     """The bench network of model ``name``: the graph and item-embedding parameters only for DMBGN models (the
     others have no graph), so that one --params serves every model."""
+    from promokit.training.params import without_foreign_wide
     from promokit.voucher.estimator import GRAPH_PARAMS, VoucherModel
     from promokit.voucher.item_embedding import ITEM_PARAMS
 
-    if VoucherModel(name).uses_graphs:
+    model = VoucherModel(name)
+    net = without_foreign_wide(model.model_class, net)
+    if model.uses_graphs:
         return net
     return {k: v for k, v in net.items() if k not in (*ITEM_PARAMS, *GRAPH_PARAMS)}
 
@@ -452,7 +456,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
           params: Annotated[Optional[str], typer.Option(help="Parameters for every neural model (JSON or a JSON file); they override the bench network's, e.g. {\"oov_dropout\": 0.2}.")] = None,
-          tuned: TunedOpt = None,
+          tuned: TunedOpt = None, wide: WideOpt = None,
           out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
           gauc_by: Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within (default: campaign_id on AmExpert, none on synthetic data).")] = None,
           threads: ThreadsOpt = 1):
@@ -465,7 +469,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         from promokit.voucher.demo import DEMO_TRAIN, DEMO_WORLD, time_split
 
         config, net = training_options(DEMO_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
-                                       patience=patience, monitor=monitor, embedding_decay=embedding_decay)
+                                       patience=patience, monitor=monitor, embedding_decay=embedding_decay, wide=wide)
         config = replace(config, progress=False)
         oracle = None
         if data_dir == "synthetic":

@@ -16,10 +16,12 @@ from promokit.training import defaults
 
 #: The neural models' default network (``promokit.training.defaults``, chosen on validation data); the classes'
 #: own defaults are the ESM² paper's Table 2, tuned for 10⁹ impressions.
-NET_DEFAULTS = defaults.NET
+NET_DEFAULTS = {**defaults.NET, "wide": defaults.WIDE}
 #: The paper's Table 2 network as parameters (with ``promokit.conversion.estimator.PAPER_TRAIN``).
 PAPER_NET = {"emb_dim": 16, "hidden": (512, 256, 128, 32), "dropout": 0.5}
 
+#: Every neural model's wide part (``promokit.training.defaults.WIDE``).
+WIDE = {"wide": defaults.WIDE}
 #: name → (class, default parameters). DNN-OS is DNN with over-sampled positives; LR is the linear floor.
 MODELS = {
     "lr": (LR, {}),
@@ -30,14 +32,14 @@ MODELS = {
     "esm2": (ESM2, NET_DEFAULTS),
     # GMCM, its Table 2 baselines and its Figure 5 ablations, with the GMCM paper's section 5.4 networks (the
     # classes' defaults: (512, 256, 128, 64) with batch normalisation)
-    "base": (Base, {}),
-    "division": (Division, {}),
-    "resnet": (ResNet, {}),
-    "dcn": (DCN, {}),
-    "gmcm": (GMCM, {}),
-    "mcm-2": (MCM, {"keep": 2}),
-    "mcm-10": (MCM, {}),
-    "mcm-gru": (MCMGRU, {}),
+    "base": (Base, WIDE),
+    "division": (Division, WIDE),
+    "resnet": (ResNet, WIDE),
+    "dcn": (DCN, WIDE),
+    "gmcm": (GMCM, WIDE),
+    "mcm-2": (MCM, {"keep": 2, **WIDE}),
+    "mcm-10": (MCM, WIDE),
+    "mcm-gru": (MCMGRU, WIDE),
 }
 
 __all__ = ["DCN", "DNN", "ESM2", "ESMM", "GBDT", "GMCM", "LR", "MCM", "MCMGRU", "MODELS", "NET_DEFAULTS", "PAPER_NET",

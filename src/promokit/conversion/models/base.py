@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+from promokit.conversion.contract import wide_targets
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
 
 
 class Base(nn.Module):
@@ -22,6 +23,8 @@ class Base(nn.Module):
     the defaults here. :class:`~promokit.conversion.models.ResNet` and :class:`~promokit.conversion.models.DCN`
     are this model with other towers (:meth:`_tower`); :class:`~promokit.conversion.models.Division` has a
     CTCVR tower in place of the CVR one (:attr:`tasks`).
+    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "purchase")
@@ -31,12 +34,14 @@ class Base(nn.Module):
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
                  hidden: Sequence[int] = (512, 256, 128, 64), dropout: float = 0.0, batch_norm: bool = True,
-                 activation: str = "relu", sparse: bool = True, oov_dropout: float = 0.0):
+                 activation: str = "relu", sparse: bool = True, oov_dropout: float = 0.0, wide: str = "none",
+                 wide_l2: float = WIDE_L2):
         super().__init__()
         self.hidden, self.dropout, self.batch_norm, self.activation = tuple(hidden), dropout, batch_norm, activation
         self.embedding = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
                                           oov_dropout=oov_dropout)
         self.towers = nn.ModuleDict({task: self._tower(self.embedding.output_dim) for task in self.tasks})
+        self.wide = WidePart(cardinalities, n_numeric, wide_targets(*self.tasks), wide, wide_l2)
 
     def _tower(self, in_dim: int) -> nn.Module:
         """One task's network, ``(B, in_dim)`` → ``(B, 1)`` logits."""
@@ -46,7 +51,8 @@ class Base(nn.Module):
     def tower_probabilities(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         """Each tower's probability by task, ``(B,)`` each."""
         g = self.embedding(batch)
-        return {task: torch.sigmoid(tower(g)).squeeze(1) for task, tower in self.towers.items()}
+        z = self.wide({task: tower(g).squeeze(1) for task, tower in self.towers.items()}, batch)
+        return {task: torch.sigmoid(logit) for task, logit in z.items()}
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         p = self.tower_probabilities(batch)

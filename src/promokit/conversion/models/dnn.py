@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+from promokit.conversion.contract import wide_targets
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
 
 
 class DNN(nn.Module):
@@ -17,6 +18,8 @@ class DNN(nn.Module):
 
     ``oversample = k > 1`` gives DNN-OS: every positive counts k times in its task's loss, which has the
     same expected gradient as replicating the positive rows k times (over-sampling, Pan et al. 2008).
+    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "purchase")
@@ -24,7 +27,7 @@ class DNN(nn.Module):
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
                  hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
-                 oversample: float = 1.0, oov_dropout: float = 0.0):
+                 oversample: float = 1.0, oov_dropout: float = 0.0, wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         self.ctr_input = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
                                           oov_dropout=oov_dropout)
@@ -33,10 +36,12 @@ class DNN(nn.Module):
         self.ctr = MLP(self.ctr_input.output_dim, hidden, dropout=dropout)
         self.cvr = MLP(self.cvr_input.output_dim, hidden, dropout=dropout)
         self.oversample = oversample
+        self.wide = WidePart(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        p_ctr = torch.sigmoid(self.ctr(self.ctr_input(batch))).squeeze(1)
-        p_cvr = torch.sigmoid(self.cvr(self.cvr_input(batch))).squeeze(1)
+        z = self.wide({"ctr": self.ctr(self.ctr_input(batch)).squeeze(1),
+                       "cvr": self.cvr(self.cvr_input(batch)).squeeze(1)}, batch)
+        p_ctr, p_cvr = torch.sigmoid(z["ctr"]), torch.sigmoid(z["cvr"])
         return {"p_ctr": p_ctr, "p_cvr": p_cvr, "p_ctcvr": p_ctr * p_cvr}
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:

@@ -7,7 +7,11 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+from promokit.conversion.contract import wide_targets
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
+
+#: The DPM's towers in the order of y1..y4; y1 is the CTR.
+TOWERS = ("ctr", "y2", "y3", "y4")
 
 
 def sequential_composition(y1: Tensor, y2: Tensor, y3: Tensor, y4: Tensor) -> dict[str, Tensor]:
@@ -30,6 +34,8 @@ class ESM2(nn.Module):
 
     Trained on all impressions with L = w_ctr·L_ctr + w_ctavr·L_ctavr + w_ctcvr·L_ctcvr (eqs. 8–11),
     each term a mean logloss.
+    ``wide`` adds the ``lr`` floor's linear term to each tower's logit (y1–y4) (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "daction", "purchase")
@@ -38,17 +44,18 @@ class ESM2(nn.Module):
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
                  hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
                  w_ctr: float = 1.0, w_ctavr: float = 1.0, w_ctcvr: float = 1.0,
-                 oov_dropout: float = 0.0):
+                 oov_dropout: float = 0.0, wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         self.sem = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
                                     oov_dropout=oov_dropout)
         self.dpm = nn.ModuleList(MLP(self.sem.output_dim, hidden, dropout=dropout) for _ in range(4))
         self.weights = {"ctr": w_ctr, "ctavr": w_ctavr, "ctcvr": w_ctcvr}
+        self.wide = WidePart(cardinalities, n_numeric, wide_targets(*TOWERS), wide, wide_l2)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.sem(batch)
-        y1, y2, y3, y4 = (torch.sigmoid(tower(g)).squeeze(1) for tower in self.dpm)
-        return sequential_composition(y1, y2, y3, y4)
+        z = self.wide({name: tower(g).squeeze(1) for name, tower in zip(TOWERS, self.dpm)}, batch)
+        return sequential_composition(*(torch.sigmoid(z[name]) for name in TOWERS))
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         parts = {"ctr": binary_log_loss(out["p_ctr"], batch["click"]),

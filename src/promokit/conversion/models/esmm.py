@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+from promokit.conversion.contract import wide_targets
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
 
 
 class ESMM(nn.Module):
@@ -16,6 +17,8 @@ class ESMM(nn.Module):
     p_ctcvr = p_ctr · p_cvr (ESM² eq. 4 without the DAction node). Both supervised terms are over all
     impressions: L = w_ctr·L_ctr + w_ctcvr·L_ctcvr; p_cvr itself has no direct label, so it carries no
     sample-selection bias.
+    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "purchase")
@@ -23,18 +26,20 @@ class ESMM(nn.Module):
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, emb_dim: int = 16,
                  hidden: Sequence[int] = (512, 256, 128, 32), dropout: float = 0.5, sparse: bool = True,
-                 w_ctr: float = 1.0, w_ctcvr: float = 1.0, oov_dropout: float = 0.0):
+                 w_ctr: float = 1.0, w_ctcvr: float = 1.0, oov_dropout: float = 0.0,
+                 wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         self.sem = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
                                     oov_dropout=oov_dropout)
         self.ctr = MLP(self.sem.output_dim, hidden, dropout=dropout)
         self.cvr = MLP(self.sem.output_dim, hidden, dropout=dropout)
         self.weights = {"ctr": w_ctr, "ctcvr": w_ctcvr}
+        self.wide = WidePart(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.sem(batch)
-        p_ctr = torch.sigmoid(self.ctr(g)).squeeze(1)
-        p_cvr = torch.sigmoid(self.cvr(g)).squeeze(1)
+        z = self.wide({"ctr": self.ctr(g).squeeze(1), "cvr": self.cvr(g).squeeze(1)}, batch)
+        p_ctr, p_cvr = torch.sigmoid(z["ctr"]), torch.sigmoid(z["cvr"])
         return {"p_ctr": p_ctr, "p_cvr": p_cvr, "p_ctcvr": p_ctr * p_cvr}
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:

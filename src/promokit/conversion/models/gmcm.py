@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from promokit.nn import MLP, FeatureEmbedding, binary_log_loss
+from promokit.conversion.contract import wide_targets
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
 from promokit.nn.gcn import DenseGCN, LearnableAdjacency
 from promokit.nn.losses import log_loss_terms
 from promokit.nn.nodes import PerNodeLinear
@@ -37,6 +38,8 @@ class GMCM(nn.Module):
     from the clicked training rows (:func:`promokit.conversion.pmg.concurrence_probability`). Batch normalisation
     in both towers follows section 5.4. Outputs ``p_ctr``, ``p_cvr``, ``p_ctcvr`` (= p_ctr·p_cvr) and ``p_node``
     ``(B, N)`` in the order of :attr:`nodes`.
+    ``wide`` adds the ``lr`` floor's linear term to the CTR and CVR logits (not the nodes') (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "purchase", "micro")
@@ -46,7 +49,7 @@ class GMCM(nn.Module):
                  emb_dim: int = 16, ctr_hidden: Sequence[int] = (512, 256, 128, 64),
                  cvr_hidden: Sequence[int] = (512, 256, 128), node_dim: int = 64, gcn_hidden: Sequence[int] = (64, 64),
                  output: str = "concat", dropout: float = 0.0, batch_norm: bool = True, ipw: bool = True,
-                 sparse: bool = True, oov_dropout: float = 0.0):
+                 sparse: bool = True, oov_dropout: float = 0.0, wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         if output not in OUTPUT_FUNCTIONS:
             raise ValueError(f"output must be one of {OUTPUT_FUNCTIONS}, got {output!r}")
@@ -62,6 +65,7 @@ class GMCM(nn.Module):
         width = self._build_mixer(node_dim, gcn_hidden, pmg)
         self.node_logit = PerNodeLinear(width, len(self.nodes), 1)
         self.cvr_logit = nn.Linear(width * len(self.nodes) if output == "concat" else width, 1)
+        self.wide = WidePart(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
 
     def pool(self, h: Tensor) -> Tensor:
         """f_output of eq. 17 over the nodes' representations ``(B, N, width)``."""
@@ -82,10 +86,10 @@ class GMCM(nn.Module):
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.sem(batch)
-        p_ctr = torch.sigmoid(self.ctr(g)).squeeze(1)
         e = nn.functional.leaky_relu(self.node_embedding(self.cvr(g)))
         h = self.mix(e)
-        p_cvr = torch.sigmoid(self.cvr_logit(self.pool(h))).squeeze(1)
+        z = self.wide({"ctr": self.ctr(g).squeeze(1), "cvr": self.cvr_logit(self.pool(h)).squeeze(1)}, batch)
+        p_ctr, p_cvr = torch.sigmoid(z["ctr"]), torch.sigmoid(z["cvr"])
         p_node = torch.sigmoid(self.node_logit(h)).squeeze(2)
         return {"p_ctr": p_ctr, "p_cvr": p_cvr, "p_ctcvr": p_ctr * p_cvr, "p_node": p_node}
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from promokit.data.encoders import combine_moments
-from promokit.nn import MLP
+from promokit.nn import MLP, WIDE_L2, WidePart
 from promokit.nn.mmoe import MMoE
 from promokit.value.losses import binary_nll, esj_loss, expected_value, log1mexp, ziln_loss
 from promokit.value.models.encoder import DeliveryEncoder
@@ -21,6 +21,8 @@ BOTTOMS = ("mmoe", "shared", "separate")
 CONVERSIONS = ("esmm", "direct")
 AMOUNTS = ("lognormal", "mse", None)
 AMOUNT_LOSSES = {"esj": esj_loss, "ziln": ziln_loss}
+#: The conversion logits a wide part joins, each with its label and the rows it is observed on.
+WIDE_TARGETS = {"ctr": ("click", {}), "cvr": ("convert", {"click": 1}), "ctcvr": ("convert", {})}
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,11 @@ class ESDPM(nn.Module):
     ESJ/ZILN loss, or a cross-entropy when there is no lognormal amount. The floor on σ keeps eq. 12 bounded:
     its R3 term is a density at v = 0, which grows without limit as σ → 0 with μ → 0.
 
+    ``wide`` adds a linear term over the user's, the fund's and the context's one-hot fields and numbers to the
+    conversion logits (CTR and CVR, or the direct CTCVR; :class:`~promokit.nn.WidePart`: ``"none"``, ``"joint"``
+    or ``"offset"``, a logistic regression solved on the training deliveries first; ``wide_l2`` is the joint
+    part's decay). The amount towers have none.
+
     Outputs: ``p_ctcvr``, ``etv``, and where they exist ``p_ctr``, ``p_cvr``, ``mu``, ``sigma``, ``v_hat``.
     """
 
@@ -76,7 +83,8 @@ class ESDPM(nn.Module):
     def __init__(self, sizes: dict, bottom: str = "mmoe", conversion: str = "esmm", amount: str | None = "lognormal",
                  loss: str = "esj", graph: bool = True, emb_dim: int = 16, n_experts: int = 4,
                  expert_hidden: Sequence[int] = (256,), expert_dim: int = 128, tower_hidden: Sequence[int] = (64,),
-                 dropout: float = 0.1, sigma_floor: float = 0.1, conv: str = "gat", fanouts: Sequence[int] = (10, 10)):
+                 dropout: float = 0.1, sigma_floor: float = 0.1, conv: str = "gat", fanouts: Sequence[int] = (10, 10),
+                 wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         for name, value, allowed in (("bottom", bottom, BOTTOMS), ("conversion", conversion, CONVERSIONS),
                                      ("amount", amount, AMOUNTS), ("loss", loss, tuple(AMOUNT_LOSSES))):
@@ -103,6 +111,10 @@ class ESDPM(nn.Module):
                 for _ in groups)
         self.bottom = bottom
         self.heads = nn.ModuleDict({t: MLP(expert_dim, tower_hidden, dropout=dropout) for t in self.towers})
+        fields = ("user", "fund", "context")
+        self.wide = WidePart([c for f in fields for c in sizes[f"{f}_cardinalities"]],
+                             sum(sizes[f"{f}_numeric"] for f in fields),
+                             {t: WIDE_TARGETS[t] for t in self.towers if t in WIDE_TARGETS}, wide, wide_l2)
 
     @torch.no_grad()
     def init_amount(self, start: AmountStart) -> None:
@@ -128,7 +140,16 @@ class ESDPM(nn.Module):
         return {tower: shared[self.group_of[tower]] for tower in self.towers}
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
-        return self._outputs([encoder(batch) for encoder in self.encoders])
+        return self._outputs([encoder(batch) for encoder in self.encoders], self.wide_inputs(batch))
+
+    def wide_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:
+        """The wide part's ``cat`` and ``num``: the deliveries' user, fund and context fields side by side."""
+        if not self.wide.targets:
+            return None
+        encoder = self.encoders[0]
+        user, fund = encoder._batch_features(batch, "user"), encoder._batch_features(batch, "fund")
+        return {"cat": torch.cat([user["cat"], fund["cat"], batch["ctx_cat"]], dim=1),
+                "num": torch.cat([user["num"], fund["num"], batch["ctx_num"]], dim=1)}
 
     @torch.no_grad()
     def pair_outputs(self, user: Tensor, seq: Tensor, ctx_cat: Tensor, ctx_num: Tensor, n_funds: int
@@ -138,18 +159,27 @@ class ESDPM(nn.Module):
         once per user, not once per pair: scoring a population on k funds costs one sequence encoding per user."""
         n_users, n_contexts = len(user), len(ctx_cat)
         fund = torch.arange(n_funds).repeat_interleave(n_contexts)
-        inputs = []
+        inputs, wide = [], None
+        if self.wide.targets:
+            pairs = {f"user_{k}": v.repeat_interleave(n_funds * n_contexts, dim=0)
+                     for k, v in self.encoders[0].node_features("user", user).items()}
+            pairs.update({f"fund_{k}": v.repeat(n_users, 1)
+                          for k, v in self.encoders[0].node_features("fund", fund).items()})
+            wide = self.wide_inputs({**pairs, "ctx_cat": ctx_cat.repeat(n_users * n_funds, 1),
+                                     "ctx_num": ctx_num.repeat(n_users * n_funds, 1)})
         for encoder in self.encoders:
             users = encoder.user_part(encoder.node_features("user", user), seq, user)
             users = users.repeat_interleave(n_funds * n_contexts, dim=0)
             items = encoder.item_part(encoder.node_features("fund", fund), ctx_cat.repeat(n_funds, 1),
                                       ctx_num.repeat(n_funds, 1))
             inputs.append(torch.cat([users, items.repeat(n_users, 1)], dim=1))
-        return self._outputs(inputs)
+        return self._outputs(inputs, wide)
 
-    def _outputs(self, inputs: list[Tensor]) -> dict[str, Tensor]:
+    def _outputs(self, inputs: list[Tensor], wide: dict[str, Tensor] | None = None) -> dict[str, Tensor]:
         x = self._tower_inputs(inputs)
         logit = {tower: self.heads[tower](x[tower]).squeeze(1) for tower in self.towers}
+        if wide is not None:
+            logit = self.wide(logit, wide)
         out = {}
         if self.conversion == "esmm":
             out["log_p"] = F.logsigmoid(logit["ctr"]) + F.logsigmoid(logit["cvr"])

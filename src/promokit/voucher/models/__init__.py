@@ -15,15 +15,17 @@ from promokit.voucher.models.wdl import WDL
 #: Every neural model starts from the shared network defaults (``promokit.training.defaults``, chosen on
 #: validation data); the classes' own defaults are the paper's section 4.4 (MLP (128, 64), dropout 0.5), kept
 #: as ``PAPER_NET``.
+#: The shared network with the default wide part (WDL keeps its own, trained jointly as the paper's).
+WIDE_NET = {**defaults.NET, "wide": defaults.WIDE}
 MODELS = {
     "lr": (LR, {}),
     "gbdt": (GBDT, {}),
-    "dnn": (DNN, defaults.NET),
+    "dnn": (DNN, WIDE_NET),
     "wdl": (WDL, defaults.NET),
-    "din": (DIN, defaults.NET),
-    "dmbgn-avgpooling": (DMBGN, {**defaults.NET, "encoder": "avg"}),
-    "dmbgn-pretrained": (DMBGN, {**defaults.NET, "pretrain": 3, "freeze_pretrained": True}),
-    "dmbgn": (DMBGN, {**defaults.NET, "pretrain": 3}),
+    "din": (DIN, WIDE_NET),
+    "dmbgn-avgpooling": (DMBGN, {**WIDE_NET, "encoder": "avg"}),
+    "dmbgn-pretrained": (DMBGN, {**WIDE_NET, "pretrain": 3, "freeze_pretrained": True}),
+    "dmbgn": (DMBGN, {**WIDE_NET, "pretrain": 3}),
 }
 PAPER_NET = {"emb_dim": 16, "hidden": (128, 64), "dropout": 0.5}
 

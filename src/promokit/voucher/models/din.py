@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from promokit.nn import MLP, AttentionUnit, FeatureEmbedding
+from promokit.nn import MLP, WIDE_L2, AttentionUnit, FeatureEmbedding
 from promokit.voucher.models.base import FieldLayout, RedeemModel
 
 
@@ -21,11 +21,13 @@ class DIN(RedeemModel):
 
     Batch keys: ``cat``, ``num``, ``history`` ``(B, R)`` (−1 = padding), ``hist_cat`` ``(B, R, F_v)``,
     ``hist_num`` ``(B, R, D_v)``.
+    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
                  dropout: float = 0.5, attention_units: int = 64, sparse: bool = True,
-                 oov_dropout: float = 0.0):
+                 oov_dropout: float = 0.0, wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse,
                                       oov_dropout=oov_dropout)
@@ -36,6 +38,7 @@ class DIN(RedeemModel):
         voucher_dim = len(layout.voucher_fields) * emb_dim + len(layout.voucher_numeric)
         self.attention = AttentionUnit(voucher_dim, attention_units)
         self.mlp = MLP(self.input.output_dim + voucher_dim, hidden, dropout=dropout)
+        self.with_wide(layout, wide, wide_l2)
 
     def _voucher(self, codes: Tensor, numeric: Tensor) -> Tensor:
         """``codes`` (…, F_v), ``numeric`` (…, D_v) → (…, F_v·dim + D_v), through the shared table."""
@@ -51,5 +54,5 @@ class DIN(RedeemModel):
         target = torch.cat([target_ids.flatten(1), batch["num"][:, self.voucher_numeric]], dim=1)
         history = self._voucher(batch["hist_cat"], batch["hist_num"])
         pooled = self.attention(history, target, batch["history"] >= 0)
-        logit = self.mlp(torch.cat([embedded, pooled], dim=1)).squeeze(1)
+        logit = self.add_wide(self.mlp(torch.cat([embedded, pooled], dim=1)).squeeze(1), batch)
         return {"p_redeem": torch.sigmoid(logit)}

@@ -12,7 +12,7 @@ from torch_geometric.nn import GraphConv, TopKPooling
 from torch_geometric.utils import scatter
 
 from promokit.data import DataError
-from promokit.nn import MLP, AttentionUnit, FeatureEmbedding, FieldEmbedding, binary_log_loss, drop_to_oov
+from promokit.nn import MLP, WIDE_L2, AttentionUnit, FeatureEmbedding, FieldEmbedding, binary_log_loss, drop_to_oov
 from promokit.nn.losses import EPS
 from promokit.voucher.graph import UVGStore
 from promokit.voucher.models.base import FieldLayout, RedeemModel
@@ -170,6 +170,9 @@ class DMBGN(RedeemModel):
     Batch keys: ``cat`` (B, F), ``num`` (B, D), ``session`` (B,) session row of the target, ``history``
     (B, R) session rows of the redeemed history (−1 = padding), ``redeemed`` (B,) for the loss.
 
+    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+
     The :class:`UVGStore` is attached, not registered: it is not part of ``state_dict``. After loading weights,
     :meth:`attach` the store of the tables to score, built with the training vocabulary
     (``UVGStore.build(tables, vocabulary=…)``), so that codes mean what they meant in training.
@@ -183,7 +186,7 @@ class DMBGN(RedeemModel):
                  attention_units: int = 64, history_len: int = 6, directed: bool = True, sparse: bool = True,
                  item_embeddings: Tensor | None = None, freeze_items: bool = False, item_dim: int | None = None,
                  pretrained: dict[str, Tensor] | None = None, freeze_pretrained: bool = False,
-                 oov_dropout: float = 0.0):
+                 oov_dropout: float = 0.0, wide: str = "none", wide_l2: float = WIDE_L2):
         super().__init__()
         if history_pooling not in HISTORY_POOLINGS:
             raise DataError(f"history_pooling must be one of {HISTORY_POOLINGS}, got {history_pooling!r}")
@@ -196,6 +199,7 @@ class DMBGN(RedeemModel):
         width = self.uvg.output_dim
         self.attention = AttentionUnit(width, attention_units) if history_pooling == "attention" else None
         self.mlp = MLP(self.input.output_dim + 2 * width + history_len + 1, hidden, dropout=dropout)
+        self.with_wide(layout, wide, wide_l2)
         if pretrained is not None:
             self.load_pretrained(pretrained, freeze=freeze_pretrained)
 
@@ -231,6 +235,7 @@ class DMBGN(RedeemModel):
             pooled = hist_e.sum(dim=1) / count
         scores = torch.cat([hist_s, hist_s.sum(dim=1, keepdim=True) / count], dim=1)
         logit = self.mlp(torch.cat([self.input(batch), target.e, pooled, scores], dim=1)).squeeze(1)
+        logit = self.add_wide(logit, batch)
         return {"p_redeem": torch.sigmoid(logit), "s_uvg": target.score, "s_history": hist_s}
 
     def _embed(self, rows: Tensor, zones: tuple[str, ...] | None = None) -> UVGEmbedding:

@@ -7,23 +7,27 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from promokit.nn import MLP, FeatureEmbedding
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding
 from promokit.voucher.models.base import FieldLayout, RedeemModel
 
 
 class DNN(RedeemModel):
     """Embeddings (dimension 16) of the sparse id and profile fields, concatenated with the dense features,
-    into an MLP (128, 64) with dropout 0.5 — the paper's section 4.4 settings."""
+    into an MLP (128, 64) with dropout 0.5 — the paper's section 4.4 settings.
+    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WidePart`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay)."""
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
-                 dropout: float = 0.5, sparse: bool = True, oov_dropout: float = 0.0):
+                 dropout: float = 0.5, sparse: bool = True, oov_dropout: float = 0.0, wide: str = "none",
+                 wide_l2: float = WIDE_L2):
         super().__init__()
         self.input = FeatureEmbedding(layout.cardinalities, layout.n_numeric, emb_dim, sparse=sparse,
                                       oov_dropout=oov_dropout)
         self.mlp = MLP(self.input.output_dim, hidden, dropout=dropout)
+        self.with_wide(layout, wide, wide_l2)
 
     def logit(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.mlp(self.input(batch)).squeeze(1)
+        return self.add_wide(self.mlp(self.input(batch)).squeeze(1), batch)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {"p_redeem": torch.sigmoid(self.logit(batch))}
