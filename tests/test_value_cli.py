@@ -154,14 +154,21 @@ def test_random_split_for_deliveries_sharing_one_time(world, tmp_path):
     deliveries = pd.read_parquet(world / "deliveries.parquet")
     deliveries.assign(time=pd.Timestamp("2026-03-15")).to_parquet(folder / "deliveries.parquet")
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m", "--epochs", 1, "--params", NET)
-    assert result.exit_code == 2 and "leaves none to train on" in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    one_line = " ".join(result.output.split())
+    assert f"all {len(deliveries):,} rows are at or after 2026-03-15," in one_line and "--split random" in one_line
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m", "--epochs", 1, "--params", NET,
                      "--split", "random")
     assert result.exit_code == 0, result.output
+    held = round(0.1 * len(deliveries))
+    assert f"{held:,} drawn at random held out for evaluate" in " ".join(result.output.split())
     result = _invoke("value", "evaluate", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "e")
     assert result.exit_code == 0, result.output
     held_out = json.loads((tmp_path / "e" / "report.json").read_text())["metrics"]["deliveries"]
-    assert held_out == round(0.1 * len(deliveries))
+    assert held_out == held
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m0", "--epochs", 1, "--params", NET,
+                     "--split", "random", "--test-fraction", 0)
+    assert result.exit_code == 0 and "none held out" in result.output
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m2", "--split", "users")
     assert result.exit_code == 2 and "a split is one of" in result.output
 
@@ -182,3 +189,81 @@ def test_train_prints_the_feature_types_and_numeric_overrides_an_inferred_catego
     assert "age" in specs["users"]["numeric"] and specs["users"]["types"] == {"age": "numeric"}
     result = _invoke(*train, "--out", tmp_path / "bad", "--numeric", "fund")
     assert result.exit_code == 2 and "the fund key 'fund' is always a categorical feature" in result.output
+
+
+def _scores(result, folder):
+    assert result.exit_code == 0, result.output
+    return pd.read_parquet(folder / "scores.parquet")
+
+
+def test_predict_a_campaigns_users_list_for_allocate_quota(world, model, tmp_path):
+    users = pd.read_parquet(world / "users.parquet")
+    listed = users.sample(40, random_state=0)[["user_id", "tolerance"]].assign(segment="spring")
+    listed.to_csv(tmp_path / "campaign.csv", index=False)
+    every = _scores(_invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "all"),
+                    tmp_path / "all")
+    scores = _scores(_invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "some",
+                             "--users-list", tmp_path / "campaign.csv"), tmp_path / "some")
+    assert scores.user_id.tolist() == listed.user_id.tolist()  # the list's users, in its order, scored as in all
+    pd.testing.assert_frame_equal(scores, every.set_index("user_id").loc[listed.user_id].reset_index())
+    quotas = pd.read_csv(world / "quotas.csv")  # the campaign's quotas: 40 users, the risk rule kept
+    quotas.assign(quota=[int(q) for q in np.diff(np.round(np.cumsum([0, *quotas.quota]) * 40 / quotas.quota.sum()))]
+                  ).to_csv(tmp_path / "quotas.csv", index=False)
+    result = _invoke("allocate", "quota", "--scores", tmp_path / "some" / "scores.parquet", "--quotas",
+                     tmp_path / "quotas.csv", "--method", "exact", "--out", tmp_path / "plan")
+    assert result.exit_code == 0, result.output
+    assert sorted(pd.read_parquet(tmp_path / "plan" / "plan.parquet").user_id) == sorted(listed.user_id)
+
+
+@pytest.mark.parametrize("rows, message", [
+    (lambda u: u[["user_id"]].head(3).assign(user_id=["u-none", *u.user_id[1:3]]),
+     "1 of 3 users that are not in the users table, e.g. row 0 {user_id='u-none'}"),
+    (lambda u: pd.concat([u[["user_id"]].head(2)] * 2), "repeats 4 of 4 rows"),
+    (lambda u: u[["user_id"]].head(2).rename(columns={"user_id": "customer"}), "'user_id'"),
+    (lambda u: u[["user_id"]].head(2).assign(user_id=[None, "u1"]), "1 missing values in 2 rows"),
+])
+def test_users_list_errors(world, model, tmp_path, rows, message):
+    rows(pd.read_parquet(world / "users.parquet")).to_csv(tmp_path / "list.csv", index=False)
+    result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p",
+                     "--users-list", tmp_path / "list.csv")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert message in " ".join(result.output.split())
+
+
+def test_predict_from_users_and_funds_alone(world, model, tmp_path):
+    alone = _copy(world, tmp_path)
+    (alone / "deliveries.parquet").unlink()
+    result = _invoke("value", "predict", "--model", model, "--data", alone, "--out", tmp_path / "p")
+    scores = _scores(result, tmp_path / "p")
+    assert "no deliveries table" in result.output and not (tmp_path / "p" / "deliveries.parquet").exists()
+    assert len(scores) == 600 and np.isfinite(scores.filter(like="score_").to_numpy()).all()
+    behaviours = pd.read_parquet(world / "behaviors.parquet")  # by default, as of just after the latest behaviour
+    assert f"scored just after the latest event, {behaviours.time.max()}" in " ".join(result.output.split())
+    config = json.loads((model / "config.json").read_text())
+    assert len(config["contexts"]["channel"]) == 32  # the training contexts the model kept to score without them
+    older = tmp_path / "older"  # a model directory written before models kept contexts
+    shutil.copytree(model, older)
+    config.pop("contexts")
+    (older / "config.json").write_text(json.dumps(config))
+    result = _invoke("value", "predict", "--model", older, "--data", alone, "--out", tmp_path / "p2")
+    assert result.exit_code == 2 and "keeps no contexts" in result.output
+    assert "give the deliveries" in " ".join(result.output.split())
+
+
+def test_predict_says_which_behaviours_the_scoring_time_reads(world, model, tmp_path):
+    from promokit.value.scoring import time_text
+
+    behaviours = pd.read_parquet(world / "behaviors.parquet").time.astype("int64")
+    latest = pd.read_parquet(world / "deliveries.parquet").time.astype("int64").max()
+    until = json.loads((model / "config.json").read_text())["trained_until"]
+    unseen = int(((behaviours > until) & (behaviours <= latest)).sum())
+    result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and unseen > 0
+    assert f"the scores read {unseen:,} behaviours later than the deliveries the model was trained on" in said
+    assert f"--at '{time_text(until)}'" in said
+    result = _invoke("value", "predict", "--model", model, "--data", world, "--out", tmp_path / "p",
+                     "--at", time_text(until))
+    said = " ".join(result.output.split())
+    assert result.exit_code == 0 and "warning" not in said
+    assert f"{int((behaviours >= until).sum()):,} behaviours at or after {time_text(until)} are not read" in said

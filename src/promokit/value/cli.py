@@ -75,7 +75,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
 def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv; or in parts: users/, deliveries/ [, behaviors/, consumption/] directories of Parquet parts co-partitioned by user, and one funds table.")],
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "esdpm",
-          test_fraction: Annotated[float, typer.Option(help="Share of the deliveries held out for evaluate (the latest with --split time).")] = 0.1,
+          test_fraction: Annotated[float, typer.Option(help="Share of the deliveries held out for evaluate: the latest with --split time, drawn at random with --split random; 0 trains on all.")] = 0.1,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch (§5.1: 0.1).")] = 0.1,
           split: Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")] = "time",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
@@ -128,7 +128,15 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
             if what not in ("train", "valid", "test"):
                 console.print(f"{what}: {count:,}")
         console.print(f"model written to {out} (trained on {counts['train']:,} deliveries, validated on "
-                      f"{counts['valid']:,}; the latest {counts['test']:,} held out for evaluate)")
+                      f"{counts['valid']:,}; {_held_out(counts['test'], split)})")
+
+
+def _held_out(rows: int, split: str) -> str:
+    """What train held out of the deliveries, and how: the latest rows, or rows drawn at random."""
+    if not rows:
+        return "none held out: evaluate new deliveries with --all"
+    which = f"the latest {rows:,}" if split == "time" else f"{rows:,} drawn at random"
+    return f"{which} held out for evaluate (--test-fraction 0 trains on them too)"
 
 
 @app.command()
@@ -137,22 +145,27 @@ def predict(model: ModelDirOpt,
             out: Annotated[Path, typer.Option("--out", help="Folder for scores.parquet, deliveries.parquet and summary.json; with --data in parts, scores/ and deliveries/ (part k from input part k) and summary.json.")],
             at: Annotated[Optional[str], typer.Option("--at", help="Score as of this time (a date or a number like the deliveries' times); default just after the latest delivery.")] = None,
             contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4,
+            users_list: Annotated[Optional[Path], typer.Option("--users-list", help="Table with a user_id column (other columns ignored): score these users only, in its order — a campaign's users for allocate quota.")] = None,
             engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
             threads: ThreadsOpt = None):
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
-    dataset in parts is scored part by part on --engine (the model loaded once per worker)."""
+    dataset in parts is scored part by part on --engine (the model loaded once per worker). Without a deliveries
+    table, users × funds are scored alone, in contexts the model kept from its training deliveries."""
     with user_errors():
         set_threads(threads)
-        from promokit.data import DataError, write_json, write_parquet
+        from promokit.data import DataError, write_json
         from promokit.value.contract import table_paths
-        from promokit.value.parts import in_parts, predict_parts, score_stats
+        from promokit.value.parts import in_parts, predict_parts
 
         if contexts < 1:
             raise DataError(f"--contexts must be at least 1, got {contexts}")
-        paths = table_paths(data)
+        paths = table_paths(data, deliveries_optional=True)
         if in_parts(paths):
             from promokit.scale.engine import make_engine
 
+            if users_list is not None or "deliveries" not in paths:
+                raise DataError(f"{data} holds parts: --users-list and scoring without deliveries/ serve a dataset in "
+                                "one folder")
             name, values = predict_parts(model, paths, out, make_engine(engine, address, workers), at, contexts)
             written = out / "scores"
         else:
@@ -163,16 +176,38 @@ def predict(model: ModelDirOpt,
                                     "(--engine, --address and --workers serve a dataset in parts)")
             estimator = ValueModel.load(model)
             tables = _read(data, require_labels=False, model=estimator)
-            scores = estimator.score_table(tables, at, contexts)
-            per_delivery = estimator.predict_with_keys(tables)
-            write_parquet(scores, out / "scores.parquet")
-            write_parquet(per_delivery, out / "deliveries.parquet")
-            name, values, written = estimator.name, [score_stats(scores, len(per_delivery))], out / "scores.parquet"
+            name, values, written = estimator.name, [_predict_folder(estimator, tables, out, at, contexts,
+                                                                     users_list)], out / "scores.parquet"
         summary = _summary(name, values)
         write_json(summary, out / "summary.json")
         get_console().print(f"ETV of {summary['users']:,} users × {len(summary['funds'])} funds written to {out}; "
                             f"allocate them with: promokit allocate quota --scores {written} --quotas QUOTAS "
                             "--out plan/")
+
+
+def _predict_folder(estimator, tables, out: Path, at, contexts: int, users_list: Path | None):
+    """``value predict`` on one folder: the scores of every user (or of the listed ones) as of ``at``, the outputs
+    of every delivery when there are deliveries, and notes on the behaviours the scoring time reads."""
+    from promokit.data import write_parquet
+    from promokit.value.estimator import scoring_time
+    from promokit.value.parts import score_stats
+    from promokit.value.scoring import event_times, read_users_list, scoring_notes, time_text
+
+    console = get_console()
+    users = None if users_list is None else read_users_list(users_list, tables)
+    times = event_times(tables)
+    when = scoring_time(times, at)
+    scores = estimator.score_table(tables, when, contexts, users=users)
+    write_parquet(scores, out / "scores.parquet")
+    if len(tables.deliveries):
+        write_parquet(estimator.predict_with_keys(tables), out / "deliveries.parquet")
+    else:
+        console.print("no deliveries table: users × funds scored in the delivery contexts the model kept")
+    console.print(f"scored as of {time_text(when)}" if at or not len(times) else
+                  f"scored just after the latest event, {time_text(times.max())}")
+    for note in scoring_notes(tables, when, at is not None, estimator.trained_until):
+        console.print(note)
+    return score_stats(scores, len(tables.deliveries))
 
 
 def _summary(model: str, values: list) -> dict:

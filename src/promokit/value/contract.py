@@ -89,7 +89,7 @@ class ValueTables:
         return _whole(self.funds, "funds", RISK) if RISK in self.funds.columns else None
 
 
-def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFrame,
+def check_tables(deliveries: pd.DataFrame | None, users: pd.DataFrame, funds: pd.DataFrame,
                  behaviors: pd.DataFrame | None = None, consumption: pd.DataFrame | None = None, *,
                  require_labels: bool = True, repair_labels: bool = False,
                  specs: dict[str, FeatureSpec] | None = None, part: bool = False,
@@ -103,23 +103,30 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
     ``part``: the tables are one part of a dataset co-partitioned by user (``promokit.value.parts``): users and
     deliveries may have no rows, and a behaviour or payment whose user is not in ``users`` is an error, not
     dropped (its user is in another part, or nowhere); whether some deliveries convert and some do not is a
-    question for the whole dataset, not for a part.
+    question for the whole dataset, not for a part. ``deliveries`` None (scoring users × funds from users and funds
+    alone, without labels): no delivery, and times of the behaviours' kind.
     """
     specs = specs or {}
+    given = deliveries is not None
+    if not given:
+        if require_labels:
+            raise DataError("deliveries: training and evaluation need the deliveries table")
+        context = specs["context"].features if "context" in specs else []
+        deliveries = pd.DataFrame({name: pd.Series(dtype=object) for name in [USER, FUND, TIME, *context]})
     if part and len(users) == 0:
         require_columns(users, [USER], "users")
         users = users.reset_index(drop=True)
     else:
         users = keyed_table(users, "users", USER)
     funds = keyed_table(funds, "funds", FUND)
-    if len(deliveries) == 0 and not part:
+    if len(deliveries) == 0 and given and not part:
         raise DataError("deliveries: the table is empty")
     deliveries = deliveries.reset_index(drop=True)
     require_columns(deliveries, [USER, FUND, TIME] + ([CLICK, CONVERT, AMOUNT] if require_labels else []),
                     "deliveries")
     user = _lookup(deliveries, "deliveries", USER, users, _owners(part)[0])
     fund = _lookup(deliveries, "deliveries", FUND, funds, "the funds table")
-    time, kind = parse_times(deliveries, "deliveries", None)
+    time, kind = parse_times(deliveries, "deliveries", None) if given else (None, None)
     counts = {"deliveries": len(deliveries), "users": len(users), "funds": len(funds)}
     if require_labels:
         click, convert, amount = _labels(deliveries, repair_labels, counts, part)
@@ -139,9 +146,11 @@ def check_tables(deliveries: pd.DataFrame, users: pd.DataFrame, funds: pd.DataFr
     if FUND not in feature_specs["funds"].categorical:
         feature_specs["funds"].categorical.insert(0, FUND)
     feature_specs["funds"].numeric = [c for c in feature_specs["funds"].numeric if c != FUND]
+    behaviors = None if behaviors is None else _behaviors(behaviors, users, kind, counts, part)
+    if not given:  # no delivery: the scoring time is of the behaviours' kind
+        time = np.empty(0, dtype=np.int64 if behaviors is None else behaviors[TIME].dtype)
     return ValueTables(
-        deliveries=deliveries, users=users, funds=funds,
-        behaviors=None if behaviors is None else _behaviors(behaviors, users, kind, counts, part),
+        deliveries=deliveries, users=users, funds=funds, behaviors=behaviors,
         consumption=None if consumption is None else _consumption(consumption, users, counts, part),
         user=user, fund=fund, time=time, click=click, convert=convert, amount=amount,
         context_spec=feature_specs["context"], user_spec=feature_specs["users"], fund_spec=feature_specs["funds"],
@@ -291,10 +300,10 @@ TABLES = ("deliveries", "users", "funds", "behaviors", "consumption")
 OPTIONAL_TABLES = ("behaviors", "consumption")
 
 
-def table_paths(folder) -> dict[str, Path]:
+def table_paths(folder, deliveries_optional: bool = False) -> dict[str, Path]:
     """Where each table of a value dataset folder is: ``<name>.parquet``, ``<name>.csv`` or a directory ``<name>/``
     of Parquet parts (a dataset in parts, :mod:`promokit.value.parts`); ``behaviors`` and ``consumption`` only
-    when present."""
+    when present, and ``deliveries`` too with ``deliveries_optional`` (scoring users × funds alone)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise DataError(f"{folder}: not a folder; a value dataset is a folder of deliveries, users, funds "
@@ -308,19 +317,20 @@ def table_paths(folder) -> dict[str, Path]:
             raise DataError(f"{folder}: both {shown[0]} and {shown[1]} exist; keep one")
         if found:
             paths[name] = found[0]
-        elif name not in OPTIONAL_TABLES:
+        elif name not in OPTIONAL_TABLES and not (name == "deliveries" and deliveries_optional):
             raise DataError(f"{folder}: {name}.parquet (or .csv) is missing; a value dataset needs deliveries, users "
-                            "and funds")
+                            "and funds" + (" (users and funds to score alone)" if deliveries_optional else ""))
     return paths
 
 
 def read_folder(folder, require_labels: bool = True, repair_labels: bool = False,
                 specs: dict[str, FeatureSpec] | None = None, types: dict[str, str] | None = None) -> ValueTables:
     """The tables of a value dataset folder (:func:`table_paths`), each read whole (a directory of parts as its
-    parts in order), validated by :func:`check_tables` (``types``: the types it gives inferred features)."""
+    parts in order), validated by :func:`check_tables` (``types``: the types it gives inferred features); without
+    labels the deliveries may be absent."""
     from promokit.data.io import read_table
 
-    frames = {name: read_table(path) for name, path in table_paths(folder).items()}
-    return check_tables(frames["deliveries"], frames["users"], frames["funds"], frames.get("behaviors"),
+    frames = {name: read_table(path) for name, path in table_paths(folder, not require_labels).items()}
+    return check_tables(frames.get("deliveries"), frames["users"], frames["funds"], frames.get("behaviors"),
                         frames.get("consumption"), require_labels=require_labels, repair_labels=repair_labels,
                         specs=specs, types=types)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,7 +17,7 @@ from promokit import __version__
 from promokit.data import DataError, FeatureSpec
 from promokit.data.encoders import NumericEncoder
 from promokit.data.ids import id_hashes
-from promokit.data.split import latest_split
+from promokit.data.split import NothingEarlier, latest_split
 from promokit.training import (
     History,
     TrainConfig,
@@ -31,6 +32,7 @@ from promokit.training import (
 from promokit.training.seed import seed_everything
 from promokit.value.contract import TIME, TOLERANCE, USER, ValueTables, check_conversions
 from promokit.value.inputs import InputEncoders
+from promokit.value.scoring import KEPT_CONTEXTS, context_values, event_times, kept_contexts, time_text
 from promokit.value.models import ESDPM, MODELS, TwoPart
 from promokit.value.models.esdpm import AmountStart
 
@@ -61,11 +63,24 @@ def delivery_split(tables: ValueTables, test_fraction: float = 0.1, valid_fracti
         roles = random_roles(n, test_fraction, valid_fraction, seed)
         return tuple(np.flatnonzero(roles == role) for role in (TRAIN, VALID, TEST))
     times = pd.Series(tables.time, name="time")
-    rest, test = latest_split(times, test_fraction) if test_fraction else (np.arange(n), np.empty(0, dtype=np.int64))
-    if not valid_fraction:
-        return rest, np.empty(0, dtype=np.int64), test
-    train, valid = latest_split(times.iloc[rest].reset_index(drop=True), valid_fraction)
+    with _nothing_earlier_said_of_deliveries():
+        rest, test = latest_split(times, test_fraction) if test_fraction else (np.arange(n), np.empty(0, np.int64))
+        if not valid_fraction:
+            return rest, np.empty(0, dtype=np.int64), test
+        train, valid = latest_split(times.iloc[rest].reset_index(drop=True), valid_fraction)
     return rest[train], rest[valid], test
+
+
+@contextmanager
+def _nothing_earlier_said_of_deliveries():
+    """A split by time that leaves nothing to train on, said of the deliveries: the time as a date, and the way out
+    for deliveries that share one time (a customer table with one time for every row)."""
+    try:
+        yield
+    except NothingEarlier as error:
+        raise DataError(f"deliveries: all {error.rows:,} rows are at or after {time_text(error.threshold)}, where the "
+                        "latest ones begin: a split by time leaves nothing earlier to train on; deliveries that share "
+                        "one time split with --split random") from None
 
 
 def check_split(test_fraction: float, valid_fraction: float, how: str) -> None:
@@ -112,9 +127,10 @@ class DeliverySplit:
         """From the deliveries per time over every part (``promokit.scale.train.summed_time_counts``)."""
         from promokit.scale.train import time_threshold
 
-        test_from = time_threshold(TIME, test_fraction, counts) if test_fraction else None
-        earlier = counts if test_from is None else counts[counts.index < test_from]
-        valid_from = time_threshold(TIME, valid_fraction, earlier) if valid_fraction else None
+        with _nothing_earlier_said_of_deliveries():
+            test_from = time_threshold(TIME, test_fraction, counts) if test_fraction else None
+            earlier = counts if test_from is None else counts[counts.index < test_from]
+            valid_from = time_threshold(TIME, valid_fraction, earlier) if valid_fraction else None
         return cls("time", test_from, valid_from)
 
     def roles(self, time: np.ndarray, offset: int) -> np.ndarray:
@@ -177,6 +193,10 @@ class ValueModel:
         self.split = {"test_fraction": 0.1, "valid_fraction": 0.1, "how": "time", "seed": 0}
         #: the hashes of the ids of the users of the training deliveries (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
+        #: the latest time of the deliveries trained or validated on (contract form; None in older directories)
+        self.trained_until: int | float | None = None
+        #: context features of training deliveries (``scoring.context_values``), to score without deliveries
+        self.kept_contexts: dict[str, list] | None = None
 
     @property
     def net_class(self) -> type:
@@ -213,6 +233,9 @@ class ValueModel:
                 _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
         seed_everything(self.train_config.seed)
         self.training_ids = id_hashes(tables.deliveries[USER].to_numpy()[train])
+        self.trained_until = tables.time[np.concatenate([train, valid])].max().item()
+        self.kept_contexts = context_values(tables.deliveries.iloc[train[draw_contexts(len(train), KEPT_CONTEXTS)]],
+                                            tables.context_spec.features)
         self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
         self.encoders = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
         train_rows = self.encoders.rows(tables, train)
@@ -251,7 +274,11 @@ class ValueModel:
         hashes of its training deliveries' users."""
         train = roles == TRAIN
         v = tables.log_amount
+        trained = tables.time[roles != TEST]
+        drawn = np.flatnonzero(train)[draw_contexts(int(train.sum()), KEPT_CONTEXTS)]
         return {"rows": np.bincount(roles, minlength=3).tolist(),
+                "latest": trained.max().item() if len(trained) else None,
+                "contexts": context_values(tables.deliveries.iloc[drawn], tables.context_spec.features),
                 "subjects": id_hashes(tables.deliveries[USER].to_numpy()[train]),
                 "converted": np.bincount(roles, weights=tables.convert, minlength=3).astype(int).tolist(),
                 "v_converted": NumericEncoder.moments(pd.Series(v[train & (tables.convert > 0)])),
@@ -269,6 +296,10 @@ class ValueModel:
         self.specs, self.encoders, self._attached = specs, encoders, None
         self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
         self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts]))
+        self.trained_until = max((c["latest"] for c in counts if c["latest"] is not None), default=None)
+        kept = pd.concat([pd.DataFrame(c["contexts"]) for c in counts], ignore_index=True)
+        self.kept_contexts = context_values(kept.iloc[draw_contexts(len(kept), KEPT_CONTEXTS)],
+                                            specs["context"].features)
 
     def predict(self, tables: ValueTables, rows: np.ndarray | None = None) -> pd.DataFrame:
         """Named outputs per delivery of ``rows`` (all by default): p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma,
@@ -301,9 +332,11 @@ class ValueModel:
         self._attach(tables)
         users = np.arange(len(tables.users)) if users is None else np.asarray(users, dtype=np.int64)
         n_users, n_funds = len(users), len(tables.funds)
-        at = scoring_time(tables.time, at)
+        at = scoring_time(event_times(tables), at)
         if context_rows is None:
-            context_rows = tables.deliveries.iloc[draw_contexts(len(tables.deliveries), contexts, seed)]
+            drawn_from = tables.deliveries if len(tables.deliveries) else kept_contexts(self.kept_contexts,
+                                                                                        self.specs["context"])
+            context_rows = drawn_from.iloc[draw_contexts(len(drawn_from), contexts, seed)]
         context = self.encoders.context.transform(context_rows)
         ctx_cat, ctx_num = torch.from_numpy(context.categorical), torch.from_numpy(context.numeric)
         self.net.eval()
@@ -317,16 +350,18 @@ class ValueModel:
         return scores
 
     def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0,
-                    context_rows: pd.DataFrame | None = None) -> pd.DataFrame:
+                    context_rows: pd.DataFrame | None = None, users: np.ndarray | None = None) -> pd.DataFrame:
         """The ETV table in the wide layout ``allocate quota --scores`` reads: ``user_id``, ``score_<fund>`` per fund
-        and the users' ``tolerance`` when the users table has one (see :meth:`score_matrix`)."""
-        scores = self.score_matrix(tables, at, contexts=contexts, seed=seed, context_rows=context_rows)
-        frame = pd.DataFrame({USER: tables.users[USER].to_numpy()})
+        and the users' ``tolerance`` when the users table has one, for every user or the user rows ``users`` (see
+        :meth:`score_matrix`)."""
+        users = np.arange(len(tables.users)) if users is None else np.asarray(users, dtype=np.int64)
+        scores = self.score_matrix(tables, at, users, contexts=contexts, seed=seed, context_rows=context_rows)
+        frame = pd.DataFrame({USER: tables.users[USER].to_numpy()[users]})
         for j, fund in enumerate(tables.fund_names):
             frame[f"score_{fund}"] = scores[:, j]
         tolerance = tables.tolerance()
         if tolerance is not None:
-            frame[TOLERANCE] = tolerance
+            frame[TOLERANCE] = tolerance[users]
         return frame
 
     def _attach(self, tables: ValueTables) -> None:
@@ -355,7 +390,8 @@ class ValueModel:
         self._check_fitted()
         config = {"promokit": __version__, "task": "value", "model": self.name,
                   "params": {**self.params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
-                  "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.split}
+                  "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.split,
+                  "trained_until": self.trained_until, "contexts": self.kept_contexts}
         history = None if self.history is None else self.history.to_dict()
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
 
@@ -365,6 +401,7 @@ class ValueModel:
         model = cls(config["model"], config["params"], TrainConfig(**config["train"]))
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.split = config["split"]
+        model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
         if not model.is_neural:
             model.net = TwoPart(model.encoders, **model.params).load_texts(path)
@@ -397,9 +434,9 @@ def draw_contexts(n_deliveries: int, contexts: int = SCORE_CONTEXTS, seed: int =
 
 def scoring_time(time: np.ndarray, at=None) -> int | float:
     """The time pairs are scored at, like the deliveries' ``time`` (int64 ns or float64): ``at`` (a date or a
-    number), default just after the latest of ``time``."""
+    number), default just after the latest of ``time`` (any time when there is none)."""
     if at is None:
-        return time.max() + (1 if time.dtype.kind == "i" else 1e-9)
+        return time.max() + (1 if time.dtype.kind == "i" else 1e-9) if len(time) else time.dtype.type(0)
     try:
         return pd.Timestamp(at).value if time.dtype.kind == "i" else float(at)
     except (ValueError, TypeError):
