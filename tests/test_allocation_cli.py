@@ -309,3 +309,47 @@ def test_every_export_resolves():
 
     assert all(getattr(allocation, name) is not None for name in allocation.__all__)
     assert absolute_form is allocation.absolute_form
+
+
+def test_the_key_column_is_told_or_found_and_kept_in_the_plan(budget_files, quota_files, tmp_path):
+    scores = pd.read_parquet(budget_files / "scores.parquet")
+    merchants = pd.read_parquet(budget_files / "merchants.parquet")
+    _ok("allocate", "budget", "--scores", budget_files / "scores.parquet", "--merchants",
+        budget_files / "merchants.parquet", "--ratio", 3, "--out", tmp_path / "user_id")
+    expected = pd.read_parquet(tmp_path / "user_id" / "plan.parquet").rename(columns={"user_id": "customer_id"})
+    scores.rename(columns={"user_id": "customer_id"}).to_parquet(tmp_path / "customers.parquet")
+    merchants.rename(columns={"user_id": "customer_id"}).to_parquet(tmp_path / "merchants.parquet")
+    for told in ([], ["--key", "customer_id"]):  # the only *_id column is the key, or told
+        _ok("allocate", "budget", "--scores", tmp_path / "customers.parquet", "--merchants",
+            tmp_path / "merchants.parquet", "--ratio", 3, "--out", tmp_path / "customer_id", *told)
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "customer_id" / "plan.parquet"), expected)
+
+    quota = pd.read_csv(quota_files / "scores.csv").rename(columns={"user_id": "client"})
+    quota.assign(campaign_id="c1", region_id="r1").to_csv(tmp_path / "etv.csv", index=False)
+    result = _invoke("allocate", "quota", "--scores", tmp_path / "etv.csv", "--quotas", quota_files / "quotas.csv",
+                     "--out", tmp_path / "q")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "no 'user_id' column and 2 id columns ['campaign_id', 'region_id']" in said
+    assert "--key" in said
+    quota.to_csv(tmp_path / "etv.csv", index=False)
+    _ok("allocate", "quota", "--scores", tmp_path / "etv.csv", "--quotas", quota_files / "quotas.csv",
+        "--key", "client", "--out", tmp_path / "q")
+    plan = pd.read_parquet(tmp_path / "q" / "plan.parquet")
+    assert list(plan.columns[:2]) == ["client", "fund"] and sorted(plan.client) == sorted(quota.client.unique())
+    quota[quota.client != quota.client.iloc[0]].to_csv(tmp_path / "short.csv", index=False)
+    result = _invoke("allocate", "quota", "--scores", tmp_path / "short.csv", "--quotas", quota_files / "quotas.csv",
+                     "--key", "user_id", "--out", tmp_path / "q2")
+    assert result.exit_code == 2 and "column 'user_id' (required in the long table) is missing" in result.output
+
+
+def test_the_key_column_of_parts_names_their_plans_and_the_repeated_users(budget_files, tmp_path):
+    scores = pd.read_parquet(budget_files / "scores.parquet").rename(columns={"user_id": "customer_id"})
+    (tmp_path / "parts").mkdir()
+    scores.iloc[:150].to_parquet(tmp_path / "parts" / "part-0.parquet")
+    scores.iloc[150:].to_parquet(tmp_path / "parts" / "part-1.parquet")
+    _ok("allocate", "budget", "--scores", tmp_path / "parts", "--ratio", 3, "--out", tmp_path / "plan")
+    plan = pd.concat([pd.read_parquet(p) for p in sorted((tmp_path / "plan" / "plan").glob("*.parquet"))])
+    assert plan.customer_id.tolist() == scores.customer_id.tolist()
+    scores.iloc[140:].to_parquet(tmp_path / "parts" / "part-1.parquet")  # customers 140…149 in both parts
+    result = _invoke("allocate", "budget", "--scores", tmp_path / "parts", "--ratio", 3, "--out", tmp_path / "plan")
+    assert result.exit_code == 2 and "customer_id" in result.output

@@ -104,11 +104,12 @@ class BudgetPart:
     out: str | None = None
     with_population: bool = False  # the plan has a population column (customers and merchants)
     with_value: bool = False  # the plan has a value column (some part has value columns)
+    key: str = USER  # the column naming the requests
 
     def table(self) -> BudgetTable:
         stat = Path(self.path).stat() if Path(self.path).is_file() else None
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
-        return _read_part(self.path, self.layout, self.prefix, self.levels, stamp)
+        return _read_part(self.path, self.layout, self.prefix, self.levels, stamp, self.key)
 
     def load(self) -> tuple[np.ndarray, np.ndarray]:
         form = table_form(self.table(), self.ratio, self.paid_on)
@@ -182,10 +183,11 @@ def table_form(table: BudgetTable, ratio: float | None, paid_on: PaidOn) -> Tabl
 
 def plan_frame(table: BudgetTable, form: TableForm, choice: np.ndarray, population: str | None = None,
                with_value: bool = False) -> pd.DataFrame:
-    """``[population,] user_id, level, score, [value,] cost`` per request; cost is the chosen level's spend."""
+    """``[population,] user_id, level, score, [value,] cost`` per request (the key column named as in the score
+    table); cost is the chosen level's spend."""
     rows = np.arange(len(choice))
     columns = {"population": np.full(len(choice), population)} if population else {}
-    columns.update({USER: table.user_ids, LEVEL: table.levels[choice], SCORE: table.scores[rows, choice]})
+    columns.update({table.key: table.user_ids, LEVEL: table.levels[choice], SCORE: table.scores[rows, choice]})
     if with_value:
         columns[VALUE] = form.value[rows, choice]
     columns["cost"] = form.spend[rows, choice]
@@ -245,12 +247,13 @@ def _choose_part(task):
 
 
 @lru_cache(maxsize=1)  # map 5 loads a part, then finishes it: read its file once
-def _read_part(path: str, layout: str, prefix: str, levels: tuple[float, ...], stamp) -> BudgetTable:
+def _read_part(path: str, layout: str, prefix: str, levels: tuple[float, ...], stamp, key: str) -> BudgetTable:
     """A part's table (``stamp``: the file's mtime and size, so a rewritten file is read again); a Parquet part
     without rows is an empty table over ``levels``."""
     if stamp is not None and Path(path).suffix.lower() in (".parquet", ".pq") and parquet_rows(path) == 0:
         frame = pd.read_parquet(path)
-        user_ids = frame[USER].to_numpy() if USER in frame else np.empty(0, object)
-        return BudgetTable(user_ids, np.asarray(levels, np.float64), np.empty((0, len(levels))), None, None, layout)
-    return read_budget_table(path, layout, prefix)
+        user_ids = frame[key].to_numpy() if key in frame else np.empty(0, object)
+        return BudgetTable(user_ids, np.asarray(levels, np.float64), np.empty((0, len(levels))), None, None, layout,
+                           key)
+    return read_budget_table(path, layout, prefix, key)
 

@@ -28,6 +28,7 @@ ColumnsOpt = Annotated[str, typer.Option("--columns", help="Prefix of the score 
 SeedOpt = Annotated[int, typer.Option("--seed")]
 FormatOpt = Annotated[str, typer.Option("--format", help="parquet | csv.")]
 SynthLayoutOpt = Annotated[str, typer.Option("--layout", help="wide | long.")]
+KeyOpt = Annotated[Optional[str], typer.Option("--key", help="Column naming the users (requests) in the score tables, kept in the plan; default user_id, else the table's only *_id column (customer_id …).")]
 BUDGET_METHODS = ("lagrange", "lp", "milp")
 BudgetScoresOpt = Annotated[Path, typer.Option("--scores", help=f"Score table, long or wide: {TABLE_HELP} (quote a glob); parts are solved part by part (plan in OUT/plan/part-NNNNN.parquet).")]
 QuotaScoresOpt = Annotated[Path, typer.Option("--scores", help=f"ETV table, long or wide: {TABLE_HELP} (quote a glob); parts are solved by ours over the parts (plan in OUT/plan/part-NNNNN.parquet).")]
@@ -41,7 +42,7 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
            merchant_paid_on: Annotated[str, typer.Option("--merchant-paid-on", help="response (eq. 16) | request (eqs. 17, 20 as printed: r paid on every merchant request).")] = "response",
            method: Annotated[str, typer.Option("--method", help="lagrange (λ*, eqs. 19–20, certified gap; any input) | lp (HiGHS LP relaxation; minutes at 10⁵ requests) | milp (HiGHS integer optimum; tiny inputs).")] = "lagrange",
            seed: Annotated[int, typer.Option("--seed", help="Seed of the sample lagrange brackets λ* with on large inputs.")] = 0,
-           layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_",
+           layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_", key: KeyOpt = None,
            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Choose one incentive level per request to maximise expected responses under a budget (eqs. 11–20)."""
     with user_errors():
@@ -59,11 +60,13 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
             sources["merchant"] = _budget_sources(merchants)
         in_parts = any(partitioned for _, partitioned in sources.values())
         _check_parts_options(in_parts, method, "lagrange", engine)
+        from promokit.allocation.tables import key_column
         from promokit.scale.engine import make_engine
 
         run = _BudgetRun(ratio, total, {"customer": "response", "merchant": merchant_paid_on}, method, seed, layout,
                          columns, get_console(), f"reading {scores}" + (f" and {merchants}" if merchants else ""),
-                         make_engine(engine, address, workers) if in_parts else None)
+                         make_engine(engine, address, workers) if in_parts else None,
+                         key_column(sources["customer"][0][0], key))
         solve = _budget_in_parts if in_parts else _budget_in_one
         # totals: per-level frames, one per part (their count is reported) or one for the whole table
         plan, counts, levels, totals = solve({name: files for name, (files, _) in sources.items()}, out, run)
@@ -78,11 +81,12 @@ def quota(scores: QuotaScoresOpt, out: OutOpt,
           method: Annotated[str, typer.Option("--method", help="ours (prices + exact repair, certified bound; any input) | ha (EOCA Algorithm 1) | manual (fund-by-fund priority) | exact (min-cost flow).")] = "ours",
           tolerance: Annotated[str, typer.Option("--tolerance-column", help="Column of the users' risk tolerance t_i.")] = "tolerance",
           seed: Annotated[int, typer.Option("--seed", help="Seed of the samples ours draws its starting prices from.")] = 0,
-          layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_",
+          layout: LayoutOpt = "auto", columns: ColumnsOpt = "score_", key: KeyOpt = None,
           engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Give each user one fund: exactly d_j users per fund (or min/max bounds), fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
     with user_errors():
         from promokit.allocation.quota import METHODS
+        from promokit.allocation.tables import key_column
         from promokit.data import DataError
         from promokit.scale.parts import is_partitioned, list_parts
 
@@ -93,7 +97,7 @@ def quota(scores: QuotaScoresOpt, out: OutOpt,
         from promokit.scale.engine import make_engine
 
         run = _QuotaRun(scores, quotas, method, tolerance, seed, layout, columns, get_console(),
-                        make_engine(engine, address, workers) if in_parts else None)
+                        make_engine(engine, address, workers) if in_parts else None, key_column(files[0], key))
         solved = _quota_in_parts(files, out, run) if in_parts else _quota_in_one(files[0], out, run)
         summary, per_fund = _quota_summary(solved, run)
         _report(f"Quota plan for {scores.name}", summary, "Per fund", per_fund,
@@ -169,6 +173,7 @@ class _BudgetRun(NamedTuple):
     console: object
     reading: str
     engine: object  # promokit.scale's engine for a table in parts (its map runs every step), else None
+    key: str  # the column naming the requests in every score table and the plan
 
     @property
     def budget(self) -> float:
@@ -200,7 +205,8 @@ def _budget_in_one(sources: dict, out: Path, run: _BudgetRun):
     from promokit.data import write_parquet
 
     with _stage(run.console, run.reading):
-        tables = {name: read_budget_table(files[0], run.layout, run.columns) for name, files in sources.items()}
+        tables = {name: read_budget_table(files[0], run.layout, run.columns, run.key)
+                  for name, files in sources.items()}
         problem, forms = _budget_problem(tables, run.ratio, run.total, run.paid_on)
     n_rows, n_levels = problem.value.shape
     with _stage(run.console, f"solving {n_rows:,} requests × {n_levels} levels with {run.method}"), _budget_naming(run):
@@ -221,13 +227,13 @@ def _budget_in_parts(sources: dict, out: Path, run: _BudgetRun):
 
     from promokit.allocation.budget_parts import BudgetPart, inspect_part, solve_budget_parts
 
-    parts = [BudgetPart(str(path), run.ratio, run.paid_on[name], run.layout, run.columns, name)
+    parts = [BudgetPart(str(path), run.ratio, run.paid_on[name], run.layout, run.columns, name, key=run.key)
              for name, files in sources.items() for path in files]
     with _stage(run.console, f"{run.reading}: {len(parts)} parts"):
         infos = run.engine.map(inspect_part, parts, label="reading parts")
         levels = _budget_levels(parts, infos)
         for files in sources.values():  # a customer and a merchant may share an id; a customer in two parts not
-            _unique_users(files, out, run.engine)
+            _unique_users(files, out, run.engine, run.key)
     with_value = any(info.has_value for info in infos)
     parts = [replace(part, rows=info.rows, levels=levels, out=str(out / "plan" / f"part-{i:05d}.parquet"),
                      with_population=len(sources) > 1, with_value=with_value)
@@ -241,13 +247,12 @@ def _budget_in_parts(sources: dict, out: Path, run: _BudgetRun):
     return solved.plan, counts, np.asarray(levels), solved.outputs
 
 
-def _unique_users(files: list, out: Path, engine) -> None:
-    """Each user in one part: the parts' own checks cannot see a user two parts hold (hashed in buckets on the
-    engine, in a scratch folder inside OUT, where every worker can read it)."""
-    from promokit.allocation.tables import USER
+def _unique_users(files: list, out: Path, engine, key: str) -> None:
+    """Each user (``key``) in one part: the parts' own checks cannot see a user two parts hold (hashed in buckets on
+    the engine, in a scratch folder inside OUT, where every worker can read it)."""
     from promokit.scale.keys import check_unique_keys
 
-    check_unique_keys(files, USER, out / ".user-keys", map_parts=engine.map)
+    check_unique_keys(files, key, out / ".user-keys", map_parts=engine.map)
 
 
 def _budget_levels(parts: list, infos: list) -> tuple[float, ...]:
@@ -371,6 +376,7 @@ class _QuotaRun(NamedTuple):
     columns: str
     console: object
     engine: object  # promokit.scale's engine for a table in parts (its map runs every step), else None
+    key: str  # the column naming the users in the score table and the plan
 
 
 class _QuotaSolved(NamedTuple):
@@ -393,7 +399,7 @@ def _quota_in_one(path: Path, out: Path, run: _QuotaRun) -> _QuotaSolved:
     from promokit.data import write_parquet
 
     with _stage(run.console, f"reading {run.scores} and {run.quotas}"):
-        table = read_quota_table(path, run.layout, run.columns, run.tolerance)
+        table = read_quota_table(path, run.layout, run.columns, run.tolerance, run.key)
         funds = read_quotas(run.quotas, table.funds)
         _check_risk_rule(table.tolerance is not None, funds.risk is not None, run)
     n_users, k = len(table.user_ids), len(table.funds)
@@ -417,10 +423,10 @@ def _quota_in_parts(files: list, out: Path, run: _QuotaRun) -> _QuotaSolved:
     from promokit.allocation.quota_parts import QuotaPart, inspect_part, solve_quota_parts
     from promokit.allocation.tables import read_quotas
 
-    parts = [QuotaPart(str(path), run.layout, run.columns, run.tolerance) for path in files]
+    parts = [QuotaPart(str(path), run.layout, run.columns, run.tolerance, key=run.key) for path in files]
     with _stage(run.console, f"reading {run.scores} and {run.quotas}: {len(parts)} parts"):
         infos = run.engine.map(inspect_part, parts, label="reading parts")
-        _unique_users(files, out, run.engine)
+        _unique_users(files, out, run.engine, run.key)
         funds, has_tolerance = _quota_part_funds(parts, infos)
         bounds = read_quotas(run.quotas, funds)
         _check_risk_rule(has_tolerance, bounds.risk is not None, run)

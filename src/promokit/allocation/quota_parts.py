@@ -91,13 +91,15 @@ class QuotaPart:
     rows: int | None = None
     funds: tuple[str, ...] = ()
     out: str | None = None
+    key: str = USER  # the column naming the users
 
     def table(self) -> QuotaTable:
         if Path(self.path).suffix.lower() in (".parquet", ".pq") and parquet_rows(self.path) == 0:
             frame = pd.read_parquet(self.path)
-            user_ids = frame[USER].to_numpy() if USER in frame else np.empty(0, object)
-            return QuotaTable(user_ids, list(self.funds), np.empty((0, len(self.funds))), np.empty(0, np.int64))
-        table = read_quota_table(self.path, self.layout, self.prefix, self.tolerance)
+            user_ids = frame[self.key].to_numpy() if self.key in frame else np.empty(0, object)
+            return QuotaTable(user_ids, list(self.funds), np.empty((0, len(self.funds))), np.empty(0, np.int64),
+                              self.key)
+        table = read_quota_table(self.path, self.layout, self.prefix, self.tolerance, self.key)
         if self.funds and table.funds != list(self.funds):
             if sorted(table.funds) != sorted(self.funds):
                 raise DataError(f"{self.path}: funds {table.funds} differ from {list(self.funds)} of the other parts: "
@@ -205,9 +207,10 @@ def inspect_part(part: QuotaPart) -> PartInfo:
 
 def plan_frame(table: QuotaTable, assignment: np.ndarray, risk: np.ndarray | None = None,
                tolerance: str = TOLERANCE) -> pd.DataFrame:
-    """``user_id, fund, score[, tolerance, risk]`` per user in the table's order: the plan file's rows (funds as
-    strings even without rows, so that an empty part's plan has the others' schema)."""
-    frame = pd.DataFrame({USER: table.user_ids, FUND: pd.Series(np.asarray(table.funds, dtype=object)[assignment],
+    """``user_id, fund, score[, tolerance, risk]`` per user in the table's order (the key column named as in the
+    score table): the plan file's rows (funds as strings even without rows, so that an empty part's plan has the
+    others' schema)."""
+    frame = pd.DataFrame({table.key: table.user_ids, FUND: pd.Series(np.asarray(table.funds, dtype=object)[assignment],
                                                                 dtype="str"),
                           SCORE: np.take_along_axis(table.etv, assignment[:, None], axis=1)[:, 0]})
     if risk is not None:

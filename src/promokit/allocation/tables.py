@@ -10,6 +10,8 @@ columns are ignored. Every user needs exactly one row per option.
 ``value_<level>`` / ``cost_<level>`` (budget) or ``tolerance`` (quota). Any other column is an error, as it
 is most likely a misspelt option. Budget levels are the numbers after the prefix, in increasing order.
 
+In both layouts the key column may have another name than ``user_id`` (``key``; :func:`key_column` finds it).
+
 Every violation is a :class:`~promokit.data.DataError` naming the column, the count and an example.
 """
 
@@ -44,6 +46,7 @@ class BudgetTable:
     value: np.ndarray | None   # (N, K) what to maximise, when it is not the score
     cost: np.ndarray | None    # (N, K) expected spend, when it is not level × score
     layout: str
+    key: str = USER            # the column naming the requests
 
 
 @dataclass
@@ -54,6 +57,7 @@ class QuotaTable:
     funds: list[str]               # (k,) fund names, in order of first appearance (long) or of the columns (wide)
     etv: np.ndarray                # (N, k)
     tolerance: np.ndarray | None   # (N,) int64 risk tolerance t_i
+    key: str = USER                # the column naming the users
 
 
 @dataclass
@@ -81,27 +85,58 @@ class _Scores:
 
 
 def read_budget_table(source: str | os.PathLike | pd.DataFrame, layout: str = AUTO,
-                      prefix: str = DEFAULT_PREFIX) -> BudgetTable:
-    """Read a budget score table (long: ``user_id, level, score[, value, cost]``; wide: ``score_<level>``)."""
+                      prefix: str = DEFAULT_PREFIX, key: str = USER) -> BudgetTable:
+    """Read a budget score table (long: ``user_id, level, score[, value, cost]``; wide: ``score_<level>``), its
+    requests named by the column ``key``."""
     frame = _frame(source)
     with _naming(source):
-        parsed = _read_scores(frame, LEVEL, (SCORE, VALUE, COST), (), layout, prefix, numeric_options=True)
+        parsed = _read_scores(frame, LEVEL, (SCORE, VALUE, COST), (), layout, prefix, True, key)
         levels = parsed.options if parsed.layout == LONG else _levels_from_columns(parsed.options, prefix)
     return BudgetTable(user_ids=parsed.user_ids, levels=levels, scores=parsed.matrices[SCORE],
-                       value=parsed.matrices.get(VALUE), cost=parsed.matrices.get(COST), layout=parsed.layout)
+                       value=parsed.matrices.get(VALUE), cost=parsed.matrices.get(COST), layout=parsed.layout,
+                       key=key)
 
 
 def read_quota_table(source: str | os.PathLike | pd.DataFrame, layout: str = AUTO, prefix: str = DEFAULT_PREFIX,
-                     tolerance: str = TOLERANCE) -> QuotaTable:
-    """Read an ETV table (long: ``user_id, fund, score[, tolerance]``; wide: ``score_<fund>[, tolerance]``)."""
+                     tolerance: str = TOLERANCE, key: str = USER) -> QuotaTable:
+    """Read an ETV table (long: ``user_id, fund, score[, tolerance]``; wide: ``score_<fund>[, tolerance]``), its
+    users named by the column ``key``."""
     frame = _frame(source)
     with _naming(source):
-        parsed = _read_scores(frame, FUND, (SCORE,), (tolerance,), layout, prefix, numeric_options=False)
+        parsed = _read_scores(frame, FUND, (SCORE,), (tolerance,), layout, prefix, False, key)
         user_tolerance = parsed.per_user.get(tolerance)
         if user_tolerance is not None:
             user_tolerance = _integers(tolerance, user_tolerance, "users")
     return QuotaTable(user_ids=parsed.user_ids, funds=[str(f) for f in parsed.options],
-                      etv=parsed.matrices[SCORE], tolerance=user_tolerance)
+                      etv=parsed.matrices[SCORE], tolerance=user_tolerance, key=key)
+
+
+def key_column(path: str | os.PathLike, key: str | None = None) -> str:
+    """The column naming the users of the score table at ``path`` (a CSV or Parquet file): ``key`` when given, else
+    ``user_id``, else the table's only column named ``*_id`` (``customer_id`` …); without one, ``user_id`` (whose
+    absence the readers report, with the names it may have been misspelt as)."""
+    if key is not None:
+        return key
+    columns = _columns(path)
+    ids = [c for c in columns if c.lower().endswith("_id")]
+    if USER in columns or not ids:
+        return USER
+    if len(ids) == 1:
+        return ids[0]
+    raise DataError(f"{path}: no {USER!r} column and {len(ids)} id columns {ids[:5]} to take as the users' key; name "
+                    f"it with --key. Columns present: {columns[:20]}")
+
+
+def _columns(path: str | os.PathLike) -> list[str]:
+    """The column names of a CSV or Parquet file, from its header or schema (what the reader reports on errors)."""
+    import pyarrow.parquet as pq
+
+    try:
+        if str(path).lower().endswith((".parquet", ".pq")):
+            return [str(c) for c in pq.read_schema(path).names if not str(c).startswith("__index_level_")]
+        return [str(c) for c in pd.read_csv(path, nrows=0).columns]
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return [str(c) for c in read_table(path).columns]
 
 
 def read_quotas(source: str | os.PathLike | pd.DataFrame, funds: list[str]) -> FundQuotas:
@@ -237,64 +272,64 @@ def _frame(source) -> pd.DataFrame:
 
 
 def _read_scores(frame: pd.DataFrame, option: str, matrices: tuple[str, ...], per_user: tuple[str, ...],
-                 layout: str, prefix: str, numeric_options: bool) -> _Scores:
+                 layout: str, prefix: str, numeric_options: bool, key: str) -> _Scores:
     if layout == AUTO:
         layout = LONG if option in frame.columns and SCORE in frame.columns else WIDE
         if layout == WIDE and not any(str(c).startswith(prefix) for c in frame.columns):
             layout = LONG  # neither layout fits: report the long form's missing column
     if layout == LONG:
-        return _read_long(frame, option, matrices, per_user, numeric_options)
+        return _read_long(frame, option, matrices, per_user, numeric_options, key)
     if layout == WIDE:
-        return _read_wide(frame, option, matrices, per_user, prefix)
+        return _read_wide(frame, option, matrices, per_user, prefix, key)
     raise DataError(f"layout must be 'auto', 'long' or 'wide', got {layout!r}")
 
 
-def _read_long(frame: pd.DataFrame, option: str, matrices, per_user, numeric_options: bool) -> _Scores:
+def _read_long(frame: pd.DataFrame, option: str, matrices, per_user, numeric_options: bool, key: str) -> _Scores:
     what = "long table"
-    _require(frame, (USER, option, matrices[0]), what)
-    _no_missing(frame, USER, what)
+    _require(frame, (key, option, matrices[0]), what)
+    _no_missing(frame, key, what)
     if numeric_options:
-        values = _numeric(frame, option, what, negative_ok=True)
+        values = _numeric(frame, option, what, negative_ok=True, key=key)
         options, option_codes = np.unique(values, return_inverse=True)
     else:
         _no_missing(frame, option, what)
         option_codes, options = pd.factorize(frame[option].astype(str))
         options = np.asarray(options)
-    user_codes, user_ids = pd.factorize(frame[USER])
+    user_codes, user_ids = pd.factorize(frame[key])
     n, k = len(user_ids), len(options)
     cell = user_codes.astype(np.int64) * k + option_codes
     counts = np.bincount(cell, minlength=n * k)
     duplicated = counts[cell] > 1
     if duplicated.any():
-        raise _bad_rows(frame, duplicated, f"duplicate ({USER}, {option}) pairs", what, [USER, option])
+        raise _bad_rows(frame, duplicated, f"duplicate ({key}, {option}) pairs", what, [key, option])
     if (counts == 0).any():
         lacking = (counts.reshape(n, k) == 0)
         user, missing = np.argwhere(lacking)[0]
         raise DataError(f"{int(lacking.any(axis=1).sum())} of {n} users lack rows for some of the {k} "
-                        f"{option} values in the {what} of {len(frame)} rows, e.g. {USER}={_plain(user_ids[user])!r} "
+                        f"{option} values in the {what} of {len(frame)} rows, e.g. {key}={_plain(user_ids[user])!r} "
                         f"has no row for {option}={_plain(options[missing])!r}")
     out = {}
     for name in matrices:
         if name in frame.columns:
             matrix = np.empty(n * k)
-            matrix[cell] = _numeric(frame, name, what, negative_ok=name == VALUE)
+            matrix[cell] = _numeric(frame, name, what, negative_ok=name == VALUE, key=key)
             out[name] = matrix.reshape(n, k)
     first = np.full(n, -1, dtype=np.int64)
     first[user_codes[::-1]] = np.arange(len(frame))[::-1]  # each user's first row
     users = {}
     for name in (p for p in per_user if p in frame.columns):
-        column = _numeric(frame, name, what, negative_ok=True)  # first, so a bad value is shown, not its neighbours
+        column = _numeric(frame, name, what, negative_ok=True, key=key)  # first: a bad value shown, not a neighbour
         varies = column != column[first][user_codes]
         if varies.any():
             raise _bad_rows(frame, varies, f"column {name!r} differs between rows of the same user",
-                            what, [USER, option, name])
+                            what, [key, option, name])
         users[name] = column[first]
     return _Scores(np.asarray(user_ids), options, out, users, LONG)
 
 
-def _read_wide(frame: pd.DataFrame, option: str, matrices, per_user, prefix: str) -> _Scores:
+def _read_wide(frame: pd.DataFrame, option: str, matrices, per_user, prefix: str, key: str) -> _Scores:
     what = "wide table"
-    _require(frame, (USER,), what)
+    _require(frame, (key,), what)
     heads = {name: prefix if name == matrices[0] else f"{name}_" for name in matrices}
     columns = {name: [c for c in frame.columns if str(c).startswith(head)] for name, head in heads.items()}
     score_columns = columns[matrices[0]]
@@ -302,7 +337,7 @@ def _read_wide(frame: pd.DataFrame, option: str, matrices, per_user, prefix: str
         raise DataError(missing_column_message(f"{prefix}<{option}>", list(frame.columns), f"one per {option}",
                                                len(frame)))
     suffixes = [str(c)[len(prefix):] for c in score_columns]
-    known = {USER, *per_user, *score_columns}
+    known = {key, *per_user, *score_columns}
     for name in matrices[1:]:
         if columns[name]:
             theirs = [str(c)[len(heads[name]):] for c in columns[name]]
@@ -316,15 +351,15 @@ def _read_wide(frame: pd.DataFrame, option: str, matrices, per_user, prefix: str
                                           n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise DataError(f"{len(unknown)} unknown columns in the {what} of {len(frame)} rows, e.g. {unknown[0]!r}"
-                        f"{hint} (a wide table has {USER}, {', '.join(f'{h}<{option}>' for h in heads.values())}"
+                        f"{hint} (a wide table has {key}, {', '.join(f'{h}<{option}>' for h in heads.values())}"
                         f"{''.join(', ' + p for p in per_user)})")
-    _no_missing(frame, USER, what)
-    duplicated = frame[USER].duplicated(keep=False).to_numpy()
+    _no_missing(frame, key, what)
+    duplicated = frame[key].duplicated(keep=False).to_numpy()
     if duplicated.any():
-        raise _bad_rows(frame, duplicated, f"column {USER!r} repeats users", what, [USER])
-    out = {name: _numeric_block(frame, cols, what, negative_ok=name == VALUE) for name, cols in columns.items() if cols}
-    users = {name: _numeric(frame, name, what, negative_ok=True) for name in per_user if name in frame.columns}
-    return _Scores(frame[USER].to_numpy(), np.asarray(suffixes, dtype=object), out, users, WIDE)
+        raise _bad_rows(frame, duplicated, f"column {key!r} repeats users", what, [key])
+    out = {name: _numeric_block(frame, cols, what, name == VALUE, key) for name, cols in columns.items() if cols}
+    users = {name: _numeric(frame, name, what, True, key) for name in per_user if name in frame.columns}
+    return _Scores(frame[key].to_numpy(), np.asarray(suffixes, dtype=object), out, users, WIDE)
 
 
 def _levels_from_columns(suffixes, prefix: str) -> np.ndarray:
@@ -353,8 +388,9 @@ def _no_missing(frame: pd.DataFrame, column: str, what: str) -> None:
         raise _bad_rows(frame, missing, f"column {column!r} has missing values", what)
 
 
-def _numeric(frame: pd.DataFrame, column: str, what: str, negative_ok: bool) -> np.ndarray:
-    """The column as float64; fail on text, NaN, infinities and (unless ``negative_ok``) negatives."""
+def _numeric(frame: pd.DataFrame, column: str, what: str, negative_ok: bool, key: str = USER) -> np.ndarray:
+    """The column as float64; fail on text, NaN, infinities and (unless ``negative_ok``) negatives, showing the
+    row's ``key``, level or fund."""
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values)
     kinds = "missing, non-numeric or infinite"
@@ -362,12 +398,12 @@ def _numeric(frame: pd.DataFrame, column: str, what: str, negative_ok: bool) -> 
         bad |= values < 0
         kinds = "missing, non-numeric, infinite or negative"
     if bad.any():
-        shown = list(dict.fromkeys(c for c in (USER, LEVEL, FUND, column) if c in frame.columns))
+        shown = list(dict.fromkeys(c for c in (key, LEVEL, FUND, column) if c in frame.columns))
         raise _bad_rows(frame, bad, f"column {column!r} has {kinds} values", what, shown)
     return values
 
 
-def _numeric_block(frame: pd.DataFrame, columns: list, what: str, negative_ok: bool) -> np.ndarray:
+def _numeric_block(frame: pd.DataFrame, columns: list, what: str, negative_ok: bool, key: str) -> np.ndarray:
     """Columns as one (rows × columns) float64 matrix, checked like :func:`_numeric` but in one pass."""
     block = frame[columns]
     if all(pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t) for t in block.dtypes):
@@ -375,7 +411,7 @@ def _numeric_block(frame: pd.DataFrame, columns: list, what: str, negative_ok: b
         if np.isfinite(matrix).all() and (negative_ok or not (matrix < 0).any()):
             return matrix
     # text columns, or a bad entry to report by column, row and example
-    return np.column_stack([_numeric(frame, column, what, negative_ok) for column in columns])
+    return np.column_stack([_numeric(frame, column, what, negative_ok, key) for column in columns])
 
 
 def _integers(name: str, values: np.ndarray, of: str) -> np.ndarray:
