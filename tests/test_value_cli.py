@@ -267,3 +267,14 @@ def test_predict_says_which_behaviours_the_scoring_time_reads(world, model, tmp_
     said = " ".join(result.output.split())
     assert result.exit_code == 0 and "warning" not in said
     assert f"{int((behaviours >= until).sum()):,} behaviours at or after {time_text(until)} are not read" in said
+
+
+def test_a_model_trained_without_behaviours_reads_none_and_says_nothing_of_them(world, tmp_path):
+    folder = _copy(world, tmp_path)
+    (folder / "behaviors.parquet").unlink()
+    result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m", "--model", "esdpm-ncg",
+                     "--epochs", 1, "--params", NET)
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "m" / "encoder.json").read_text())["max_len"] == 0
+    result = _invoke("value", "predict", "--model", tmp_path / "m", "--data", world, "--out", tmp_path / "p")
+    assert result.exit_code == 0 and "behaviours" not in result.output

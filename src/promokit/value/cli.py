@@ -205,8 +205,9 @@ def _predict_folder(estimator, tables, out: Path, at, contexts: int, users_list:
         console.print("no deliveries table: users × funds scored in the delivery contexts the model kept")
     console.print(f"scored as of {time_text(when)}" if at or not len(times) else
                   f"scored just after the latest event, {time_text(times.max())}")
-    for note in scoring_notes(tables, when, at is not None, estimator.trained_until):
-        console.print(note)
+    if estimator.encoders.max_len:  # a model trained without behaviours reads none
+        for note in scoring_notes(tables, when, at is not None, estimator.trained_until):
+            console.print(note)
     return score_stats(scores, len(tables.deliveries))
 
 
