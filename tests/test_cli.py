@@ -233,10 +233,20 @@ def test_bench_tuned_reads_each_models_params_file(tmp_path, impressions):
     (tmp_path / "tuned" / "esmm" / "params.json").write_text(json.dumps({**json.loads(NET), "lr": 0.02}))
     args = ["conversion", "bench", "--data", tmp_path / "t.parquet", "--split", "time:day", "--seeds", "0",
             "--epochs", 1, "--out", tmp_path / "b"]
+    untuned_floor = _invoke(*args, "--models", "lr,esmm", "--tuned", tmp_path / "tuned")
+    assert untuned_floor.exit_code == 2 and "['lr'] have no params.json while ['esmm'] do" in untuned_floor.output
+    (tmp_path / "tuned" / "lr").mkdir()
+    (tmp_path / "tuned" / "lr" / "params.json").write_text(json.dumps({"min_count": 2}))
+    for name, states in (("lr", ["complete", "complete", "pruned"]), ("esmm", ["complete", "pruned", "fail"])):
+        (tmp_path / "tuned" / name / "report.json").write_text(json.dumps({"trials": [{"state": s} for s in states]}))
+    unequal = _invoke(*args, "--models", "lr,esmm", "--tuned", tmp_path / "tuned")
+    assert unequal.exit_code == 2 and "finished trials: lr 3, esmm 2" in unequal.output
+    (tmp_path / "tuned" / "esmm" / "report.json").write_text(json.dumps({"trials": [{"state": "complete"}] * 3}))
     result = _invoke(*args, "--models", "lr,esmm", "--tuned", tmp_path / "tuned")
     assert result.exit_code == 0, result.output
     assert "RelaImpr cvr_auc vs lr" in (tmp_path / "b" / "report.md").read_text()
-    missing = _invoke(*args, "--models", "lr", "--tuned", tmp_path / "tuned")
+    (tmp_path / "empty").mkdir()
+    missing = _invoke(*args, "--models", "lr", "--tuned", tmp_path / "empty")
     assert missing.exit_code == 2 and "none of ['lr'] has a params.json" in missing.output
 
 

@@ -173,7 +173,9 @@ def seeds_option(text: str) -> list[int]:
 
 
 def tuned_params(folder: Path | None, names: list[str]) -> dict[str, dict]:
-    """``--tuned DIR``: the parameters ``tune`` wrote for each model that has a ``DIR/<model>/params.json``."""
+    """``--tuned DIR``: the parameters ``tune`` wrote for each benched model (``DIR/<model>/params.json``). A tuned
+    comparison is fair only when every model, the floor included, had the same search: each must have been tuned,
+    with as many finished trials (complete or pruned, from its ``report.json``) as the others."""
     from promokit.data.errors import DataError
 
     if folder is None:
@@ -184,7 +186,27 @@ def tuned_params(folder: Path | None, names: list[str]) -> dict[str, dict]:
              for name in names if (folder / name / "params.json").is_file()}
     if not found:
         raise DataError(f"--tuned {folder}: none of {names} has a params.json (expected {folder}/<model>/params.json)")
+    untuned = [name for name in names if name not in found]
+    if untuned:
+        raise DataError(f"--tuned {folder}: {untuned} have no params.json while {sorted(found)} do; a tuned "
+                        f"comparison gives every model, the floor included, the same search (tune --model "
+                        f"{untuned[0]} --out {folder}/{untuned[0]} with the others' --trials)")
+    budgets = {name: _finished_trials(folder / name / "report.json") for name in names}
+    if len(set(budgets.values())) > 1:
+        raise DataError(f"--tuned {folder}: the models had different searches (finished trials: "
+                        f"{', '.join(f'{k} {v}' for k, v in budgets.items())}); tune each with the same --trials")
     return found
+
+
+def _finished_trials(report: Path) -> int | None:
+    """Complete and pruned trials of a ``tune`` report (None without one: parameters not written by ``tune``)."""
+    if not report.is_file():
+        return None
+    try:
+        trials = json.loads(report.read_text()).get("trials", [])
+    except (ValueError, AttributeError):
+        return None
+    return sum(t.get("state") in ("complete", "pruned") for t in trials)
 
 
 def training_options(base, params: str | None, min_count: int | None = None, wide: str | None = None, **flags):
