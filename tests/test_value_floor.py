@@ -118,8 +118,9 @@ def test_pair_scores_equal_scoring_each_pair_as_a_delivery(world, fitted):
     ({"threads": 0}, "threads must be a whole number ≥ 1"),
     ({"subsample": 0}, r"subsample must be in \(0, 1\]"),
     ({"colsample": 1.5}, r"colsample must be in \(0, 1\]"),
-    ({"learning_rate": float("nan")}, "learning_rate must be a number > 0"),
-    ({"learning_rate": "fast"}, "learning_rate must be a number > 0"),
+    ({"learning_rate": float("nan")}, "learning_rate must be a finite number > 0"),
+    ({"learning_rate": float("inf")}, "learning_rate must be a finite number > 0"),
+    ({"learning_rate": "fast"}, "learning_rate must be a finite number > 0"),
     ({"n_tree": 5}, "no parameter 'n_tree' \\(did you mean 'n_trees'\\?\\)"),
     ({"dropout": 0.1}, "no parameter 'dropout'"),
 ])

@@ -72,9 +72,9 @@ class TwoPart:
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise DataError(f"two-part: {name} must be a whole number ≥ {least}, got {value!r}")
         for name in (*FRACTIONS, "learning_rate"):
-            value, most = params[name], 1 if name in FRACTIONS else np.inf
+            value, most = params[name], 1 if name in FRACTIONS else np.finfo(float).max
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most:
-                bounds = "in (0, 1]" if name in FRACTIONS else "a number > 0"
+                bounds = "in (0, 1]" if name in FRACTIONS else "a finite number > 0"
                 raise DataError(f"two-part: {name} must be {bounds}, got {value!r}")
 
     # ---- the matrix the boosters read
