@@ -8,4 +8,5 @@ from promokit.nn.losses import binary_log_loss
 from promokit.nn.mlp import MLP
 from promokit.nn.wide import WIDE_L2, WIDE_MODES, WidePart
 
-__all__ = ["MLP", "WIDE_L2", "WIDE_MODES", "WidePart", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "LinearLogit", "binary_log_loss", "drop_to_oov"]
+__all__ = ["MLP", "WIDE_L2", "WIDE_MODES", "AttentionUnit", "FeatureEmbedding", "FieldEmbedding", "LinearLogit",
+           "WidePart", "binary_log_loss", "drop_to_oov"]

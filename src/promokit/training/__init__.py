@@ -33,5 +33,5 @@ from promokit.training.trainer import (
 __all__ = ["Batch", "EpochLoop", "History", "LazyWeightDecay", "ModelDirWriter", "TrainConfig", "Trainer",
            "auc_metric", "check_model_params", "epoch_record", "fit_logistic", "flush_optimizers", "iterate_batches",
            "load_weights", "make_optimizers", "n_rows", "progress_display", "read_json", "read_model_config",
-           "read_training_ids", "read_weights", "seed_epoch", "seed_everything", "set_epoch_lr", "solve_wide", "step_progress",
-           "stream_batches", "take", "train_steps", "validation_record", "write_model_dir"]
+           "read_training_ids", "read_weights", "seed_epoch", "seed_everything", "set_epoch_lr", "solve_wide",
+           "step_progress", "stream_batches", "take", "train_steps", "validation_record", "write_model_dir"]

@@ -9,10 +9,9 @@ import typer
 
 from promokit.cli_support import (
     AddressOpt,
-    EngineOpt,
-    WorkersOpt,
     BatchSizeOpt,
     CategoricalOpt,
+    EngineOpt,
     EpochsOpt,
     LrOpt,
     NumericOpt,
@@ -20,14 +19,16 @@ from promokit.cli_support import (
     PatienceOpt,
     ResumeOpt,
     ThreadsOpt,
+    WideOpt,
+    WorkersOpt,
     bench_training,
     checkpoint_dir,
     finish_training,
-    seeds_option,
-    set_threads,
     get_console,
     print_feature_types,
     print_table,
+    seeds_option,
+    set_threads,
     training_options,
     types_option,
     user_errors,
@@ -80,7 +81,7 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
           split: Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")] = "time",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
-          categorical: CategoricalOpt = None, numeric: NumericOpt = None,
+          categorical: CategoricalOpt = None, numeric: NumericOpt = None, wide: WideOpt = None,
           resume: ResumeOpt = False, engine: EngineOpt = "local", address: AddressOpt = None,
           workers: WorkersOpt = None, threads: ThreadsOpt = None):
     """Fit a value model on the earlier deliveries and write it as a model directory.
@@ -98,7 +99,7 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
         from promokit.value.parts import in_parts
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
-                                                patience=patience, monitor=monitor, seed=seed)
+                                                patience=patience, monitor=monitor, seed=seed, wide=wide)
         estimator = ValueModel(model, model_params, config)
         estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction, "how": split, "seed": seed}
         types = types_option(categorical, numeric)
@@ -242,7 +243,8 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
         from promokit.metrics.value import decile_figure
         from promokit.report import Report
         from promokit.value.estimator import ValueModel, delivery_split
-        from promokit.value.evaluate import beside_floor, evaluate as evaluate_model
+        from promokit.value.evaluate import beside_floor
+        from promokit.value.evaluate import evaluate as evaluate_model
 
         estimator = ValueModel.load(model)
         tables = _read(data, repair=repair_labels, model=estimator)
@@ -295,7 +297,7 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
           users: int = 20_000, funds: int = 8,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
-          params: ParamsOpt = None,
+          params: ParamsOpt = None, wide: WideOpt = None,
           out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench"),
           threads: ThreadsOpt = None):
     """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
@@ -307,7 +309,7 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
 
         run_and_report(_models(models), seeds_option(seeds), {"n_users": users, "n_funds": funds},
                        bench_training(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
-                                      patience=patience), out)
+                                      patience=patience, wide=wide), out)
 
 
 @app.command()

@@ -34,8 +34,8 @@ class ESM2(nn.Module):
 
     Trained on all impressions with L = w_ctr·L_ctr + w_ctavr·L_ctavr + w_ctcvr·L_ctcvr (eqs. 8–11),
     each term a mean logloss.
-    ``wide`` adds the ``lr`` floor's linear term to each tower's logit (y1–y4) (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to each tower's logit, y1–y4 (:class:`~promokit.nn.WidePart`:
+    ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "daction", "purchase")

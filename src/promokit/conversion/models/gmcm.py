@@ -38,8 +38,8 @@ class GMCM(nn.Module):
     from the clicked training rows (:func:`promokit.conversion.pmg.concurrence_probability`). Batch normalisation
     in both towers follows section 5.4. Outputs ``p_ctr``, ``p_cvr``, ``p_ctcvr`` (= p_ctr·p_cvr) and ``p_node``
     ``(B, N)`` in the order of :attr:`nodes`.
-    ``wide`` adds the ``lr`` floor's linear term to the CTR and CVR logits (not the nodes') (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to the CTR and CVR logits, not the nodes'
+    (:class:`~promokit.nn.WidePart`: ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
     """
 
     labels = ("click", "purchase", "micro")
