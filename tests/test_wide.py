@@ -169,3 +169,23 @@ def test_the_wide_option_of_the_commands(tmp_path, impressions):
     assert over_parts.exit_code == 0, over_parts.output
     assert "training without it (--wide none)" in " ".join(over_parts.output.split())
     assert __import__("json").loads((tmp_path / "p" / "config.json").read_text())["params"]["wide"] == "none"
+
+
+def test_the_embedding_decay_follows_the_tables_size():
+    from dataclasses import replace
+
+    from promokit.conversion.estimator import DEFAULT_TRAIN
+    from promokit.training import embedding_decay_for
+
+    config = replace(DEFAULT_TRAIN, embedding_decay=10.0, decay_rows=50_000)
+    assert embedding_decay_for(config, 20_000) == 10.0    # never stronger than where it was chosen
+    assert embedding_decay_for(config, 800_000) == 10.0 * 50_000 / 800_000
+    assert embedding_decay_for(replace(config, decay_rows=0), 800_000) == 10.0
+    assert DEFAULT_TRAIN.decay_rows == 57_741
+
+
+def test_a_run_records_the_decay_it_used(impressions):
+    from dataclasses import replace
+
+    model = ConversionModel("esmm", {**SMALL, "wide": "none"}, replace(FAST, decay_rows=1_000)).fit(impressions)
+    assert model.report.history.embedding_decay == pytest.approx(1.0 * 1_000 / 3_600)  # 90 % of 4,000 rows train

@@ -51,6 +51,7 @@ from promokit.training.seed import seed_everything
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
 #: Training defaults, chosen on validation data like the network defaults (``promokit.training.defaults``).
 DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=defaults.LR, embedding_decay=defaults.EMBEDDING_DECAY,
+                            decay_rows=defaults.EMBEDDING_DECAY_ROWS,
                             patience=2)
 #: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
 PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2)

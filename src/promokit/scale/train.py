@@ -80,6 +80,7 @@ from promokit.training import (
     EpochLoop,
     History,
     Trainer,
+    embedding_decay_for,
     epoch_record,
     flush_optimizers,
     make_optimizers,
@@ -485,7 +486,8 @@ def run_shard(job: TrainJob, comm) -> tuple[torch.nn.Module, History]:
     seed_everything(cfg.seed)
     net = estimator._build_net()
     forward = comm.wrap(net)  # DDP broadcasts rank 0's initial weights
-    optimizers = make_optimizers(net, cfg.lr, cfg.weight_decay, cfg.embedding_decay)
+    optimizers = make_optimizers(net, cfg.lr, cfg.weight_decay,
+                                 embedding_decay_for(cfg, job.steps * cfg.batch_size))  # the epoch's global rows
     loop = EpochLoop(cfg, validated=job.validated)
     state = comm.load() or job.initial
     if state is not None:

@@ -20,6 +20,7 @@ from promokit.training.trainer import (
     TrainConfig,
     Trainer,
     auc_metric,
+    embedding_decay_for,
     epoch_record,
     flush_optimizers,
     progress_display,
@@ -31,7 +32,8 @@ from promokit.training.trainer import (
 )
 
 __all__ = ["Batch", "EpochLoop", "History", "LazyWeightDecay", "ModelDirWriter", "TrainConfig", "Trainer",
-           "auc_metric", "check_model_params", "epoch_record", "fit_logistic", "flush_optimizers", "iterate_batches",
-           "load_weights", "make_optimizers", "n_rows", "progress_display", "read_json", "read_model_config",
-           "read_training_ids", "read_weights", "seed_epoch", "seed_everything", "set_epoch_lr", "solve_wide",
-           "step_progress", "stream_batches", "take", "train_steps", "validation_record", "write_model_dir"]
+           "auc_metric", "check_model_params", "embedding_decay_for", "epoch_record", "fit_logistic",
+           "flush_optimizers", "iterate_batches", "load_weights", "make_optimizers", "n_rows", "progress_display",
+           "read_json", "read_model_config", "read_training_ids", "read_weights", "seed_epoch", "seed_everything",
+           "set_epoch_lr", "solve_wide", "step_progress", "stream_batches", "take", "train_steps", "validation_record",
+           "write_model_dir"]

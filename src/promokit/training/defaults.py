@@ -7,8 +7,11 @@ docs/training.md#defaults; each paper's own setting stays available as parameter
 NET = {"emb_dim": 16, "hidden": (256, 128, 64), "dropout": 0.3}
 #: Adam's learning rate.
 LR = 1e-3
-#: Lazy L2 on embedding rows (``TrainConfig.embedding_decay``).
+#: Lazy L2 on embedding rows (``TrainConfig.embedding_decay``), at ``EMBEDDING_DECAY_ROWS`` training rows.
 EMBEDDING_DECAY = 10.0
+#: The training rows the decay was chosen at (KuaiRand-Pure's four training days); larger tables get it in
+#: proportion weaker (``TrainConfig.decay_rows``, ``promokit.training.embedding_decay_for``).
+EMBEDDING_DECAY_ROWS = 57_741
 #: The wide part of every neural model that has one (``promokit.nn.WidePart``): the solved ``lr`` floor as a fixed
 #: offset of each logit. Jointly trained wide parts and none scored below the floor on KuaiRand-Pure's validation
 #: day (docs/training.md#the-wide-part).

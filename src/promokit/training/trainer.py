@@ -47,6 +47,10 @@ class TrainConfig:
 
     ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
     validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
+
+    ``decay_rows`` > 0 makes ``embedding_decay`` follow the table's size: it is the decay at ``decay_rows`` training
+    rows, and a table of n > ``decay_rows`` rows gets ``embedding_decay · decay_rows / n``
+    (:func:`embedding_decay_for`).
     """
 
     epochs: int = 10
@@ -60,6 +64,7 @@ class TrainConfig:
     eval_batch_size: int = 16384
     progress: bool = True
     monitor: str = "loss"
+    decay_rows: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,6 +109,8 @@ class History:
     unit: str = "epoch"
     #: an ``offset`` wide part's floor, one record per logit (:func:`promokit.training.solve_wide`)
     wide: list[dict] = field(default_factory=list)
+    #: the embedding decay the run used (:func:`embedding_decay_for`)
+    embedding_decay: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,9 +150,12 @@ class Trainer:
         metrics = dict(metrics or {})
         if cfg.monitor != "loss" and cfg.monitor not in metrics:
             raise ValueError(f"monitor {cfg.monitor!r} is neither 'loss' nor one of the metrics {sorted(metrics)}")
-        optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay, cfg.embedding_decay)
+        decay = embedding_decay_for(cfg, n_rows(train))
+        optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay, decay)
         try:
-            return self._fit(model, optimizers, train, valid, resume, metrics, on_epoch)
+            history = self._fit(model, optimizers, train, valid, resume, metrics, on_epoch)
+            history.embedding_decay = decay
+            return history
         finally:
             for opt in optimizers:
                 if isinstance(opt, LazyWeightDecay):
@@ -293,6 +303,19 @@ class EpochLoop:
             model.load_state_dict(self.best_state)
         model.eval()
         return self.history
+
+
+def embedding_decay_for(config: TrainConfig, rows: int) -> float:
+    r"""The embedding decay of a run over ``rows`` training rows: ``config.embedding_decay``, times
+    :math:`\min(1, \text{decay_rows} / \text{rows})` when ``config.decay_rows`` is set.
+
+    Decoupled decay shrinks every row by :math:`1 - \eta\lambda` per step, so an epoch of n / B steps shrinks it by
+    about :math:`e^{-\eta\lambda n / B}`: a decay chosen on a small table is n / n₀ times stronger per epoch on a
+    larger one, while an L2 prior fixed per row should weigh *less* against a mean loss over more rows. Scaling
+    λ by n₀ / n keeps the decay per epoch what it was where it was chosen (it is never made stronger)."""
+    if config.decay_rows <= 0 or rows <= config.decay_rows:
+        return config.embedding_decay
+    return config.embedding_decay * config.decay_rows / rows
 
 
 def set_epoch_lr(optimizers, config: TrainConfig, epoch: int) -> None:

@@ -54,6 +54,7 @@ MONITORS = ("auc", "loss")
 #: (``promokit.training.defaults``), batches of 512, the epoch picked on validation AUC (a later period's
 #: redemption rate shifts, and its logloss follows the shift).
 DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=defaults.LR, embedding_decay=defaults.EMBEDDING_DECAY,
+                            decay_rows=defaults.EMBEDDING_DECAY_ROWS,
                             patience=2, monitor="auc")
 
 
