@@ -189,3 +189,16 @@ def test_a_run_records_the_decay_it_used(impressions):
 
     model = ConversionModel("esmm", {**SMALL, "wide": "none"}, replace(FAST, decay_rows=1_000)).fit(impressions)
     assert model.report.history.embedding_decay == pytest.approx(1.0 * 1_000 / 3_600)  # 90 % of 4,000 rows train
+
+
+def test_a_model_directory_from_before_the_wide_part_loads_without_one(tmp_path, impressions):
+    import json
+
+    model = ConversionModel("esmm", {**SMALL, "wide": "none"}, FAST).fit(impressions)
+    model.save(tmp_path / "old")
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    del config["params"]["wide"]  # as written before the wide part existed; the default is offset now
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    loaded = ConversionModel.load(tmp_path / "old")
+    assert loaded.params["wide"] == "none"
+    pd.testing.assert_frame_equal(loaded.predict(impressions), model.predict(impressions))

@@ -46,6 +46,7 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training import defaults
+from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
@@ -343,7 +344,8 @@ class ConversionModel:
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConversionModel:
         config = read_model_config(path, "conversion")
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
+        model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
+                    TrainConfig(**config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)

@@ -26,6 +26,14 @@ def without_foreign_wide(model_class, params: dict) -> dict:
     return {k: v for k, v in params.items() if k != "wide" or "wide" in _keyword_defaults(model_class)}
 
 
+def saved_params(model_class, params: dict) -> dict:
+    """A model directory's parameters as the model class reads them today: a network saved before it had a wide part
+    was trained without one (``wide: none``), whatever the default has become since."""
+    if model_class is not None and "wide" in _keyword_defaults(model_class) and "wide" not in params:
+        return {**params, "wide": "none"}
+    return params
+
+
 def _keyword_defaults(model_class) -> list[str]:
     """The arguments with defaults of ``model_class.__init__``, and of its bases' when it passes ``**params`` on."""
     names = []

@@ -31,6 +31,7 @@ from promokit.training import (
     take,
     write_model_dir,
 )
+from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 from promokit.voucher.contract import table_options
 from promokit.voucher.history import redeemed_history
@@ -331,8 +332,8 @@ class VoucherModel:
         ``params["item_dim"]``: item embeddings are neither re-read nor re-trained, the weights hold them); the
         graphs of the tables it scores are built with that vocabulary at ``predict`` / ``evaluate``."""
         config = read_model_config(path, "voucher")
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]),
-                    config["max_history"])
+        model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
+                    TrainConfig(**config["train"]), config["max_history"])
         model.spec = FeatureSpec.from_dict(config["spec"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
