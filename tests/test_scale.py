@@ -231,7 +231,8 @@ def test_ctrl_c_cancels_the_running_partitions_and_exits(ray_cluster, tmp_path):
         "import sys, time\n"
         "from promokit.scale.engine import make_engine\n"
         "def slow(x):\n"
-        "    time.sleep(60)\n"
+        f"    open({str(tmp_path)!r} + f'/running-{{x}}', 'w').close()\n"
+        "    time.sleep(600)\n"
         "engine = make_engine('ray', address=sys.argv[1])\n"
         "print('started', flush=True)\n"
         "try:\n"
@@ -242,9 +243,11 @@ def test_ctrl_c_cancels_the_running_partitions_and_exits(ray_cluster, tmp_path):
     driver = subprocess.Popen([sys.executable, str(script), ray_cluster.address], stdout=subprocess.PIPE, text=True,
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert driver.stdout.readline().strip() == "started"
-    time.sleep(3)  # the tasks are running
+    deadline = time.time() + 60  # the tasks are running (starting the workers takes a while on a loaded machine)
+    while not list(tmp_path.glob("running-*")) and time.time() < deadline:
+        time.sleep(0.2)
     driver.send_signal(signal.SIGINT)
-    assert driver.wait(timeout=20) == 130 and "interrupted" in driver.stdout.read()
+    assert driver.wait(timeout=30) == 130 and "interrupted" in driver.stdout.read()  # not the tasks' 600 s
     deadline = time.time() + 20
     while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.2)
