@@ -227,12 +227,15 @@ def test_ctrl_c_cancels_the_running_partitions_and_exits(ray_cluster, tmp_path):
     import ray
 
     script = tmp_path / "driver.py"
+    # the driver stands for a foreground process, which Ctrl-C reaches: a test run launched in the background (`cmd &`)
+    # hands its children SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     script.write_text(
-        "import sys, time\n"
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from promokit.scale.engine import make_engine\n"
         "def slow(x):\n"
         f"    open({str(tmp_path)!r} + f'/running-{{x}}', 'w').close()\n"
-        "    time.sleep(600)\n"
+        "    time.sleep(120)\n"
         "engine = make_engine('ray', address=sys.argv[1])\n"
         "print('started', flush=True)\n"
         "try:\n"
@@ -242,12 +245,15 @@ def test_ctrl_c_cancels_the_running_partitions_and_exits(ray_cluster, tmp_path):
         "    sys.exit(130)\n")
     driver = subprocess.Popen([sys.executable, str(script), ray_cluster.address], stdout=subprocess.PIPE, text=True,
                               cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)})
-    assert driver.stdout.readline().strip() == "started"
-    deadline = time.time() + 60  # the tasks are running (starting the workers takes a while on a loaded machine)
-    while not list(tmp_path.glob("running-*")) and time.time() < deadline:
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGINT)
-    assert driver.wait(timeout=30) == 130 and "interrupted" in driver.stdout.read()  # not the tasks' 600 s
+    try:
+        assert driver.stdout.readline().strip() == "started"
+        deadline = time.time() + 60  # the tasks are running (starting the workers takes a while on a loaded machine)
+        while not list(tmp_path.glob("running-*")) and time.time() < deadline:
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=30) == 130 and "interrupted" in driver.stdout.read()  # not the tasks' 120 s
+    finally:
+        driver.kill()  # a failed run must not leave its tasks holding the session cluster's CPUs
     deadline = time.time() + 20
     while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.2)
