@@ -1,16 +1,18 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
+LOWEST := .venv-lowest
 OUT    ?= promokit-demo
 
-.PHONY: install demo test clean
+.PHONY: install demo test test-lowest dist clean
 
+# Everything (all extras and the test tools) at the exact versions of constraints/lock.txt.
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+$(VENV)/.installed: pyproject.toml constraints/lock.txt | $(BIN)/python
+	$(BIN)/pip install --quiet -c constraints/lock.txt -e '.[all,test]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -21,5 +23,23 @@ demo: install
 test: install
 	$(BIN)/python -m pytest
 
+# The core alone (no extras) at the lowest versions pyproject.toml supports (constraints/lowest.txt): the tests
+# that need an extra skip.
+$(LOWEST)/.installed: pyproject.toml constraints/lowest.txt
+	$(PYTHON) -m venv $(LOWEST) || python3 -m venv $(LOWEST)
+	$(LOWEST)/bin/pip install --quiet --upgrade pip
+	$(LOWEST)/bin/pip install --quiet -c constraints/lowest.txt -e '.[test]'
+	touch $@
+
+test-lowest: $(LOWEST)/.installed
+	$(LOWEST)/bin/python -m pytest
+
+# The wheel and sdist in dist/, checked by twine.
+dist: install
+	$(BIN)/pip install --quiet -c constraints/lock.txt build twine
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(LOWEST) $(OUT) dist .pytest_cache

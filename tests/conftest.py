@@ -8,6 +8,21 @@ import torch
 torch.set_num_threads(1)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "extra(name): the test needs promokit[name]; it skips where that extra is "
+                                       "not installed (make test-lowest installs the core alone)")
+
+
+def pytest_runtest_setup(item):
+    from promokit.extras import MissingExtra, require_extra
+
+    for mark in item.iter_markers("extra"):
+        try:
+            require_extra(mark.args[0], item.name)
+        except MissingExtra as exc:
+            pytest.skip(str(exc))
+
+
 @pytest.fixture
 def impressions() -> pd.DataFrame:
     return make_impressions()
@@ -47,6 +62,7 @@ def postgres_url():
     """A fresh database on the machine's PostgreSQL server (dropped afterwards), or a skip saying why none."""
     import uuid
 
+    pytest.importorskip("sqlalchemy")
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import OperationalError
 

@@ -70,18 +70,34 @@ def user_errors():
     from rich.markup import escape
 
     from promokit.data.errors import DataError
+    from promokit.extras import MissingExtra
 
     def show(message, category, filename, lineno, file=None, line=None):
         get_console(stderr=True).print(f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False,
-                                       soft_wrap=True)
+                                       emoji=False, soft_wrap=True)
 
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show
             yield
-    except DataError as exc:  # the message is text, not markup: "[cart, favorite]" must print as written
-        get_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    except (DataError, MissingExtra) as exc:  # the message is text, not markup: "[cart, favorite]" prints as written
+        get_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, emoji=False,
+                                       soft_wrap=True)  # "constant:x:" must not print as an emoji
         raise typer.Exit(2) from None
+
+
+@contextmanager
+def flags_in_errors(flags: dict[str, str]):
+    """Library errors name their arguments as `name`; a command's errors name its flags instead (``flags``: argument
+    → flag, e.g. ``{"bootstrap": "--bootstrap"}``)."""
+    import re
+
+    from promokit.data.errors import DataError
+
+    try:
+        yield
+    except DataError as exc:
+        raise DataError(re.sub(r"`(\w+)`", lambda name: flags.get(name[1], name[0]), str(exc))) from None
 
 
 def free_cores() -> int:

@@ -15,6 +15,7 @@ import numpy as np
 from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, dual_bound, finish_plan, plan_prices,
                                             price_limits)
 from promokit.data.errors import DataError
+from promokit.extras import require_extra
 
 COST_RANGE = 2 ** 40    # largest |integer arc cost|; rounding then moves each user's value by ≤ 2^-41 of the max
 OVERFLOW_ROOM = 2 ** 61  # OR-Tools scales costs by (nodes + 1) internally: keep that product in int64
@@ -35,6 +36,7 @@ def min_cost_flow_assignment(masked_etv: np.ndarray, min_users: np.ndarray,
 
     The sink node and its arcs exist only for types with U_j > L_j, so exact quotas give the plain transportation
     graph."""
+    require_extra("allocation", "the quota solver's min-cost flow")
     from ortools.graph.python.min_cost_flow import SimpleMinCostFlow
 
     n_users, n_types = masked_etv.shape

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy.integrate import trapezoid
 
 from promokit.metrics._validation import as_binary_1d, as_float_1d
 
@@ -106,7 +107,7 @@ def qini_auc_score(score, treatment, outcome, negative_effect: bool = True) -> f
 def area_over_random(k: np.ndarray, values: np.ndarray) -> float:
     """A(curve) − A(random): the trapezoid area under the points (k, values) minus that under the random line
     from (0, 0) to their last point, k_n · v_n / 2 (in subjects × outcome)."""
-    return float(np.trapezoid(values, k) - k[-1] * values[-1] / 2)
+    return float(trapezoid(values, k) - k[-1] * values[-1] / 2)
 
 
 @dataclass(frozen=True)

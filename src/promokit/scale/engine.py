@@ -23,6 +23,7 @@ import os
 from typing import Callable, Sequence
 
 from promokit.data.errors import DataError
+from promokit.extras import require_extra
 
 ENGINES = ("local", "ray")
 RETRIES = 3  # a partition whose worker died runs again at most this many times
@@ -80,6 +81,7 @@ class RayEngine:
     name = "ray"
 
     def __init__(self, address: str | None = None, workers: int | None = None):
+        require_extra("scale", "the Ray engine")
         import ray
 
         if not ray.is_initialized():

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from promokit.data.errors import DataError
+from promokit.extras import require_extra
 
 #: A search space: parameter name → ``("log", low, high)`` (log-uniform float), ``("float", low, high)``,
 #: ``("int", low, high)`` or ``("choice", [values])``; a choice of lists (tower widths) is sampled by its text.
@@ -97,6 +98,7 @@ def tune(score: Scorer, space: Space, storage: str | Path, study_name: str, tria
     ``score`` reports. Ctrl-C stops after recording what finished; the result says ``interrupted`` and the same
     call continues the search.
     """
+    require_extra("tune", "tuning")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a failed trial's error reaches the user as it is

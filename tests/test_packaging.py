@@ -1,0 +1,93 @@
+"""Installable beside a user's stack: compatible ranges in pyproject.toml, the exact lock and the lowest versions
+CI tests, the version, and optional extras named in one line when missing."""
+
+import subprocess
+import sys
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+from typer.testing import CliRunner
+
+from conftest import make_impressions
+
+import promokit
+from promokit.cli import app
+from promokit.extras import EXTRAS, MissingExtra, require_extra
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def pins(name: str) -> dict[str, Version]:
+    lines = (ROOT / "constraints" / name).read_text().splitlines()
+    return {Requirement(line).name.lower(): Version(line.split("==")[1])
+            for line in lines if line and not line.startswith("#")}
+
+
+def test_core_dependencies_are_lower_bounds_and_the_lowest_set_pins_each_at_its_bound():
+    lowest = pins("lowest.txt")
+    for text in PROJECT["dependencies"]:
+        requirement = Requirement(text)
+        (bound,) = requirement.specifier  # one specifier: a lower bound, no upper one
+        assert bound.operator == ">=", text
+        assert lowest[requirement.name.lower()] == Version(bound.version), text
+    assert PROJECT["requires-python"] == ">=3.11"
+    assert {name: Version(v) for name, v in (("numpy", "1.26"), ("pandas", "2.2"), ("pyarrow", "15"),
+                                             ("scikit-learn", "1.4"))}.items() <= {
+        Requirement(t).name: Version(next(iter(Requirement(t).specifier)).version)
+        for t in PROJECT["dependencies"]}.items()
+
+
+def test_the_lock_pins_torch_2_13_0_and_satisfies_every_range():
+    lock = pins("lock.txt")
+    assert lock["torch"] == Version("2.13.0")
+    extras = PROJECT["optional-dependencies"]
+    for text in [*PROJECT["dependencies"], *(t for name, ts in extras.items() if name != "all" for t in ts)]:
+        requirement = Requirement(text)
+        if requirement.marker is None or requirement.marker.evaluate():
+            assert requirement.name.lower() in lock, text
+            assert requirement.specifier.contains(lock[requirement.name.lower()], prereleases=True), text
+
+
+def test_heavy_stacks_are_extras_not_core():
+    core = {Requirement(t).name.lower() for t in PROJECT["dependencies"]}
+    assert not core & {"ray", "fastapi", "uvicorn", "sqlalchemy", "psycopg", "optuna", "ortools"}
+    extras = PROJECT["optional-dependencies"]
+    assert extras["all"] == ["promokit[allocation,serve,scale,tune]"]
+    for extra, modules in EXTRAS.items():
+        names = {Requirement(t).name.lower().replace("-", "_") for t in extras[extra]}
+        assert set(modules) <= names | {"prometheus_client"}, extra
+
+
+def test_version_is_stated_once_and_printed():
+    assert promokit.__version__ == version("promokit")
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output == f"promokit {promokit.__version__}\n"
+
+
+def test_a_missing_extra_is_a_one_line_error_naming_it(monkeypatch):
+    monkeypatch.setitem(EXTRAS, "scale", ("ray", "promokit_no_such_module"))
+    with pytest.raises(MissingExtra, match=r"^the Ray engine needs promokit\[scale\] \(promokit_no_such_module not "
+                                           r"installed\): pip install 'promokit\[scale\]'$"):
+        require_extra("scale", "the Ray engine")
+
+
+def test_the_cli_prints_a_missing_extra_in_one_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(EXTRAS, "tune", ("promokit_no_such_module",))
+    table = tmp_path / "impressions.csv"
+    make_impressions().to_csv(table, index=False)
+    result = CliRunner().invoke(app, ["conversion", "tune", "--data", str(table), "--out", str(tmp_path / "o"),
+                                      "--model", "lr", "--trials", "1"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == ("error: tuning needs promokit[tune] (promokit_no_such_module "
+                                                     "not installed): pip install 'promokit[tune]'")
+
+
+def test_import_promokit_loads_no_heavy_library():
+    code = ("import sys, promokit, promokit.cli; heavy = [m for m in ('torch', 'ray', 'fastapi', 'sqlalchemy', "
+            "'optuna', 'ortools', 'torch_geometric', 'lightgbm') if m in sys.modules]; assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True)
