@@ -1,14 +1,14 @@
-"""Quota/risk customer allocation (EOCA eqs. 1–5): objective and wall time of HA, manual, exact and ours.
+"""Quota/risk customer allocation (EOCA eqs. 1–5): objective and wall time of HA, manual, exact and prices.
 
-    .venv/bin/python benchmarks/allocation_quota.py               # N = 10k, 200k, 1M (all methods), 10M (HA, ours)
+    .venv/bin/python benchmarks/allocation_quota.py               # N = 10k, 200k, 1M (all methods), 10M (HA, prices)
     .venv/bin/python benchmarks/allocation_quota.py --quick       # N = 10k, 100k: a smoke run
     .venv/bin/python benchmarks/allocation_quota.py --exact-10m   # also min-cost flow at 10M (~2 min, ~8 GB)
 
 Instances come from ``promokit.allocation.synthetic.make_quota_instance`` (float32 ETV, k = 8, seeded). The
-objective is shown as % of the optimum: the exact solver's objective when it ran, otherwise ours' certified
-dual bound D(p) (≥ the optimum, so the % is a lower bound). ``gap`` is ours' D(p) − objective relative to the
-objective: 0 (up to float rounding) proves ours optimal. Peak memory of ours is measured with tracemalloc
-(NumPy and Python allocations during the call, inputs excluded; OR-Tools' C++ heap is not traced, and ours
+objective is shown as % of the optimum: the exact solver's objective when it ran, otherwise prices' certified
+dual bound D(p) (≥ the optimum, so the % is a lower bound). ``gap`` is prices' D(p) − objective relative to the
+objective: 0 (up to float rounding) proves prices optimal. Peak memory of prices is measured with tracemalloc
+(NumPy and Python allocations during the call, inputs excluded; OR-Tools' C++ heap is not traced, and prices
 only hands it the margin users).
 """
 
@@ -31,7 +31,7 @@ LARGE = 10_000_000
 def run(instance, method: str) -> dict:
     plan = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method=method)
     row = {"method": method, "seconds": plan.seconds, "objective": plan.objective, "upper_bound": plan.upper_bound}
-    if method == "ours":
+    if method == "prices":
         row["certified"] = plan.diagnostics["certified"]
         row["relative_gap"] = plan.gap / abs(plan.objective)
     return row
@@ -51,12 +51,12 @@ def bench_size(n_users: int, n_types: int, seed: int, methods: list[str], memory
     instance = make_quota_instance(n_users, n_types, seed=seed, dtype=np.float32)
     rows = [run(instance, method) for method in methods]
     if memory:
-        next(row for row in rows if row["method"] == "ours")["peak_gb"] = peak_memory(instance, "ours")
+        next(row for row in rows if row["method"] == "prices")["peak_gb"] = peak_memory(instance, "prices")
     exact = next((row for row in rows if row["method"] == "exact"), None)
-    optimum = exact["objective"] if exact else next(row["upper_bound"] for row in rows if row["method"] == "ours")
+    optimum = exact["objective"] if exact else next(row["upper_bound"] for row in rows if row["method"] == "prices")
     load_after = os.getloadavg()[0]
     for row in rows:
-        row.update(users=n_users, types=n_types, seed=seed, reference="exact" if exact else "ours' D(p)",
+        row.update(users=n_users, types=n_types, seed=seed, reference="exact" if exact else "prices' D(p)",
                    percent=100 * row["objective"] / optimum, load=(load_before, load_after))
         if exact:
             row["speedup"] = exact["seconds"] / row["seconds"]
@@ -64,7 +64,7 @@ def bench_size(n_users: int, n_types: int, seed: int, methods: list[str], memory
 
 
 def print_table(rows: list[dict]) -> None:
-    print("| users | method | seconds | objective | % of optimum | vs exact | ours' gap | peak GB | load 1-min |")
+    print("| users | method | seconds | objective | % of optimum | vs exact | prices' gap | peak GB | load 1-min |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         percent = f"{row['percent']:.4f}" + ("" if row["reference"] == "exact" else " (≥)")
@@ -88,12 +88,13 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [10_000, 100_000] if args.quick else args.sizes
     warm_up = make_quota_instance(1000, args.types, seed=args.seed)  # imports (OR-Tools, SciPy) are not timed
-    for method in ("ours", "ha", "manual", "exact"):
+    for method in ("prices", "ha", "manual", "exact"):
         run(warm_up, method)
     rows = []
     for n_users in sizes:
         large = n_users >= LARGE
-        methods = ["ours", "ha"] + (["exact"] if args.exact_10m else []) if large else ["ours", "ha", "manual", "exact"]
+        methods = (["prices", "ha"] + (["exact"] if args.exact_10m else []) if large
+                   else ["prices", "ha", "manual", "exact"])
         rows += bench_size(n_users, args.types, args.seed, methods, memory=large)
         print(f"done {n_users:,} users", flush=True)
     print_table(rows)

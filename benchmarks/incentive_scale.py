@@ -28,7 +28,6 @@ import torch
 from promokit.allocation.budget import decide, ratio_form, solve_budget
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel, labelled_rows, validation_metrics
-from promokit.incentive.inputs import InputEncoders
 from promokit.incentive.synthetic import make_world
 from promokit.nn.bipartite import sample_neighbours
 from promokit.training import TrainConfig, Trainer
@@ -65,12 +64,9 @@ def main() -> None:
     model = IncentiveModel("gnn-hazard", train=TrainConfig(**{**DEFAULT_TRAIN.to_dict(), "epochs": 1,
                                                               "batch_size": args.batch_size, "progress": False}))
     started = time.perf_counter()
-    model.levels, model.customer_spec, model.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
-    model.encoders = InputEncoders.fit(tables)
-    inputs = model.encoders.transform(tables)
+    inputs = model.prepare(tables)
     stage("encode node inputs + CSR graph", time.perf_counter() - started)
 
-    model.net = model._build(inputs).attach(inputs)
     split = model.split(tables)
     train = labelled_rows(tables, split.train_customers, split.train_merchants)
     valid = labelled_rows(tables, split.valid_customers, split.valid_merchants)

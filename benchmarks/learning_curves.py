@@ -71,7 +71,7 @@ def fit_conversion(name: str, split: bench.Split, spec: FeatureSpec, seed: int) 
     from promokit.conversion.estimator import DEFAULT_TRAIN
 
     model = ConversionModel(name, None, replace(DEFAULT_TRAIN, seed=seed, progress=False), spec)
-    return model.fit(split.train, split.valid)
+    return model.fit(split.train, validation=split.valid)
 
 
 def conversion_curve(splits: dict[str, bench.Split], spec: FeatureSpec, models: list[str], seeds: list[int],
@@ -157,8 +157,8 @@ def amexpert_part(args, seeds) -> pd.DataFrame:
         for name in args.voucher_models.split(","):
             for seed in seeds if name != "lr" else seeds[:1]:
                 model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False))
-                model.fit(tables, train, split.valid)
-                metrics = model.evaluate(tables, split.test, "campaign_id")
+                model.fit(tables, rows=train, validation=split.valid)
+                metrics = model.evaluate(tables, rows=split.test, group_by="campaign_id")
                 rows.append({"share": share, "train_sessions": len(train), "model": name, "seed": seed,
                              "auc": metrics["auc"], "gauc": metrics["gauc"]})
                 print(f"  share {share} {name:>6} seed {seed}: AUC {metrics['auc']:.4f} GAUC {metrics['gauc']:.4f}",

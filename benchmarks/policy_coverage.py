@@ -8,13 +8,13 @@ the world's own randomized log (drawn with the world's seed, outside the replica
 ``allocate budget --ratio B`` plan (``ratio_form`` + ``solve_budget`` on the model's scores, ``--ratio``), and
 **constant**, every customer at ``--constant-level``. Replication r = 1 … R draws a new log on the same customers
 (level uniform over the 8 levels, redeemed ~ Bernoulli(true curve at that level), seeded by r), reads it with
-``read_log(..., design="uniform")`` and runs ``promokit.policy.evaluate.evaluate`` (IPS, SNIPS, DM, DR, SNDR; the
+``read_log(..., design="uniform")`` and runs ``promokit.policy.judge.judge`` (IPS, SNIPS, DM, DR, SNDR; the
 logging policy as the reference; ``--bootstrap`` replicates seeded by r). Truths on those customers: responses =
 mean of the true curve at the plan's level, spend = mean of level × that, spend per response = their ratio.
 
 **value** (:func:`promokit.value.synthetic.make_world`, ``--users`` users, 8 funds): the world's deliveries train an
 ``esdpm-ncg`` ``ValueModel`` once (``--value-epochs``; its ETV of every user × fund by ``score_matrix``). Plans:
-**model**, ``allocate quota``'s default method (``solve_quota(..., method="ours")``) on that ETV under the
+**model**, ``allocate quota``'s default method (``solve_quota(..., method="prices")``) on that ETV under the
 ``feasible_quotas`` of the world and the risk rule, and **constant**, every user the fund ``--constant-fund``
 (risk 1: allowed to everyone). Replication r gives every user one delivery of a uniformly random fund and draws its
 outcome with ``draw_outcomes(truth_etv, users, funds, seed)``; evaluation as above (q̂ = the model's ETV for the
@@ -68,7 +68,7 @@ import torch
 from promokit.allocation.budget import ratio_form, solve_budget
 from promokit.allocation.quota import solve_quota
 from promokit.policy.estimators import Terms, bootstrap_sums, estimate, from_sums, interval
-from promokit.policy.evaluate import evaluate, predicted_outcomes
+from promokit.policy.judge import judge, predicted_outcomes
 from promokit.policy.log import read_log
 from promokit.policy.plans import Plan, on_actions, reference_plan
 
@@ -137,16 +137,15 @@ class ValueCase:
         from promokit.training import TrainConfig
         from promokit.value.bench import true_etv_matrix
         from promokit.value.contract import check_tables
-        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
+        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
         from promokit.value.simulate import feasible_quotas
         from promokit.value.synthetic import make_world
 
         world = make_world(n_users=users, seed=seed)
         tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
-        train, valid, _ = delivery_split(tables)
         config = TrainConfig(**{**DEFAULT_TRAIN.to_dict(), "progress": False, "seed": seed, "epochs": epochs})
         started = time.perf_counter()
-        model = ValueModel("esdpm-ncg", train=config).fit(tables, train, valid)
+        model = ValueModel("esdpm-ncg", train=config).fit(tables)
         etv = model.score_matrix(tables)
         self.train_seconds = time.perf_counter() - started
         funds = np.asarray(tables.fund_names).astype(str)
@@ -169,7 +168,7 @@ class ValueCase:
         self.second_moment = self.truth_conversion * (np.exp(2 * mu + 2 * sigma ** 2)
                                                       - 2 * np.exp(mu + sigma ** 2 / 2) + 1)
         quotas = feasible_quotas(tables.tolerance(), tables.risk(), tables.fund_names, seed)
-        plan = solve_quota(etv, quotas["quota"].to_numpy(), tables.tolerance(), tables.risk(), method="ours")
+        plan = solve_quota(etv, quotas["quota"].to_numpy(), tables.tolerance(), tables.risk(), method="prices")
         if constant not in self.funds:
             raise SystemExit(f"--constant-fund {constant} is not a fund of the world: {self.funds.tolist()}")
         self.plans = {"model": np.searchsorted(self.funds, funds[plan.assignment]),
@@ -179,7 +178,7 @@ class ValueCase:
                          f"{len(world.deliveries):,} deliveries ({len(model.history.epochs)} epochs, "
                          f"{self.train_seconds:.0f} s with scoring; its best fund = the true best for "
                          f"{(self.q.argmax(axis=1) == best).mean():.0%} of users); model plan = allocate quota "
-                         f"(method ours, the world's feasible quotas and risk rule), constant plan = fund {constant}")
+                         f"(method prices, the world's feasible quotas and risk rule), constant plan = fund {constant}")
 
     def truths(self, plan: np.ndarray, rows: np.ndarray | None = None) -> dict[str, float]:
         rows = np.arange(len(self.ids)) if rows is None else rows
@@ -233,8 +232,8 @@ def replicate(case, r: int, replicates: int) -> list[dict]:
         raise SystemExit(f"replication {r}: the log holds {len(log.actions)} of {case.q.shape[1]} actions")
     plans = [as_plan(name, choice, log.actions) for name, choice in case.plans.items()]
     predicted = case.predicted(log)
-    judged = evaluate(log, plans, reference_plan("logging", log), predicted, replicates=replicates, seed=r,
-                      interval_method=INTERVAL)
+    judged = judge(log, plans, reference_plan("logging", log), predicted, bootstrap=replicates, seed=r,
+                   interval=INTERVAL)
     rows = []
     for plan, result in zip(plans, judged.plans):
         truth = case.truths(case.plans[plan.name])
@@ -403,7 +402,7 @@ def optimism(customers: int, seeds: list[int], ratio: float, model_name: str, re
             config = TrainConfig(**{**config.to_dict(), "epochs": overfit, "lr": 3e-3, "lr_decay": 1.0,
                                     "patience": overfit})
             model = IncentiveModel(model_name, {"dropout": 0.0}, config).fit(tables, test_fraction=0.5,
-                                                                             valid_fraction=0.0)
+                                                                             validation=0.0)
         else:
             model = IncentiveModel(model_name, train=config).fit(tables, test_fraction=0.5)
         split = model.split(tables)
@@ -418,8 +417,8 @@ def optimism(customers: int, seeds: list[int], ratio: float, model_name: str, re
             log = read_log(frame, name, design="uniform")
             plan = as_plan("model", choice[rows_of], log.actions)
             predicted = predicted_outcomes(log, q[rows_of], levels, log.actions)
-            result = evaluate(log, [plan], reference_plan("logging", log), predicted, replicates=replicates,
-                              seed=seed).plans[0]
+            result = judge(log, [plan], reference_plan("logging", log), predicted, bootstrap=replicates,
+                           seed=seed).plans[0]
             p = world.customer_truth[rows_of, choice[rows_of]]
             for estimator in ("DR", "IPS", "DM"):
                 e = result.means["responses"][estimator]

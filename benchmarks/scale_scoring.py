@@ -95,8 +95,7 @@ class Conversion:
         from promokit.conversion.estimator import ConversionModel
         from promokit.scale.batch import score_parts
 
-        scored = score_parts(engine, partial(ConversionModel.load, model), ConversionModel.predict_with_keys, source,
-                             out)
+        scored = score_parts(engine, partial(ConversionModel.load, model), ConversionModel.predict, source, out)
         return sum(s.rows for s in scored)
 
 

@@ -91,13 +91,12 @@ class Conversion:
 
     def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
         from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
-        from promokit.scale.parts import read_parts
         from promokit.scale.train import fit_parts
 
         config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
         model = ConversionModel("esm2", {} if kind == "sparse" else {"sparse": False}, config, self.spec)
         if engine is None:
-            model.fit(read_parts(parts))
+            model.fit(parts)
         else:
             fit_parts(model, parts, engine, workers=workers)
         metrics = model.evaluate(self.test)
@@ -129,26 +128,23 @@ class Value:
         cut[: self.users % parts] += 1
         write_world_parts(world, folder, cut.tolist(), seed)
         self.tables = read_folder(folder)  # the one-folder dataset: the local trainer's input, and the test rows
-        self.rows = delivery_split(self.tables)
+        self.rows = delivery_split(self.tables)  # what ValueModel.fit makes by default
         return f"{len(self.tables.deliveries):,} deliveries ({len(self.rows[0]):,} training, {len(self.rows[2]):,} test)"
 
     def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
         from promokit.scale.engine import make_engine
         from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
-        from promokit.value.evaluate import evaluate
         from promokit.value.parts import train_parts
 
         config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
         model = ValueModel("esdpm-ncg", self.network, config)
-        train, valid, test = self.rows
         if engine is None:
-            model.fit(self.tables, train, valid)
+            model.fit(self.tables)
         else:
             with tempfile.TemporaryDirectory(prefix="promokit-keys-") as scratch:
-                train_parts(model, table_paths(parts), make_engine(engine, workers=workers), model.split,
-                            Path(scratch))
-        metrics, _ = evaluate(model, self.tables, test)
+                train_parts(model, table_paths(parts), make_engine(engine, workers=workers), Path(scratch))
+        metrics = model.evaluate(self.tables, rows=self.rows[2])
         kept = model.history.epochs[model.history.best_epoch]
         return {"history": model.history, "valid_auc": kept["valid_auc"], "auc": metrics["auc"],
                 "gini": metrics["gini"]}

@@ -63,7 +63,7 @@ import pandas as pd
 
 from promokit.allocation.budget import ratio_form, solve_budget
 from promokit.allocation.synthetic import make_budget_instance
-from promokit.serve.campaign import build_campaign
+from promokit.campaign import build as build_campaign
 
 LEVELS = (1.0, 2.0, 3.0, 5.0, 8.0)
 RATIO_B = 3.0

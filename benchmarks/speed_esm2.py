@@ -266,14 +266,14 @@ def promokit_run(setting: Setting, table: pd.DataFrame, args,
     """``ConversionModel.fit`` (encoding + one epoch, no validation split), then ``predict`` on the table."""
     # Warm-up: a fit of a few batches (kernels, allocator, thread pool), untimed.
     promokit_model(setting, table, args, embedding_decay).fit(table.iloc[: WARMUP_BATCHES * args.batch_size],
-                                                              valid_fraction=0)
+                                                              validation=0)
 
     fitted = promokit_model(setting, table, args, embedding_decay)
     with Watch() as watch:
-        fitted.fit(table, valid_fraction=0)
+        fitted.fit(table, validation=0)
     epoch = fitted.report.history.epochs[0]
     with Watch() as predict_watch:
-        predictions = fitted.predict(table)
+        predictions = fitted.predict(table, keep=[])
     assert len(predictions) == len(table) and np.isfinite(predictions.to_numpy()).all()
     return {"samples_per_second": epoch["samples_per_second"], "seconds": epoch["seconds"],
             "train_loss": epoch["train_loss"], "fit_seconds": watch.seconds,

@@ -6,7 +6,7 @@
   neighbourhoods, MMoE, ESJ loss): one epoch over every training delivery, rows per second;
 - scoring every user × fund (each user's sequence and graph state encoded once, the MMoE and towers per pair):
   rows per second;
-- the whole predict → allocate path: the ETV table of every user, then `allocate quota` (ours and HA) under
+- the whole predict → allocate path: the ETV table of every user, then `allocate quota` (prices and HA) under
   exact quotas and the risk rule;
 - peak resident memory after each stage.
 
@@ -105,7 +105,7 @@ def main() -> None:
     stage(f"ETV of every user × fund ({args.contexts} context)", seconds, f"{pairs / seconds:,.0f} user × fund pairs/s")
     etv = table[[c for c in table.columns if c.startswith("score_")]].to_numpy()
     quotas = feasible_quotas(scoring.tolerance(), scoring.risk(), scoring.fund_names)
-    for method in ("ours", "ha"):
+    for method in ("prices", "ha"):
         started = time.perf_counter()
         plan = solve_quota(etv, quotas["quota"].to_numpy(), scoring.tolerance(), scoring.risk(), method=method)
         stage(f"allocate quota ({method})", time.perf_counter() - started, f"objective {plan.objective:,.0f}")

@@ -50,8 +50,8 @@ def main(argv=None) -> int:
     for name in (m.strip() for m in args.models.split(",")):
         for seed in seeds if name != "lr" else seeds[:1]:
             model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False))
-            model.fit(tables, split.train, split.valid)
-            p_redeem = model.predict(tables, split.test)["p_redeem"].to_numpy()
+            model.fit(tables, rows=split.train, validation=split.valid)
+            p_redeem = model.predict(tables, rows=split.test)["p_redeem"].to_numpy()
             scores.setdefault(name, []).append(p_redeem)
             grouped = gauc(y, p_redeem, campaigns).value
             print(f"  {name:>6} seed {seed}: AUC {auc(y, p_redeem):.4f}  GAUC {grouped:.4f}", flush=True)

@@ -122,7 +122,7 @@ def test_synth_quota_then_every_method_meets_the_quotas_and_risk_rule(quota_file
     instance = make_quota_instance(400, 5, seed=1)
     exact = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="exact")
     objectives = {}
-    for method in ("ours", "ha", "manual", "exact"):
+    for method in ("prices", "ha", "manual", "exact"):
         out = tmp_path / method
         _ok("allocate", "quota", "--scores", quota_files / "scores.csv", "--quotas", quota_files / "quotas.csv",
             "--method", method, "--out", out)
@@ -135,7 +135,7 @@ def test_synth_quota_then_every_method_meets_the_quotas_and_risk_rule(quota_file
         assert report["per_fund"]["assigned"] == instance.quotas.tolist()
         objectives[method] = report["objective"]
     assert objectives["exact"] == pytest.approx(exact.objective)
-    assert objectives["ours"] == pytest.approx(exact.objective)
+    assert objectives["prices"] == pytest.approx(exact.objective)
     assert max(objectives["ha"], objectives["manual"]) <= exact.objective + 1e-6
 
 
@@ -186,7 +186,7 @@ def bad_inputs(tmp_path, budget_files, quota_files):
     (["quota", "--scores", "{tmp}/no_tolerance.csv", "--quotas", "{quota}/quotas.csv"],
      "the risk rule (eq. 5) needs a 'tolerance' column"),
     (["quota", "--scores", "{quota}/scores.csv", "--quotas", "{quota}/quotas.csv", "--method", "greedy"],
-     "--method must be one of ['ours', 'ha', 'manual', 'exact']"),
+     "--method must be one of ['prices', 'ha', 'manual', 'exact']"),
     (["synth", "quota", "--users", 0], "n_users must be a positive integer"),
     (["synth", "budget", "--levels", "1,x"], "--levels must be comma-separated numbers"),
     (["synth", "budget", "--format", "xlsx"], "--format must be 'parquet' or 'csv'"),
@@ -287,7 +287,7 @@ def test_one_row_tables_are_a_problem_of_one_user(spoiled, quota_files, tmp_path
     quotas.to_csv(tmp_path / "q1.csv", index=False)
     one = pd.read_csv(quota_files / "scores.csv").query("user_id == 0")
     one.assign(tolerance=quotas["risk"].max()).to_csv(tmp_path / "one.csv", index=False)
-    for method in ("ours", "ha", "manual", "exact"):
+    for method in ("prices", "ha", "manual", "exact"):
         _ok("allocate", "quota", "--scores", tmp_path / "one.csv", "--quotas", tmp_path / "q1.csv", "--method", method,
             "--out", tmp_path / method)
         chosen = pd.read_parquet(tmp_path / method / "plan.parquet")

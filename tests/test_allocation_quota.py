@@ -20,7 +20,7 @@ TWO_BY_TWO = np.array([[10.0, 9.0],
 TIGHT_ETV = np.array([[10.0, 1.0],   # user A, tolerance 2
                       [5.0, 0.0]])   # user B, tolerance 1
 TIGHT = dict(quotas=[1, 1], tolerance=[2, 1], risk=[1, 2])
-# ours' sampling, clearing and margin-repair paths on tiny inputs
+# prices' sampling, clearing and margin-repair paths on tiny inputs
 FORCED_LEVELS = dict(base_users=5, sample_ratio=2.0, candidate_constant=0.5, min_margin_users=1)
 
 
@@ -56,7 +56,7 @@ def test_every_method_on_a_hand_computed_case():
     assert exact.assignment.tolist() == [1, 0] and exact.objective == 17.0
     assert exact.upper_bound == pytest.approx(17.0) and exact.assignment.dtype == np.int64
     assert solve_quota(TWO_BY_TWO, [1, 1], method="exact", backend="highs").assignment.tolist() == [1, 0]
-    assert solve_quota(TWO_BY_TWO, [1, 1], method="ours").objective == 17.0
+    assert solve_quota(TWO_BY_TWO, [1, 1], method="prices").objective == 17.0
     # HA (Algorithm 1): α = ((10 + 8)/1, (9 + 1)/1) = (18, 10); the padded third fund counts as ETV 0, so
     # h_0 = (18 + 10)/2 · (2·10 − 9 − 0) = 154 and h_1 = 14 · (2·8 − 1 − 0) = 210: user 1 goes first and
     # takes fund 0, which fills; user 0 is left fund 1. Scoring by h is what makes HA optimal here.
@@ -82,7 +82,7 @@ def test_dual_bound_by_hand_and_the_plan_prices_that_reach_the_optimum():
 def test_risk_limits_are_kept_where_a_greedy_order_would_strand_a_user():
     # Unguarded, HA scores A first (h_A = (15 + 1)/2 · 19 = 152 > h_B = 80) and A takes fund 0, leaving B, who may
     # only take fund 0, with nothing; manual would do the same. The feasibility guard keeps A for fund 1.
-    for method in ("ha", "manual", "exact", "ours"):
+    for method in ("ha", "manual", "exact", "prices"):
         plan = solve_quota(TIGHT_ETV, method=method, **TIGHT)
         assert plan.assignment.tolist() == [1, 0], method
         check_plan(plan.assignment, **TIGHT)
@@ -93,21 +93,21 @@ def test_risk_limits_are_kept_where_a_greedy_order_would_strand_a_user():
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(quota_instances())
-def test_solvers_meet_every_constraint_and_ours_matches_the_exact_optimum(instance):
+def test_solvers_meet_every_constraint_and_prices_matches_the_exact_optimum(instance):
     etv, quotas, tolerance, risk = instance
     exact = solve_quota(etv, quotas, tolerance, risk, method="exact")
     highs = solve_quota(etv, quotas, tolerance, risk, method="exact", backend="highs")
     assert relative(highs.objective, exact.objective) <= 1e-9
     assert exact.upper_bound >= exact.objective - 1e-9 * max(1.0, exact.objective)
-    plans = [solve_quota(etv, quotas, tolerance, risk, method=method) for method in ("ours", "ha", "manual")]
-    plans.append(solve_quota(etv, quotas, tolerance, risk, method="ours", **FORCED_LEVELS))
+    plans = [solve_quota(etv, quotas, tolerance, risk, method=method) for method in ("prices", "ha", "manual")]
+    plans.append(solve_quota(etv, quotas, tolerance, risk, method="prices", **FORCED_LEVELS))
     for plan in [exact, highs, *plans]:
         check_plan(plan.assignment, quotas, tolerance, risk)
         assert plan.objective <= exact.objective + 1e-9 * max(1.0, exact.objective)
-    for ours in (plans[0], plans[3]):
-        assert ours.diagnostics["certified"]
-        assert relative(ours.objective, exact.objective) <= 1e-9
-        assert ours.upper_bound >= exact.objective - 1e-9 * max(1.0, exact.objective)
+    for priced in (plans[0], plans[3]):
+        assert priced.diagnostics["certified"]
+        assert relative(priced.objective, exact.objective) <= 1e-9
+        assert priced.upper_bound >= exact.objective - 1e-9 * max(1.0, exact.objective)
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -120,31 +120,31 @@ def test_the_dual_bound_is_above_the_optimum_at_any_prices(instance, seed):
     assert dual_bound(problem.masked_etv(), prices, problem.quotas) >= optimum - 1e-9 * max(1.0, optimum)
 
 
-def test_ours_through_several_sample_levels_is_certified_optimal_and_reproducible():
+def test_prices_through_several_sample_levels_is_certified_optimal_and_reproducible():
     instance = make_quota_instance(4000, 6, seed=3)
     args = (instance.etv, instance.quotas, instance.tolerance, instance.risk)
     exact = solve_quota(*args, method="exact")
     options = dict(base_users=200, sample_ratio=4.0)
-    ours = solve_quota(*args, method="ours", **options)
-    assert [level["users"] for level in ours.diagnostics["levels"]][-1] == 4000
-    assert len(ours.diagnostics["levels"]) >= 3 and ours.diagnostics["certified"]
-    assert relative(ours.objective, exact.objective) <= 1e-9 and abs(ours.gap) <= 1e-9 * exact.objective
-    np.testing.assert_array_equal(solve_quota(*args, method="ours", **options).assignment, ours.assignment)
+    priced = solve_quota(*args, method="prices", **options)
+    assert [level["users"] for level in priced.diagnostics["levels"]][-1] == 4000
+    assert len(priced.diagnostics["levels"]) >= 3 and priced.diagnostics["certified"]
+    assert relative(priced.objective, exact.objective) <= 1e-9 and abs(priced.gap) <= 1e-9 * exact.objective
+    np.testing.assert_array_equal(solve_quota(*args, method="prices", **options).assignment, priced.assignment)
     for method in ("ha", "manual"):
         assert solve_quota(*args, method=method).objective < exact.objective
 
 
-def test_ours_stays_exact_when_clearing_is_cut_short_by_widening_the_margin_until_certified():
+def test_prices_stays_exact_when_clearing_is_cut_short_by_widening_the_margin_until_certified():
     # one sweep and few candidates leave quotas unmet, so the margin repair runs and sometimes must widen
     options = dict(base_users=100, sample_ratio=4.0, candidate_constant=0.3, max_sweeps=1, min_margin_users=1)
     attempts = []
     for seed in range(25, 41):
         instance = make_quota_instance(2000, 5, seed=seed)
         args = (instance.etv, instance.quotas, instance.tolerance, instance.risk)
-        ours = solve_quota(*args, method="ours", **options)
-        assert ours.diagnostics["certified"]
-        assert relative(ours.objective, solve_quota(*args, method="exact").objective) <= 1e-9
-        attempts += [level.get("margin_attempts", 0) for level in ours.diagnostics["levels"][1:]]
+        priced = solve_quota(*args, method="prices", **options)
+        assert priced.diagnostics["certified"]
+        assert relative(priced.objective, solve_quota(*args, method="exact").objective) <= 1e-9
+        attempts += [level.get("margin_attempts", 0) for level in priced.diagnostics["levels"][1:]]
     assert max(attempts) >= 2
 
 
@@ -193,7 +193,7 @@ def test_quotas_the_risk_limits_cannot_meet_are_named_with_the_shortfall(toleran
     with pytest.raises(DataError, match=message):
         check_quota_problem(etv, quotas, tolerance, risk)
     with pytest.raises(DataError, match=message):
-        solve_quota(etv, quotas, tolerance, risk, method="ours")
+        solve_quota(etv, quotas, tolerance, risk, method="prices")
 
 
 @pytest.mark.parametrize("etv, quotas, tolerance, risk, message", [
@@ -218,7 +218,7 @@ def test_malformed_inputs_raise_one_line_errors(etv, quotas, tolerance, risk, me
 
 
 @pytest.mark.parametrize("options, message", [
-    (dict(method="greedy"), r"method must be one of \['ours', 'ha', 'manual', 'exact'\], got 'greedy'"),
+    (dict(method="greedy"), r"method must be one of \['prices', 'ha', 'manual', 'exact'\], got 'greedy'"),
     (dict(method="manual", priority=[0, 0]), r"priority must list each of the 2 fund types once, got \[0, 0\]"),
     (dict(method="exact", backend="cplex"), "backend must be 'ortools' or 'highs', got 'cplex'"),
 ])

@@ -8,9 +8,9 @@ from test_serve import LEVELS, TOKEN, curves, plan_folder, score_frame
 from test_serve_explore import version_2_ledger
 from typer.testing import CliRunner
 
+from promokit.campaign import build as build_campaign
 from promokit.cli import app
 from promokit.data import DataError
-from promokit.serve.campaign import build_campaign
 from promokit.serve.engine import DecisionEngine
 from promokit.serve.explore import EXPLORE
 from promokit.serve.export import export_log
@@ -221,3 +221,56 @@ def test_serve_explore_is_checked_before_the_service_starts(tmp_path, monkeypatc
     monkeypatch.setenv("PROMOKIT_API_TOKEN", TOKEN)
     campaign = make_campaign(tmp_path)
     one_line_error(invoke("serve", "--campaign", campaign.path, "--explore", "1.5"), "explore must be a share")
+
+
+# ------------------------------------------------------------------------------------------ the library entry points
+
+
+def test_campaign_build_from_python_gives_what_the_command_builds(tmp_path):
+    import json
+
+    import promokit.campaign
+    import promokit.serve
+
+    f = curves(20)
+    plan_folder(tmp_path / "plan", f)
+    score_frame(f).to_parquet(tmp_path / "scores.parquet")
+    result = invoke("campaign", "build", "--out", tmp_path / "cli", "--scores", tmp_path / "scores.parquet",
+                    "--budget-plan", tmp_path / "plan", "--cap", "500", "--explore", 0.25, "--pacing-every", 64)
+    assert result.exit_code == 0 and "exploring 25.00% of subjects" in " ".join(result.output.split()), result.output
+    campaign = promokit.campaign.build(tmp_path / "py", tmp_path / "scores.parquet", tmp_path / "plan", "500",
+                                       explore=0.25, pacing=promokit.serve.Pacing(every=64))
+    assert campaign.config.cap == 500 and campaign.config.coupon_ttl_seconds == 7 * 24 * 3600
+    cli, py = (json.loads((tmp_path / d / "campaign.json").read_text()) for d in ("cli", "py"))
+    assert cli == py
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cli" / "customers.parquet"),
+                                  pd.read_parquet(tmp_path / "py" / "customers.parquet"))
+    for name in ("ids", "scores", "mean"):
+        assert np.array_equal(np.load(tmp_path / "cli" / "lookup" / "customer" / f"{name}.npy"),
+                              np.load(tmp_path / "py" / "lookup" / "customer" / f"{name}.npy"))
+
+
+def test_the_service_the_serve_command_starts_is_create_app_on_a_prepared_ledger(tmp_path, monkeypatch):
+    """``serve`` migrates the ledger once and hands the campaign to its workers through the environment; each worker
+    builds ``promokit.serve.create_app`` from it."""
+    from fastapi.testclient import TestClient
+
+    import promokit.serve
+    from promokit.serve.app import CAMPAIGN_ENV, EXPLORE_ENV, LEDGER_ENV, TOKEN_ENV, app_from_environment, \
+        prepare_workers
+
+    for name in (CAMPAIGN_ENV, LEDGER_ENV, EXPLORE_ENV):
+        monkeypatch.setenv(name, "")  # restored after the test
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    campaign = make_campaign(tmp_path)
+    loaded, url = prepare_workers(campaign.path, explore=0.2)
+    assert url == f"sqlite:///{(campaign.path / 'ledger.sqlite').resolve()}" and loaded.config.explore == 0.2
+    assert Ledger(url).schema_version() >= 3  # created and migrated before any worker starts
+    with TestClient(app_from_environment()) as client:
+        assert client.get("/v1/status").json()["campaign"]["explore"] == 0.2
+    with TestClient(promokit.serve.create_app(campaign.path, token=TOKEN)) as client:
+        assert client.get("/v1/status").json()["campaign"]["explore"] == 0.5
+    with pytest.raises(DataError, match=r"^`ledger_url` must be sqlite:///FILE or postgresql://USER@HOST/DB"):
+        prepare_workers(campaign.path, "mysql://u@h/db")
+    one_line_error(invoke("serve", "--campaign", campaign.path, "--ledger", "mysql://u@h/db"),
+                   "--ledger must be sqlite:///FILE or postgresql://USER@HOST/DB")

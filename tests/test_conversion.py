@@ -24,14 +24,14 @@ def test_every_model_learns_the_click_signal(impressions, name):
     model = _model(name).fit(train)
     metrics = model.evaluate(test)
     assert metrics["ctr_auc"] > 0.62       # the generating logit gives ~0.68 on this table
-    predictions = model.predict(test)
+    predictions = model.predict(test, keep=[])
     assert predictions.index.equals(test.index)
     assert ((predictions > 0) & (predictions < 1)).all().all()
 
 
 def test_esm2_predicts_all_four_outputs_and_they_compose(impressions):
     predictions = _model().fit(impressions).predict(impressions.head(50))
-    assert list(predictions.columns) == ["p_ctr", "p_cvr", "p_ctavr", "p_ctcvr"]
+    assert list(predictions.columns) == ["user_id", "item_id", "p_ctr", "p_cvr", "p_ctavr", "p_ctcvr"]
     np.testing.assert_allclose(predictions.p_ctcvr, predictions.p_ctr * predictions.p_cvr, rtol=1e-5)
 
 
@@ -75,7 +75,7 @@ def test_repair_zeroes_post_click_labels_on_unclicked_rows_and_reports(impressio
     table = impressions.copy()
     table.loc[table.index[table.click == 0][:3], "purchase"] = 1
     table.loc[table.index[table.click == 0][:2], "daction"] = 1
-    model = _model(repair_labels=True).fit(table, valid_fraction=0)
+    model = _model(repair_labels=True).fit(table, validation=0)
     assert model.report.labels.repaired == {"daction": 2, "purchase": 3}
 
 
@@ -135,10 +135,10 @@ def test_validation_is_the_latest_rows_when_the_spec_names_a_time_key(impression
     assert (model.report.n_train, model.report.n_valid) == (3600, 400)
     # the same rows as an explicit validation table of the last day
     explicit = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"]))
-    explicit.fit(table[table.day < 9], table[table.day == 9])
+    explicit.fit(table[table.day < 9], validation=table[table.day == 9])
     assert seen["epochs"][0]["valid_loss"] == pytest.approx(explicit.report.history.epochs[0]["valid_loss"])
     randomly = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
-    randomly.fit(table, valid_split="random")
+    randomly.fit(table, validation_split="random")
     assert randomly.report.history.epochs[0]["valid_loss"] != seen["epochs"][0]["valid_loss"]
 
 
@@ -153,14 +153,17 @@ def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
         ConversionModel("esm2", SMALL, TrainConfig(monitor="auc"))
     no_purchase = impressions.head(400).assign(purchase=0)
     with pytest.raises(DataError, match="monitor 'ctcvr_auc' needs both classes of 'purchase' among the 400"):
-        ConversionModel("esmm", SMALL, TrainConfig(monitor="ctcvr_auc", progress=False)).fit(impressions, no_purchase)
+        ConversionModel("esmm", SMALL, TrainConfig(monitor="ctcvr_auc", progress=False)).fit(impressions,
+                                                                                            validation=no_purchase)
     with pytest.raises(DataError, match=r"label 'purchase' \(purchase\) is 0 on all \d+ clicked rows of the 3600"):
         ConversionModel("esmm", SMALL, TrainConfig(progress=False)).fit(impressions.assign(purchase=0))
 
 
 def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
-    model = ConversionModel("esmm", {**SMALL, "min_count": 100}, FAST).fit(impressions)
-    assert model.spec.min_count == 100 and "min_count" not in model.params
+    params = {**SMALL, "min_count": 100}
+    model = ConversionModel("esmm", params, FAST).fit(impressions)
+    assert model.feature_spec.min_count == 100 and "min_count" not in model.model_params
+    assert model.params is params and params["min_count"] == 100 and model.spec is None  # parameters kept as given
     # 50 users of ~80 rows each: none reaches 100, so the user field is its OOV row alone
     assert model.encoder.categorical["user_id"].cardinality == 1
 
@@ -172,7 +175,7 @@ def test_bench_gives_each_model_its_own_training_fields(impressions):
     seen = {}
     params = {"esmm": {**SMALL, "lr": 0.02, "embedding_decay": 2.0, "min_count": 3}, "lr": {"min_count": 2}}
     bench.run(split, ["esmm", "lr"], [0], None, params, FAST,
-              on_fitted=lambda m: seen.update({m.name: (m.train_config, m.spec.min_count)}))
+              on_fitted=lambda m: seen.update({m.model: (m.train_config, m.feature_spec.min_count)}))
     assert (seen["esmm"][0].lr, seen["esmm"][0].embedding_decay, seen["esmm"][1]) == (0.02, 2.0, 3)
     assert (seen["lr"][0].lr, seen["lr"][1]) == (FAST.lr, 2)
 
@@ -197,9 +200,10 @@ def test_a_post_click_column_left_among_the_features_is_named_in_a_warning(impre
     table = _with_cart(impressions)
     unclicked, clicked, carts = int((table.click == 0).sum()), int(table.click.sum()), int(table.cart.sum())
     warning = (rf"feature columns \['cart'\] are 0 on all {unclicked} rows where 'click' is 0 and 1 on some of the "
-               rf"{clicked} clicked rows \(cart: {carts}\): they look like post-click labels .*--micro-behaviors cart")
+               rf"{clicked} clicked rows \(cart: {carts}\): they look like post-click labels .*micro_behaviors: \[cart\] in "
+               "the spec")
     with pytest.warns(UserWarning, match=warning):
-        _model("esmm").fit(table, valid_fraction=0)
+        _model("esmm").fit(table, validation=0)
     with pytest.warns(UserWarning, match=warning):  # over parts: the same sums, part by part
         fit_parts(ConversionModel("esmm", SMALL, FAST), write_parts(table, tmp_path / "parts", [1500, 2500]),
                   valid_fraction=0)
@@ -210,5 +214,50 @@ def test_0_1_features_seen_before_a_click_or_too_rare_to_tell_are_not_called_pos
     clicked = table.index[table.click == 1]
     table["rare"] = table.index.isin(clicked[:3]).astype(int)  # 3 ones, all clicked: chance 0.27**3 = 0.02
     assert 1e-3 < table.click.mean() ** 3
-    _model("esmm").fit(table, valid_fraction=0)
+    _model("esmm").fit(table, validation=0)
     assert not [w for w in recwarn if "post-click" in str(w.message)]
+
+
+def test_the_estimator_contract_clone_and_set_params(impressions):
+    from sklearn.base import clone
+
+    spec = FeatureSpec(categorical=["user_id", "segment"])
+    model = _model("esmm", spec=spec).fit(impressions)
+    assert model.spec is spec and model.feature_spec != spec  # fit resolves into feature_spec, keeps the parameter
+    copy = clone(model)
+    assert copy.get_params() == model.get_params() and copy.net is None and copy.feature_spec is None
+    with pytest.raises(RuntimeError, match="not fitted"):
+        copy.predict(impressions)
+    with pytest.raises(DataError, match=r"^model 'esm2' has no parameter 'hiden'"):
+        model.set_params(model="esm2", params={"hiden": [8]})
+    assert model.get_params()["model"] == "esmm" and model.model_params["emb_dim"] == 4
+    with pytest.raises(DataError, match="^monitor must be one of"):
+        model.set_params(train=TrainConfig(monitor="auc"))
+    assert model.train_config is FAST
+    with pytest.raises(DataError, match="^repair_labels must be True or False, got 'yes'"):
+        ConversionModel("esmm", repair_labels="yes")
+    assert model.set_params(params={**SMALL, "min_count": 7}) is model and model.declared_spec.min_count == 7
+
+
+def test_fit_reads_paths_predict_keeps_keys_and_evaluate_is_an_evaluation(impressions, tmp_path):
+    from promokit.training.estimator import Evaluation
+
+    impressions.iloc[:3600].to_parquet(tmp_path / "train.parquet")
+    impressions.iloc[3600:].to_csv(tmp_path / "valid.csv", index=False)
+    model = _model("esmm").fit(tmp_path / "train.parquet", validation=str(tmp_path / "valid.csv"))
+    assert (model.report.n_train, model.report.n_valid) == (3600, 400)
+    test = impressions.iloc[3000:3100]
+    predictions = model.predict(test, keep=["segment"])
+    assert list(predictions.columns) == ["segment", "p_ctr", "p_cvr", "p_ctcvr"]
+    assert predictions.index.equals(test.index) and predictions["segment"].equals(test["segment"])
+    with pytest.raises(DataError, match=r"^keep: columns \['shop'\] are not in the table of 100 rows"):
+        model.predict(test, keep=["shop"])
+    evaluation = model.evaluate(tmp_path / "valid.csv")
+    assert isinstance(evaluation, Evaluation) and evaluation["ctr_auc"] > 0.5
+    assert evaluation.title == "Conversion model esmm" and "| ctcvr_auc |" in evaluation.to_markdown()
+    with pytest.raises(DataError, match=r"^validation: a fraction of the rows must be in \[0, 1\), got 1.5"):
+        _model("esmm").fit(impressions, validation=1.5)
+    with pytest.raises(DataError, match="^validation_split cuts the validation rows from data"):
+        _model("esmm").fit(impressions, validation=impressions, validation_split="random")
+    with pytest.raises(DataError, match="^data must be a DataFrame or a table path, got list"):
+        _model("esmm").fit([1, 2])

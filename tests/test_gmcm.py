@@ -95,7 +95,7 @@ def test_gmcm_learns_cvr_and_nodes_and_round_trips(tmp_path):
     test = table.iloc[10_000:]
     clicked = test["click"] == 1
     predictions = model.predict(test)
-    assert list(predictions.columns) == ["p_ctr", "p_cvr", "p_ctcvr", *(f"p_node_{n}" for n in NODES)]
+    assert list(predictions.columns) == ["user_id", "p_ctr", "p_cvr", "p_ctcvr", *(f"p_node_{n}" for n in NODES)]
     assert roc_auc_score(test["purchase"][clicked], predictions["p_cvr"][clicked]) > 0.7
     assert roc_auc_score(test["cart"][clicked], predictions["p_node_cart"][clicked]) > 0.6
     metrics = model.evaluate(test)
@@ -109,7 +109,7 @@ def test_gmcm_learns_cvr_and_nodes_and_round_trips(tmp_path):
 def test_the_prior_comes_from_the_clicked_training_rows():
     table = _table(3_000)
     model = ConversionModel("gmcm", spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False))
-    model.fit(table, valid_fraction=0.0)
+    model.fit(table, validation=0.0)
     np.testing.assert_allclose(model.pmg, concurrence_probability(table[NODES].to_numpy(), table["click"].to_numpy()))
 
 
@@ -118,7 +118,7 @@ def test_the_prior_comes_from_the_clicked_training_rows():
 def test_ablations_train_and_predict_their_nodes(model_name, params, nodes):
     table = _table(3_000)
     model = ConversionModel(model_name, params, spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False))
-    predictions = model.fit(table).predict(table.head(50))
+    predictions = model.fit(table).predict(table.head(50), keep=[])
     assert sum(c.startswith("p_node_") for c in predictions.columns) == nodes
     assert predictions.notna().all().all() and ((predictions >= 0) & (predictions <= 1)).all().all()
 
@@ -163,7 +163,7 @@ def test_repair_sets_unclicked_micro_behaviours_to_zero_and_counts_them():
     table = _table(2_000)
     table.loc[table["click"] == 0, "review"] = 1
     model = ConversionModel("gmcm", spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False),
-                            repair_labels=True).fit(table, valid_fraction=0.0)
+                            repair_labels=True).fit(table, validation=0.0)
     assert model.report.labels.repaired == {"review": int((table["click"] == 0).sum())}
 
 
@@ -183,7 +183,7 @@ def test_mcm_gru_runs_in_the_declared_order():
         MCMGRU([3], 0, NODES, np.zeros((3, 3)), order=["review", "cart"])
     predictions = ConversionModel("mcm-gru", {"order": ["review", "cart", "favorite"]}, spec=SPEC,
                                   train=TrainConfig(epochs=1, batch_size=512, progress=False)).fit(_table(2_000))
-    assert list(predictions.predict(_table(50)).columns)[3:] == [f"p_node_{n}" for n in NODES]
+    assert list(predictions.predict(_table(50), keep=[]).columns)[3:] == [f"p_node_{n}" for n in NODES]
 
 
 def test_mcm_keeps_the_first_or_named_nodes_and_checks_params():

@@ -4,15 +4,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.base import clone
 
 from promokit.allocation.tables import read_budget_table
 from promokit.data import DataError
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, node_split
-from promokit.incentive.evaluate import change_point, evaluate, uplift_against_lowest
+from promokit.incentive.evaluate import change_point, uplift_against_lowest
 from promokit.incentive.simulate import simulate
-from promokit.incentive.synthetic import make_world
+from promokit.incentive.synthetic import make_world, write_world
 from promokit.training import TrainConfig
+from promokit.training.estimator import Evaluation
 
 FAST = TrainConfig(epochs=3, batch_size=256, lr=3e-3, lr_decay=0.95, patience=3, progress=False)
 
@@ -79,15 +81,71 @@ def test_split_holds_out_nodes_of_both_kinds():
 
 
 def test_the_gnn_hazard_model_learns_the_response(fitted, tables, world):
-    split = fitted.split(tables)
     responses = fitted.responses(tables)
-    result = evaluate(responses, tables, split.test_customers, split.test_merchants, world.customer_truth)
-    assert result.metrics["auc_c"] > 0.72  # oracle ≈ 0.83; a constant scores 0.5
-    assert result.metrics["monotone_violations"] == 0
+    result = fitted.evaluate(tables, truth=world.customer_truth)
+    assert isinstance(result, Evaluation) and result.title == "incentive gnn-hazard"
+    assert result["customers"] == len(fitted.split(tables).test_customers) == 375
+    assert result["auc_c"] > 0.72  # oracle ≈ 0.83; a constant scores 0.5
+    assert result["monotone_violations"] == 0 and 0 < result["curve_mae_c"] < 0.2
     assert np.all(np.diff(responses.customers, axis=1) >= -1e-6)
     assert (responses.merchants >= 0).all()
-    assert result.curve["predicted"].is_monotonic_increasing
-    assert list(result.uplift["group"]) == [1, 2, 3, 4, 5]
+    assert result.tables["response_curve"]["predicted"].is_monotonic_increasing
+    assert list(result.tables["uplift_by_quintile"]["group"]) == [1, 2, 3, 4, 5]
+    assert set(result.figures) == {"response_curves", "uplift_curves"}
+    text = result.to_markdown()
+    assert f"| auc_c | {result['auc_c']:.4f} |" in text and "## Uplift by level" in text
+    assert fitted.evaluate(tables, held_out=False)["customers"] == 2500
+
+
+def test_predict_gives_the_customer_key_then_a_score_per_value(fitted, tables, world):
+    scores = fitted.predict(tables)
+    assert list(scores.columns) == ["customer_id", *[f"score_{v:g}" for v in world.levels]]
+    assert scores["customer_id"].tolist() == world.customers["customer_id"].tolist()
+    np.testing.assert_allclose(scores.iloc[:, 1:].to_numpy(), fitted.responses(tables).customers)
+    assert read_budget_table(scores, key="customer_id").levels.tolist() == tables.levels.tolist()  # allocate budget
+
+
+def test_clone_keeps_the_parameters_and_not_the_fit(fitted):
+    copy = clone(fitted)
+    assert copy.get_params() == fitted.get_params()
+    assert copy.net is None and copy.levels is None and copy.history is None
+    with pytest.raises(RuntimeError, match="not fitted"):
+        copy.predict({})
+
+
+def test_a_refused_parameter_is_one_line_and_set_params_keeps_the_old_values():
+    model = IncentiveModel("gnn-hazard", {"width": 8})
+    before, settings = model.get_params(), dict(model.model_params)
+    for change, message in (({"model": "gnn"}, "unknown model 'gnn'"),
+                            ({"params": {"fanout": [5]}}, "did you mean 'fanouts'"),
+                            ({"params": [("width", 4)]}, "params must be a dict"),
+                            ({"train": TrainConfig(monitor="auc")}, "monitor must be one of"),
+                            ({"train": {"epochs": 2}}, "train must be a TrainConfig")):
+        with pytest.raises(DataError, match=message) as error:
+            model.set_params(**change)
+        assert "\n" not in str(error.value)
+        assert model.get_params() == before and model.model_params == settings
+    with pytest.raises(DataError, match="did you mean 'fanouts'"):
+        IncentiveModel("gnn-hazard", {"fanout": [5, 5]})
+    assert model.set_params(model="sbbm", params={"width": 4}) is model
+    assert (model.model_params["head"], model.model_params["width"]) == ("sbbm", 4)
+
+
+def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
+    world = make_world(400, 40, seed=1)
+    write_world(world, tmp_path)
+    from_folder = IncentiveModel("lr", train=FAST).fit(tmp_path)
+    mapping = {"customers": world.customers, "merchants": tmp_path / "merchants.parquet", "edges": world.edges}
+    from_mapping = IncentiveModel("lr", train=FAST).fit(mapping)
+    unlabelled = {**mapping, "customers": world.customers.drop(columns=["level", "redeemed"])}
+    pd.testing.assert_frame_equal(from_mapping.predict(unlabelled), from_folder.predict(str(tmp_path)))
+    for data, message in (({"customers": world.customers}, r"data: the tables are \['customers', 'merchants', "
+                                                           r"'edges'\], got \['customers'\]"),
+                          (tmp_path / "none", "is not a folder"), (world.customers, "data must be IncentiveTables")):
+        with pytest.raises(DataError, match=message):
+            IncentiveModel("lr").fit(data)
+    with pytest.raises(DataError, match=r"validation must be None or a fraction in \[0, 1\), got 1.5"):
+        IncentiveModel("lr").fit(mapping, validation=1.5)
 
 
 def test_a_saved_model_scores_the_same_and_writes_allocatable_tables(fitted, tables, tmp_path):
@@ -143,13 +201,6 @@ def test_simulation_orders_oracle_above_random(world):
     assert planned.loc["oracle", "true_ratio"] == pytest.approx(planned.loc["oracle", "planned_ratio"])
 
 
-def test_unknown_model_and_parameter_are_one_line_errors():
-    with pytest.raises(DataError, match="unknown model 'gnn'"):
-        IncentiveModel("gnn")
-    with pytest.raises(DataError, match="did you mean 'fanouts'"):
-        IncentiveModel("gnn-hazard", {"fanout": [5, 5]})
-
-
 def test_a_level_that_was_not_randomised_is_refused(world):
     with pytest.raises(DataError, match="every one of the 2500 labelled rows was offered the level 100"):
         check_tables(world.customers.assign(level=100.0), world.merchants, world.edges)
@@ -176,9 +227,8 @@ def test_a_model_directory_that_does_not_fit_its_weights_is_a_one_line_error(fit
 def test_the_linear_floor_learns_and_has_no_tower(tables, world):
     model = IncentiveModel("lr", train=FAST).fit(tables)
     assert isinstance(model.net.customer_tower, torch.nn.Identity)
-    split = model.split(tables)
-    result = evaluate(model.responses(tables), tables, split.test_customers, split.test_merchants)
-    assert result.metrics["auc_c"] > 0.7 and result.metrics["monotone_violations"] == 0
+    result = model.evaluate(tables)
+    assert result["auc_c"] > 0.7 and result["monotone_violations"] == 0
 
 
 @pytest.fixture(scope="module")

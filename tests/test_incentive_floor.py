@@ -53,7 +53,9 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
     train = labelled_rows(tables, split.train_customers, split.train_merchants)
     net, levels = model.net, model.net.customer_head.values
     chosen = {r["part"]: r["l2"] for r in model.history.epochs if r["chosen"]}
-    assert model.params["l2_customers"] == chosen["customers"] and model.params["l2_merchants"] == chosen["merchants"]
+    assert model.model_params["l2_customers"] == chosen["customers"]
+    assert model.model_params["l2_merchants"] == chosen["merchants"]
+    assert model.params is None  # what fit chose is in model_params, not the parameter
     for side, objective, theta, extra in (
             ("customers", customer_objective, _theta_customers(net), levels.width.double().numpy()),
             ("merchants", merchant_objective, _theta_merchants(net), levels.scaled.double().numpy())):
@@ -86,7 +88,7 @@ def test_a_saturated_floor_reproduces_the_redemption_rate_of_every_group_and_val
     edges = pd.DataFrame({"customer_id": customers.customer_id, "merchant_id": 0})
     tables = check_tables(customers, merchants, edges)
     model = IncentiveModel("lr", {"l2_customers": 1e-9, "l2_merchants": 1e-9}).fit(tables, test_fraction=0,
-                                                                                    valid_fraction=0)
+                                                                                    validation=0)
     f_c = model.responses(tables).customers
     for (segment, level), rate in rates.items():
         row = customers.index[(customers.segment == segment) & (customers.level == level)][0]

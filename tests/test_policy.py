@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from promokit.cli import app
 from promokit.data import DataError
 from promokit.policy.estimators import Terms, bootstrap_sums, effective_sample_size, estimate
-from promokit.policy.evaluate import evaluate
+from promokit.policy.judge import judge
 from promokit.policy.log import read_log
 from promokit.policy.plans import Plan, read_plan, reference_plan
 
@@ -67,7 +67,7 @@ def test_a_plan_equal_to_its_reference_differs_by_exactly_nothing():
     log = _log(_incentive(), design="uniform")
     uniform = reference_plan("uniform", log)
     same = Plan("same", uniform.actions, uniform.probabilities.copy(), uniform.subjects)
-    result = evaluate(log, [same], uniform, replicates=100).plans[0]
+    result = judge(log, [same], uniform, bootstrap=100).plans[0]
     for outcome in ("responses", "spend"):
         for estimate_ in result.differences[outcome].values():
             assert (estimate_.value, estimate_.low, estimate_.high) == (0.0, 0.0, 0.0)
@@ -76,7 +76,7 @@ def test_a_plan_equal_to_its_reference_differs_by_exactly_nothing():
 def test_the_logging_reference_is_the_observed_mean():
     data = _incentive()
     log = _log(data, design="uniform")
-    result = evaluate(log, [], reference_plan("logging", log), replicates=20).reference
+    result = judge(log, [], reference_plan("logging", log), bootstrap=20).reference
     assert result.means["responses"]["IPS"].value == pytest.approx(np.mean(data["redeemed"]))
     assert result.means["spend"]["DR"].value == pytest.approx(np.mean(data["redeemed"] * data["level"]))
 
@@ -118,7 +118,7 @@ def test_bad_logs_are_one_line_errors(edit, message):
 
 
 def test_a_log_without_a_propensity_or_a_contract_is_refused():
-    with pytest.raises(DataError, match="no logging propensity: give --propensity COL"):
+    with pytest.raises(DataError, match="no logging propensity: give `propensity` COL"):
         _log(_incentive(8))
     with pytest.raises(DataError, match="needs 'level' .* or 'fund'"):
         _log({"customer_id": ["a"], "redeemed": [1]})
@@ -139,10 +139,11 @@ def test_an_estimated_logging_policy_follows_the_features():
     p_high = 1 / (1 + np.exp(-1.5 * x))
     level = np.where(rng.random(4000) < p_high, 2.0, 1.0)
     log = _log({"customer_id": np.arange(4000), "level": level, "redeemed": rng.integers(0, 2, 4000), "x": x},
-               estimate=["x"])
+               estimate_propensity=["x"])
     assert np.abs(log.logging[:, 1] - p_high).max() < 0.05
-    with pytest.raises(DataError, match="without --propensity or --design"):
-        _log({"customer_id": [1], "level": [1.0], "redeemed": [1], "x": [0.0]}, estimate=["x"], design="uniform")
+    with pytest.raises(DataError, match="without `propensity` or `design`"):
+        _log({"customer_id": [1], "level": [1.0], "redeemed": [1], "x": [0.0]}, estimate_propensity=["x"],
+             design="uniform")
 
 
 def _plan_file(path, frame):
@@ -165,7 +166,8 @@ def test_plans_deterministic_stochastic_and_allocate_folders(tmp_path):
 
 @pytest.mark.parametrize("frame, message", [
     ({"user_id": ["a", "a"], "level": [1.0, 2.0]}, "more than one row"),
-    ({"user_id": ["a", "a"], "level": [1.0, 2.0], "probability": [0.5, 0.6]}, "do not sum to 1, e.g. subject 'a'"),
+    ({"user_id": ["a", "a"], "level": [1.0, 2.0], "probability": [0.5, 0.6]},
+     r"do not sum to 1 \(within 1e-06\), e.g. subject 'a': 1.1; renormalise each subject's probabilities"),
     ({"user_id": ["a"], "level": [1.0], "probability": [-0.1]}, r"probabilities in \[0, 1\]"),
     ({"user_id": ["a"], "fund": ["F1"]}, "needs the columns 'user_id' and 'level'"),
     ({"user_id": ["a", "b"], "level": ["x", "1"]}, "column 'level' has 1 missing or unreadable actions in 2 rows, e.g. "
@@ -331,8 +333,8 @@ def test_a_heavy_tailed_outcome_on_few_rows_is_stated():
                 "convert": convert.astype(int), "amount": np.where(convert, rng.lognormal(3, 2, n), 0.0)},
                design="uniform")
     plan = reference_plan("constant:F1", log)
-    result = evaluate(log, [Plan("f1", plan.actions, plan.probabilities, plan.subjects)],
-                      reference_plan("logging", log), replicates=20).plans[0]
+    result = judge(log, [Plan("f1", plan.actions, plan.probabilities, plan.subjects)],
+                   reference_plan("logging", log), bootstrap=20).plans[0]
     tail = result.diagnostics["outcomes"]["amount"]
     assert 0 < tail["rows"] < 50 and 0 < tail["top_share"] <= 1
     assert any(w.startswith(f"f1: its amount estimate rests on {tail['rows']} rows") for w in result.warnings)
@@ -352,9 +354,72 @@ def test_bca_corrects_a_skewed_estimators_interval():
     assert bca[0] > percentile[0] and bca[1] > percentile[1]
     log = _log(_incentive(), design="uniform")
     uniform = reference_plan("uniform", log)
-    result = evaluate(log, [Plan("u", uniform.actions, uniform.probabilities, uniform.subjects)],
-                      reference_plan("logging", log), replicates=50, interval_method="bca").plans[0]
+    result = judge(log, [Plan("u", uniform.actions, uniform.probabilities, uniform.subjects)],
+                   reference_plan("logging", log), bootstrap=50, interval="bca").plans[0]
     low, value, high = (getattr(result.means["responses"]["IPS"], k) for k in ("low", "value", "high"))
     assert low < value < high
-    with pytest.raises(DataError, match="--interval must be one of"):
-        evaluate(log, [], reference_plan("logging", log), interval_method="normal")
+    with pytest.raises(DataError, match="`interval` must be one of"):
+        judge(log, [], reference_plan("logging", log), interval="normal")
+
+
+def test_evaluate_from_python_gives_what_the_command_writes(campaign, tmp_path):
+    import promokit.policy
+
+    root, _ = campaign
+    result = _invoke("policy", "evaluate", "--log", root / "log.parquet", "--plan", root / "model", "--plan",
+                     root / "one", "--scores", root / "scores.parquet", "--design", "uniform", "--out",
+                     tmp_path / "cli", "--bootstrap", 50)
+    assert result.exit_code == 0, result.output
+    evaluation = promokit.policy.evaluate(root / "log.parquet", [root / "model", root / "one"],
+                                          scores=root / "scores.parquet", design="uniform", bootstrap=50)
+    evaluation.write(tmp_path / "python")
+    for name in ("report.md", "report.json"):
+        assert (tmp_path / "python" / name).read_text() == (tmp_path / "cli" / name).read_text(), name
+    assert evaluation.to_markdown() == (tmp_path / "cli" / "report.md").read_text()
+    assert json.loads(evaluation.to_json()) == json.loads((tmp_path / "cli" / "report.json").read_text())
+    assert "DM's interval holds the score model fixed" in evaluation.to_markdown()
+    assert set(evaluation.figures) == {"estimates"} and (tmp_path / "python" / "estimates.png").stat().st_size > 0
+    # tables in memory judge the same, named by the mapping
+    frames = promokit.policy.evaluate(pd.read_parquet(root / "log.parquet"),
+                                      {"model": pd.read_parquet(root / "model" / "plan.parquet"),
+                                       "one": pd.read_parquet(root / "one" / "plan.parquet")},
+                                      scores=pd.read_parquet(root / "scores.parquet"), design="uniform", bootstrap=50)
+    pd.testing.assert_frame_equal(frames.estimates, evaluation.estimates)
+    pd.testing.assert_frame_equal(frames.differences, evaluation.differences)
+    assert frames.setup["log"].startswith("log: a incentive log of 3,000 rows") and frames.setup["scores"] == "scores"
+    with pytest.raises(DataError, match=r"^`bootstrap` must be at least 2, got 1$"):
+        promokit.policy.evaluate(root / "log.parquet", root / "one", design="uniform", bootstrap=1)
+
+
+def test_a_bca_endpoint_among_the_most_extreme_replicates_is_warned_about(tmp_path):
+    """One of 30 users brings almost all the amount: BCa's upper level moves past 99.5 % of 200 replicates."""
+    import promokit.policy
+
+    log = pd.DataFrame({"user_id": [f"u{i}" for i in range(30)], "fund": ["F1", "F2"] * 15,
+                        "convert": [1, 1] + [0] * 28, "amount": [1000.0, 1.0] + [0.0] * 28})
+    plan = pd.DataFrame({"user_id": log.user_id, "fund": "F1"})
+    evaluation = promokit.policy.evaluate(log, {"f1": plan}, design="uniform", bootstrap=200)
+    assert any(w.startswith("f1: the BCa interval of IPS (conversions mean, amount mean) reaches into the outer "
+                            "0.5% of the 200 bootstrap replicates") for w in evaluation.interval_warnings)
+    assert all("use more replicates" in w for w in evaluation.interval_warnings)
+    assert not promokit.policy.evaluate(log, {"f1": plan}, design="uniform", bootstrap=200,
+                                        interval="percentile").interval_warnings
+    log.to_csv(tmp_path / "log.csv", index=False)
+    plan.to_csv(tmp_path / "f1.csv", index=False)
+    result = _invoke("policy", "evaluate", "--log", tmp_path / "log.csv", "--plan", tmp_path / "f1.csv", "--design",
+                     "uniform", "--bootstrap", 200, "--out", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    assert "warning: f1: the BCa interval of IPS" in " ".join(result.output.split())
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["interval_warnings"] == \
+        evaluation.interval_warnings
+
+
+def test_long_action_lists_are_cut_in_messages():
+    from promokit.policy.log import action_list
+
+    assert action_list([1.0, 2.0, 3.0, 4.0, 5.0]) == "['1', '2', '3', '4', '5']"
+    assert action_list([f"F{i}" for i in range(20)]) == "['F0', 'F1', 'F2', … 17 more]"
+    log = _log({"customer_id": [f"c{i}" for i in range(20)], "level": np.arange(1.0, 21.0), "redeemed": [0] * 20},
+               design="uniform")
+    with pytest.raises(DataError, match=re.escape("its actions are ['1', '2', '3', … 17 more]")):
+        reference_plan("constant:99", log)

@@ -96,5 +96,5 @@ def test_bad_inputs_are_one_line_errors(tmp_path, change_log, change_scores, opt
 
 def test_a_value_log_names_its_control():
     log = pd.DataFrame({"user_id": ["a", "b"], "fund": ["F1", "F2"], "convert": [0, 1], "amount": [0.0, 5.0]})
-    with pytest.raises(DataError, match="name the control fund with --control"):
+    with pytest.raises(DataError, match="name the control fund with `control`"):
         uplift_by_action(read_log(log, design="uniform"), np.zeros((2, 2)), np.array(["F1", "F2"]))

@@ -21,8 +21,8 @@ from promokit.cli import app
 from promokit.data import DataError
 from conftest import spoil
 
-METHODS = ("ours", "ha", "manual", "exact")
-# ours' sampling, clearing and margin-repair paths on tiny inputs
+METHODS = ("prices", "ha", "manual", "exact")
+# prices' sampling, clearing and margin-repair paths on tiny inputs
 FORCED_LEVELS = dict(base_users=5, sample_ratio=2.0, candidate_constant=0.5, min_margin_users=1)
 # Three users, two funds. Everyone prefers fund 0, which may take at most 1 user, so its max binds (price ≥ 0);
 # fund 1 is free (min 0, max 3). The optimum gives fund 0 to the user who loses most without it: user 0
@@ -72,7 +72,7 @@ def assert_within(plan, lower, upper, tolerance=None, risk=None):
 def test_a_binding_max_gets_a_nonnegative_price_and_a_free_fund_price_zero():
     exact = solve_quota(AT_MOST, max_users=[1, np.inf], method="exact")
     assert exact.assignment.tolist() == [0, 1, 1] and exact.objective == 13.0
-    for method in ("ours", "ha"):
+    for method in ("prices", "ha"):
         assert solve_quota(AT_MOST, max_users=[1, np.inf], method=method).assignment.tolist() == [0, 1, 1], method
     # Fund 0 holds its max (1 user, min 0): p_0 ≥ 0; fund 1 is strictly inside (2 of 0..3): p_1 = 0.
     lower, upper = np.array([0, 0]), np.array([1, 3])
@@ -96,9 +96,9 @@ def test_a_binding_min_gets_a_nonpositive_price():
     # bounds (1 of 0..3), so p_0 = 0, and 6 ≤ p_0 − p_1 ≤ 9 makes p_1 ≤ −6
     exact = solve_quota(AT_MOST, min_users=[0, 2], method="exact")
     assert exact.assignment.tolist() == [0, 1, 1] and exact.objective == 13.0
-    ours = solve_quota(AT_MOST, min_users=[0, 2], method="ours")
-    assert ours.assignment.tolist() == [0, 1, 1] and ours.diagnostics["certified"]
-    prices = ours.diagnostics["prices"]
+    priced = solve_quota(AT_MOST, min_users=[0, 2], method="prices")
+    assert priced.assignment.tolist() == [0, 1, 1] and priced.diagnostics["certified"]
+    prices = priced.diagnostics["prices"]
     assert prices[0] == 0.0 and -9.0 <= prices[1] <= -6.0
 
 
@@ -145,23 +145,23 @@ def test_exact_quotas_given_as_equal_bounds_give_the_same_plans():
 
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(bounded_instances())
-def test_every_plan_keeps_every_bound_and_ours_reaches_the_exact_optimum_or_reports_the_gap(instance):
+def test_every_plan_keeps_every_bound_and_prices_reaches_the_exact_optimum_or_reports_the_gap(instance):
     etv, tolerance, risk, lower, upper = instance
     bounds = dict(min_users=lower, max_users=upper)
     exact = solve_quota(etv, None, tolerance, risk, method="exact", **bounds)
     highs = solve_quota(etv, None, tolerance, risk, method="exact", backend="highs", **bounds)
     assert relative(highs.objective, exact.objective) <= 1e-9
     assert exact.gap <= 1e-9 * max(1.0, exact.objective)
-    plans = [solve_quota(etv, None, tolerance, risk, method=method, **bounds) for method in ("ours", "ha", "manual")]
-    plans.append(solve_quota(etv, None, tolerance, risk, method="ours", **bounds, **FORCED_LEVELS))
+    plans = [solve_quota(etv, None, tolerance, risk, method=method, **bounds) for method in ("prices", "ha", "manual")]
+    plans.append(solve_quota(etv, None, tolerance, risk, method="prices", **bounds, **FORCED_LEVELS))
     for plan in [exact, highs, *plans]:
         assert_within(plan, lower, upper, tolerance, risk)
         assert plan.objective <= exact.objective + 1e-9 * max(1.0, exact.objective)
-    for ours in (plans[0], plans[3]):
-        assert ours.upper_bound >= exact.objective - 1e-9 * max(1.0, exact.objective)  # weak duality
-        shortfall = exact.objective - ours.objective
-        assert shortfall <= 1e-9 * max(1.0, exact.objective) or ours.gap >= shortfall
-        assert ours.diagnostics["certified"] and relative(ours.objective, exact.objective) <= 1e-9
+    for priced in (plans[0], plans[3]):
+        assert priced.upper_bound >= exact.objective - 1e-9 * max(1.0, exact.objective)  # weak duality
+        shortfall = exact.objective - priced.objective
+        assert shortfall <= 1e-9 * max(1.0, exact.objective) or priced.gap >= shortfall
+        assert priced.diagnostics["certified"] and relative(priced.objective, exact.objective) <= 1e-9
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -176,7 +176,7 @@ def test_the_bounded_dual_is_above_the_optimum_at_prices_of_any_sign(instance, s
 
 
 @pytest.mark.parametrize("risk_rule", [True, False])
-def test_ours_with_bounds_through_several_sample_levels_is_certified_optimal_and_reproducible(risk_rule):
+def test_prices_with_bounds_through_several_sample_levels_is_certified_optimal_and_reproducible(risk_rule):
     instance = make_quota_instance(4000, 6, seed=5)
     d = instance.quotas
     lower = np.where(np.arange(6) % 2 == 0, np.floor(d * 0.8), 0).astype(int)  # half at least, half free below
@@ -185,12 +185,12 @@ def test_ours_with_bounds_through_several_sample_levels_is_certified_optimal_and
     bounds = dict(min_users=lower, max_users=upper)
     exact = solve_quota(*args, method="exact", **bounds)
     options = dict(base_users=200, sample_ratio=4.0)
-    ours = solve_quota(*args, method="ours", **bounds, **options)
-    assert len(ours.diagnostics["levels"]) >= 3 and ours.diagnostics["certified"]
-    assert relative(ours.objective, exact.objective) <= 1e-9 and abs(ours.gap) <= 1e-9 * exact.objective
-    assert_within(ours, lower, upper, *((instance.tolerance, instance.risk) if risk_rule else ()))
-    np.testing.assert_array_equal(solve_quota(*args, method="ours", **bounds, **options).assignment,
-                                  ours.assignment)
+    priced = solve_quota(*args, method="prices", **bounds, **options)
+    assert len(priced.diagnostics["levels"]) >= 3 and priced.diagnostics["certified"]
+    assert relative(priced.objective, exact.objective) <= 1e-9 and abs(priced.gap) <= 1e-9 * exact.objective
+    assert_within(priced, lower, upper, *((instance.tolerance, instance.risk) if risk_rule else ()))
+    np.testing.assert_array_equal(solve_quota(*args, method="prices", **bounds, **options).assignment,
+                                  priced.assignment)
     for method in ("ha", "manual"):
         assert_within(solve_quota(*args, method=method, **bounds), lower, upper)
 
@@ -235,7 +235,7 @@ def test_infeasible_or_malformed_bounds_are_one_line_errors(tolerance, risk, bou
         check_quota_problem(etv, None, tolerance, risk, **bounds)
     assert "\n" not in str(caught.value)
     with pytest.raises(DataError, match=message):
-        solve_quota(etv, None, tolerance, risk, method="ours", **bounds)
+        solve_quota(etv, None, tolerance, risk, method="prices", **bounds)
 
 
 def test_errors_name_the_funds_when_given_and_quotas_exclude_bounds():
@@ -305,7 +305,7 @@ def test_allocate_quota_reads_min_and_max_columns_and_keeps_every_fund_inside_th
     assert report["quotas"] == "bounds" and report["per_fund"]["assigned"] == counts.tolist()
     assert report["per_fund"]["min"] == lower.astype(int).tolist()
     assert report["per_fund"]["max"] == upper.astype(int).tolist()
-    if method in ("ours", "exact"):
+    if method in ("prices", "exact"):
         exact = solve_quota(*_etv_and_tolerance(quota_files), bounds["risk"].to_numpy(), method="exact",
                             min_users=lower.to_numpy(), max_users=upper.to_numpy())
         assert report["objective"] == pytest.approx(exact.objective) and report["gap"] <= 1e-6

@@ -1,5 +1,5 @@
-"""Quota allocation over a partitioned score table (EOCA eqs. 1–5): ``ours`` with every pass a map over the parts
-gives the local ``ours`` plan, meets every constraint, writes one plan part per input part, and names bad parts."""
+"""Quota allocation over a partitioned score table (EOCA eqs. 1–5): ``prices`` with every pass a map over the parts
+gives the local ``prices`` plan, meets every constraint, writes one plan part per input part, and names bad parts."""
 
 import json
 import pickle
@@ -79,11 +79,11 @@ def instance():
 
 @pytest.mark.parametrize("kind", ["exact", "bounds"])
 @pytest.mark.parametrize("risk", [True, False], ids=["risk", "no-risk"])
-def test_parts_give_the_local_ours_plan(instance, tmp_path, risk, kind):
+def test_parts_give_the_local_prices_plan(instance, tmp_path, risk, kind):
     paths = write_parts(instance, EDGES, tmp_path, risk)
     counts = counts_of(instance, kind)
     rule = dict(tolerance=instance.tolerance, risk=instance.risk) if risk else {}
-    local = solve_quota(instance.etv, method="ours", seed=7, **rule, **counts, **SAMPLED)
+    local = solve_quota(instance.etv, method="prices", seed=7, **rule, **counts, **SAMPLED)
     pickling_map.steps = []
     partitioned = solve_quota_parts([QuotaPart(str(path)) for path in paths], risk=rule.get("risk"),
                                     map_parts=pickling_map, seed=7, **counts, **SAMPLED)
@@ -91,7 +91,7 @@ def test_parts_give_the_local_ours_plan(instance, tmp_path, risk, kind):
     maps = partitioned.plan.diagnostics["maps"]
     assert maps[:3] == ["count", "sample", "choose"] and maps[-1] == "finish" and "measure" in maps
     assert pickling_map.steps[:2] == ["_count_part", "_sample_part"]
-    assert partitioned.plan.assignment is None and partitioned.plan.method == "ours"
+    assert partitioned.plan.assignment is None and partitioned.plan.method == "prices"
     # the levels below the top are the local solver's own sample levels, solved in memory
     levels = partitioned.plan.diagnostics["levels"]
     assert [level["users"] for level in levels] == [level["users"] for level in local.diagnostics["levels"]]
@@ -100,7 +100,7 @@ def test_parts_give_the_local_ours_plan(instance, tmp_path, risk, kind):
 def test_a_repair_that_widens_its_margin_and_certifies_by_the_whole_plan_gives_the_local_plan(tmp_path):
     instance = make_quota_instance(2000, 5, seed=33)
     paths = write_parts(instance, [0, 700, 700, 1500, 2000], tmp_path)
-    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="ours", **CUT_SHORT)
+    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="prices", **CUT_SHORT)
     assert local.diagnostics["levels"][-1]["margin_attempts"] == 2
     partitioned = solve_quota_parts([QuotaPart(str(path)) for path in paths], instance.quotas, instance.risk,
                                     **CUT_SHORT)
@@ -111,7 +111,7 @@ def test_a_repair_that_widens_its_margin_and_certifies_by_the_whole_plan_gives_t
 
 def test_small_inputs_are_gathered_and_solved_in_memory(instance, tmp_path):
     paths = write_parts(instance, EDGES, tmp_path)
-    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="ours")
+    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="prices")
     parts = [QuotaPart(str(path), rows=hi - lo) for path, lo, hi in zip(paths, EDGES[:-1], EDGES[1:])]
     partitioned = solve_quota_parts(parts, instance.quotas, instance.risk)
     assert_same_plan(partitioned, local, instance, True, dict(quotas=instance.quotas))
@@ -126,7 +126,7 @@ def test_a_sample_larger_than_gather_users_is_solved_in_parts_then_removed(tmp_p
     paths = write_parts(instance, [0, 20_000, 20_000, 25_000, 40_000, 52_000, 60_000], tmp_path / "scores")
     parts = [QuotaPart(str(path)) for path in paths]
     counts, options = counts_of(instance, kind), dict(base_users=500, sample_ratio=4.0)
-    local = solve_quota(instance.etv, tolerance=instance.tolerance, risk=instance.risk, method="ours", seed=3,
+    local = solve_quota(instance.etv, tolerance=instance.tolerance, risk=instance.risk, method="prices", seed=3,
                         **counts, **options)
     scratch, written = tmp_path / "out", set()
 
@@ -166,7 +166,7 @@ def test_a_binding_maximum_holds_exactly_with_a_nonnegative_price(tmp_path):
     assert np.bincount(np.where(allowed, etv, -1).argmax(axis=1), minlength=4)[1] > 1000
     counts = dict(min_users=[0, 0, 0, 0], max_users=[np.inf, 100, np.inf, np.inf])
     paths = write_parts(instance, [0, 1000, 1000, 3000], tmp_path)
-    local = solve_quota(etv, tolerance=instance.tolerance, risk=instance.risk, method="ours", **counts, **SAMPLED)
+    local = solve_quota(etv, tolerance=instance.tolerance, risk=instance.risk, method="prices", **counts, **SAMPLED)
     partitioned = solve_quota_parts([QuotaPart(str(path)) for path in paths], risk=instance.risk, **counts, **SAMPLED)
     assert_same_plan(partitioned, local, instance, True, counts)
     assert partitioned.counts[1] == 100 and partitioned.plan.diagnostics["prices"][1] > 0
@@ -176,7 +176,7 @@ def test_a_binding_maximum_holds_exactly_with_a_nonnegative_price(tmp_path):
 
 def test_long_parts_listing_their_funds_in_another_order_are_aligned_to_the_given_funds(instance, tmp_path):
     paths = write_parts(instance, EDGES, tmp_path, layout="long", shuffle_funds=True)
-    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="ours", **SAMPLED)
+    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="prices", **SAMPLED)
     parts = [QuotaPart(str(path), funds=tuple(instance.funds)) for path in paths]
     partitioned = solve_quota_parts(parts, instance.quotas, instance.risk, funds=instance.funds, **SAMPLED)
     assert_same_plan(partitioned, local, instance, True, dict(quotas=instance.quotas))
@@ -189,7 +189,7 @@ def test_plan_parts_keep_the_input_row_order_and_keys(instance, tmp_path):
     paths = write_parts(instance, EDGES, tmp_path / "scores")
     parts = [QuotaPart(str(path), out=str(tmp_path / "plan" / path.name)) for path in paths]
     partitioned = solve_quota_parts(parts, instance.quotas, instance.risk, **SAMPLED)
-    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="ours", **SAMPLED)
+    local = solve_quota(instance.etv, instance.quotas, instance.tolerance, instance.risk, method="prices", **SAMPLED)
     assert partitioned.outputs == [None] * len(paths)
     plans = [pd.read_parquet(tmp_path / "plan" / path.name) for path in paths]
     for plan, path in zip(plans, paths):
@@ -261,9 +261,9 @@ def test_cli_on_parts_equals_cli_on_the_concatenated_file(files, tmp_path, score
     parts = _invoke("allocate", "quota", "--scores", scores.format(files=files), "--quotas", files / "quotas.csv",
                     "--out", tmp_path / "parts")
     assert whole.exit_code == 0 and parts.exit_code == 0, whole.output + parts.output
-    assert "\nours: objective" in parts.output
+    assert "\nprices: objective" in parts.output
     one, many = (json.loads((tmp_path / name / "report.json").read_text()) for name in ("whole", "parts"))
-    assert many["parts"] == 6 and "parts" not in one and many["method"] == one["method"] == "ours"
+    assert many["parts"] == 6 and "parts" not in one and many["method"] == one["method"] == "prices"
     assert many["objective"] == pytest.approx(one["objective"], rel=1e-9)
     assert many["upper_bound"] == pytest.approx(one["upper_bound"], rel=1e-9)
     assert abs(many["relative_gap"]) <= 1e-6 and many["diagnostics"]["certified"]
@@ -293,7 +293,7 @@ def test_a_bad_part_names_its_file_and_row(files, tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--method", "exact"], "--method exact needs the whole table in one file; a directory or glob of parts is "
-                            "solved with --method ours"),
+                            "solved with --method prices"),
     (["--engine", "spark"], "--engine must be one of ['local', 'ray'], got 'spark'"),
 ])
 def test_partitioned_input_errors_are_one_line(files, tmp_path, args, message):

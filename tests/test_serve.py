@@ -9,9 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget
+from promokit.campaign import build as build_campaign
 from promokit.data import DataError
 from promokit.serve.app import create_app
-from promokit.serve.campaign import build_campaign, load_campaign
+from promokit.serve.campaign import load_campaign
 from promokit.serve.engine import DecisionEngine
 from promokit.serve import ledger as ledger_module
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Ledger, Option, OutcomeRequest, normalise_url
@@ -293,7 +294,7 @@ def test_ledger_cap_holds_under_concurrent_writers(ledger_url):
 def test_ledger_url_errors():
     assert normalise_url("postgres://u@h/db") == "postgresql+psycopg://u@h/db"
     for url in ("mysql://x", "sqlite://", "/tmp/file.sqlite"):
-        with pytest.raises(DataError, match="--ledger must be"):
+        with pytest.raises(DataError, match="`ledger_url` must be"):
             normalise_url(url)
 
 

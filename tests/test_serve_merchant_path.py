@@ -14,10 +14,11 @@ from typer.testing import CliRunner
 
 from promokit.allocation.budget import decide
 from promokit.allocation.tables import BudgetTable
+from promokit.campaign import build as build_campaign
 from promokit.cli import app
 from promokit.data import DataError
 from promokit.serve.app import create_app
-from promokit.serve.campaign import _check_table, build_campaign, load_campaign
+from promokit.serve.campaign import _check_table, load_campaign
 
 runner = CliRunner()
 TOKEN = "t"

@@ -14,7 +14,7 @@ import pytest
 
 from promokit.allocation.budget import ratio_form, solve_budget
 from promokit.allocation.synthetic import make_budget_instance
-from promokit.serve.campaign import build_campaign
+from promokit.campaign import build as build_campaign
 from promokit.serve.ledger import Ledger
 from promokit.serve.replay import ReplayResult, free_port, run_replay, running_service
 

@@ -11,10 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, curves, plan_folder, request, score_frame
 
+from promokit.campaign import build as build_campaign
 from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.body_limit import BodyLimit
-from promokit.serve.campaign import CampaignConfig, build_campaign, load_campaign
+from promokit.serve.campaign import CampaignConfig, load_campaign
 from promokit.serve.engine import DecisionEngine
 from promokit.serve.ledger import MIGRATIONS, NO_LEVEL, Ledger, OutcomeRequest
 from promokit.serve.money import to_major, to_minor

@@ -12,7 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from test_serve import TOKEN, curves, plan_folder, score_frame
 
-from promokit.serve.campaign import build_campaign
+from promokit.campaign import build as build_campaign
 from promokit.serve.replay import running_service
 
 OPERATIONS = ["POST /v1/decisions", "POST /v1/outcomes", "GET /v1/assignments/{user_id}", "GET /v1/status",

@@ -17,7 +17,7 @@ from promokit.scale.train import plan
 from promokit.training import TrainConfig, read_training_ids
 from promokit.training.artifact import TRAINING_IDS
 from promokit.value.contract import read_folder, table_paths
-from promokit.value.estimator import ValueModel, delivery_split
+from promokit.value.estimator import ValueModel
 from promokit.value.parts import _plan
 from promokit.value.synthetic import make_world as make_value_world
 from promokit.voucher.estimator import VoucherModel
@@ -83,19 +83,19 @@ def value_data(tmp_path_factory):
 
 def test_a_value_model_records_its_training_deliveries_users_in_one_folder_and_in_parts(value_data, tmp_path):
     tables = read_folder(value_data / "whole")
-    train, valid, _ = delivery_split(tables)
-    model = ValueModel("dnn", VALUE_NET, ONE_EPOCH).fit(tables, train, valid)
+    model = ValueModel("dnn", VALUE_NET, ONE_EPOCH).fit(tables)
+    train = model.split_rows(tables)[0]
     model.save(tmp_path / "model")
     expected = id_hashes(tables.deliveries["user_id"].to_numpy()[train])
     assert np.array_equal(read_training_ids(tmp_path / "model"), expected)
     counted = ValueModel("dnn", VALUE_NET, ONE_EPOCH)
-    _plan(counted, table_paths(value_data / "parts"), LocalEngine(), counted.split, tmp_path / "keys", False)
+    _plan(counted, table_paths(value_data / "parts"), LocalEngine(), tmp_path / "keys", False)
     assert np.array_equal(counted.training_ids, expected)
 
 
 def test_a_conversion_model_records_its_training_rows_users_in_one_table_and_in_parts(tmp_path):
     table = make_impressions()
-    model = ConversionModel("lr").fit(table, valid_fraction=0)
+    model = ConversionModel("lr").fit(table, validation=0)
     assert np.array_equal(model.training_ids, id_hashes(table["user_id"]))
     counted = ConversionModel("esmm", {"emb_dim": 4, "hidden": (8,)}, ONE_EPOCH)
     plan(counted, write_parts(table, tmp_path / "parts", [1500, 0, 2500]), LocalEngine(), 1, valid_fraction=0)
@@ -109,6 +109,6 @@ def test_a_voucher_model_records_its_training_sessions_users(tmp_path):
     sessions = world.tables.sessions
     cuts = default_cuts(sessions)
     split = split_by_time(sessions, cuts.valid_from, cuts.test_from)
-    VoucherModel("lr", None, ONE_EPOCH).fit(world.tables, split.train, split.valid).save(tmp_path / "model")
+    VoucherModel("lr", None, ONE_EPOCH).fit(world.tables, rows=split.train, validation=split.valid).save(tmp_path / "model")
     assert np.array_equal(read_training_ids(tmp_path / "model"),
                           id_hashes(sessions["user_id"].to_numpy()[split.train]))

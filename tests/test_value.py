@@ -1,18 +1,19 @@
-"""The value domain: its contract's errors, leak-free behaviour, learning on a small world, the model directory
-and the ETV table that `allocate quota` reads."""
+"""The value domain: its contract's errors, leak-free behaviour, learning on a small world, the model directory,
+the ETV table that `allocate quota` reads, and ValueModel's estimator contract (parameters, split, data forms)."""
 
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import clone
 
 from promokit.allocation.tables import read_quota_table
 from promokit.data import DataError
 from promokit.metrics import auc
 from promokit.training import TrainConfig
+from promokit.training.estimator import Evaluation
 from promokit.value.contract import check_tables
 from promokit.value.estimator import ValueModel, delivery_split
-from promokit.value.evaluate import evaluate
-from promokit.value.synthetic import make_world
+from promokit.value.synthetic import make_world, write_world
 
 SMALL = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "fanouts": [4, 4],
          "max_len": 12}
@@ -31,8 +32,8 @@ def tables(world):
 
 @pytest.fixture(scope="module")
 def fitted(tables):
-    train, valid, test = delivery_split(tables)
-    return ValueModel("esdpm", SMALL, QUICK).fit(tables, train, valid), test
+    model = ValueModel("esdpm", SMALL, QUICK).fit(tables)
+    return model, model.split_rows(tables)[2]
 
 
 def _check(world, **changes):
@@ -46,7 +47,7 @@ def _check(world, **changes):
     (lambda d: d.iloc[:0], "deliveries: the table is empty"),
     (lambda d: d.assign(user_id="nobody"), "not in the users table"),
     (lambda d: d.assign(fund=np.where(np.arange(len(d)) == 3, "F99", d.fund)), "1 values in"),
-    (lambda d: d.assign(click=0), "conversions without a click"),
+    (lambda d: d.assign(click=0), r"conversions without a click .* \(repair_labels=True sets the conversion"),
     (lambda d: d.assign(amount=np.where(d.convert == 1, 0.0, d.amount)), "conversions without an amount"),
     (lambda d: d.assign(amount=d.amount + 1.0), "amounts without a conversion"),
     (lambda d: d.assign(amount=np.where(np.arange(len(d)) == 5, np.inf, d.amount)), "finite numbers ≥ 0"),
@@ -99,15 +100,15 @@ def test_no_behaviour_at_or_after_a_delivery_reaches_its_prediction(world, table
     forged = behaviors.copy()
     forged.loc[later, "action"] = "purchase"
     forged.loc[later, "fund"] = "F1"
-    before = model.predict(tables, rows)
-    after = model.predict(_check(world, behaviors=forged), rows)
+    before = model.predict(tables, rows=rows)
+    after = model.predict(_check(world, behaviors=forged), rows=rows)
     # rows at exactly the cut see nothing later; later rows may see the forged events before them, so compare those
     at_cut = tables.time[rows] == cut
     assert at_cut.sum() >= 1
     pd.testing.assert_frame_equal(before[at_cut], after[at_cut])
     only_past = _check(world, behaviors=behaviors[~later])
-    pd.testing.assert_frame_equal(before[at_cut], model.predict(only_past, rows)[at_cut])
-    assert not np.allclose(before.etv, model.predict(_check(world, behaviors=behaviors.iloc[:0]), rows).etv)
+    pd.testing.assert_frame_equal(before[at_cut], model.predict(only_past, rows=rows)[at_cut])
+    assert not np.allclose(before.etv, model.predict(_check(world, behaviors=behaviors.iloc[:0]), rows=rows).etv)
 
 
 def test_sequences_hold_only_strictly_earlier_events(world, tables, fitted):
@@ -123,12 +124,15 @@ def test_sequences_hold_only_strictly_earlier_events(world, tables, fitted):
 
 def test_esdpm_learns_conversion_and_amount_signal(tables, fitted):
     model, test = fitted
-    predictions = model.predict(tables, test)
+    predictions = model.predict(tables, rows=test)
+    assert list(predictions.columns[:2]) == ["user_id", "fund"]
+    assert (predictions.user_id == tables.deliveries.user_id.to_numpy()[test]).all()
     assert auc(tables.convert[test], predictions.p_ctcvr) > 0.7
     assert (predictions.sigma >= 0.1).all() and np.isfinite(predictions.etv).all()
     converted = tables.convert[test] == 1
     assert np.corrcoef(predictions.mu[converted], tables.log_amount[test][converted])[0, 1] > 0.3
-    metrics, deciles, funds = evaluate(model, tables, test)
+    metrics = model.evaluate(tables, rows=test)
+    deciles, funds = metrics.tables["decile_calibration"], metrics.tables["calibration_per_fund"]
     assert metrics["gini"] > 0.3 and len(deciles) == 10 and metrics["deliveries"] == len(test)
     assert funds.deliveries.sum() == len(test) and 0 <= metrics["best_differs"] <= 1
 
@@ -137,7 +141,9 @@ def test_model_directory_round_trip_and_quota_table(tables, fitted, tmp_path):
     model, test = fitted
     model.save(tmp_path / "m")
     loaded = ValueModel.load(tmp_path / "m")
-    pd.testing.assert_frame_equal(model.predict(tables, test), loaded.predict(tables, test))
+    pd.testing.assert_frame_equal(model.predict(tables, rows=test), loaded.predict(tables, rows=test))
+    assert loaded.get_params()["split"] == "time" and loaded.holdout == model.holdout
+    assert (loaded.split_rows(tables)[2] == test).all()
     scores = loaded.score_table(tables)
     assert list(scores.columns) == ["user_id", *[f"score_{f}" for f in tables.fund_names], "tolerance"]
     quota = read_quota_table(scores)
@@ -158,15 +164,15 @@ def test_every_baseline_trains_and_scores(world, name):
     small = make_world(300, seed=5)
     tables = check_tables(small.deliveries, small.users, small.funds, small.behaviors, small.consumption)
     model = ValueModel(name, SMALL, TrainConfig(epochs=1, batch_size=256, progress=False)).fit(tables)
-    predictions = model.predict(tables)
+    predictions = model.predict(tables).drop(columns=["user_id", "fund"])
     assert np.isfinite(predictions.to_numpy()).all() and (predictions.etv >= 0).all()
     assert model.score_matrix(tables, contexts=2).shape == (300, len(tables.funds))
 
 
 @pytest.fixture(scope="module")
 def fitted_wide(tables):
-    train, valid, test = delivery_split(tables)
-    return ValueModel("esdpm", {**SMALL, "wide": "joint"}, QUICK).fit(tables, train, valid), test
+    model = ValueModel("esdpm", {**SMALL, "wide": "joint"}, QUICK).fit(tables)
+    return model, model.split_rows(tables)[2]
 
 
 @pytest.mark.parametrize("which", ["fitted", "fitted_wide"])
@@ -224,7 +230,7 @@ def test_one_table_set_is_encoded_once_for_predict_and_scores(world, fitted, mon
     calls = []
     original = model.encoders.nodes
     monkeypatch.setattr(model.encoders, "nodes", lambda t: calls.append(t) or original(t))
-    model.predict(tables, test[:50])
+    model.predict(tables, rows=test[:50])
     model.score_matrix(tables, users=np.arange(5), contexts=1)
     assert len(calls) == 1
 
@@ -245,3 +251,83 @@ def test_without_behaviours_the_network_has_no_sequence_encoder(tmp_path):
     scored = check_tables(small.deliveries, small.users, small.funds, small.behaviors)
     pd.testing.assert_frame_equal(model.predict(tables), loaded.predict(scored))
     assert np.array_equal(model.score_matrix(tables), loaded.score_matrix(scored))
+
+
+# ---------------------------------------------------------------------------------------------- estimator contract
+
+
+def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
+    model, _ = fitted
+    copy = clone(model)
+    assert copy.get_params() == model.get_params() == {"model": "esdpm", "params": SMALL, "train": QUICK,
+                                                       "split": "time", "test_fraction": 0.1}
+    assert copy.net is None and copy.encoders is None and copy.holdout is None and model.net is not None
+    assert copy.model_params == model.model_params and copy.max_len == SMALL["max_len"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": "esdmp"}, "unknown model 'esdmp'"),
+    ({"split": "users"}, r"split must be one of \['time', 'random'\], got 'users'"),
+    ({"test_fraction": 1.0}, r"test_fraction must be a number in \[0, 1\), got 1.0"),
+    ({"params": {"max_len": 0}}, "params: max_len must be a whole number of at least 1, got 0"),
+    ({"params": {"experts": 3}}, "no parameter 'experts'"),
+    ({"train": {"epochs": 2}}, "train must be a TrainConfig, got dict"),
+    ({"train": TrainConfig(monitor="gauc")}, "monitor must be one of"),
+])
+def test_a_bad_parameter_is_a_one_line_error_and_set_params_keeps_the_old_ones(change, message):
+    with pytest.raises(DataError, match=message) as caught:
+        ValueModel(**{"model": "esdpm", **change})
+    assert "\n" not in str(caught.value)
+    model = ValueModel("esdpm-ncg", SMALL, QUICK, split="random")
+    before = model.get_params()
+    with pytest.raises(DataError, match=message):
+        model.set_params(**change)
+    assert model.get_params() == before and model.model_params["expert_dim"] == SMALL["expert_dim"]
+    assert model.set_params(test_fraction=0.2, params={"max_len": 3}) is model
+    assert model.max_len == 3 and model.holdout_for()["test_fraction"] == 0.2
+
+
+def test_split_rows_hold_out_the_test_and_take_the_validation_given(tables):
+    model = ValueModel("dnn", SMALL, QUICK)
+    train, valid, test = model.split_rows(tables)
+    assert [len(train), len(valid), len(test)] == [len(r) for r in delivery_split(tables)]
+    assert tables.time[test].min() >= tables.time[train].max()  # split="time": the latest are held out
+    assert len(model.split_rows(tables, 0.0)[1]) == 0 and len(model.split_rows(tables, 0.3)[1]) > 2 * len(valid)
+    chosen = train[::7]
+    got_train, got_valid, got_test = model.split_rows(tables, chosen)
+    assert got_valid.tolist() == chosen.tolist() and (got_test == test).all()
+    assert not np.isin(got_train, chosen).any() and len(got_train) + len(chosen) == len(train) + len(valid)
+    with pytest.raises(DataError, match=r"validation: 2 of its 3 rows are held out for evaluation \(test_fraction"):
+        model.split_rows(tables, [int(train[0]), *test[:2]])
+    for bad, message in ((1.5, r"validation must be a fraction in \[0, 1\)"), ([-1], "not rows of the"),
+                         ("latest", "validation must be None, a fraction")):
+        with pytest.raises(DataError, match=message):
+            model.split_rows(tables, bad)
+    random = ValueModel("dnn", SMALL, QUICK, split="random", test_fraction=0.25).split_rows(tables)[2]
+    assert len(random) == round(0.25 * len(tables.deliveries)) and not np.array_equal(random, np.sort(test))
+
+
+def test_fit_reads_a_folder_or_a_mapping_of_tables_and_evaluate_reports(tmp_path):
+    small = make_world(300, seed=5)
+    write_world(small, tmp_path / "world")
+    tables = check_tables(small.deliveries, small.users, small.funds, small.behaviors, small.consumption)
+    one_epoch = TrainConfig(epochs=1, batch_size=256, progress=False)
+    from_tables = ValueModel("esdpm-ncg", SMALL, one_epoch).fit(tables, validation=0.2)
+    from_folder = ValueModel("esdpm-ncg", SMALL, one_epoch).fit(tmp_path / "world", validation=0.2)
+    mapping = {"deliveries": small.deliveries, "users": tmp_path / "world" / "users.parquet", "funds": small.funds,
+               "behaviors": str(tmp_path / "world" / "behaviors.parquet")}
+    from_mapping = ValueModel("esdpm-ncg", SMALL, one_epoch).fit(mapping, validation=0.2)
+    assert from_folder.holdout == {"test_fraction": 0.1, "valid_fraction": 0.2, "how": "time", "seed": 0}
+    expected = from_tables.predict(tables)
+    pd.testing.assert_frame_equal(from_folder.predict(tmp_path / "world"), expected)
+    pd.testing.assert_frame_equal(from_mapping.predict(mapping), expected)
+    held_out = from_folder.split_rows(tables)[2]
+    report = from_folder.evaluate(tmp_path / "world", rows=held_out)
+    assert isinstance(report, Evaluation) and report.title == "Value model esdpm-ncg"
+    assert report["deliveries"] == len(held_out) and {"auc", "gini", "thc", "tha", "etv_bias"} <= set(report)
+    text = report.to_markdown()
+    assert f"| auc | {report['auc']:.4f} |" in text and "## Calibration per fund" in text
+    with pytest.raises(DataError, match="data: the funds table is missing"):
+        from_folder.fit({"deliveries": small.deliveries, "users": small.users})
+    with pytest.raises(DataError, match="data: no table 'payments'"):
+        from_folder.fit({**mapping, "payments": small.consumption})

@@ -78,6 +78,7 @@ def _copy(world, tmp_path):
     ("deliveries", lambda f: f.assign(amount="lots"), "finite numbers ≥ 0"),
     ("deliveries", lambda f: f.iloc[:0], "the table has no rows"),
     ("deliveries", lambda f: f.assign(click=2), "must be 0/1"),
+    ("deliveries", lambda f: f.assign(click=0), "(--repair-labels sets the conversion or the amount to 0)"),
     ("users", lambda f: f.iloc[:10], "not in the users table"),
     ("funds", lambda f: f.assign(risk="high"), "must hold whole numbers"),
     ("behaviors", lambda f: f.drop(columns="action"), "column 'action'"),
@@ -117,13 +118,13 @@ def test_model_and_option_errors(world, model, tmp_path):
 
 def test_simulate_scores_plans_by_the_true_model(world, model, tmp_path):
     result = _invoke("value", "simulate", "--world", world, "--model", model, "--out", tmp_path / "sim",
-                     "--allocators", "ha,ours")
+                     "--allocators", "ha,prices")
     assert result.exit_code == 0, result.output
     rows = pd.DataFrame(json.loads((tmp_path / "sim" / "report.json").read_text())["rows"])
-    assert set(rows.allocator) == {"ha", "ours"} and "oracle" in set(rows.model)
+    assert set(rows.allocator) == {"ha", "prices"} and "oracle" in set(rows.model)
     oracle = rows[rows.model == "oracle"].set_index("allocator").expected_tapmd
     mine = rows[rows.model != "oracle"].set_index("allocator").expected_tapmd
-    assert (oracle >= mine * 0.999).all()  # the true ETV's plan is the best plan under the true ETV (ours is exact)
+    assert (oracle >= mine * 0.999).all()  # the true ETV's plan is the best plan under the true ETV (prices is exact)
     folder = _copy(world, tmp_path)  # a truth that does not cover the tables' users
     truth = pd.read_parquet(world / "truth_etv.parquet")
     truth[truth.user_id != truth.user_id.iloc[0]].to_parquet(folder / "truth_etv.parquet")
@@ -144,7 +145,7 @@ def test_bench_writes_the_tables_and_the_decile_figure(tmp_path):
     assert np.isnan(metrics.set_index("model").loc["esmm", "etv_bias_true"])  # its ETV is a pCTCVR
     assert "RelaImpr vs two-part" in (tmp_path / "bench" / "report.md").read_text()
     plans = pd.DataFrame(report["simulation"])
-    assert set(plans.allocator) == {"manual", "ha", "ours"}
+    assert set(plans.allocator) == {"manual", "ha", "prices"}
     assert set(plans.model) == {"two-part", "esdpm", "esmm", "oracle"}
     assert (tmp_path / "bench" / "deciles.png").exists()
 
@@ -170,7 +171,7 @@ def test_random_split_for_deliveries_sharing_one_time(world, tmp_path):
                      "--split", "random", "--test-fraction", 0)
     assert result.exit_code == 0 and "none held out" in result.output
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m2", "--split", "users")
-    assert result.exit_code == 2 and "a split is one of" in result.output
+    assert result.exit_code == 2 and "split must be one of ['time', 'random'], got 'users'" in result.output
 
 
 def test_train_prints_the_feature_types_and_numeric_overrides_an_inferred_categorical(world, tmp_path):

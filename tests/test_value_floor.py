@@ -11,7 +11,7 @@ import pytest
 from promokit.data import DataError
 from promokit.metrics import auc, fund_personalisation
 from promokit.value.contract import check_tables
-from promokit.value.estimator import ValueModel, delivery_split
+from promokit.value.estimator import ValueModel
 from promokit.value.evaluate import beside_floor, fund_calibration
 from promokit.value.synthetic import make_world
 
@@ -45,14 +45,15 @@ def world():
 
 @pytest.fixture(scope="module")
 def fitted(world):
-    train, valid, test = delivery_split(world)
-    return ValueModel("two-part").fit(world, train, valid), valid, test
+    model = ValueModel("two-part").fit(world)
+    _, valid, test = model.split_rows(world)
+    return model, valid, test
 
 
 def test_etv_is_the_product_of_its_parts(world, fitted):
     model, valid, test = fitted
-    out = model.predict(world, test)
-    assert list(out.columns) == ["p_ctcvr", "mu", "amount_if_convert", "etv"]
+    out = model.predict(world, rows=test)
+    assert list(out.columns) == ["user_id", "fund", "p_ctcvr", "mu", "amount_if_convert", "etv"]
     rows = model.encoders.rows(world, test)
     x = model.net.matrix(*(rows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
     p, mu = (model.net.boosters[part].predict(x) for part in ("convert", "amount"))
@@ -70,10 +71,10 @@ def test_etv_is_the_product_of_its_parts(world, fitted):
 
 def test_it_learns_a_planted_user_by_fund_signal():
     tables, truth, segment, p_convert = planted()
-    train, valid, test = delivery_split(tables)
-    model = ValueModel("two-part").fit(tables, train, valid)
+    model = ValueModel("two-part").fit(tables)
+    test = model.split_rows(tables)[2]
     oracle = auc(tables.convert[test], p_convert[test])
-    assert auc(tables.convert[test], model.predict(tables, test).p_ctcvr) > oracle - 0.01
+    assert auc(tables.convert[test], model.predict(tables, rows=test).p_ctcvr) > oracle - 0.01
     scores = model.score_matrix(tables)
     planted_best = np.where(segment == "a", 0, 1)
     assert np.mean(scores.argmax(axis=1) == planted_best) > 0.97
@@ -93,7 +94,7 @@ def test_model_directory_holds_text_and_scores_alike(world, fitted, tmp_path):
     lgb.Booster(model_file=str(tmp_path / "m" / "two_part_convert.txt"))  # LightGBM's own text format
     assert json.loads((tmp_path / "m" / "config.json").read_text())["model"] == "two-part"
     loaded = ValueModel.load(tmp_path / "m")
-    pd.testing.assert_frame_equal(model.predict(world, test), loaded.predict(world, test))
+    pd.testing.assert_frame_equal(model.predict(world, rows=test), loaded.predict(world, rows=test))
     pd.testing.assert_frame_equal(model.score_table(world), loaded.score_table(world))
 
 

@@ -16,7 +16,7 @@ from promokit.cli import app
 from promokit.scale.engine import LocalEngine
 from promokit.training import TrainConfig
 from promokit.value.contract import read_folder, table_paths
-from promokit.value.estimator import TEST, TRAIN, VALID, ValueModel, delivery_split
+from promokit.value.estimator import TEST, TRAIN, VALID, ValueModel
 from promokit.value.inputs import InputEncoders
 from promokit.value.parts import _plan, train_parts
 from promokit.value.synthetic import make_world
@@ -42,17 +42,14 @@ def data(tmp_path_factory):
     return write_value_parts(world, root, PART_USERS)
 
 
-def _split(how="time"):
-    return {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": 4}
-
-
 @pytest.mark.parametrize("how", ["time", "random"])
 def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_path, how):
-    estimator = ValueModel("esdpm-ncg", SMALL, QUICK)
-    job, counts = _plan(estimator, table_paths(data / "parts"), LocalEngine(), _split(how), tmp_path / "keys", False)
+    estimator = ValueModel("esdpm-ncg", SMALL, QUICK, split=how)
+    job, counts = _plan(estimator, table_paths(data / "parts"), LocalEngine(), tmp_path / "keys", False)
     tables = read_folder(data / "whole")
-    train, valid, test = delivery_split(tables, **_split(how))
+    train, valid, test = estimator.split_rows(tables)
     assert counts == {"train": len(train), "valid": len(valid), "test": len(test)}
+    assert estimator.holdout == {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": QUICK.seed}
     roles = np.concatenate([job.train_rows.split.roles(part_tables.time, offset) for part_tables, offset in
                             zip(_part_tables(data, estimator), job.train_rows.offsets)])
     for role, rows in ((TRAIN, train), (VALID, valid), (TEST, test)):
@@ -69,7 +66,7 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
             assert got[name]["numeric"][column] == pytest.approx(enc, rel=1e-12), (name, column)
     assert got["actions"] == expected["actions"]
 
-    one = ValueModel("esdpm-ncg", SMALL, QUICK).fit(tables, train, valid)
+    one = ValueModel("esdpm-ncg", SMALL, QUICK, split=how).fit(tables)
     assert estimator.amount_start.converted == one.amount_start.converted
     assert (estimator.amount_start.mean, estimator.amount_start.spread, estimator.amount_start.overall) == \
         pytest.approx((one.amount_start.mean, one.amount_start.spread, one.amount_start.overall), rel=1e-5)
@@ -80,7 +77,7 @@ def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path)
     over the parts say, and is recorded in the spec, as read_folder gives it on the whole table."""
     estimator = ValueModel("esdpm-ncg", SMALL, QUICK)
     types = {"points": "categorical", "hour": "numeric"}
-    _plan(estimator, table_paths(data / "parts"), LocalEngine(), _split(), tmp_path / "keys", False, types)
+    _plan(estimator, table_paths(data / "parts"), LocalEngine(), tmp_path / "keys", False, types)
     tables = read_folder(data / "whole", types=types)
     assert estimator.specs == {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
     assert "points" in tables.user_spec.categorical and tables.user_spec.types == {"points": "categorical"}
@@ -97,7 +94,7 @@ def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
 
     def fit(epochs, **kwargs):
         estimator = ValueModel("esdpm-ncg", SMALL, TrainConfig(**{**QUICK.to_dict(), "epochs": epochs}))
-        train_parts(estimator, paths, LocalEngine(), _split(), tmp_path / "keys", **kwargs)
+        train_parts(estimator, paths, LocalEngine(), tmp_path / "keys", **kwargs)
         return estimator
 
     straight = fit(3)
@@ -108,10 +105,10 @@ def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
     for (name, a), b in zip(straight.net.state_dict().items(), resumed.net.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)
     tables = read_folder(data / "whole")
-    test = delivery_split(tables, **_split())[2]
+    test = straight.split_rows(tables)[2]
     from promokit.metrics import auc
 
-    assert auc(tables.convert[test], straight.predict(tables, test).p_ctcvr.to_numpy()) > 0.65
+    assert auc(tables.convert[test], straight.predict(tables, rows=test).p_ctcvr.to_numpy()) > 0.65
 
 
 def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):

@@ -53,7 +53,7 @@ def test_train_predict_evaluate_round_trip(tmp_path, paths):
     assert done.returncode == 0, done.stderr
     predictions = pd.read_parquet(out)
     sessions = pd.read_csv(paths / "sessions.csv", parse_dates=["collect_time"])
-    assert list(predictions.columns) == ["session_id", "p_redeem"]
+    assert list(predictions.columns) == ["session_id", "user_id", "voucher_id", "p_redeem"]
     assert len(predictions) == int((sessions.collect_time >= "2024-05-01").sum()) > 0
     assert predictions.p_redeem.between(0, 1).all()
 

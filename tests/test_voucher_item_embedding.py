@@ -226,15 +226,16 @@ def test_dmbgn_with_item_embeddings_saves_and_loads_without_them(world, split, s
     params = ({**TINY_GRAPH, "item_embeddings": "metapath2vec", "item_pretrain": {**FAST, "dim": 6}}
               if source == "metapath2vec" else {**TINY_GRAPH, "item_embeddings": str(path)})
     width = 6 if source == "metapath2vec" else 5
-    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN).fit(world.tables, split.train, split.valid)
-    before = model.predict(world.tables, split.test)
+    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN).fit(world.tables,
+                                                                     rows=split.train, validation=split.valid)
+    before = model.predict(world.tables, rows=split.test)
     model.save(tmp_path / "model")
     path.unlink()
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["params"]["item_dim"] == width and config["params"]["item_embeddings"] == params["item_embeddings"]
     assert read_weights(tmp_path / "model")["uvg.item.weight"].shape == (model.store.cardinality("item"), width)
     loaded = VoucherModel.load(tmp_path / "model")
-    assert loaded.predict(world.tables, split.test).equals(before)
+    assert loaded.predict(world.tables, rows=split.test).equals(before)
 
 
 def test_freeze_items_keeps_the_table_through_eq6_pretraining_and_training(world, split, store, tmp_path):
@@ -242,11 +243,11 @@ def test_freeze_items_keeps_the_table_through_eq6_pretraining_and_training(world
     _user_table(store, k=4, drop=0, extra=()).to_parquet(path, index=False)
     table = read_item_embeddings(path, store)
     params = {**TINY_GRAPH, "item_embeddings": str(path), "pretrain": 1}
-    frozen = VoucherModel("dmbgn", {**params, "freeze_items": True}, TINY_TRAIN).fit(world.tables, split.train,
-                                                                                     split.valid)
+    frozen = VoucherModel("dmbgn", {**params, "freeze_items": True}, TINY_TRAIN).fit(world.tables, rows=split.train,
+                                                                                     validation=split.valid)
     assert torch.equal(frozen.net.uvg.item.weight.detach(), table)
     assert not frozen.net.uvg.item.weight.requires_grad and frozen.net.uvg.convs[0].lin_rel.weight.requires_grad
-    free = VoucherModel("dmbgn", params, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    free = VoucherModel("dmbgn", params, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
     assert not torch.equal(free.net.uvg.item.weight.detach(), table)
 
 
@@ -261,7 +262,7 @@ def test_item_embedding_parameter_errors(world, split, tmp_path):
         VoucherModel("dmbgn", {"item_embeddings": "metapath2vec", "item_pretrain": {"dims": 8}})
     with pytest.raises(DataError, match="no such file"):
         VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "item_embeddings": str(tmp_path / "missing.csv")},
-                     TINY_TRAIN).fit(world.tables, split.train, split.valid)
+                     TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
 
 
 # ------------------------------------------------------------------------------------------------ CLI

@@ -5,12 +5,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from sklearn.base import clone
 
 from promokit.data import DataError
 from promokit.metrics import auc
 from promokit.training import TrainConfig, Trainer
+from promokit.training.estimator import Evaluation
 from promokit.voucher.bench import summarise
 from promokit.voucher.estimator import VoucherModel
+from promokit.voucher.history import hold_out_latest
 from promokit.voucher.models import DIN, DNN, GBDT, LR, MODELS, WDL, FieldLayout
 from promokit.voucher.synthetic import make_voucher_world
 
@@ -157,20 +160,20 @@ def _params(name):
 
 
 def test_encoder_is_fitted_on_training_sessions_only(world, split):
-    model = VoucherModel("dnn", TINY_NET, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    model = VoucherModel("dnn", TINY_NET, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
     sessions = world.tables.sessions
     assert set(model.encoder.categorical["user_id"].vocabulary) == set(sessions.user_id.iloc[split.train])
     assert model.encoder.numeric["discount"].mean == pytest.approx(sessions.discount.iloc[split.train].mean())
 
 
 def test_no_time_label_or_post_outcome_column_is_a_feature(world, split):
-    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, split.train, split.valid)
-    features = set(model.spec.features)
+    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    features = set(model.feature_spec.features)
     assert features == {*world.tables.categorical, *world.tables.numeric}
     assert not features & {"redeemed", "collect_time", "outcome_time", "session_id"}
     smuggled = replace(world.tables, numeric=[*world.tables.numeric, "redeem_time"])
     with pytest.raises(DataError, match="redeem_time"):
-        VoucherModel("lr", None, TINY_TRAIN).fit(smuggled, split.train, split.valid)
+        VoucherModel("lr", None, TINY_TRAIN).fit(smuggled, rows=split.train, validation=split.valid)
 
 
 @pytest.mark.parametrize("name", ["gbdt", "din", "dmbgn-avgpooling", "dmbgn"])
@@ -186,15 +189,15 @@ def test_poisoned_test_labels_do_not_change_the_model(world, split, name):
         return replace(world.tables, sessions=sessions)
 
     clean, poisoned_test, poisoned_train = (
-        VoucherModel(name, params, TINY_TRAIN).fit(tables, split.train, split.valid)
-        .predict(tables, split.valid)["p_redeem"].to_numpy()
+        VoucherModel(name, params, TINY_TRAIN).fit(tables, rows=split.train, validation=split.valid)
+        .predict(tables, rows=split.valid)["p_redeem"].to_numpy()
         for tables in (world.tables, flipped(split.test), flipped(split.train)))
     assert np.array_equal(clean, poisoned_test)
     assert not np.allclose(clean, poisoned_train)
 
 
 def test_history_inputs_are_zero_on_padding(world, split):
-    model = VoucherModel("din", _params("din"), TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    model = VoucherModel("din", _params("din"), TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
     inputs = model.inputs(world.tables)
     padded = inputs["history"] < 0
     assert padded.any() and (~padded).any()
@@ -206,14 +209,15 @@ def test_history_inputs_are_zero_on_padding(world, split):
 
 @pytest.mark.parametrize("name", ["lr", "gbdt", "wdl", "din"])
 def test_save_load_gives_identical_predictions(world, split, tmp_path, name):
-    model = VoucherModel(name, {**_params(name), "min_count": 3}, TINY_TRAIN).fit(world.tables, split.train, split.valid)
-    assert model.spec.min_count == 3
-    before = model.predict(world.tables, split.test)
+    model = VoucherModel(name, {**_params(name), "min_count": 3}, TINY_TRAIN)
+    model.fit(world.tables, rows=split.train, validation=split.valid)
+    assert model.feature_spec.min_count == 3
+    before = model.predict(world.tables, rows=split.test)
     model.save(tmp_path / name)
     loaded = VoucherModel.load(tmp_path / name)
-    assert loaded.predict(world.tables, split.test).equals(before)
-    assert list(before.columns) == ["session_id", "p_redeem"] and len(before) == len(split.test)
-    metrics = loaded.evaluate(world.tables, split.test)
+    assert loaded.predict(world.tables, rows=split.test).equals(before)
+    assert list(before.columns) == ["session_id", "user_id", "voucher_id", "p_redeem"] and len(before) == len(split.test)
+    metrics = loaded.evaluate(world.tables, rows=split.test)
     assert 0 <= metrics["auc"] <= 1 and metrics["n"] == len(split.test)
 
 
@@ -228,9 +232,9 @@ def _only(tables, rows):
 def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split, tmp_path):
     """The model directory holds the graph vocabulary, not the training sessions: the test sessions plus the
     redeemed sessions of their histories score exactly as in the full tables; the test sessions alone score."""
-    model = VoucherModel("dmbgn", {**_params("dmbgn"), "pretrain": 1}, TINY_TRAIN).fit(world.tables, split.train,
-                                                                                      split.valid)
-    before = model.predict(world.tables, split.test)
+    model = VoucherModel("dmbgn", {**_params("dmbgn"), "pretrain": 1}, TINY_TRAIN).fit(world.tables, rows=split.train,
+                                                                                      validation=split.valid)
+    before = model.predict(world.tables, rows=split.test)
     model.save(tmp_path / "dmbgn")
     assert (tmp_path / "dmbgn" / "graph_vocabulary.json").exists()
     config = json.loads((tmp_path / "dmbgn" / "config.json").read_text())
@@ -238,13 +242,13 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
     assert config["tables"] == world.tables.options  # the options that read the tables: column names, no data
     loaded = VoucherModel.load(tmp_path / "dmbgn")
     assert loaded.table_options == model.table_options
-    assert loaded.predict(world.tables, split.test).equals(before)
+    assert loaded.predict(world.tables, rows=split.test).equals(before)
 
     history = model.inputs(world.tables)["history"][split.test].numpy()
     needed = _only(world.tables, np.union1d(split.test, history[history >= 0]))
     assert world.tables.sessions["session_id"].iloc[split.train].isin(needed.sessions["session_id"]).mean() < 0.2
     rows = pd.Index(needed.sessions["session_id"]).get_indexer(before["session_id"])
-    assert VoucherModel.load(tmp_path / "dmbgn").predict(needed, rows).equals(before)
+    assert VoucherModel.load(tmp_path / "dmbgn").predict(needed, rows=rows).equals(before)
 
     test_only = _only(world.tables, split.test)
     metrics = VoucherModel.load(tmp_path / "dmbgn").evaluate(test_only)
@@ -252,7 +256,7 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
 
 
 def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history(world, split):
-    model = VoucherModel("dmbgn", TINY_GRAPH, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    model = VoucherModel("dmbgn", TINY_GRAPH, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
     inputs = model.inputs(world.tables)
     rows = torch.from_numpy(split.test[:200])
     history = inputs["history"][rows]
@@ -266,7 +270,8 @@ def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history
 
 def test_graph_settings_shape_the_graphs_and_survive_save_load(world, split, tmp_path):
     params = {**TINY_GRAPH, "z": 1, "max_pre_events": 2}
-    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN).fit(world.tables, split.train, split.valid)
+    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN).fit(world.tables,
+                                                                     rows=split.train, validation=split.valid)
     store = model.store
     pre = np.isin(store.node_zone, [store.zones.index(zone) for zone in store.target_zones])
     per_session = np.bincount(np.searchsorted(store.node_ptr, np.flatnonzero(pre), side="right") - 1,
@@ -274,29 +279,32 @@ def test_graph_settings_shape_the_graphs_and_survive_save_load(world, split, tmp
     assert per_session.max() == 2
     model.save(tmp_path / "m")
     again = VoucherModel.load(tmp_path / "m")
-    assert again.params["max_pre_events"] == 2
-    np.testing.assert_array_equal(again.predict(world.tables, split.test)["p_redeem"],
-                                  model.predict(world.tables, split.test)["p_redeem"])
+    assert again.model_params["max_pre_events"] == 2
+    np.testing.assert_array_equal(again.predict(world.tables, rows=split.test)["p_redeem"],
+                                  model.predict(world.tables, rows=split.test)["p_redeem"])
     with pytest.raises(DataError, match="z applies to DMBGN models only"):
         VoucherModel("din", {"z": 3})
     with pytest.raises(DataError, match="max_pre_events ≥ 0"):
-        VoucherModel("dmbgn-avgpooling", {**params, "max_pre_events": -1}, TINY_TRAIN).fit(world.tables, split.train)
+        VoucherModel("dmbgn-avgpooling", {**params, "max_pre_events": -1}, TINY_TRAIN).fit(world.tables,
+                                                                                           rows=split.train)
 
 
 def test_dmbgn_beats_chance_on_a_small_world(world, split):
     """2,450 sessions are few for the world's signal (its oracle AUC is about 0.78): a loose bound."""
     train = TrainConfig(epochs=4, batch_size=256, lr=0.003, patience=1, progress=False)
-    metrics = (VoucherModel("dmbgn-avgpooling", TINY_GRAPH, train).fit(world.tables, split.train, split.valid)
-               .evaluate(world.tables, split.test))
+    metrics = (VoucherModel("dmbgn-avgpooling", TINY_GRAPH, train)
+               .fit(world.tables, rows=split.train, validation=split.valid)
+               .evaluate(world.tables, rows=split.test))
     assert metrics["auc"] > 0.55
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.3])
 def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph(world, split, rate):
     no_epochs = TrainConfig(**{**TINY_TRAIN.to_dict(), "epochs": 0})
-    untrained = VoucherModel("dmbgn-avgpooling", TINY_GRAPH, no_epochs).fit(world.tables, split.train, split.valid)
+    untrained = VoucherModel("dmbgn-avgpooling", TINY_GRAPH, no_epochs).fit(world.tables,
+                                                                            rows=split.train, validation=split.valid)
     model = VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "oov_dropout": rate}, TINY_TRAIN)
-    model.fit(world.tables, split.train, split.valid)
+    model.fit(world.tables, rows=split.train, validation=split.valid)
     for table in ("voucher_id.table", "item"):
         before, after = (m.net.uvg.get_submodule(table).weight[0] for m in (untrained, model))
         assert (not torch.equal(before, after)) == (rate > 0), table
@@ -305,24 +313,24 @@ def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph
 def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):
     assert VoucherModel("dnn").train_config.monitor == "auc"
     config = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc", "epochs": 3, "patience": 3})
-    model = VoucherModel("dnn", TINY_NET, config).fit(world.tables, split.train, split.valid)
+    model = VoucherModel("dnn", TINY_NET, config).fit(world.tables, rows=split.train, validation=split.valid)
     history = model.report.history
     aucs = [e["valid_auc"] for e in history.epochs]
     assert history.best_epoch == int(np.argmax(aucs)) and history.best_score == max(aucs)
-    assert model.evaluate(world.tables, split.valid)["auc"] == pytest.approx(history.best_score)
+    assert model.evaluate(world.tables, rows=split.valid)["auc"] == pytest.approx(history.best_score)
 
 
 def test_evaluate_reports_gauc_within_groups_and_bench_summarises_it(world, split):
-    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, split.train, split.valid)
-    metrics = model.evaluate(world.tables, split.test, group_by="voucher_id")
-    p = model.predict(world.tables, split.test)["p_redeem"].to_numpy()
+    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    metrics = model.evaluate(world.tables, rows=split.test, group_by="voucher_id")
+    p = model.predict(world.tables, rows=split.test)["p_redeem"].to_numpy()
     sessions = world.tables.sessions.iloc[split.test]
     per_voucher = [(len(g), auc(g.redeemed, p[sessions.index.get_indexer(g.index)]))
                    for _, g in sessions.groupby("voucher_id") if 0 < g.redeemed.sum() < len(g)]
     expected = sum(n * a for n, a in per_voucher) / sum(n for n, _ in per_voucher)
     assert metrics["gauc"] == pytest.approx(expected) and metrics["gauc_groups"] == len(per_voucher)
     with pytest.raises(DataError, match="no column 'campaign'"):
-        model.evaluate(world.tables, split.test, group_by="campaign")
+        model.evaluate(world.tables, rows=split.test, group_by="campaign")
 
     results = pd.DataFrame({"model": ["dnn", "dnn", "din", "din"], "seed": [0, 1, 0, 1], "auc": [0.6, 0.7, 0.7, 0.8],
                             "gauc": [0.5, 0.6, 0.6, 0.6], "logloss": [0.3, 0.3, 0.2, 0.2], "fit_seconds": [1, 1, 2, 2]})
@@ -335,19 +343,114 @@ def test_documented_errors(world, split):
     with pytest.raises(DataError, match="unknown model"):
         VoucherModel("xgboost")
     with pytest.raises(DataError, match="outside"):
-        VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, [0, 10**7], split.valid)
+        VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=[0, 10**7], validation=split.valid)
     sessions = world.tables.sessions.copy()
     sessions.loc[split.train[:3], "redeemed"] = np.nan
     with pytest.raises(DataError, match="3 of the .* training sessions have no 'redeemed'"):
-        VoucherModel("lr", None, TINY_TRAIN).fit(replace(world.tables, sessions=sessions), split.train, split.valid)
+        VoucherModel("lr", None, TINY_TRAIN).fit(replace(world.tables,
+                                                 sessions=sessions), rows=split.train, validation=split.valid)
     redeemed = world.tables.sessions["redeemed"].to_numpy()
     one_class = split.valid[redeemed[split.valid] == 0]
     by_auc = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc"})
     with pytest.raises(DataError, match=f"0 of the {len(one_class)} are redeemed"):
-        VoucherModel("dnn", TINY_NET, by_auc).fit(world.tables, split.train, one_class)
+        VoucherModel("dnn", TINY_NET, by_auc).fit(world.tables, rows=split.train, validation=one_class)
 
 
 def test_an_unknown_model_parameter_is_one_line_with_a_hint():
     with pytest.raises(DataError, match=r"model 'din' has no parameter 'droput' \(did you mean 'dropout'\?\)"):
         VoucherModel("din", {"droput": 0.1})
-    assert VoucherModel("dmbgn", {"z": 4, "min_count": 2, "pretrain": 1}).params["z"] == 4  # the estimator's own
+    assert VoucherModel("dmbgn", {"z": 4, "min_count": 2, "pretrain": 1}).model_params["z"] == 4  # the estimator's own
+
+
+# ---- the estimator contract --------------------------------------------------------------------------------
+
+def test_parameters_are_kept_as_given_and_clone_gives_an_unfitted_copy(world, split):
+    params = {"ids": True}
+    model = VoucherModel("lr", params, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    assert model.params is params and params == {"ids": True}  # LR's chosen L2 goes to model_params
+    assert model.model_params == {"ids": True, "l2": model.net.l2}
+    copy = clone(model)
+    assert copy.get_params() == model.get_params() == {"model": "lr", "params": params, "train": TINY_TRAIN,
+                                                       "max_history": 6}
+    assert copy.net is None and copy.model_params == {"ids": True}
+    with pytest.raises(RuntimeError, match="not fitted"):
+        copy.predict(world.tables)
+
+
+def test_a_bad_parameter_is_one_line_and_set_params_keeps_the_old_values():
+    with pytest.raises(DataError, match=r"^max_history must be a whole number ≥ 1, got 0$"):
+        VoucherModel("dnn", max_history=0)
+    with pytest.raises(DataError, match=r"^train: monitor must be one of \['auc', 'loss'\], got 'f1'$"):
+        VoucherModel("dnn", None, TrainConfig(monitor="f1"))
+    model = VoucherModel("dnn", TINY_NET, TINY_TRAIN)
+    assert model.set_params(max_history=3) is model and model.max_history == 3
+    with pytest.raises(DataError, match="unknown model 'xgboost'"):
+        model.set_params(model="xgboost", max_history=4)
+    with pytest.raises(DataError, match="model 'dnn' has no parameter 'droput'"):
+        model.set_params(params={"droput": 0.1})
+    assert model.get_params() == {"model": "dnn", "params": TINY_NET, "train": TINY_TRAIN, "max_history": 3}
+    assert model.model_params["emb_dim"] == 4 and model.train_config is TINY_TRAIN
+
+
+def test_predict_puts_the_keys_first_and_evaluate_returns_an_evaluation(world, split):
+    sessions = world.tables.sessions.assign(campaign_id=world.tables.sessions["voucher_id"] % 3)
+    tables = replace(world.tables, sessions=sessions)  # a key column, not a feature
+    model = VoucherModel("lr", None, TINY_TRAIN).fit(tables, rows=split.train, validation=split.valid)
+    predictions = model.predict(tables, rows=split.test)
+    assert list(predictions.columns) == ["session_id", "user_id", "voucher_id", "campaign_id", "p_redeem"]
+    assert predictions["session_id"].tolist() == sessions["session_id"].iloc[split.test].tolist()
+    evaluation = model.evaluate(tables, rows=split.test, group_by="campaign_id")
+    assert isinstance(evaluation, Evaluation) and evaluation.title == "voucher model lr"
+    assert evaluation["n"] == len(split.test) and 0 < evaluation["gauc"] < 1
+    text = evaluation.to_markdown()
+    assert f"| auc | {evaluation['auc']:.4f} |" in text and "| gauc_groups |" in text
+
+
+def test_fit_reads_a_folder_or_a_mapping_and_holds_out_the_latest_tenth_by_default(world, tmp_path):
+    tables = world.tables
+    tables.sessions.to_parquet(tmp_path / "sessions.parquet", index=False)
+    tables.events[["session_id", "item_id", "action", "action_time"]].to_csv(tmp_path / "events.csv", index=False)
+    tables.items.to_parquet(tmp_path / "items.parquet", index=False)
+    from_folder = VoucherModel("lr", None, TINY_TRAIN).fit(tmp_path)
+    from_mapping = VoucherModel("lr", None, TINY_TRAIN).fit({"sessions": tables.sessions, "events": tables.events,
+                                                             "items": tmp_path / "items.parquet"})
+    collect = tables.sessions["collect_time"]
+    assert from_folder.report.n_valid == int((collect >= collect.quantile(0.9)).sum()) > 0
+    assert from_folder.report.n_train == len(collect) - from_folder.report.n_valid
+    assert from_folder.feature_spec.features == ["user_id", "voucher_id", "min_spend", "discount"]  # the defaults
+    expected = from_mapping.predict(tables)
+    assert from_folder.predict(tmp_path).equals(expected)  # predict reads the folder as fit did
+    assert from_folder.evaluate(str(tmp_path))["n"] == len(expected)
+    with pytest.raises(DataError, match="missing is not a folder"):
+        VoucherModel("lr").fit(tmp_path / "missing")
+    (tmp_path / "items.parquet").unlink()
+    with pytest.raises(DataError, match="has no items.parquet"):
+        VoucherModel("lr").fit(tmp_path)
+    with pytest.raises(DataError, match="unknown table 'item'"):
+        VoucherModel("lr").fit({"sessions": tables.sessions, "item": tables.items})
+
+
+def test_the_validation_argument(world, split):
+    n = len(world.tables.sessions)
+    none = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=split.train, validation=0)
+    assert (none.report.n_train, none.report.n_valid) == (len(split.train), 0)
+    explicit = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, validation=split.valid)
+    assert (explicit.report.n_train, explicit.report.n_valid) == (n - len(split.valid), len(split.valid))
+    with pytest.raises(DataError, match=r"validation must be a fraction in \[0, 1\) or row indices, got 1"):
+        VoucherModel("lr").fit(world.tables, validation=1)
+    with pytest.raises(DataError, match="validation: 1 of the 2 validation sessions are also training sessions"):
+        VoucherModel("lr").fit(world.tables, rows=split.train, validation=[split.train[0], split.valid[0]])
+    with pytest.raises(DataError, match="rows must be row indices of the sessions"):
+        VoucherModel("lr").fit(world.tables, rows=["a", "b"])
+
+
+def test_hold_out_latest_takes_the_latest_sessions_or_a_seeded_random_share_when_all_share_a_time():
+    times = pd.DataFrame({"collect_time": pd.date_range("2024-01-01", periods=20, freq="D")})
+    train, valid = hold_out_latest(times, np.arange(20)[::-1], 0.1)
+    assert valid.tolist() == [18, 19] and train.tolist() == list(range(18))
+    same = pd.DataFrame({"collect_time": [pd.Timestamp("2024-01-01")] * 20})
+    train, valid = hold_out_latest(same, np.arange(20), 0.1, seed=3)
+    assert len(valid) == 2 and np.array_equal(valid, hold_out_latest(same, np.arange(20), 0.1, seed=3)[1])
+    assert sorted([*train, *valid]) == list(range(20))
+    with pytest.raises(DataError, match="leaves no validation session"):
+        hold_out_latest(same.iloc[:3], np.arange(3), 0.1)

@@ -37,7 +37,8 @@ def world(tmp_path_factory):
     cuts = default_cuts(tables.sessions)
     split = split_by_time(tables.sessions, cuts.valid_from, cuts.test_from)
     train = TrainConfig(epochs=1, batch_size=256, lr=0.003, patience=1, progress=False)
-    VoucherModel("dmbgn", TINY_GRAPH, train).fit(tables, split.train, split.valid).save(folder / "model")
+    VoucherModel("dmbgn", TINY_GRAPH, train).fit(tables,
+                                                 rows=split.train, validation=split.valid).save(folder / "model")
     tables.sessions.to_parquet(folder / "sessions.parquet", index=False)
     tables.events.drop(columns=["session", "pre"]).to_parquet(folder / "events.parquet", index=False)
     tables.items.to_parquet(folder / "items.parquet", index=False)
@@ -96,7 +97,7 @@ def test_partitioned_predict_equals_the_one_file_predict_part_by_part(world, tmp
         got = pd.read_parquet(path)
         part_sessions = pd.read_parquet(session_parts / f"part-{k:05d}.parquet")["session_id"]
         want = expected[expected["session_id"].isin(part_sessions)]  # in the one-file predict's order
-        assert list(got.columns) == ["session_id", "p_redeem"]
+        assert list(got.columns) == ["session_id", "user_id", "voucher_id", "p_redeem"]
         assert got["session_id"].tolist() == want["session_id"].tolist()
         assert np.abs(got["p_redeem"].to_numpy() - want["p_redeem"].to_numpy()).max(initial=0) <= 1e-6
     assert len(pd.read_parquet(written[1])) == 0
@@ -139,7 +140,7 @@ def test_events_in_another_number_of_parts_are_an_error(world, tmp_path, parts):
 
 def test_events_in_one_file_with_sessions_in_parts_are_an_error(world, tmp_path, parts):
     message = _error(_predict(world, parts[0], world / "events.parquet", tmp_path / "out"))
-    assert "--events must be in parts too" in message and "events.parquet" in message
+    assert "events must be in parts too" in message and "events.parquet" in message
 
 
 def test_a_user_in_two_parts_is_an_error_naming_both_files(world, tmp_path, parts):

@@ -79,7 +79,7 @@ def test_a_wide_model_learns_and_round_trips(tmp_path, impressions, wide):
     assert model.evaluate(test)["ctr_auc"] > 0.62
     model.save(tmp_path / "m")
     loaded = ConversionModel.load(tmp_path / "m")
-    assert loaded.params["wide"] == wide
+    assert loaded.model_params["wide"] == wide
     pd.testing.assert_frame_equal(loaded.predict(test), model.predict(test))
 
 
@@ -127,12 +127,11 @@ def value_tables():
 
 @pytest.mark.parametrize("name,logits", [("esdpm-ncg", ["ctr", "cvr"]), ("mmoe", ["ctcvr"])])
 def test_a_value_model_solves_its_conversion_floor_and_scores_pairs_with_it(value_tables, name, logits):
-    from promokit.value.estimator import ValueModel, delivery_split
+    from promokit.value.estimator import ValueModel
 
     small = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "max_len": 12}
-    train, valid, _ = delivery_split(value_tables)
     model = ValueModel(name, {**small, "wide": "offset"}, TrainConfig(epochs=1, batch_size=256, progress=False))
-    model.fit(value_tables, train, valid)
+    model.fit(value_tables)
     assert [r["logit"] for r in model.history.wide] == logits
     assert all(model.net.wide.logits[k].weights.table.weight.abs().sum() > 0 for k in logits)
     users = np.arange(5)
@@ -200,5 +199,5 @@ def test_a_model_directory_from_before_the_wide_part_loads_without_one(tmp_path,
     del config["params"]["wide"]  # as written before the wide part existed; the default is offset now
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     loaded = ConversionModel.load(tmp_path / "old")
-    assert loaded.params["wide"] == "none"
+    assert loaded.model_params["wide"] == "none"
     pd.testing.assert_frame_equal(loaded.predict(impressions), model.predict(impressions))

@@ -60,7 +60,7 @@ class Report:
         for stem, figure in self.figures.items():
             with atomic_path(out / f"{stem}.png") as tmp:
                 figure.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        write_json(_clean(self.data), out / "report.json")
+        write_json(json_safe(self.data), out / "report.json")
         write_text(self.markdown(), out / "report.md")
         if html:
             write_text(self.html(), out / "report.html")
@@ -114,12 +114,12 @@ _CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;
         "text-align:right}th{background:#f3f3f3}img{max-width:100%}")
 
 
-def _clean(value):
-    """JSON has no NaN: write it as null."""
+def json_safe(value):
+    """``value`` with every non-finite float as None: JSON has no NaN, so it is written as null."""
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

@@ -1,5 +1,8 @@
 """Allocation: who gets which promotion under a budget (incentive levels) or quotas (fund types).
 
+``plan_budget`` and ``plan_quota`` make a plan from score tables (DataFrames, files or tables in parts), as
+``promokit allocate budget | quota`` does; the solvers below work on arrays.
+
 Exports load lazily (PEP 562) so that ``promokit --help`` imports neither NumPy-heavy solvers nor SciPy.
 This domain never imports torch.
 """
@@ -7,6 +10,9 @@ This domain never imports torch.
 from promokit.lazy import lazy_exports
 
 _EXPORTS = {
+    "plan_budget": "promokit.allocation.budget_plan",
+    "plan_quota": "promokit.allocation.quota_plan",
+    "Allocation": "promokit.allocation.result",
     "BudgetPlan": "promokit.allocation.budget",
     "solve_budget": "promokit.allocation.budget",
     "decide": "promokit.allocation.budget",

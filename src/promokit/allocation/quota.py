@@ -3,7 +3,7 @@
 Maximise Σ_ij X_ij·ETV_ij (eq. 1) over X ∈ {0, 1} (eq. 2) with one fund type per user (eq. 3), exactly
 d_j users per type (eq. 4) — or, with ``min_users`` / ``max_users``, between L_j and U_j — and type j only for
 users with risk tolerance t_i ≥ r_j (eq. 5). ``solve_quota`` validates the inputs and dispatches to
-``quota_prices`` (ours), ``quota_ha`` (the paper's Algorithm 1), ``quota_manual`` (the paper's manual-priority
+``quota_prices`` (prices), ``quota_ha`` (the paper's Algorithm 1), ``quota_manual`` (the paper's manual-priority
 baseline) and ``quota_exact`` (min-cost flow); the types and the dual bound they share live in ``quota_core``.
 """
 
@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from promokit.allocation.checks import check_matrix, check_vector
+from promokit.allocation.options import QUOTA_METHOD
 from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, dual_bound, plan_prices, risk_slack,
                                              slack_at_levels, users_at_least)
 from promokit.allocation.quota_exact import solve_exact
@@ -25,16 +26,16 @@ from promokit.data.errors import DataError
 __all__ = ["METHODS", "QuotaPlan", "QuotaProblem", "check_plan", "check_quota_problem", "dual_bound",
            "plan_prices", "prepare_quota_problem", "risk_slack", "solve_quota"]
 
-SOLVERS = {"ours": solve_prices, "ha": solve_ha, "manual": solve_manual, "exact": solve_exact}
+SOLVERS = {"prices": solve_prices, "ha": solve_ha, "manual": solve_manual, "exact": solve_exact}
 METHODS = tuple(SOLVERS)
 
 
-def solve_quota(etv, quotas=None, tolerance=None, risk=None, method: str = "ours", *, min_users=None,
+def solve_quota(etv, quotas=None, tolerance=None, risk=None, method: str = QUOTA_METHOD, *, min_users=None,
                 max_users=None, funds=None, **options) -> QuotaPlan:
     """Allocate fund types to users under quotas and risk limits (eqs. 1–5) with ``method``:
 
-    - ``"ours"``: prices on the k quota rows from nested samples, then an exact repair at the margins and a
-      dual certificate (``quota_prices.solve_prices``); exactly optimal whenever ``gap`` is 0.
+    - ``"prices"`` (the default): certified prices on the k quota rows from nested samples, then an exact repair
+      at the margins and a dual certificate (``quota_prices.solve_prices``); exactly optimal whenever ``gap`` is 0.
     - ``"ha"``: the EOCA paper's heuristic, Algorithm 1 (``quota_ha.solve_ha``).
     - ``"manual"``: the paper's manual-priority baseline (``quota_manual.solve_manual``).
     - ``"exact"``: min-cost flow with OR-Tools, or HiGHS with ``backend="highs"`` (``quota_exact.solve_exact``).

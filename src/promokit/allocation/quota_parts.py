@@ -1,8 +1,8 @@
-"""Quota allocation over a partitioned score table (EOCA eqs. 1–5): ``ours`` with every pass a map over the parts.
+"""Quota allocation over a partitioned score table (EOCA eqs. 1–5): ``prices`` with every pass a map over the parts.
 
 :func:`solve_quota_parts` runs the solver of ``quota_prices`` (sample prices, market clearing, exact margin
 repair, certified dual bound) on the parts of a table without holding its N × k scores in one process, and gives
-the plan, bound and gap that ``solve_quota(method="ours")`` gives on the concatenated rows with the same seed and
+the plan, bound and gap that ``solve_quota(method="prices")`` gives on the concatenated rows with the same seed and
 options: the same seeded sample (the draws are made in row order, split by part), the same candidates and margins
 (picked by a global gap threshold), the same market clearing and min-cost flow on them, in the same row order.
 It is engine-free: every step is one ``map_parts(fn, tasks)`` over the non-empty parts, ``fn`` a module-level
@@ -137,11 +137,11 @@ class QuotaPartsPlan:
 def solve_quota_parts(parts: Sequence, quotas=None, risk=None, *, min_users=None, max_users=None,
                       map_parts: MapParts = map, seed: int = 0, funds=None, gather_users: int = GATHER_USERS,
                       scratch: str | Path | None = None, **options) -> QuotaPartsPlan:
-    """Allocate fund types to the users of ``parts`` under quotas and risk limits (eqs. 1–5) with ``ours``.
+    """Allocate fund types to the users of ``parts`` under quotas and risk limits (eqs. 1–5) with ``prices``.
 
     ``quotas`` (exactly d_j users per fund) or ``min_users`` / ``max_users`` as in ``solve_quota``; ``risk`` the
     funds' risk levels, the users' tolerances being each part's tolerance column (None: no risk rule). The same
-    plan as ``solve_quota(etv, …, method="ours", seed=seed, **options)`` on the parts' rows concatenated in order;
+    plan as ``solve_quota(etv, …, method="prices", seed=seed, **options)`` on the parts' rows concatenated in order;
     see the module docstring for the maps. The assignment is the local one user for user; objective and bound
     agree up to the order of float sums. A part is any picklable object with ``path`` (named in errors),
     ``table()`` (a ``QuotaTable``), ``finish(table, assignment, risk)`` and optionally ``rows``, which skips map 1
@@ -193,7 +193,7 @@ def solve_quota_parts(parts: Sequence, quotas=None, risk=None, *, min_users=None
     objective = sum(piece.objective for piece in finished)
     diagnostics = {"prices": result.prices.tolist(), "levels": solver.levels, "parts": len(parts),
                    "maps": maps.steps, "certified": certified(result.upper_bound, objective)}
-    plan = QuotaPlan(None, objective, "ours", time.perf_counter() - started, result.upper_bound,
+    plan = QuotaPlan(None, objective, "prices", time.perf_counter() - started, result.upper_bound,
                      result.upper_bound - objective, diagnostics)
     return QuotaPartsPlan(plan, counts, sum(piece.etv for piece in finished), [piece.output for piece in finished])
 

@@ -1,4 +1,4 @@
-"""Ours: prices on the k quota rows, market clearing, an exact repair at the margins, a dual certificate.
+"""The ``prices`` method: prices on the k quota rows, market clearing, an exact repair at the margins, a certificate.
 
 With prices p_j on the quota rows (eq. 4), every user takes its best allowed type by ETV − p (eq. 5). The
 dual D(p) = Σ_i max_j (ETV_ij − p_j) + Σ_j max(L_j p_j, U_j p_j) (``quota_core.dual_bound``; Σ_j d_j p_j for
@@ -51,7 +51,7 @@ SAMPLE_STREAM = 0x5155_4F54_41  # "QUOTA": the first word of the seed of the sam
 
 @dataclass(frozen=True)
 class PriceOptions:
-    """The tuning of ``ours`` (module docstring): sample ratio, size solved exactly, candidate fraction, sweeps of
+    """The tuning of ``prices`` (module docstring): sample ratio, size solved exactly, candidate fraction, sweeps of
     market clearing, fewest users in a margin."""
 
     sample_ratio: float = 10.0
@@ -71,7 +71,7 @@ def solve_prices(problem: QuotaProblem, seed: int = 0, **options) -> QuotaPlan:
     solver = NestedSolver(problem.risk, sampling_rng(seed), PriceOptions(**options))
     users = MemoryUsers(problem.masked_etv(), problem.tolerance)
     result = solver.solve(users, Bounds(problem.min_users, problem.max_users))
-    plan = finish_plan(problem, users.assignment(result.plan), "ours", result.upper_bound,
+    plan = finish_plan(problem, users.assignment(result.plan), "prices", result.upper_bound,
                        prices=result.prices.tolist(), levels=solver.levels)
     plan.diagnostics["certified"] = certified(result.upper_bound, plan.objective)
     return plan

@@ -25,15 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from promokit.allocation.options import AUTO, DEFAULT_PREFIX, LONG, TOLERANCE, WIDE
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import read_table
 from promokit.data.spec import missing_column_message
 
-LONG, WIDE, AUTO = "long", "wide", "auto"
 USER, SCORE, LEVEL, FUND, VALUE, COST = "user_id", "score", "level", "fund", "value", "cost"
-TOLERANCE, QUOTA, RISK = "tolerance", "quota", "risk"
+QUOTA, RISK = "quota", "risk"
 MIN, MAX = "min", "max"  # quota bounds: at least / at most this many users of the fund
-DEFAULT_PREFIX = "score_"
 
 
 @dataclass
@@ -111,20 +110,21 @@ def read_quota_table(source: str | os.PathLike | pd.DataFrame, layout: str = AUT
                       etv=parsed.matrices[SCORE], tolerance=user_tolerance, key=key)
 
 
-def key_column(path: str | os.PathLike, key: str | None = None) -> str:
-    """The column naming the users of the score table at ``path`` (a CSV or Parquet file): ``key`` when given, else
-    ``user_id``, else the table's only column named ``*_id`` (``customer_id`` …); without one, ``user_id`` (whose
-    absence the readers report, with the names it may have been misspelt as)."""
+def key_column(source: str | os.PathLike | pd.DataFrame, key: str | None = None) -> str:
+    """The column naming the users of the score table ``source`` (a DataFrame, or a CSV or Parquet file): ``key``
+    when given, else ``user_id``, else the table's only column named ``*_id`` (``customer_id`` …); without one,
+    ``user_id`` (whose absence the readers report, with the names it may have been misspelt as)."""
     if key is not None:
         return key
-    columns = _columns(path)
+    framed = isinstance(source, pd.DataFrame)
+    columns = [str(c) for c in source.columns] if framed else _columns(source)
     ids = [c for c in columns if c.lower().endswith("_id")]
     if USER in columns or not ids:
         return USER
     if len(ids) == 1:
         return ids[0]
-    raise DataError(f"{path}: no {USER!r} column and {len(ids)} id columns {ids[:5]} to take as the users' key; name "
-                    f"it with --key. Columns present: {columns[:20]}")
+    raise DataError(f"{'the table has' if framed else f'{source}:'} no {USER!r} column and {len(ids)} id columns "
+                    f"{ids[:5]} to take as the users' key; name it with `key`. Columns present: {columns[:20]}")
 
 
 def _columns(path: str | os.PathLike) -> list[str]:

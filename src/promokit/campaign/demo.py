@@ -12,7 +12,7 @@ Each step runs the code of the matching command, and ``OUT`` keeps what it wrote
 3. **Allocate**: ``allocate budget --ratio B`` (eq. 16: expected incentive per expected redemption ≤ B) on the
    paper's model's scores gives λ* and the offline plan (``OUT/plan``). By default B is the median level, as in
    ``incentive simulate`` and ``bench``.
-4. **Campaign**: :func:`~promokit.serve.campaign.build_campaign` (``OUT/campaign``, coupons valid for 7 days) with a
+4. **Campaign**: :func:`promokit.campaign.build` (``OUT/campaign``, coupons valid for 7 days) with a
    hard cap on money at risk of ``cap_factor`` × the plan's expected spend Σ r·f. An open coupon counts at its face
    value, so the cap binds when the model underrates the response or when many coupons are open at once.
 5. **Serve and replay**: ``promokit serve`` runs on loopback with a random token. The customers, in a seeded random
@@ -66,7 +66,7 @@ from promokit.incentive.evaluate import evaluate
 from promokit.incentive.simulate import ORACLE, simulate
 from promokit.incentive.synthetic import IncentiveWorld, make_world, write_world
 from promokit.report import Report, count, money, percent
-from promokit.serve.campaign import build_campaign
+from promokit.serve.campaign import build as build_campaign
 from promokit.serve.ledger import Ledger
 from promokit.serve.money import to_major, to_minor
 from promokit.serve.replay import ReplayResult, run_replay, running_service
@@ -134,7 +134,7 @@ class Served:
 
 def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) -> dict:
     """Run the whole path of the module docstring into ``out``, write the report and return its data."""
-    from promokit.allocation.cli import budget as allocate_budget
+    from promokit.allocation.budget_plan import plan_budget
     from promokit.cli_support import get_console
 
     config = config or DemoConfig()
@@ -148,7 +148,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
     B = float(config.ratio if config.ratio is not None else np.median(world.levels))
     responses, models = _train(world, tables, config, out, stages)
     with stages("allocate"):
-        allocate_budget(scores=_scores_path(out, PAPER), out=out / "plan", ratio=B, seed=config.seed)
+        plan_budget(_scores_path(out, PAPER), ratio=B, seed=config.seed, out=out / "plan")
         plan = json.loads((out / "plan" / "report.json").read_text(encoding="utf-8"))
     # the campaign's expected spend by the model: the plan's on the customers it serves and a uniformly random level's
     # on the exploration bucket; the cap is cap_factor times it, in cents (floored, not rounded)
@@ -167,7 +167,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
         arms = _arms(world, responses, served, B, config.seed)
         safety = _safety(campaign_dir, cap, served)
     with stages("judge on the exploration log"):
-        allocate_budget(scores=_scores_path(out, BASELINE), out=out / "plan-baseline", ratio=B, seed=config.seed)
+        plan_budget(_scores_path(out, BASELINE), ratio=B, seed=config.seed, out=out / "plan-baseline")
         judged = _judge(out, world, config)
     data = {"setup": {**asdict(config), "B": B, "cap": cap, "expected_spend": expected_spend,
                       "levels": world.levels.tolist(),
@@ -310,10 +310,9 @@ def _judge(out: Path, world: IncentiveWorld, config: DemoConfig) -> dict:
     ledger (``campaign export --bucket explore``, with each level's propensity), judge the paper's plan against the
     baseline model's plan by off-policy evaluation (``policy evaluate``, DR on the paper's scores), beside the TRUE
     values of both plans on the same customers from the world's curves."""
-    from promokit.policy.evaluate import evaluate as judge, predicted_outcomes, read_scores, union_of_actions
+    from promokit.policy.judge import judge, predicted_outcomes, read_scores, union_of_actions
     from promokit.policy.log import read_log
     from promokit.policy.plans import read_plan
-    from promokit.policy.report import build_report
     from promokit.serve.export import export_log
 
     exported = export_log(out / "campaign", bucket="explore")
@@ -323,9 +322,10 @@ def _judge(out: Path, world: IncentiveWorld, config: DemoConfig) -> dict:
     baseline, _ = read_plan(out / "plan-baseline", log, BASELINE)
     values, actions = read_scores(_scores_path(out, PAPER), log)
     predicted = predicted_outcomes(log, values, actions, union_of_actions(log, [paper, baseline]))
-    evaluation = judge(log, [paper], baseline, predicted, replicates=config.bootstrap, seed=config.seed)
-    build_report(evaluation, {"log": f"{out / 'log.parquet'}: the exploration bucket's {len(log):,} customers",
-                              "scores": f"{PAPER}'s", "reference": f"{BASELINE}'s plan"}).write(out / "ope")
+    evaluation = judge(log, [paper], baseline, predicted, bootstrap=config.bootstrap, seed=config.seed)
+    evaluation.setup = {"log": f"{out / 'log.parquet'}: the exploration bucket's {len(log):,} customers",
+                        "scores": f"{PAPER}'s", "reference": f"{BASELINE}'s plan"}
+    evaluation.write(out / "ope")
     row = pd.Index(world.customers[CUSTOMER].astype(str)).get_indexer(log.ids)
     truth = {}
     for plan in (paper, baseline):

@@ -69,14 +69,16 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
             config, model_params = replace(train, seed=seed).merged((params or {}).get(name))
             model = ConversionModel(name, model_params, config, spec, repair_labels)
             started = time.perf_counter()
-            model.fit(split.train, split.valid)
+            model.fit(split.train, validation=split.valid)
             seconds = time.perf_counter() - started
             if on_fitted is not None:
                 on_fitted(model)
             predictions = model.predict(split.test)
-            row = {"model": name, "seed": seed, **model.evaluate(split.test, gauc_weight, predictions)}
+            row = {"model": name, "seed": seed,
+                   **model.evaluate(split.test, gauc_weight=gauc_weight, predictions=predictions)}
             if truth is not None:
-                row.update(truth_metrics(predictions, truth, split.test[model.spec.labels["click"]].to_numpy()))
+                click = split.test[model.feature_spec.labels["click"]].to_numpy()
+                row.update(truth_metrics(predictions, truth, click))
             row["fit_seconds"] = seconds
             rows.append(row)
             if on_result is not None:

@@ -154,21 +154,30 @@ def train(data: TrainDataOpt,
     with user_errors():
         set_threads(threads)
         from promokit.conversion import ConversionModel
-        from promokit.scale.parts import is_partitioned, read_parts
+        from promokit.data import DataError
+        from promokit.scale.parts import is_partitioned
 
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
                                          weight_decay=weight_decay, seed=seed, wide=wide)
         given = _spec(spec, micro_behaviors, categorical, numeric)
         estimator = ConversionModel(model, model_params, config, given, repair_labels)
+        if estimator.uses_micro and not given.micro_behaviors:
+            raise DataError(f"model {model!r} learns from micro-behaviour labels, and none are declared: name the "
+                            "table's 0/1 post-click columns with --micro-behaviors cart,favorite,… or in the spec "
+                            "(micro_behaviors: [cart, favorite, …])")
+        if valid is not None and valid_split is not None:
+            raise DataError("--valid-split cuts the validation rows from --data; it cannot be used with --valid")
+        if not 0 <= valid_fraction < 1:
+            raise DataError(f"--valid-fraction must be in [0, 1), got {valid_fraction}")
         console = get_console()
         partitioned = is_partitioned(data) or (valid is not None and is_partitioned(valid))
         if engine == "local" and (not partitioned or not estimator.trains_by_epochs):
             if partitioned:
                 console.print(f"note: model {model!r} is fitted on the whole table, not by epochs over its parts: "
                               "the parts are read into one frame")
-            estimator.fit(read_parts(data), read_parts(valid) if valid else None, valid_fraction,
-                          checkpoint_dir(out), resume, valid_split)
+            estimator.fit(data, validation=valid if valid else valid_fraction, validation_split=valid_split,
+                          checkpoint_dir=checkpoint_dir(out), resume=resume)
         else:
             from promokit.scale.train import fit_parts
 
@@ -179,7 +188,7 @@ def train(data: TrainDataOpt,
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
         finish_training(out, report.history)
-        print_feature_types({"impression": estimator.spec}, inferred=not given.features)
+        print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 
@@ -199,9 +208,11 @@ def tune(data: DataOpt,
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
     with user_errors():
-        from promokit.conversion.tune import tune_conversion
-        from promokit.data import read_table
+        from promokit.conversion.tune import METRICS, tune_conversion
+        from promokit.data import DataError, read_table
 
+        if metric not in METRICS:
+            raise DataError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
         config, _ = _training(None, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
         table = read_table(data)
         validation = read_table(valid) if valid else None
@@ -238,7 +249,7 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
         name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
         runner = make_engine(engine, address, workers)
         parts = score_parts(runner, partial(ConversionModel.load, model),
-                            partial(ConversionModel.predict_with_keys, keep=keep), data, out)
+                            partial(ConversionModel.predict, keep=keep), data, out)
         averages = means(parts)
         outputs = [c for c in averages if c.startswith("p_")]
         summary = {"rows": sum(p.rows for p in parts), "parts": len(parts), "engine": engine,
@@ -267,20 +278,21 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
         table = read_table(data)
         if micro_behaviors is not None:
             names = _micro_names(micro_behaviors)
-            trained = list(estimator.spec.micro_behaviors)
+            trained = list(estimator.feature_spec.micro_behaviors)
             if estimator.uses_micro and set(names) - set(trained):
-                raise DataError(f"--micro-behaviors: model {estimator.name!r} was trained on the nodes {trained}, "
+                raise DataError(f"--micro-behaviors: model {estimator.model!r} was trained on the nodes {trained}, "
                                 f"not {sorted(set(names) - set(trained))}")
             for name in names:
                 if name not in table.columns:
                     raise DataError(missing_column_message(name, list(table.columns), "micro-behaviour label",
                                                            len(table)))
             if not estimator.uses_micro:
-                get_console().print(f"note: model {estimator.name!r} predicts no micro-behaviour nodes; "
+                get_console().print(f"note: model {estimator.model!r} predicts no micro-behaviour nodes; "
                                     "--micro-behaviors adds node AUCs only for gmcm / mcm-* models")
-            estimator.spec = replace(estimator.spec, micro_behaviors=names)
-        metrics = estimator.evaluate(table, gauc_weight)
-        write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {data.name}")
+            estimator.feature_spec = replace(estimator.feature_spec, micro_behaviors=names)
+        evaluation = estimator.evaluate(table, gauc_weight=gauc_weight)
+        write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
+                             f"{estimator.model} on {data.name}")
 
 
 @app.command()

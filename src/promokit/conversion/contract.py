@@ -160,6 +160,6 @@ def post_click_warning(counts: list[dict], rows: int, clicks: int, click_column:
     return (f"feature columns {names} are 0 on all {rows - clicks} rows where {click_column!r} is 0 and 1 on some of "
             f"the {clicks} clicked rows ({', '.join(f'{n}: {k}' for n, k in leaks.items())}): they look like "
             "post-click labels (micro-behaviours, the DAction), which are not known when an impression is scored; "
-            f"declare them as micro-behaviours (--micro-behaviors {','.join(map(str, names))}, or micro_behaviors in "
-            f"the spec) or one as the DAction (labels: {{daction: {names[0]}}} in the spec), or drop them from the "
+            f"declare them as micro-behaviours (micro_behaviors: [{', '.join(map(str, names))}] in the spec) or one "
+            f"as the DAction (labels: {{daction: {names[0]}}} in the spec), or drop them from the "
             "table")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -31,6 +33,7 @@ from promokit.data import (
     FeatureSpec,
     TableEncoder,
     holdout_split,
+    read_table,
 )
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.ids import id_hashes
@@ -46,6 +49,7 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training import defaults
+from promokit.training.estimator import Estimator, Evaluation
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 
@@ -56,6 +60,8 @@ DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=defaults.LR, embeddin
                             patience=2)
 #: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
 PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2)
+#: The share of the training table that validates when ``fit`` is given no ``validation``.
+VALIDATION_FRACTION = 0.1
 #: What can pick the epoch on the validation rows: the loss, or an AUC (output, label, rows given).
 MONITORS = {"loss": None, "ctr_auc": ("p_ctr", "click", None), "cvr_auc": ("p_cvr", "purchase", "click"),
             "ctcvr_auc": ("p_ctcvr", "purchase", None)}
@@ -71,33 +77,35 @@ class FitReport:
     history: History | None = None
 
 
-class ConversionModel:
+class ConversionModel(Estimator):
     """A conversion model by name (``esm2``, ``esmm``, ``dnn``, ``dnn-os``, ``gbdt``, ``lr``, ``gmcm`` and its
     baselines and ablations: see :data:`~promokit.conversion.models.MODELS`) with its encoders and, for the
     micro-behaviour models, the PMG prior.
 
+    Parameters, stored as given: ``model`` (the name), ``params`` (overrides of the model's defaults; a
+    ``min_count`` among them sets the spec's vocabulary threshold), ``train`` (a :class:`TrainConfig`, default
+    :data:`DEFAULT_TRAIN`), ``spec`` (a :class:`FeatureSpec`, inferred from the table when None) and
+    ``repair_labels`` (zero post-click labels on unclicked rows instead of failing). What they imply:
+    ``model_params``, ``train_config`` and ``declared_spec``; what fitting learns: ``feature_spec`` (the spec
+    resolved against the training table), ``encoder``, ``net``, ``pmg``, ``report`` and ``training_ids``.
+
     Example::
 
         model = ConversionModel("esm2").fit(train_table)
-        predictions = model.predict(test_table)      # p_ctr, p_cvr, p_ctavr, p_ctcvr per row
+        predictions = model.predict(test_table)      # user_id, item_id, p_ctr, p_cvr, p_ctavr, p_ctcvr per row
         metrics = model.evaluate(test_table)         # cvr_auc, ctcvr_auc, ctcvr_gauc, …
         model.save("esm2_model"); ConversionModel.load("esm2_model")
     """
 
     def __init__(self, model: str = "esm2", params: dict | None = None, train: TrainConfig | None = None,
                  spec: FeatureSpec | None = None, repair_labels: bool = False):
-        if model not in MODELS:
-            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
-        self.name = model
-        self.params = {**MODELS[model][1], **(params or {})}
-        self.train_config = train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
-        self.spec = spec or FeatureSpec()
-        if "min_count" in self.params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
-            self.spec = replace(self.spec, min_count=self.params.pop("min_count"))
-        check_model_params(model, self.model_class, self.params)
+        self.model = model
+        self.params = params
+        self.train = train
+        self.spec = spec
         self.repair_labels = repair_labels
+        self._configure()
+        self.feature_spec: FeatureSpec | None = None
         self.encoder: TableEncoder | None = None
         self.pmg: np.ndarray | None = None  # (N, N) concurrence prior of the micro-behaviours, when declared
         self.net = None
@@ -105,22 +113,56 @@ class ConversionModel:
         #: the hashes of the training rows' ``group_key`` ids (``training_ids.npy``), when the spec names one
         self.training_ids: np.ndarray | None = None
 
+    def _configure(self) -> None:
+        if self.model not in MODELS:
+            raise DataError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise DataError(f"params must be a dict of model parameters, got {type(self.params).__name__}")
+        if self.train is not None and not isinstance(self.train, TrainConfig):
+            raise DataError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        if self.spec is not None and not isinstance(self.spec, FeatureSpec):
+            raise DataError(f"spec must be a FeatureSpec, got {type(self.spec).__name__}")
+        if not isinstance(self.repair_labels, (bool, np.bool_)):
+            raise DataError(f"repair_labels must be True or False, got {self.repair_labels!r}")
+        self.train_config = self.train or DEFAULT_TRAIN
+        if self.train_config.monitor not in MONITORS:
+            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+        params = {**MODELS[self.model][1], **(self.params or {})}
+        spec = self.spec or FeatureSpec()
+        if "min_count" in params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
+            spec = replace(spec, min_count=params.pop("min_count"))
+        check_model_params(self.model, self.model_class, params)
+        self.model_params = params
+        #: the spec before fitting: ``spec`` (or an empty one) with the vocabulary's ``min_count`` from ``params``
+        self.declared_spec = spec
+
     @property
     def model_class(self):
-        return MODELS[self.name][0]
+        return MODELS[self.model][0]
 
     @property
     def is_neural(self) -> bool:
         return issubclass(self.model_class, nn.Module)
 
-    def fit(self, table: pd.DataFrame, valid: pd.DataFrame | None = None, valid_fraction: float = 0.1,
-            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
-            valid_split: str | None = None, on_epoch=None) -> ConversionModel:
-        """Fit on ``table``; early-stop on ``valid``, or else on a ``valid_fraction`` of ``table`` (0 for none) cut
-        by ``valid_split``: ``"time:<column>"`` (the latest rows) or ``"random"``; by default the latest rows by
-        the spec's ``time_key`` when it names one, else random rows. ``on_epoch`` is passed to
-        :meth:`Trainer.fit` (neural models)."""
-        spec = self.spec = self._resolve(table)
+    def fit(self, data, *, validation=None, validation_split: str | None = None,
+            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> ConversionModel:
+        """Fit on ``data`` (a DataFrame or a table path) and pick the epoch on the validation rows.
+
+        ``validation`` is None (10 % of ``data``), a fraction of ``data`` in [0, 1) (0: no validation) or a
+        validation table (a DataFrame or a path). Rows cut from ``data`` are the latest by the spec's
+        ``time_key`` when it names one, else random; ``validation_split`` (``"random"`` or ``"time:<column>"``)
+        chooses otherwise. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there (``resume``:
+        continue from it); ``on_epoch`` is passed to :meth:`Trainer.fit`."""
+        self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
+        table = _table(data, "data")
+        valid, fraction = _validation(validation)
+        if validation_split is not None:
+            if valid is not None:
+                raise DataError("validation_split cuts the validation rows from data; it cannot be used with a "
+                                "validation table")
+            if validation_split != "random" and not str(validation_split).startswith("time:"):
+                raise DataError(f"validation_split must be 'random' or 'time:<column>', got {validation_split!r}")
+        spec = self.feature_spec = self.resolve_spec(table)
         seed_everything(self.train_config.seed)
         labels, label_report = self._labels(table)
         leak = post_click_warning([post_click_counts(table, spec.features, labels["click"])], len(table),
@@ -132,9 +174,9 @@ class ConversionModel:
             valid_labels, valid_report = self._labels(valid)
             for role, count in valid_report.repaired.items():
                 label_report.repaired[role] = label_report.repaired.get(role, 0) + count
-        elif valid_fraction > 0:
-            how = valid_split or (f"time:{spec.time_key}" if spec.time_key else "random")
-            train_rows, valid_rows = holdout_split(table, valid_fraction, how, self.train_config.seed)
+        elif fraction > 0:
+            how = validation_split or (f"time:{spec.time_key}" if spec.time_key else "random")
+            train_rows, valid_rows = holdout_split(table, fraction, how, self.train_config.seed)
             table, valid = table.iloc[train_rows], table.iloc[valid_rows]
             labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
         for message in check_learnable(labels, spec.labels, spec.micro_behaviors):
@@ -147,39 +189,41 @@ class ConversionModel:
         valid_part = None if valid is None else (self.encoder.transform(valid), valid_labels)
         self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), labels=label_report)
         if self.is_neural:
-            self.net = self._build_net()
+            self.net = self.build_net()
             train_tensors = _tensors(train_x, labels)
             valid_tensors = None if valid_part is None else _tensors(*valid_part)
             if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
                 self.report.history = self.net.solve(train_tensors, valid_tensors)
-                self.params.update(self.net.chosen_params)
+                self.model_params.update(self.net.chosen_params)
             else:
                 trainer = Trainer(self.train_config, checkpoint_dir)
                 self.report.history = trainer.fit(self.net, train_tensors, valid_tensors, resume=resume,
-                                                  metrics=self._metrics(valid_tensors), on_epoch=on_epoch)
+                                                  metrics=self.validation_metrics(valid_tensors), on_epoch=on_epoch)
         else:
-            self.net = self.model_class(**{"seed": self.train_config.seed, **self.params})
+            self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
             self.net.fit(train_x, labels, valid_part)
         return self
 
-    def _resolve(self, table: pd.DataFrame) -> FeatureSpec:
-        """The spec resolved against ``table`` (a training table, or one part of it), checked for this model."""
-        spec = self.spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
+    def resolve_spec(self, table: pd.DataFrame) -> FeatureSpec:
+        """The declared spec resolved against ``table`` (a training table, or one part of it) and checked for this
+        model: its labels, its numeric columns and, for a micro-behaviour model, its micro-behaviours. ``fit``
+        keeps it as ``feature_spec``; training over parts (:mod:`promokit.scale.train`) resolves it on one part."""
+        spec = self.declared_spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
         check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
         if self.uses_micro and not spec.micro_behaviors:
-            raise DataError(f"model {self.name!r} learns from micro-behaviour labels, and the table of {len(table)} "
-                            "rows has none declared: name its 0/1 post-click columns in the spec (micro_behaviors: "
-                            "[cart, favorite, …]) or with --micro-behaviors")
+            raise DataError(f"model {self.model!r} learns from micro-behaviour labels, and the table of {len(table)} "
+                            "rows has none declared: name its 0/1 post-click columns in the spec's micro_behaviors "
+                            "([cart, favorite, …])")
         needed = [role for role in self.model_class.labels if role not in spec.labels and role != "micro"]
         if needed:
-            raise DataError(f"model {self.name!r} needs the {needed} label(s), which the table of {len(table)} rows "
+            raise DataError(f"model {self.model!r} needs the {needed} label(s), which the table of {len(table)} rows "
                             f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
         return spec
 
     # ---- Training over a table's parts (promokit.scale.train): what fit does, from sums over the parts. The spec is
-    # resolved on one part (``_resolve``), the encoder built by TableEncoder.from_counts, the labels checked and
-    # summed here part by part; the network trains on tensors of one part at a time.
-
+    # resolved on one part (``resolve_spec``) and set as ``feature_spec``, the encoder built by
+    # TableEncoder.from_counts, the labels checked and summed here part by part; the network trains on tensors of
+    # one part at a time.
     @property
     def trains_by_epochs(self) -> bool:
         """A network trained by epochs of mini-batches (not solved like LR, nor a GBDT): what trains over parts."""
@@ -193,9 +237,9 @@ class ConversionModel:
         click = labels["click"] == 1
         counts = {"rows": len(table), "click": int(click.sum()), "purchase": int(labels["purchase"][click].sum()),
                   "repaired": dict(report.repaired),
-                  "post_click": post_click_counts(table, self.spec.features, labels["click"])}
-        if self.spec.group_key:
-            counts["subjects"] = id_hashes(table[self.spec.group_key])
+                  "post_click": post_click_counts(table, self.feature_spec.features, labels["click"])}
+        if self.feature_spec.group_key:
+            counts["subjects"] = id_hashes(table[self.feature_spec.group_key])
         if "daction" in labels:
             counts["daction"] = int(labels["daction"][click].sum())
         if "micro" in labels:
@@ -210,7 +254,7 @@ class ConversionModel:
         warnings, the PMG prior, the report, the training subjects."""
         n = sum(c["rows"] for c in counts)
         clicks, purchases = sum(c["click"] for c in counts), sum(c["purchase"] for c in counts)
-        columns = self.spec.labels
+        columns = self.feature_spec.labels
         if clicks in (0, n):
             raise DataError(f"label {columns['click']!r} (click) is {int(clicks > 0)} on all {n} training rows: CTR "
                             "needs clicked and unclicked impressions")
@@ -222,9 +266,9 @@ class ConversionModel:
         if leak:
             warnings.warn(leak, stacklevel=2)
         fired = {columns["daction"]: sum(c["daction"] for c in counts)} if "daction" in counts[0] else {}
-        if self.spec.micro_behaviors:
+        if self.feature_spec.micro_behaviors:
             micro = sum(c["micro"] for c in counts)
-            fired.update({name: int(micro[j]) for j, name in enumerate(self.spec.micro_behaviors)})
+            fired.update({name: int(micro[j]) for j, name in enumerate(self.feature_spec.micro_behaviors)})
             concurrence = sum(c["concurrence"] for c in counts)
             np.fill_diagonal(concurrence, 0.0)  # as promokit.conversion.pmg.concurrence_probability
             totals = concurrence.sum(axis=1, keepdims=True)
@@ -234,9 +278,10 @@ class ConversionModel:
                 warnings.warn(f"label {column!r} is {int(count > 0)} on all {clicks} clicked training rows: it teaches "
                               "nothing and its AUC is undefined", stacklevel=2)
         monitor = self.train_config.monitor
-        if monitor != "loss":  # the check _metrics makes on the validation tensors, from their counts
+        if monitor != "loss":  # the check validation_metrics makes on the validation tensors, from their counts
             if not valid_counts:
-                raise DataError(f"monitor {monitor!r} needs validation rows; give --valid or a valid fraction > 0")
+                raise DataError(f"monitor {monitor!r} needs validation rows; give a validation table or a validation "
+                                "fraction > 0")
             _, label, given = MONITORS[monitor]
             rows = sum(c["click"] if given else c["rows"] for c in valid_counts)
             positives = sum(c[label] for c in valid_counts)  # purchases happen on clicked rows only
@@ -251,7 +296,8 @@ class ConversionModel:
         self.encoder = encoder
         self.report = FitReport(n_train=n, n_valid=sum(c["rows"] for c in valid_counts),
                                 labels=LabelReport(repaired))
-        self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts])) if self.spec.group_key else None
+        subjects = self.feature_spec.group_key
+        self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts])) if subjects else None
 
     def part_tensors(self, table: pd.DataFrame) -> dict[str, torch.Tensor]:
         """The network's input and labels for the rows of ``table`` (one part), with the fitted encoder."""
@@ -264,15 +310,17 @@ class ConversionModel:
 
     def _labels(self, table: pd.DataFrame) -> tuple[dict[str, np.ndarray], LabelReport]:
         """The label arrays by role, with the micro-behaviours as one ``(rows, N)`` array under ``micro``."""
-        labels, report = check_labels(table, {r: c for r, c in self.spec.labels.items() if c in table.columns},
+        spec = self.feature_spec
+        labels, report = check_labels(table, {r: c for r, c in spec.labels.items() if c in table.columns},
                                       self.repair_labels)
-        if self.spec.micro_behaviors and set(self.spec.micro_behaviors) <= set(table.columns):
-            labels["micro"] = check_micro_behaviors(table, self.spec.micro_behaviors, labels["click"],
-                                                    self.spec.labels["click"], self.repair_labels, report)
+        if spec.micro_behaviors and set(spec.micro_behaviors) <= set(table.columns):
+            labels["micro"] = check_micro_behaviors(table, spec.micro_behaviors, labels["click"], spec.labels["click"],
+                                                    self.repair_labels, report)
         return labels, report
 
-    def _metrics(self, valid: dict[str, torch.Tensor] | None) -> dict:
-        """The validation AUCs to record each epoch: those whose rows hold both classes. The monitored one must."""
+    def validation_metrics(self, valid: dict[str, torch.Tensor] | None) -> dict:
+        """The validation AUCs to record each epoch (name → :func:`auc_metric`), given the validation rows' label
+        tensors: those whose rows hold both classes. The monitored one must (else a DataError); no rows, none."""
         if valid is None:
             return {}
         metrics = {}
@@ -286,14 +334,23 @@ class ConversionModel:
                                 "(monitor 'loss', or validate on more rows)")
         return metrics
 
-    def _build_net(self) -> nn.Module:
-        graph = {"nodes": self.spec.micro_behaviors, "pmg": self.pmg} if self.uses_micro else {}
-        return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **graph, **self.params)
+    def build_net(self) -> nn.Module:
+        """A new network of this model, its input sizes from the fitted encoder (and, for a micro-behaviour model,
+        its graph from ``feature_spec`` and the PMG prior); initialised by the current torch seed."""
+        graph = {"nodes": self.feature_spec.micro_behaviors, "pmg": self.pmg} if self.uses_micro else {}
+        return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **graph, **self.model_params)
 
-    def predict(self, table: pd.DataFrame) -> pd.DataFrame:
-        """Named outputs per row, in the row order of ``table``: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM², +
-        p_node_<name> per micro-behaviour for GMCM and the MCM ablations)."""
+    def predict(self, data, *, keep: list[str] | None = None) -> pd.DataFrame:
+        """The key columns of ``data`` (a DataFrame or a table path) — ``keep``, by default user_id and item_id
+        where present — then the outputs: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM², + p_node_<name> per
+        micro-behaviour for GMCM and the MCM ablations). One row per input row, with the input's index."""
         self._check_fitted()
+        table = _table(data, "data")
+        keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
+        absent = [c for c in keys if c not in table.columns]
+        if absent:
+            raise DataError(f"keep: columns {absent} are not in the table of {len(table)} rows; columns: "
+                            f"{list(table.columns)[:20]}")
         x = self.encoder.transform(table)
         if self.is_neural:
             outputs = {k: v.numpy() for k, v in Trainer(self.train_config).predict(self.net, _tensors(x)).items()}
@@ -303,30 +360,22 @@ class ConversionModel:
         if "p_node" in outputs:  # one column per micro-behaviour node the model predicts
             nodes = np.asarray(outputs["p_node"], dtype=np.float64)
             columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
-        return pd.DataFrame(columns, index=table.index)
+        return pd.concat([table[keys], pd.DataFrame(columns, index=table.index)], axis=1)
 
-    def predict_with_keys(self, table: pd.DataFrame, keep: list[str] | None = None) -> pd.DataFrame:
-        """The input's key columns (``keep``; default user_id and item_id where present) then :meth:`predict`'s
-        outputs, one row per input row: what ``conversion predict`` writes for a table or for each of its parts."""
-        keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
-        absent = [c for c in keys if c not in table.columns]
-        if absent:
-            raise DataError(f"--keep columns {absent} are not in the table of {len(table)} rows")
-        return pd.concat([table[keys], self.predict(table)], axis=1)
-
-    def evaluate(self, table: pd.DataFrame, gauc_weight: str = "impressions",
-                 predictions: pd.DataFrame | None = None) -> dict[str, float]:
-        """Conversion metrics on a labelled table (see :func:`conversion_metrics`); ``predictions``, this model's
-        :meth:`predict` of ``table`` when the caller has them already."""
+    def evaluate(self, data, *, gauc_weight: str = "impressions",
+                 predictions: pd.DataFrame | None = None) -> Evaluation:
+        """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`);
+        ``predictions``, this model's :meth:`predict` of ``data`` when the caller has them already."""
         self._check_fitted()
+        table = _table(data, "data")
         labels, _ = self._labels(table)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
-            labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(self.spec.micro_behaviors)})
+            labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(self.feature_spec.micro_behaviors)})
         predictions = self.predict(table) if predictions is None else predictions
-        predictions = {k: v.to_numpy() for k, v in predictions.items()}
-        groups = table[self.spec.group_key].to_numpy() if self.spec.group_key else None
-        return conversion_metrics(labels, predictions, groups, gauc_weight)
+        outputs = {k: v.to_numpy() for k, v in predictions.items() if str(k).startswith("p_")}
+        groups = table[self.feature_spec.group_key].to_numpy() if self.feature_spec.group_key else None
+        return Evaluation(f"Conversion model {self.model}", conversion_metrics(labels, outputs, groups, gauc_weight))
 
     def _check_fitted(self) -> None:
         if self.net is None or self.encoder is None:
@@ -334,8 +383,8 @@ class ConversionModel:
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "conversion", "model": self.name, "params": self.params,
-                  "spec": self.spec.to_dict(), "train": self.train_config.to_dict(),
+        config = {"promokit": __version__, "task": "conversion", "model": self.model, "params": self.model_params,
+                  "spec": self.feature_spec.to_dict(), "train": self.train_config.to_dict(),
                   "repair_labels": self.repair_labels,
                   "pmg": None if self.pmg is None else self.pmg.tolist()}
         history = None if self.report.history is None else self.report.history.to_dict()
@@ -347,15 +396,40 @@ class ConversionModel:
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig(**config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"])
+        model.feature_spec = model.declared_spec  # the saved spec was resolved when the model was fitted
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)
         if model.is_neural:
-            model.net = model._build_net()
+            model.net = model.build_net()
             load_weights(model.net, path)
             model.net.eval()
         else:
-            model.net = model.model_class(**model.params).load_texts(path)
+            model.net = model.model_class(**model.model_params).load_texts(path)
         return model
+
+
+def _table(data, argument: str) -> pd.DataFrame:
+    """``data`` as a DataFrame: itself, or the table at a path (:func:`read_table`)."""
+    if isinstance(data, pd.DataFrame):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return read_table(data)
+    raise DataError(f"{argument} must be a DataFrame or a table path, got {type(data).__name__}")
+
+
+def _validation(validation) -> tuple[pd.DataFrame | None, float]:
+    """(the validation table, or None; the fraction of the training table to hold out) that ``validation``
+    asks for: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1), or a table."""
+    if validation is None:
+        return None, VALIDATION_FRACTION
+    if isinstance(validation, Real) and not isinstance(validation, (bool, np.bool_)):
+        if not 0 <= validation < 1:
+            raise DataError(f"validation: a fraction of the rows must be in [0, 1), got {validation!r}")
+        return None, float(validation)
+    if isinstance(validation, (pd.DataFrame, str, os.PathLike)):
+        return _table(validation, "validation"), 0.0
+    raise DataError(f"validation must be None, a fraction in [0, 1) or a validation table (a DataFrame or a path), "
+                    f"got {type(validation).__name__}")
 
 
 def _tensors(x: EncodedFeatures, labels: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:

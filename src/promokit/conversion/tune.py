@@ -31,7 +31,7 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
     training fields (``lr``, ``embedding_decay``, ``monitor``) — as ``train --params`` reads them.
     """
     if metric not in METRICS:
-        raise DataError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
+        raise DataError(f"metric must be one of {list(METRICS)}, got {metric!r}")
     spec = spec or FeatureSpec()
     train = replace(train or DEFAULT_TRAIN, progress=False)
     ConversionModel(model, None, train, spec, repair_labels)  # a bad model name fails before any search
@@ -46,7 +46,8 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
         if space is NEURAL_SPACE:
             config = replace(config, monitor=metric)
         estimator = ConversionModel(model, net, config, spec, repair_labels)
-        estimator.fit(table, valid, on_epoch=lambda epoch, record: report(epoch, record.get(f"valid_{metric}", math.nan)))
+        estimator.fit(table, validation=valid,
+                      on_epoch=lambda epoch, record: report(epoch, record.get(f"valid_{metric}", math.nan)))
         history = estimator.report.history
         if history is not None and history.stopped == "interrupted":
             raise KeyboardInterrupt

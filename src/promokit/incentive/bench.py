@@ -17,15 +17,14 @@ import pandas as pd
 
 from promokit.incentive.contract import IncentiveTables, check_tables
 from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, node_split
-from promokit.incentive.evaluate import Evaluation, change_point, evaluate
-from promokit.incentive.simulate import simulate
+from promokit.incentive.evaluate import ResponseMetrics, change_point, curve_figure, evaluate
+from promokit.incentive.simulate import ORACLE, simulate
 from promokit.incentive.synthetic import IncentiveWorld, make_world
 from promokit.metrics.compare import mean_std, paired_change, rela_impr
 from promokit.report import Report
 from promokit.training import TrainConfig
 
 MODELS = ["lr", "gnn-hazard", "dnn", "dnn-h", "sbbm", "cox", "dssm-c"]
-ORACLE = "oracle"
 #: RelaImpr (DMBGN eq. 11) of AUC_c is shown against the linear floor.
 FLOOR = "lr"
 HEADLINE = ["auc_c", "mae_c", "mse_c", "mae_m", "mse_m", "curve_mae_c"]
@@ -96,7 +95,7 @@ def _default_train() -> TrainConfig:
 
 def _score(name: str, seed: int, responses: Responses, tables: IncentiveTables, split: NodeSplit,
            world: IncentiveWorld, seconds: float, epochs: int, result: BenchResult) -> dict:
-    ev: Evaluation = evaluate(responses, tables, split.test_customers, split.test_merchants, world.customer_truth)
+    ev: ResponseMetrics = evaluate(responses, tables, split.test_customers, split.test_merchants, world.customer_truth)
     found = change_point(ev.curve)
     if name not in result.curves:
         result.curves[name], result.uplift[name] = ev.curve, ev.uplift
@@ -159,31 +158,6 @@ def bench_report(result: BenchResult, title: str = "promokit incentive bench") -
                    "curves": {k: v.to_dict(orient="records") for k, v in result.curves.items()}}
     report.figures["response_curves"] = curve_figure(result.curves)
     return report
-
-
-def curve_figure(curves: dict[str, pd.DataFrame]):
-    """Figure 5: the mean predicted response per value of each model against the observed redemption rate,
-    and the hazard per unit value of the hazard heads."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
-    first = next(iter(curves.values()))
-    left.plot(first["level"], first["observed_rate"], "ko", label="observed rate")
-    for name, curve in curves.items():
-        style = "--" if name == ORACLE else "-"
-        left.plot(curve["level"], curve["true"] if name == ORACLE else curve["predicted"], style, label=name)
-        if "hazard_per_unit" in curve:
-            right.step(curve["level"], curve["hazard_per_unit"], where="pre", label=name)
-    left.set(xlabel="incentive value", ylabel="response", title="mean response per value")
-    right.set(xlabel="incentive value", ylabel="hazard per unit value", title="mean hazard (pieces end at each value)")
-    left.legend(fontsize=7)
-    if right.lines:
-        right.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, training: tuple[TrainConfig, dict],

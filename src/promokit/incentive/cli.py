@@ -62,14 +62,22 @@ def _levels(text: Optional[str]):
         raise DataError(f"--levels must be comma-separated numbers, got {text!r}") from None
 
 
+def _fractions(**flags: float) -> None:
+    """The split's fractions, refused under their flags' names."""
+    from promokit.data import DataError
+
+    for flag, value in flags.items():
+        if not 0 <= value < 1:
+            raise DataError(f"--{flag.replace('_', '-')} must be in [0, 1), got {value:g}")
+
+
 def _tables(customers: Path, merchants: Path, edges: Path, levels=None, require_labels: bool = True, model=None,
             types: dict[str, str] | None = None):
-    from promokit.data import read_table
-    from promokit.incentive.contract import check_tables
+    from promokit.incentive.contract import read_tables
 
     specs = {} if model is None else {"customer_features": model.customer_spec, "merchant_features": model.merchant_spec}
-    return check_tables(read_table(customers), read_table(merchants), read_table(edges), levels=levels,
-                        require_labels=require_labels, types=types, **specs)
+    return read_tables({"customers": customers, "merchants": merchants, "edges": edges}, levels=levels,
+                       require_labels=require_labels, types=types, **specs)
 
 
 @app.command()
@@ -107,9 +115,11 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed)
+        _fractions(test_fraction=test_fraction, valid_fraction=valid_fraction)
         tables = _tables(customers, merchants, edges, _levels(levels), types=types_option(categorical, numeric))
         estimator = IncentiveModel(model, model_params, config)
-        estimator.fit(tables, test_fraction, valid_fraction, checkpoint_dir(out), resume)
+        estimator.fit(tables, validation=valid_fraction, test_fraction=test_fraction,
+                      checkpoint_dir=checkpoint_dir(out), resume=resume)
         estimator.save(out)
         finish_training(out, estimator.history)
         print_feature_types({"customers": estimator.customer_spec, "merchants": estimator.merchant_spec}, inferred=True)
@@ -154,7 +164,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
             written = {"customers": out / "customers.parquet", "merchants": out / "merchants.parquet"}
             write_parquet(customer_scores, written["customers"])
             write_parquet(merchant_scores, written["merchants"])
-            summary = {"model": estimator.name, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
+            summary = {"model": estimator.model, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
                        "merchants": len(merchant_scores),
                        **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
                        "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
@@ -174,53 +184,46 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
     """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5), and
     each value's uplift and Qini curves against the lowest with their AUUC and Qini coefficient (scikit-uplift's)."""
     with user_errors():
-        import numpy as np
-
         from promokit.data import DataError
-        from promokit.incentive.bench import curve_figure
         from promokit.incentive.estimator import IncentiveModel
-        from promokit.incentive.evaluate import change_point, evaluate as score
+        from promokit.incentive.evaluate import change_point
         from promokit.incentive.synthetic import read_truth
-        from promokit.metrics.uplift import DEFINITIONS, uplift_figure
+        from promokit.metrics.uplift import DEFINITIONS
         from promokit.report import Report
 
         estimator = IncentiveModel.load(model)
         tables = _tables(customers, merchants, edges, estimator.levels, model=estimator)
-        if all_rows:
-            c_rows, m_rows = tables.labelled_customers, np.arange(len(tables.merchants))
-        else:
-            split = estimator.split(tables)
-            c_rows, m_rows = split.test_customers, split.test_merchants
         true_curves = None
         if truth is not None:
             ids, _, true_curves = read_truth(truth)
             if len(ids) != len(tables.customers) or (ids != tables.customers["customer_id"].to_numpy()).any():
                 raise DataError(f"--truth {truth}: its customer_id column does not match the customers table row by row")
-        result = score(estimator.responses(tables), tables, c_rows, m_rows, true_curves)
-        found = change_point(result.curve)
+        evaluation = estimator.evaluate(tables, held_out=not all_rows, truth=true_curves)
+        curve, uplift, level_uplift = (evaluation.tables[name] for name in
+                                       ("response_curve", "uplift_by_quintile", "uplift_by_level"))
+        metrics = dict(evaluation.metrics)
+        found = change_point(curve)
         if found is not None:
-            result.metrics["change_point"] = f"{found[0]:g}–{found[1]:g}"
-        write_metrics_report(out, f"Evaluation of {model}", estimator.name,
-                             {k: v for k, v in result.metrics.items() if not isinstance(v, str)},
-                             f"{estimator.name}: {len(c_rows):,} customers, {len(m_rows):,} merchants")
-        report = Report(f"Evaluation of {model}", data={"metrics": result.metrics,
-                                                         "curve": result.curve.to_dict(orient="records"),
-                                                         "uplift": result.uplift.to_dict(orient="records"),
-                                                         "uplift_by_level": result.level_uplift.to_dict(orient="records")})
+            metrics["change_point"] = f"{found[0]:g}–{found[1]:g}"
+        write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
+                             f"{estimator.model}: {evaluation['customers']:,} customers, "
+                             f"{evaluation.metrics.get('merchants', 0):,} merchants")
+        report = Report(f"Evaluation of {model}", data={"metrics": metrics,
+                                                         "curve": curve.to_dict(orient="records"),
+                                                         "uplift": uplift.to_dict(orient="records"),
+                                                         "uplift_by_level": level_uplift.to_dict(orient="records")},
+                        figures=dict(evaluation.figures))
         report.add("Metrics", "; ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
-                                         for k, v in result.metrics.items()))
-        report.add("Response per value (Figure 5)", result.curve.set_index("level"))
-        report.add("Uplift by sensitivity quintile (Figure 4)", result.uplift.set_index("group"))
+                                         for k, v in metrics.items()))
+        report.add("Response per value (Figure 5)", curve.set_index("level"))
+        report.add("Uplift by sensitivity quintile (Figure 4)", uplift.set_index("group"))
         report.add(f"Each value against the lowest ({estimator.levels[0]:g}): uplift and Qini curves",
                    f"{DEFINITIONS} Customers offered the value or the lowest one, ranked by the predicted uplift "
                    "f_c(r_j) − f_c(r_1).")
-        report.add("AUUC and Qini coefficient per value", result.level_uplift.set_index("level"))
-        report.figures["response_curves"] = curve_figure({estimator.name: result.curve})
-        report.figures["uplift_curves"] = uplift_figure(
-            result.uplift_curves, f"{estimator.name}: each value against {estimator.levels[0]:g} (dashed: random)")
+        report.add("AUUC and Qini coefficient per value", level_uplift.set_index("level"))
         report.write(out)
-        print_table("response per value", result.curve.set_index("level"))
-        print_table(f"each value against the lowest ({estimator.levels[0]:g})", result.level_uplift.set_index("level"))
+        print_table("response per value", curve.set_index("level"))
+        print_table(f"each value against the lowest ({estimator.levels[0]:g})", level_uplift.set_index("level"))
 
 
 @app.command()
@@ -274,7 +277,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
                                 "simulate compares models on the same held-out nodes")
             rows = these
             r = estimator.responses(tables)
-            scores[f"{estimator.name} ({path.name})"] = (r.customers[split.test_customers], r.merchants[split.test_merchants])
+            scores[f"{estimator.model} ({path.name})"] = (r.customers[split.test_customers], r.merchants[split.test_merchants])
         c_rows, m_rows = (np.asarray(part, dtype=np.int64) for part in rows)
         budget = float(ratio if ratio is not None else np.median(levels))
         table = run_simulation(levels, truth_c[c_rows], truth_m[m_rows] if with_merchants else None, scores, budget,

@@ -22,12 +22,15 @@ before, ≥ 0: the paper's normaliser, section 4) and merchant features.
 The value list R is the sorted distinct levels of both tables, or the ``levels`` given; a level outside it is
 an error. For scoring (``require_labels=False``) ``level``, ``redeemed``, ``shares`` and ``prior_shares`` may be
 absent. Every broken rule is a one-line :class:`DataError` naming the table, column, count and an example row.
+:func:`read_tables` reads the three from a folder or a mapping of paths and frames.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -38,6 +41,7 @@ from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, 
 CUSTOMER, MERCHANT = "customer_id", "merchant_id"
 LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
 CUSTOMER_LABELS = (LEVEL, REDEEMED)
+TABLES = ("customers", "merchants", "edges")
 MERCHANT_LABELS = (LEVEL, SHARES, PRIOR_SHARES)
 
 
@@ -115,6 +119,44 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
                                 given_types["merchants"]),
         edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
         redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts)
+
+
+def read_tables(data, **checks) -> IncentiveTables:
+    """The :class:`IncentiveTables` of ``data``: tables already checked, as they are (``checks`` unused); a mapping
+    of ``customers``, ``merchants`` and ``edges`` to DataFrames or paths (:func:`~promokit.data.read_table`: CSV,
+    Parquet or a directory of Parquet parts); or a folder holding the three as ``<name>.parquet``, ``<name>.csv``
+    or a directory ``<name>/`` of parts (what ``promokit incentive synth`` writes). Tables read are validated by
+    :func:`check_tables` with ``checks`` (``levels``, ``require_labels``, ``types`` …)."""
+    if isinstance(data, IncentiveTables):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        data = _folder_tables(Path(data))
+    if not isinstance(data, Mapping):
+        raise DataError(f"data must be IncentiveTables, a mapping of {list(TABLES)} to DataFrames or paths, or a "
+                        f"folder of them; got {type(data).__name__}")
+    wrong = [name for name in data if name not in TABLES] + [name for name in TABLES if data.get(name) is None]
+    if wrong:
+        raise DataError(f"data: the tables are {list(TABLES)}, got {list(data)}")
+    from promokit.data.io import read_table
+
+    frames = [data[name] if isinstance(data[name], pd.DataFrame) else read_table(data[name]) for name in TABLES]
+    return check_tables(*frames, **checks)
+
+
+def _folder_tables(folder: Path) -> dict[str, Path]:
+    if not folder.is_dir():
+        raise DataError(f"data: {folder} is not a folder; incentive data is a folder of customers, merchants and "
+                        "edges tables (.parquet or .csv)")
+    paths = {}
+    for name in TABLES:
+        found = [p for p in (folder / f"{name}.parquet", folder / f"{name}.csv", folder / name) if p.exists()]
+        if len(found) > 1:
+            raise DataError(f"data: {folder} holds both {found[0].name} and {found[1].name}; keep one")
+        if not found:
+            raise DataError(f"data: {folder} has no {name}.parquet (or .csv, or {name}/ of parts); incentive data "
+                            f"needs {list(TABLES)}")
+        paths[name] = found[0]
+    return paths
 
 
 def check_customer_part(customers: pd.DataFrame, edges: pd.DataFrame, *, levels: Sequence[float],

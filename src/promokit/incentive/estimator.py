@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -11,16 +12,19 @@ import pandas as pd
 import torch
 
 from promokit import __version__
+from promokit.allocation.tables import USER
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
 from promokit.data.spec import FeatureSpec
 from promokit.data.split import random_split
-from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables
+from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables, read_tables
+from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
 from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, chosen_strengths, solve_floor
 from promokit.incentive.models.network import IncentiveNet
 from promokit.metrics import auc
+from promokit.metrics.uplift import uplift_figure
 from promokit.training import (
     History,
     TrainConfig,
@@ -32,6 +36,7 @@ from promokit.training import (
     seed_everything,
     write_model_dir,
 )
+from promokit.training.estimator import Estimator, Evaluation
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -42,6 +47,8 @@ MODELS = {"lr": ("linear", "hazard"), "gnn-hazard": ("gnn", "hazard"), "dnn": ("
 DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=1e-3, lr_decay=0.95, patience=3,
                             monitor="customer_loglik")
 MONITORS = ("loss", "customer_loglik", "auc_c")
+#: The share of the nodes left after the test nodes that picks the epoch (``fit(validation=None)``).
+DEFAULT_VALIDATION = 0.1
 SCORE_PREFIX = "score_"
 
 
@@ -79,49 +86,77 @@ class Responses:
     hazard: np.ndarray | None
 
 
-class IncentiveModel:
-    """A response model by name (:data:`MODELS`), e.g.::
+class IncentiveModel(Estimator):
+    """A response model by name (:data:`MODELS`) on a customer–merchant graph.
+
+    Parameters, stored as given: ``model`` (the name), ``params`` (overrides of :class:`IncentiveNet`'s settings:
+    ``conv``, ``width``, ``fanouts``, ``hidden``, ``fused_lasso`` …; for ``lr`` also ``l2_customers`` and
+    ``l2_merchants``) and ``train`` (a :class:`TrainConfig`, default :data:`DEFAULT_TRAIN`). What they imply:
+    ``model_params`` (every network setting, written to the model directory so that a later change of a default
+    cannot change what a saved model is) and ``train_config``. What fitting learns: ``levels`` (the value list),
+    ``customer_spec``, ``merchant_spec``, ``encoders``, ``net``, ``history``, ``training_ids`` and the split's
+    ``test_fraction`` and ``valid_fraction``.
+
+    ``data`` is :class:`IncentiveTables`, a mapping of ``customers``, ``merchants`` and ``edges`` to DataFrames or
+    table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`); a fitted model reads
+    tables with its own value list and feature columns. Example::
 
         model = IncentiveModel("gnn-hazard").fit(tables)   # 85 % of the nodes; model.split(tables).test_*
-        scores = model.responses(tables)             # f_c and f_m at every value
-        customers, merchants = model.score_tables(tables)   # the `allocate budget` wide layout
+        scores = model.predict(tables)              # customer_id, score_<level>: f_c at every value
+        report = model.evaluate(tables)             # AUC_c, MAE_c, … on the held-out nodes
+        responses = model.responses(tables)         # f_c, f_m (and the hazard) as arrays
+        customers, merchants = model.score_tables(tables)   # both sides in the `allocate budget` layout
         model.save("model/"); IncentiveModel.load("model/")
-
-    ``params`` are :class:`IncentiveNet`'s (``conv``, ``width``, ``fanouts``, ``hidden``, ``fused_lasso`` …).
     """
 
     def __init__(self, model: str = "gnn-hazard", params: dict | None = None, train: TrainConfig | None = None):
-        if model not in MODELS:
-            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
-        representation, head = MODELS[model]
-        self.name = model
-        floor = FLOOR_PARAMS if representation == "linear" else {}
-        check_model_params(model, IncentiveNet, params or {}, own=floor)
-        check_floor_params(params or {})
-        # every network setting is written to the model directory, so a later change of a default cannot change
-        # what a saved model is
-        self.params = {**net_defaults(), **floor, "representation": representation, "head": head, **(params or {})}
-        self.train_config = train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+        self.model = model
+        self.params = params
+        self.train = train
+        self._configure()
         self.levels: np.ndarray | None = None
         self.encoders: InputEncoders | None = None
         self.customer_spec: FeatureSpec | None = None
         self.merchant_spec: FeatureSpec | None = None
         self.net: IncentiveNet | None = None
         self.history: History | None = None
-        self.test_fraction, self.valid_fraction = 0.15, 0.1
+        self.test_fraction, self.valid_fraction = 0.15, DEFAULT_VALIDATION
         #: the hashes of the ids of the customers and merchants trained on (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
 
+    def _configure(self) -> None:
+        if self.model not in MODELS:
+            raise DataError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise DataError(f"params must be a dict of network settings, got {type(self.params).__name__}")
+        if self.train is not None and not isinstance(self.train, TrainConfig):
+            raise DataError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        representation, head = MODELS[self.model]
+        given = dict(self.params or {})
+        floor = FLOOR_PARAMS if representation == "linear" else {}
+        check_model_params(self.model, IncentiveNet, given, own=floor)
+        check_floor_params(given)
+        self.model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
+        self.train_config = self.train or DEFAULT_TRAIN
+        if self.train_config.monitor not in MONITORS:
+            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+
     # ---- fit ------------------------------------------------------------------------------------------
-    def fit(self, tables: IncentiveTables, test_fraction: float = 0.15, valid_fraction: float = 0.1,
+    def fit(self, data, *, validation: float | None = None, test_fraction: float = 0.15,
             checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> IncentiveModel:
-        """Train on the labelled customers and merchants of ``tables`` except a held-out ``test_fraction`` of each
-        (:meth:`split` gives the rows; :func:`~promokit.incentive.evaluate.evaluate` scores them); a
-        ``valid_fraction`` of the rest picks the epoch. Features and edges of every node are used, unlabelled
-        customers' included: they pass messages but are in no loss or validation metric (transductive, as the
-        paper trains on 85 % of the nodes of one graph)."""
+        """Train on the labelled customers and merchants of ``data`` except a held-out ``test_fraction`` of each
+        (:meth:`split` gives the rows; :meth:`evaluate` scores them). ``validation`` is the fraction of the rest, in
+        [0, 1), whose nodes pick the epoch (``lr``: its L2 strengths): None for 10 %, 0 for none (the epochs run
+        to the end). Features and edges of every node are used, unlabelled customers' included: they pass
+        messages but are in no loss or validation metric (transductive, as the paper trains on 85 % of the nodes
+        of one graph). ``checkpoint_dir`` keeps the epoch checkpoint there (``resume``: continue from it);
+        ``on_epoch`` is passed to :meth:`Trainer.fit`."""
+        self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
+        valid_fraction = DEFAULT_VALIDATION if validation is None else validation
+        if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float)) \
+                or not 0 <= valid_fraction < 1:
+            raise DataError(f"validation must be None or a fraction in [0, 1), got {validation!r}")
+        tables = read_tables(data)
         if not len(tables.labelled_customers):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
                             f"{len(tables.customers)} customers has a label")
@@ -137,25 +172,35 @@ class IncentiveModel:
         seed_everything(cfg.seed)
         self.training_ids = id_hashes(np.concatenate([tables.customers[CUSTOMER].to_numpy()[split.train_customers],
                                                       tables.merchants[MERCHANT].to_numpy()[split.train_merchants]]))
+        self.prepare(tables)
+        train_rows = labelled_rows(tables, split.train_customers, split.train_merchants)
+        valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if valid_fraction else None
+        if self.model_params["representation"] == "linear":
+            self.history = solve_floor(self.net, train_rows, valid_rows, cfg.monitor,
+                                       **{k: self.model_params[k] for k in FLOOR_PARAMS})
+            self.model_params.update(chosen_strengths(self.history))
+            return self
+        metrics = validation_metrics() if valid_rows else None
+        self.history = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
+            self.net, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
+        return self
+
+    def prepare(self, tables: IncentiveTables) -> GraphInputs:
+        """What :meth:`fit` sets before it trains: the value list, the feature specs and the input encoders of
+        ``tables``, and an untrained network with their encoded inputs attached. Returns those inputs."""
         self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
         self.encoders = InputEncoders.fit(tables)
         inputs = self.encoders.transform(tables)
-        self.net = self._build(inputs).attach(inputs)
-        train = labelled_rows(tables, split.train_customers, split.train_merchants)
-        valid = labelled_rows(tables, split.valid_customers, split.valid_merchants) if valid_fraction else None
-        if self.params["representation"] == "linear":
-            self.history = solve_floor(self.net, train, valid, cfg.monitor,
-                                       **{k: self.params[k] for k in FLOOR_PARAMS})
-            self.params.update(chosen_strengths(self.history))
-            return self
-        metrics = validation_metrics() if valid else None
-        self.history = Trainer(cfg if valid else replace(cfg, monitor="loss"), checkpoint_dir).fit(
-            self.net, train, valid, resume, metrics=metrics, on_epoch=on_epoch)
-        return self
+        c, m = inputs.customers, inputs.merchants
+        self.net = IncentiveNet(self.encoders.customers.cardinalities, c.num.shape[1], c.structure.shape[1],
+                                self.encoders.merchants.cardinalities, m.num.shape[1], m.structure.shape[1],
+                                self.levels.tolist(), **network_params(self.model_params)).attach(inputs)
+        return inputs
 
-    def split(self, tables: IncentiveTables) -> NodeSplit:
+    def split(self, data) -> NodeSplit:
         """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
         customers (all of them when every customer has a label) and the merchants."""
+        tables = self._read(data, require_labels=True)
         labelled = tables.labelled_customers
         split = node_split(len(labelled), len(tables.merchants), self.test_fraction, self.valid_fraction,
                            self.train_config.seed)
@@ -163,16 +208,20 @@ class IncentiveModel:
             labelled[rows] for rows in (split.train_customers, split.valid_customers, split.test_customers))
         return split
 
-    def _build(self, inputs: GraphInputs) -> IncentiveNet:
-        c, m = inputs.customers, inputs.merchants
-        return IncentiveNet(self.encoders.customers.cardinalities, c.num.shape[1], c.structure.shape[1],
-                            self.encoders.merchants.cardinalities, m.num.shape[1], m.structure.shape[1],
-                            self.levels.tolist(), **network_params(self.params))
-
     # ---- predict ----------------------------------------------------------------------------------------
-    def responses(self, tables: IncentiveTables) -> Responses:
-        """f_c and f_m of every customer and merchant of ``tables`` at every value of the model's list."""
+    def predict(self, data) -> pd.DataFrame:
+        """One row per customer of ``data``, in its order: ``customer_id``, then ``score_<level>``, the predicted
+        response f_c at each value of the model's list. This is the customers' score table of ``allocate budget``
+        (wide layout, keyed by ``customer_id``); :meth:`score_tables` gives the merchants' too. Labels may be
+        absent."""
         self._check_fitted()
+        tables = self._read(data, require_labels=False)
+        return wide_scores(tables.customers[CUSTOMER], self.responses(tables).customers, self.levels, key=CUSTOMER)
+
+    def responses(self, data) -> Responses:
+        """f_c and f_m of every customer and merchant of ``data`` at every value of the model's list."""
+        self._check_fitted()
+        tables = self._read(data, require_labels=False)
         self._check_levels(tables)
         self.net.attach(self.encoders.transform(tables))
         n_c, n_m = len(tables.customers), len(tables.merchants)
@@ -183,12 +232,50 @@ class IncentiveModel:
         hazard = out["hazard"][:n_c].numpy().astype(np.float64) if "hazard" in out else None
         return Responses(self.levels, response[:n_c], response[n_c:], hazard)
 
-    def score_tables(self, tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """The customers' and merchants' score tables in the wide layout ``allocate budget`` reads (``--scores``
-        and ``--merchants``): the node id as ``user_id`` and one ``score_<level>`` column per value."""
+    def score_tables(self, data) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The customers' and merchants' score tables as ``incentive predict`` writes them for ``allocate budget``
+        (its scores and merchants tables): the node id as ``user_id`` and one ``score_<level>`` column per value."""
+        self._check_fitted()
+        tables = self._read(data, require_labels=False)
         r = self.responses(tables)
         return (wide_scores(tables.customers[CUSTOMER], r.customers, r.levels),
                 wide_scores(tables.merchants[MERCHANT], r.merchants, r.levels))
+
+    # ---- evaluate ---------------------------------------------------------------------------------------
+    def evaluate(self, data, *, held_out: bool = True, truth: np.ndarray | None = None) -> Evaluation:
+        """The paper's offline metrics on labelled ``data`` (:func:`~promokit.incentive.evaluate.evaluate`):
+        ``auc_c``, ``mae_c``, ``mse_c``, ``mae_m``, ``mse_m``, ``monotone_violations``, ``auuc``, ``qini`` and, with
+        ``truth`` (a synthetic world's true response curves, one row per customer of ``data`` in its order × the
+        model's values), ``curve_mae_c``. Scored on the nodes :meth:`split` held out of training, or with
+        ``held_out=False`` on every labelled node (a new experiment). Tables: ``response_curve`` (Figure 5),
+        ``uplift_by_quintile`` (Figure 4) and ``uplift_by_level`` (each value against the lowest); figures:
+        ``response_curves`` and ``uplift_curves``."""
+        self._check_fitted()
+        tables = self._read(data, require_labels=True)
+        if held_out:
+            split = self.split(tables)
+            customer_rows, merchant_rows = split.test_customers, split.test_merchants
+        else:
+            customer_rows, merchant_rows = tables.labelled_customers, np.arange(len(tables.merchants))
+        if truth is not None:
+            truth = np.asarray(truth, dtype=np.float64)
+            if truth.shape != (len(tables.customers), len(self.levels)):
+                raise DataError(f"truth: shape {truth.shape}, but the tables have {len(tables.customers)} customers "
+                                f"and the model {len(self.levels)} values")
+        result = evaluate_responses(self.responses(tables), tables, customer_rows, merchant_rows, truth)
+        figures = {"response_curves": curve_figure({self.model: result.curve}),
+                   "uplift_curves": uplift_figure(result.uplift_curves, f"{self.model}: each value against "
+                                                                        f"{self.levels[0]:g} (dashed: random)")}
+        return Evaluation(f"incentive {self.model}", result.metrics, figures=figures,
+                          tables={"response_curve": result.curve, "uplift_by_quintile": result.uplift,
+                                  "uplift_by_level": result.level_uplift})
+
+    def _read(self, data, require_labels: bool) -> IncentiveTables:
+        """``data`` as tables; a fitted model reads them with its value list and feature columns."""
+        if self.net is None:
+            return read_tables(data, require_labels=require_labels)
+        return read_tables(data, levels=self.levels, require_labels=require_labels,
+                           customer_features=self.customer_spec, merchant_features=self.merchant_spec)
 
     def _check_levels(self, tables: IncentiveTables) -> None:
         if tables.levels.tolist() != self.levels.tolist() and len(tables.customer_level):
@@ -204,7 +291,7 @@ class IncentiveModel:
     # ---- model directory --------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "incentive", "model": self.name, "params": self.params,
+        config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
                   "split": {"test_fraction": self.test_fraction, "valid_fraction": self.valid_fraction},
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
@@ -225,7 +312,7 @@ class IncentiveModel:
         model.net = IncentiveNet(model.encoders.customers.cardinalities, model.encoders.customers.numeric_width,
                                  widths["c"], model.encoders.merchants.cardinalities,
                                  model.encoders.merchants.numeric_width, widths["m"], config["levels"],
-                                 **network_params(model.params))
+                                 **network_params(model.model_params))
         load_weights(model.net, path)
         model.net.eval()
         return model
@@ -276,7 +363,7 @@ def customer_loglik(outputs: dict[str, torch.Tensor], batch: dict[str, torch.Ten
     return float(-nll.mean())
 
 
-def wide_scores(keys: pd.Series, scores: np.ndarray, levels: np.ndarray) -> pd.DataFrame:
-    """``user_id`` and one ``score_<level>`` column per value: the wide budget layout of ``allocate budget``."""
+def wide_scores(keys: pd.Series, scores: np.ndarray, levels: np.ndarray, key: str = USER) -> pd.DataFrame:
+    """The ids as ``key`` and one ``score_<level>`` column per value: the wide layout of ``allocate budget``."""
     columns = {f"{SCORE_PREFIX}{level:g}": scores[:, j] for j, level in enumerate(levels)}
-    return pd.DataFrame({"user_id": keys.to_numpy(), **columns})
+    return pd.DataFrame({key: keys.to_numpy(), **columns})

@@ -5,17 +5,21 @@ against the lowest."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from promokit.incentive.contract import IncentiveTables
-from promokit.incentive.estimator import Responses
+from promokit.incentive.simulate import ORACLE
 from promokit.metrics import UpliftCurves, auc, mae, mse, squared_error, uplift_by_quantile
+
+if TYPE_CHECKING:  # the estimator imports this module
+    from promokit.incentive.estimator import Responses
 
 
 @dataclass
-class Evaluation:
+class ResponseMetrics:
     metrics: dict[str, float]
     curve: pd.DataFrame    # per value: observed rate, mean predicted response (and hazard, and truth)
     uplift: pd.DataFrame   # Figure 4: per sensitivity quintile
@@ -24,7 +28,7 @@ class Evaluation:
 
 
 def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.ndarray, merchant_rows: np.ndarray,
-             customer_truth: np.ndarray | None = None) -> Evaluation:
+             customer_truth: np.ndarray | None = None) -> ResponseMetrics:
     """Score ``responses`` on the labelled ``customer_rows`` / ``merchant_rows`` (the held-out nodes).
 
     - AUC_c, MAE_c, MSE_c: f_c at the offered value against the redemption; MAE_m, MSE_m: f_m at the offered
@@ -56,7 +60,7 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
     hazard = None if responses.hazard is None else responses.hazard[customer_rows] / levels[-1]
     level_uplift, curves = uplift_against_lowest(levels, offered, y, f_c, truth)
     metrics.update(auuc=float(level_uplift["auuc"].mean()), qini=float(level_uplift["qini_coefficient"].mean()))
-    return Evaluation(metrics, response_curve(levels, offered, y, f_c, hazard, truth),
+    return ResponseMetrics(metrics, response_curve(levels, offered, y, f_c, hazard, truth),
                       sensitivity_uplift(levels, offered, y, f_c, truth), level_uplift, curves)
 
 
@@ -121,3 +125,28 @@ def change_point(curve: pd.DataFrame) -> tuple[float, float] | None:
     rate = curve["hazard_per_unit"].to_numpy()
     j = int(np.argmax(np.diff(rate[1:]))) + 2  # pieces from the second on: the first piece is (0, r_1]
     return float(curve["level"].iloc[j - 1]), float(curve["level"].iloc[j])
+
+
+def curve_figure(curves: dict[str, pd.DataFrame]):
+    """Figure 5: the mean predicted response per value of each model against the observed redemption rate,
+    and the hazard per unit value of the hazard heads."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    first = next(iter(curves.values()))
+    left.plot(first["level"], first["observed_rate"], "ko", label="observed rate")
+    for name, curve in curves.items():
+        style = "--" if name == ORACLE else "-"
+        left.plot(curve["level"], curve["true"] if name == ORACLE else curve["predicted"], style, label=name)
+        if "hazard_per_unit" in curve:
+            right.step(curve["level"], curve["hazard_per_unit"], where="pre", label=name)
+    left.set(xlabel="incentive value", ylabel="response", title="mean response per value")
+    right.set(xlabel="incentive value", ylabel="hazard per unit value", title="mean hazard (pieces end at each value)")
+    left.legend(fontsize=7)
+    if right.lines:
+        right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

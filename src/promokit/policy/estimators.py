@@ -115,30 +115,50 @@ def bootstrap_sums(matrix: np.ndarray, replicates: int, seed: int, subjects: np.
 
 
 INTERVALS = ("percentile", "bca")
+#: a BCa level below this (or above 1 − it) rests on the few most extreme bootstrap replicates: a stated warning
+OUTER = 0.005
 
 
 def interval(values: np.ndarray, point: float | None = None, influence: np.ndarray | None = None,
              level: float = 0.95) -> tuple[float, float]:
     """The interval of bootstrap ``values`` (NaN replicates — a resample with no weight — left out): their
-    percentiles, or with the estimate ``point`` and its per-subject ``influence`` values, Efron's bias-corrected
-    and accelerated (BCa) percentiles — the levels moved by the bootstrap's median bias z₀ = Φ⁻¹(share of values
-    below the point) and the acceleration a = Σu³ / (6 (Σu²)^{3/2}), which corrects a skewed estimator's interval
-    (a heavy-tailed outcome's) to second order."""
+    percentiles at :func:`interval_levels`."""
+    return percentiles(values, interval_levels(values, point, influence, level))
+
+
+def interval_levels(values: np.ndarray, point: float | None = None, influence: np.ndarray | None = None,
+                    level: float = 0.95) -> np.ndarray:
+    """The two percentile levels of the interval of bootstrap ``values``: (1 − level)/2 and 1 − (1 − level)/2, or
+    with the estimate ``point`` and its per-subject ``influence`` values, Efron's bias-corrected and accelerated
+    (BCa) levels — moved by the bootstrap's median bias z₀ = Φ⁻¹(share of values below the point) and the
+    acceleration a = Σu³ / (6 (Σu²)^{3/2}), which corrects a skewed estimator's interval (a heavy-tailed outcome's)
+    to second order."""
     from scipy.stats import norm
 
     finite = values[np.isfinite(values)]
-    if not len(finite):
-        return float("nan"), float("nan")
     tails = np.array([(1 - level) / 2, 1 - (1 - level) / 2])
-    if influence is not None and point is not None and np.isfinite(point):
+    if influence is not None and point is not None and np.isfinite(point) and len(finite):
         below = (np.sum(finite < point) + 0.5 * np.sum(finite == point)) / len(finite)
         square = float(np.square(influence).sum())
         if 0 < below < 1 and square > 0:
             z0, z = norm.ppf(below), norm.ppf(tails)
             a = float(np.power(influence, 3).sum()) / (6 * square ** 1.5)
             tails = norm.cdf(z0 + (z0 + z) / (1 - a * (z0 + z)))
-    low, high = np.percentile(finite, tails * 100)
+    return tails
+
+
+def percentiles(values: np.ndarray, levels: np.ndarray) -> tuple[float, float]:
+    """The percentiles of the finite ``values`` at the two ``levels`` (NaN when none is finite)."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return float("nan"), float("nan")
+    low, high = np.percentile(finite, levels * 100)
     return float(low), float(high)
+
+
+def in_outer_tail(levels: np.ndarray) -> bool:
+    """Whether an interval's ``levels`` reach the outer :data:`OUTER` of the replicates on either side."""
+    return bool(levels[0] < OUTER or levels[1] > 1 - OUTER)
 
 
 def influence(statistic, per_subject: np.ndarray, step: float = 1e-6) -> np.ndarray:

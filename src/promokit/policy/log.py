@@ -12,13 +12,13 @@ An incentive log holds one row (one decision) per subject; a value log one row p
 rows (its outcomes are per delivery, and the bootstrap resamples users, each with all its rows). The logging
 propensity p_i = π₀(a_i | x_i) of each logged action comes from
 
-- a column (``--propensity COL``): numbers in (0, 1];
-- the design (``--design uniform``: uniform over the actions the log holds; ``--design bucket:COL``: uniform,
+- a column (``propensity``): numbers in (0, 1];
+- the design (``design="uniform"``: uniform over the actions the log holds; ``design="bucket:COL"``: uniform,
   within each value of the bucket column, over the actions logged in that bucket, as the joint-incentive paper
   randomizes customers into buckets of values); or
-- an estimate (``--estimate-propensity COLS``): a multinomial logistic regression of the logged action on those
-  columns (scikit-learn), whose fitted probabilities are π₀ for every action. The intervals then leave out the
-  estimate's own error.
+- an estimate (``estimate_propensity``, a list of columns): a multinomial logistic regression of the logged action
+  on those columns (scikit-learn), whose fitted probabilities are π₀ for every action. The intervals then leave out
+  the estimate's own error.
 
 A design and an estimate give π₀ for every action, not only the logged one, which tells how much of a plan the
 log supports. A log that holds a propensity column as well as a design is checked against it.
@@ -79,13 +79,13 @@ class Log:
 
 
 def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = None, design: str | None = None,
-             estimate: list[str] | None = None) -> Log:
+             estimate_propensity: list[str] | None = None) -> Log:
     """Validate ``frame`` as a log (module docstring) and find its propensities; every breach is a one-line
     :class:`DataError` naming the column, the count and an example row."""
     if len(frame) == 0:
         raise DataError(f"{source}: the log has no rows")
-    if estimate and (propensity or design):
-        raise DataError("--estimate-propensity estimates the logging policy: give it without --propensity or --design")
+    if estimate_propensity and (propensity or design):
+        raise DataError("`estimate_propensity` estimates the logging policy: give it without `propensity` or `design`")
     frame = frame.reset_index(drop=True)
     kind, key = _contract(frame, source)
     action_column, _ = CONTRACTS[kind]
@@ -93,13 +93,13 @@ def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = 
     labels = _actions(frame, action_column, kind, source)
     actions = np.unique(labels)
     log = Log(kind, key, ids, labels, actions, _outcomes(frame, kind, source), np.ones(len(frame)), source=source)
-    if estimate:
-        log.logging = _estimated(frame, labels, actions, estimate, source)
+    if estimate_propensity:
+        log.logging = _estimated(frame, labels, actions, estimate_propensity, source)
     elif design is not None:
         log.logging = _designed(frame, labels, actions, design, source)
     if log.logging is not None:
         log.propensity = log.logging[np.arange(len(frame)), np.searchsorted(actions, labels)]
-    column = propensity or (PROPENSITY if PROPENSITY in frame.columns and not estimate else None)
+    column = propensity or (PROPENSITY if PROPENSITY in frame.columns and not estimate_propensity else None)
     if column is not None:
         given = _propensities(frame, column, source)
         if design is not None:
@@ -109,12 +109,12 @@ def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = 
             if propensity is None:
                 log.notes.append(f"the logging propensities are the log's {PROPENSITY!r} column")
     elif log.logging is None:
-        raise DataError(f"{source}: no logging propensity: give --propensity COL (a column of the log), --design "
-                        f"uniform|bucket:COL or --estimate-propensity COLS")
+        raise DataError(f"{source}: no logging propensity: give `propensity` COL (a column of the log), `design` "
+                        f"uniform|bucket:COL or `estimate_propensity` COLS")
     if "bucket" in frame.columns and (frame["bucket"] == "exploit").any():
         log.notes.append(f"{int((frame['bucket'] == 'exploit').sum()):,} rows are the service's exploit bucket, each "
                          "the rule's level at propensity 1: they support only plans that agree with the rule there; "
-                         "to judge another plan, export the exploration bucket alone (campaign export --bucket "
+                         "to judge another plan, export the exploration bucket alone (the campaign export's bucket "
                          "explore)")
     return log
 
@@ -202,7 +202,7 @@ def _designed(frame: pd.DataFrame, labels: np.ndarray, actions: np.ndarray, desi
     if design == "uniform":
         return np.full((len(frame), len(actions)), 1.0 / len(actions))
     if not design.startswith("bucket:") or not design.removeprefix("bucket:"):
-        raise DataError(f"--design must be one of {list(DESIGNS)}, got {design!r}")
+        raise DataError(f"`design` must be one of {list(DESIGNS)}, got {design!r}")
     column = design.removeprefix("bucket:")
     require_columns(frame, [column], source)
     bucket = frame[column].astype(str).to_numpy()
@@ -239,3 +239,12 @@ def _agree(frame: pd.DataFrame, given: np.ndarray, implied: np.ndarray, column: 
 def action_label(action) -> str:
     """An action as people write it: a level without a trailing .0 (``20``), a fund's name."""
     return f"{action:g}" if isinstance(action, (float, np.floating)) else str(action)
+
+
+def action_list(actions, shown: int = 3) -> str:
+    """Actions for a message, as people write them: all of a short list, else the first ``shown`` and how many
+    more (``['a', 'b', 'c', … 17 more]``)."""
+    labels = [action_label(a) for a in actions]
+    if len(labels) <= shown + 2:
+        return str(labels)
+    return "[" + ", ".join(map(repr, labels[:shown])) + f", … {len(labels) - shown} more]"

@@ -7,7 +7,7 @@ the action (``level`` or ``fund``):
   when there are merchants, picks the log's population; ``allocate quota``'s);
 - rows (subject, action, ``probability``): a stochastic plan, each subject's probabilities summing to 1.
 
-A plan is given as a file, a directory or glob of parts, or the folder ``allocate --out`` wrote (its
+A plan is given as a table, a file, a directory or glob of parts, or the folder ``allocate`` wrote (its
 ``plan.parquet`` or ``plan/``). The reference plans are ``logging`` (the log's own policy: its value is the
 observed mean, exactly), ``uniform`` (every action alike) and ``constant:ACTION``.
 """
@@ -22,7 +22,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import read_table
-from promokit.policy.log import CONTRACTS, INCENTIVE, Log
+from promokit.policy.log import CONTRACTS, INCENTIVE, Log, action_list
 
 PROBABILITY = "probability"
 LOGGING, UNIFORM, CONSTANT = "logging", "uniform", "constant:"
@@ -43,7 +43,7 @@ class Plan:
 
 
 def plan_path(path: str | Path) -> Path:
-    """The table of a plan given as a file, parts, or the folder ``allocate --out`` wrote."""
+    """The table of a plan given as a file, parts, or the folder ``allocate`` wrote."""
     path = Path(path)
     for inner in (path / "plan.parquet", path / "plan"):
         if path.is_dir() and inner.exists():
@@ -51,12 +51,15 @@ def plan_path(path: str | Path) -> Path:
     return path
 
 
-def read_plan(path: str | Path, log: Log, name: str | None = None) -> tuple[Plan, np.ndarray]:
-    """The plan at ``path`` over ``log``'s subjects, and the mask of the log's rows it decides (a subject the plan
-    does not hold is False)."""
-    table = plan_path(path)
-    frame = read_table(table)
-    source = str(table)
+def read_plan(plan: str | Path | pd.DataFrame, log: Log, name: str | None = None) -> tuple[Plan, np.ndarray]:
+    """The plan (a table, or a path as :func:`plan_path` reads it) over ``log``'s subjects, named ``name`` (by
+    default its folder or file name; ``plan`` for a table), and the mask of the log's rows it decides (a subject
+    the plan does not hold is False)."""
+    if isinstance(plan, pd.DataFrame):
+        frame, source, name = plan, name or "plan", name or "plan"
+    else:
+        table = plan_path(plan)
+        frame, source, name = read_table(table), str(table), name or _name(plan)
     action_column = CONTRACTS[log.kind][0]
     key = "user_id" if "user_id" in frame.columns else log.key
     for column in (key, action_column):
@@ -77,7 +80,7 @@ def read_plan(path: str | Path, log: Log, name: str | None = None) -> tuple[Plan
     np.add.at(matrix, (row_of, np.searchsorted(actions, labels)), probability)
     at = pd.Index(subjects).get_indexer(log.ids)
     decided = at >= 0
-    return Plan(name or _name(path), actions, matrix[np.where(decided, at, 0)], len(subjects)), decided
+    return Plan(name, actions, matrix[np.where(decided, at, 0)], len(subjects)), decided
 
 
 def reference_plan(spec: str, log: Log) -> Plan:
@@ -92,14 +95,14 @@ def reference_plan(spec: str, log: Log) -> Plan:
         try:
             action = float(text) if log.kind == INCENTIVE else text
         except ValueError:
-            raise DataError(f"--reference {spec}: {text!r} is not a level") from None
+            raise DataError(f"`reference` {spec}: {text!r} is not a level") from None
         if action not in set(actions.tolist()):
-            raise DataError(f"--reference {spec}: the log holds no action {text!r}; its actions are "
-                            f"{actions.tolist()}")
+            raise DataError(f"`reference` {spec}: the log holds no action {text!r}; its actions are "
+                            f"{action_list(actions)}")
         probabilities = np.zeros((n, len(actions)))
         probabilities[:, np.searchsorted(actions, action)] = 1.0
         return Plan(spec, actions, probabilities, subjects)
-    raise DataError(f"--reference must be logging, uniform, constant:ACTION or a plan, got {spec!r}")
+    raise DataError(f"`reference` must be logging, uniform, constant:ACTION or a plan, got {spec!r}")
 
 
 def on_actions(plan: Plan, actions: np.ndarray) -> np.ndarray:
@@ -140,8 +143,9 @@ def _probabilities(frame: pd.DataFrame, ids: np.ndarray, source: str) -> np.ndar
     totals = pd.Series(values).groupby(ids).sum()
     off = (totals - 1).abs() > TOLERANCE
     if off.any():
-        raise DataError(f"{source}: the probabilities of {int(off.sum())} subjects do not sum to 1, e.g. subject "
-                        f"{off[off].index[0]!r}: {totals[off].iloc[0]:g}")
+        raise DataError(f"{source}: the probabilities of {int(off.sum())} subjects do not sum to 1 (within "
+                        f"{TOLERANCE:g}), e.g. subject {off[off].index[0]!r}: {totals[off].iloc[0]:g}; renormalise "
+                        f"each subject's probabilities by their sum")
     return values
 
 

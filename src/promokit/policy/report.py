@@ -1,56 +1,154 @@
-"""The report of ``policy evaluate``: a headline per plan, estimates with intervals, paired differences from the
-reference, diagnostics and warnings (Markdown), every figure (JSON) and the estimates with their intervals (PNG)."""
+"""What judging plans on a log finds (:class:`PolicyEvaluation`) and how it reads: a headline per plan, estimates
+with intervals, paired differences from the reference, diagnostics and warnings (report.md), every figure
+(report.json) and the estimates with their intervals (estimates.png)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 import pandas as pd
 
 from promokit.policy.estimators import ESTIMATORS
-from promokit.policy.evaluate import Estimate, Evaluation, PlanResult
-from promokit.report import Report
+from promokit.policy.log import Log
+from promokit.report import Report, json_safe
 
 #: the estimator a headline quotes: DR when there is a model, else SNIPS
 HEADLINE = ("DR", "SNIPS")
 
 
-def build_report(evaluation: Evaluation, setup: dict) -> Report:
-    log, ref = evaluation.log, evaluation.reference
-    report = Report(f"Off-policy evaluation on {log.source}", data=_data(evaluation, setup))
-    report.add("Headline", "\n".join(f"- {line}" for line in headlines(evaluation)))
-    report.add("Setup", "\n".join(f"- {k}: {v}" for k, v in setup.items()))
-    for result in [ref, *evaluation.plans]:
-        report.add(f"{result.name}: mean per subject [95 % interval]", _estimates_table(result, log.outcomes))
-    if evaluation.plans:
-        report.add(f"Against the reference ({ref.name}), paired: difference [95 % interval]",
-                   _differences_table(evaluation))
-        report.add("Diagnostics", pd.DataFrame([{"plan": r.name, **_diagnostics(r)} for r in evaluation.plans]))
-    warnings = [w for r in evaluation.plans for w in r.warnings]
-    if warnings or evaluation.notes:
-        report.add("Warnings and notes", "\n".join(f"- {w}" for w in [*warnings, *evaluation.notes]))
-    report.figures["estimates"] = _figure(evaluation)
-    return report
+@dataclass
+class Estimate:
+    """A point estimate and its 95 % interval; ``outer`` marks a BCa interval whose levels reach the outer tails
+    of the bootstrap replicates (:func:`~promokit.policy.estimators.in_outer_tail`)."""
+
+    value: float
+    low: float
+    high: float
+    outer: bool = False
+
+    def to_dict(self) -> dict:
+        return {"estimate": self.value, "low": self.low, "high": self.high}
 
 
-def headlines(evaluation: Evaluation) -> list[str]:
-    """One line per plan: each outcome against the reference, by DR where there is a model for it, else SNIPS."""
-    lines = []
-    outcomes = list(evaluation.log.outcomes)
-    for result in evaluation.plans:
-        parts = []
-        for outcome in outcomes:
-            estimator = _headline_estimator(result.relative[outcome])
-            parts.append(f"{_signed_percent(result.relative[outcome][estimator])} {outcome} ({estimator})")
-        line = f"{result.name} against {evaluation.reference.name}: " + ", ".join(parts)
-        if result.ratio:
-            estimator = _headline_estimator(result.ratio)
-            line += f"; spend per response {_estimate(result.ratio[estimator])} ({estimator})"
-        lines.append(line)
-    if not lines:
-        lines.append(f"{evaluation.reference.name}: " + ", ".join(
-            f"{_estimate(evaluation.reference.means[o]['IPS'])} {o} per subject" for o in outcomes))
-    return lines
+@dataclass
+class PlanResult:
+    """One plan's estimates (outcome → estimator → mean per subject), totals, ratio and diagnostics."""
+
+    name: str
+    subjects: int
+    means: dict[str, dict[str, Estimate]]
+    totals: dict[str, dict[str, Estimate]]
+    ratio: dict[str, Estimate]
+    diagnostics: dict
+    differences: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # vs the reference
+    relative: dict[str, dict[str, Estimate]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PolicyEvaluation:
+    """Every plan judged on a randomized log against the ``reference``: what :func:`promokit.policy.evaluate`
+    returns and ``promokit policy evaluate`` writes. ``estimates`` and ``differences`` are its tables, ``figures``
+    its plot; :meth:`to_markdown`, :meth:`to_json` and :meth:`write` (report.md, report.json, estimates.png)
+    render it. ``setup`` says how it was made (the report's Setup section)."""
+
+    log: Log
+    reference: PlanResult
+    plans: list[PlanResult]
+    bootstrap: int
+    seed: int
+    clip: float | None
+    notes: list[str]
+    interval_warnings: list[str] = field(default_factory=list)  # BCa endpoints among the most extreme replicates
+    setup: dict = field(default_factory=dict)
+
+    def headlines(self) -> list[str]:
+        """One line per plan: each outcome against the reference, by DR where there is a model, else SNIPS."""
+        lines = []
+        outcomes = list(self.log.outcomes)
+        for result in self.plans:
+            parts = []
+            for outcome in outcomes:
+                estimator = _headline_estimator(result.relative[outcome])
+                parts.append(f"{_signed_percent(result.relative[outcome][estimator])} {outcome} ({estimator})")
+            line = f"{result.name} against {self.reference.name}: " + ", ".join(parts)
+            if result.ratio:
+                estimator = _headline_estimator(result.ratio)
+                line += f"; spend per response {_estimate(result.ratio[estimator])} ({estimator})"
+            lines.append(line)
+        if not lines:
+            lines.append(f"{self.reference.name}: " + ", ".join(
+                f"{_estimate(self.reference.means[o]['IPS'])} {o} per subject" for o in outcomes))
+        return lines
+
+    @property
+    def warnings(self) -> list[str]:
+        """Each plan's warnings (its diagnostics), then the intervals'."""
+        return [*(w for r in self.plans for w in r.warnings), *self.interval_warnings]
+
+    @property
+    def estimates(self) -> pd.DataFrame:
+        """A row per plan, outcome and estimator: the mean per subject and the total, with their intervals."""
+        return pd.DataFrame([
+            {"plan": r.name, "outcome": outcome, "estimator": estimator, "mean": mean.value, "mean_low": mean.low,
+             "mean_high": mean.high, "total": total.value, "total_low": total.low, "total_high": total.high}
+            for r in [self.reference, *self.plans] for outcome, by in r.means.items()
+            for (estimator, mean), total in zip(by.items(), r.totals[outcome].values())])
+
+    @property
+    def differences(self) -> pd.DataFrame:
+        """A row per plan, outcome and estimator: the paired difference from the reference and the relative one,
+        with their intervals."""
+        return pd.DataFrame([
+            {"plan": r.name, "outcome": outcome, "estimator": estimator, "difference": d.value, "low": d.low,
+             "high": d.high, "relative": rel.value, "relative_low": rel.low, "relative_high": rel.high}
+            for r in self.plans for outcome, by in r.differences.items()
+            for (estimator, d), rel in zip(by.items(), r.relative[outcome].values())])
+
+    @cached_property
+    def figures(self) -> dict[str, object]:
+        return {"estimates": _figure(self)}
+
+    def report(self) -> Report:
+        log, ref = self.log, self.reference
+        report = Report(f"Off-policy evaluation on {log.source}", data=_data(self), figures=dict(self.figures))
+        report.add("Headline", "\n".join(f"- {line}" for line in self.headlines()))
+        report.add("Setup", "\n".join(f"- {k}: {v}" for k, v in self.setup.items()))
+        for result in [ref, *self.plans]:
+            report.add(f"{result.name}: mean per subject [95 % interval]", _estimates_table(result, log.outcomes))
+        if any("DM" in by for by in ref.means.values()):
+            report.add("About the intervals", DM_FIXED)
+        if self.plans:
+            report.add(f"Against the reference ({ref.name}), paired: difference [95 % interval]",
+                       _differences_table(self))
+            report.add("Diagnostics", pd.DataFrame([{"plan": r.name, **_diagnostics(r)} for r in self.plans]))
+        if self.warnings or self.notes:
+            report.add("Warnings and notes", "\n".join(f"- {w}" for w in [*self.warnings, *self.notes]))
+        return report
+
+    def to_markdown(self) -> str:
+        return self.report().markdown()
+
+    def to_json(self) -> str:
+        """What report.json holds: the setup, every estimate with its interval, the headlines and the notes."""
+        return json.dumps(json_safe(_data(self)), indent=2)
+
+    def write(self, out_dir: str | os.PathLike) -> Path:
+        """Write report.md, report.json and estimates.png into ``out_dir``."""
+        return self.report().write(out_dir)
+
+    def _repr_markdown_(self) -> str:  # a notebook shows the report
+        return self.to_markdown()
+
+
+DM_FIXED = ("DM's interval holds the score model fixed: the bootstrap resamples the log's subjects, not the data "
+            "the model learnt from, so the model's own error and bias are not in it. DR and SNDR correct the model "
+            "with the logged outcomes; IPS and SNIPS do not use it.")
 
 
 def _headline_estimator(by_estimator: dict) -> str:
@@ -76,7 +174,7 @@ def _estimates_table(result: PlanResult, outcomes) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _differences_table(evaluation: Evaluation) -> pd.DataFrame:
+def _differences_table(evaluation: PolicyEvaluation) -> pd.DataFrame:
     rows = []
     for result in evaluation.plans:
         for estimator in _estimators(result.differences):
@@ -112,7 +210,7 @@ def _signed_percent(e: Estimate) -> str:
     return f"{e.value:+.1%} [{e.low:+.1%}, {e.high:+.1%}]"
 
 
-def _data(evaluation: Evaluation, setup: dict) -> dict:
+def _data(evaluation: PolicyEvaluation) -> dict:
     def plan(result: PlanResult) -> dict:
         nested = lambda table: {o: {e: v.to_dict() for e, v in by.items()} for o, by in table.items()}
         return {"name": result.name, "subjects": result.subjects, "means": nested(result.means),
@@ -120,11 +218,13 @@ def _data(evaluation: Evaluation, setup: dict) -> dict:
                 "difference": nested(result.differences), "relative_difference": nested(result.relative),
                 "diagnostics": result.diagnostics, "warnings": result.warnings}
 
-    return {"setup": setup, "reference": plan(evaluation.reference), "plans": [plan(r) for r in evaluation.plans],
-            "headline": headlines(evaluation), "notes": evaluation.notes}
+    return {"setup": evaluation.setup, "reference": plan(evaluation.reference),
+            "plans": [plan(r) for r in evaluation.plans],
+            "headline": evaluation.headlines(), "interval_warnings": evaluation.interval_warnings,
+            "notes": evaluation.notes}
 
 
-def _figure(evaluation: Evaluation):
+def _figure(evaluation: PolicyEvaluation):
     import matplotlib
 
     matplotlib.use("Agg")

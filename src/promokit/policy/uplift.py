@@ -18,10 +18,10 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.metrics.uplift import DEFINITIONS, UpliftCurves, uplift_figure
-from promokit.policy.log import INCENTIVE, VALUE, Log, action_label
+from promokit.policy.log import INCENTIVE, VALUE, Log, action_label, action_list
 from promokit.report import Report
 
-#: the outcomes ``--outcome`` names, per contract (the first is the default) → the log's outcome
+#: the outcomes ``outcome`` names, per contract (the first is the default) → the log's outcome
 OUTCOMES = {INCENTIVE: {"redeemed": "responses", "spend": "spend"},
             VALUE: {"convert": "conversions", "amount": "amount"}}
 
@@ -41,7 +41,7 @@ def uplift_by_action(log: Log, scores: np.ndarray, score_actions: np.ndarray, co
                      outcome: str | None = None) -> UpliftByAction:
     """Every logged action against ``control`` (default: the lowest level of an incentive log; a value log's
     funds have no lowest, so it is named) on the ``outcome`` (:data:`OUTCOMES`), with the scores of each row of
-    ``log`` over ``score_actions`` (:func:`~promokit.policy.evaluate.read_scores`): response probabilities f of an incentive log (for
+    ``log`` over ``score_actions`` (:func:`~promokit.policy.judge.read_scores`): response probabilities f of an incentive log (for
     ``spend``, r·f), the ETV of a value log. Per action: its rows (``treated``) and the control's,
     the observed uplift (the difference of their mean outcomes), the mean predicted uplift, the AUUC, the Qini
     coefficient and the Qini area (:class:`~promokit.metrics.UpliftCurves`; NaN where the pair's outcomes are
@@ -83,7 +83,7 @@ def _outcome(log: Log, name: str | None) -> tuple[str, np.ndarray]:
     choices = OUTCOMES[log.kind]
     name = name or next(iter(choices))
     if name not in choices:
-        raise DataError(f"--outcome is one of {list(choices)} for {log.kind} logs, got {name!r}")
+        raise DataError(f"`outcome` is one of {list(choices)} for {log.kind} logs, got {name!r}")
     y = log.outcomes[choices[name]]
     if len(np.unique(y)) < 2:
         raise DataError(f"{log.source}: the outcome {name!r} is {y[0]:g} on all {len(y):,} rows: no action can "
@@ -95,18 +95,18 @@ def _control(log: Log, control: str | None) -> int:
     """The position of the control among the log's actions."""
     if control is None:
         if log.kind == VALUE:
-            raise DataError(f"a value log's funds have no lowest: name the control fund with --control (one of "
-                            f"{log.actions.tolist()})")
+            raise DataError(f"a value log's funds have no lowest: name the control fund with `control` (one of "
+                            f"{action_list(log.actions)})")
         position = 0
     else:
         try:
             wanted = float(control) if log.kind == INCENTIVE else str(control)
         except ValueError:
-            raise DataError(f"--control must be a level (a number) for an incentive log, got {control!r}") from None
+            raise DataError(f"`control` must be a level (a number) for an incentive log, got {control!r}") from None
         found = np.flatnonzero(log.actions == wanted)
         if not len(found):
-            raise DataError(f"--control {control}: the log never took that action; its actions are "
-                            f"{[action_label(a) for a in log.actions]}")
+            raise DataError(f"`control` {control}: the log never took that action; its actions are "
+                            f"{action_list(log.actions)}")
         position = int(found[0])
     if len(log.actions) < 2:
         raise DataError(f"{log.source}: every row took the action {action_label(log.actions[0])}: there is no other action "

@@ -2,9 +2,9 @@
 part in this process.
 
 One loop for every estimator whose network trains by epochs of mini-batches. A :class:`TrainJob` holds the
-estimator with its fitted encoders (it gives ``train_config``, ``_build_net()`` and the validation metrics
-``_metrics(labels)``), two row readers (``load(estimator, segment)`` → the network's tensors of a segment of the
-parts' training or validation rows) and the shards (:meth:`TrainJob.cut`); :func:`run_job` trains it in this
+estimator with its fitted encoders (it gives ``train_config``, ``build_net()`` and the validation metrics
+``validation_metrics(labels)``), two row readers (``load(estimator, segment)`` → the network's tensors of a segment
+of the parts' training or validation rows) and the shards (:meth:`TrainJob.cut`); :func:`run_job` trains it in this
 process or on Ray Train, with the checkpoints below. :func:`plan` builds the job of a table's parts (conversion,
 below); ``promokit.value.parts`` builds the job of a value dataset's co-partitioned tables with the same scan, count
 and shard pieces (:func:`integer_levels`, :func:`time_counts`, :func:`time_threshold`, :func:`shards`).
@@ -224,7 +224,7 @@ def _count_part(job: tuple) -> PartCount:
     estimator, holdout, encode, index, path = job
     with naming(path):
         frame = read_part(path)
-        spec = estimator.spec
+        spec = estimator.feature_spec
         needed = [*spec.features, *spec.labels.values(), *spec.micro_behaviors]
         missing = [name for name in needed if name not in frame.columns]
         if missing:
@@ -296,18 +296,18 @@ def shards(sizes: list[int], workers: int, pad: bool) -> list[list[Segment]]:
 
 
 def _resolve_spec(estimator, paths: list[str], scans: list[PartScan]) -> None:
-    """Resolve the estimator's spec on the first part with rows; integer columns whose role is inferred are
-    classified by their distinct values over every part, as on the concatenated table."""
+    """Resolve the estimator's spec on the first part with rows into its ``feature_spec``; integer columns whose
+    role is inferred are classified by their distinct values over every part, as on the concatenated table."""
     first = next((k for k, scan in enumerate(scans) if scan.rows), None)
     if first is None:
         raise DataError(f"the table has no rows in its {len(paths)} parts")
-    inferred = not (estimator.spec.categorical or estimator.spec.numeric)
+    inferred = not (estimator.declared_spec.categorical or estimator.declared_spec.numeric)
     with naming(paths[first]):
         sample = read_part(paths[first])
-        spec = estimator._resolve(sample)
+        spec = estimator.resolve_spec(sample)
     if inferred:
         spec = classify_integers(spec, [scan.levels for scan in scans], list(sample.columns))
-    estimator.spec = spec
+    estimator.feature_spec = spec
 
 
 def time_counts(times) -> tuple[np.ndarray, np.ndarray]:
@@ -341,7 +341,7 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
     counts; cut the shards of ``workers`` workers."""
     paths = [str(Path(p).resolve()) for p in list_parts(data)]
     items = list(enumerate(paths))
-    spec = estimator.spec
+    spec = estimator.declared_spec
     cfg = estimator.train_config
     how = None
     if valid is None and valid_fraction > 0:
@@ -378,7 +378,7 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
         raise DataError(f"{data}: the table has no training rows in its {len(paths)} parts")
     if valid is not None and n_valid == 0:
         raise DataError(f"--valid {valid}: the validation table has no rows")
-    encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.spec)
+    encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.feature_spec)
     estimator.fit_counts(encoder, [c.labels for c in counts], valid_counts if (valid is not None or how) else [])
     validated = valid is not None or how is not None
     valid_rows = Rows(tuple(valid_paths), Holdout("all") if valid is not None else holdout, True) if validated else None
@@ -484,7 +484,7 @@ def run_shard(job: TrainJob, comm) -> tuple[torch.nn.Module, History]:
     estimator = job.estimator
     cfg = estimator.train_config
     seed_everything(cfg.seed)
-    net = estimator._build_net()
+    net = estimator.build_net()
     forward = comm.wrap(net)  # DDP broadcasts rank 0's initial weights
     optimizers = make_optimizers(net, cfg.lr, cfg.weight_decay,
                                  embedding_decay_for(cfg, job.steps * cfg.batch_size))  # the epoch's global rows
@@ -553,7 +553,7 @@ def _validate(job: TrainJob, comm, net) -> dict:
         outputs = {k: torch.from_numpy(np.concatenate([p[0][k] for p in everything])) for k in everything[0][0]}
         labels = {k: torch.from_numpy(np.concatenate([p[1][k] for p in everything])) for k in everything[0][1]}
         try:
-            record = validation_record(net, outputs, labels, estimator._metrics(labels))
+            record = validation_record(net, outputs, labels, estimator.validation_metrics(labels))
         except DataError as exc:
             record = {"error": str(exc)}
     record = comm.broadcast(record)
@@ -580,10 +580,10 @@ def fit_parts(estimator, data, engine: str = "local", address: str | None = None
     (``local``). ``valid`` is a validation table (a file or parts); else ``valid_fraction`` of the rows validate,
     by ``valid_split``. The estimator comes back fitted, as :meth:`ConversionModel.fit` leaves it."""
     if not estimator.trains_by_epochs:
-        raise DataError(f"model {estimator.name!r} is not trained by epochs of mini-batches, so it cannot train over "
+        raise DataError(f"model {estimator.model!r} is not trained by epochs of mini-batches, so it cannot train over "
                         "a table's parts; read the table whole (--engine local with one file), or choose a network "
                         "(esmm, esm2, dnn, gmcm …)")
-    wide_over_parts(estimator.params)
+    wide_over_parts(estimator.model_params)
     runner = make_engine(engine, address, workers)
     job = plan(estimator, data, runner, runner.workers, valid, valid_fraction, valid_split)
     estimator.net, estimator.report.history = run_job(job, runner, checkpoint_dir, resume)
@@ -658,7 +658,7 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
     if state is None:
         raise DataError("training was interrupted before its first epoch ended; nothing to save") if interrupted \
             else DataError("Ray Train finished without a checkpoint")
-    net = job.estimator._build_net()
+    net = job.estimator.build_net()
     net.load_state_dict(state["best_state"] if state["best_state"] is not None else state["model"])
     net.eval()
     history = History(**state["history"])

@@ -1,0 +1,25 @@
+"""The decision service: a campaign directory (:func:`promokit.campaign.build`, :func:`load_campaign`), the FastAPI
+app that serves it (:func:`create_app`; ``promokit serve`` runs it under uvicorn), the budget ledger it writes
+(:class:`Ledger`), the log exported from that ledger (:func:`export_log`) and a load generator (:func:`run_replay`).
+
+Exports load lazily (PEP 562), so ``promokit --help`` imports neither FastAPI nor SQLAlchemy.
+"""
+
+from promokit.lazy import lazy_exports
+
+_EXPORTS = {
+    "create_app": "promokit.serve.app",
+    "Campaign": "promokit.serve.campaign",
+    "CampaignConfig": "promokit.serve.campaign",
+    "Pacing": "promokit.serve.campaign",
+    "load_campaign": "promokit.serve.campaign",
+    "Export": "promokit.serve.export",
+    "export_log": "promokit.serve.export",
+    "Ledger": "promokit.serve.ledger",
+    "run_replay": "promokit.serve.replay",
+    "running_service": "promokit.serve.replay",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -43,7 +43,8 @@ from promokit.serve.schema import (Assignment, DecisionIn, DecisionOut, Invalid,
 
 MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
-EXPLORE_ENV = "PROMOKIT_EXPLORE"  # serve --explore, for the workers
+# what the parent tells the workers uvicorn starts (prepare_workers → app_from_environment)
+CAMPAIGN_ENV, LEDGER_ENV, EXPLORE_ENV = "PROMOKIT_CAMPAIGN", "PROMOKIT_LEDGER", "PROMOKIT_EXPLORE"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 class BatchWriter:
@@ -256,7 +257,8 @@ class RequestRoute(APIRoute):
 
 def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None,
                explore: float | None = None) -> FastAPI:
-    """The service for one campaign. ``ledger_url`` defaults to ``sqlite:///<campaign>/ledger.sqlite``;
+    """The service for one campaign (``promokit serve`` runs it under uvicorn, a worker each). ``ledger_url``
+    defaults to ``sqlite:///<campaign>/ledger.sqlite``;
     ``token`` (default ``$PROMOKIT_API_TOKEN``) is the bearer token the mutating endpoints require; ``explore``
     replaces the campaign's exploration share (its seed stays the campaign's)."""
     from promokit.serve.page import render_page
@@ -266,8 +268,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         raise RuntimeError(f"set {TOKEN_ENV} to the bearer token clients must send (mutating endpoints refuse "
                            f"requests without it)")
     campaign = load_campaign(campaign_dir, explore)
-    ledger = Ledger(ledger_url or f"sqlite:///{os.path.abspath(campaign.path / 'ledger.sqlite')}",
-                    exponent=campaign.config.currency_exponent)
+    ledger = Ledger(campaign.ledger_url(ledger_url), exponent=campaign.config.currency_exponent)
     expected = f"Bearer {token}".encode()
 
     @asynccontextmanager
@@ -319,7 +320,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
     @app.get("/v1/assignments/{user_id}", response_model=Assignment, responses=responses(404, 422))
     async def assignment(user_id: Key) -> Assignment:
         if not campaign.assignments:
-            raise HTTPException(404, "this campaign has no quota plan (campaign build --quota-plan)")
+            raise HTTPException(404, "this campaign has no quota plan (it was built without one)")
         fund = campaign.assignments.get(user_id)
         if fund is None:
             raise HTTPException(404, f"user_id {user_id!r} is not in the quota plan")
@@ -356,11 +357,26 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
     return app
 
 
+def prepare_workers(campaign_dir: str | os.PathLike, ledger_url: str | None = None,
+                    explore: float | None = None) -> tuple[Campaign, str]:
+    """What the parent of the service's workers does before uvicorn starts them: load the campaign (``explore``
+    replacing its exploration share), create or migrate its ledger once rather than in every worker at once, and
+    put both in the environment :func:`app_from_environment` reads. Returns the campaign and the ledger's URL."""
+    campaign = load_campaign(campaign_dir, explore)
+    url = campaign.ledger_url(ledger_url)
+    ledger = Ledger(url, exponent=campaign.config.currency_exponent)
+    ledger.open(campaign.config.cap_minor)
+    ledger.close()
+    os.environ.update({CAMPAIGN_ENV: str(campaign.path.resolve()), LEDGER_ENV: url,
+                       EXPLORE_ENV: repr(campaign.config.explore)})
+    return campaign, url
+
+
 def app_from_environment() -> FastAPI:
     """Factory for ``uvicorn --factory`` and multi-worker runs: the settings come from the environment."""
     exit_with_parent()
     explore = os.environ.get(EXPLORE_ENV)
-    return create_app(os.environ["PROMOKIT_CAMPAIGN"], os.environ.get("PROMOKIT_LEDGER") or None,
+    return create_app(os.environ[CAMPAIGN_ENV], os.environ.get(LEDGER_ENV) or None,
                       explore=None if explore is None else float(explore))
 
 

@@ -12,7 +12,7 @@ Layout (every file written atomically; nothing is unpickled when it is read back
     lookup/<population>/ ids.npy (the ids as sorted UTF-8 bytes), scores.npy (their rows, in that order),
                          mean.npy (the population's mean curve): what the service reads
 
-:func:`build_campaign` checks that the score tables offer the levels the budget plan was solved for and that
+:func:`build` checks that the score tables offer the levels the budget plan was solved for and that
 the plan's λ* and B are there; :func:`load_campaign` memory-maps each population's lookup: the service starts at
 once whatever the population's size, and the workers of one machine share one copy of it in the page cache
 (a dictionary of 10⁶ ids took 1.4 s and 530 MB per worker; 10⁸ would not fit).
@@ -37,23 +37,26 @@ from promokit.allocation.tables import FUND, USER, BudgetTable, read_budget_tabl
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_npy, write_parquet
 from promokit.serve.money import EXPONENTS, to_minor
+from promokit.serve.options import (COLD_START, COUPON_TTL_SECONDS, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
+                                    PACING_WINDOW, WHEN_EXHAUSTED)
 
 CONFIG = "campaign.json"
 TABLES = {"customer": "customers.parquet", "merchant": "merchants.parquet"}
 ASSIGNMENTS = "assignments.parquet"
 LOOKUP = "lookup"
-WHEN_EXHAUSTED = ("lowest", "none")
+LEDGER = "ledger.sqlite"  # the campaign's own ledger, unless the service is given another
+EXHAUSTED_ANSWERS = ("lowest", "none")
 PAID_ON = ("response", "request")
-COLD_START = ("mean", "lowest", "none")
+COLD_START_ANSWERS = ("mean", "lowest", "none")
 
 
 @dataclass
 class Pacing:
     """How λ follows the traffic (see :mod:`promokit.serve.pacing`)."""
 
-    window: int = 4096  # recent requests λ is re-solved on
-    every: int = 256  # re-solve after this many decisions of one worker
-    gain: float = 0.5  # exponent of the ratio correction, 0 = no feedback
+    window: int = PACING_WINDOW
+    every: int = PACING_EVERY
+    gain: float = PACING_GAIN
     enabled: bool = True
 
 
@@ -64,11 +67,11 @@ class CampaignConfig:
     B: float
     lam: float  # λ* of the offline plan; the service starts from it
     cap: float  # hard cap on money at risk (face value of open coupons + money paid), ≤ currency_exponent decimals
-    coupon_ttl_seconds: float = 7 * 24 * 3600.0
-    when_exhausted: str = "lowest"  # "lowest" level if its face value fits, else none; "none" at once
+    coupon_ttl_seconds: float = COUPON_TTL_SECONDS
+    when_exhausted: str = WHEN_EXHAUSTED  # "lowest" level if its face value fits, else none; "none" at once
     merchant_paid_on: str = "response"
-    cold_start: str = "mean"  # an id the score table does not hold: "mean" curve, "lowest" level, or "none"
-    currency_exponent: int = 2  # decimals of the currency's minor unit: money is kept in integer minor units
+    cold_start: str = COLD_START  # an id the score table does not hold: "mean" curve, "lowest" level, or "none"
+    currency_exponent: int = CURRENCY_EXPONENT  # decimals of the currency's minor unit: money is kept in minor units
     explore: float = 0.0  # share of subjects answered with a uniformly random level (promokit.serve.explore)
     explore_seed: int = 0  # key of the hashes that pick those subjects and their levels
     model_version: str = ""
@@ -103,8 +106,8 @@ class CampaignConfig:
                 raise DataError(f"{name} must be a finite number ≥ 0, got {value!r}")
         if self.coupon_ttl_seconds <= 0:
             raise DataError(f"coupon_ttl_seconds must be > 0, got {self.coupon_ttl_seconds!r}")
-        for name, allowed in (("when_exhausted", WHEN_EXHAUSTED), ("merchant_paid_on", PAID_ON),
-                              ("cold_start", COLD_START)):
+        for name, allowed in (("when_exhausted", EXHAUSTED_ANSWERS), ("merchant_paid_on", PAID_ON),
+                              ("cold_start", COLD_START_ANSWERS)):
             if getattr(self, name) not in allowed:
                 raise DataError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
         if isinstance(self.currency_exponent, bool) or self.currency_exponent not in EXPONENTS:
@@ -189,15 +192,22 @@ class Campaign:
     def levels(self) -> np.ndarray:
         return np.asarray(self.config.levels, dtype=np.float64)
 
+    def ledger_url(self, url: str | None = None) -> str:
+        """``url``, or by default the URL of the campaign's own SQLite ledger."""
+        return url or f"sqlite:///{(self.path / LEDGER).resolve()}"
 
-def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float, *,
-                   merchants=None, quota_plan=None, coupon_ttl_seconds: float = 7 * 24 * 3600.0,
-                   when_exhausted: str = "lowest", merchant_paid_on: str | None = None, cold_start: str = "mean",
-                   currency_exponent: int = 2, explore: float = 0.0, explore_seed: int = 0,
-                   pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
-    """Write a campaign directory from ``incentive predict``'s score tables (frames, or paths of a file or of a
+
+def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float | str, *, merchants=None,
+          quota_plan=None, coupon_ttl_seconds: float = COUPON_TTL_SECONDS, when_exhausted: str = WHEN_EXHAUSTED,
+          merchant_paid_on: str | None = None, cold_start: str = COLD_START,
+          currency_exponent: int = CURRENCY_EXPONENT, explore: float = 0.0, explore_seed: int = 0,
+          pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
+    """Write a campaign directory at ``out`` (``promokit campaign build``; :func:`promokit.campaign.build`) from
+    ``incentive predict``'s score tables (``customers``, optional ``merchants``: frames, or paths of a file or of a
     directory/glob of Parquet parts, read into one frame), the folder (or ``report.json``) ``allocate budget``
-    wrote for them, a cap on money at risk and an optional quota plan (``plan.parquet`` or ``plan/`` of parts).
+    wrote for them (``budget_report``), a ``cap`` on money at risk (a number, or a decimal as text) and an optional
+    quota plan (a frame, ``plan.parquet`` or ``plan/`` of parts). ``model_version`` defaults to a hash of the score
+    tables; ``pacing`` to :class:`Pacing`'s defaults.
 
     ``merchant_paid_on`` defaults to the cost model the plan's λ* was solved under (its report says, when it was
     solved with merchants; else ``response``); another one is refused, as it would serve λ* under other costs.
@@ -242,7 +252,7 @@ def build_campaign(out: str | os.PathLike, customers, budget_report: str | os.Pa
 
 
 def load_campaign(path: str | os.PathLike, explore: float | None = None) -> Campaign:
-    """The campaign directory at ``path``; ``explore`` (``serve --explore``) replaces its exploration share."""
+    """The campaign directory at ``path``; ``explore`` replaces its exploration share."""
     path = Path(path)
     if not (path / CONFIG).is_file():
         raise DataError(f"{path} is not a campaign directory: {CONFIG} is missing (make one with "
@@ -272,7 +282,7 @@ def load_campaign(path: str | os.PathLike, explore: float | None = None) -> Camp
 def _read_report(path: Path) -> dict:
     file = path / "report.json" if path.is_dir() else path
     if not file.is_file():
-        raise DataError(f"{file} not found: give the folder `allocate budget --out` wrote, or its report.json")
+        raise DataError(f"{file} not found: give the folder allocate budget wrote, or its report.json")
     try:
         report = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -11,7 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, get_console, user_errors
+from promokit.cli_support import TABLE_HELP, flags_in_errors, get_console, user_errors
+from promokit.serve.options import (COLD_START, COUPON_TTL_SECONDS, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
+                                    PACING_WINDOW, WHEN_EXHAUSTED)
 
 campaign_app = typer.Typer(help="Campaign directories: what the decision service serves.", no_args_is_help=True)
 
@@ -25,21 +27,22 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
           cap: Annotated[str, typer.Option("--cap", help="Hard cap on money at risk: face value of open coupons + money paid (a decimal with at most --currency-exponent decimals).")],
           merchants: Annotated[Optional[Path], typer.Option("--merchants", help=f"Merchants' score table (eq. 20), same levels ({TABLE_HELP}).")] = None,
           quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="The plan of `allocate quota` (user_id, fund): OUT/plan.parquet, or OUT/plan/ when it solved parts; served by GET /v1/assignments.")] = None,
-          coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = 7 * 24 * 3600.0,
-          when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = "lowest",
+          coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = COUPON_TTL_SECONDS,
+          when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = WHEN_EXHAUSTED,
           merchant_paid_on: Annotated[Optional[str], typer.Option("--merchant-paid-on", help="response | request (default: what allocate budget was given, from its report; response for a plan without merchants).")] = None,
-          cold_start: Annotated[str, typer.Option("--cold-start", help="An id the score table does not hold: mean (the rule on the population's mean curve; anyone can mint ids, so this gives coupons to unknown ids) | lowest (the lowest level) | none (no incentive).")] = "mean",
-          currency_exponent: Annotated[int, typer.Option("--currency-exponent", help="Decimals of the currency's minor unit (2 for cents, 0 for yen): the ledger keeps money in integer minor units.")] = 2,
+          cold_start: Annotated[str, typer.Option("--cold-start", help="An id the score table does not hold: mean (the rule on the population's mean curve; anyone can mint ids, so this gives coupons to unknown ids) | lowest (the lowest level) | none (no incentive).")] = COLD_START,
+          currency_exponent: Annotated[int, typer.Option("--currency-exponent", help="Decimals of the currency's minor unit (2 for cents, 0 for yen): the ledger keeps money in integer minor units.")] = CURRENCY_EXPONENT,
           explore: Annotated[float, typer.Option("--explore", help="Share of subjects, in [0, 1), answered with a level drawn uniformly among the levels (under the same cap), chosen by a keyed hash of their id: the log `campaign export` writes for off-policy evaluation.")] = 0.0,
           explore_seed: Annotated[int, typer.Option("--explore-seed", help="Key of the hashes that choose the explored subjects and their levels, an integer in [0, 2^64).")] = 0,
-          pacing_window: Annotated[int, typer.Option("--pacing-window", help="Recent requests λ is re-solved on.")] = 4096,
-          pacing_every: Annotated[int, typer.Option("--pacing-every", help="Re-solve λ after this many decisions (per worker).")] = 256,
-          pacing_gain: Annotated[float, typer.Option("--pacing-gain", help="Feedback exponent g of B_t = B·(B/ρ̂)^g; 0 follows traffic only.")] = 0.5,
+          pacing_window: Annotated[int, typer.Option("--pacing-window", help="Recent requests λ is re-solved on.")] = PACING_WINDOW,
+          pacing_every: Annotated[int, typer.Option("--pacing-every", help="Re-solve λ after this many decisions (per worker).")] = PACING_EVERY,
+          pacing_gain: Annotated[float, typer.Option("--pacing-gain", help="Feedback exponent g of B_t = B·(B/ρ̂)^g; 0 follows traffic only.")] = PACING_GAIN,
           pacing: Annotated[bool, typer.Option("--pacing/--no-pacing", help="Re-solve λ online (ratio budgets only).")] = True,
           model_version: Annotated[Optional[str], typer.Option("--model-version", help="Version string returned with every decision (default: a hash of the score tables).")] = None):
     """Make a campaign directory from `incentive predict` score tables and the `allocate budget` plan."""
     with user_errors():
-        from promokit.serve.campaign import Pacing, build_campaign
+        from promokit.campaign import build as build_campaign
+        from promokit.serve.campaign import Pacing
 
         campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
                                   coupon_ttl_seconds=coupon_ttl, when_exhausted=when_exhausted,
@@ -64,16 +67,13 @@ def export(campaign: CampaignOpt,
            every_decision: Annotated[bool, typer.Option("--every-decision", help="One row per decision, not per subject (the first): ids may repeat.")] = False):
     """Write the ledger's decisions and outcomes as a log in the incentive contract, with propensities, for
     `policy evaluate` and `incentive train`."""
-    with user_errors():
+    with user_errors(), flags_in_errors({"ledger_url": "--ledger", "features": "--customers"}):
         from promokit.data.errors import DataError
         from promokit.data.io import TABLE_SUFFIXES, write_table
         from promokit.serve.export import export_log
 
         if out.suffix not in TABLE_SUFFIXES or out.is_dir():
             raise DataError(f"--out must be a file ending in .parquet or .csv, got {out}")
-        if customers is not None and population != "customer":
-            raise DataError("--customers joins customer features; the merchants' outcomes in the ledger are 0/1, not "
-                            "the share counts a merchants table for `incentive train` needs")
         result = export_log(campaign, ledger, population=population, bucket=bucket, every_decision=every_decision,
                             features=customers)
         write_table(result.log, out)
@@ -89,35 +89,27 @@ def serve(campaign: CampaignOpt,
           workers: Annotated[int, typer.Option("--workers", help="Worker processes; they share the ledger.")] = 1,
           explore: Annotated[Optional[float], typer.Option("--explore", help="Replace the campaign's exploration share for this run (its seed stays the campaign's).")] = None):
     """Serve real-time decisions (eqs. 19–20) under a hard cap on money at risk. Needs $PROMOKIT_API_TOKEN."""
-    with user_errors():
+    with user_errors(), flags_in_errors({"ledger_url": "--ledger"}):
         import uvicorn
 
         from promokit.data.errors import DataError
-        from promokit.serve.app import EXPLORE_ENV, TOKEN_ENV
-        from promokit.serve.campaign import load_campaign
-        from promokit.serve.ledger import Ledger
+        from promokit.serve.app import TOKEN_ENV, prepare_workers
         from promokit.serve.metrics import multiprocess_dir
 
         if not os.environ.get(TOKEN_ENV):
             raise DataError(f"set {TOKEN_ENV} to the bearer token clients must send with POST requests")
         if workers < 1 or not 0 < port < 65536:
             raise DataError(f"--workers must be ≥ 1 and --port in 1..65535, got {workers} and {port}")
-        loaded = load_campaign(campaign, explore)
-        url = ledger or f"sqlite:///{(loaded.path / 'ledger.sqlite').resolve()}"
-        opened = Ledger(url, exponent=loaded.config.currency_exponent)
-        opened.open(loaded.config.cap_minor)  # migrate once here, not racing in every worker
-        opened.close()
+        loaded, url = prepare_workers(campaign, ledger, explore)
         console = get_console()
         if not _loopback(host):
             console.print(f"[yellow]binding {host}: the service is reachable from other machines[/]")
         console.print(f"serving campaign {loaded.config.model_version} on http://{host}:{port} with {workers} "
                       f"worker(s), ledger {url.split('@')[-1]}"
                       + (f", exploring {loaded.config.explore:.2%} of subjects" if loaded.config.explore else ""))
-        os.environ["PROMOKIT_CAMPAIGN"], os.environ["PROMOKIT_LEDGER"] = str(loaded.path.resolve()), url
-        os.environ[EXPLORE_ENV] = repr(loaded.config.explore)
         # request metrics summed over the workers, in a directory per port: a restart after kill -9 empties it
         with multiprocess_dir(Path(tempfile.gettempdir()) / f"promokit-metrics-{port}"):
-                uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
+            uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
                         workers=workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
 
 

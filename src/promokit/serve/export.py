@@ -31,7 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
 from promokit.data.spec import keyed_table
-from promokit.serve.campaign import load_campaign
+from promokit.serve.campaign import LEDGER, Campaign, load_campaign
 from promokit.serve.explore import EXPLOIT, EXPLORE
 from promokit.serve.ledger import EXPIRED, NO_LEVEL, Ledger
 
@@ -62,6 +62,9 @@ def export_log(campaign_dir: str | os.PathLike, ledger_url: str | None = None, *
     """The log of ``population``'s decisions in the campaign's ledger (module docstring). ``ledger_url``
     defaults to the campaign's SQLite ledger; ``features`` is a table (a frame or a path) keyed by the
     population's id; ``now`` (tests) is the time that decides which coupons are still open."""
+    if features is not None and population != "customer":
+        raise DataError("`features` joins customer features; the merchants' outcomes in the ledger are 0/1, not "
+                        "the share counts a merchants table for `incentive train` needs")
     if population not in ID:
         raise DataError(f"population must be one of {list(ID)}, got {population!r}")
     if bucket not in BUCKETS:
@@ -69,7 +72,7 @@ def export_log(campaign_dir: str | os.PathLike, ledger_url: str | None = None, *
     campaign = load_campaign(campaign_dir)
     if population not in campaign.populations:
         raise DataError(f"the campaign at {campaign.path} has no {population}s")
-    frame, exponent = _read(_ledger(campaign.path, ledger_url), population)
+    frame, exponent = _read(_ledger(campaign, ledger_url), population)
     export = Export(pd.DataFrame(), len(frame))
     if not every_decision:
         frame = export.keep(frame, ~frame["subject_id"].duplicated(), "later decisions of a subject")
@@ -99,14 +102,12 @@ def export_log(campaign_dir: str | os.PathLike, ledger_url: str | None = None, *
     return export
 
 
-def _ledger(campaign: Path, url: str | None) -> Ledger:
-    if url is None:
-        path = campaign / "ledger.sqlite"
-        if not path.is_file():
-            raise DataError(f"no ledger at {path}: the campaign has not been served, or its ledger is elsewhere "
-                            f"(--ledger)")
-        url = f"sqlite:///{path.resolve()}"
-    elif url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
+def _ledger(campaign: Campaign, url: str | None) -> Ledger:
+    if url is None and not (campaign.path / LEDGER).is_file():
+        raise DataError(f"no ledger at {campaign.path / LEDGER}: the campaign has not been served, or its ledger is "
+                        f"elsewhere (`ledger_url`)")
+    url = campaign.ledger_url(url)
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).is_file():
         raise DataError(f"no ledger at {url.removeprefix('sqlite:///')}")
     return Ledger(url)
 

@@ -834,7 +834,7 @@ def normalise_url(url: str) -> str:
         return "postgresql+psycopg" + url[len(scheme):]
     if scheme == "sqlite" and url.startswith("sqlite:///") and len(url) > len("sqlite:///"):
         return url
-    raise DataError(f"--ledger must be sqlite:///FILE or postgresql://USER@HOST/DB, got {url!r}")
+    raise DataError(f"`ledger_url` must be sqlite:///FILE or postgresql://USER@HOST/DB, got {url!r}")
 
 
 def _engine(url: str, immediate: bool) -> Engine:

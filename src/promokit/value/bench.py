@@ -39,7 +39,7 @@ ORACLE = "oracle"
 #: the models whose ETV goes to the allocators (Table 3: ESMM's pCTCVR as the P1 baseline, ESDPM-NCG, ESDPM; and
 #: the floor)
 ALLOCATED = (FLOOR, "esmm", "esdpm-ncg", "esdpm", ORACLE)
-ALLOCATORS = ("manual", "ha", "ours")
+ALLOCATORS = ("manual", "ha", "prices")
 HEADLINE = ["auc", "logloss", "mse", "mae", "gini", "etv_mae_true", "etv_bias_true", "fund_bias_true", "tha_true",
             "thc", "tha", "best_differs", "uplift_spread"]
 
@@ -63,7 +63,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
     for seed in seeds:
         w = make_world(**(world or {}), seed=seed)
         tables = check_tables(w.deliveries, w.users, w.funds, w.behaviors, w.consumption)
-        train_rows, valid_rows, test_rows = delivery_split(tables)
+        train_rows, valid_rows, test_rows = delivery_split(tables)  # what every model's fit makes by default
         at = tables.time[test_rows].min()
         truth = true_etv_matrix(w, tables)
         quotas = feasible_quotas(tables.tolerance(), tables.risk(), tables.fund_names, seed)
@@ -78,8 +78,8 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 scores, epochs, amount = truth, 0, True
             else:
                 config = TrainConfig(**{**(train or DEFAULT_TRAIN).to_dict(), "seed": seed, "progress": False})
-                model = ValueModel(name, (params or {}).get(name), config).fit(tables, train_rows, valid_rows)
-                predictions = model.predict(tables, test_rows)
+                model = ValueModel(name, (params or {}).get(name), config).fit(tables)
+                predictions = model.predict(tables, rows=test_rows)
                 p_ctcvr, etv = predictions["p_ctcvr"].to_numpy(), predictions["etv"].to_numpy()
                 amount = model.predicts_amount
                 scores, epochs = model.score_matrix(tables, at=at, seed=seed), len(model.history.epochs)

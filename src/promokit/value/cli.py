@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -43,6 +45,25 @@ ModelOpt = Annotated[str, typer.Option("--model", help="two-part (the floor) | e
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversions without a click or an amount, and amounts without a conversion, to 0 (counted) instead of failing.")]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (default, §5.1) | auc.")]
+
+
+#: How a library error names a Python argument, and the flag the CLI says instead.
+_FLAGS = (("split='random'", "--split random"), ("repair_labels=True", "--repair-labels"),
+          ("at must be", "--at must be"))
+
+
+@contextmanager
+def _flag_errors():
+    """Library errors name Python arguments; the value commands' errors name their flags."""
+    from promokit.data import DataError
+
+    try:
+        yield
+    except DataError as exc:
+        message = str(exc)
+        for argument, flag in _FLAGS:
+            message = re.sub(rf"(?<![\w-]){re.escape(argument)}", flag, message)
+        raise DataError(message) from None
 
 
 def _read(data: Path, require_labels: bool = True, repair: bool = False, model=None, types=None):
@@ -92,16 +113,15 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
 
     The other columns of deliveries, users and funds are features, their types inferred (printed at the end and
     kept in config.json): --categorical / --numeric set the type of some."""
-    with user_errors():
+    with user_errors(), _flag_errors():
         set_threads(threads)
         from promokit.value.contract import table_paths
-        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
+        from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
         from promokit.value.parts import in_parts
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 patience=patience, monitor=monitor, seed=seed, wide=wide)
-        estimator = ValueModel(model, model_params, config)
-        estimator.split = {"test_fraction": test_fraction, "valid_fraction": valid_fraction, "how": split, "seed": seed}
+        estimator = ValueModel(model, model_params, config, split=split, test_fraction=test_fraction)
         types = types_option(categorical, numeric)
         console = get_console()
         paths = table_paths(data)
@@ -109,15 +129,16 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
             from promokit.scale.engine import make_engine
             from promokit.value.parts import train_parts
 
-            counts = train_parts(estimator, paths, make_engine(engine, address, workers), estimator.split,
-                                 checkpoint_dir(out) / "user-keys", checkpoint_dir(out), resume, repair_labels, types)
+            counts = train_parts(estimator, paths, make_engine(engine, address, workers),
+                                 checkpoint_dir(out) / "user-keys", valid_fraction, checkpoint_dir(out), resume,
+                                 repair_labels, types)
         else:
             if engine != "local" or address or workers:
                 console.print(f"note: {data} holds whole tables, not parts: training in this process (--engine, "
                               "--address and --workers serve a dataset in parts)")
             tables = _read(data, repair=repair_labels, types=types)
-            rows = dict(zip(("train", "valid", "test"), delivery_split(tables, **estimator.split)))
-            estimator.fit(tables, rows["train"], rows["valid"], checkpoint_dir(out), resume)
+            rows = dict(zip(("train", "valid", "test"), estimator.split_rows(tables, valid_fraction)))
+            estimator.fit(tables, validation=valid_fraction, checkpoint_dir=checkpoint_dir(out), resume=resume)
             counts = {**{k: len(v) for k, v in rows.items()},
                       **{k: v for k, v in tables.counts.items() if k.endswith("(dropped)") and v or
                          k.startswith("repaired")}}
@@ -152,7 +173,7 @@ def predict(model: ModelDirOpt,
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
     dataset in parts is scored part by part on --engine (the model loaded once per worker). Without a deliveries
     table, users × funds are scored alone, in contexts the model kept from its training deliveries."""
-    with user_errors():
+    with user_errors(), _flag_errors():
         set_threads(threads)
         from promokit.data import DataError, write_json
         from promokit.value.contract import table_paths
@@ -177,7 +198,7 @@ def predict(model: ModelDirOpt,
                                     "(--engine, --address and --workers serve a dataset in parts)")
             estimator = ValueModel.load(model)
             tables = _read(data, require_labels=False, model=estimator)
-            name, values, written = estimator.name, [_predict_folder(estimator, tables, out, at, contexts,
+            name, values, written = estimator.model, [_predict_folder(estimator, tables, out, at, contexts,
                                                                      users_list)], out / "scores.parquet"
         summary = _summary(name, values)
         write_json(summary, out / "summary.json")
@@ -201,7 +222,7 @@ def _predict_folder(estimator, tables, out: Path, at, contexts: int, users_list:
     scores = estimator.score_table(tables, when, contexts, users=users)
     write_parquet(scores, out / "scores.parquet")
     if len(tables.deliveries):
-        write_parquet(estimator.predict_with_keys(tables), out / "deliveries.parquet")
+        write_parquet(estimator.predict(tables), out / "deliveries.parquet")
     else:
         console.print("no deliveries table: users × funds scored in the delivery contexts the model kept")
     console.print(f"scored as of {time_text(when)}" if at or not len(times) else
@@ -236,60 +257,62 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
              floor: Annotated[Optional[Path], typer.Option("--floor", help="A two-part model directory to show beside the model; default: the floor fitted on the deliveries the model trained on (with --all: none).")] = None):
     """AUC, logloss, MSE, MAE, normalised Gini, THC, THA, how much the ETV personalises the fund, the decile and the
     per-fund calibration of a trained model, beside the floor's (two-part)."""
-    with user_errors():
-        import numpy as np
-
+    with user_errors(), _flag_errors():
         from promokit.data import DataError
         from promokit.metrics.value import decile_figure
         from promokit.report import Report
-        from promokit.value.estimator import ValueModel, delivery_split
+        from promokit.value.estimator import ValueModel
         from promokit.value.evaluate import beside_floor
-        from promokit.value.evaluate import evaluate as evaluate_model
 
         estimator = ValueModel.load(model)
         tables = _read(data, repair=repair_labels, model=estimator)
         if all_rows:
-            rows = np.arange(len(tables.deliveries))
+            rows = None
         else:
-            if not estimator.split["test_fraction"]:
+            if not estimator.test_fraction:
                 raise DataError("the model was trained on every delivery (--test-fraction 0); evaluate with --all on "
                                 "new data")
-            rows = delivery_split(tables, **estimator.split)[2]
-        metrics, deciles, funds = evaluate_model(estimator, tables, rows)
+            rows = estimator.split_rows(tables)[2]
+        evaluation = estimator.evaluate(tables, rows=rows)
+        metrics = dict(evaluation)
+        deciles, funds = evaluation.tables["decile_calibration"], evaluation.tables["calibration_per_fund"]
         floor_model = _floor(estimator, tables, floor, all_rows)
-        floor_metrics = None if floor_model is None else evaluate_model(floor_model, tables, rows)[0]
+        floor_metrics = None if floor_model is None else dict(floor_model.evaluate(tables, rows=rows))
         table = beside_floor(metrics, floor_metrics)
-        report = Report(f"Value model {estimator.name}", data={
-            "model": estimator.name, "metrics": metrics, "floor": floor_metrics,
+        report = Report(evaluation.title, data={
+            "model": estimator.model, "metrics": metrics, "floor": floor_metrics,
             "deciles": deciles.to_dict(orient="records"), "funds": funds.to_dict(orient="records")})
         report.add("Metrics" + ("" if floor_metrics is None else " (floor: two-part on the same deliveries)"), table)
         report.add("Decile calibration", deciles).add("Calibration per fund", funds)
-        report.figures["deciles"] = decile_figure(deciles, f"{estimator.name}: mean ETV and amount per decile")
+        report.figures["deciles"] = decile_figure(deciles, f"{estimator.model}: mean ETV and amount per decile")
         report.write(out)
-        print_table(f"{estimator.name} on {len(rows):,} deliveries", table.set_index("metric"))
+        print_table(f"{estimator.model} on {metrics['deliveries']:,} deliveries", table.set_index("metric"))
         print_table("calibration per fund (mean ETV / mean amount)", funds.set_index("fund").round(3))
 
 
 def _floor(estimator, tables, path: Optional[Path], all_rows: bool):
     """The floor evaluate shows beside ``estimator``: the two-part model at ``path``, else one fitted on the
     deliveries ``estimator`` trained and validated on (none with --all, or for the floor itself)."""
+    from dataclasses import replace
+
     from promokit.data import DataError
     from promokit.value.bench import FLOOR
-    from promokit.value.estimator import ValueModel, delivery_split
+    from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
 
     if path is not None:
         floor = ValueModel.load(path)
-        if floor.name != FLOOR:
-            raise DataError(f"--floor {path}: holds the model {floor.name!r}, not the floor {FLOOR!r}")
+        if floor.model != FLOOR:
+            raise DataError(f"--floor {path}: holds the model {floor.model!r}, not the floor {FLOOR!r}")
         return floor
-    if estimator.name == FLOOR:
+    if estimator.model == FLOOR:
         return None
     if all_rows:
         get_console().print(f"note: with --all there are no training deliveries to fit the floor on; give --floor "
                             f"DIR (promokit value train --model {FLOOR}) to show it beside")
         return None
-    train, valid, _ = delivery_split(tables, **estimator.split)
-    return ValueModel(FLOOR).fit(tables, train, valid)
+    floor = ValueModel(FLOOR, train=replace(DEFAULT_TRAIN, seed=estimator.train_config.seed), split=estimator.split,
+                       test_fraction=estimator.test_fraction)
+    return floor.fit(tables, validation=estimator.holdout["valid_fraction"])
 
 
 @app.command()
@@ -316,11 +339,11 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
 def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written by synth (tables, truth_etv.parquet, quotas.csv).")],
              model: Annotated[list[Path], typer.Option("--model", help="Model directory trained on this world; repeat for several.")],
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
-             allocators: Annotated[str, typer.Option(help="Comma-separated: manual, ha, ours, exact.")] = "manual,ha,ours",
+             allocators: Annotated[str, typer.Option(help="Comma-separated: manual, ha, prices, exact.")] = "manual,ha,prices",
              seed: SeedOpt = 0):
     """Allocate every user of the world one fund by each model's ETV (and the true ETV) under the quotas and the risk
     rule, then draw outcomes from the true model: CPMD and TAPMD per model and allocator (Table 3 offline)."""
-    with user_errors():
+    with user_errors(), _flag_errors():
         import pandas as pd
 
         from promokit.data import read_table
@@ -341,7 +364,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
                 estimator = ValueModel.load(path)
                 tables = _read(world, model=estimator)
                 truth = true_etv_matrix_from(truth_etv, tables)
-                name, scores = f"{estimator.name} ({path.name})", estimator.score_matrix(tables, seed=seed)
+                name, scores = f"{estimator.model} ({path.name})", estimator.score_matrix(tables, seed=seed)
             rows += simulate_plans(name, scores, truth, quotas, tables.tolerance(), tables.risk(),
                                    tables.users["user_id"], tables.fund_names, truth_etv, seed, names)
         table = pd.DataFrame(rows).drop(columns="seed")

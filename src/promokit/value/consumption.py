@@ -51,7 +51,7 @@ def consumption_states(parts: list, specs: dict, depth: int, out: Path, engine, 
 
 def part_states(layout: GraphLayout, model: ValueModel, k: int) -> list[torch.Tensor]:
     """Users part k's e_c, one tensor per GNN of ``model``, in the part's user order."""
-    depth = len(model.params["fanouts"])
+    depth = len(model.model_params["fanouts"])
     return [torch.from_numpy(graph.load_state(layout, Shard(LEFT, k), f"e{e}h{depth}"))
             for e, _ in enumerate(_gnn_encoders(model))]
 

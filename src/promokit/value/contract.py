@@ -32,6 +32,8 @@ naming the table, the column, the count and an example row.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
+from promokit.data.io import read_table
 from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
 
 USER, FUND, CLICK, CONVERT, AMOUNT, TIME = "user_id", "fund", "click", "convert", "amount", "time"
@@ -223,7 +226,7 @@ def _labels(frame: pd.DataFrame, repair: bool, counts: dict, part: bool) -> tupl
         if not repair:
             raise DataError(f"deliveries: {int(broken.sum())} {what} in {n} rows, e.g. "
                             f"{example_row(frame, broken, columns)}; a purchase needs a click and an amount > 0 "
-                            "(pass --repair-labels to set the conversion or the amount to 0)")
+                            "(repair_labels=True sets the conversion or the amount to 0)")
         counts[f"repaired {what}"] = int(broken.sum())
         if fix == "convert":
             convert = np.where(broken, 0.0, convert)
@@ -328,9 +331,39 @@ def read_folder(folder, require_labels: bool = True, repair_labels: bool = False
     """The tables of a value dataset folder (:func:`table_paths`), each read whole (a directory of parts as its
     parts in order), validated by :func:`check_tables` (``types``: the types it gives inferred features); without
     labels the deliveries may be absent."""
-    from promokit.data.io import read_table
-
     frames = {name: read_table(path) for name, path in table_paths(folder, not require_labels).items()}
     return check_tables(frames.get("deliveries"), frames["users"], frames["funds"], frames.get("behaviors"),
                         frames.get("consumption"), require_labels=require_labels, repair_labels=repair_labels,
                         specs=specs, types=types)
+
+
+def value_tables(data, *, require_labels: bool = True, specs: dict[str, FeatureSpec] | None = None) -> ValueTables:
+    """``data`` as :class:`ValueTables`: the tables themselves, as given; a dataset folder (:func:`read_folder`); or
+    a mapping of table name (deliveries, users, funds [, behaviors, consumption]) → DataFrame or table path,
+    validated by :func:`check_tables` (``specs``: the features a trained model reads; without labels the
+    deliveries may be absent)."""
+    if isinstance(data, ValueTables):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return read_folder(data, require_labels, specs=specs)
+    if not isinstance(data, Mapping):
+        raise DataError(f"data must be ValueTables, a dataset folder or a mapping of table name → DataFrame or path, "
+                        f"got {type(data).__name__}")
+    unknown = [name for name in data if name not in TABLES]
+    if unknown:
+        raise DataError(f"data: no table {unknown[0]!r} in a value dataset; its tables are {list(TABLES)}")
+    needed = [name for name in TABLES if name not in OPTIONAL_TABLES and (require_labels or name != "deliveries")]
+    missing = [name for name in needed if name not in data]
+    if missing:
+        raise DataError(f"data: the {missing[0]} table is missing; a value dataset needs {', '.join(needed)}")
+    frames = {name: _frame(name, table) for name, table in data.items()}
+    return check_tables(frames.get("deliveries"), frames["users"], frames["funds"], frames.get("behaviors"),
+                        frames.get("consumption"), require_labels=require_labels, specs=specs)
+
+
+def _frame(name: str, table) -> pd.DataFrame:
+    if isinstance(table, (str, os.PathLike)):
+        return read_table(table)
+    if not isinstance(table, pd.DataFrame):
+        raise DataError(f"data: table {name!r} must be a DataFrame or a path, got {type(table).__name__}")
+    return table

@@ -1,13 +1,15 @@
 """ValueModel: value tables in → fitted model → ETV per delivery and per user × fund out, saved as a model
-directory."""
+directory; and the split of the deliveries into the rows a model trains on, validates on and holds out."""
 
 from __future__ import annotations
 
 import functools
 import inspect
 import os
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from numbers import Integral, Real
 
 import numpy as np
 import pandas as pd
@@ -29,8 +31,10 @@ from promokit.training import (
     read_model_config,
     write_model_dir,
 )
+from promokit.training.estimator import Estimator, Evaluation
 from promokit.training.seed import seed_everything
-from promokit.value.contract import TIME, TOLERANCE, USER, ValueTables, check_conversions
+from promokit.value.contract import FUND, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
+from promokit.value.evaluate import value_metrics
 from promokit.value.inputs import InputEncoders
 from promokit.value.scoring import KEPT_CONTEXTS, context_values, event_times, kept_contexts, time_text
 from promokit.value.models import ESDPM, MODELS, TwoPart
@@ -43,6 +47,8 @@ DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
 DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4, progress=False)
 MONITORS = ("loss", "auc")
 SPLITS = ("time", "random")
+#: The share of the deliveries left after the test that validates when ``fit`` is given no ``validation`` (§5.1).
+VALIDATION_FRACTION = 0.1
 #: The roles of a delivery in a split: trained on, validated on (picks the epoch), held out for evaluate.
 TRAIN, VALID, TEST = 0, 1, 2
 #: Context rows averaged over when a user × fund pair is scored without a delivery (see ``score_table``).
@@ -56,7 +62,8 @@ def delivery_split(tables: ValueTables, test_fraction: float = 0.1, valid_fracti
     ``how="time"`` (the default, §5.1: train and validate on earlier days, test on the following ones): the latest
     ``test_fraction`` is the test, the latest ``valid_fraction`` of the rest the validation; a time shared by rows
     never straddles a cut. ``how="random"``: seeded random rows, for data whose deliveries share one time (a
-    customer-value table such as CDNOW's). A fraction of 0 leaves its part empty."""
+    customer-value table such as CDNOW's). A fraction of 0 leaves its part empty. :meth:`ValueModel.split_rows`
+    gives a model's split."""
     check_split(test_fraction, valid_fraction, how)
     n = len(tables.deliveries)
     if how == "random":
@@ -80,15 +87,19 @@ def _nothing_earlier_said_of_deliveries():
     except NothingEarlier as error:
         raise DataError(f"deliveries: all {error.rows:,} rows are at or after {time_text(error.threshold)}, where the "
                         "latest ones begin: a split by time leaves nothing earlier to train on; deliveries that share "
-                        "one time split with --split random") from None
+                        "one time split with split='random'") from None
 
 
 def check_split(test_fraction: float, valid_fraction: float, how: str) -> None:
     if how not in SPLITS:
-        raise DataError(f"a split is one of {list(SPLITS)}, got {how!r}")
-    for name, fraction in (("test", test_fraction), ("validation", valid_fraction)):
-        if not 0 <= fraction < 1:
-            raise DataError(f"the {name} fraction must be in [0, 1), got {fraction}")
+        raise DataError(f"split must be one of {list(SPLITS)}, got {how!r}")
+    for name, fraction in (("test_fraction", test_fraction), ("the validation fraction", valid_fraction)):
+        if not _is_number(fraction) or not 0 <= fraction < 1:
+            raise DataError(f"{name} must be a number in [0, 1), got {fraction!r}")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
 
 
 def random_roles(n: int, test_fraction: float, valid_fraction: float, seed: int) -> np.ndarray:
@@ -149,48 +160,47 @@ class DeliverySplit:
 _cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
 
 
-class ValueModel:
+class ValueModel(Estimator):
     """A value model by name (:data:`~promokit.value.models.MODELS`: the floor ``two-part``, ``esdpm``,
     ``esdpm-ncg``, ``mtl-ziln``, ``mtl-mse``, ``esmm``, ``mmoe``, ``shared-bottom``, ``dnn``) with its encoders.
 
+    Parameters, stored as given: ``model`` (the name); ``params``, overrides of
+    :class:`~promokit.value.models.ESDPM`'s settings (``n_experts``, ``dropout``, ``sigma_floor`` …) or
+    :class:`~promokit.value.models.TwoPart`'s (``n_trees``, ``num_leaves`` …), and ``max_len``, the behaviour events
+    kept per delivery (50); ``train``, a :class:`~promokit.training.TrainConfig` (default :data:`DEFAULT_TRAIN`);
+    ``split``, how :meth:`fit` holds deliveries out (``"time"``: the latest, §5.1; ``"random"``: seeded by the
+    training seed, for deliveries that share one time); and ``test_fraction``, the share of the deliveries held out
+    for evaluation, never trained or validated on (0: none). What they imply: ``model_params`` (every setting of
+    the network, written to the model directory), ``max_len`` and ``train_config``. What fitting learns:
+    ``specs``, ``encoders``, ``net``, ``history``, ``holdout`` (the split it made), ``training_ids``,
+    ``trained_until`` and ``kept_contexts``.
+
     Example::
 
-        tables = check_tables(deliveries, users, funds, behaviors, consumption)
-        train, valid, test = delivery_split(tables)
-        model = ValueModel("esdpm").fit(tables, train, valid)
-        per_delivery = model.predict(tables, test)        # p_ctcvr, mu, sigma, etv …
-        scores = model.score_table(tables)                 # user_id, score_<fund> …, tolerance
+        model = ValueModel("esdpm").fit(tables)      # ValueTables, a dataset folder, or {"deliveries": frame, …}
+        test = model.split_rows(tables)[2]           # the deliveries fit held out
+        model.evaluate(tables, rows=test)            # auc, logloss, mse, gini, thc, tha …
+        model.predict(tables)                        # user_id, fund, p_ctcvr, mu, sigma, etv … per delivery
+        model.score_table(tables)                    # user_id, score_<fund> …, tolerance
         model.save("model/"); ValueModel.load("model/")
-
-    ``params`` are :class:`~promokit.value.models.ESDPM`'s (``n_experts``, ``dropout``, ``sigma_floor`` …) or
-    :class:`~promokit.value.models.TwoPart`'s (``n_trees``, ``num_leaves`` …) and ``max_len``, the behaviour events
-    kept per delivery (50).
     """
 
-    def __init__(self, model: str = "esdpm", params: dict | None = None, train: TrainConfig | None = None):
-        if model not in MODELS:
-            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
-        params = dict(params or {})
-        self.max_len = int(params.pop("max_len", 50))
-        if self.max_len < 1:
-            raise DataError(f"max_len must be at least 1, got {self.max_len}")
-        self.name = model
-        check_model_params(model, self.net_class, params)
-        # every setting is written to the model directory, so a later change of a default cannot change a model
-        self.params = {**net_defaults(self.net_class), **MODELS[model][1], **params}
-        if not self.is_neural:
-            TwoPart.check_params(self.params)
-        self.train_config = train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+    def __init__(self, model: str = "esdpm", params: dict | None = None, train: TrainConfig | None = None, *,
+                 split: str = "time", test_fraction: float = 0.1):
+        self.model = model
+        self.params = params
+        self.train = train
+        self.split = split
+        self.test_fraction = test_fraction
+        self._configure()
         self.encoders: InputEncoders | None = None
         self.specs: dict[str, FeatureSpec] | None = None
         self.net: ESDPM | TwoPart | None = None
         self.history: History | None = None
         self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
         self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
-        #: what train held out (``delivery_split``'s arguments), for evaluate
-        self.split = {"test_fraction": 0.1, "valid_fraction": 0.1, "how": "time", "seed": 0}
+        #: the split fit made (:func:`delivery_split`'s arguments; ``valid_fraction`` None for rows given)
+        self.holdout: dict | None = None
         #: the hashes of the ids of the users of the training deliveries (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
         #: the latest time of the deliveries trained or validated on (contract form; None in older directories)
@@ -198,9 +208,31 @@ class ValueModel:
         #: context features of training deliveries (``scoring.context_values``), to score without deliveries
         self.kept_contexts: dict[str, list] | None = None
 
+    def _configure(self) -> None:
+        if self.model not in MODELS:
+            raise DataError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise DataError(f"params must be a dict of model parameters, got {type(self.params).__name__}")
+        if self.train is not None and not isinstance(self.train, TrainConfig):
+            raise DataError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        check_split(self.test_fraction, 0.0, self.split)
+        params = dict(self.params or {})
+        max_len = params.pop("max_len", 50)
+        if not isinstance(max_len, Integral) or isinstance(max_len, bool) or max_len < 1:
+            raise DataError(f"params: max_len must be a whole number of at least 1, got {max_len!r}")
+        check_model_params(self.model, self.net_class, params)
+        self.max_len = int(max_len)
+        # every setting is written to the model directory, so a later change of a default cannot change a model
+        self.model_params = {**net_defaults(self.net_class), **MODELS[self.model][1], **params}
+        if not self.is_neural:
+            TwoPart.check_params(self.model_params)
+        self.train_config = self.train or DEFAULT_TRAIN
+        if self.train_config.monitor not in MONITORS:
+            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+
     @property
     def net_class(self) -> type:
-        return MODELS[self.name][0]
+        return MODELS[self.model][0]
 
     @property
     def is_neural(self) -> bool:
@@ -209,29 +241,65 @@ class ValueModel:
 
     @property
     def reads_graph(self) -> bool:
-        return bool(self.params.get("graph", False))
+        return bool(self.model_params.get("graph", False))
 
     @property
     def predicts_amount(self) -> bool:
         """Whether the ETV holds an amount (ESMM's ETV is its pCTCVR alone)."""
-        return self.params.get("amount", "two-part") is not None
+        return self.model_params.get("amount", "two-part") is not None
 
-    def fit(self, tables: ValueTables, train: np.ndarray | None = None, valid: np.ndarray | None = None,
-            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> ValueModel:
-        """Train on the delivery rows ``train`` (all by default), early-stopping on the rows ``valid`` (none by
-        default: the last epoch is kept). Encoders are fitted on the training rows; every user, fund, behaviour
-        and payment of ``tables`` is an input."""
+    def holdout_for(self, validation=None) -> dict:
+        """:func:`delivery_split`'s arguments for this model's split and :meth:`fit`'s ``validation``: how
+        (``split``), ``test_fraction``, ``valid_fraction`` (:data:`VALIDATION_FRACTION` for None, the fraction
+        given, None for rows given) and the seed (the training seed)."""
+        if validation is None or _is_number(validation):
+            valid_fraction = VALIDATION_FRACTION if validation is None else float(validation)
+        else:
+            valid_fraction = None
+        return {"test_fraction": self.test_fraction, "valid_fraction": valid_fraction, "how": self.split,
+                "seed": self.train_config.seed}
+
+    def split_rows(self, data, validation=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The delivery rows of ``data`` that :meth:`fit` trains on, validates on and holds out for evaluation.
+
+        ``test_fraction`` of the deliveries are held out by ``split`` (:func:`delivery_split`); ``validation`` picks
+        the validation rows among the rest: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1) (0: none), or
+        the delivery rows themselves (integers, none of them held out)."""
+        tables = value_tables(data, require_labels=False)
+        wanted = _validation(validation, len(tables.deliveries))
+        holdout = self.holdout_for(wanted)
+        if holdout["valid_fraction"] is not None:
+            return delivery_split(tables, **holdout)
+        train, _, test = delivery_split(tables, **{**holdout, "valid_fraction": 0.0})
+        held = np.isin(wanted, test)
+        if held.any():
+            raise DataError(f"validation: {int(held.sum())} of its {len(wanted)} rows are held out for evaluation "
+                            f"(test_fraction={self.test_fraction}), e.g. row {wanted[held][0]}; validate on other "
+                            "deliveries, or hold none out with test_fraction=0")
+        return np.setdiff1d(train, wanted), wanted, test
+
+    def fit(self, data, *, validation=None, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
+            on_epoch=None) -> ValueModel:
+        """Train on the deliveries of ``data`` (:class:`ValueTables`, a dataset folder, or a mapping of table name
+        → DataFrame or path) that :meth:`split_rows` leaves for training: ``test_fraction`` of them are held out
+        by ``split`` for evaluation (``holdout`` records how), and the epoch is picked on the ``validation`` rows —
+        None (the latest :data:`VALIDATION_FRACTION` of the rest, or a random share with ``split="random"``), a
+        fraction in [0, 1) (0: none, the last epoch is kept) or the delivery rows themselves. Encoders are fitted
+        on the training rows; every user, fund, behaviour and payment of ``data`` is an input. ``checkpoint_dir``
+        keeps the network's epoch checkpoint there (``resume``: continue from it); ``on_epoch`` is passed to
+        :meth:`Trainer.fit`."""
+        tables = value_tables(data)
         if not tables.has_labels:
             raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
         if self.reads_graph and tables.consumption is None:
-            raise DataError(f"model {self.name!r} reads the consumption graph: give the consumption table "
+            raise DataError(f"model {self.model!r} reads the consumption graph: give the consumption table "
                             "(or train esdpm-ncg, the same model without it)")
-        train = np.arange(len(tables.deliveries)) if train is None else np.asarray(train)
-        valid = np.empty(0, dtype=np.int64) if valid is None else np.asarray(valid)
+        train, valid, _ = self.split_rows(tables, validation)
         for name, rows in (("training", train), ("validation", valid)):
             if len(rows):
                 _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
         seed_everything(self.train_config.seed)
+        self.holdout = self.holdout_for(validation)
         self.training_ids = id_hashes(tables.deliveries[USER].to_numpy()[train])
         self.trained_until = tables.time[np.concatenate([train, valid])].max().item()
         self.kept_contexts = context_values(tables.deliveries.iloc[train[draw_contexts(len(train), KEPT_CONTEXTS)]],
@@ -240,7 +308,7 @@ class ValueModel:
         self.encoders = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
         train_rows = self.encoders.rows(tables, train)
         self.amount_start = AmountStart.of(train_rows["v"], train_rows["convert"])
-        self.net = self._build_net().attach(self.encoders.nodes(tables))
+        self.net = self.build_net().attach(self.encoders.nodes(tables))
         self._attached = tables
         valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
         if not self.is_neural:
@@ -248,19 +316,22 @@ class ValueModel:
             return self
         config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
         self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
-                                                           metrics=self._metrics(valid_rows), on_epoch=on_epoch)
+                                                           metrics=self.validation_metrics(valid_rows),
+                                                           on_epoch=on_epoch)
         return self
 
-    def _build_net(self) -> ESDPM | TwoPart:
-        """The network of the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor)."""
+    def build_net(self) -> ESDPM | TwoPart:
+        """A new network for the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor's
+        boosters); training over parts (:mod:`promokit.scale.train`) builds each worker's with it."""
         if not self.is_neural:
-            return TwoPart(self.encoders, **self.params)
-        net = ESDPM(self.encoders.sizes(), **self.params)
+            return TwoPart(self.encoders, **self.model_params)
+        net = ESDPM(self.encoders.sizes(), **self.model_params)
         net.init_amount(self.amount_start)
         return net
 
-    def _metrics(self, valid: dict | None) -> dict | None:
-        """The validation metric recorded each epoch (and monitored with ``--monitor auc``): the AUC of pCTCVR."""
+    def validation_metrics(self, valid: dict | None) -> dict | None:
+        """The validation metric recorded each epoch (and monitored with ``monitor="auc"``), given the validation
+        rows' tensors: the AUC of pCTCVR; None without validation rows."""
         return {"auc": auc_metric("p_ctcvr", "convert")} if valid is not None else None
 
     # ---- Training over a dataset's parts (promokit.value.parts): what fit does, from sums over the parts. The
@@ -284,16 +355,18 @@ class ValueModel:
                 "v_converted": NumericEncoder.moments(pd.Series(v[train & (tables.convert > 0)])),
                 "v": NumericEncoder.moments(pd.Series(v[train]))}
 
-    def fit_counts(self, specs: dict[str, FeatureSpec], encoders: InputEncoders, counts: list[dict]) -> None:
+    def fit_counts(self, specs: dict[str, FeatureSpec], encoders: InputEncoders, counts: list[dict],
+                   holdout: dict) -> None:
         """Become what :meth:`fit` makes before the network trains, from the encoders reduced over the parts of a
-        dataset (the feature ``specs`` they were counted with) and every part's :meth:`label_counts`: the same
-        checks, the same amount start and the same training subjects."""
+        dataset (the feature ``specs`` they were counted with), every part's :meth:`label_counts` and the split
+        they were counted with (``holdout``, :meth:`holdout_for`): the same checks, the same amount start and the
+        same training subjects."""
         rows, converted = (np.sum([c[key] for c in counts], axis=0) for key in ("rows", "converted"))
         check_conversions(int(converted.sum()), int(rows.sum()))
         for name, role in (("training", TRAIN), ("validation", VALID)):
             if rows[role]:
                 _check_learnable(name, int(rows[role]), int(converted[role]))
-        self.specs, self.encoders, self._attached = specs, encoders, None
+        self.specs, self.encoders, self._attached, self.holdout = specs, encoders, None, holdout
         self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
         self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts]))
         self.trained_until = max((c["latest"] for c in counts if c["latest"] is not None), default=None)
@@ -301,22 +374,35 @@ class ValueModel:
         self.kept_contexts = context_values(kept.iloc[draw_contexts(len(kept), KEPT_CONTEXTS)],
                                             specs["context"].features)
 
-    def predict(self, tables: ValueTables, rows: np.ndarray | None = None) -> pd.DataFrame:
-        """Named outputs per delivery of ``rows`` (all by default): p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma,
-        v_hat, amount_if_convert where the model has them."""
+    def predict(self, data, *, rows: np.ndarray | None = None) -> pd.DataFrame:
+        """``user_id`` and ``fund`` of every delivery of ``data`` (:class:`ValueTables`, a dataset folder, or a
+        mapping of table name → DataFrame or path; labels not needed), or of the delivery rows ``rows``, then the
+        named outputs: p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma, v_hat, amount_if_convert where the model has
+        them. One row per delivery, in order, with a fresh RangeIndex."""
         self._check_fitted()
+        tables = self._tables(data, require_labels=False)
         self._attach(tables)
         out = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))
-        index = tables.deliveries.index if rows is None else tables.deliveries.index[rows]
-        return pd.DataFrame({k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}, index=index)
+        chosen = slice(None) if rows is None else rows
+        keys = {key: tables.deliveries[key].to_numpy()[chosen] for key in (USER, FUND)}
+        return pd.DataFrame({**keys, **{k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}})
 
-    def predict_with_keys(self, tables: ValueTables) -> pd.DataFrame:
-        """:meth:`predict` of every delivery after its ``user_id`` and ``fund`` (``value predict``'s deliveries
-        table), with a fresh RangeIndex."""
-        outputs = self.predict(tables).reset_index(drop=True)
-        outputs.insert(0, "fund", tables.deliveries["fund"].to_numpy())
-        outputs.insert(0, USER, tables.deliveries[USER].to_numpy())
-        return outputs
+    def evaluate(self, data, *, rows: np.ndarray | None = None) -> Evaluation:
+        """Metrics on the labelled deliveries of ``data`` (as :meth:`predict` reads it), every one or the rows
+        ``rows`` (those :meth:`fit` held out: ``split_rows(data)[2]``), by
+        :func:`~promokit.value.evaluate.value_metrics`: AUC and logloss of pCTCVR, MSE, MAE and normalised Gini of
+        the ETV, THC, THA, ``best_differs``, ``uplift_spread``, ``etv_bias`` and ``deliveries``; its tables
+        ``decile_calibration`` and ``calibration_per_fund``."""
+        self._check_fitted()
+        tables = self._tables(data, require_labels=True)
+        rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
+        metrics, deciles, funds = value_metrics(self, tables, rows)
+        return Evaluation(f"Value model {self.model}", metrics,
+                          tables={"decile_calibration": deciles, "calibration_per_fund": funds})
+
+    def _tables(self, data, require_labels: bool) -> ValueTables:
+        """``data`` as tables with this model's features (extra columns may be there)."""
+        return value_tables(data, require_labels=require_labels, specs=self.specs)
 
     def score_matrix(self, tables: ValueTables, at=None, users: np.ndarray | None = None,
                      contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 2048,
@@ -370,7 +456,7 @@ class ValueModel:
         if tables is self._attached:
             return
         if self.reads_graph and tables.consumption is None:
-            raise DataError(f"model {self.name!r} reads the consumption graph: give the consumption table")
+            raise DataError(f"model {self.model!r} reads the consumption graph: give the consumption table")
         self.net.attach(self.encoders.nodes(tables))
         self._attached = tables
 
@@ -388,9 +474,9 @@ class ValueModel:
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "value", "model": self.name,
-                  "params": {**self.params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
-                  "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.split,
+        config = {"promokit": __version__, "task": "value", "model": self.model,
+                  "params": {**self.model_params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
+                  "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.holdout,
                   "trained_until": self.trained_until, "contexts": self.kept_contexts}
         history = None if self.history is None else self.history.to_dict()
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
@@ -398,18 +484,38 @@ class ValueModel:
     @classmethod
     def load(cls, path: str | os.PathLike) -> ValueModel:
         config = read_model_config(path, "value")
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]))
+        holdout = config["split"]
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]), split=holdout["how"],
+                    test_fraction=holdout["test_fraction"])
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
-        model.split = config["split"]
+        model.holdout = holdout
         model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
         if not model.is_neural:
-            model.net = TwoPart(model.encoders, **model.params).load_texts(path)
+            model.net = TwoPart(model.encoders, **model.model_params).load_texts(path)
             return model
-        model.net = ESDPM(model.encoders.sizes(), **model.params)
+        model.net = ESDPM(model.encoders.sizes(), **model.model_params)
         load_weights(model.net, path)
         model.net.eval()
         return model
+
+
+def _validation(validation, n_deliveries: int) -> float | None | np.ndarray:
+    """``fit``'s ``validation`` checked: None, a fraction in [0, 1), or distinct delivery rows (sorted)."""
+    if validation is None or _is_number(validation):
+        if validation is not None and not 0 <= validation < 1:
+            raise DataError(f"validation must be a fraction in [0, 1) or delivery rows, got {validation!r}")
+        return validation
+    rows = np.asarray(validation)
+    if rows.ndim != 1 or (rows.dtype.kind not in "iu" and len(rows)):
+        raise DataError(f"validation must be None, a fraction in [0, 1) or a list of delivery rows (integers), got "
+                        f"{type(validation).__name__} of shape {rows.shape} and dtype {rows.dtype}")
+    rows = rows.astype(np.int64)
+    outside = (rows < 0) | (rows >= n_deliveries)
+    if outside.any():
+        raise DataError(f"validation: {int(outside.sum())} of its {len(rows)} rows are not rows of the "
+                        f"{n_deliveries:,} deliveries, e.g. {rows[outside][0]}")
+    return np.unique(rows)
 
 
 def _check_learnable(name: str, rows: int, converted: int) -> None:
@@ -441,7 +547,7 @@ def scoring_time(time: np.ndarray, at=None) -> int | float:
         return pd.Timestamp(at).value if time.dtype.kind == "i" else float(at)
     except (ValueError, TypeError):
         kind = "a date" if time.dtype.kind == "i" else "a number"
-        raise DataError(f"--at must be {kind}, like the deliveries' times; got {at!r}") from None
+        raise DataError(f"at must be {kind}, like the deliveries' times; got {at!r}") from None
 
 
 def _at(tables: ValueTables, users: np.ndarray, at) -> ValueTables:

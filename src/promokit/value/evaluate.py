@@ -60,13 +60,13 @@ def fund_calibration(fund_names, fund: np.ndarray, predicted: np.ndarray, observ
     return table[count > 0].reset_index(drop=True)
 
 
-def evaluate(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """Metrics of a fitted :class:`~promokit.value.estimator.ValueModel` on the delivery ``rows`` of ``tables``, its
     decile table and its :func:`fund_calibration` against the amounts. THC, THA and the personalisation
     (:func:`~promokit.metrics.value.fund_personalisation`: ``best_differs``, ``uplift_spread``) score every user of
     those rows on every fund as of the first of their times (the behaviours known then); THC and THA count what the
     rows show each user bought. ``etv_bias`` is the mean ETV over the mean amount, minus 1."""
-    predictions = model.predict(tables, rows)
+    predictions = model.predict(tables, rows=rows)
     convert, amount = tables.convert[rows].astype(np.float64), tables.amount[rows]
     etv = predictions["etv"].to_numpy()
     metrics = delivery_metrics(convert, amount, predictions["p_ctcvr"].to_numpy(), etv)

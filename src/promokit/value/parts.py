@@ -15,7 +15,7 @@ Predict (:func:`predict_parts`):
    (:func:`~promokit.value.estimator.draw_contexts` over all the deliveries; the driver reads those few rows);
 2. a map with the model loaded once per worker (the engine's ``setup``): each part is validated by
    :func:`~promokit.value.contract.check_tables` (``part=True``: a row whose user is not in the part's users is an
-   error) and scored by :meth:`ValueModel.score_table` and :meth:`ValueModel.predict_with_keys` into
+   error) and scored by :meth:`ValueModel.score_table` and :meth:`ValueModel.predict` into
    ``OUT/scores/part-k`` and ``OUT/deliveries/part-k``; only its sums travel back (:class:`PartValues`).
 
 Train (:func:`train_parts`; the training deliveries are the examples):
@@ -23,7 +23,7 @@ Train (:func:`train_parts`; the training deliveries are the examples):
 1. **scan**: each part's delivery times (distinct values and counts) and the distinct values of the integer columns
    of its deliveries and users. The driver infers the feature specs on the first part with deliveries, with the
    integer columns classified by their values over every part (as on the concatenation), and turns the time counts
-   into the boundary times of :func:`~promokit.value.estimator.delivery_split` (:class:`DeliverySplit`): the same
+   into the boundary times of the model's :meth:`~ValueModel.split_rows` (:class:`DeliverySplit`): the same
    deliveries are held out for evaluate and for validation as one folder holds out (a random split draws the same
    permutation of all the deliveries);
 2. **count**: each part, validated with its labels, sends its share of the encoders (:meth:`InputEncoders.count`:
@@ -228,7 +228,7 @@ def _score_part(when, context: pd.DataFrame, layout, model: ValueModel, part: Va
 
         model.use_consumption_states(tables, part_states(layout, model, part.index))
     scores = model.score_table(tables, when, context_rows=context)
-    deliveries = model.predict_with_keys(tables)
+    deliveries = model.predict(tables)
     for folder, frame in zip(OUTPUTS, (scores, deliveries)):
         write_part(frame, Path(part.out) / folder, part.index)
     return score_stats(scores, len(deliveries))
@@ -304,38 +304,43 @@ class DeliveryRows:
         return estimator.encoders.rows(tables, np.flatnonzero(roles == self.role)[start:stop], carry_nodes=True)
 
 
-def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path,
-                checkpoint_dir: Path | None = None, resume: bool = False, repair: bool = False,
-                types: dict[str, str] | None = None) -> dict:
+def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path,
+                validation: float | None = None, checkpoint_dir: Path | None = None, resume: bool = False,
+                repair: bool = False, types: dict[str, str] | None = None) -> dict:
     """Fit ``estimator`` on the dataset in parts at ``paths`` without holding it whole (module docstring): part by
-    part in this process on the local ``engine``, else data-parallel on ``engine.workers`` Ray Train workers, with
-    :func:`~promokit.value.estimator.delivery_split`'s ``split`` (its keyword arguments) and the checkpoint in
-    ``checkpoint_dir``; ``scratch`` holds the user-key check's hashes. Returns the deliveries per role
-    (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels). ``types``: the
-    types of inferred features (:func:`~promokit.value.contract.check_tables`)."""
+    part in this process on the local ``engine``, else data-parallel on ``engine.workers`` Ray Train workers,
+    holding out the deliveries :meth:`ValueModel.fit` holds out of one folder, validating on the fraction
+    ``validation`` of the rest (None: ``fit``'s default), with the checkpoint in ``checkpoint_dir``; ``scratch``
+    holds the user-key check's hashes. Returns the deliveries per role (``train``, ``valid``, ``test``) and the
+    tables' counts summed over the parts (repaired labels). ``types``: the types of inferred features
+    (:func:`~promokit.value.contract.check_tables`)."""
     from promokit.scale.train import run_job, wide_over_parts
 
-    wide_over_parts(estimator.params)
+    wide_over_parts(estimator.model_params)
     if estimator.reads_graph:
-        raise DataError(f"model {estimator.name!r} reads the consumption graph, whose merchants join users of "
+        raise DataError(f"model {estimator.model!r} reads the consumption graph, whose merchants join users of "
                         "different parts, so a part cannot train alone; train esdpm-ncg (the same model without the "
                         "graph), or give the tables as one folder")
     if not estimator.is_neural:
-        raise DataError(f"model {estimator.name!r} boosts its trees on the whole training table in one process, so it "
-                        "does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
-    job, counts = _plan(estimator, paths, engine, split, scratch, repair, types)
+        raise DataError(f"model {estimator.model!r} boosts its trees on the whole training table in one process, so "
+                        "it does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
+    job, counts = _plan(estimator, paths, engine, scratch, repair, types, validation)
     estimator.net, estimator.history = run_job(job, engine, checkpoint_dir, resume)
     return counts
 
 
-def _plan(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, scratch: Path, repair: bool,
-          types: dict[str, str] | None = None):
+def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, repair: bool,
+          types: dict[str, str] | None = None, validation: float | None = None):
     """Scan and count the parts on ``engine``, fit the estimator's encoders from the counts and cut the shards of
     the engine's workers: the :class:`~promokit.scale.train.TrainJob` and the counts :func:`train_parts` returns."""
     from promokit.scale.train import TrainJob, summed_time_counts
     from promokit.value.estimator import TEST, TRAIN, VALID, DeliverySplit, check_split
     from promokit.value.inputs import InputEncoders
 
+    split = estimator.holdout_for(validation)
+    if split["valid_fraction"] is None:
+        raise DataError("validation: a dataset in parts validates on a fraction of its deliveries (or None, the "
+                        "default fraction), not on rows given")
     check_split(split["test_fraction"], split["valid_fraction"], split["how"])
     parts = _parts(paths)
     check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=engine.map)
@@ -354,7 +359,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, split: dict, sc
     counted = engine.map(partial(_count, specs, rule, offsets, repair), parts, label="counting parts")
     with naming(paths["deliveries"]):
         estimator.fit_counts(specs, InputEncoders.from_counts([c.shares for c in counted], specs, funds,
-                                                              estimator.max_len), [c.labels for c in counted])
+                                                              estimator.max_len), [c.labels for c in counted], split)
     training_parts = tuple(replace(p, files={k: v for k, v in p.files.items() if k != "consumption"}) for p in parts)
     rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
     reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair)

@@ -26,7 +26,7 @@ def feasible_quotas(tolerance: np.ndarray, risk: np.ndarray, funds, seed: int = 
 
 def simulate_plans(name: str, scores: np.ndarray, truth: np.ndarray, quotas: pd.DataFrame, tolerance, risk,
                    user_ids, funds, truth_etv: pd.DataFrame, seed: int = 0,
-                   allocators=("manual", "ha", "ours")) -> list[dict]:
+                   allocators=("manual", "ha", "prices")) -> list[dict]:
     """Allocate every user one fund from the ETV ``scores`` (users × funds) with each allocator under the exact
     ``quotas`` and the risk rule, then score each plan by outcomes drawn from the true model (``truth_etv``, see
     :func:`~promokit.value.synthetic.draw_outcomes`): CPMD and TAPMD (eqs. 17–18), and the expected TAPMD of the

@@ -40,9 +40,9 @@ def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[
             config, model_params = replace(train, seed=seed).merged((params or {}).get(name))
             model = VoucherModel(name, model_params, config)
             started = time.perf_counter()
-            model.fit(tables, split.train, split.valid)
+            model.fit(tables, rows=split.train, validation=split.valid)
             seconds = time.perf_counter() - started
-            metrics = model.evaluate(tables, split.test, group_by)
+            metrics = model.evaluate(tables, rows=split.test, group_by=group_by)
             row = {"model": name, "seed": seed, "auc": metrics["auc"], "logloss": metrics["logloss"],
                    **({"gauc": metrics["gauc"]} if group_by else {}), "fit_seconds": seconds}
             rows.append(row)

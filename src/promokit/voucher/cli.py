@@ -80,13 +80,11 @@ def _names(text: Optional[str]) -> list[str]:
 
 def _tables(sessions, events, items, voucher_items, categorical: list[str], numeric: list[str], validity,
             require_labels, terms=True, item_features: list[str] | None = None):
-    from promokit.data import read_table
-    from promokit.voucher.contract import ITEM_FEATURES, check_tables
+    from promokit.voucher.contract import ITEM_FEATURES, read_tables
 
-    return check_tables(read_table(sessions), read_table(events) if events else None, read_table(items),
-                        categorical=categorical, numeric=numeric, validity=validity,
-                        require_labels=require_labels, terms=terms, item_features=item_features or ITEM_FEATURES,
-                        voucher_items=read_table(voucher_items) if voucher_items else None)
+    return read_tables({"sessions": sessions, "events": events, "items": items, "voucher_items": voucher_items},
+                       categorical=categorical, numeric=numeric, validity=validity, require_labels=require_labels,
+                       terms=terms, item_features=item_features or ITEM_FEATURES)
 
 
 def _parts(tables, valid_from: Optional[str], test_from: Optional[str]):
@@ -144,8 +142,8 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
         tables = _tables(sessions, events, items, voucher_items, _names(categorical), _names(numeric), validity, True,
                          terms, _names(item_features))
         parts, cut = _parts(tables, valid_from, test_from)
-        estimator = VoucherModel(model, model_params, config).fit(tables, parts.train, parts.valid,
-                                                                  checkpoint_dir(out), resume)
+        estimator = VoucherModel(model, model_params, config).fit(
+            tables, rows=parts.train, validation=parts.valid, checkpoint_dir=checkpoint_dir(out), resume=resume)
         estimator.save(out)
         finish_training(out, estimator.report.history)
         get_console().print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
@@ -280,7 +278,8 @@ PartsEventsOpt = Annotated[Optional[Path], typer.Option("--events", help="Behavi
 
 @app.command()
 def predict(model: ModelDirOpt, sessions: PartsSessionsOpt, items: ItemsOpt,
-            out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, p_redeem; a directory of "
+            out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, user_id, voucher_id (and "
+                                              "campaign_id when the sessions have it), p_redeem; a directory of "
                                               "parts when --sessions is one (part k from sessions part k), with a "
                                               "summary OUT.json.")],
             events: PartsEventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
@@ -303,13 +302,13 @@ def predict(model: ModelDirOpt, sessions: PartsSessionsOpt, items: ItemsOpt,
 
             options = {**_model_options(estimator, categorical, numeric, terms, item_features), "validity": validity}
             reading = Reading(model, items, voucher_items, options, _time_option("--from", start) if start else None)
-            return _predict_parts(estimator.name, reading, sessions, events, out, engine, address, workers)
+            return _predict_parts(estimator.model, reading, sessions, events, out, engine, address, workers)
         if engine != "local":
             raise DataError(f"--engine {engine} scores a table in parts: give --sessions as a directory or glob of "
                             "Parquet parts (and --events in as many parts)")
         tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, False, categorical, numeric,
                                terms, item_features)
-        predictions = estimator.predict(tables, _rows_from(tables, start))
+        predictions = estimator.predict(tables, rows=_rows_from(tables, start))
         write_parquet(predictions, out)
         get_console().print(f"{len(predictions)} predictions written to {out}")
 
@@ -343,8 +342,9 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
         estimator = _load(model)
         tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, True, categorical, numeric,
                                terms, item_features)
-        metrics = estimator.evaluate(tables, _rows_from(tables, start), gauc_by)
-        write_metrics_report(out, f"Evaluation of {model}", estimator.name, metrics, f"{estimator.name} on {sessions.name}")
+        evaluation = estimator.evaluate(tables, rows=_rows_from(tables, start), group_by=gauc_by)
+        write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
+                             f"{estimator.model} on {sessions.name}")
 
 
 @app.command()

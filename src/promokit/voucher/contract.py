@@ -45,8 +45,10 @@ reach past a later target's collection time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -63,6 +65,10 @@ EVENT_COLUMNS = ("session_id", "item_id", "action", "action_time")
 ACTIONS = ("atc", "ord", "click")
 ITEM_FEATURES = ("category", "brand", "price_level")
 VOUCHER_ITEM_COLUMNS = ("voucher_id", "item_id")
+#: The tables of a voucher dataset by name (a mapping's keys, a folder's file stems); events and voucher_items
+#: are optional.
+TABLES = ("sessions", "events", "items", "voucher_items")
+REQUIRED_TABLES = ("sessions", "items")
 #: Never features: the label, the contract times and any column named after the redemption or outcome.
 FORBIDDEN_FEATURE_WORDS = ("redeem", "redemption", "outcome")
 
@@ -138,6 +144,52 @@ def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.
     return VoucherTables(sessions=out, events=event_table, items=item_table, categorical=features_cat,
                          numeric=features_num, item_features=list(item_features), voucher_items=pairs,
                          repairs=repairs)
+
+
+def read_tables(data, **options) -> VoucherTables:
+    """The :class:`VoucherTables` of ``data``: tables already checked, as they are (``options`` unused); a mapping
+    of table name (:data:`TABLES`) → DataFrame or path (:func:`~promokit.data.read_table`: CSV, Parquet or a
+    directory of Parquet parts); or a folder holding ``sessions``, ``items`` and optionally ``events``,
+    ``voucher_items`` as ``<name>.parquet``, ``<name>.csv`` or a directory ``<name>/`` of parts (what ``promokit
+    voucher synth`` and ``amexpert`` write). The tables read are validated by :func:`check_tables` with
+    ``options`` (``categorical``, ``numeric``, ``terms``, ``item_features``, ``validity``, ``require_labels`` …)."""
+    if isinstance(data, VoucherTables):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        data = _folder_tables(Path(data))
+    if not isinstance(data, Mapping):
+        raise DataError(f"data must be VoucherTables, a mapping of table name → DataFrame or path, or a folder; "
+                        f"got {type(data).__name__}")
+    unknown = [name for name in data if name not in TABLES]
+    if unknown:
+        raise DataError(f"data: unknown table {unknown[0]!r}; the voucher tables are {list(TABLES)}")
+    missing = [name for name in REQUIRED_TABLES if data.get(name) is None]
+    if missing:
+        raise DataError(f"data: no {missing[0]!r} table among {list(data)}; voucher data needs "
+                        f"{list(REQUIRED_TABLES)} (and optionally events, voucher_items)")
+    from promokit.data.io import read_table
+
+    frames = {name: value if isinstance(value, pd.DataFrame) else read_table(value)
+              for name, value in data.items() if value is not None}
+    return check_tables(frames["sessions"], frames.get("events"), frames["items"],
+                        voucher_items=frames.get("voucher_items"), **options)
+
+
+def _folder_tables(folder: Path) -> dict[str, Path]:
+    if not folder.is_dir():
+        raise DataError(f"data: {folder} is not a folder; voucher data is a folder of sessions, items [, events, "
+                        "voucher_items] tables (.parquet or .csv)")
+    paths = {}
+    for name in TABLES:
+        found = [p for p in (folder / f"{name}.parquet", folder / f"{name}.csv", folder / name) if p.exists()]
+        if len(found) > 1:
+            raise DataError(f"data: {folder} holds both {found[0].name} and {found[1].name}; keep one")
+        if found:
+            paths[name] = found[0]
+        elif name in REQUIRED_TABLES:
+            raise DataError(f"data: {folder} has no {name}.parquet (or .csv, or {name}/ of parts); voucher data "
+                            f"needs {list(REQUIRED_TABLES)} (and optionally events, voucher_items)")
+    return paths
 
 
 # ------------------------------------------------------------------------------------------------ sessions

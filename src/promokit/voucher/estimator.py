@@ -1,11 +1,13 @@
-"""VoucherModel: the three tables in → fitted model → redemption probabilities and metrics out, saved as a
+"""VoucherModel: the voucher tables in → fitted model → redemption probabilities and metrics out, saved as a
 model directory (config.json, encoder.json, weights.safetensors or gbdt.txt, history.json, DMBGN's
 graph_vocabulary.json; no pickle). The directory is self-contained: it scores any tables, training sessions or not."""
 
 from __future__ import annotations
 
+import numbers
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,13 +33,18 @@ from promokit.training import (
     take,
     write_model_dir,
 )
+from promokit.training.estimator import Estimator, Evaluation
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
-from promokit.voucher.contract import table_options
-from promokit.voucher.history import redeemed_history
+from promokit.voucher.contract import ID_COLUMNS, ITEM_FEATURES, read_tables, table_options
+from promokit.voucher.history import hold_out_latest, redeemed_history
 from promokit.voucher.item_embedding import ESTIMATOR_KEYS, check_item_params
 from promokit.voucher.models import MODELS, FieldLayout
 
+#: The key columns of a prediction, those the sessions carry: the contract's ids, AmExpert's campaign.
+KEYS = (*ID_COLUMNS, "campaign_id")
+#: The share of the training sessions held out for validation by default (the latest, by collection time).
+VALIDATION_FRACTION = 0.1
 #: Columns that are never features: keys, times and everything known only after the outcome. The tables'
 #: whitelist (``VoucherTables.categorical`` / ``numeric``) already excludes them; this is the second lock.
 NOT_FEATURES = ("session_id", "collect_time", "outcome_time", "redeemed")
@@ -68,15 +75,20 @@ class FitReport:
     history: History | None = None
 
 
-class VoucherModel:
+class VoucherModel(Estimator):
     """A voucher-redemption model by name (``lr``, ``gbdt``, ``dnn``, ``wdl``, ``din``, ``dmbgn`` …).
 
     Example::
 
-        model = VoucherModel("din").fit(tables, train_rows, valid_rows)   # early stopping on valid_rows
-        model.predict(tables, test_rows)       # session_id, p_redeem
-        model.evaluate(tables, test_rows)      # auc, logloss, n, positives
+        model = VoucherModel("din").fit(tables)      # early stopping on the latest 10 % of the sessions
+        model.predict(tables, rows=test_rows)        # session_id, user_id, voucher_id, p_redeem
+        model.evaluate(tables, rows=test_rows)       # Evaluation: auc, logloss, n, positives …
         model.save("din_model"); VoucherModel.load("din_model")
+
+    Parameters: ``model`` (a name of :data:`~promokit.voucher.models.MODELS`), ``params`` (overrides of the
+    model's parameters, plus the estimator's own: see :attr:`net_params`), ``train`` (a :class:`TrainConfig`;
+    None: :data:`DEFAULT_TRAIN`) and ``max_history`` (the redeemed sessions in a user's history). They are stored
+    as given; ``model_params`` (the model's defaults merged with ``params``) and ``train_config`` are derived.
 
     Features are the tables' whitelist (``VoucherTables.categorical`` / ``numeric``: user_id, voucher_id,
     min_spend, discount and the named profile columns), encoded by a :class:`TableEncoder` fitted on the
@@ -86,21 +98,12 @@ class VoucherModel:
 
     def __init__(self, model: str = "din", params: dict | None = None, train: TrainConfig | None = None,
                  max_history: int = 6):
-        if model not in MODELS:
-            raise DataError(f"unknown model {model!r}; choose one of {sorted(MODELS)}")
-        self.name = model
-        self.params = {**MODELS[model][1], **(params or {})}
-        self.params = check_item_params(self.params, self.uses_graphs, model)
-        graph_params = [k for k in GRAPH_PARAMS if k in self.params]
-        if graph_params and not self.uses_graphs:
-            raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model {model!r} "
-                            "has none")
-        check_model_params(model, self.model_class, self.params, own=ESTIMATOR_OWN)
-        self.train_config = train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
+        self.model = model
+        self.params = params
+        self.train = train
         self.max_history = max_history
-        self.spec: FeatureSpec | None = None
+        self._configure()
+        self.feature_spec: FeatureSpec | None = None
         self.table_options: dict | None = None  # VoucherTables.options of the training tables
         self.encoder: TableEncoder | None = None
         self.net = None
@@ -110,9 +113,30 @@ class VoucherModel:
         #: the hashes of the ids of the users of the training sessions (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
 
+    def _configure(self) -> None:
+        if self.model not in MODELS:
+            raise DataError(f"model: unknown model {self.model!r}; choose one of {sorted(MODELS)}")
+        if self.params is not None and not isinstance(self.params, Mapping):
+            raise DataError(f"params must be a dict of model parameters or None, got {self.params!r}")
+        if self.train is not None and not isinstance(self.train, TrainConfig):
+            raise DataError(f"train must be a TrainConfig or None, got {self.train!r}")
+        whole = isinstance(self.max_history, numbers.Integral) and not isinstance(self.max_history, bool)
+        if not whole or self.max_history < 1:
+            raise DataError(f"max_history must be a whole number ≥ 1, got {self.max_history!r}")
+        merged = check_item_params({**MODELS[self.model][1], **(self.params or {})}, self.uses_graphs, self.model)
+        graph_params = [k for k in GRAPH_PARAMS if k in merged]
+        if graph_params and not self.uses_graphs:
+            raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model "
+                            f"{self.model!r} has none")
+        check_model_params(self.model, self.model_class, merged, own=ESTIMATOR_OWN)
+        train_config = self.train or DEFAULT_TRAIN
+        if train_config.monitor not in MONITORS:
+            raise DataError(f"train: monitor must be one of {list(MONITORS)}, got {train_config.monitor!r}")
+        self.model_params, self.train_config = merged, train_config
+
     @property
     def model_class(self):
-        return MODELS[self.name][0]
+        return MODELS[self.model][0]
 
     @property
     def is_neural(self) -> bool:
@@ -124,11 +148,11 @@ class VoucherModel:
 
     @property
     def net_params(self) -> dict:
-        """``params`` minus the estimator's own keys: ``min_count`` (the vocabulary's, see
+        """``model_params`` minus the estimator's own keys: ``min_count`` (the vocabulary's, see
         :class:`~promokit.data.FeatureSpec`), ``pretrain`` (pre-train the UVG encoder, eq. 6),
         ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2), ``item_pretrain`` (its
         MetaPath2Vec options) and the graph settings :data:`GRAPH_PARAMS`."""
-        return {k: v for k, v in self.params.items() if k not in ESTIMATOR_OWN}
+        return {k: v for k, v in self.model_params.items() if k not in ESTIMATOR_OWN}
 
     # ---- features -------------------------------------------------------------------------------------
     def _feature_spec(self, tables) -> FeatureSpec:
@@ -140,7 +164,7 @@ class VoucherModel:
         if "voucher_id" not in tables.categorical:
             raise DataError(f"voucher_id must be a categorical feature; got {list(tables.categorical)}")
         return FeatureSpec(categorical=list(tables.categorical), numeric=list(tables.numeric), group_key=None,
-                           min_count=self.params.get("min_count", DEFAULT_MIN_COUNT))
+                           min_count=self.model_params.get("min_count", DEFAULT_MIN_COUNT))
 
     def layout(self) -> FieldLayout:
         widths = [enc.width for enc in self.encoder.numeric.values()]
@@ -185,31 +209,47 @@ class VoucherModel:
         from promokit.voucher.graph import UVGStore
 
         vocabulary = None if fit_rows is not None else self.store.vocabulary()
-        settings = {k: self.params[k] for k in GRAPH_PARAMS if k in self.params}
+        settings = {k: self.model_params[k] for k in GRAPH_PARAMS if k in self.model_params}
         self.store = UVGStore.build(tables, **settings, fit_rows=fit_rows, vocabulary=vocabulary)
         if self.net is not None:
             self.net.attach(self.store)
 
     # ---- fit / predict ----------------------------------------------------------------------------------
-    def fit(self, tables, train_rows, valid_rows=None, checkpoint_dir: str | os.PathLike | None = None,
+    def fit(self, data, *, rows=None, validation=None, checkpoint_dir: str | os.PathLike | None = None,
             resume: bool = False, on_epoch=None) -> VoucherModel:
-        """Fit on the sessions ``train_rows`` of ``tables``; select the epoch (or the number of trees, or LR's L2
-        strength) on ``valid_rows``, never on test rows. ``on_epoch`` is passed to :meth:`Trainer.fit`."""
-        train_rows = _rows(train_rows, len(tables.sessions), "train_rows")
-        valid_rows = None if valid_rows is None else _rows(valid_rows, len(tables.sessions), "valid_rows")
+        """Fit on the training sessions; select the epoch (or the number of trees, or LR's L2 strength) on the
+        validation sessions, never on any other.
+
+        ``data``: :class:`~promokit.voucher.contract.VoucherTables`, or what
+        :func:`~promokit.voucher.contract.read_tables` reads with :func:`check_tables`' defaults (a mapping of
+        table name → DataFrame or path, or a folder of tables); for profile columns or other options, read the
+        tables with ``read_tables(data, categorical=…)`` first. ``rows``: the training sessions (row indices of
+        ``data.sessions``); default every session not given as validation. ``validation``:
+
+        - ``None`` (default): the latest 10 % of the training sessions by ``collect_time`` (those collected at or
+          after the 90 % quantile of their times); when all share one collection time, a random 10 % drawn with
+          ``train.seed`` (:func:`~promokit.voucher.history.hold_out_latest`);
+        - a fraction in [0, 1): that share of the training sessions, by the same rule; 0: no validation (every
+          epoch, tree or the default L2 strength is kept);
+        - row indices: those sessions, which must not be among ``rows``.
+
+        ``checkpoint_dir`` / ``resume`` / ``on_epoch`` are passed to :meth:`Trainer.fit` (neural models)."""
+        self._configure()  # model_params afresh: a refit chooses LR's L2 and DMBGN's item_dim again
+        tables = read_tables(data)
+        train_rows, valid_rows = self._split(tables, rows, validation)
         seed_everything(self.train_config.seed)
         sessions = tables.sessions
-        self.spec = self._feature_spec(tables)
+        self.feature_spec = self._feature_spec(tables)
         self.table_options = tables.options
-        self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.spec)
+        self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.feature_spec)
         self.training_ids = id_hashes(sessions["user_id"].to_numpy()[train_rows])
         self.net, self._cache = None, None
         inputs = self.inputs(tables, fit_rows=train_rows)
-        for name, rows in (("training", train_rows), ("validation", valid_rows)):
-            unknown = np.isnan(inputs["redeemed"].numpy()[rows]) if rows is not None else np.zeros(0, bool)
+        for name, part in (("training", train_rows), ("validation", valid_rows)):
+            unknown = np.isnan(inputs["redeemed"].numpy()[part]) if part is not None else np.zeros(0, bool)
             if unknown.any():
-                raise DataError(f"{int(unknown.sum())} of the {len(rows)} {name} sessions have no 'redeemed' label, "
-                                f"e.g. session_id {sessions['session_id'].iloc[rows[unknown][0]]!r}")
+                raise DataError(f"{int(unknown.sum())} of the {len(part)} {name} sessions have no 'redeemed' label, "
+                                f"e.g. session_id {sessions['session_id'].iloc[part[unknown][0]]!r}")
         positives = int(inputs["redeemed"].numpy()[train_rows].sum())
         if positives in (0, len(train_rows)):
             raise DataError(f"training needs redeemed and unredeemed sessions; {positives} of the {len(train_rows)} "
@@ -229,7 +269,7 @@ class VoucherModel:
             self.net = self._build_net(self._pretrained(tables, train_rows, items), items)
             if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
                 self.report.history = self.net.solve(train, valid)
-                self.params.update(self.net.chosen_params)
+                self.model_params.update(self.net.chosen_params)
             else:
                 self.report.history = Trainer(self.train_config, checkpoint_dir).fit(
                     self.net, train, valid, resume, metrics={"auc": auc_metric("p_redeem", "redeemed")},
@@ -239,36 +279,57 @@ class VoucherModel:
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
         return self
 
+    def _split(self, tables, rows, validation) -> tuple[np.ndarray, np.ndarray | None]:
+        """The training and validation rows of :meth:`fit` (validation None when there is none)."""
+        n = len(tables.sessions)
+        if validation is None or _is_fraction(validation):
+            fraction = VALIDATION_FRACTION if validation is None else float(validation)
+            if not 0 <= fraction < 1:
+                raise DataError(f"validation must be a fraction in [0, 1) or row indices, got {validation!r}")
+            train_rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
+            if fraction == 0:
+                return train_rows, None
+            return hold_out_latest(tables.sessions, train_rows, fraction, self.train_config.seed)
+        valid_rows = _rows(validation, n, "validation")
+        if rows is None:
+            return np.setdiff1d(np.arange(n), valid_rows), valid_rows
+        train_rows = _rows(rows, n, "rows")
+        shared = np.intersect1d(train_rows, valid_rows)
+        if len(shared):
+            raise DataError(f"validation: {len(shared)} of the {len(valid_rows)} validation sessions are also "
+                            f"training sessions (rows), e.g. row {int(shared[0])}; they must be apart")
+        return train_rows, valid_rows
+
     def _item_embeddings(self, tables, train_rows: np.ndarray) -> torch.Tensor | None:
         """DMBGN's initial item embeddings (section 3.4.2), aligned to the training store's item codes, when
         ``params["item_embeddings"]``: MetaPath2Vec on the training sessions only (``"metapath2vec"``, options
-        ``params["item_pretrain"]``) or a user table's path. Records their width as ``params["item_dim"]``, so
+        ``params["item_pretrain"]``) or a user table's path. Records their width as ``model_params["item_dim"]``, so
         :meth:`load` rebuilds the net without them (the saved weights hold the table)."""
-        source = self.params.get("item_embeddings")
+        source = self.model_params.get("item_embeddings")
         if not self.uses_graphs or not source:
             return None
         from promokit.voucher.item_embedding import METAPATH2VEC, pretrain_item_embeddings, read_item_embeddings
 
         if source == METAPATH2VEC:
             options = {"seed": self.train_config.seed, "progress": self.train_config.progress,
-                       **(self.params.get("item_pretrain") or {})}
+                       **(self.model_params.get("item_pretrain") or {})}
             table = pretrain_item_embeddings(tables, train_rows, self.store, **options)
         else:
             table = read_item_embeddings(source, self.store)
-        self.params["item_dim"] = int(table.shape[1])
+        self.model_params["item_dim"] = int(table.shape[1])
         return table
 
     def _pretrained(self, tables, train_rows: np.ndarray, item_embeddings: torch.Tensor | None = None):
         """The UVG encoder pre-trained by eq. (6) on the training sessions only, when ``params["pretrain"]``,
         starting from (and, with ``freeze_items``, keeping) the item embeddings."""
-        if not self.params.get("pretrain"):
+        if not self.model_params.get("pretrain"):
             return None
         from promokit.voucher.pretrain import pretrain_uvg
 
         shared = ("emb_dim", "uvg_dim", "gnn_layers", "ratio", "encoder", "directed", "freeze_items", "item_dim")
         labels = _labels(tables.sessions)[train_rows]
         result = pretrain_uvg(self.store, train_rows, labels, **{k: v for k, v in self.net_params.items() if k in shared},
-                              item_embeddings=item_embeddings, epochs=int(self.params["pretrain"]),
+                              item_embeddings=item_embeddings, epochs=int(self.model_params["pretrain"]),
                               batch_size=self.train_config.batch_size, lr=self.train_config.lr,
                               seed=self.train_config.seed)
         return result.state
@@ -279,38 +340,55 @@ class VoucherModel:
                                     item_embeddings=item_embeddings, **self.net_params)
         return self.model_class(self.layout(), **self.net_params)
 
-    def predict(self, tables, rows=None) -> pd.DataFrame:
-        """``session_id`` and ``p_redeem`` for the sessions ``rows`` of ``tables`` (all when omitted)."""
+    def predict(self, data, *, rows=None) -> pd.DataFrame:
+        """The key columns the sessions carry (:data:`KEYS`: ``session_id``, ``user_id``, ``voucher_id`` [,
+        ``campaign_id``]) and ``p_redeem``, for the sessions ``rows`` of ``data`` (all when omitted). ``data``:
+        :class:`~promokit.voucher.contract.VoucherTables`, or tables read as the training tables were (their
+        profile columns, terms and item features; labels may be missing)."""
         self._check_fitted()
+        tables = self._read(data, require_labels=False)
         n = len(tables.sessions)
         rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
-        batch = take(self.inputs(tables), torch.from_numpy(rows))
-        if self.is_neural:
-            p = Trainer(self.train_config).predict(self.net, batch)["p_redeem"].numpy()
-        else:
-            p = self.net.predict(_arrays(batch)[0])["p_redeem"]
-        return pd.DataFrame({"session_id": tables.sessions["session_id"].to_numpy()[rows],
-                             "p_redeem": np.asarray(p, dtype=np.float64)})
+        p = np.zeros(0)
+        if len(rows):
+            batch = take(self.inputs(tables), torch.from_numpy(rows))
+            if self.is_neural:
+                p = Trainer(self.train_config).predict(self.net, batch)["p_redeem"].numpy()
+            else:
+                p = self.net.predict(_arrays(batch)[0])["p_redeem"]
+        keys = [c for c in KEYS if c in tables.sessions.columns]
+        out = tables.sessions[keys].iloc[rows].reset_index(drop=True)
+        out["p_redeem"] = np.asarray(p, dtype=np.float64)
+        return out
 
-    def evaluate(self, tables, rows=None, group_by: str | None = None) -> dict[str, float]:
-        """AUC and logloss (DMBGN section 4.3) of the labelled sessions ``rows``; with ``group_by`` (a sessions
-        column, e.g. ``campaign_id``) also ``gauc``, the AUC within each group weighted by its sessions
-        (``promokit.metrics.gauc``), which ignores how groups differ from each other."""
+    def evaluate(self, data, *, rows=None, group_by: str | None = None) -> Evaluation:
+        """AUC and logloss (DMBGN section 4.3), ``n``, ``positives``, ``mean_p_redeem`` and ``redemption_rate`` of
+        the labelled sessions ``rows`` of ``data`` (read as in :meth:`predict`, labels required); with
+        ``group_by`` (a sessions column, e.g. ``campaign_id``) also ``gauc``, the AUC within each group weighted by
+        its sessions (``promokit.metrics.gauc``), which ignores how groups differ from each other, and
+        ``gauc_groups`` / ``gauc_skipped_groups``, the groups scored and those with one class."""
+        self._check_fitted()
+        tables = self._read(data, require_labels=True)
         if group_by is not None and group_by not in tables.sessions.columns:
             raise DataError(f"group_by: no column {group_by!r} in sessions; columns are {list(tables.sessions.columns)}")
-        predictions = self.predict(tables, rows)
         n = len(tables.sessions)
         rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
         y = _labels(tables.sessions)[rows]
         if np.isnan(y).any():
             raise DataError(f"{int(np.isnan(y).sum())} of the {len(y)} evaluated sessions have no 'redeemed' label")
-        p = predictions["p_redeem"].to_numpy()
+        p = self.predict(tables, rows=rows)["p_redeem"].to_numpy()
         metrics = {"auc": auc(y, p), "logloss": logloss(y, p), "n": int(len(y)), "positives": int(y.sum()),
                    "mean_p_redeem": float(p.mean()), "redemption_rate": float(y.mean())}
         if group_by is not None:
             grouped = gauc(y, p, tables.sessions[group_by].to_numpy()[rows])
             metrics.update(gauc=grouped.value, gauc_groups=grouped.n_scored, gauc_skipped_groups=grouped.n_skipped)
-        return metrics
+        return Evaluation(f"voucher model {self.model}", metrics)
+
+    def _read(self, data, require_labels: bool):
+        """``data`` as tables, read with the training tables' options (model directories written before they
+        were kept do not know a non-DMBGN model's item features: the default ones)."""
+        options = {**self.table_options, "item_features": self.table_options["item_features"] or list(ITEM_FEATURES)}
+        return read_tables(data, require_labels=require_labels, **options)
 
     def _check_fitted(self) -> None:
         if self.net is None or self.encoder is None:
@@ -319,8 +397,8 @@ class VoucherModel:
     # ---- model directory -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "voucher", "model": self.name, "params": self.params,
-                  "spec": self.spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
+        config = {"promokit": __version__, "task": "voucher", "model": self.model, "params": self.model_params,
+                  "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
                   "max_history": self.max_history}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
@@ -334,13 +412,13 @@ class VoucherModel:
         config = read_model_config(path, "voucher")
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig(**config["train"]), config["max_history"])
-        model.spec = FeatureSpec.from_dict(config["spec"])
+        model.feature_spec = FeatureSpec.from_dict(config["spec"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
         # directories written before config.json kept the table options: the profile columns and terms from the
         # features, DMBGN's item features from its graph vocabulary (unknown for the others, which do not read them)
         model.table_options = config.get("tables") or table_options(
-            model.spec.categorical, model.spec.numeric, vocabulary and vocabulary["item_features"])
+            model.feature_spec.categorical, model.feature_spec.numeric, vocabulary and vocabulary["item_features"])
         if model.uses_graphs:
             from promokit.voucher.graph import UVGStore
 
@@ -360,8 +438,16 @@ def _labels(sessions: pd.DataFrame) -> np.ndarray:
     return pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
 
 
+def _is_fraction(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _rows(rows, n: int, name: str) -> np.ndarray:
-    rows = np.asarray(rows, dtype=np.int64).ravel()
+    values = np.asarray(rows).ravel()
+    if len(values) and values.dtype.kind not in "iu":
+        raise DataError(f"{name} must be row indices of the sessions (whole numbers), got {len(values)} "
+                        f"{values.dtype} values, e.g. {values[0]!r}")
+    rows = values.astype(np.int64)
     bad = (rows < 0) | (rows >= n)
     if bad.any():
         raise DataError(f"{name}: {int(bad.sum())} of {len(rows)} row indices are outside the {n} sessions, "

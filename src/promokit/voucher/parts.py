@@ -34,7 +34,7 @@ from promokit.voucher.contract import check_tables
 class Reading:
     """What every worker needs to read and score a part: the model directory, the reference tables' files,
     the :func:`check_tables` options (``categorical``, ``numeric``, ``terms``, ``item_features``, ``validity``)
-    and the ``--from`` time (None: every session)."""
+    and ``start``, the collection time scored from (None: every session)."""
 
     model: Path
     items: Path
@@ -71,11 +71,11 @@ def pair_parts(sessions: Path, events: Path | None) -> list[tuple[Path, Path | N
     if events is None:
         return [(part, None) for part in session_parts]
     if not is_partitioned(events):
-        raise DataError(f"--sessions {sessions} is a table in parts: --events must be in parts too, part k holding "
+        raise DataError(f"sessions {sessions} is a table in parts: events must be in parts too, part k holding "
                         f"the events of sessions part k; got the single file {events}")
     event_parts = list_parts(events)
     if len(event_parts) != len(session_parts):
-        raise DataError(f"--sessions {sessions} has {len(session_parts)} parts and --events {events} has "
+        raise DataError(f"sessions {sessions} has {len(session_parts)} parts and events {events} has "
                         f"{len(event_parts)} (from {event_parts[0]}): part k of the events holds the events of "
                         "sessions part k, so both need the same number of parts")
     return list(zip(session_parts, event_parts))
@@ -113,8 +113,8 @@ def predict_parts(engine, reading: Reading, sessions: Path, events: Path | None,
 
 
 def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> PartScore:
-    """Validate part pair *k* with the contract, score its sessions (from ``--from`` on) and write output part
-    *k*."""
+    """Validate part pair *k* with the contract, score its sessions (from ``reading.start`` on) and write output
+    part *k*."""
     k, sessions, events, out = job
     reading = scorer.reading
     session_frame, event_frame = read_part(sessions), read_part(events) if events else None
@@ -128,11 +128,7 @@ def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> Part
         tables = replace(tables, voucher_items=None)
     collect = tables.sessions["collect_time"]
     rows = np.flatnonzero(collect >= reading.start) if reading.start is not None else np.arange(len(collect))
-    if len(rows):
-        predictions = scorer.model.predict(tables, rows)
-    else:
-        predictions = pd.DataFrame({"session_id": tables.sessions["session_id"].iloc[:0],
-                                    "p_redeem": pd.Series([], dtype=np.float64)})
+    predictions = scorer.model.predict(tables, rows=rows)
     write_part(predictions, out, k)
     return PartScore(len(predictions), {"p_redeem": float(predictions["p_redeem"].sum())})
 

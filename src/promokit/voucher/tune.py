@@ -27,12 +27,12 @@ def tune_voucher(model: str, tables, train_rows, valid_rows, train: TrainConfig 
     def score(candidate: dict, report) -> float:
         config, net = train.merged(candidate)
         estimator = VoucherModel(model, {**(params or {}), **net}, config)
-        estimator.fit(tables, train_rows, valid_rows,
+        estimator.fit(tables, rows=train_rows, validation=valid_rows,
                       on_epoch=lambda epoch, record: report(epoch, record.get("valid_auc", math.nan)))
         history = estimator.report.history
         if history is not None and history.stopped == "interrupted":
             raise KeyboardInterrupt
-        return estimator.evaluate(tables, valid_rows)["auc"]
+        return estimator.evaluate(tables, rows=valid_rows)["auc"]
 
     result = tune(score, space, storage, study or f"voucher-{model}-auc", trials, timeout, train.seed,
                   prune=space is NEURAL_SPACE, on_trial=on_trial)

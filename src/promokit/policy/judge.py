@@ -1,4 +1,4 @@
-"""``policy evaluate``: every plan's estimates on one log, by every estimator, with paired bootstrap intervals and
+"""Judging plans on a log: every plan's estimates by every estimator, with paired bootstrap intervals and
 each plan's difference from a reference plan; the diagnostics that say when to trust them.
 
 The estimates are means per subject of the log's outcomes (:mod:`promokit.policy.estimators`); a plan's total is
@@ -17,16 +17,19 @@ count those choices as nothing): that is stated, as is an effective sample size 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
-from promokit.policy.estimators import (COLUMNS, INTERVALS, Terms, bootstrap_sums, effective_sample_size, from_sums,
-                                        influence, interval, per_subject_sums)
-from promokit.policy.log import INCENTIVE, Log, action_label
+from promokit.policy.estimators import (COLUMNS, INTERVALS, OUTER, Terms, bootstrap_sums, effective_sample_size,
+                                        from_sums, in_outer_tail, influence, interval_levels, per_subject_sums,
+                                        percentiles)
+from promokit.policy.log import INCENTIVE, Log, action_list
+from promokit.policy.options import BOOTSTRAP, INTERVAL
 from promokit.policy.plans import Plan, on_actions
+from promokit.policy.report import Estimate, PlanResult, PolicyEvaluation
 
 #: an effective sample size below this share of the log (or below MIN_ESS) is a stated warning
 THIN_SHARE, MIN_ESS = 0.01, 30.0
@@ -39,42 +42,6 @@ SUPPORTED = 0.99
 FEW_OUTCOMES, HEAVY_TAIL = 50, 0.25
 
 
-@dataclass
-class Estimate:
-    value: float
-    low: float
-    high: float
-
-    def to_dict(self) -> dict:
-        return {"estimate": self.value, "low": self.low, "high": self.high}
-
-
-@dataclass
-class PlanResult:
-    """One plan's estimates (outcome → estimator → mean per subject), totals, ratio and diagnostics."""
-
-    name: str
-    subjects: int
-    means: dict[str, dict[str, Estimate]]
-    totals: dict[str, dict[str, Estimate]]
-    ratio: dict[str, Estimate]
-    diagnostics: dict
-    differences: dict[str, dict[str, Estimate]] = field(default_factory=dict)  # vs the reference
-    relative: dict[str, dict[str, Estimate]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Evaluation:
-    log: Log
-    reference: PlanResult
-    plans: list[PlanResult]
-    replicates: int
-    seed: int
-    clip: float | None
-    notes: list[str]
-
-
 def predicted_outcomes(log: Log, scores: np.ndarray, score_actions: np.ndarray, actions: np.ndarray
                        ) -> dict[str, np.ndarray]:
     """q̂ of each outcome over ``actions`` from a score table's rows aligned with the log (``scores``, over
@@ -82,40 +49,41 @@ def predicted_outcomes(log: Log, scores: np.ndarray, score_actions: np.ndarray, 
     ``spend``; a value table's ETV gives ``amount`` (the conversions have no model: IPS and SNIPS only)."""
     missing = np.setdiff1d(actions, score_actions)
     if len(missing):
-        raise DataError(f"the score table has no column for the action(s) {missing.tolist()}, which the log or a "
-                        f"plan holds; its actions are {score_actions.tolist()}")
+        raise DataError(f"the score table has no column for the action(s) {action_list(missing)}, which the log or a "
+                        f"plan holds; its actions are {action_list(score_actions)}")
     q = scores[:, np.searchsorted(score_actions, actions)]
     if log.kind == INCENTIVE:
         return {"responses": q, "spend": q * actions[None, :].astype(np.float64)}
     return {"amount": q}
 
 
-def evaluate(log: Log, plans: list[Plan], reference: Plan, predicted: dict[str, np.ndarray] | None = None,
-             clip: float | None = None, replicates: int = 500, seed: int = 0, population: int | None = None,
-             interval_method: str = "bca") -> Evaluation:
+def judge(log: Log, plans: list[Plan], reference: Plan, predicted: dict[str, np.ndarray] | None = None, *,
+          clip: float | None = None, bootstrap: int = BOOTSTRAP, seed: int = 0, population: int | None = None,
+          interval: str = INTERVAL) -> PolicyEvaluation:
     """Judge ``plans`` and ``reference`` on ``log`` (their probabilities over the log's rows), ``predicted`` the
-    model's q̂ per outcome over the union of the actions (:func:`predicted_outcomes`); intervals by bootstrap
-    percentiles or BCa (``interval_method``)."""
-    if replicates < 2:
-        raise DataError(f"--bootstrap must be at least 2, got {replicates}")
-    if interval_method not in INTERVALS:
-        raise DataError(f"--interval must be one of {list(INTERVALS)}, got {interval_method!r}")
+    model's q̂ per outcome over the union of the actions (:func:`predicted_outcomes`), with ``bootstrap``
+    replicates; intervals by bootstrap percentiles or BCa (``interval``)."""
+    if bootstrap < 2:
+        raise DataError(f"`bootstrap` must be at least 2, got {bootstrap}")
+    if interval not in INTERVALS:
+        raise DataError(f"`interval` must be one of {list(INTERVALS)}, got {interval!r}")
     if clip is not None and not clip > 0:
-        raise DataError(f"--clip must be a weight above 0, got {clip}")
+        raise DataError(f"`clip` must be a weight above 0, got {clip}")
     actions = union_of_actions(log, [reference, *plans])
     action = np.searchsorted(actions, log.labels)
     everything = [reference, *plans]
     terms = {(p.name, o): _terms(p, log, actions, action, o, (predicted or {}).get(o), clip)
              for p in everything for o in log.outcomes}
-    replicates_ = Replicates.of(terms, log, replicates, seed, interval_method)
+    replicates = Replicates.of(terms, log, bootstrap, seed, interval)
     # the reference's totals count the subjects the plans decide, so that totals compare
     counted = population or max([p.subjects for p in plans], default=reference.subjects)
-    results = [_result(p, log, terms, replicates_, actions, population or (counted if p is reference else None))
+    results = [_result(p, log, terms, replicates, actions, population or (counted if p is reference else None))
                for p in everything]
     ref = results[0]
     for plan, result in zip(plans, results[1:]):
-        _compare(result, ref, plan, replicates_, log)
-    return Evaluation(log, ref, results[1:], replicates, seed, clip, list(log.notes))
+        _compare(result, ref, plan, replicates, log)
+    tails = [warning for result in results for warning in _outer_tails(result, bootstrap)]
+    return PolicyEvaluation(log, ref, results[1:], bootstrap, seed, clip, list(log.notes), tails)
 
 
 @dataclass
@@ -145,8 +113,9 @@ class Replicates:
         with np.errstate(invalid="ignore", divide="ignore"):
             point, draws = float(statistic(self.sums)), statistic(self.replicated)
         weights = influence(statistic, self.per_subject) if self.method == "bca" else None
-        low, high = interval(draws, point, weights)
-        return Estimate(point * scale, low * scale, high * scale)
+        levels = interval_levels(draws, point, weights)
+        low, high = percentiles(draws, levels)
+        return Estimate(point * scale, low * scale, high * scale, in_outer_tail(levels))
 
 
 def union_of_actions(log: Log, plans: list[Plan]) -> np.ndarray:
@@ -237,6 +206,33 @@ def _compare(result: PlanResult, ref: PlanResult, plan: Plan, replicates: Replic
             result.relative[outcome][estimator] = replicates.estimate(lambda sums: mine(sums) / theirs(sums) - 1)
 
 
+def _outer_tails(result: PlanResult, replicates: int) -> list[str]:
+    """A warning per group of estimators whose BCa intervals (of the mean, the spend per response or the difference
+    from the reference) have an endpoint in the outer tails of the replicates, where a few replicates place it."""
+    where: dict[str, list[str]] = {}
+    for quantity, table in (("mean", result.means), ("difference", result.differences),
+                            ("relative difference", result.relative)):
+        for outcome, by_estimator in table.items():
+            for estimator, estimate in by_estimator.items():
+                if estimate.outer:
+                    where.setdefault(estimator, []).append(f"{outcome} {quantity}")
+    for estimator, estimate in result.ratio.items():
+        if estimate.outer:
+            where.setdefault(estimator, []).append("spend per response")
+    alike: dict[tuple, list[str]] = {}  # the logging plan's estimators are one estimate: one line for them all
+    for estimator, quantities in where.items():
+        alike.setdefault(tuple(quantities), []).append(estimator)
+    return [f"{result.name}: the BCa interval{'s' if len(estimators) > 1 else ''} of {_and(estimators)} "
+            f"({', '.join(quantities)}) reach{'' if len(estimators) > 1 else 'es'} into the outer {OUTER:.1%} of the "
+            f"{replicates:,} bootstrap replicates, where a few replicates place an endpoint: use more replicates "
+            f"(several thousand) before trusting {'them' if len(estimators) > 1 else 'it'}"
+            for quantities, estimators in alike.items()]
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def align_scores(log: Log, ids: np.ndarray, source: str) -> np.ndarray:
     """The rows of a score table (its ``ids``) of each log subject; a subject it lacks is an error."""
     at = pd.Index(np.asarray(ids).astype(str)).get_indexer(log.ids)
@@ -246,21 +242,22 @@ def align_scores(log: Log, ids: np.ndarray, source: str) -> np.ndarray:
                         f"{log.key} {log.ids[missing][0]!r}")
     return at
 
-def read_scores(path: str | os.PathLike, log: Log) -> tuple[np.ndarray, np.ndarray]:
-    """The score table at ``path`` as a matrix with a row per row of ``log`` (a subject it lacks is an error) and
-    its actions, sorted as the log's are: levels of a budget table for an incentive log, funds of a quota table
+def read_scores(scores: str | os.PathLike | pd.DataFrame, log: Log) -> tuple[np.ndarray, np.ndarray]:
+    """A score table (a frame or a path) as a matrix with a row per row of ``log`` (a subject it lacks is an error)
+    and its actions, sorted as the log's are: levels of a budget table for an incentive log, funds of a quota table
     for a value log."""
     from promokit.allocation.tables import read_budget_table, read_quota_table
 
+    source = "scores" if isinstance(scores, pd.DataFrame) else str(scores)
     if log.kind == INCENTIVE:
-        table = read_budget_table(path)
+        table = read_budget_table(scores)
         ids, values, actions = table.user_ids, table.scores, table.levels
     else:
-        table = read_quota_table(path)
+        table = read_quota_table(scores)
         order = np.argsort(table.funds)
         ids, values, actions = table.user_ids, table.etv[:, order], np.asarray(table.funds, dtype=str)[order]
-    missing = [action_label(a) for a in log.actions if a not in actions]
+    missing = [a for a in log.actions if a not in actions]
     if missing:
-        raise DataError(f"{path}: no score column for the logged action(s) {missing}; its actions are "
-                        f"{[action_label(a) for a in actions]}")
-    return values[align_scores(log, ids, str(path))], actions
+        raise DataError(f"{source}: no score column for the logged action(s) {action_list(missing)}; its actions "
+                        f"are {action_list(actions)}")
+    return values[align_scores(log, ids, source)], actions

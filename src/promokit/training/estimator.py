@@ -1,0 +1,131 @@
+"""The contract every model of every domain follows, with scikit-learn's habits.
+
+An estimator is constructed from its parameters, stored exactly as given (so :func:`sklearn.base.clone`,
+pipelines and search tools work), and checked once by :meth:`Estimator._configure`, which derives what they
+imply. ``fit(data, *, validation=…)`` returns the estimator; ``predict(data)`` a DataFrame of the data's keys and
+named outputs; ``evaluate(data)`` an :class:`Evaluation`; ``save(path)`` writes a model directory and
+``load(path)`` reads one back. ``data`` is the domain's own contract: a table, or a named set of tables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from abc import ABCMeta, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+from sklearn.base import BaseEstimator
+
+from promokit.report import Report, json_safe
+
+
+@dataclass(frozen=True)
+class Evaluation(Mapping):
+    """A fitted model's metrics on labelled data: a read-only mapping of metric name → number, with the tables
+    that break them down (``tables``, e.g. calibration by decile) and figures (``figures``, matplotlib figures by
+    file stem). ``to_markdown()`` and ``to_json()`` render it; ``write(dir)`` writes report.md, report.json and
+    the figures."""
+
+    title: str
+    metrics: dict[str, float]
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    figures: dict[str, object] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> float:
+        return self.metrics[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.metrics)
+
+    def __len__(self) -> int:
+        return len(self.metrics)
+
+    def report(self) -> Report:
+        metrics = pd.DataFrame({"metric": list(self.metrics), "value": [_number(v) for v in self.metrics.values()]})
+        report = Report(self.title, data={"metrics": dict(self.metrics),
+                                          **{name: t.to_dict(orient="records") for name, t in self.tables.items()}},
+                        figures=dict(self.figures))
+        report.add("Metrics", metrics)
+        for name, table in self.tables.items():
+            report.add(name.replace("_", " ").capitalize(), table)
+        return report
+
+    def to_markdown(self) -> str:
+        return self.report().markdown()
+
+    def to_json(self) -> str:
+        """The metrics and tables as JSON (a NaN is written as null)."""
+        data = self.report().data
+        return json.dumps(json_safe(data), indent=2, default=_scalar)
+
+    def write(self, out_dir: str | os.PathLike):
+        return self.report().write(out_dir)
+
+    def _repr_markdown_(self) -> str:  # a notebook shows the report
+        return self.to_markdown()
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={_number(v):.4g}" for k, v in self.metrics.items())
+        return f"Evaluation({self.title!r}, {shown})"
+
+
+class Estimator(BaseEstimator, metaclass=ABCMeta):
+    """The base of every promokit model (see the module's docstring).
+
+    A subclass lists its parameters as the keyword arguments of ``__init__``, stores each unchanged under its own
+    name, then calls :meth:`_configure`; :meth:`set_params` changes them and configures again, keeping the old
+    values when the new ones are refused. What fitting learns lives in other attributes."""
+
+    @abstractmethod
+    def _configure(self) -> None:
+        """Check the parameters (a one-line error naming the argument and its value) and derive what they imply.
+        Never modifies a parameter."""
+
+    def set_params(self, **params) -> Estimator:
+        old = self.get_params(deep=False)
+        super().set_params(**params)
+        try:
+            self._configure()
+        except Exception:
+            super().set_params(**old)
+            self._configure()
+            raise
+        return self
+
+    @abstractmethod
+    def fit(self, data, *, validation=None) -> Estimator:
+        """Learn from ``data``; choose the epoch (or the regularisation) on ``validation``. Returns ``self``."""
+
+    @abstractmethod
+    def predict(self, data) -> pd.DataFrame:
+        """The data's keys and the model's named outputs, one row per scored row."""
+
+    @abstractmethod
+    def evaluate(self, data) -> Evaluation:
+        """Metrics on labelled ``data``."""
+
+    @abstractmethod
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the fitted model as a directory (config JSON, safetensors weights, encoders)."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, path: str | os.PathLike) -> Estimator:
+        """Read a model directory written by :meth:`save`."""
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _scalar(value):
+    """NumPy scalars and timestamps in JSON."""
+    if hasattr(value, "item"):
+        return json_safe(value.item())
+    return str(value)
