@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: pyproject.toml constraints/lock.txt | $(BIN)/python
-	$(BIN)/pip install --quiet -c constraints/lock.txt -e '.[all,test]'
+	$(BIN)/pip install --quiet -c constraints/lock.txt -e '.[all,test,docs]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -36,7 +36,7 @@ test-lowest: $(LOWEST)/.installed
 
 # The wheel and sdist in dist/, checked by twine.
 dist: install
-	$(BIN)/pip install --quiet -c constraints/lock.txt build twine
+	$(BIN)/pip install --quiet -c constraints/lock.txt -e '.[release]'
 	rm -rf dist
 	$(BIN)/python -m build --outdir dist .
 	$(BIN)/twine check --strict dist/*

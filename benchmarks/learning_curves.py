@@ -38,7 +38,6 @@ from promokit.conversion.kuairand import DACTION_BEHAVIOURS, kuairand_spec, load
 from promokit.conversion.synthetic import make_world
 from promokit.data import FeatureSpec, random_split
 from promokit.metrics import auc
-from promokit.training import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = (REPO / ".." / "shared" / "data").resolve()

@@ -138,7 +138,7 @@ class ValueCase:
         from promokit.value.bench import true_etv_matrix
         from promokit.value.contract import check_tables
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
-        from promokit.value.simulate import feasible_quotas
+        from promokit.value.synthetic import feasible_quotas
         from promokit.value.synthetic import make_world
 
         world = make_world(n_users=users, seed=seed)

@@ -4,7 +4,7 @@
 - **conversion**: an ESM² is trained for one epoch on 200k synthetic impressions
   (``promokit.conversion.synthetic.make_world``), then ``--rows`` impressions are generated straight into
   ``--parts`` Parquet parts (part k from seed k; never one frame) and scored through
-  :func:`promokit.scale.batch.score_parts`, the function behind ``conversion predict --data DIR``.
+  :func:`promokit.data.part_scoring.score_parts`, the function behind ``conversion predict --data DIR``.
 - **value**: an ESDPM-NCG (ESDPM without the consumption graph: a graph model cannot score a part alone; emb 8,
   4 experts 64-32, towers 32, sequences of 20) is trained for one epoch on a 10,000-user fund world
   (``promokit.value.synthetic.make_world``),
@@ -50,8 +50,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from promokit.data.parts import list_parts, part_name
 from promokit.scale.engine import LocalEngine, RayEngine
-from promokit.scale.parts import list_parts, part_name
 from promokit.training import TrainConfig
 
 
@@ -93,7 +93,7 @@ class Conversion:
 
     def run(self, engine, model: Path, source: Path, out: Path) -> int:
         from promokit.conversion.estimator import ConversionModel
-        from promokit.scale.batch import score_parts
+        from promokit.data.part_scoring import score_parts
 
         scored = score_parts(engine, partial(ConversionModel.load, model), ConversionModel.predict, source, out)
         return sum(s.rows for s in scored)

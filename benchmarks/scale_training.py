@@ -91,14 +91,15 @@ class Conversion:
 
     def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
         from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
-        from promokit.scale.train import fit_parts
+        from promokit.conversion.parts import fit_parts
+        from promokit.scale.engine import make_engine
 
         config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
         model = ConversionModel("esm2", {} if kind == "sparse" else {"sparse": False}, config, self.spec)
         if engine is None:
             model.fit(parts)
         else:
-            fit_parts(model, parts, engine, workers=workers)
+            fit_parts(model, parts, make_engine(engine, workers=workers))
         metrics = model.evaluate(self.test)
         return {"history": model.report.history, "ctr": metrics["ctr_auc"], "cvr": metrics["cvr_auc"],
                 "ctcvr": metrics["ctcvr_auc"]}

@@ -36,8 +36,7 @@ from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
 from promokit.value.inputs import InputEncoders
 from promokit.value.models import ESDPM
 from promokit.value.models.esdpm import AmountStart
-from promokit.value.simulate import feasible_quotas
-from promokit.value.synthetic import make_world
+from promokit.value.synthetic import feasible_quotas, make_world
 
 
 def peak_gb() -> float:

@@ -250,6 +250,19 @@ def test_campaign_build_from_python_gives_what_the_command_builds(tmp_path):
                               np.load(tmp_path / "py" / "lookup" / "customer" / f"{name}.npy"))
 
 
+def test_campaign_build_takes_scores_keyed_by_their_only_id_column_as_incentive_predict_writes_them(tmp_path):
+    import promokit.campaign
+
+    f = curves(20)
+    plan_folder(tmp_path / "plan", f)
+    scores = score_frame(f)
+    promokit.campaign.build(tmp_path / "by-user", scores, tmp_path / "plan", "500")
+    promokit.campaign.build(tmp_path / "by-customer", scores.rename(columns={"user_id": "customer_id"}),
+                            tmp_path / "plan", "500")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "by-user" / "customers.parquet"),
+                                  pd.read_parquet(tmp_path / "by-customer" / "customers.parquet"))
+
+
 def test_the_service_the_serve_command_starts_is_create_app_on_a_prepared_ledger(tmp_path, monkeypatch):
     """``serve`` migrates the ledger once and hands the campaign to its workers through the environment; each worker
     builds ``promokit.serve.create_app`` from it."""

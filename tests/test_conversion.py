@@ -195,7 +195,8 @@ def _with_cart(table: pd.DataFrame) -> pd.DataFrame:
 
 def test_a_post_click_column_left_among_the_features_is_named_in_a_warning(impressions, tmp_path):
     from conftest import write_parts
-    from promokit.scale.train import fit_parts
+    from promokit.conversion.parts import fit_parts
+    from promokit.scale.engine import LocalEngine
 
     table = _with_cart(impressions)
     unclicked, clicked, carts = int((table.click == 0).sum()), int(table.click.sum()), int(table.cart.sum())
@@ -206,7 +207,7 @@ def test_a_post_click_column_left_among_the_features_is_named_in_a_warning(impre
         _model("esmm").fit(table, validation=0)
     with pytest.warns(UserWarning, match=warning):  # over parts: the same sums, part by part
         fit_parts(ConversionModel("esmm", SMALL, FAST), write_parts(table, tmp_path / "parts", [1500, 2500]),
-                  valid_fraction=0)
+                  LocalEngine(), valid_fraction=0)
 
 
 def test_0_1_features_seen_before_a_click_or_too_rare_to_tell_are_not_called_post_click(impressions, recwarn):
@@ -231,7 +232,7 @@ def test_the_estimator_contract_clone_and_set_params(impressions):
     with pytest.raises(DataError, match=r"^model 'esm2' has no parameter 'hiden'"):
         model.set_params(model="esm2", params={"hiden": [8]})
     assert model.get_params()["model"] == "esmm" and model.model_params["emb_dim"] == 4
-    with pytest.raises(DataError, match="^monitor must be one of"):
+    with pytest.raises(DataError, match="^train: monitor must be one of"):
         model.set_params(train=TrainConfig(monitor="auc"))
     assert model.train_config is FAST
     with pytest.raises(DataError, match="^repair_labels must be True or False, got 'yes'"):

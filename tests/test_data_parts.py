@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from conftest import write_parts
 from promokit.cli import app
 from promokit.data import DataError, read_table
-from promokit.scale import parts as scale_parts
+from promokit.data.io import write_part
 from promokit.serve.campaign import load_campaign
 
 runner = CliRunner()
@@ -92,12 +92,11 @@ def test_a_bad_part_is_named_in_the_error(tmp_path, table):
         read_table(folder)
 
 
-def test_scale_parts_reexports_the_core_reader():
-    from promokit.data import parts
-
-    for name in ("GLOB_CHARACTERS", "is_partitioned", "list_parts", "naming", "read_part", "read_parts"):
-        assert getattr(scale_parts, name) is getattr(parts, name)
-    assert scale_parts.part_name(3) == "part-00003.parquet"
+def test_parts_written_by_index_read_back_in_order(tmp_path, table):
+    for index, rows in ((3, slice(4, 10)), (0, slice(0, 4))):
+        write_part(table.iloc[rows].set_index("name"), tmp_path / "parts", index)
+    assert sorted(p.name for p in (tmp_path / "parts").iterdir()) == ["part-00000.parquet", "part-00003.parquet"]
+    pd.testing.assert_frame_equal(read_table(tmp_path / "parts"), table.drop(columns="name"))
 
 
 # ------------------------------------------------------------------------------------------- a command end to end

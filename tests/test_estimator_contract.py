@@ -93,3 +93,20 @@ def test_a_subclass_must_implement_the_whole_contract():
 
     with pytest.raises(TypeError, match="abstract"):
         Partial()
+
+
+def test_train_settings_given_as_a_dict_replace_only_those_of_the_domain_default():
+    from dataclasses import replace
+
+    from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
+
+    settings = {"epochs": 1, "progress": False}
+    model = ConversionModel("esmm", train=settings)
+    assert model.train_config == replace(DEFAULT_TRAIN, epochs=1, progress=False)
+    assert clone(model).train == settings
+    for train, message in (({"epoch": 2}, r"^train: no setting 'epoch'; the settings are \['epochs'"),
+                           ({"batch_size": 0}, r"^train: batch_size must be a whole number ≥ 1, got 0$"),
+                           ({"lr": float("nan")}, r"^train: lr must be a finite number > 0, got nan$"),
+                           ("fast", r"^train must be a TrainConfig, a dict of its settings or None, got str$")):
+        with pytest.raises(DataError, match=message):
+            ConversionModel("esmm", train=train)

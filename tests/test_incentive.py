@@ -6,12 +6,12 @@ import pytest
 import torch
 from sklearn.base import clone
 
+from promokit.allocation.simulate import simulate_budget
 from promokit.allocation.tables import read_budget_table
 from promokit.data import DataError
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, node_split
 from promokit.incentive.evaluate import change_point, uplift_against_lowest
-from promokit.incentive.simulate import simulate
 from promokit.incentive.synthetic import make_world, write_world
 from promokit.training import TrainConfig
 from promokit.training.estimator import Evaluation
@@ -120,7 +120,7 @@ def test_a_refused_parameter_is_one_line_and_set_params_keeps_the_old_values():
                             ({"params": {"fanout": [5]}}, "did you mean 'fanouts'"),
                             ({"params": [("width", 4)]}, "params must be a dict"),
                             ({"train": TrainConfig(monitor="auc")}, "monitor must be one of"),
-                            ({"train": {"epochs": 2}}, "train must be a TrainConfig")):
+                            ({"train": "fast"}, "train must be a TrainConfig, a dict of its settings or None, got str")):
         with pytest.raises(DataError, match=message) as error:
             model.set_params(**change)
         assert "\n" not in str(error.value)
@@ -139,9 +139,9 @@ def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
     from_mapping = IncentiveModel("lr", train=FAST).fit(mapping)
     unlabelled = {**mapping, "customers": world.customers.drop(columns=["level", "redeemed"])}
     pd.testing.assert_frame_equal(from_mapping.predict(unlabelled), from_folder.predict(str(tmp_path)))
-    for data, message in (({"customers": world.customers}, r"data: the tables are \['customers', 'merchants', "
-                                                           r"'edges'\], got \['customers'\]"),
-                          (tmp_path / "none", "is not a folder"), (world.customers, "data must be IncentiveTables")):
+    for data, message in (({"customers": world.customers}, r"data: no 'merchants' table among \['customers'\]; "
+                                                           "incentive data needs customers, merchants, edges"),
+                          (tmp_path / "none", "is not a folder"), (world.customers, "data must be a mapping of table name")):
         with pytest.raises(DataError, match=message):
             IncentiveModel("lr").fit(data)
     with pytest.raises(DataError, match=r"validation must be None or a fraction in \[0, 1\), got 1.5"):
@@ -192,7 +192,7 @@ def test_each_value_against_the_lowest_by_hand():
 
 def test_simulation_orders_oracle_above_random(world):
     levels, truth_c, truth_m = world.levels, world.customer_truth[:500], world.merchant_truth[:50]
-    result = simulate(levels, truth_c, truth_m, {"truth+noise": (np.clip(truth_c + 0.05, 0, 1), truth_m)}, 90.0)
+    result = simulate_budget(levels, truth_c, truth_m, {"truth+noise": (np.clip(truth_c + 0.05, 0, 1), truth_m)}, 90.0)
     paced = result[result.budget == "paced"].set_index("model")
     assert set(paced.index) == {"truth+noise", "oracle", "random"}
     assert (paced["true_ratio"] <= 90.0 + 1e-6).all()

@@ -208,9 +208,9 @@ def test_bad_parts_are_one_line_errors(predicted, models, tmp_path, break_it, me
 
 def test_merchants_in_several_buckets(predicted, models, monkeypatch, tmp_path):
     """With 16 merchants a bucket, the 60 merchants spread over 4 buckets: the same scores."""
-    from promokit.scale import graph
+    from promokit.data import graph_shards
 
-    monkeypatch.setattr(graph, "RIGHT_ROWS_PER_BUCKET", 16)
+    monkeypatch.setattr(graph_shards, "RIGHT_ROWS_PER_BUCKET", 16)
     result = _predict(models / "gnn-sage-3", predicted / "parts", tmp_path / "out")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["merchant_buckets"] == 4

@@ -70,7 +70,7 @@ def test_version_is_stated_once_and_printed():
 
 
 def test_a_missing_extra_is_a_one_line_error_naming_it(monkeypatch):
-    monkeypatch.setitem(EXTRAS, "scale", ("ray", "promokit_no_such_module"))
+    monkeypatch.setitem(EXTRAS, "scale", ("promokit_no_such_module",))
     with pytest.raises(MissingExtra, match=r"^the Ray engine needs promokit\[scale\] \(promokit_no_such_module not "
                                            r"installed\): pip install 'promokit\[scale\]'$"):
         require_extra("scale", "the Ray engine")
@@ -91,3 +91,24 @@ def test_import_promokit_loads_no_heavy_library():
     code = ("import sys, promokit, promokit.cli; heavy = [m for m in ('torch', 'ray', 'fastapi', 'sqlalchemy', "
             "'optuna', 'ortools', 'torch_geometric', 'lightgbm') if m in sys.modules]; assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def run_without(modules: list[str], code: str) -> subprocess.CompletedProcess:
+    """``code`` in a new interpreter where importing any of ``modules`` fails, as where an extra is not installed."""
+    hide = "import sys; " + "; ".join(f"sys.modules[{m!r}] = None" for m in modules) + "; "
+    return subprocess.run([sys.executable, "-c", hide + code], capture_output=True, text=True)
+
+
+def test_a_public_name_whose_extra_is_missing_says_which_extra():
+    result = run_without(["fastapi"], "import promokit as pk\ntry:\n    pk.serve.create_app\n"
+                                      "except ImportError as error:\n    print(type(error).__name__, error)")
+    assert result.stdout == ("MissingExtra promokit.serve.create_app needs promokit[serve] (fastapi not installed): "
+                             "pip install 'promokit[serve]'\n"), result.stderr
+
+
+def test_a_command_whose_extra_is_missing_exits_2_naming_it(tmp_path):
+    result = run_without(["fastapi", "sqlalchemy"], "from promokit.cli import main; import sys; "
+                         f"sys.argv = ['promokit', 'serve', '--campaign', {str(tmp_path)!r}]; main()")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: this command needs promokit[serve] (fastapi not installed): "
+                                     "pip install 'promokit[serve]'")

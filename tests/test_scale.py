@@ -13,8 +13,9 @@ from conftest import make_impressions, write_parts
 from promokit.cli import app
 from promokit.conversion.estimator import ConversionModel
 from promokit.data import DataError
+from promokit.data.io import read_table
+from promokit.data.parts import list_parts
 from promokit.scale.engine import LocalEngine, make_engine
-from promokit.scale.parts import list_parts, read_parts
 from promokit.training import TrainConfig
 
 runner = CliRunner()
@@ -46,7 +47,7 @@ def test_a_directory_lists_its_parts_in_path_order_skipping_hidden_files(tmp_pat
     frame.iloc[3:].to_parquet(tmp_path / "b/part-1.parquet")
     assert [p.relative_to(tmp_path).as_posix() for p in list_parts(tmp_path)] == ["a=1/part-0.parquet",
                                                                                    "b/part-1.parquet"]
-    assert read_parts(tmp_path)["x"].tolist() == list(range(6))
+    assert read_table(tmp_path)["x"].tolist() == list(range(6))
     assert [p.name for p in list_parts(tmp_path / "*/part-*.parquet")] == ["part-0.parquet", "part-1.parquet"]
     with pytest.raises(DataError, match="no table parts"):
         list_parts(tmp_path / "c")

@@ -1,4 +1,5 @@
-"""promokit.scale.train: the vocabulary counted over parts, training part by part and data-parallel on Ray Train."""
+"""Training over parts (promokit.conversion.parts, promokit.training.shards and shard_loop, promokit.scale.train): the
+vocabulary counted over parts, training part by part and data-parallel on Ray Train."""
 
 import json
 import signal
@@ -17,11 +18,12 @@ from conftest import make_impressions, write_parts
 from promokit.cli import app
 from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS
 from promokit.conversion.estimator import ConversionModel
+from promokit.conversion.parts import fit_parts, plan
 from promokit.conversion.synthetic import make_world
 from promokit.data import FeatureSpec, TableEncoder
-from promokit.scale.engine import make_engine
-from promokit.scale.train import fit_parts, plan, shards
+from promokit.scale.engine import LocalEngine, make_engine
 from promokit.training import LazyWeightDecay, TrainConfig, stream_batches
+from promokit.training.shards import shards
 
 runner = CliRunner()
 SMALL = {"emb_dim": 4, "hidden": (16,), "dropout": 0.0}
@@ -104,7 +106,7 @@ def test_training_part_by_part_resumes_exactly(tmp_path):
 
     def fit(epochs, **kwargs):
         estimator = ConversionModel("esmm", SMALL, TrainConfig(**{**config.to_dict(), "epochs": epochs}))
-        return fit_parts(estimator, parts, **kwargs)
+        return fit_parts(estimator, parts, LocalEngine(), **kwargs)
 
     straight = fit(4)
     fit(2, checkpoint_dir=tmp_path / "ck")

@@ -7,13 +7,13 @@ import torch
 
 from conftest import make_impressions, write_parts, write_value_parts
 from promokit.conversion.estimator import ConversionModel
+from promokit.conversion.parts import plan
 from promokit.data import DataError
 from promokit.data.ids import id_hashes, share_in
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel
 from promokit.incentive.synthetic import make_world as make_incentive_world
 from promokit.scale.engine import LocalEngine
-from promokit.scale.train import plan
 from promokit.training import TrainConfig, read_training_ids
 from promokit.training.artifact import TRAINING_IDS
 from promokit.value.contract import read_folder, table_paths

@@ -271,7 +271,7 @@ def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
     ({"test_fraction": 1.0}, r"test_fraction must be a number in \[0, 1\), got 1.0"),
     ({"params": {"max_len": 0}}, "params: max_len must be a whole number of at least 1, got 0"),
     ({"params": {"experts": 3}}, "no parameter 'experts'"),
-    ({"train": {"epochs": 2}}, "train must be a TrainConfig, got dict"),
+    ({"train": "fast"}, "train must be a TrainConfig, a dict of its settings or None, got str"),
     ({"train": TrainConfig(monitor="gauc")}, "monitor must be one of"),
 ])
 def test_a_bad_parameter_is_a_one_line_error_and_set_params_keeps_the_old_ones(change, message):
@@ -327,7 +327,7 @@ def test_fit_reads_a_folder_or_a_mapping_of_tables_and_evaluate_reports(tmp_path
     assert report["deliveries"] == len(held_out) and {"auc", "gini", "thc", "tha", "etv_bias"} <= set(report)
     text = report.to_markdown()
     assert f"| auc | {report['auc']:.4f} |" in text and "## Calibration per fund" in text
-    with pytest.raises(DataError, match="data: the funds table is missing"):
+    with pytest.raises(DataError, match="data: no 'funds' table among"):
         from_folder.fit({"deliveries": small.deliveries, "users": small.users})
-    with pytest.raises(DataError, match="data: no table 'payments'"):
+    with pytest.raises(DataError, match="data: unknown table 'payments'"):
         from_folder.fit({**mapping, "payments": small.consumption})

@@ -98,7 +98,7 @@ def test_folder_errors(world, tmp_path):
     folder = _copy(world, tmp_path)
     (folder / "funds.parquet").unlink()
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m")
-    assert result.exit_code == 2 and "funds.parquet (or .csv) is missing" in result.output
+    assert result.exit_code == 2 and "has no funds.parquet (or .csv, or funds/ of parts)" in result.output
     pd.read_parquet(world / "funds.parquet").to_csv(folder / "funds.csv", index=False)
     pd.read_parquet(world / "funds.parquet").to_parquet(folder / "funds.parquet")
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m")

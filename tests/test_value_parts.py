@@ -18,8 +18,7 @@ from promokit.training import TrainConfig
 from promokit.value.contract import check_tables, table_paths
 from promokit.value.estimator import ValueModel
 from promokit.value.parts import predict_parts
-from promokit.value.simulate import feasible_quotas
-from promokit.value.synthetic import make_world
+from promokit.value.synthetic import feasible_quotas, make_world
 
 torch.set_num_threads(1)
 runner = CliRunner()

@@ -84,9 +84,9 @@ def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path)
     assert "hour" in tables.context_spec.numeric and tables.context_spec.types == {"hour": "numeric"}
 
 def _part_tables(data, estimator):
-    from promokit.value.parts import _parts, read_part_tables
+    from promokit.value.part_tables import dataset_parts, read_part_tables
 
-    return [read_part_tables(part, estimator.specs, labels=True) for part in _parts(table_paths(data / "parts"))]
+    return [read_part_tables(part, estimator.specs, labels=True) for part in dataset_parts(table_paths(data / "parts"))]
 
 
 def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):

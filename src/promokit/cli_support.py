@@ -12,6 +12,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from promokit.console import get_console, print_table
+
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its checkpoint "
                                          "(.OUT.checkpoint beside --out).")]
 # Training flags shared by every domain; None means "the domain's default, or the value in --params".
@@ -70,7 +72,7 @@ def user_errors():
     from rich.markup import escape
 
     from promokit.data.errors import DataError
-    from promokit.extras import MissingExtra
+    from promokit.extras import MissingExtra, missing_extra
 
     def show(message, category, filename, lineno, file=None, line=None):
         get_console(stderr=True).print(f"[bold yellow]warning:[/] {escape(str(message))}", highlight=False,
@@ -80,7 +82,9 @@ def user_errors():
         with warnings.catch_warnings():
             warnings.showwarning = show
             yield
-    except (DataError, MissingExtra) as exc:  # the message is text, not markup: "[cart, favorite]" prints as written
+    except (DataError, MissingExtra, ModuleNotFoundError) as exc:  # text, not markup: "[cart, favorite]" as written
+        if isinstance(exc, ModuleNotFoundError) and (exc := missing_extra(exc, "this command")) is None:
+            raise
         get_console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, emoji=False,
                                        soft_wrap=True)  # "constant:x:" must not print as an emoji
         raise typer.Exit(2) from None
@@ -120,25 +124,6 @@ def set_threads(threads: int | None) -> int:
     count = free_cores() if threads is None else threads
     torch.set_num_threads(count)
     return count
-
-
-def get_console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr)
-
-
-def print_table(title: str, frame) -> None:
-    """A DataFrame as a rich table (its named index becomes the first column), floats to 4 decimals."""
-    from rich.table import Table
-
-    table = Table(title=title)
-    frame = frame.reset_index() if any(name is not None for name in frame.index.names) else frame
-    for column in frame.columns:
-        table.add_column(str(column))
-    for row in frame.itertuples(index=False):
-        table.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in row))
-    get_console().print(table)
 
 
 def json_option(flag: str, text: str | None, default=None):

@@ -18,11 +18,25 @@ EXTRAS = {
 class MissingExtra(ImportError):
     """A feature's optional dependencies are not installed; the message says which extra brings them."""
 
+    @classmethod
+    def of(cls, extra: str, feature: str, missing: list[str]) -> MissingExtra:
+        return cls(f"{feature} needs promokit[{extra}] ({', '.join(missing)} not installed): "
+                   f"pip install 'promokit[{extra}]'")
+
 
 def require_extra(extra: str, feature: str) -> None:
     """Raise :class:`MissingExtra` unless every module of ``extra`` can be imported; ``feature`` says what needs
     it, e.g. ``"the Ray engine"``."""
     missing = [module for module in EXTRAS[extra] if importlib.util.find_spec(module) is None]
     if missing:
-        raise MissingExtra(f"{feature} needs promokit[{extra}] ({', '.join(missing)} not installed): "
-                           f"pip install 'promokit[{extra}]'")
+        raise MissingExtra.of(extra, feature, missing)
+
+
+def missing_extra(error: ModuleNotFoundError, feature: str) -> MissingExtra | None:
+    """``error`` (``feature`` could not be imported) as the :class:`MissingExtra` that names the extra bringing the
+    missing module; None when no extra brings it (a real error)."""
+    top = (error.name or "").split(".")[0]
+    for extra, modules in EXTRAS.items():
+        if top in modules:
+            return MissingExtra.of(extra, feature, [top])
+    return None

@@ -27,6 +27,8 @@ _EXPORTS = {
     "QuotaInstance": "promokit.allocation.synthetic",
     "make_budget_instance": "promokit.allocation.synthetic",
     "make_quota_instance": "promokit.allocation.synthetic",
+    "simulate_budget": "promokit.allocation.simulate",
+    "simulate_quota": "promokit.allocation.simulate",
     "BudgetTable": "promokit.allocation.tables",
     "QuotaTable": "promokit.allocation.tables",
     "FundQuotas": "promokit.allocation.tables",

@@ -8,7 +8,6 @@ that ``promokit --help`` stays light.
 
 from __future__ import annotations
 
-import re
 import time
 import warnings
 from contextlib import contextmanager
@@ -18,7 +17,8 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.allocation.options import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON, QUOTA_METHOD, TOLERANCE
-from promokit.cli_support import TABLE_HELP, AddressOpt, EngineOpt, WorkersOpt, get_console, user_errors
+from promokit.cli_support import TABLE_HELP, AddressOpt, EngineOpt, WorkersOpt, flags_in_errors, user_errors
+from promokit.console import get_console
 
 app = typer.Typer(help="Decide who gets which promotion: budgets over incentive levels, quotas over funds.",
                   no_args_is_help=True)
@@ -54,7 +54,7 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
            layout: LayoutOpt = AUTO, columns: ColumnsOpt = DEFAULT_PREFIX, key: KeyOpt = None,
            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Choose one incentive level per request to maximise expected responses under a budget (eqs. 11–20)."""
-    with user_errors(), _flags_in_errors():
+    with user_errors(), flags_in_errors(FLAGS):
         from promokit.allocation.budget_plan import plan_budget
 
         map_parts = _map_parts(engine, address, workers, scores, merchants)
@@ -73,7 +73,7 @@ def quota(scores: QuotaScoresOpt, out: OutOpt,
           layout: LayoutOpt = AUTO, columns: ColumnsOpt = DEFAULT_PREFIX, key: KeyOpt = None,
           engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
     """Give each user one fund: exactly d_j users per fund (or min/max bounds), fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
-    with user_errors(), _flags_in_errors():
+    with user_errors(), flags_in_errors(FLAGS):
         from promokit.allocation.quota_plan import plan_quota
 
         if method in RENAMED_QUOTA_METHODS:
@@ -139,17 +139,6 @@ def synth_quota(out: Annotated[Path, typer.Option("--out", help="Folder for scor
 
 
 # ---------------------------------------------------------------------------------------------- shared
-
-
-@contextmanager
-def _flags_in_errors():
-    """Errors of the plan functions name their arguments as `ratio`; name the options instead (--ratio)."""
-    from promokit.data import DataError
-
-    try:
-        yield
-    except DataError as exc:
-        raise DataError(re.sub(r"`(\w+)`", lambda name: FLAGS.get(name[1], name[0]), str(exc))) from None
 
 
 def _map_parts(engine: str, address: str | None, workers: int | None, *tables: Path | None):

@@ -12,7 +12,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.parts import is_partitioned, list_parts
-from promokit.scale.keys import check_unique_keys
+from promokit.data.part_keys import check_unique_keys
 
 TableSource = Union[str, os.PathLike, pd.DataFrame]
 #: ``progress(text)`` is entered around each step (reading, solving, writing), ``text`` saying what it does;

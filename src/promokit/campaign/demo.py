@@ -26,7 +26,7 @@ Each step runs the code of the matching command, and ``OUT`` keeps what it wrote
 6. **Compare** at the same B, scored by the true curves:
 
    - ``served``: the decisions the service issued.
-   - From :func:`~promokit.incentive.simulate.simulate`, for each model: ``planned``, the plan on the model's own
+   - From :func:`~promokit.allocation.simulate.simulate_budget`, for each model: ``planned``, the plan on the model's own
      scores (for gnn-hazard this is ``OUT/plan``), and ``paced``, with λ moved until the truth spends B per
      redemption (what perfect pacing would reach).
    - ``random``: random increasing curves allocated the same way. Its ``paced`` row spends exactly B and is the
@@ -57,13 +57,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from promokit.allocation.simulate import simulate_budget
 from promokit.data.errors import DataError
 from promokit.data.io import write_parquet, write_text
 from promokit.incentive.contract import CUSTOMER, check_tables
 from promokit.incentive.demo import DEMO_TRAIN
 from promokit.incentive.estimator import IncentiveModel, Responses, wide_scores
-from promokit.incentive.evaluate import evaluate
-from promokit.incentive.simulate import ORACLE, simulate
+from promokit.incentive.evaluate import ORACLE, evaluate
 from promokit.incentive.synthetic import IncentiveWorld, make_world, write_world
 from promokit.report import Report, count, money, percent
 from promokit.serve.campaign import build as build_campaign
@@ -135,7 +135,7 @@ class Served:
 def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) -> dict:
     """Run the whole path of the module docstring into ``out``, write the report and return its data."""
     from promokit.allocation.budget_plan import plan_budget
-    from promokit.cli_support import get_console
+    from promokit.console import get_console
 
     config = config or DemoConfig()
     config.check()
@@ -283,7 +283,7 @@ def _merge(results: list[ReplayResult]) -> ReplayResult:
 def _arms(world: IncentiveWorld, responses: dict[str, Responses], served: Served, B: float, seed: int) -> pd.DataFrame:
     """Step 6: every allocation at ratio budget B, scored by the true curves."""
     levels, truth = world.levels, world.customer_truth
-    sim = simulate(levels, truth, None, {name: (r.customers, None) for name, r in responses.items()}, B, seed)
+    sim = simulate_budget(levels, truth, None, {name: (r.customers, None) for name, r in responses.items()}, B, seed)
     rows = np.flatnonzero(served.level_index >= 0)
     p = truth[rows, served.level_index[rows]]
     redemptions, spend = float(p.sum()), float((levels[served.level_index[rows]] * p).sum())
@@ -619,7 +619,7 @@ class _Stages:
 
 def print_summary(data: dict, out: Path, console=None) -> None:
     """The headline table and lines on screen."""
-    from promokit.cli_support import get_console, print_table
+    from promokit.console import get_console, print_table
 
     console = console or get_console()
     print_table(f"allocations at B = {data['setup']['B']:g}, scored by the true curves",

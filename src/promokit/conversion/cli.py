@@ -33,9 +33,7 @@ from promokit.cli_support import (
     bench_models,
     checkpoint_dir,
     finish_training,
-    get_console,
     print_feature_types,
-    print_table,
     run_tune,
     seeds_option,
     set_threads,
@@ -46,6 +44,7 @@ from promokit.cli_support import (
     write_bench_report,
     write_metrics_report,
 )
+from promokit.console import get_console, print_table
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT, the linear floor LR, and "
                   "GMCM (micro-behaviour graph) with its baselines and ablations.",
@@ -155,7 +154,7 @@ def train(data: TrainDataOpt,
         set_threads(threads)
         from promokit.conversion import ConversionModel
         from promokit.data import DataError
-        from promokit.scale.parts import is_partitioned
+        from promokit.data.parts import is_partitioned
 
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
@@ -179,9 +178,10 @@ def train(data: TrainDataOpt,
             estimator.fit(data, validation=valid if valid else valid_fraction, validation_split=valid_split,
                           checkpoint_dir=checkpoint_dir(out), resume=resume)
         else:
-            from promokit.scale.train import fit_parts
+            from promokit.conversion.parts import fit_parts
+            from promokit.scale.engine import make_engine
 
-            fit_parts(estimator, data, engine, address, workers, valid, valid_fraction, valid_split,
+            fit_parts(estimator, data, make_engine(engine, address, workers), valid, valid_fraction, valid_split,
                       checkpoint_dir(out), resume)
         estimator.save(out)
         report = estimator.report
@@ -242,7 +242,7 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
 
         from promokit.conversion import ConversionModel
         from promokit.data import write_json
-        from promokit.scale.batch import means, score_parts
+        from promokit.data.part_scoring import means, score_parts
         from promokit.scale.engine import make_engine
         from promokit.training import read_model_config
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from numbers import Real
 
@@ -33,8 +32,8 @@ from promokit.data import (
     FeatureSpec,
     TableEncoder,
     holdout_split,
-    read_table,
 )
+from promokit.data.datasets import as_table
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.ids import id_hashes
 from promokit.training import (
@@ -49,7 +48,7 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training import defaults
-from promokit.training.estimator import Estimator, Evaluation
+from promokit.training.estimator import Estimator, Evaluation, check_common_params
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 
@@ -114,19 +113,12 @@ class ConversionModel(Estimator):
         self.training_ids: np.ndarray | None = None
 
     def _configure(self) -> None:
-        if self.model not in MODELS:
-            raise DataError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
-        if self.params is not None and not isinstance(self.params, Mapping):
-            raise DataError(f"params must be a dict of model parameters, got {type(self.params).__name__}")
-        if self.train is not None and not isinstance(self.train, TrainConfig):
-            raise DataError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
+                                                monitors=MONITORS, default_train=DEFAULT_TRAIN)
         if self.spec is not None and not isinstance(self.spec, FeatureSpec):
             raise DataError(f"spec must be a FeatureSpec, got {type(self.spec).__name__}")
         if not isinstance(self.repair_labels, (bool, np.bool_)):
             raise DataError(f"repair_labels must be True or False, got {self.repair_labels!r}")
-        self.train_config = self.train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
         params = {**MODELS[self.model][1], **(self.params or {})}
         spec = self.spec or FeatureSpec()
         if "min_count" in params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
@@ -154,7 +146,7 @@ class ConversionModel(Estimator):
         chooses otherwise. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there (``resume``:
         continue from it); ``on_epoch`` is passed to :meth:`Trainer.fit`."""
         self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
-        table = _table(data, "data")
+        table = as_table(data, "data")
         valid, fraction = _validation(validation)
         if validation_split is not None:
             if valid is not None:
@@ -207,7 +199,7 @@ class ConversionModel(Estimator):
     def resolve_spec(self, table: pd.DataFrame) -> FeatureSpec:
         """The declared spec resolved against ``table`` (a training table, or one part of it) and checked for this
         model: its labels, its numeric columns and, for a micro-behaviour model, its micro-behaviours. ``fit``
-        keeps it as ``feature_spec``; training over parts (:mod:`promokit.scale.train`) resolves it on one part."""
+        keeps it as ``feature_spec``; training over parts (:mod:`promokit.conversion.parts`) resolves it on one part."""
         spec = self.declared_spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
         check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
         if self.uses_micro and not spec.micro_behaviors:
@@ -220,7 +212,7 @@ class ConversionModel(Estimator):
                             f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
         return spec
 
-    # ---- Training over a table's parts (promokit.scale.train): what fit does, from sums over the parts. The spec is
+    # ---- Training over a table's parts (promokit.conversion.parts): what fit does, from sums over the parts. The spec is
     # resolved on one part (``resolve_spec``) and set as ``feature_spec``, the encoder built by
     # TableEncoder.from_counts, the labels checked and summed here part by part; the network trains on tensors of
     # one part at a time.
@@ -345,7 +337,7 @@ class ConversionModel(Estimator):
         where present — then the outputs: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM², + p_node_<name> per
         micro-behaviour for GMCM and the MCM ablations). One row per input row, with the input's index."""
         self._check_fitted()
-        table = _table(data, "data")
+        table = as_table(data, "data")
         keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
         absent = [c for c in keys if c not in table.columns]
         if absent:
@@ -367,7 +359,7 @@ class ConversionModel(Estimator):
         """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`);
         ``predictions``, this model's :meth:`predict` of ``data`` when the caller has them already."""
         self._check_fitted()
-        table = _table(data, "data")
+        table = as_table(data, "data")
         labels, _ = self._labels(table)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
@@ -408,15 +400,6 @@ class ConversionModel(Estimator):
         return model
 
 
-def _table(data, argument: str) -> pd.DataFrame:
-    """``data`` as a DataFrame: itself, or the table at a path (:func:`read_table`)."""
-    if isinstance(data, pd.DataFrame):
-        return data
-    if isinstance(data, (str, os.PathLike)):
-        return read_table(data)
-    raise DataError(f"{argument} must be a DataFrame or a table path, got {type(data).__name__}")
-
-
 def _validation(validation) -> tuple[pd.DataFrame | None, float]:
     """(the validation table, or None; the fraction of the training table to hold out) that ``validation``
     asks for: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1), or a table."""
@@ -427,7 +410,7 @@ def _validation(validation) -> tuple[pd.DataFrame | None, float]:
             raise DataError(f"validation: a fraction of the rows must be in [0, 1), got {validation!r}")
         return None, float(validation)
     if isinstance(validation, (pd.DataFrame, str, os.PathLike)):
-        return _table(validation, "validation"), 0.0
+        return as_table(validation, "validation"), 0.0
     raise DataError(f"validation must be None, a fraction in [0, 1) or a validation table (a DataFrame or a path), "
                     f"got {type(validation).__name__}")
 

@@ -1,4 +1,5 @@
-"""Reading tables with clear errors and writing files atomically."""
+"""Reading a table whole (one file, or every part of a table in parts) with clear errors, and writing files
+atomically."""
 
 from __future__ import annotations
 
@@ -12,43 +13,30 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
-
-TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+from promokit.data.parts import is_partitioned, list_parts, naming, part_name, read_file, read_part
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a table into one frame: a CSV or Parquet file, or a directory or glob of Parquet parts (see
-    :mod:`promokit.data.parts`); fail with a one-line message for missing, unknown, unreadable or empty tables."""
-    from promokit.data.parts import read_parts  # not at the top: parts reads each of its files with read_file
-
-    return read_parts(path)
-
-
-def read_file(path: str | os.PathLike, allow_empty: bool = False) -> pd.DataFrame:
-    """Read one CSV or Parquet file; fail with a one-line message for a missing, unknown, unreadable or (unless
-    ``allow_empty``) empty file."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: no such file")
-    kind = TABLE_SUFFIXES.get(path.suffix.lower())
-    if kind is None:
-        raise DataError(f"{path}: unknown table format {path.suffix!r}; use .csv or .parquet")
-    try:
-        frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: the file is empty") from None
-    except (OSError, ValueError, KeyError) as exc:
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DataError(f"{path}: cannot be read as {kind}: {first_line}") from None
-    if frame.empty and not allow_empty:
-        raise DataError(f"{path}: the table has no rows (columns: {list(frame.columns)})")
-    if kind == "csv":  # pandas renames a repeated header "x" to "x.1": check the header as written
-        header = [str(c) for c in pd.read_csv(path, nrows=1, header=None, dtype=str).iloc[0]]
-        repeated = sorted({c for c in header if header.count(c) > 1})
-        if repeated:
-            raise DataError(f"{path}: column names {repeated} appear more than once in the header of its "
-                            f"{len(frame)} rows; every column needs its own name")
-    return frame
+    """Read a table into one frame: a CSV or Parquet file (:func:`~promokit.data.parts.read_file`), or a directory
+    or glob of Parquet parts (:mod:`promokit.data.parts`), every part in order, concatenated (index reset); the
+    parts must share their columns and hold some rows. Fails with a one-line message for missing, unknown,
+    unreadable or empty tables."""
+    if not is_partitioned(path):
+        return read_file(path)
+    files = list_parts(path)
+    frames = []
+    for file in files:
+        with naming(file):
+            frame = read_part(file)
+        if frames and set(frame.columns) != set(frames[0].columns):
+            raise DataError(f"{file}: columns {list(frame.columns)} differ from {list(frames[0].columns)} in "
+                            f"{files[0]}: every part of a table has the same columns")
+        frames.append(frame)
+    filled = [frame for frame in frames if len(frame)]  # an empty part adds no rows (nor its dtypes)
+    if not filled:
+        raise DataError(f"{path}: the table has no rows in its {len(frames)} parts (columns: "
+                        f"{list(frames[0].columns)})")
+    return pd.concat(filled, ignore_index=True)
 
 
 @contextmanager
@@ -114,3 +102,8 @@ def _json_default(value):
     if hasattr(value, "tolist"):
         return value.tolist()
     raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
+
+
+def write_part(frame: pd.DataFrame, directory: str | os.PathLike, index: int) -> Path:
+    """Part ``index`` of a table written in parts: ``directory/part-NNNNN.parquet``, atomically, index reset."""
+    return write_parquet(frame.reset_index(drop=True), Path(directory) / part_name(index))

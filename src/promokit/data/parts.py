@@ -1,5 +1,7 @@
 """Tables in parts: a table given as one file, a directory of Parquet parts or a glob, listed and read part by
-part (``promokit.scale`` maps the parts over an engine; :func:`read_parts` reads them into one frame).
+part (an engine maps a function over the parts; :func:`promokit.data.io.read_table` reads them into one frame).
+A table this package writes in parts is a directory of ``part-00000.parquet``, ``part-00001.parquet``, … one per
+input part, in the input's order (:func:`part_name`, :func:`promokit.data.io.write_part`).
 
 A directory is read recursively (Hive-style ``key=value/`` folders included) in sorted path order; files and
 folders whose name starts with ``.`` or ``_`` (``_SUCCESS``, ``_temporary/``, temporaries) are skipped, as Spark,
@@ -16,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from promokit.data.errors import DataError
-from promokit.data.io import read_file
 
+TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 GLOB_CHARACTERS = frozenset("*?[")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 SKIPPED_PREFIXES = (".", "_")
@@ -50,10 +52,42 @@ def list_parts(path: str | os.PathLike) -> list[Path]:
     return parts
 
 
+def part_name(index: int) -> str:
+    """The file name of part ``index`` of a table this package writes in parts."""
+    return f"part-{index:05d}.parquet"
+
+
 def read_part(path: str | os.PathLike, allow_empty: bool = True) -> pd.DataFrame:
     """One part; a Parquet part may have no rows (a partition can be empty), a CSV file (a table of one part)
     must have some. Errors name the file."""
     return read_file(path, allow_empty=allow_empty and Path(path).suffix.lower() in PARQUET_SUFFIXES)
+
+
+def read_file(path: str | os.PathLike, allow_empty: bool = False) -> pd.DataFrame:
+    """Read one CSV or Parquet file; fail with a one-line message for a missing, unknown, unreadable or (unless
+    ``allow_empty``) empty file."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    kind = TABLE_SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DataError(f"{path}: unknown table format {path.suffix!r}; use .csv or .parquet")
+    try:
+        frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the file is empty") from None
+    except (OSError, ValueError, KeyError) as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise DataError(f"{path}: cannot be read as {kind}: {first_line}") from None
+    if frame.empty and not allow_empty:
+        raise DataError(f"{path}: the table has no rows (columns: {list(frame.columns)})")
+    if kind == "csv":  # pandas renames a repeated header "x" to "x.1": check the header as written
+        header = [str(c) for c in pd.read_csv(path, nrows=1, header=None, dtype=str).iloc[0]]
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise DataError(f"{path}: column names {repeated} appear more than once in the header of its "
+                            f"{len(frame)} rows; every column needs its own name")
+    return frame
 
 
 def parquet_rows(path: str | os.PathLike) -> int | None:
@@ -64,27 +98,6 @@ def parquet_rows(path: str | os.PathLike) -> int | None:
         return pq.read_metadata(path).num_rows
     except (OSError, ValueError):  # pyarrow raises both for a file that is not Parquet
         return None
-
-
-def read_parts(path: str | os.PathLike) -> pd.DataFrame:
-    """The whole table in one frame (for commands that need it whole): one file as :func:`read_file` reads it, or
-    every part in order, concatenated (index reset); the parts must share their columns and hold some rows."""
-    if not is_partitioned(path):
-        return read_file(path)
-    files = list_parts(path)
-    frames = []
-    for file in files:
-        with naming(file):
-            frame = read_part(file)
-        if frames and set(frame.columns) != set(frames[0].columns):
-            raise DataError(f"{file}: columns {list(frame.columns)} differ from {list(frames[0].columns)} in "
-                            f"{files[0]}: every part of a table has the same columns")
-        frames.append(frame)
-    filled = [frame for frame in frames if len(frame)]  # an empty part adds no rows (nor its dtypes)
-    if not filled:
-        raise DataError(f"{path}: the table has no rows in its {len(frames)} parts (columns: "
-                        f"{list(frames[0].columns)})")
-    return pd.concat(filled, ignore_index=True)
 
 
 @contextmanager

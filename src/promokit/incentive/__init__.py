@@ -11,7 +11,6 @@ _EXPORTS = {
     "MODELS": "promokit.incentive.estimator",
     "check_tables": "promokit.incentive.contract",
     "evaluate": "promokit.incentive.evaluate",
-    "simulate": "promokit.incentive.simulate",
     "IncentiveWorld": "promokit.incentive.synthetic",
     "make_world": "promokit.incentive.synthetic",
 }

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from promokit.allocation.simulate import simulate_budget
 from promokit.incentive.contract import IncentiveTables, check_tables
 from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, node_split
-from promokit.incentive.evaluate import ResponseMetrics, change_point, curve_figure, evaluate
-from promokit.incentive.simulate import ORACLE, simulate
+from promokit.incentive.evaluate import ORACLE, ResponseMetrics, change_point, curve_figure, evaluate
 from promokit.incentive.synthetic import IncentiveWorld, make_world
 from promokit.metrics.compare import mean_std, paired_change, rela_impr
 from promokit.report import Report
@@ -72,7 +72,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 on_result(row)
         truth_c, truth_m = w.customer_truth[split.test_customers], w.merchant_truth[split.test_merchants]
         for population, merchants in (("customers", None), ("joint", truth_m)):
-            sim = simulate(w.levels, truth_c, merchants, scores, budget, seed)
+            sim = simulate_budget(w.levels, truth_c, merchants, scores, budget, seed)
             simulations.append(sim.assign(seed=seed, population=population))
     result.metrics, result.simulation = pd.DataFrame(metrics), pd.concat(simulations, ignore_index=True)
     return result
@@ -163,7 +163,7 @@ def bench_report(result: BenchResult, title: str = "promokit incentive bench") -
 def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, training: tuple[TrainConfig, dict],
                    ratio: float | None, out) -> BenchResult:
     """:func:`run` with a line per trained model on screen, then the summary tables and the report in ``out``."""
-    from promokit.cli_support import get_console, print_table
+    from promokit.console import get_console, print_table
 
     console = get_console()
     config, model_params = training

@@ -25,9 +25,7 @@ from promokit.cli_support import (
     bench_training,
     checkpoint_dir,
     finish_training,
-    get_console,
     print_feature_types,
-    print_table,
     seeds_option,
     set_threads,
     training_options,
@@ -35,6 +33,7 @@ from promokit.cli_support import (
     user_errors,
     write_metrics_report,
 )
+from promokit.console import get_console, print_table
 
 app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN + hazard regression and its baselines, "
                        "score tables for allocate budget.", no_args_is_help=True)
@@ -144,7 +143,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
     with user_errors():
         set_threads(threads)
         from promokit.data import write_json, write_parquet
-        from promokit.scale.parts import is_partitioned
+        from promokit.data.parts import is_partitioned
 
         if is_partitioned(customers):
             from promokit.incentive.parts import predict_parts
@@ -259,7 +258,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
 
         from promokit.data import DataError
         from promokit.incentive.estimator import IncentiveModel
-        from promokit.incentive.simulate import simulate as run_simulation
+        from promokit.allocation.simulate import simulate_budget
         from promokit.incentive.synthetic import read_truth
         from promokit.report import Report
 
@@ -280,7 +279,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
             scores[f"{estimator.model} ({path.name})"] = (r.customers[split.test_customers], r.merchants[split.test_merchants])
         c_rows, m_rows = (np.asarray(part, dtype=np.int64) for part in rows)
         budget = float(ratio if ratio is not None else np.median(levels))
-        table = run_simulation(levels, truth_c[c_rows], truth_m[m_rows] if with_merchants else None, scores, budget,
+        table = simulate_budget(levels, truth_c[c_rows], truth_m[m_rows] if with_merchants else None, scores, budget,
                                seed)
         report = Report(f"promokit incentive simulate: {world}", data={"ratio": budget, "rows": table.to_dict(orient="records")})
         allocated = f"{len(c_rows):,} held-out customers" + (f" and {len(m_rows):,} merchants" if with_merchants else "")

@@ -27,16 +27,15 @@ absent. Every broken rule is a one-line :class:`DataError` naming the table, col
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
 from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
+from promokit.data import datasets
 
 CUSTOMER, MERCHANT = "customer_id", "merchant_id"
 LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
@@ -129,34 +128,8 @@ def read_tables(data, **checks) -> IncentiveTables:
     :func:`check_tables` with ``checks`` (``levels``, ``require_labels``, ``types`` …)."""
     if isinstance(data, IncentiveTables):
         return data
-    if isinstance(data, (str, os.PathLike)):
-        data = _folder_tables(Path(data))
-    if not isinstance(data, Mapping):
-        raise DataError(f"data must be IncentiveTables, a mapping of {list(TABLES)} to DataFrames or paths, or a "
-                        f"folder of them; got {type(data).__name__}")
-    wrong = [name for name in data if name not in TABLES] + [name for name in TABLES if data.get(name) is None]
-    if wrong:
-        raise DataError(f"data: the tables are {list(TABLES)}, got {list(data)}")
-    from promokit.data.io import read_table
-
-    frames = [data[name] if isinstance(data[name], pd.DataFrame) else read_table(data[name]) for name in TABLES]
-    return check_tables(*frames, **checks)
-
-
-def _folder_tables(folder: Path) -> dict[str, Path]:
-    if not folder.is_dir():
-        raise DataError(f"data: {folder} is not a folder; incentive data is a folder of customers, merchants and "
-                        "edges tables (.parquet or .csv)")
-    paths = {}
-    for name in TABLES:
-        found = [p for p in (folder / f"{name}.parquet", folder / f"{name}.csv", folder / name) if p.exists()]
-        if len(found) > 1:
-            raise DataError(f"data: {folder} holds both {found[0].name} and {found[1].name}; keep one")
-        if not found:
-            raise DataError(f"data: {folder} has no {name}.parquet (or .csv, or {name}/ of parts); incentive data "
-                            f"needs {list(TABLES)}")
-        paths[name] = found[0]
-    return paths
+    frames = datasets.read_tables(data, TABLES, TABLES, "incentive data")
+    return check_tables(*(frames[name] for name in TABLES), **checks)
 
 
 def check_customer_part(customers: pd.DataFrame, edges: pd.DataFrame, *, levels: Sequence[float],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -12,7 +11,6 @@ import pandas as pd
 import torch
 
 from promokit import __version__
-from promokit.allocation.tables import USER
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
 from promokit.data.spec import FeatureSpec
@@ -36,7 +34,7 @@ from promokit.training import (
     seed_everything,
     write_model_dir,
 )
-from promokit.training.estimator import Estimator, Evaluation
+from promokit.training.estimator import Estimator, Evaluation, check_common_params
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -49,7 +47,9 @@ DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=1e-3, lr_decay=0.95, p
 MONITORS = ("loss", "customer_loglik", "auc_c")
 #: The share of the nodes left after the test nodes that picks the epoch (``fit(validation=None)``).
 DEFAULT_VALIDATION = 0.1
-SCORE_PREFIX = "score_"
+#: The wide score table that ``promokit.allocation`` reads (``allocate budget``): the ids as ``user_id``, then one
+#: ``score_<level>`` column per value.
+SCORE_KEY, SCORE_PREFIX = "user_id", "score_"
 
 
 @dataclass
@@ -125,21 +125,14 @@ class IncentiveModel(Estimator):
         self.training_ids: np.ndarray | None = None
 
     def _configure(self) -> None:
-        if self.model not in MODELS:
-            raise DataError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
-        if self.params is not None and not isinstance(self.params, Mapping):
-            raise DataError(f"params must be a dict of network settings, got {type(self.params).__name__}")
-        if self.train is not None and not isinstance(self.train, TrainConfig):
-            raise DataError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
+                                                monitors=MONITORS, default_train=DEFAULT_TRAIN)
         representation, head = MODELS[self.model]
         given = dict(self.params or {})
         floor = FLOOR_PARAMS if representation == "linear" else {}
         check_model_params(self.model, IncentiveNet, given, own=floor)
         check_floor_params(given)
         self.model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
-        self.train_config = self.train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
 
     # ---- fit ------------------------------------------------------------------------------------------
     def fit(self, data, *, validation: float | None = None, test_fraction: float = 0.15,
@@ -363,7 +356,7 @@ def customer_loglik(outputs: dict[str, torch.Tensor], batch: dict[str, torch.Ten
     return float(-nll.mean())
 
 
-def wide_scores(keys: pd.Series, scores: np.ndarray, levels: np.ndarray, key: str = USER) -> pd.DataFrame:
+def wide_scores(keys: pd.Series, scores: np.ndarray, levels: np.ndarray, key: str = SCORE_KEY) -> pd.DataFrame:
     """The ids as ``key`` and one ``score_<level>`` column per value: the wide layout of ``allocate budget``."""
     columns = {f"{SCORE_PREFIX}{level:g}": scores[:, j] for j, level in enumerate(levels)}
     return pd.DataFrame({key: keys.to_numpy(), **columns})

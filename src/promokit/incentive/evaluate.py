@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 
 from promokit.incentive.contract import IncentiveTables
-from promokit.incentive.simulate import ORACLE
 from promokit.metrics import UpliftCurves, auc, mae, mse, squared_error, uplift_by_quantile
 
 if TYPE_CHECKING:  # the estimator imports this module
     from promokit.incentive.estimator import Responses
+
+ORACLE = "oracle"  # the true curves, named as a model among the models' curves and allocations
 
 
 @dataclass

@@ -6,8 +6,8 @@ them (paired in sorted path order: part k of the edges holds the edges of part k
 table or parts. The graph means the one-folder graph whose tables are the parts concatenated in order, and its
 scores are that graph's, written part by part:
 
-1. customer ids unique across parts (:func:`promokit.scale.keys.check_unique_keys`);
-2. the graph in shards (:func:`promokit.scale.graph.prepare`): customer parts and merchant buckets, each with its
+1. customer ids unique across parts (:func:`promokit.data.part_keys.check_unique_keys`);
+2. the graph in shards (:func:`promokit.data.graph_shards.prepare`): customer parts and merchant buckets, each with its
    nodes' complete neighbourhoods;
 3. inputs: each shard encodes its nodes' features and their structure (degree, weight, edge-feature means, from its
    own edges) with the model's encoders;
@@ -33,19 +33,19 @@ import numpy as np
 import pandas as pd
 import torch
 
+from promokit.data import graph_shards
 from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
-from promokit.data.io import read_file, write_parquet
+from promokit.data.graph_shards import LEFT, NODE, RIGHT, GraphLayout, Shard
+from promokit.data.io import write_parquet, write_part
+from promokit.data.part_keys import check_unique_keys
+from promokit.data.parts import list_parts, naming, parquet_rows, read_file, read_part
 from promokit.data.spec import FeatureSpec
 from promokit.incentive.contract import CUSTOMER, MERCHANT, check_customer_part, check_merchant_part, \
     prior_shares
 from promokit.incentive.estimator import IncentiveModel, wide_scores
 from promokit.incentive.inputs import InputEncoders, NodeInputs, neighbour_mean, own_inputs, structure_frame
 from promokit.incentive.models.network import WITH_HISTORY
-from promokit.scale import graph
-from promokit.scale.graph import LEFT, NODE, RIGHT, GraphLayout, Shard
-from promokit.scale.keys import check_unique_keys
-from promokit.scale.parts import list_parts, naming, parquet_rows, read_part, write_part
 from promokit.training import read_json, read_model_config
 
 SIDE = {LEFT: "customer", RIGHT: "merchant"}
@@ -108,7 +108,7 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
                         encoders.merchants)
     try:
         check_unique_keys(list(layout.left), CUSTOMER, Path(layout.scratch) / "keys", map_parts=engine.map)
-        counts = graph.prepare(engine, reader.customers, reader.merchants, layout)
+        counts = graph_shards.prepare(engine, reader.customers, reader.merchants, layout)
         load = partial(IncentiveModel.load, model)
         shards = layout.shards()
         scored = engine.map(partial(_inputs, reader, out), shards, setup=load, label="encoding shards")
@@ -120,10 +120,10 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
                 scored = engine.map(partial(_layer, layout, out, layer), shards, setup=load,
                                     label=f"graph layer {layer + 1} of {params['depth']}")
         empty = wide_scores(pd.Series([], dtype=object), np.zeros((0, len(reader.levels))), np.array(reader.levels))
-        graph.collect_right(engine, layout, out / "merchants", empty)
+        graph_shards.collect_right(engine, layout, out / "merchants", empty)
     finally:
         engine.release()
-        graph.remove(layout)
+        graph_shards.remove(layout)
     return {"model": config["model"], "levels": list(reader.levels), "customers": counts["left"],
             "merchants": counts["right"], "isolated_customers": counts["isolated_left"],
             "isolated_merchants": counts["isolated_right"], "edges": counts["edges"],
@@ -136,7 +136,7 @@ def _layout(customers: Path, merchants: Path, edges: Path, out: Path) -> GraphLa
     if len(edge_parts) != len(left):
         raise DataError(f"{edges}: {len(edge_parts)} parts, but {customers} has {len(left)}: in parts, the edges are "
                         "co-partitioned with the customers (part k of the edges holds the edges of part k's customers)")
-    buckets = graph.bucket_count(sum(map(_rows, right)), sum(map(_rows, edge_parts)))
+    buckets = graph_shards.bucket_count(sum(map(_rows, right)), sum(map(_rows, edge_parts)))
     return GraphLayout(str(out / ".graph"), tuple(map(str, left)), tuple(map(str, edge_parts)),
                        tuple(map(str, right)), buckets, MERCHANT, "merchants")
 
@@ -160,14 +160,14 @@ def _means(scored: list[ShardScores], side: str) -> list[float]:
 def _nodes(reader: PartReader, shard: Shard) -> pd.DataFrame:
     if shard.side == LEFT:
         return reader.customer_nodes(shard.index)
-    return graph.right_nodes(reader.layout, shard.index)
+    return graph_shards.right_nodes(reader.layout, shard.index)
 
 
 def _inputs(reader: PartReader, out: Path, model: IncentiveModel, shard: Shard) -> ShardScores | None:
     """The shard's encoded features and structure; without a history to pull, on to the representation."""
     layout, side = reader.layout, SIDE[shard.side]
     nodes = _nodes(reader, shard)
-    edges = graph.shard_edges(layout, shard)
+    edges = graph_shards.shard_edges(layout, shard)
     prior = prior_shares(nodes) if side == "merchant" else None
     structure = structure_frame(edges, NODE, len(nodes), reader.edge_features, prior)
     encoders = model.encoders
@@ -176,9 +176,9 @@ def _inputs(reader: PartReader, out: Path, model: IncentiveModel, shard: Shard) 
     key = CUSTOMER if side == "customer" else MERCHANT
     write_parquet(pd.DataFrame({key: nodes[key].to_numpy()}), layout.folder(shard) / "keys.parquet")
     for name in ("cat", "num", "structure"):
-        graph.save_state(layout, shard, name, getattr(own, name).numpy())
+        graph_shards.save_state(layout, shard, name, getattr(own, name).numpy())
     if model.net.representation in WITH_HISTORY:
-        graph.save_state(layout, shard, "aggregated", own.aggregated.numpy())
+        graph_shards.save_state(layout, shard, "aggregated", own.aggregated.numpy())
         return None
     return _advance(layout, out, model, shard, model.net.node_features(side, own))
 
@@ -186,16 +186,16 @@ def _inputs(reader: PartReader, out: Path, model: IncentiveModel, shard: Shard) 
 def _history(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard) -> ShardScores | None:
     """DNN-H's and the linear floor's inputs: the payment-weighted mean of the neighbours' features and structure."""
     own = _own(layout, shard)
-    shard_graph = graph.shard_graph(layout, shard)
+    shard_graph = graph_shards.shard_graph(layout, shard)
     width = int(np.load(layout.state_path(shard, "aggregated"), mmap_mode="r").shape[1])
-    source = torch.from_numpy(graph.pull(layout, shard, shard_graph, "aggregated", width))
+    source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, "aggregated", width))
     own.history = neighbour_mean(source, torch.from_numpy(shard_graph.neighbour), torch.from_numpy(shard_graph.target),
                                  torch.from_numpy(shard_graph.weight), len(own))
     return _advance(layout, out, model, shard, model.net.node_features(SIDE[shard.side], own))
 
 
 def _own(layout: GraphLayout, shard: Shard) -> NodeInputs:
-    cat, num, structure = (torch.from_numpy(graph.load_state(layout, shard, n)) for n in ("cat", "num", "structure"))
+    cat, num, structure = (torch.from_numpy(graph_shards.load_state(layout, shard, n)) for n in ("cat", "num", "structure"))
     return NodeInputs(cat, num, structure, torch.empty(0))
 
 
@@ -206,21 +206,21 @@ def _advance(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard
     states = model.net.first_states(SIDE[shard.side], x)
     if model.net.representation != "gnn":
         return _score(layout, out, model, shard, states)
-    graph.save_state(layout, shard, "h0", states.numpy())
+    graph_shards.save_state(layout, shard, "h0", states.numpy())
     return None
 
 
 @torch.no_grad()
 def _layer(layout: GraphLayout, out: Path, layer: int, model: IncentiveModel, shard: Shard) -> ShardScores | None:
     """GNN layer ``layer`` on the shard's nodes from its neighbours' states; the scores after the last layer."""
-    own = torch.from_numpy(graph.load_state(layout, shard, f"h{layer}"))
-    shard_graph = graph.shard_graph(layout, shard)
-    source = torch.from_numpy(graph.pull(layout, shard, shard_graph, f"h{layer}", own.shape[1]))
+    own = torch.from_numpy(graph_shards.load_state(layout, shard, f"h{layer}"))
+    shard_graph = graph_shards.shard_graph(layout, shard)
+    source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, f"h{layer}", own.shape[1]))
     states = model.net.gnn.layer(layer, SIDE[shard.side], source, own, torch.from_numpy(shard_graph.ptr),
                                  torch.from_numpy(shard_graph.neighbour), torch.from_numpy(shard_graph.weight))
     if layer == len(model.net.gnn.to_customer) - 1:
         return _score(layout, out, model, shard, states)
-    graph.save_state(layout, shard, f"h{layer + 1}", states.numpy())
+    graph_shards.save_state(layout, shard, f"h{layer + 1}", states.numpy())
     return None
 
 
@@ -235,5 +235,5 @@ def _score(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, 
     if shard.side == LEFT:
         write_part(scores, out / "customers", shard.index)
     else:
-        graph.write_right_output(layout, shard.index, graph.right_nodes(layout, shard.index), scores)
+        graph_shards.write_right_output(layout, shard.index, graph_shards.right_nodes(layout, shard.index), scores)
     return ShardScores(shard.side, len(scores), tuple(response.sum(axis=0).tolist()))

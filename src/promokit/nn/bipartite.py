@@ -280,7 +280,7 @@ class BipartiteGNN(nn.Module):
         """Layer ``index`` of :meth:`inference` for the ``into`` nodes (``"customer"`` or ``"merchant"``) alone:
         ``destination`` holds their states, ``ptr`` / ``neighbour`` / ``weight`` their full neighbourhoods in CSR
         over the rows of ``source``, the other type's states. A graph in shards runs it shard by shard
-        (:mod:`promokit.scale.graph`): a node's new state needs only its own edges and its neighbours' states."""
+        (:mod:`promokit.data.graph_shards`): a node's new state needs only its own edges and its neighbours' states."""
         conv = (self.to_customer if into == "customer" else self.to_merchant)[index]
         out = _chunked(conv, source, destination, ptr, neighbour, weight, chunk_size)
         return out.relu() if index < len(self.to_customer) - 1 else out

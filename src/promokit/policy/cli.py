@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, get_console, user_errors
+from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
+from promokit.console import get_console
 from promokit.policy.options import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 
 app = typer.Typer(help="Judge decisions on a randomized log: off-policy estimates of plans, uplift curves.",
@@ -67,7 +68,7 @@ def uplift(log: LogOpt,
     score(action) − score(control) on the log's rows that took one of the two, with the AUUC and the Qini coefficient
     (scikit-uplift's definitions). The log must give the two actions at random, with the same odds to everyone."""
     with user_errors(), flags_in_errors(FLAGS):
-        from promokit.cli_support import print_table
+        from promokit.console import print_table
         from promokit.data import read_table
         from promokit.policy.judge import read_scores
         from promokit.policy.log import read_log

@@ -1,10 +1,12 @@
 """Where the work of a partitioned job runs: in this process (``local``) or on a Ray cluster (``ray``).
 
-An engine has one verb, :meth:`map`: apply a module-level function to each item (a partition's description:
-a file path, an index, a few numbers — never its rows) and return the results in the items' order. With a
+An engine has two verbs. :meth:`map` applies a module-level function to each item (a partition's description:
+a file path, an index, a few numbers — never its rows) and returns the results in the items' order. With a
 ``setup`` callable, every worker calls it once and passes what it returns (a loaded model, say) to each
-call: ``fn(state, item)``. The domains and ``allocation/`` write those per-partition functions; they never
-import Ray.
+call: ``fn(state, item)``. :meth:`train` trains a planned job (:class:`~promokit.training.shards.TrainJob`): in
+this process, or data-parallel on Ray Train (:mod:`promokit.scale.train`). The domains and ``allocation/`` write
+the per-partition functions and plan the jobs, and are handed an engine (or its ``map``); they never import this
+package, nor Ray.
 
 On Ray every map runs on the engine's pool of at most ``workers`` actors, one CPU each, started by the first
 map and kept until :meth:`RayEngine.release`: a job of several passes (the graph layers, a dual method's
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Sequence
 
+from promokit.console import map_progress
 from promokit.data.errors import DataError
 from promokit.extras import require_extra
 
@@ -46,15 +49,6 @@ def make_engine(name: str = "local", address: str | None = None, workers: int | 
     return RayEngine(address, workers)
 
 
-def _progress(label: str, total: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from promokit.cli_support import get_console
-
-    return Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    console=get_console(stderr=True), transient=True, disable=total <= 1)
-
-
 class LocalEngine:
     """One partition after another in this process: memory is bounded by one partition and its result."""
 
@@ -64,12 +58,19 @@ class LocalEngine:
     def map(self, fn: Callable, items: Sequence, setup: Callable | None = None, label: str = "partitions") -> list:
         state = setup() if setup is not None else None
         results = []
-        with _progress(label, len(items)) as progress:
+        with map_progress(label, len(items)) as progress:
             task = progress.add_task(label, total=len(items))
             for item in items:
                 results.append(fn(item) if setup is None else fn(state, item))
                 progress.advance(task)
         return results
+
+    def train(self, job, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False):
+        """Train ``job`` in this process (:func:`promokit.training.shard_loop.train_in_process`): the kept network
+        and the history."""
+        from promokit.training.shard_loop import train_in_process
+
+        return train_in_process(job, checkpoint_dir, resume)
 
     def release(self) -> None:
         """Nothing to stop: a map's state lives as long as the map."""
@@ -129,6 +130,14 @@ class RayEngine:
             self.release()  # stops what runs and what is queued on them (Ctrl-C, an error)
             raise
 
+    def train(self, job, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False):
+        """Train ``job`` on ``workers`` Ray Train workers (:func:`promokit.scale.train.train_on_ray`), after stopping
+        the pool, whose actors hold the CPUs Ray Train's workers need: the kept network and the history."""
+        from promokit.scale.train import train_on_ray
+
+        self.release()
+        return train_on_ray(job, self.workers, checkpoint_dir, resume)
+
     def release(self) -> None:
         """Stop the pool's actors and free their CPUs (the next map starts a new pool). Ray Train, which needs the
         CPUs, runs after this; the actors also stop when the engine is dropped."""
@@ -159,7 +168,7 @@ class RayEngine:
         import ray
 
         results: list = [None] * total
-        with _progress(label, total) as progress:
+        with map_progress(label, total) as progress:
             task = progress.add_task(label, total=total)
             while pending:
                 ready, pending = ray.wait(pending, num_returns=1, timeout=WAIT_SECONDS)

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from promokit import __version__
-from promokit.allocation.tables import FUND, USER, BudgetTable, read_budget_table
+from promokit.allocation.tables import FUND, USER, BudgetTable, key_column, read_budget_table
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_npy, write_parquet
 from promokit.serve.money import EXPONENTS, to_minor
@@ -204,7 +204,8 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
           pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
     """Write a campaign directory at ``out`` (``promokit campaign build``; :func:`promokit.campaign.build`) from
     ``incentive predict``'s score tables (``customers``, optional ``merchants``: frames, or paths of a file or of a
-    directory/glob of Parquet parts, read into one frame), the folder (or ``report.json``) ``allocate budget``
+    directory/glob of Parquet parts, read into one frame; keyed by ``user_id``, else their only ``*_id`` column, as
+    ``IncentiveModel.predict``'s ``customer_id``), the folder (or ``report.json``) ``allocate budget``
     wrote for them (``budget_report``), a ``cap`` on money at risk (a number, or a decimal as text) and an optional
     quota plan (a frame, ``plan.parquet`` or ``plan/`` of parts). ``model_version`` defaults to a hash of the score
     tables; ``pacing`` to :class:`Pacing`'s defaults.
@@ -218,9 +219,9 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
         raise DataError(f"the budget plan was solved with merchants paid on {planned!r}; merchant_paid_on "
                         f"{merchant_paid_on!r} would serve its λ* under another cost (eq. 16 vs eq. 20)")
     merchant_paid_on = merchant_paid_on or planned or "response"
-    tables = {"customer": read_budget_table(customers)}
+    tables = {"customer": read_budget_table(customers, key=key_column(customers))}
     if merchants is not None:
-        tables["merchant"] = read_budget_table(merchants)
+        tables["merchant"] = read_budget_table(merchants, key=key_column(merchants))
     for population, table in tables.items():
         _check_table(population, table, report["levels"])
     config = CampaignConfig(levels=[float(x) for x in report["levels"]], form=report["form"], B=float(report["B"]),

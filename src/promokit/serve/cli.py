@@ -11,7 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, get_console, user_errors
+from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
+from promokit.console import get_console
 from promokit.serve.options import (COLD_START, COUPON_TTL_SECONDS, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
                                     PACING_WINDOW, WHEN_EXHAUSTED)
 
@@ -69,7 +70,8 @@ def export(campaign: CampaignOpt,
     `policy evaluate` and `incentive train`."""
     with user_errors(), flags_in_errors({"ledger_url": "--ledger", "features": "--customers"}):
         from promokit.data.errors import DataError
-        from promokit.data.io import TABLE_SUFFIXES, write_table
+        from promokit.data.io import write_table
+        from promokit.data.parts import TABLE_SUFFIXES
         from promokit.serve.export import export_log
 
         if out.suffix not in TABLE_SUFFIXES or out.is_dir():

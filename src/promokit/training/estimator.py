@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import pandas as pd
 from sklearn.base import BaseEstimator
 
+from promokit.data.errors import DataError
 from promokit.report import Report, json_safe
+from promokit.training.trainer import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,36 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
     @abstractmethod
     def load(cls, path: str | os.PathLike) -> Estimator:
         """Read a model directory written by :meth:`save`."""
+
+
+def check_common_params(model: str, params, train, *, models: Mapping, monitors: Mapping,
+                        default_train: TrainConfig) -> TrainConfig:
+    """The checks every estimator makes of its ``model`` (a name of ``models``), ``params`` (a mapping or None) and
+    ``train``; returns the TrainConfig to use: ``train`` itself, the domain's ``default_train`` when it is None, or
+    ``default_train`` with the settings of a mapping replaced (``train={"epochs": 3, "progress": False}``). Its
+    ``monitor`` must be one of ``monitors``."""
+    if model not in models:
+        raise DataError(f"model: unknown model {model!r}; choose one of {sorted(models)}")
+    if params is not None and not isinstance(params, Mapping):
+        raise DataError(f"params must be a dict of model parameters or None, got {type(params).__name__}")
+    if isinstance(train, Mapping):
+        settings = [f.name for f in fields(TrainConfig)]
+        unknown = [name for name in train if name not in settings]
+        if unknown:
+            raise DataError(f"train: no setting {unknown[0]!r}; the settings are {settings}")
+        train = replace(default_train, **train)
+    elif train is not None and not isinstance(train, TrainConfig):
+        raise DataError(f"train must be a TrainConfig, a dict of its settings or None, got {type(train).__name__}")
+    train = train or default_train
+    for name, least in (("epochs", 0), ("batch_size", 1)):  # 0 epochs: the network as initialised
+        value = getattr(train, name)
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
+            raise DataError(f"train: {name} must be a whole number ≥ {least}, got {value!r}")
+    if not isinstance(train.lr, numbers.Real) or not math.isfinite(train.lr) or train.lr <= 0:
+        raise DataError(f"train: lr must be a finite number > 0, got {train.lr!r}")
+    if train.monitor not in monitors:
+        raise DataError(f"train: monitor must be one of {list(monitors)}, got {train.monitor!r}")
+    return train
 
 
 def _number(value) -> float:

@@ -239,8 +239,8 @@ class Trainer:
 
 # ------------------------------------------------------------------------------------------------------------------
 # The pieces of an epoch loop. The Trainer above is one loop over a table in memory; a data-parallel loop over a
-# table's parts (``promokit.scale.train``) is another, made of the same pieces, so both optimise, seed, stop early
-# and checkpoint alike.
+# table's parts (``promokit.training.shard_loop``) is another, made of the same pieces, so both optimise, seed, stop
+# early and checkpoint alike.
 
 
 class EpochLoop:

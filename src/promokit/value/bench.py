@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from promokit.allocation.simulate import simulate_quota
 from promokit.data import DataError
 from promokit.metrics.compare import mean_std, paired_change, rela_impr
 from promokit.metrics.value import decile_figure, fund_personalisation
@@ -29,8 +30,7 @@ from promokit.training import TrainConfig
 from promokit.value.contract import ValueTables, check_tables
 from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
 from promokit.value.evaluate import amount_scale, calibration, delivery_metrics, fund_calibration, hits
-from promokit.value.simulate import feasible_quotas, simulate_plans
-from promokit.value.synthetic import ValueWorld, make_world
+from promokit.value.synthetic import ValueWorld, feasible_quotas, make_world
 
 #: the floor every model has to beat, trained first in every bench
 FLOOR = "two-part"
@@ -92,7 +92,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
             if on_result is not None:
                 on_result(row)
             if name in ALLOCATED:
-                simulations += simulate_plans(name, scores, truth, quotas, tables.tolerance(), tables.risk(),
+                simulations += simulate_quota(name, scores, truth, quotas, tables.tolerance(), tables.risk(),
                                               tables.users["user_id"], tables.fund_names, w.truth_etv, seed,
                                               allocators)
     result.metrics, result.simulation = pd.DataFrame(metrics), pd.DataFrame(simulations)
@@ -210,7 +210,7 @@ def bench_report(result: BenchResult, title: str = "promokit value bench") -> Re
 def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, training: tuple[TrainConfig, dict],
                    out) -> BenchResult:
     """:func:`run` with a line per trained model on screen, then the summary tables and the report in ``out``."""
-    from promokit.cli_support import get_console, print_table
+    from promokit.console import get_console, print_table
 
     console = get_console()
     config, model_params = training

@@ -26,15 +26,14 @@ from promokit.cli_support import (
     bench_training,
     checkpoint_dir,
     finish_training,
-    get_console,
     print_feature_types,
-    print_table,
     seeds_option,
     set_threads,
     training_options,
     types_option,
     user_errors,
 )
+from promokit.console import get_console, print_table
 
 app = typer.Typer(help="Expected transaction value: ESDPM with the ESJ loss and its baselines, ETV tables for "
                        "allocate quota.", no_args_is_help=True)
@@ -80,7 +79,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
     """Write a synthetic fund-promotion world (deliveries, users, funds, behaviors, consumption) with its truth."""
     with user_errors():
         from promokit.data import write_table
-        from promokit.value.simulate import feasible_quotas
+        from promokit.value.synthetic import feasible_quotas
         from promokit.value.synthetic import make_world, write_world
 
         world = make_world(users, funds, deliveries_per_user=deliveries, seed=seed)
@@ -238,7 +237,7 @@ def _summary(model: str, values: list) -> dict:
     the mean ETV per fund over every user and each fund's share of the users whose highest ETV it is."""
     import pandas as pd
 
-    from promokit.scale.batch import means
+    from promokit.data.part_scoring import means
 
     etv = pd.Series(means([v.etv for v in values]), dtype="float64")
     best = pd.DataFrame([v.best for v in values]).sum()
@@ -350,7 +349,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
         from promokit.report import Report
         from promokit.value.bench import ORACLE, true_etv_matrix_from
         from promokit.value.estimator import ValueModel
-        from promokit.value.simulate import simulate_plans
+        from promokit.allocation.simulate import simulate_quota
         from promokit.value.synthetic import read_truth_etv
 
         truth_etv = read_truth_etv(world)
@@ -365,7 +364,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
                 tables = _read(world, model=estimator)
                 truth = true_etv_matrix_from(truth_etv, tables)
                 name, scores = f"{estimator.model} ({path.name})", estimator.score_matrix(tables, seed=seed)
-            rows += simulate_plans(name, scores, truth, quotas, tables.tolerance(), tables.risk(),
+            rows += simulate_quota(name, scores, truth, quotas, tables.tolerance(), tables.risk(),
                                    tables.users["user_id"], tables.fund_names, truth_etv, seed, names)
         table = pd.DataFrame(rows).drop(columns="seed")
         report = Report(f"promokit value simulate: {world}", data={"rows": table.to_dict(orient="records")})

@@ -3,7 +3,7 @@ graph (EOCA §4.1.2, eq. 14) — computed shard by shard, so that a model that r
 part alone afterwards (:func:`promokit.value.parts.predict_parts`).
 
 The users' parts with their payments (``consumption``, co-partitioned by user) are the left parts of a graph in
-shards (:mod:`promokit.scale.graph`); the merchants are the ids the payments name, hashed into buckets. One map
+shards (:mod:`promokit.data.graph_shards`); the merchants are the ids the payments name, hashed into buckets. One map
 gives each shard its GNN inputs — users: their feature embedding and payment structure; merchants: their id
 embedding and payment structure, from their payments in every part — and one map per layer runs it
 (:meth:`~promokit.nn.bipartite.BipartiteGNN.layer`), the last one for the users alone: their states are e_c. A
@@ -20,12 +20,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from promokit.data import graph_shards
 from promokit.data.encoders import TableEncoder
-from promokit.scale import graph
-from promokit.scale.graph import LEFT, NODE, GraphLayout, Shard
-from promokit.scale.parts import naming, parquet_rows, read_part
+from promokit.data.graph_shards import LEFT, NODE, GraphLayout, Shard
+from promokit.data.parts import naming, parquet_rows, read_part
 from promokit.value.contract import AMOUNT, MERCHANT
 from promokit.value.estimator import ValueModel
+from promokit.value.part_tables import read_part_tables
 from promokit.value.inputs import payment_structure
 
 SIDE = {"left": "user", "right": "merchant"}
@@ -33,14 +34,14 @@ SIDE = {"left": "user", "right": "merchant"}
 
 def consumption_states(parts: list, specs: dict, depth: int, out: Path, engine, load) -> GraphLayout:
     """Every user's e_c for each GNN (of ``depth`` layers) of the model ``load()`` returns, written per users part
-    into the layout's scratch (``out/.graph``, which the caller removes with :func:`promokit.scale.graph.remove`);
+    into the layout's scratch (``out/.graph``, which the caller removes with :func:`promokit.data.graph_shards.remove`);
     read a part's with :func:`part_states`. ``specs`` are the model's feature specs, which the parts are checked
     against."""
     payments = [p.files["consumption"] for p in parts]
     layout = GraphLayout(str(out / ".graph"), tuple(p.files["users"] for p in parts), tuple(payments), (),
-                         graph.bucket_count(0, sum(parquet_rows(path) or 0 for path in payments)), MERCHANT,
+                         graph_shards.bucket_count(0, sum(parquet_rows(path) or 0 for path in payments)), MERCHANT,
                          "merchants")
-    graph.prepare(engine, partial(_read_payments, parts, specs), None, layout)
+    graph_shards.prepare(engine, partial(_read_payments, parts, specs), None, layout)
     shards = layout.shards()
     engine.map(partial(_inputs, layout), shards, setup=load, label="graph inputs")
     for layer in range(depth):
@@ -52,7 +53,7 @@ def consumption_states(parts: list, specs: dict, depth: int, out: Path, engine, 
 def part_states(layout: GraphLayout, model: ValueModel, k: int) -> list[torch.Tensor]:
     """Users part k's e_c, one tensor per GNN of ``model``, in the part's user order."""
     depth = len(model.model_params["fanouts"])
-    return [torch.from_numpy(graph.load_state(layout, Shard(LEFT, k), f"e{e}h{depth}"))
+    return [torch.from_numpy(graph_shards.load_state(layout, Shard(LEFT, k), f"e{e}h{depth}"))
             for e, _ in enumerate(_gnn_encoders(model))]
 
 
@@ -63,8 +64,6 @@ def _gnn_encoders(model: ValueModel) -> list:
 def _read_payments(parts: list, specs: dict, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Users part k and its payments as edges (``node``: the user's row in the part, ``right_key``: the merchant),
     checked as the part is checked for scoring."""
-    from promokit.value.parts import read_part_tables
-
     tables = read_part_tables(parts[k], specs)
     payments = tables.consumption
     return tables.users, pd.DataFrame({NODE: payments["user"].to_numpy(), "right_key": payments[MERCHANT].to_numpy(),
@@ -75,7 +74,7 @@ def _read_payments(parts: list, specs: dict, k: int) -> tuple[pd.DataFrame, pd.D
 def _inputs(layout: GraphLayout, model: ValueModel, shard: Shard) -> None:
     """The shard's GNN inputs and first states, for every GNN of the model."""
     side = SIDE[shard.side]
-    edges = graph.shard_edges(layout, shard)
+    edges = graph_shards.shard_edges(layout, shard)
     encoders = model.encoders
     if side == "user":
         with naming(layout.left[shard.index]):
@@ -84,14 +83,14 @@ def _inputs(layout: GraphLayout, model: ValueModel, shard: Shard) -> None:
         features = {"cat": torch.from_numpy(encoded.categorical), "num": torch.from_numpy(encoded.numeric)}
         n, structure_encoder = len(users), encoders.user_structure
     else:
-        names = graph.right_nodes(layout, shard.index)[MERCHANT]
+        names = graph_shards.right_nodes(layout, shard.index)[MERCHANT]
         features = torch.from_numpy(encoders.merchants.transform(pd.Series(names.to_numpy())))
         n, structure_encoder = len(names), encoders.merchant_structure
     structure = _structure(structure_encoder, edges, n)
     for e, encoder in enumerate(_gnn_encoders(model)):
         x = encoder.graph_input(side, features, structure)
         first = encoder.gnn.customer_in if side == "user" else encoder.gnn.merchant_in
-        graph.save_state(layout, shard, f"e{e}h0", first(x).numpy())
+        graph_shards.save_state(layout, shard, f"e{e}h0", first(x).numpy())
 
 
 def _structure(encoder: TableEncoder, edges: pd.DataFrame, n: int) -> torch.Tensor:
@@ -102,11 +101,11 @@ def _structure(encoder: TableEncoder, edges: pd.DataFrame, n: int) -> torch.Tens
 @torch.no_grad()
 def _layer(layout: GraphLayout, layer: int, model: ValueModel, shard: Shard) -> None:
     """Layer ``layer`` of every GNN on the shard's nodes, from its neighbours' states."""
-    shard_graph = graph.shard_graph(layout, shard)
+    shard_graph = graph_shards.shard_graph(layout, shard)
     ptr, neighbour, weight = (torch.from_numpy(a) for a in (shard_graph.ptr, shard_graph.neighbour, shard_graph.weight))
     into = "customer" if shard.side == LEFT else "merchant"  # the GNN's name for users
     for e, encoder in enumerate(_gnn_encoders(model)):
-        own = torch.from_numpy(graph.load_state(layout, shard, f"e{e}h{layer}"))
-        source = torch.from_numpy(graph.pull(layout, shard, shard_graph, f"e{e}h{layer}", own.shape[1]))
+        own = torch.from_numpy(graph_shards.load_state(layout, shard, f"e{e}h{layer}"))
+        source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, f"e{e}h{layer}", own.shape[1]))
         states = encoder.gnn.layer(layer, into, source, own, ptr, neighbour, weight)
-        graph.save_state(layout, shard, f"e{e}h{layer + 1}", states.numpy())
+        graph_shards.save_state(layout, shard, f"e{e}h{layer + 1}", states.numpy())

@@ -33,7 +33,6 @@ naming the table, the column, the count and an example row.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +42,7 @@ import pandas as pd
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import read_table
 from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
+from promokit.data import datasets
 
 USER, FUND, CLICK, CONVERT, AMOUNT, TIME = "user_id", "fund", "click", "convert", "amount", "time"
 TOLERANCE, RISK, ACTION, MERCHANT = "tolerance", "risk", "action", "merchant_id"
@@ -307,23 +307,7 @@ def table_paths(folder, deliveries_optional: bool = False) -> dict[str, Path]:
     """Where each table of a value dataset folder is: ``<name>.parquet``, ``<name>.csv`` or a directory ``<name>/``
     of Parquet parts (a dataset in parts, :mod:`promokit.value.parts`); ``behaviors`` and ``consumption`` only
     when present, and ``deliveries`` too with ``deliveries_optional`` (scoring users × funds alone)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise DataError(f"{folder}: not a folder; a value dataset is a folder of deliveries, users, funds "
-                        "[, behaviors, consumption] tables (.parquet or .csv)")
-    paths = {}
-    for name in TABLES:
-        found = [path for path in (folder / f"{name}.parquet", folder / f"{name}.csv") if path.exists()]
-        found += [folder / name] if (folder / name).is_dir() else []
-        if len(found) > 1:
-            shown = [path.name + ("/" if path.is_dir() else "") for path in found]
-            raise DataError(f"{folder}: both {shown[0]} and {shown[1]} exist; keep one")
-        if found:
-            paths[name] = found[0]
-        elif name not in OPTIONAL_TABLES and not (name == "deliveries" and deliveries_optional):
-            raise DataError(f"{folder}: {name}.parquet (or .csv) is missing; a value dataset needs deliveries, users "
-                            "and funds" + (" (users and funds to score alone)" if deliveries_optional else ""))
-    return paths
+    return datasets.table_paths(folder, TABLES, _required(not deliveries_optional), "a value dataset")
 
 
 def read_folder(folder, require_labels: bool = True, repair_labels: bool = False,
@@ -346,24 +330,11 @@ def value_tables(data, *, require_labels: bool = True, specs: dict[str, FeatureS
         return data
     if isinstance(data, (str, os.PathLike)):
         return read_folder(data, require_labels, specs=specs)
-    if not isinstance(data, Mapping):
-        raise DataError(f"data must be ValueTables, a dataset folder or a mapping of table name → DataFrame or path, "
-                        f"got {type(data).__name__}")
-    unknown = [name for name in data if name not in TABLES]
-    if unknown:
-        raise DataError(f"data: no table {unknown[0]!r} in a value dataset; its tables are {list(TABLES)}")
-    needed = [name for name in TABLES if name not in OPTIONAL_TABLES and (require_labels or name != "deliveries")]
-    missing = [name for name in needed if name not in data]
-    if missing:
-        raise DataError(f"data: the {missing[0]} table is missing; a value dataset needs {', '.join(needed)}")
-    frames = {name: _frame(name, table) for name, table in data.items()}
+    frames = datasets.read_tables(data, TABLES, _required(require_labels), "a value dataset")
     return check_tables(frames.get("deliveries"), frames["users"], frames["funds"], frames.get("behaviors"),
                         frames.get("consumption"), require_labels=require_labels, specs=specs)
 
 
-def _frame(name: str, table) -> pd.DataFrame:
-    if isinstance(table, (str, os.PathLike)):
-        return read_table(table)
-    if not isinstance(table, pd.DataFrame):
-        raise DataError(f"data: table {name!r} must be a DataFrame or a path, got {type(table).__name__}")
-    return table
+def _required(deliveries: bool) -> tuple[str, ...]:
+    """The tables a value dataset must hold: users and funds, and the deliveries to train or evaluate."""
+    return tuple(name for name in TABLES if name not in OPTIONAL_TABLES and (deliveries or name != "deliveries"))

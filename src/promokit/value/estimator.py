@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -31,8 +30,9 @@ from promokit.training import (
     read_model_config,
     write_model_dir,
 )
-from promokit.training.estimator import Estimator, Evaluation
+from promokit.training.estimator import Estimator, Evaluation, check_common_params
 from promokit.training.seed import seed_everything
+from promokit.training.shards import time_threshold
 from promokit.value.contract import FUND, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
 from promokit.value.evaluate import value_metrics
 from promokit.value.inputs import InputEncoders
@@ -135,9 +135,7 @@ class DeliverySplit:
 
     @classmethod
     def by_time(cls, counts: pd.Series, test_fraction: float, valid_fraction: float) -> DeliverySplit:
-        """From the deliveries per time over every part (``promokit.scale.train.summed_time_counts``)."""
-        from promokit.scale.train import time_threshold
-
+        """From the deliveries per time over every part (``promokit.training.shards.summed_time_counts``)."""
         with _nothing_earlier_said_of_deliveries():
             test_from = time_threshold(TIME, test_fraction, counts) if test_fraction else None
             earlier = counts if test_from is None else counts[counts.index < test_from]
@@ -209,12 +207,8 @@ class ValueModel(Estimator):
         self.kept_contexts: dict[str, list] | None = None
 
     def _configure(self) -> None:
-        if self.model not in MODELS:
-            raise DataError(f"unknown model {self.model!r}; choose one of {sorted(MODELS)}")
-        if self.params is not None and not isinstance(self.params, Mapping):
-            raise DataError(f"params must be a dict of model parameters, got {type(self.params).__name__}")
-        if self.train is not None and not isinstance(self.train, TrainConfig):
-            raise DataError(f"train must be a TrainConfig, got {type(self.train).__name__}")
+        self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
+                                                monitors=MONITORS, default_train=DEFAULT_TRAIN)
         check_split(self.test_fraction, 0.0, self.split)
         params = dict(self.params or {})
         max_len = params.pop("max_len", 50)
@@ -226,9 +220,6 @@ class ValueModel(Estimator):
         self.model_params = {**net_defaults(self.net_class), **MODELS[self.model][1], **params}
         if not self.is_neural:
             TwoPart.check_params(self.model_params)
-        self.train_config = self.train or DEFAULT_TRAIN
-        if self.train_config.monitor not in MONITORS:
-            raise DataError(f"monitor must be one of {list(MONITORS)}, got {self.train_config.monitor!r}")
 
     @property
     def net_class(self) -> type:
@@ -322,7 +313,7 @@ class ValueModel(Estimator):
 
     def build_net(self) -> ESDPM | TwoPart:
         """A new network for the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor's
-        boosters); training over parts (:mod:`promokit.scale.train`) builds each worker's with it."""
+        boosters); training over parts (:mod:`promokit.value.parts`) builds each worker's with it."""
         if not self.is_neural:
             return TwoPart(self.encoders, **self.model_params)
         net = ESDPM(self.encoders.sizes(), **self.model_params)
@@ -336,7 +327,7 @@ class ValueModel(Estimator):
 
     # ---- Training over a dataset's parts (promokit.value.parts): what fit does, from sums over the parts. The
     # encoders are reduced from the parts' counts (InputEncoders.from_counts), the labels counted here part by
-    # part, and the network (promokit.scale.train) trains on the tensors of one part at a time.
+    # part, and the network (promokit.training.shard_loop) trains on the tensors of one part at a time.
 
     @staticmethod
     def label_counts(tables: ValueTables, roles: np.ndarray) -> dict:

@@ -6,7 +6,7 @@ each a directory of Parquet parts, co-partitioned by user: part k of each (its k
 the rows of the same users. ``funds`` stays one table every part shares. The dataset means the one-folder dataset
 whose tables are its parts concatenated in order; predicting or training on it gives that dataset's outputs (or
 model) without reading it whole. Both begin with the same checks: every user-keyed directory has as many parts as
-``users/``, and each user is in one part (:func:`promokit.scale.keys.check_unique_keys`, hashed on the engine).
+``users/``, and each user is in one part (:func:`promokit.data.part_keys.check_unique_keys`, hashed on the engine).
 
 Predict (:func:`predict_parts`):
 
@@ -32,7 +32,7 @@ Train (:func:`train_parts`; the training deliveries are the examples):
    adds them up into the encoders :meth:`InputEncoders.fit` builds on the concatenation
    (:meth:`InputEncoders.from_counts`), checks the labels, starts the amount towers and unites the users' hashes
    (the model's ``training_ids.npy``) as :meth:`ValueModel.fit` does (:meth:`ValueModel.fit_counts`);
-3. **train**: :func:`promokit.scale.train.run_job` — the loop conversion models train with — streams each worker's
+3. **train**: the engine's ``train`` — the loop conversion models train with — streams each worker's
    shard of the training deliveries: a worker reads part k of every user-keyed table, validates it and encodes that
    part's deliveries (user and fund features, behaviour sequences strictly before each delivery, context) with
    the fitted encoders (:class:`DeliveryRows`); each delivery carries its user's and fund's features, since a batch
@@ -54,32 +54,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from promokit.data.encoders import check_numeric_columns
+from promokit.data import graph_shards
 from promokit.data.errors import DataError
-from promokit.data.io import read_table
+from promokit.data.io import write_part
+from promokit.data.part_keys import check_unique_keys
+from promokit.data.part_scoring import PartScore, part_score
+from promokit.data.parts import naming, part_name, read_part
 from promokit.data.spec import FeatureSpec, require_columns
-from promokit.scale import graph
-from promokit.scale.batch import PartScore, part_score
-from promokit.scale.keys import check_unique_keys
-from promokit.scale.parts import list_parts, naming, part_name, read_part, write_part
-from promokit.value.contract import TIME, USER, ValueTables, check_tables, parse_times
+from promokit.value.contract import TIME, USER, parse_times
+from promokit.value.part_tables import USER_KEYED, ValuePart, dataset_parts, read_part_tables
 
 if TYPE_CHECKING:  # the model (torch) is imported where a part is scored or trained, not where its times are read
     from promokit.value.estimator import DeliverySplit, ValueModel
 
-USER_KEYED = ("users", "deliveries", "behaviors", "consumption")
 OUTPUTS = ("scores", "deliveries")  # the folders of OUT that parts are written to
-
-
-@dataclass(frozen=True)
-class ValuePart:
-    """Part ``index`` of a dataset in parts: its file of each user-keyed table, the shared funds table and the
-    output folder (predict)."""
-
-    index: int
-    files: dict
-    funds: str
-    out: str | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +111,7 @@ def predict_parts(model: Path, paths: dict[str, Path], out: Path, engine, at, co
     from promokit.value.estimator import ValueModel
 
     config = read_model_config(model, "value")
-    parts = _parts(paths, out)
+    parts = dataset_parts(paths, out)
     check_unique_keys([p.files["users"] for p in parts], USER, out / ".user-keys", map_parts=engine.map)
     times = engine.map(_times, parts, label="reading delivery times")
     load = partial(ValueModel.load, model)  # one setup for every map: each worker loads the model once
@@ -143,30 +131,11 @@ def predict_parts(model: Path, paths: dict[str, Path], out: Path, engine, at, co
     finally:
         engine.release()
         if layout is not None:
-            graph.remove(layout)
+            graph_shards.remove(layout)
     for folder in OUTPUTS:  # parts an earlier run with more input parts left there
         for stale in set((out / folder).glob("part-*.parquet")) - {out / folder / part_name(p.index) for p in parts}:
             stale.unlink()
     return config["model"], values
-
-
-def _parts(paths: dict[str, Path], out: Path | None = None) -> list[ValuePart]:
-    """Part k of every user-keyed table, checked to be directories of as many parts."""
-    keyed = {name: paths[name] for name in USER_KEYED if name in paths}
-    directory = next(path for path in keyed.values() if path.is_dir())
-    for path in keyed.values():
-        if not path.is_dir():
-            raise DataError(f"{path}: one file, but {directory} is a directory of parts: in a dataset in parts every "
-                            "user-keyed table (users, deliveries, behaviors, consumption) is a directory of parts, "
-                            "co-partitioned by user")
-    files = {name: list_parts(path) for name, path in keyed.items()}
-    for name, listed in files.items():
-        if len(listed) != len(files["users"]):
-            raise DataError(f"{keyed[name]}: {len(listed)} parts, but {keyed['users']} has {len(files['users'])}: "
-                            "part k of every user-keyed table holds the rows of the same users (co-partitioned by "
-                            "user)")
-    return [ValuePart(k, {name: str(listed[k]) for name, listed in files.items()}, str(paths["funds"]),
-                      str(out) if out is not None else None) for k in range(len(files["users"]))]
 
 
 def _times(part: ValuePart) -> PartTimes:
@@ -234,29 +203,6 @@ def _score_part(when, context: pd.DataFrame, layout, model: ValueModel, part: Va
     return score_stats(scores, len(deliveries))
 
 
-def read_part_tables(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False,
-                     types: dict[str, str] | None = None) -> ValueTables:
-    """A part's tables, validated (with the labels when ``labels``; the features of ``specs``, else inferred with
-    the ``types`` given); an error names the file of the table it is about."""
-    frames = {name: read_part(path) for name, path in part.files.items()}  # a read error names the file
-    funds = read_table(part.funds)
-    try:
-        tables = check_tables(frames["deliveries"], frames["users"], funds, frames.get("behaviors"),
-                              frames.get("consumption"), require_labels=labels, repair_labels=repair, specs=specs,
-                              part=True, types=types)
-        for table, frame, spec in (("deliveries", tables.deliveries, tables.context_spec),
-                                   ("users", tables.users, tables.user_spec)):
-            try:
-                check_numeric_columns(frame, spec.numeric)
-            except DataError as exc:
-                raise DataError(f"{table}: {exc}") from None
-        return tables
-    except DataError as exc:
-        table = str(exc).split(":", 1)[0]
-        files = {**part.files, "funds": part.funds, "context": part.files["deliveries"]}
-        raise DataError(f"{files.get(table, part.files['users'])}: {exc}") from None
-
-
 # ----------------------------------------------------------------------------------------------------------- training
 
 
@@ -264,7 +210,7 @@ def read_part_tables(part: ValuePart, specs: dict | None, labels: bool = False, 
 class PartScan:
     """A part before its encoders are counted: its deliveries (``rows``), their times (distinct values in contract
     form and counts) and kind, and the distinct values of the integer columns of its deliveries (``context``) and
-    users (:func:`promokit.scale.train.integer_levels`)."""
+    users (:func:`promokit.training.shards.integer_levels`)."""
 
     rows: int
     times: tuple | None
@@ -285,7 +231,7 @@ class PartCount:
 @dataclass(frozen=True)
 class DeliveryRows:
     """The deliveries of one role (:data:`~promokit.value.estimator.TRAIN` or ``VALID``) of a dataset's parts, read
-    by a training worker a segment at a time (:class:`promokit.scale.train.TrainJob`); ``offsets[k]`` is the
+    by a training worker a segment at a time (:class:`promokit.training.shards.TrainJob`); ``offsets[k]`` is the
     position of part k's first delivery in the parts' concatenation."""
 
     parts: tuple[ValuePart, ...]
@@ -314,7 +260,7 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, scratch: 
     holds the user-key check's hashes. Returns the deliveries per role (``train``, ``valid``, ``test``) and the
     tables' counts summed over the parts (repaired labels). ``types``: the types of inferred features
     (:func:`~promokit.value.contract.check_tables`)."""
-    from promokit.scale.train import run_job, wide_over_parts
+    from promokit.training.shards import wide_over_parts
 
     wide_over_parts(estimator.model_params)
     if estimator.reads_graph:
@@ -325,15 +271,15 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, scratch: 
         raise DataError(f"model {estimator.model!r} boosts its trees on the whole training table in one process, so "
                         "it does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
     job, counts = _plan(estimator, paths, engine, scratch, repair, types, validation)
-    estimator.net, estimator.history = run_job(job, engine, checkpoint_dir, resume)
+    estimator.net, estimator.history = engine.train(job, checkpoint_dir, resume)
     return counts
 
 
 def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, repair: bool,
           types: dict[str, str] | None = None, validation: float | None = None):
     """Scan and count the parts on ``engine``, fit the estimator's encoders from the counts and cut the shards of
-    the engine's workers: the :class:`~promokit.scale.train.TrainJob` and the counts :func:`train_parts` returns."""
-    from promokit.scale.train import TrainJob, summed_time_counts
+    the engine's workers: the :class:`~promokit.training.shards.TrainJob` and the counts :func:`train_parts` returns."""
+    from promokit.training.shards import TrainJob, summed_time_counts
     from promokit.value.estimator import TEST, TRAIN, VALID, DeliverySplit, check_split
     from promokit.value.inputs import InputEncoders
 
@@ -342,7 +288,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, 
         raise DataError("validation: a dataset in parts validates on a fraction of its deliveries (or None, the "
                         "default fraction), not on rows given")
     check_split(split["test_fraction"], split["valid_fraction"], split["how"])
-    parts = _parts(paths)
+    parts = dataset_parts(paths)
     check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=engine.map)
     scans = engine.map(_scan, parts, label="scanning parts")
     _delivery_kind(paths["deliveries"], parts, scans)
@@ -375,7 +321,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, 
 
 def _scan(part: ValuePart) -> PartScan:
     """A part's deliveries' times and its integer columns' values."""
-    from promokit.scale.train import integer_levels, time_counts
+    from promokit.training.shards import integer_levels, time_counts
 
     users, deliveries = (read_part(part.files[name]) for name in ("users", "deliveries"))
     levels = {"context": integer_levels(deliveries), "users": integer_levels(users)}
@@ -392,7 +338,7 @@ def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool,
     """The feature specs of the dataset — inferred on the first part with deliveries (the columns of ``types`` of
     the type given), integer columns classified by their values over every part, as on the parts' concatenation —
     and the funds table, validated."""
-    from promokit.scale.train import classify_integers
+    from promokit.training.shards import classify_integers
 
     first = next(k for k, scan in enumerate(scans) if scan.rows)
     tables = read_part_tables(parts[first], None, labels=True, repair=repair, types=types)

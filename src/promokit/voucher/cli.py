@@ -29,8 +29,6 @@ from promokit.cli_support import (
     bench_models,
     checkpoint_dir,
     finish_training,
-    get_console,
-    print_table,
     run_tune,
     seeds_option,
     set_threads,
@@ -40,6 +38,7 @@ from promokit.cli_support import (
     write_bench_report,
     write_metrics_report,
 )
+from promokit.console import get_console, print_table
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -294,7 +293,7 @@ def predict(model: ModelDirOpt, sessions: PartsSessionsOpt, items: ItemsOpt,
     with user_errors():
         set_threads(threads)
         from promokit.data import DataError, write_parquet
-        from promokit.scale.parts import is_partitioned
+        from promokit.data.parts import is_partitioned
 
         estimator = _load(model)
         if is_partitioned(sessions):
@@ -317,7 +316,7 @@ def _predict_parts(name: str, reading, sessions: Path, events: Optional[Path], o
                    address: Optional[str], workers: Optional[int]) -> None:
     """``predict`` over sessions (and events) in parts: ``out/part-NNNNN.parquet`` and the summary ``out.json``."""
     from promokit.data import write_json
-    from promokit.scale.batch import means
+    from promokit.data.part_scoring import means
     from promokit.scale.engine import make_engine
     from promokit.voucher.parts import predict_parts
 

@@ -45,10 +45,8 @@ reach past a later target's collection time.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -56,6 +54,7 @@ import pandas as pd
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError, example_row
 from promokit.data.spec import FeatureSpec, missing_column_message, require_columns
+from promokit.data import datasets
 
 ID_COLUMNS = ("session_id", "user_id", "voucher_id")
 TERM_COLUMNS = ("min_spend", "discount")
@@ -155,41 +154,9 @@ def read_tables(data, **options) -> VoucherTables:
     ``options`` (``categorical``, ``numeric``, ``terms``, ``item_features``, ``validity``, ``require_labels`` …)."""
     if isinstance(data, VoucherTables):
         return data
-    if isinstance(data, (str, os.PathLike)):
-        data = _folder_tables(Path(data))
-    if not isinstance(data, Mapping):
-        raise DataError(f"data must be VoucherTables, a mapping of table name → DataFrame or path, or a folder; "
-                        f"got {type(data).__name__}")
-    unknown = [name for name in data if name not in TABLES]
-    if unknown:
-        raise DataError(f"data: unknown table {unknown[0]!r}; the voucher tables are {list(TABLES)}")
-    missing = [name for name in REQUIRED_TABLES if data.get(name) is None]
-    if missing:
-        raise DataError(f"data: no {missing[0]!r} table among {list(data)}; voucher data needs "
-                        f"{list(REQUIRED_TABLES)} (and optionally events, voucher_items)")
-    from promokit.data.io import read_table
-
-    frames = {name: value if isinstance(value, pd.DataFrame) else read_table(value)
-              for name, value in data.items() if value is not None}
+    frames = datasets.read_tables(data, TABLES, REQUIRED_TABLES, "voucher data")
     return check_tables(frames["sessions"], frames.get("events"), frames["items"],
                         voucher_items=frames.get("voucher_items"), **options)
-
-
-def _folder_tables(folder: Path) -> dict[str, Path]:
-    if not folder.is_dir():
-        raise DataError(f"data: {folder} is not a folder; voucher data is a folder of sessions, items [, events, "
-                        "voucher_items] tables (.parquet or .csv)")
-    paths = {}
-    for name in TABLES:
-        found = [p for p in (folder / f"{name}.parquet", folder / f"{name}.csv", folder / name) if p.exists()]
-        if len(found) > 1:
-            raise DataError(f"data: {folder} holds both {found[0].name} and {found[1].name}; keep one")
-        if found:
-            paths[name] = found[0]
-        elif name in REQUIRED_TABLES:
-            raise DataError(f"data: {folder} has no {name}.parquet (or .csv, or {name}/ of parts); voucher data "
-                            f"needs {list(REQUIRED_TABLES)} (and optionally events, voucher_items)")
-    return paths
 
 
 # ------------------------------------------------------------------------------------------------ sessions

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numbers
 import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +32,7 @@ from promokit.training import (
     take,
     write_model_dir,
 )
-from promokit.training.estimator import Estimator, Evaluation
+from promokit.training.estimator import Estimator, Evaluation, check_common_params
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 from promokit.voucher.contract import ID_COLUMNS, ITEM_FEATURES, read_tables, table_options
@@ -114,12 +113,8 @@ class VoucherModel(Estimator):
         self.training_ids: np.ndarray | None = None
 
     def _configure(self) -> None:
-        if self.model not in MODELS:
-            raise DataError(f"model: unknown model {self.model!r}; choose one of {sorted(MODELS)}")
-        if self.params is not None and not isinstance(self.params, Mapping):
-            raise DataError(f"params must be a dict of model parameters or None, got {self.params!r}")
-        if self.train is not None and not isinstance(self.train, TrainConfig):
-            raise DataError(f"train must be a TrainConfig or None, got {self.train!r}")
+        train_config = check_common_params(self.model, self.params, self.train, models=MODELS, monitors=MONITORS,
+                                           default_train=DEFAULT_TRAIN)
         whole = isinstance(self.max_history, numbers.Integral) and not isinstance(self.max_history, bool)
         if not whole or self.max_history < 1:
             raise DataError(f"max_history must be a whole number ≥ 1, got {self.max_history!r}")
@@ -129,9 +124,6 @@ class VoucherModel(Estimator):
             raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model "
                             f"{self.model!r} has none")
         check_model_params(self.model, self.model_class, merged, own=ESTIMATOR_OWN)
-        train_config = self.train or DEFAULT_TRAIN
-        if train_config.monitor not in MONITORS:
-            raise DataError(f"train: monitor must be one of {list(MONITORS)}, got {train_config.monitor!r}")
         self.model_params, self.train_config = merged, train_config
 
     @property

@@ -24,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from promokit.data import DataError, read_table
-from promokit.scale.batch import PartScore
-from promokit.scale.keys import check_unique_keys
-from promokit.scale.parts import is_partitioned, list_parts, read_part, write_part
+from promokit.data.io import write_part
+from promokit.data.part_keys import check_unique_keys
+from promokit.data.part_scoring import PartScore
+from promokit.data.parts import is_partitioned, list_parts, read_part
 from promokit.voucher.contract import check_tables
 
 
@@ -83,7 +84,7 @@ def pair_parts(sessions: Path, events: Path | None) -> list[tuple[Path, Path | N
 
 def check_users(engine, pairs: list[tuple[Path, Path | None]], scratch: Path) -> None:
     """A one-line error naming both files for a user in two sessions parts, or, in a user-level log, in two events
-    parts (:func:`~promokit.scale.keys.check_unique_keys`: the ``user_id`` columns hashed on the engine, with
+    parts (:func:`~promokit.data.part_keys.check_unique_keys`: the ``user_id`` columns hashed on the engine, with
     ``scratch`` as its folder)."""
     check_unique_keys([sessions for sessions, _ in pairs], "user_id", scratch, map_parts=engine.map)
     if pairs[0][1] is not None and _user_log(pairs[0][1]):

@@ -1,4 +1,5 @@
-"""Batch scoring over a partitioned table: input part *k* → output part *k*, keys in the input's row order.
+"""Batch scoring over a partitioned table on an engine (any object with ``map``, :mod:`promokit.scale.engine`):
+input part *k* → output part *k*, keys in the input's row order.
 
 The domain supplies two module-level callables: ``load()``, run once per worker (loads the model directory), and
 ``score(model, frame)``, the domain's own predict on one partition's rows. Workers read their part, score it
@@ -16,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.io import write_parquet
-from promokit.scale.parts import is_partitioned, list_parts, naming, part_name, read_part
+from promokit.data.parts import is_partitioned, list_parts, naming, part_name, read_part
 
 
 @dataclass(frozen=True)

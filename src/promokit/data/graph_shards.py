@@ -6,7 +6,7 @@ nodes come as one table or in parts, in any order.
 
 :func:`prepare` runs four maps:
 
-1. each left part routes its edges to buckets by a hash of the right key (:func:`~promokit.scale.keys.bucket_of`);
+1. each left part routes its edges to buckets by a hash of the right key (:func:`~promokit.data.part_keys.bucket_of`);
 2. each right part routes its nodes to the same buckets;
 3. each bucket joins its edges to its right nodes (an edge whose right key no table holds, or a right key held
    twice, is an error naming the files and rows) and writes its graph: its right nodes' complete neighbourhoods in
@@ -39,9 +39,9 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
-from promokit.data.io import atomic_path, write_npy, write_parquet
-from promokit.scale.keys import bucket_of, canonical
-from promokit.scale.parts import part_name, write_part
+from promokit.data.io import atomic_path, write_npy, write_parquet, write_part
+from promokit.data.part_keys import bucket_of, canonical
+from promokit.data.parts import part_name
 
 LEFT, RIGHT = "left", "right"
 #: right-node columns the routing adds: the right table's part and the row in it

@@ -1,10 +1,13 @@
-"""Close the loop offline: allocate by a model's scores, then let the true response curves answer.
+"""Close the loop offline on a synthetic world whose truth is known: allocate by a model's scores, then let the
+truth answer. :func:`simulate_budget` for incentive values under a ratio budget (the joint-incentive paper),
+:func:`simulate_quota` for funds under quotas (the EOCA paper: each plan scored by outcomes drawn from the true
+model).
 
-The paper measures its models online (Tables 4–5: payments and cost of each model's allocation at the same
+Budget. The paper measures its models online (Tables 4–5: payments and cost of each model's allocation at the same
 budget). On a synthetic world the true curves are known, so the same comparison runs offline: every model's
-scores go through the budget allocator (eqs. 11–19, ``promokit.allocation``) under one ratio budget B, and
-the chosen values are scored by the truth — the expected redemptions and spend (exact, no outcome noise),
-plus one draw of the outcomes with common random numbers across models.
+scores go through the budget allocator (eqs. 11–19) under one ratio budget B, and the chosen values are scored by
+the truth — the expected redemptions and spend (exact, no outcome noise), plus one draw of the outcomes with
+common random numbers across models.
 
 Two readings of "the same budget": ``planned`` serves the plan solved on the model's own scores (λ* of its
 scores: a model that overrates the response to high values spends more than B in truth), ``paced`` moves λ
@@ -20,12 +23,15 @@ import numpy as np
 import pandas as pd
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget, stack_populations
+from promokit.allocation.quota import solve_quota
+from promokit.incentive.evaluate import ORACLE
 
-ORACLE, RANDOM = "oracle", "random"
+RANDOM = "random"
 
 
-def simulate(levels: np.ndarray, truth_customers: np.ndarray, truth_merchants: np.ndarray | None,
-             scores: Mapping[str, tuple[np.ndarray, np.ndarray | None]], ratio: float, seed: int = 0) -> pd.DataFrame:
+def simulate_budget(levels: np.ndarray, truth_customers: np.ndarray, truth_merchants: np.ndarray | None,
+                    scores: Mapping[str, tuple[np.ndarray, np.ndarray | None]], ratio: float,
+                    seed: int = 0) -> pd.DataFrame:
     """Two rows (``budget`` = ``planned`` and ``paced``) per model of ``scores`` (name → (f_c, f_m), rows aligned with the truths), plus ``oracle`` (the
     truth as scores: the best any model can do) and ``random`` (scores drawn at random, sorted along each row so
     they rise with the value: an allocation that knows nothing of the nodes, spending the same budget: the
@@ -94,3 +100,26 @@ def _outcomes(levels, truth_c, truth_m, c, m, uniform) -> dict[str, float]:
             "merchant_response": merchant, "merchant_spend": merchant_spend,
             "true_ratio": (customer_spend + merchant_spend) / max(redemptions + merchant, 1e-12),
             "payments": redemptions + merchant}
+
+
+def simulate_quota(name: str, scores: np.ndarray, truth: np.ndarray, quotas: pd.DataFrame, tolerance, risk,
+                   user_ids, funds, truth_etv: pd.DataFrame, seed: int = 0,
+                   allocators=("manual", "ha", "prices")) -> list[dict]:
+    """Allocate every user one fund from the ETV ``scores`` (users × funds) with each allocator under the exact
+    ``quotas`` and the risk rule, then score each plan by outcomes drawn from the true model (``truth_etv``, see
+    :func:`~promokit.value.synthetic.draw_outcomes`): CPMD and TAPMD (eqs. 17–18), and the expected TAPMD of the
+    plan under the ``truth`` ETV matrix (no draw noise)."""
+    from promokit.metrics.value import per_mille
+    from promokit.value.synthetic import draw_outcomes
+
+    user_ids, funds = np.asarray(user_ids), np.asarray(funds)
+    n = len(user_ids)
+    rows = []
+    for allocator in allocators:
+        plan = solve_quota(scores, quotas["quota"].to_numpy(), tolerance, risk, method=allocator)
+        drawn = draw_outcomes(truth_etv, user_ids, funds[plan.assignment], seed)
+        rows.append({"model": name, "allocator": allocator, "seed": seed,
+                     "cpmd": per_mille(drawn["convert"].sum(), n), "tapmd": per_mille(drawn["amount"].sum(), n),
+                     "expected_tapmd": per_mille(truth[np.arange(n), plan.assignment].sum(), n),
+                     "solve_seconds": plan.seconds})
+    return rows

@@ -1,13 +1,13 @@
-"""promokit.scale.keys: a key repeated across (or within) parts is found and named without gathering the keys."""
+"""promokit.data.part_keys: a key repeated across (or within) parts is found and named without gathering the keys."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from promokit.data import part_keys
 from promokit.data.errors import DataError
-from promokit.scale import keys as keys_module
+from promokit.data.part_keys import check_unique_keys
 from promokit.scale.engine import make_engine
-from promokit.scale.keys import check_unique_keys
 
 
 def write(tmp_path, groups: list[list]) -> list:
@@ -43,7 +43,7 @@ def test_a_key_on_several_rows_of_one_part_is_one_key_and_integer_keys(tmp_path)
 
 def test_a_hash_collision_is_not_reported(tmp_path, monkeypatch):
     """Every key hashed alike: the buckets see one hash many times, the keys themselves settle it."""
-    monkeypatch.setattr(keys_module, "_hashes", lambda keys: np.zeros(len(keys), dtype=np.uint64))
+    monkeypatch.setattr(part_keys, "_hashes", lambda keys: np.zeros(len(keys), dtype=np.uint64))
     paths = write(tmp_path, [["a", "b"], ["c"]])
     check_unique_keys(paths, "user_id", tmp_path / "scratch")  # a, b and c hash alike and differ
 
