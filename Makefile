@@ -2,7 +2,7 @@ PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
 LOWEST := .venv-lowest
-OUT    ?= promokit-demo
+OUT    ?= promokit-runs/campaign-demo
 
 .PHONY: install demo test test-lowest dist clean
 

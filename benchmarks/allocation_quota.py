@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/allocation_quota.py --quick       # N = 10k, 100k: a smoke run
     .venv/bin/python benchmarks/allocation_quota.py --exact-10m   # also min-cost flow at 10M (~2 min, ~8 GB)
 
-Instances come from ``promokit.allocation.synthetic.make_quota_instance`` (float32 ETV, k = 8, seeded). The
+Instances come from ``promokit.experiments.allocation.instances.make_quota_instance`` (float32 ETV, k = 8, seeded). The
 objective is shown as % of the optimum: the exact solver's objective when it ran, otherwise prices' certified
 dual bound D(p) (≥ the optimum, so the % is a lower bound). ``gap`` is prices' D(p) − objective relative to the
 objective: 0 (up to float rounding) proves prices optimal. Peak memory of prices is measured with tracemalloc
@@ -22,7 +22,7 @@ import tracemalloc
 import numpy as np
 
 from promokit.allocation.quota import solve_quota
-from promokit.allocation.synthetic import make_quota_instance
+from promokit.experiments.allocation.instances import make_quota_instance
 
 PAPER_HA_PERCENT_AT_200K = 98.75  # EOCA paper, section 5.1.2: HA reaches 98.75 % of the IP objective at 200k users
 LARGE = 10_000_000

@@ -40,8 +40,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from promokit.conversion import bench
 from promokit.conversion.estimator import ConversionModel
+from promokit.experiments.conversion import bench
 from promokit.conversion.kuairand import (
     DACTION_BEHAVIOURS,
     LOG_FILE,

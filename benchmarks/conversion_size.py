@@ -21,9 +21,9 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from promokit.conversion import bench
-from promokit.conversion.demo import world_split
-from promokit.conversion.synthetic import make_world
+from promokit.experiments.conversion import bench
+from promokit.experiments.conversion.demo import world_split
+from promokit.experiments.conversion.world import make_world
 
 
 def main(argv=None) -> int:

@@ -26,9 +26,9 @@ import numpy as np
 import torch
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget
+from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel, labelled_rows, validation_metrics
-from promokit.incentive.synthetic import make_world
 from promokit.nn.bipartite import sample_neighbours
 from promokit.training import TrainConfig, Trainer
 

@@ -32,11 +32,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from promokit.conversion import bench
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.kuairand import DACTION_BEHAVIOURS, kuairand_spec, load_kuairand
-from promokit.conversion.synthetic import make_world
 from promokit.data import FeatureSpec, random_split
+from promokit.experiments.conversion import bench
+from promokit.experiments.conversion.world import make_world
 from promokit.metrics import auc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def fit_conversion(name: str, split: bench.Split, spec: FeatureSpec, seed: int) 
 
     from promokit.conversion.estimator import DEFAULT_TRAIN
 
-    model = ConversionModel(name, None, replace(DEFAULT_TRAIN, seed=seed, progress=False), spec)
+    model = ConversionModel(name, None, replace(DEFAULT_TRAIN, seed=seed, progress=False), spec, test_fraction=0)
     return model.fit(split.train, validation=split.valid)
 
 
@@ -143,8 +143,8 @@ def buckets_part(args, seeds) -> pd.DataFrame:
 def amexpert_part(args, seeds) -> pd.DataFrame:
     from dataclasses import replace
 
+    from promokit.experiments.voucher.demo import DEMO_TRAIN, time_split
     from promokit.voucher.amexpert import load_amexpert
-    from promokit.voucher.demo import DEMO_TRAIN, time_split
     from promokit.voucher.estimator import VoucherModel
 
     tables, _ = load_amexpert(SHARED / "amexpert2019")
@@ -155,7 +155,7 @@ def amexpert_part(args, seeds) -> pd.DataFrame:
         train = np.sort(rng.permutation(split.train)[: int(round(share * len(split.train)))])
         for name in args.voucher_models.split(","):
             for seed in seeds if name != "lr" else seeds[:1]:
-                model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False))
+                model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False), test_fraction=0)
                 model.fit(tables, rows=train, validation=split.valid)
                 metrics = model.evaluate(tables, rows=split.test, group_by="campaign_id")
                 rows.append({"share": share, "train_sessions": len(train), "model": name, "seed": seed,

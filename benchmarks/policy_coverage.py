@@ -2,7 +2,7 @@
 synthetic incentive and value worlds whose true responses are known; and how optimistic a plan looks on its own
 training log.
 
-**incentive** (:func:`promokit.incentive.synthetic.make_world`, ``--customers`` customers, seed ``--world-seed``):
+**incentive** (:func:`promokit.experiments.incentive.world.make_world`, ``--customers`` customers, seed ``--world-seed``):
 the world's own randomized log (drawn with the world's seed, outside the replications) trains ``IncentiveModel("lr")``
 — the linear floor — once; its ``score_tables`` give q̂ for every customer × level. Plans: **model**, the
 ``allocate budget --ratio B`` plan (``ratio_form`` + ``solve_budget`` on the model's scores, ``--ratio``), and
@@ -12,7 +12,7 @@ the world's own randomized log (drawn with the world's seed, outside the replica
 logging policy as the reference; ``--bootstrap`` replicates seeded by r). Truths on those customers: responses =
 mean of the true curve at the plan's level, spend = mean of level × that, spend per response = their ratio.
 
-**value** (:func:`promokit.value.synthetic.make_world`, ``--users`` users, 8 funds): the world's deliveries train an
+**value** (:func:`promokit.experiments.value.world.make_world`, ``--users`` users, 8 funds): the world's deliveries train an
 ``esdpm-ncg`` ``ValueModel`` once (``--value-epochs``; its ETV of every user × fund by ``score_matrix``). Plans:
 **model**, ``allocate quota``'s default method (``solve_quota(..., method="prices")``) on that ETV under the
 ``feasible_quotas`` of the world and the risk rule, and **constant**, every user the fund ``--constant-fund``
@@ -32,7 +32,7 @@ outcome, the matched rows (logged action = the plan's) with an outcome > 0 and t
 carry.
 
 **in-sample vs held out**: for each of ``--optimism-seeds`` incentive worlds, ``IncentiveModel(--optimism-model)``
-trains on half the customers' log (``fit(test_fraction=0.5)``: the model's own split; the training half is its
+trains on half the customers' log (``test_fraction=0.5``: the model's own split; the training half is its
 training and validation customers), its ``allocate budget`` plan is built for all customers, and DR (with IPS and DM
 for context) judges the plan on the training half's log and on the other half's, each against the plan's true value
 on that half. The mean gap estimate − truth of each is printed, and the paired difference of the two gaps over the
@@ -86,9 +86,9 @@ class IncentiveCase:
     outcomes = ("responses", "spend")
 
     def __init__(self, customers: int, seed: int, ratio: float, constant: float):
+        from promokit.experiments.incentive.world import make_world
         from promokit.incentive.contract import check_tables
         from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
-        from promokit.incentive.synthetic import make_world
         from promokit.training import TrainConfig
 
         world = make_world(n_customers=customers, n_merchants=max(customers // 10, 1), seed=seed)
@@ -134,12 +134,12 @@ class ValueCase:
     outcomes = ("conversions", "amount")
 
     def __init__(self, users: int, seed: int, epochs: int, constant: str):
+        from promokit.experiments.value.bench import true_etv_matrix
+        from promokit.experiments.value.world import feasible_quotas
+        from promokit.experiments.value.world import make_world
         from promokit.training import TrainConfig
-        from promokit.value.bench import true_etv_matrix
         from promokit.value.contract import check_tables
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
-        from promokit.value.synthetic import feasible_quotas
-        from promokit.value.synthetic import make_world
 
         world = make_world(n_users=users, seed=seed)
         tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
@@ -197,7 +197,7 @@ class ValueCase:
                 f"as q̂ would have sd {np.sqrt(dr / ips):.3f} × IPS's")
 
     def draw_log(self, seed: int) -> pd.DataFrame:
-        from promokit.value.synthetic import draw_outcomes
+        from promokit.experiments.value.world import draw_outcomes
 
         rng = np.random.default_rng([seed, 23])
         fund = self.funds[rng.integers(0, len(self.funds), len(self.ids))]
@@ -342,7 +342,7 @@ def _num(x: float, signed: bool = False) -> str:
 def tail_scaling(sizes: list[int], replications: int, replicates: int, seed: int, fund: str) -> pd.DataFrame:
     """IPS of the amount of the constant plan ``fund`` on value worlds of growing size (no model: the truth and the
     log only), so that coverage can be read against the number of matched conversions."""
-    from promokit.value.synthetic import draw_outcomes, make_world
+    from promokit.experiments.value.world import draw_outcomes, make_world
 
     rows = []
     for n in sizes:
@@ -388,9 +388,9 @@ def optimism(customers: int, seeds: list[int], ratio: float, model_name: str, re
              overfit: int | None = None) -> pd.DataFrame:
     """DR (and IPS, DM) of a plan on its model's training half and on the held-out half, against the truth.
     ``overfit``: train that many epochs without a validation split or dropout (lr 3e-3), a model that memorises."""
+    from promokit.experiments.incentive.world import make_world
     from promokit.incentive.contract import check_tables
     from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
-    from promokit.incentive.synthetic import make_world
     from promokit.training import TrainConfig
 
     rows = []
@@ -401,10 +401,9 @@ def optimism(customers: int, seeds: list[int], ratio: float, model_name: str, re
         if overfit:
             config = TrainConfig(**{**config.to_dict(), "epochs": overfit, "lr": 3e-3, "lr_decay": 1.0,
                                     "patience": overfit})
-            model = IncentiveModel(model_name, {"dropout": 0.0}, config).fit(tables, test_fraction=0.5,
-                                                                             validation=0.0)
+            model = IncentiveModel(model_name, {"dropout": 0.0}, config, test_fraction=0.5).fit(tables, validation=0.0)
         else:
-            model = IncentiveModel(model_name, train=config).fit(tables, test_fraction=0.5)
+            model = IncentiveModel(model_name, train=config, test_fraction=0.5).fit(tables)
         split = model.split(tables)
         scores = model.score_tables(tables)[0]
         q = scores[[c for c in scores.columns if c.startswith("score_")]].to_numpy(dtype=np.float64)

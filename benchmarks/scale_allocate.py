@@ -9,10 +9,10 @@ k, float32 scores, never one frame):
   quotas summing the parts' feasible quotas (so the whole is feasible under the risk rule), solved by
   ``promokit allocate quota --scores DIR --quotas quotas.csv`` (the certified price method).
 
-One run per engine, each a subprocess of the command line:
+One run per executor, each a subprocess of the command line:
 
-- ``--engine local`` (this process, part after part);
-- ``--engine ray --workers 2`` (a Ray cluster started by the command on this machine).
+- ``--executor local`` (this process, part after part);
+- ``--executor ray --workers 2`` (a Ray cluster started by the command on this machine).
 
 Reported per run: wall seconds (Ray's start included), λ*, objective, upper bound and relative gap from the
 report, and the peak resident memory (VmHWM) of every process the command started — the driver, Ray's own
@@ -23,7 +23,7 @@ Usage::
 
     .venv/bin/python benchmarks/scale_allocate.py                        # budget, 10⁸ rows in 200 parts (5.6 GB)
     .venv/bin/python benchmarks/scale_allocate.py --problem quota        # quota, 10⁸ users × 8 funds
-    .venv/bin/python benchmarks/scale_allocate.py --rows 10000000 --parts 20 --engines local,ray
+    .venv/bin/python benchmarks/scale_allocate.py --rows 10000000 --parts 20 --executors local,ray
     .venv/bin/python benchmarks/scale_allocate.py --keep /data/budget    # keep the parts for another run
 """
 
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.synthetic import make_budget_instance, make_quota_instance
+from promokit.experiments.allocation.instances import make_budget_instance, make_quota_instance
 
 LEVELS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0)
 RATIO_B = 3.0
@@ -124,11 +124,11 @@ class PeakMemory:
         return self.peaks
 
 
-def run(problem: str, engine: str, folder: Path, out: Path, workers: int) -> dict:
+def run(problem: str, executor: str, folder: Path, out: Path, workers: int) -> dict:
     command = [sys.executable, "-m", "promokit.cli", "allocate", problem, "--scores", str(folder / "scores"),
-               "--out", str(out), "--engine", engine]
+               "--out", str(out), "--executor", executor]
     command += ["--ratio", str(RATIO_B)] if problem == "budget" else ["--quotas", str(folder / "quotas.csv")]
-    if engine == "ray":
+    if executor == "ray":
         command += ["--workers", str(workers)]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -137,11 +137,11 @@ def run(problem: str, engine: str, folder: Path, out: Path, workers: int) -> dic
     seconds = time.perf_counter() - started
     peaks = memory.stop()
     if process.returncode != 0:
-        raise SystemExit(f"{engine}: exit {process.returncode}\n{stderr[-2000:]}")
+        raise SystemExit(f"{executor}: exit {process.returncode}\n{stderr[-2000:]}")
     report = json.loads((out / "report.json").read_text())
     driver = peaks.get((process.pid, next((n for p, n in peaks if p == process.pid), "")), 0)
     others = sorted(((kb, name) for (pid, name), kb in peaks.items() if pid != process.pid), reverse=True)
-    return {"engine": engine, "seconds": seconds, "report": report, "driver_mb": driver / 1024,
+    return {"executor": executor, "seconds": seconds, "report": report, "driver_mb": driver / 1024,
             "others": [(name, kb / 1024) for kb, name in others]}
 
 
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--problem", choices=("budget", "quota"), default="budget")
     parser.add_argument("--rows", type=int, default=100_000_000)
     parser.add_argument("--parts", type=int, default=200)
-    parser.add_argument("--engines", default="local,ray")
+    parser.add_argument("--executors", default="local,ray")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--keep", type=Path, help="Write (or reuse) the parts here instead of a temporary folder.")
     args = parser.parse_args()
@@ -163,11 +163,11 @@ def main() -> None:
         size = sum(p.stat().st_size for p in (folder / "scores").iterdir()) / 1e9
         print(f"{args.rows:,} users × {options} written in {args.parts} parts ({size:.1f} GB) in "
               f"{time.perf_counter() - started:.0f} s")
-    results = [run(args.problem, engine, folder, folder / f"plan-{engine}", args.workers)
-               for engine in args.engines.split(",")]
+    results = [run(args.problem, executor, folder, folder / f"plan-{executor}", args.workers)
+               for executor in args.executors.split(",")]
     print(f"\nallocate {args.problem}: {args.rows:,} users × {options} in {args.parts} parts, 2 cores, load average "
           f"before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
-    print("| engine | seconds | λ* | objective | upper bound | relative gap | path | driver peak MB "
+    print("| executor | seconds | λ* | objective | upper bound | relative gap | path | driver peak MB "
           "| largest other processes (peak MB) |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
     for r in results:
@@ -175,8 +175,9 @@ def main() -> None:
         others = ", ".join(f"{name} {mb:,.0f}" for name, mb in r["others"][:4]) or "—"
         gap, lam = s.get("relative_gap"), s.get("lam")
         bound = s.get("upper_bound")
-        print(f"| {r['engine']} | {r['seconds']:.0f} | {'—' if lam is None else f'{lam:.9g}'} | {s['objective']:,.3f} "
-              f"| {'—' if bound is None else f'{bound:,.3f}'} | {'—' if gap is None else f'{gap:.1e}'} "
+        print(f"| {r['executor']} | {r['seconds']:.0f} | {'—' if lam is None else f'{lam:.9g}'} "
+              f"| {s['objective']:,.3f} | {'—' if bound is None else f'{bound:,.3f}'} "
+              f"| {'—' if gap is None else f'{gap:.1e}'} "
               f"| {s.get('lagrange_path', '—')} | {r['driver_mb']:,.0f} | {others} |")
     if len(results) > 1:
         a, b = (r["report"] for r in results[:2])

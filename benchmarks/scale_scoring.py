@@ -2,19 +2,19 @@
 ``value predict`` (``--domain value``) or ``incentive predict`` (``--domain incentive``).
 
 - **conversion**: an ESM² is trained for one epoch on 200k synthetic impressions
-  (``promokit.conversion.synthetic.make_world``), then ``--rows`` impressions are generated straight into
+  (``promokit.experiments.conversion.world.make_world``), then ``--rows`` impressions are generated straight into
   ``--parts`` Parquet parts (part k from seed k; never one frame) and scored through
   :func:`promokit.data.part_scoring.score_parts`, the function behind ``conversion predict --data DIR``.
 - **value**: an ESDPM-NCG (ESDPM without the consumption graph: a graph model cannot score a part alone; emb 8,
   4 experts 64-32, towers 32, sequences of 20) is trained for one epoch on a 10,000-user fund world
-  (``promokit.value.synthetic.make_world``),
+  (``promokit.experiments.value.world.make_world``),
   then ``--users`` users × 8 funds are generated straight into ``--parts`` co-partitioned parts (part k a world of
   its own from seed 1000 + k, user ids prefixed by the part; ``users/``, ``deliveries/`` with 2 deliveries per
   user, ``behaviors/`` with 20; never one frame) and predicted through :func:`promokit.value.parts.predict_parts`,
   the function behind ``value predict --data DIR``: the ETV of every user × fund (4 delivery contexts) and the
   outputs of every delivery.
 - **incentive**: the paper's gnn-hazard (GraphConv, 2 layers of 64, towers 256-128) is trained for one epoch on a
-  20,000-customer world (``promokit.incentive.synthetic.make_world``), then ``--users`` customers (mean degree 4)
+  20,000-customer world (``promokit.experiments.incentive.world.make_world``), then ``--users`` customers (mean degree 4)
   are generated straight into ``--parts`` parts with their edges co-partitioned (part k a world of its own whose
   edges reach one shared set of ``--users`` / 10 merchants, in 4 parts) and scored through
   :func:`promokit.incentive.parts.predict_parts`, the function behind ``incentive predict --customers DIR``: the
@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.parts import list_parts, part_name
-from promokit.scale.engine import LocalEngine, RayEngine
+from promokit.scale.executor import LocalExecutor, RayExecutor
 from promokit.training import TrainConfig
 
 
@@ -74,7 +74,7 @@ class Conversion:
 
     def train(self, folder: Path) -> Path:
         from promokit.conversion.estimator import ConversionModel
-        from promokit.conversion.synthetic import make_world
+        from promokit.experiments.conversion.world import make_world
 
         model = ConversionModel("esm2", {"emb_dim": 8, "hidden": (64, 32), "dropout": 0.0},
                                 TrainConfig(epochs=1, batch_size=2048, lr=0.01, progress=False))
@@ -83,7 +83,7 @@ class Conversion:
         return folder / "esm2"
 
     def write(self, folder: Path, parts: int) -> Path:
-        from promokit.conversion.synthetic import make_world
+        from promokit.experiments.conversion.world import make_world
 
         folder.mkdir(parents=True)
         for k, size in enumerate(sizes(self.rows, parts)):
@@ -91,11 +91,11 @@ class Conversion:
             table.drop(columns=["click", "daction", "purchase"]).to_parquet(folder / part_name(k), index=False)
         return folder
 
-    def run(self, engine, model: Path, source: Path, out: Path) -> int:
+    def run(self, executor, model: Path, source: Path, out: Path) -> int:
         from promokit.conversion.estimator import ConversionModel
         from promokit.data.part_scoring import score_parts
 
-        scored = score_parts(engine, partial(ConversionModel.load, model), ConversionModel.predict, source, out)
+        scored = score_parts(executor, partial(ConversionModel.load, model), ConversionModel.predict, source, out)
         return sum(s.rows for s in scored)
 
 
@@ -113,9 +113,9 @@ class Value:
         self.funds = None
 
     def train(self, folder: Path) -> Path:
+        from promokit.experiments.value.world import make_world
         from promokit.value.contract import check_tables
         from promokit.value.estimator import ValueModel
-        from promokit.value.synthetic import make_world
 
         world = make_world(10_000, seed=0)
         self.funds = world.funds
@@ -125,7 +125,7 @@ class Value:
         return folder / "esdpm-ncg"
 
     def write(self, folder: Path, parts: int) -> Path:
-        from promokit.value.synthetic import make_world
+        from promokit.experiments.value.world import make_world
 
         for name in self.tables:
             (folder / name).mkdir(parents=True)
@@ -138,12 +138,12 @@ class Value:
                     folder / name / part_name(k), index=False)
         return folder
 
-    def run(self, engine, model: Path, source: Path, out: Path) -> int:
+    def run(self, executor, model: Path, source: Path, out: Path) -> int:
         from promokit.value.contract import table_paths
         from promokit.value.estimator import SCORE_CONTEXTS
         from promokit.value.parts import predict_parts
 
-        _, values = predict_parts(model, table_paths(source), out, engine, None, SCORE_CONTEXTS)
+        _, values = predict_parts(model, table_paths(source), out, executor, None, SCORE_CONTEXTS)
         return sum(v.etv.rows for v in values)
 
 
@@ -160,9 +160,9 @@ class Incentive:
         self.merchants = max(1, args.users // 10)
 
     def train(self, folder: Path) -> Path:
+        from promokit.experiments.incentive.world import make_world
         from promokit.incentive.contract import check_tables
         from promokit.incentive.estimator import IncentiveModel
-        from promokit.incentive.synthetic import make_world
 
         world = make_world(20_000, 2_000, seed=0)
         tables = check_tables(world.customers, world.merchants, world.edges)
@@ -173,7 +173,7 @@ class Incentive:
     def write(self, folder: Path, parts: int) -> Path:
         """Part k's customers and edges from a world of its own (seed 1000 + k, customer ids prefixed by the part)
         whose edges reach the one shared set of merchants; the merchants from the world of seed 999."""
-        from promokit.incentive.synthetic import make_world
+        from promokit.experiments.incentive.world import make_world
 
         for name in ("customers", "edges", "merchants"):
             (folder / name).mkdir(parents=True)
@@ -189,10 +189,10 @@ class Incentive:
             merchants.iloc[rows].to_parquet(folder / "merchants" / part_name(q), index=False)
         return folder
 
-    def run(self, engine, model: Path, source: Path, out: Path) -> int:
+    def run(self, executor, model: Path, source: Path, out: Path) -> int:
         from promokit.incentive.parts import predict_parts
 
-        summary = predict_parts(model, source / "customers", source / "merchants", source / "edges", out, engine)
+        summary = predict_parts(model, source / "customers", source / "merchants", source / "edges", out, executor)
         return summary["customers"]
 
     @staticmethod
@@ -227,9 +227,9 @@ def largest_difference(a: Path, b: Path) -> float:
     return worst
 
 
-def timed(domain, engine, model: Path, source: Path, out: Path) -> float:
+def timed(domain, executor, model: Path, source: Path, out: Path) -> float:
     started = time.perf_counter()
-    assert domain.run(engine, model, source, out) > 0
+    assert domain.run(executor, model, source, out) > 0
     return time.perf_counter() - started
 
 
@@ -257,19 +257,20 @@ def main() -> None:
         source = domain.write(tmp / "in", parts)
         print(f"model trained and {total:,} {domain.unit} written in {parts} parts in "
               f"{time.perf_counter() - started:.0f} s")
-        seconds = {"local": timed(domain, LocalEngine(), model, source, tmp / "local")}
+        seconds = {"local": timed(domain, LocalExecutor(), model, source, tmp / "local")}
         whole = domain.whole(model, source) if hasattr(domain, "whole") and total <= args.whole_up_to else None
         import ray
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         for workers in (1, 2):
-            seconds[f"ray × {workers}"] = timed(domain, RayEngine(workers=workers), model, source, tmp / f"ray{workers}")
+            seconds[f"ray × {workers}"] = timed(domain, RayExecutor(workers=workers), model, source,
+                                                tmp / f"ray{workers}")
         differences = {name: largest_difference(tmp / "local", tmp / f"ray{name[-1]}")
                        for name in seconds if name != "local"}
         ray.shutdown()
     print(f"\n{domain.title} over {total:,} {domain.unit} in {parts} parts, 2 cores, load average before "
           f"{load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}\n")
-    print(f"| engine | seconds | {domain.unit}/s | {domain.unit}/s per worker | max |Δ| vs local |")
+    print(f"| executor | seconds | {domain.unit}/s | {domain.unit}/s per worker | max |Δ| vs local |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, s in seconds.items():
         workers = 1 if name == "local" else int(name[-1])

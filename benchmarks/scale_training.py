@@ -1,14 +1,14 @@
 """Training over parts: the local trainer against 1 and 2 DDP workers on Ray Train, on the same data in one run;
 ``conversion train`` (the default) or ``value train`` (``--domain value``).
 
-- **conversion**: ``--rows`` synthetic impressions (``promokit.conversion.synthetic.make_world``; one world, of
+- **conversion**: ``--rows`` synthetic impressions (``promokit.experiments.conversion.world.make_world``; one world, of
   which a further tenth is held out as the test rows) are written as ``--parts`` Parquet parts, and ESM² (the
   default network and training settings: embeddings 16, towers 256-128-64, dropout 0.3, Adam lr 0.001, batch 1,000,
   lazy embedding decay 10) trains for ``--epochs`` epochs (no early stopping). Validation over parts: a seeded
   tenth of each part.
-- **value**: a fund world of ``--users`` users (``promokit.value.synthetic.make_world``, 5 deliveries and 20
+- **value**: a fund world of ``--users`` users (``promokit.experiments.value.world.make_world``, 5 deliveries and 20
   behaviours per user) is written as a dataset in ``--parts`` co-partitioned parts
-  (``promokit.value.synthetic.write_world_parts``: users/, deliveries/, behaviors/, consumption/ and one funds
+  (``promokit.experiments.value.world.write_world_parts``: users/, deliveries/, behaviors/, consumption/ and one funds
   table), and ESDPM-NCG (ESDPM without the consumption graph, which a part cannot hold; emb 8, 4 experts 64-32,
   towers 32, sequences of 20; Adam lr 0.001, batch 512) trains for ``--epochs`` epochs (no early stopping) on the
   one-folder time split: the latest tenth of the deliveries held out as the test, the latest tenth of the rest
@@ -18,7 +18,7 @@ Each trains four ways:
 
 - **local trainer**: ``fit`` on the tables read into memory (the one-file / one-folder path, the in-memory Trainer);
 - **local, parts**: ``train --data DIR`` in this process: the same loop as a Ray worker's, streaming the parts;
-- **ray × 1** and **ray × 2**: ``train --data DIR --engine ray --workers N`` on a local Ray cluster of 2 CPUs, DDP
+- **ray × 1** and **ray × 2**: ``train --data DIR --executor ray --workers N`` on a local Ray cluster of 2 CPUs, DDP
   over gloo, the global batch kept (half the rows per worker and step with 2).
 
 Reported: the training samples per second (the mean over epochs of rows / seconds of the optimisation steps, all
@@ -76,8 +76,8 @@ class Conversion:
 
     def write(self, folder: Path, parts: int, seed: int) -> str:
         """The world's first ``rows`` impressions in ``parts`` parts; the rest (a tenth more) is the test table."""
-        from promokit.conversion.synthetic import make_world
         from promokit.data import FeatureSpec
+        from promokit.experiments.conversion.world import make_world
 
         world = make_world(n_impressions=self.rows + self.rows // 10, seed=seed)
         table = world.table
@@ -89,17 +89,18 @@ class Conversion:
         self.spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id")
         return f"{self.rows:,} training rows (+ {len(self.test):,} test rows)"
 
-    def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
+    def fit(self, parts: Path, kind: str, executor: str | None, workers: int, seed: int) -> dict:
         from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
         from promokit.conversion.parts import fit_parts
-        from promokit.scale.engine import make_engine
+        from promokit.scale.executor import make_executor
 
         config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
-        model = ConversionModel("esm2", {} if kind == "sparse" else {"sparse": False}, config, self.spec)
-        if engine is None:
+        model = ConversionModel("esm2", {} if kind == "sparse" else {"sparse": False}, config, self.spec,
+                                test_fraction=0)
+        if executor is None:
             model.fit(parts)
         else:
-            fit_parts(model, parts, make_engine(engine, workers=workers))
+            fit_parts(model, parts, make_executor(executor, workers=workers))
         metrics = model.evaluate(self.test)
         return {"history": model.report.history, "ctr": metrics["ctr_auc"], "cvr": metrics["cvr_auc"],
                 "ctcvr": metrics["ctcvr_auc"]}
@@ -120,9 +121,9 @@ class Value:
                 f"in {parts} parts, {self.epochs} epochs")
 
     def write(self, folder: Path, parts: int, seed: int) -> str:
+        from promokit.experiments.value.world import make_world, write_world_parts
         from promokit.value.contract import read_folder
         from promokit.value.estimator import delivery_split
-        from promokit.value.synthetic import make_world, write_world_parts
 
         world = make_world(self.users, seed=seed)
         cut = np.full(parts, self.users // parts)
@@ -132,19 +133,19 @@ class Value:
         self.rows = delivery_split(self.tables)  # what ValueModel.fit makes by default
         return f"{len(self.tables.deliveries):,} deliveries ({len(self.rows[0]):,} training, {len(self.rows[2]):,} test)"
 
-    def fit(self, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
-        from promokit.scale.engine import make_engine
+    def fit(self, parts: Path, kind: str, executor: str | None, workers: int, seed: int) -> dict:
+        from promokit.scale.executor import make_executor
         from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
         from promokit.value.parts import train_parts
 
         config = replace(DEFAULT_TRAIN, epochs=self.epochs, patience=self.epochs, progress=False, seed=seed)
         model = ValueModel("esdpm-ncg", self.network, config)
-        if engine is None:
+        if executor is None:
             model.fit(self.tables)
         else:
             with tempfile.TemporaryDirectory(prefix="promokit-keys-") as scratch:
-                train_parts(model, table_paths(parts), make_engine(engine, workers=workers), Path(scratch))
+                train_parts(model, table_paths(parts), make_executor(executor, workers=workers), Path(scratch))
         metrics = model.evaluate(self.tables, rows=self.rows[2])
         kept = model.history.epochs[model.history.best_epoch]
         return {"history": model.history, "valid_auc": kept["valid_auc"], "auc": metrics["auc"],
@@ -154,9 +155,9 @@ class Value:
 DOMAINS = {"conversion": Conversion, "value": Value}
 
 
-def run(domain, name: str, parts: Path, kind: str, engine: str | None, workers: int, seed: int) -> dict:
+def run(domain, name: str, parts: Path, kind: str, executor: str | None, workers: int, seed: int) -> dict:
     started = time.perf_counter()
-    row = domain.fit(parts, kind, engine, workers, seed)
+    row = domain.fit(parts, kind, executor, workers, seed)
     wall = time.perf_counter() - started
     speed = float(np.mean([e["samples_per_second"] for e in row.pop("history").epochs]))
     row.update(run=name, workers=workers, seed=seed, wall=wall, speed=speed, per_worker=speed / workers)

@@ -1,4 +1,4 @@
-"""What the exploration bucket costs a decision, in CPU, without HTTP: ``DecisionEngine.propose`` followed by
+"""What the exploration bucket costs a decision, in CPU, without HTTP: ``DecisionRule.propose`` followed by
 ``Ledger.apply`` on a SQLite ledger, in one process, for each exploration share, in batches of 1 and 8
 decisions (one client, and what a batch holds at 8 clients).
 
@@ -26,23 +26,23 @@ import numpy as np
 from serve_throughput import make_campaign, uptime
 
 from promokit.serve.campaign import load_campaign
-from promokit.serve.engine import DecisionEngine
+from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.ledger import Ledger
 
 
 def cpu_per_decision(campaign: Path, batch: int, decisions: int, warm_up: int = 2_000) -> float:
     """Process CPU milliseconds per decision over ``decisions`` after ``warm_up``, on a fresh ledger."""
-    engine = DecisionEngine(load_campaign(campaign))
+    rule = DecisionRule(load_campaign(campaign))
     for suffix in ("", "-wal", "-shm"):
         (campaign / f"ledger.sqlite{suffix}").unlink(missing_ok=True)
     ledger = Ledger(f"sqlite:///{campaign / 'ledger.sqlite'}")
-    ledger.open(engine.config.cap_minor)
-    customers = len(engine.campaign.populations["customer"])
+    ledger.open(rule.config.cap_minor)
+    customers = len(rule.campaign.populations["customer"])
     subjects = np.random.default_rng(0).integers(0, customers, warm_up + decisions)
 
     def run(start: int, stop: int) -> None:
         for first in range(start, stop, batch):
-            ledger.apply([engine.propose(f"r{i}", "customer", f"c{subjects[i]}")[0]
+            ledger.apply([rule.propose(f"r{i}", "customer", f"c{subjects[i]}")[0]
                           for i in range(first, min(first + batch, stop))])
 
     run(0, warm_up)

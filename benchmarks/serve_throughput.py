@@ -1,7 +1,7 @@
 """Decision service throughput against a bare FastAPI app: decisions/s, latency and server CPU per decision, by
 ledger, server workers and clients, measured in one run with an independent client (wrk).
 
-Campaign: 100k synthetic customers × 5 levels (:func:`promokit.allocation.synthetic.make_budget_instance`),
+Campaign: 100k synthetic customers × 5 levels (:func:`promokit.experiments.allocation.instances.make_budget_instance`),
 λ* from ``ratio_form`` + ``solve_budget`` (what ``allocate budget --ratio B`` does) and a cap far above what
 the run can reserve, so the cap never binds. For each cell (ledger × workers × clients) two servers run one
 after the other under the same uvicorn settings (uvloop, httptools, log level warning, no access log, the
@@ -62,8 +62,8 @@ from pathlib import Path
 import pandas as pd
 
 from promokit.allocation.budget import ratio_form, solve_budget
-from promokit.allocation.synthetic import make_budget_instance
 from promokit.campaign import build as build_campaign
+from promokit.experiments.allocation.instances import make_budget_instance
 
 LEVELS = (1.0, 2.0, 3.0, 5.0, 8.0)
 RATIO_B = 3.0

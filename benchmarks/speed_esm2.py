@@ -258,7 +258,7 @@ def promokit_model(setting: Setting, table: pd.DataFrame, args, embedding_decay:
                            train=TrainConfig(epochs=1, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                                              embedding_decay=embedding_decay, progress=False),
                            spec=FeatureSpec(categorical=categorical, numeric=numeric, group_key=None,
-                                            micro_behaviors=micro))
+                                            micro_behaviors=micro), test_fraction=0)
 
 
 def promokit_run(setting: Setting, table: pd.DataFrame, args,

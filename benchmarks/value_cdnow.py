@@ -1,4 +1,4 @@
-"""CDNOW as a zero-inflated spend check: the value domain's floor (two-part: boosted P(spend) × boosted log spend),
+"""CDNOW as a zero-inflated spend check: the value domain's floor (hurdle: boosted P(spend) × boosted log spend),
 the same network with the ESJ (ESDPM-NCG), ZILN (MTL-ZILN) and MSE (MTL-MSE) heads, and a spend-rate heuristic,
 predicting each customer's holdout spend from the calibration window.
 
@@ -33,8 +33,8 @@ from promokit.value.cdnow import CALIBRATION_END, HOLDOUT_END, cdnow_tables, rea
 from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
 from promokit.value.evaluate import amount_scale, calibration
 
-FLOOR = "floor (two-part)"
-HEADS = {FLOOR: "two-part", "ESJ (esdpm-ncg)": "esdpm-ncg", "ZILN (mtl-ziln)": "mtl-ziln", "MSE (mtl-mse)": "mtl-mse"}
+FLOOR = "floor (hurdle)"
+HEADS = {FLOOR: "hurdle", "ESJ (esdpm-ncg)": "esdpm-ncg", "ZILN (mtl-ziln)": "mtl-ziln", "MSE (mtl-mse)": "mtl-mse"}
 
 
 def main() -> None:

@@ -30,13 +30,13 @@ import time
 import torch
 
 from promokit.allocation.quota import solve_quota
+from promokit.experiments.value.world import feasible_quotas, make_world
 from promokit.training import TrainConfig, Trainer
 from promokit.value.contract import check_tables
 from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
 from promokit.value.inputs import InputEncoders
 from promokit.value.models import ESDPM
 from promokit.value.models.esdpm import AmountStart
-from promokit.value.synthetic import feasible_quotas, make_world
 
 
 def peak_gb() -> float:

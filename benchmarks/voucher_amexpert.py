@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from conversion_kuairand import paired_bootstrap
 
+from promokit.experiments.voucher.demo import DEMO_TRAIN, time_split
 from promokit.metrics import auc, gauc
 from promokit.voucher.amexpert import load_amexpert
-from promokit.voucher.demo import DEMO_TRAIN, time_split
 from promokit.voucher.estimator import VoucherModel
 
 DEFAULT_DATA = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "amexpert2019").resolve()
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     scores: dict[str, list[np.ndarray]] = {}
     for name in (m.strip() for m in args.models.split(",")):
         for seed in seeds if name != "lr" else seeds[:1]:
-            model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False))
+            model = VoucherModel(name, None, replace(DEMO_TRAIN, seed=seed, progress=False), test_fraction=0)
             model.fit(tables, rows=split.train, validation=split.valid)
             p_redeem = model.predict(tables, rows=split.test)["p_redeem"].to_numpy()
             scores.setdefault(name, []).append(p_redeem)

@@ -16,7 +16,7 @@ import promokit as pk
 out = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="promokit-end-to-end-"))
 
 # 1. a randomized experiment: every customer was offered a coupon value drawn at random
-world = pk.incentive.make_world(n_customers=3000, n_merchants=300, seed=0)
+world = pk.experiments.incentive.make_world(n_customers=3000, n_merchants=300, seed=0)
 tables = {"customers": world.customers, "merchants": world.merchants, "edges": world.edges}
 
 # 2. the response model, trained on 85 % of the customers, and every customer's score at every value

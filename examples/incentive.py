@@ -14,13 +14,13 @@ import promokit as pk
 out = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="promokit-incentive-"))
 
 # customers (each offered a coupon value at random, and whether they redeemed), merchants, payment edges
-world = pk.incentive.make_world(n_customers=3000, n_merchants=300, seed=0)
+world = pk.experiments.incentive.make_world(n_customers=3000, n_merchants=300, seed=0)
 tables = {"customers": world.customers, "merchants": world.merchants, "edges": world.edges}
 print(f"{len(world.customers)} customers, coupon values {world.levels.tolist()}")
 
 model = pk.IncentiveModel("gnn-hazard")
 model.set_params(train=replace(model.train_config, epochs=8, progress=False))  # shorter, no epoch lines
-model.fit(tables)  # holds 15 % of the customers and merchants out
+model.fit(tables)  # holds 10 % of the labelled customers and of the merchants out
 metrics = model.evaluate(tables, truth=world.customer_truth)  # on the held-out nodes
 print(f"AUC_c {metrics['auc_c']:.3f}, mean error of the curves against the truth {metrics['curve_mae_c']:.3f}")
 

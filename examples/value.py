@@ -1,4 +1,4 @@
-"""Expected transaction value: the two-part floor and ESDPM predict what each user would invest in each fund, a
+"""Expected transaction value: the hurdle floor and ESDPM predict what each user would invest in each fund, a
 quota plan gives every user one fund, and each plan is scored by the synthetic world's true expected values.
 
     python examples/value.py [OUT]     # OUT: where the models, ETV tables and plans go (default: a temporary folder)
@@ -17,7 +17,7 @@ out = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="promok
 
 # deliveries (a fund shown to a user: click, convert, amount), users (with a risk tolerance), funds (with a risk),
 # the users' earlier behaviours and their payments to merchants (the consumption graph)
-world = pk.value.make_world(n_users=1200, n_funds=4, seed=0)
+world = pk.experiments.value.make_world(n_users=1200, n_funds=4, seed=0)
 tables = {name: getattr(world, name) for name in ("deliveries", "users", "funds", "behaviors", "consumption")}
 quotas = world.funds[["fund", "risk"]].assign(max=len(world.users) * 2 // 5)  # no fund to more than 40 % of users
 
@@ -27,7 +27,7 @@ def true_value(etv, name):  # plan by these ETVs (fund risk ≤ user tolerance, 
     return plan.merge(world.truth_etv, on=["user_id", "fund"])["true_etv"].sum()
 
 
-for name in ("two-part", "esdpm"):
+for name in ("hurdle", "esdpm"):
     model = pk.ValueModel(name)
     model.set_params(train=replace(model.train_config, epochs=3, progress=False))  # shorter, no epoch lines
     model.fit(tables)  # holds the latest 10 % of the deliveries out

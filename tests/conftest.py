@@ -11,6 +11,29 @@ torch.set_num_threads(1)
 def pytest_configure(config):
     config.addinivalue_line("markers", "extra(name): the test needs promokit[name]; it skips where that extra is "
                                        "not installed (make test-lowest installs the core alone)")
+    for extra, why in _missing_extras().items():
+        config.issue_config_time_warning(pytest.PytestWarning(
+            f"not collected: {', '.join(EXTRA_MODULES[extra])}: {why}"), stacklevel=2)
+
+
+#: test modules that import an extra's libraries when collected: left out, and said so, where it is missing
+EXTRA_MODULES = {"serve": ["test_serve*.py", "test_campaign_export.py"]}
+
+
+def _missing_extras() -> dict[str, str]:
+    from promokit.extras import MissingExtra, require_extra
+
+    missing = {}
+    for extra in EXTRA_MODULES:
+        try:
+            require_extra(extra, "its test modules")
+        except MissingExtra as exc:
+            missing[extra] = str(exc)
+    return missing
+
+
+collect_ignore_glob = [glob for extra in _missing_extras() for glob in EXTRA_MODULES[extra]]
+
 
 
 def pytest_runtest_setup(item):
@@ -93,7 +116,7 @@ def ledger_url(request, tmp_path):
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A Ray cluster of two local nodes with one CPU each, started once for the whole test session, with this
-    process connected to it (promokit's Ray engine reuses the connection)."""
+    process connected to it (promokit's Ray executor reuses the connection)."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -130,9 +153,9 @@ def write_parts(table: pd.DataFrame, folder: Path, sizes: list[int]) -> Path:
 
 
 def write_value_parts(world, root: Path, part_users: list[int]) -> Path:
-    """A value ``world`` as a dataset in parts, ``root/parts`` (:func:`promokit.value.synthetic.write_world_parts`),
+    """A value ``world`` as a dataset in parts, ``root/parts`` (:func:`promokit.experiments.value.world.write_world_parts`),
     and as the one-folder dataset it means, ``root/whole`` (each user-keyed table its parts concatenated)."""
-    from promokit.value.synthetic import USER_KEYED, write_world_parts
+    from promokit.experiments.value.world import USER_KEYED, write_world_parts
 
     write_world_parts(world, root / "parts", part_users)
     (root / "whole").mkdir()

@@ -7,17 +7,9 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from promokit.allocation import (
-    absolute_form,
-    check_plan,
-    make_budget_instance,
-    make_quota_instance,
-    ratio_form,
-    solve_budget,
-    solve_quota,
-)
-from promokit.allocation.synthetic import DEFAULT_LEVELS
+from promokit.allocation import absolute_form, check_plan, ratio_form, solve_budget, solve_quota
 from promokit.cli import app
+from promokit.experiments.allocation.instances import DEFAULT_LEVELS, make_budget_instance, make_quota_instance
 from conftest import spoil
 
 runner = CliRunner()
@@ -114,6 +106,7 @@ def test_budget_lp_method_bounds_the_lagrange_plan(budget_files, tmp_path):
     assert fast["objective"] <= lp["objective"] + 1e-9 <= fast["upper_bound"] + 2e-9
 
 
+@pytest.mark.extra("allocation")
 def test_synth_quota_then_every_method_meets_the_quotas_and_risk_rule(quota_files, tmp_path):
     scores = pd.read_csv(quota_files / "scores.csv")
     assert list(scores.columns) == ["user_id", "fund", "score", "tolerance"] and len(scores) == 400 * 5
@@ -139,6 +132,7 @@ def test_synth_quota_then_every_method_meets_the_quotas_and_risk_rule(quota_file
     assert max(objectives["ha"], objectives["manual"]) <= exact.objective + 1e-6
 
 
+@pytest.mark.extra("allocation")
 def test_quota_without_risk_limits_reads_a_wide_table(tmp_path):
     instance = make_quota_instance(60, 3, seed=0)
     wide = pd.DataFrame({"user_id": [f"u{i}" for i in range(60)],
@@ -275,6 +269,7 @@ def test_an_infinite_budget_names_its_option(budget_files, tmp_path, option, mes
     assert result.exit_code == 2 and message in result.output
 
 
+@pytest.mark.extra("allocation")
 def test_one_row_tables_are_a_problem_of_one_user(spoiled, quota_files, tmp_path):
     """(a) A score table of one user is valid: one request gets its best affordable level; one user fills the one
     fund with a quota of 1."""
@@ -298,7 +293,8 @@ def test_help_and_the_allocation_package_do_not_import_torch_or_the_solvers():
     code = ("import sys; from promokit.cli import app; import promokit.allocation as a; "
             "heavy = [m for m in ('torch', 'scipy', 'promokit.allocation.budget', 'promokit.allocation.quota') "
             "if m in sys.modules]; assert not heavy, heavy; "
-            "a.solve_budget, a.solve_quota, a.solve_budget_lp, a.make_quota_instance, a.read_budget_table; "
+            "a.solve_budget, a.solve_quota, a.solve_budget_lp, a.read_budget_table; "
+            "import promokit.experiments.allocation as e; e.make_quota_instance; "
             "assert 'torch' not in sys.modules, 'torch imported by the allocation domain'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -311,6 +307,7 @@ def test_every_export_resolves():
     assert absolute_form is allocation.absolute_form
 
 
+@pytest.mark.extra("allocation")
 def test_the_key_column_is_told_or_found_and_kept_in_the_plan(budget_files, quota_files, tmp_path):
     scores = pd.read_parquet(budget_files / "scores.parquet")
     merchants = pd.read_parquet(budget_files / "merchants.parquet")

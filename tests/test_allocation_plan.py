@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from promokit.allocation import (Allocation, make_budget_instance, make_quota_instance, plan_budget, plan_quota,
-                                 score_frame)
+from promokit.allocation import Allocation, plan_budget, plan_quota, score_frame
 from promokit.cli import app
 from promokit.data import DataError
+from promokit.experiments.allocation.instances import make_budget_instance, make_quota_instance
 
 runner = CliRunner()
 
@@ -30,7 +30,8 @@ def _same_report(allocation: Allocation, folder):
         if name != "seconds":
             assert written[name] == (pytest.approx(value) if isinstance(value, float) else value), name
     for name, table in allocation.tables.items():
-        assert written[name] == json.loads(json.dumps(table.to_dict(orient="list"), default=float)), name
+        pd.testing.assert_frame_equal(pd.DataFrame(written[name]), table.reset_index(drop=True), check_dtype=False,
+                                      obj=name)
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,7 @@ def test_plan_budget_from_dataframes_is_the_cli_plan(budget_frames, tmp_path, bo
     assert "| lam |" in (tmp_path / "py" / "report.md").read_text()
 
 
+@pytest.mark.extra("allocation")
 def test_plan_quota_from_dataframes_is_the_cli_plan(quota_frames, tmp_path):
     scores, quotas = quota_frames
     scores.to_csv(tmp_path / "scores.csv", index=False)
@@ -153,6 +155,7 @@ def test_the_cli_names_its_options_where_the_library_names_arguments(budget_fram
     assert "error: --merchant-paid-on must be one of ['response', 'request'], got 'click'" in result.output
 
 
+@pytest.mark.extra("allocation")
 def test_method_ours_is_a_deprecated_name_of_prices(quota_frames, tmp_path):
     scores, quotas = quota_frames
     scores.to_parquet(tmp_path / "scores.parquet")

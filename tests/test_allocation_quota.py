@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 from promokit.allocation.quota import (QuotaProblem, check_plan, check_quota_problem, dual_bound, plan_prices,
                                        prepare_quota_problem, risk_slack, solve_quota)
 from promokit.allocation.quota_prices import market_clearing, sample_quotas
-from promokit.allocation.synthetic import make_quota_instance
 from promokit.data import DataError
+from promokit.experiments.allocation.instances import make_quota_instance
+
+pytestmark = pytest.mark.extra("allocation")
 
 # Two users, two funds, one seat each. Giving each user its own top fund is impossible (both prefer fund 0);
 # the optimum gives fund 0 to user 1 (8) and fund 1 to user 0 (9): 17.

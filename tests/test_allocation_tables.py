@@ -2,9 +2,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from promokit.allocation.synthetic import DEFAULT_LEVELS, make_budget_instance, make_quota_instance
 from promokit.allocation.tables import read_budget_table, read_quota_table, read_quotas, score_frame
 from promokit.data import DataError
+from promokit.experiments.allocation.instances import DEFAULT_LEVELS, make_budget_instance, make_quota_instance
 
 
 # --- synthetic instances -------------------------------------------------------------------------------

@@ -11,11 +11,11 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 CORES = {"data", "nn", "training", "metrics", "lazy", "extras", "report", "console"}
 DOMAINS = {"conversion", "voucher", "incentive", "value"}
-ENGINES = {"scale"}
+EXECUTORS = {"scale"}
 USE_CASES = {"allocation", "policy", "serve", "campaign"}
-#: Synthetic worlds, benchmarks, demos, tuning studies and simulations against a world's truth: the experiments, which
-#: may use every layer but the CLI. They still live in the packages they serve (a later step moves them into their own).
-EXPERIMENTS = {"synthetic", "bench", "demo", "tune", "simulate"}
+#: Synthetic worlds, benchmarks, demos, tuning studies and simulations against a world's truth, which may use every
+#: layer but the CLI.
+EXPERIMENTS = {"experiments"}
 
 
 def modules() -> dict[str, Path]:
@@ -68,9 +68,8 @@ def layer(name: str) -> str:
         return "root"
     if parts[-1] == "cli" or parts[1] == "cli_support":
         return "cli"
-    if parts[1] in DOMAINS | USE_CASES and len(parts) > 2 and parts[2] in EXPERIMENTS:
-        return "experiments"
-    for group, members in (("core", CORES), ("domain", DOMAINS), ("engine", ENGINES), ("use case", USE_CASES)):
+    for group, members in (("core", CORES), ("domain", DOMAINS), ("executor", EXECUTORS), ("use case", USE_CASES),
+                           ("experiments", EXPERIMENTS)):
         if parts[1] in members:
             return group
     raise AssertionError(f"{name}: no layer holds promokit.{parts[1]}; add it to a layer here and in "
@@ -81,10 +80,10 @@ def layer(name: str) -> str:
 ALLOWED = {
     "core": {"core"},
     "domain": {"core"},
-    "engine": {"core"},
+    "executor": {"core"},
     "use case": {"core", "domain", "use case"},
-    "experiments": {"core", "domain", "use case", "experiments"},
-    "cli": {"core", "domain", "engine", "use case", "experiments", "cli"},
+    "experiments": {"core", "domain", "executor", "use case", "experiments"},
+    "cli": {"core", "domain", "executor", "use case", "experiments", "cli"},
     "root": {"core"},
 }
 
@@ -113,7 +112,7 @@ def violations() -> list[str]:
 
 
 def test_every_module_has_a_layer():
-    assert {layer(name) for name in MODULES} == {"root", "core", "domain", "engine", "use case", "experiments", "cli"}
+    assert {layer(name) for name in MODULES} == {"root", "core", "domain", "executor", "use case", "experiments", "cli"}
 
 
 def test_each_layer_imports_only_the_layers_below_it():
@@ -159,14 +158,19 @@ def test_module_level_imports_form_no_cycle():
     assert find_cycle({"a": ["b"], "b": ["c"], "c": ["b"]}) == ["b", "c", "b"]
 
 
-@pytest.mark.parametrize("rule, source, expected", [
-    ("a domain importing another", "from promokit.value.contract import USER", "a domain never imports another"),
-    ("a domain importing the engine", "from promokit.scale.engine import make_engine", "(engine)"),
-    ("a domain importing a use case", "import promokit.allocation.budget", "(use case)"),
+@pytest.mark.parametrize("rule, package, source, expected", [
+    ("a domain importing another", "incentive", "from promokit.value.contract import USER",
+     "a domain never imports another"),
+    ("a domain importing an executor", "incentive", "from promokit.scale.executor import make_executor", "(executor)"),
+    ("a domain importing a use case", "incentive", "import promokit.allocation.budget", "(use case)"),
+    ("a domain importing an experiment", "incentive", "from promokit.experiments.incentive.world import make_world",
+     "(experiments)"),
+    ("a use case importing an experiment", "campaign", "from promokit.experiments import allocation",
+     "(experiments)"),
 ])
-def test_the_rules_catch_what_they_forbid(rule, source, expected, tmp_path, monkeypatch):
-    module = tmp_path / "promokit" / "incentive" / "bad.py"
+def test_the_rules_catch_what_they_forbid(rule, package, source, expected, tmp_path, monkeypatch):
+    module = tmp_path / "promokit" / package / "bad.py"
     module.parent.mkdir(parents=True)
     module.write_text(f"def late():\n    {source}\n")
-    monkeypatch.setitem(MODULES, "promokit.incentive.bad", module)
-    assert any(expected in line and "src/promokit/incentive/bad.py:2:" in line for line in violations()), rule
+    monkeypatch.setitem(MODULES, f"promokit.{package}.bad", module)
+    assert any(expected in line and f"src/promokit/{package}/bad.py:2:" in line for line in violations()), rule

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 from promokit.allocation import budget as budget_module
 from promokit.allocation.budget import ArrayPart, absolute_form, ratio_form, solve_budget
 from promokit.allocation.budget_parts import BudgetPart, solve_budget_parts
-from promokit.allocation.synthetic import make_budget_instance
 from promokit.allocation.tables import LEVEL, score_frame
 from promokit.cli import app
 from promokit.data import DataError
+from promokit.experiments.allocation.instances import make_budget_instance
 
 N_ROWS = 30_000  # above DIRECT_ROWS and 2·sample: the sampled path
 
@@ -33,7 +33,7 @@ def cuts(n_parts, n_rows=N_ROWS, seed=0, empty=True):
 
 
 def pickling_map(fn, items):
-    """builtin map through pickle both ways, as a process-based engine would run it, counting the calls."""
+    """builtin map through pickle both ways, as a process-based executor would run it, counting the calls."""
     pickling_map.calls += 1
     return [pickle.loads(pickle.dumps(pickle.loads(pickle.dumps(fn))(pickle.loads(pickle.dumps(item)))))
             for item in items]
@@ -228,13 +228,13 @@ def test_file_parts_give_the_local_plan(instance, tmp_path, form):
 
 
 def test_a_narrowed_bracket_on_a_ray_cluster_gives_the_local_plan(instance, tmp_path, ray_cluster):
-    from promokit.scale.engine import make_engine
+    from promokit.scale.executor import make_executor
 
     paths = write_parts(instance.scores, instance.levels, cuts(6, seed=5), tmp_path / "scores")
     value, cost, budget = ratio_form(instance.scores, instance.levels, 3.0)
     local = solve_budget(value, cost, budget, seed=2, gather_rows=GATHER)
     parts = [BudgetPart(str(path), ratio=3.0) for path in paths]
-    solved = solve_budget_parts(parts, budget, map_parts=make_engine("ray", workers=2).map, seed=2,
+    solved = solve_budget_parts(parts, budget, map_parts=make_executor("ray", workers=2).map, seed=2,
                                 gather_rows=GATHER)
     assert solved.plan.lagrange_path == "hull+narrow+sweep"
     assert_same_plan(solved, local)

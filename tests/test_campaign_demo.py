@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from promokit.campaign.cli import demo
 
+pytestmark = pytest.mark.extra("serve")
+
 runner = CliRunner()
 CUSTOMERS, WAVES = 600, 5
 ARMS = {("gnn-hazard", "served"), ("uniform level", "none"),

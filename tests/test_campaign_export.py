@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from promokit.campaign import build as build_campaign
 from promokit.cli import app
 from promokit.data import DataError
-from promokit.serve.engine import DecisionEngine
+from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.explore import EXPLORE
 from promokit.serve.export import export_log
 from promokit.serve.ledger import Ledger, OutcomeRequest
@@ -34,7 +34,7 @@ def make_campaign(path, prefix="c", **options):
     f = curves(40)
     plan_folder(path / "plan", f)
     return build_campaign(path / "campaign", score_frame(f, prefix), path / "plan", cap="10000", explore=0.5,
-                          explore_seed=11, coupon_ttl_seconds=100.0, cold_start="none", **options)
+                          explore_seed=11, coupon_ttl=100.0, cold_start="none", **options)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -50,13 +50,13 @@ def serve_a_few(campaign, url=None) -> list:
     unknown id answered with no coupon (cold start none). Returns the first five proposals."""
     ledger = Ledger(url or f"sqlite:///{campaign.path / 'ledger.sqlite'}")
     ledger.open(campaign.config.cap_minor)
-    engine = DecisionEngine(campaign)
-    proposals = [engine.propose(f"r{i}", "customer", f"c{i}")[0] for i in range(4)]
+    rule = DecisionRule(campaign)
+    proposals = [rule.propose(f"r{i}", "customer", f"c{i}")[0] for i in range(4)]
     ledger.apply(proposals, now=T0)
     ledger.apply([OutcomeRequest("r0", True, None), OutcomeRequest("r1", True, proposals[1].chosen.face // 2),
                   OutcomeRequest("r2", False, None)], now=T0 + 10)
-    later = [engine.propose("r4", "customer", "c4")[0], engine.propose("r5", "customer", "c0")[0],
-             engine.propose("r6", "customer", "somebody-new")[0]]
+    later = [rule.propose("r4", "customer", "c4")[0], rule.propose("r5", "customer", "c0")[0],
+             rule.propose("r6", "customer", "somebody-new")[0]]
     ledger.apply(later, now=T0 + 150)
     ledger.close()
     return proposals + later[:1]
@@ -94,9 +94,9 @@ def test_features_are_joined_by_id_into_a_customers_table_incentive_train_reads(
     from promokit.incentive.contract import check_tables
 
     campaign = make_campaign(tmp_path, prefix="")  # ids "0", "1", …: a table keyed by the integers 0, 1, … joins
-    engine, ledger = DecisionEngine(campaign), Ledger(f"sqlite:///{campaign.path / 'ledger.sqlite'}")
+    rule, ledger = DecisionRule(campaign), Ledger(f"sqlite:///{campaign.path / 'ledger.sqlite'}")
     ledger.open(campaign.config.cap_minor)
-    ledger.apply([engine.propose(f"r{i}", "customer", str(i))[0] for i in range(40)], now=T0)
+    ledger.apply([rule.propose(f"r{i}", "customer", str(i))[0] for i in range(40)], now=T0)
     ledger.apply([OutcomeRequest(f"r{i}", i % 3 == 0, None) for i in range(40)], now=T0 + 1)
     ledger.close()
     features = pd.DataFrame({"customer_id": range(1, 40), "age": np.arange(1, 40) * 2.0,
@@ -195,7 +195,7 @@ def test_an_export_of_only_open_coupons_says_why_it_is_empty(tmp_path):
     campaign = make_campaign(tmp_path)
     ledger = Ledger(f"sqlite:///{campaign.path / 'ledger.sqlite'}")
     ledger.open(campaign.config.cap_minor)
-    ledger.apply([DecisionEngine(campaign).propose("r0", "customer", "c0")[0]])  # now: open for 100 s
+    ledger.apply([DecisionRule(campaign).propose("r0", "customer", "c0")[0]])  # now: open for 100 s
     ledger.close()
     with pytest.warns(UserWarning, match="1 customer decisions have an open coupon"), \
             pytest.raises(DataError, match=r"nothing to export: every one of the 1 customer decisions in the ledger "
@@ -243,6 +243,14 @@ def test_campaign_build_from_python_gives_what_the_command_builds(tmp_path):
     assert campaign.config.cap == 500 and campaign.config.coupon_ttl_seconds == 7 * 24 * 3600
     cli, py = (json.loads((tmp_path / d / "campaign.json").read_text()) for d in ("cli", "py"))
     assert cli == py
+    for ttl in ("12h", "43200"):  # a duration, or the old spelling: a number of seconds
+        result = invoke("campaign", "build", "--out", tmp_path / ttl, "--scores", tmp_path / "scores.parquet",
+                        "--budget-plan", tmp_path / "plan", "--cap", "500", "--coupon-ttl", ttl)
+        assert result.exit_code == 0, result.output
+        assert json.loads((tmp_path / ttl / "campaign.json").read_text())["coupon_ttl_seconds"] == 43200
+    result = invoke("campaign", "build", "--out", tmp_path / "bad", "--scores", tmp_path / "scores.parquet",
+                    "--budget-plan", tmp_path / "plan", "--cap", "500", "--coupon-ttl", "a week")
+    assert result.exit_code == 2 and "--coupon-ttl: 'a week' is not a duration; give a number and a unit" in result.output
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cli" / "customers.parquet"),
                                   pd.read_parquet(tmp_path / "py" / "customers.parquet"))
     for name in ("ids", "scores", "mean"):

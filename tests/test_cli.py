@@ -31,20 +31,33 @@ def test_train_predict_evaluate_round_trip_in_a_new_process(tmp_path, table_path
     assert result.exit_code == 0, result.output
     assert (model_dir / "weights.safetensors").exists()
 
-    out = tmp_path / "pred.parquet"
-    # predict in a fresh interpreter: the model directory is all it needs
+    assert "held out for evaluate: 3" in result.output and "of 4,000 rows (each row drawn" in result.output
+
+    out = tmp_path / "pred"
+    # predict in a fresh interpreter: the model directory is all it needs; --out is a folder
     done = subprocess.run([sys.executable, "-m", "promokit.cli", "conversion", "predict", "--model", str(model_dir),
                            "--data", str(table_path), "--out", str(out)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    predictions = pd.read_parquet(out)
+    predictions = pd.read_parquet(out / "predictions.parquet")
     assert list(predictions.columns) == ["user_id", "item_id", "p_ctr", "p_cvr", "p_ctavr", "p_ctcvr"]
     assert len(predictions) == 4000
-    assert json.loads(out.with_suffix(".json").read_text())["rows"] == 4000
+    assert json.loads((out / "summary.json").read_text())["rows"] == 4000
+    old = _invoke("conversion", "predict", "--model", model_dir, "--data", table_path, "--out", tmp_path / "p.parquet")
+    assert old.exit_code == 0 and "warning: --out" in old.output and "a file is deprecated" in old.output
+    assert len(pd.read_parquet(tmp_path / "p.parquet")) == 4000 and (tmp_path / "p.json").exists()
 
     result = _invoke("conversion", "evaluate", "--model", model_dir, "--data", table_path, "--out", tmp_path / "ev")
     assert result.exit_code == 0, result.output
+    assert "rows held out by train" in " ".join(result.output.split())  # the table's title, wrapped
     metrics = json.loads((tmp_path / "ev" / "report.json").read_text())["metrics"]
     assert 0.5 < metrics["ctr_auc"] < 1 and "ctcvr_gauc" in metrics
+    every = _invoke("conversion", "evaluate", "--model", model_dir, "--data", table_path, "--out", tmp_path / "ev", "--all")
+    assert every.exit_code == 0 and "rows held out" not in every.output
+    other = tmp_path / "other.parquet"
+    pd.read_csv(table_path).head(1000).to_parquet(other)
+    refused = _invoke("conversion", "evaluate", "--model", model_dir, "--data", other, "--out", tmp_path / "ev")
+    assert refused.exit_code == 2 and "and these data have 1,000 rows" in refused.output
+    assert "evaluate every row of new data with --all" in refused.output
 
 
 def test_train_with_a_spec_file_mapping_label_names(tmp_path, impressions):
@@ -54,6 +67,22 @@ def test_train_with_a_spec_file_mapping_label_names(tmp_path, impressions):
     result = _invoke("conversion", "train", "--data", tmp_path / "t.parquet", "--spec", tmp_path / "spec.yaml",
                      "--model", "esmm", "--out", tmp_path / "m", "--epochs", 1, "--params", NET)
     assert result.exit_code == 0, result.output
+
+
+def test_label_maps_a_label_to_the_users_column_and_the_error_names_the_option(tmp_path, impressions):
+    impressions.rename(columns={"click": "is_click"}).to_parquet(tmp_path / "t.parquet")
+    args = ["conversion", "train", "--data", tmp_path / "t.parquet", "--model", "esmm", "--out", tmp_path / "m",
+            "--epochs", 1, "--params", NET]
+    refused = _invoke(*args)
+    assert refused.exit_code == 2
+    assert ("column 'click' (label 'click') is missing from the table of 4000 rows; did you mean 'is_click'? If it "
+            "holds the label, map it: --label click=is_click." in refused.output)
+    assert _invoke(*args, "--label", "click=is_click").exit_code == 0
+    evaluated = _invoke("conversion", "evaluate", "--model", tmp_path / "m", "--data", tmp_path / "t.parquet",
+                        "--out", tmp_path / "ev")  # the model keeps the mapping in its spec
+    assert evaluated.exit_code == 0, evaluated.output
+    unknown = _invoke(*args, "--label", "clicked=is_click")
+    assert unknown.exit_code == 2 and "--label 'clicked=is_click': unknown label role 'clicked'" in unknown.output
 
 
 @pytest.mark.parametrize("args, message", [
@@ -116,7 +145,7 @@ def test_predict_refuses_an_infinite_feature_and_evaluate_warns_on_one_class(tmp
                    "--lr", 0.01, "--params", NET).exit_code == 0
     bad = tmp_path / "bad.csv"
     bad.write_text(_spoil(impressions, "infinite"))
-    result = _invoke("conversion", "predict", "--model", model_dir, "--data", bad, "--out", tmp_path / "p.parquet")
+    result = _invoke("conversion", "predict", "--model", model_dir, "--data", bad, "--out", tmp_path / "p")
     assert result.exit_code == 2 and "'price' has 1 infinite values in 4000 rows" in result.output
     one_class = tmp_path / "no_purchase.csv"
     one_class.write_text(_spoil(impressions, "no purchase"))
@@ -144,13 +173,35 @@ def test_demo_writes_report_with_oracle_and_gaps(tmp_path):
     out = tmp_path / "demo"
     result = _invoke("conversion", "demo", "--out", out, *SMALL_WORLD, "--models", "gbdt,esm2")
     assert result.exit_code == 0, result.output
-    assert {"report.md", "report.json", "auc_vs_oracle.png"} <= {p.name for p in out.iterdir()}
+    assert {"report.md", "report.json", "results.csv", "auc_vs_oracle.png"} <= {p.name for p in out.iterdir()}
     rows = {row["model"]: row for row in json.loads((out / "report.json").read_text())["results"]}
     assert set(rows) == {"lr", "gbdt", "esm2", "oracle"}
+    assert list(pd.read_csv(out / "results.csv")["model"]) == ["lr", "gbdt", "esm2"]  # written as each finished
     # the generator's own probabilities rank clicks better than any model fitted on 4,800 rows (the 600 test rows
     # hold too few purchases for their CTCVR AUC to order the oracle and a model that starts at the floor)
     assert all(rows["oracle"]["ctr_auc"] > rows[m]["ctr_auc"] for m in ("lr", "gbdt", "esm2"))
     assert "Gap to the oracle" in (out / "report.md").read_text()
+
+
+def test_an_interrupted_demo_keeps_the_rows_it_finished(tmp_path, monkeypatch):
+    from promokit.conversion.estimator import ConversionModel
+
+    fit = ConversionModel.fit
+
+    def interrupted_at_gbdt(self, *args, **kwargs):  # Ctrl-C while the second model trains
+        if self.model == "gbdt":
+            raise KeyboardInterrupt
+        return fit(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConversionModel, "fit", interrupted_at_gbdt)
+    out = tmp_path / "demo"
+    result = _invoke("conversion", "demo", "--out", out, *SMALL_WORLD, "--models", "gbdt,esm2")
+    assert result.exit_code != 0
+    assert f"interrupted: 1 row finished, kept in {out / 'results.csv'}" in " ".join(result.output.split())
+    assert list(pd.read_csv(out / "results.csv")["model"]) == ["lr"]
+    assert [row["model"] for row in json.loads((out / "report.json").read_text())["results"]] == ["lr"]
+    assert "(unfinished: 1 row so far)" in (out / "report.md").read_text()
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "report.md", "results.csv"]  # no temporary file
 
 
 def test_bench_on_the_synthetic_world_adds_the_oracle_and_rela_impr(tmp_path):
@@ -177,6 +228,7 @@ def test_bench_on_a_table_with_a_time_split(tmp_path, impressions):
     assert bad.exit_code == 2 and "column 'when' is not in the table" in bad.output
 
 
+@pytest.mark.extra("tune")
 def test_tune_writes_params_that_train_reads_and_a_rerun_continues_the_study(tmp_path, impressions):
     impressions.assign(day=impressions.index // 400).to_parquet(tmp_path / "t.parquet")
     (tmp_path / "spec.yaml").write_text("categorical: [user_id, item_id, segment]\nnumeric: [price]\ntime_key: day\n")
@@ -205,6 +257,7 @@ def test_tune_writes_params_that_train_reads_and_a_rerun_continues_the_study(tmp
     assert config["params"]["emb_dim"] == params["emb_dim"] and config["params"]["hidden"] == params["hidden"]
 
 
+@pytest.mark.extra("tune")
 def test_tune_is_reproducible_from_the_seed(tmp_path, impressions):
     impressions.to_parquet(tmp_path / "t.parquet")
     found = []

@@ -123,7 +123,7 @@ def test_fit_is_reproducible_from_the_seed(impressions):
     pd.testing.assert_frame_equal(a, b)
 
 
-def test_validation_is_the_latest_rows_when_the_spec_names_a_time_key(impressions):
+def test_the_held_out_and_the_validation_rows_are_the_latest_when_the_spec_names_a_time_key(impressions):
     table = impressions.assign(day=impressions.index // 400)  # ten days of 400 rows
     seen = {}
 
@@ -132,10 +132,11 @@ def test_validation_is_the_latest_rows_when_the_spec_names_a_time_key(impression
 
     model = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
     model.fit(table, on_epoch=on_epoch)
-    assert (model.report.n_train, model.report.n_valid) == (3600, 400)
-    # the same rows as an explicit validation table of the last day
-    explicit = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"]))
-    explicit.fit(table[table.day < 9], validation=table[table.day == 9])
+    assert (model.report.n_train, model.report.n_valid, model.report.n_test) == (3200, 400, 400)
+    assert model.held_out(table).tolist() == list(range(3600, 4000))  # the last day, held out for evaluation
+    # the validation rows are those of an explicit validation table of the day before
+    explicit = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"]), test_fraction=0)
+    explicit.fit(table[table.day < 8], validation=table[table.day == 8])
     assert seen["epochs"][0]["valid_loss"] == pytest.approx(explicit.report.history.epochs[0]["valid_loss"])
     randomly = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
     randomly.fit(table, validation_split="random")
@@ -156,7 +157,7 @@ def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
         ConversionModel("esmm", SMALL, TrainConfig(monitor="ctcvr_auc", progress=False)).fit(impressions,
                                                                                             validation=no_purchase)
     with pytest.raises(DataError, match=r"label 'purchase' \(purchase\) is 0 on all \d+ clicked rows of the 3600"):
-        ConversionModel("esmm", SMALL, TrainConfig(progress=False)).fit(impressions.assign(purchase=0))
+        ConversionModel("esmm", SMALL, TrainConfig(progress=False), test_fraction=0).fit(impressions.assign(purchase=0))
 
 
 def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
@@ -169,7 +170,7 @@ def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
 
 
 def test_bench_gives_each_model_its_own_training_fields(impressions):
-    from promokit.conversion import bench
+    from promokit.experiments.conversion import bench
 
     split = bench.Split(impressions.iloc[:3000], impressions.iloc[3000:3500], impressions.iloc[3500:])
     seen = {}
@@ -196,7 +197,7 @@ def _with_cart(table: pd.DataFrame) -> pd.DataFrame:
 def test_a_post_click_column_left_among_the_features_is_named_in_a_warning(impressions, tmp_path):
     from conftest import write_parts
     from promokit.conversion.parts import fit_parts
-    from promokit.scale.engine import LocalEngine
+    from promokit.scale.executor import LocalExecutor
 
     table = _with_cart(impressions)
     unclicked, clicked, carts = int((table.click == 0).sum()), int(table.click.sum()), int(table.cart.sum())
@@ -206,8 +207,8 @@ def test_a_post_click_column_left_among_the_features_is_named_in_a_warning(impre
     with pytest.warns(UserWarning, match=warning):
         _model("esmm").fit(table, validation=0)
     with pytest.warns(UserWarning, match=warning):  # over parts: the same sums, part by part
-        fit_parts(ConversionModel("esmm", SMALL, FAST), write_parts(table, tmp_path / "parts", [1500, 2500]),
-                  LocalEngine(), valid_fraction=0)
+        fit_parts(ConversionModel("esmm", SMALL, FAST, test_fraction=0), write_parts(table, tmp_path / "parts", [1500, 2500]),
+                  LocalExecutor(), valid_fraction=0)
 
 
 def test_0_1_features_seen_before_a_click_or_too_rare_to_tell_are_not_called_post_click(impressions, recwarn):
@@ -245,7 +246,7 @@ def test_fit_reads_paths_predict_keeps_keys_and_evaluate_is_an_evaluation(impres
 
     impressions.iloc[:3600].to_parquet(tmp_path / "train.parquet")
     impressions.iloc[3600:].to_csv(tmp_path / "valid.csv", index=False)
-    model = _model("esmm").fit(tmp_path / "train.parquet", validation=str(tmp_path / "valid.csv"))
+    model = _model("esmm", test_fraction=0).fit(tmp_path / "train.parquet", validation=str(tmp_path / "valid.csv"))
     assert (model.report.n_train, model.report.n_valid) == (3600, 400)
     test = impressions.iloc[3000:3100]
     predictions = model.predict(test, keep=["segment"])
@@ -262,3 +263,58 @@ def test_fit_reads_paths_predict_keeps_keys_and_evaluate_is_an_evaluation(impres
         _model("esmm").fit(impressions, validation=impressions, validation_split="random")
     with pytest.raises(DataError, match="^data must be a DataFrame or a table path, got list"):
         _model("esmm").fit([1, 2])
+
+
+def test_fit_holds_out_a_seeded_random_share_that_held_out_finds_again_in_the_table_or_its_parts(impressions, tmp_path):
+    from conftest import write_parts
+    from promokit.conversion.parts import fit_parts
+    from promokit.scale.executor import LocalExecutor
+
+    model = _model("esmm").fit(impressions)
+    held = model.held_out(impressions)
+    assert model.holdout == {"test_fraction": 0.1, "how": "random", "seed": 0, "rows": 4000, "held_out": len(held)}
+    assert 300 < len(held) < 500 and model.report.n_train + model.report.n_valid + len(held) == 4000
+    assert np.array_equal(model.evaluate(impressions, rows=held)["ctr_auc"], model.evaluate(impressions.iloc[held])["ctr_auc"])
+    impressions.to_parquet(tmp_path / "table.parquet")
+    reloaded = tmp_path / "model"
+    model.save(reloaded)
+    assert np.array_equal(ConversionModel.load(reloaded).held_out(tmp_path / "table.parquet"), held)
+    with pytest.raises(DataError, match=r"^held_out: the model held out \d+ of the 4,000 rows it was fitted on, and "
+                                        r"these data have 100 rows"):
+        model.held_out(impressions.head(100))
+    # over parts, each part draws its own rows (part k seeded by (seed, k, 1)); held_out finds them in the parts
+    parts = write_parts(impressions, tmp_path / "parts", [1500, 0, 2500])
+    over_parts = fit_parts(ConversionModel("esmm", SMALL, FAST), parts, LocalExecutor(), valid_fraction=0)
+    assert over_parts.report.n_train + over_parts.report.n_test == 4000
+    assert len(over_parts.held_out(parts)) == over_parts.report.n_test == over_parts.holdout["held_out"]
+    with pytest.raises(DataError, match=r"drew the rows it held out part by part, from parts of \[1500, 0, 2500\]"):
+        over_parts.held_out(impressions)  # the same rows, not in the same parts
+    assert len(_model("esmm", test_fraction=0).fit(impressions).held_out(impressions)) == 0
+    with pytest.raises(DataError, match=r"^test_fraction must be a number in \[0, 1\) \(0: hold nothing out\), got 1"):
+        ConversionModel("esmm", test_fraction=1)
+    with pytest.raises(DataError, match="^test_fraction must be"):
+        model.set_params(test_fraction=-0.1)
+    assert model.test_fraction == 0.1
+
+
+def test_over_parts_the_latest_rows_are_held_out_as_in_one_table(impressions, tmp_path):
+    from conftest import write_parts
+    from promokit.conversion.parts import fit_parts
+    from promokit.scale.executor import LocalExecutor
+
+    table = impressions.assign(day=impressions.index // 400)
+    spec = FeatureSpec(categorical=["user_id", "segment"], time_key="day")
+    parts = write_parts(table, tmp_path / "parts", [1700, 2300])
+    model = fit_parts(ConversionModel("esmm", SMALL, FAST, spec), parts, LocalExecutor())
+    assert (model.report.n_train, model.report.n_valid, model.report.n_test) == (3200, 400, 400)
+    assert model.held_out(parts).tolist() == list(range(3600, 4000))
+
+
+def test_a_label_under_another_name_is_mapped_by_the_spec_and_the_error_says_how(impressions):
+    table = impressions.rename(columns={"click": "is_click"})
+    with pytest.raises(DataError, match=r"column 'click' \(label 'click'\) is missing from the table of 4000 rows; did "
+                                        r"you mean 'is_click'\? If it holds the label, map it: "
+                                        r"FeatureSpec\(labels=\{'click': 'is_click'\}\)\. Columns present"):
+        _model("esmm").fit(table)
+    model = _model("esmm", spec=FeatureSpec(labels={"click": "is_click"})).fit(table)
+    assert model.evaluate(table, rows=model.held_out(table))["ctr_auc"] > 0.5

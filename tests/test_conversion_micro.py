@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from promokit.cli import app
-from promokit.conversion.synthetic import MICRO_BEHAVIORS, MICRO_PARAMS, make_world, micro_behavior_names
 from promokit.data import FeatureSpec
+from promokit.experiments.conversion.world import MICRO_BEHAVIORS, MICRO_PARAMS, make_world, micro_behavior_names
 
 runner = CliRunner()
 NAMES = list(MICRO_BEHAVIORS)

@@ -93,7 +93,9 @@ def test_only_close_names_are_suggested_for_a_missing_column(impressions, presen
     table = impressions.rename(columns={"purchase": present})
     with pytest.raises(DataError) as error:
         FeatureSpec().resolve(table, ("click", "purchase"))
-    hint = f"; did you mean {suggested!r}? Columns present" if suggested else ". Columns present"
+    mapping = f"FeatureSpec(labels={{'purchase': {suggested or '<column>'!r}}})"
+    hint = (f"; did you mean {suggested!r}? If it holds the label, map it: {mapping}. Columns present" if suggested
+            else f". Map the column that holds it: {mapping}. Columns present")
     assert f"column 'purchase' (label 'purchase') is missing from the table of 4000 rows{hint}" in str(error.value)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from promokit.data import graph_shards
 from promokit.data.graph_shards import LEFT, RIGHT, GraphLayout, Shard
-from promokit.scale.engine import LocalEngine
+from promokit.scale.executor import LocalExecutor
 
 # left parts: [a, b] and [c]; right nodes: x, y, z (in two parts); edges in input order
 LEFT_PARTS = [pd.DataFrame({"id": ["a", "b"]}), pd.DataFrame({"id": ["c"]})]
@@ -29,7 +29,7 @@ def _right(q):
 def layout(request, tmp_path):
     layout = GraphLayout(str(tmp_path / "g"), ("l0", "l1"), ("e0", "e1"), ("r0", "r1"), request.param, "rid",
                          "right")
-    counts = graph_shards.prepare(LocalEngine(), _left, _right, layout)
+    counts = graph_shards.prepare(LocalExecutor(), _left, _right, layout)
     assert counts == {"left": 3, "right": 3, "edges": 4, "isolated_left": 0, "isolated_right": 1}
     return layout
 
@@ -72,7 +72,7 @@ def test_right_outputs_go_back_to_their_parts_in_order(layout, tmp_path):
     for b in range(layout.buckets):
         nodes = graph_shards.right_nodes(layout, b)
         graph_shards.write_right_output(layout, b, nodes, pd.DataFrame({"rid": nodes.rid, "score": nodes.rid.str.upper()}))
-    graph_shards.collect_right(LocalEngine(), layout, tmp_path / "out", pd.DataFrame({"rid": [], "score": []}))
+    graph_shards.collect_right(LocalExecutor(), layout, tmp_path / "out", pd.DataFrame({"rid": [], "score": []}))
     for q, part in enumerate(RIGHT_PARTS):
         written = pd.read_parquet(tmp_path / "out" / f"part-{q:05d}.parquet")
         assert written.rid.tolist() == part.rid.tolist() and written.score.tolist() == part.rid.str.upper().tolist()

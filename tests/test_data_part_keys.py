@@ -7,7 +7,7 @@ import pytest
 from promokit.data import part_keys
 from promokit.data.errors import DataError
 from promokit.data.part_keys import check_unique_keys
-from promokit.scale.engine import make_engine
+from promokit.scale.executor import make_executor
 
 
 def write(tmp_path, groups: list[list]) -> list:
@@ -56,11 +56,11 @@ def test_a_missing_column_names_the_file(tmp_path):
 
 def test_on_ray_the_same_answer(ray_cluster, tmp_path):
     paths = write(tmp_path, [[f"u{i}" for i in range(k * 100, k * 100 + 100)] for k in range(4)] + [["u7"]])
-    engine = make_engine("ray", address=ray_cluster.address)
+    executor = make_executor("ray", address=ray_cluster.address)
     with pytest.raises(DataError, match=r"user_id 'u7' is in two parts, .*part-00000.parquet \(row 7\) and "
                                         r".*part-00004.parquet \(row 0\)"):
-        check_unique_keys(paths, "user_id", tmp_path / "scratch", map_parts=engine.map)
-    check_unique_keys(paths[:4], "user_id", tmp_path / "scratch", map_parts=engine.map)
+        check_unique_keys(paths, "user_id", tmp_path / "scratch", map_parts=executor.map)
+    check_unique_keys(paths[:4], "user_id", tmp_path / "scratch", map_parts=executor.map)
 
 
 def test_integer_keys_in_one_part_and_text_in_another_are_refused(tmp_path):

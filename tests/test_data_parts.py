@@ -131,6 +131,7 @@ def test_campaign_build_takes_the_parts_allocate_budget_solved(budget, tmp_path)
     assert len(versions) == 1
 
 
+@pytest.mark.extra("allocation")
 def test_campaign_build_takes_the_plan_parts_allocate_quota_wrote(budget, tmp_path):
     result = _invoke("allocate", "synth", "quota", "--out", tmp_path, "--users", 300, "--types", 3)
     assert result.exit_code == 0, result.output

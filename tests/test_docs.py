@@ -43,7 +43,7 @@ def _relative_links(path: Path) -> list[str]:
 
 
 def test_slug_matches_githubs_anchors():
-    assert _slug("The wide part (`--wide`)") == "the-wide-part---wide"
+    assert _slug("The wide term (`--wide`)") == "the-wide-term---wide"
     assert _slug("`speed_esm2.py`: training speed") == "speed_esm2py-training-speed"
     assert _slug("Budget allocation over parts (eqs. 11–20)") == "budget-allocation-over-parts-eqs-1120"
 
@@ -63,14 +63,20 @@ def test_relative_links_point_to_files_and_headings(path):
 
 def test_api_pages_document_every_export():
     """Each lazily exporting package's API page documents every public name (``::: promokit.<package>.<name>``;
-    the top-level page may point to the page that does, as `pk.<name>`)."""
+    the top-level page may point to the page that does, as `pk.<name>`), and those of its subpackages, which have
+    no page of their own (``promokit.experiments.conversion`` …)."""
     for page in (ROOT / "docs" / "api").glob("*.md"):
         package = "promokit" if page.stem == "index" else f"promokit.{page.stem}"
-        exports = getattr(importlib.import_module(package), "_EXPORTS", None)
-        if exports is None:
+        module = importlib.import_module(package)
+        if getattr(module, "_EXPORTS", None) is None:
             continue
+        subpackages = () if package == "promokit" else getattr(module, "_SUBPACKAGES", ())
+        names = [(package, name) for name in module._EXPORTS] + [
+            (f"{package}.{sub}", name) for sub in subpackages
+            for name in importlib.import_module(f"{package}.{sub}")._EXPORTS]
         text = page.read_text(encoding="utf-8") + "\n"
-        missing = [name for name in exports if f"::: {package}.{name}\n" not in text and f"`pk.{name}`" not in text]
+        missing = [f"{where}.{name}" for where, name in names
+                   if f"::: {where}.{name}\n" not in text and f"`pk.{name}`" not in text]
         assert not missing, f"{page.relative_to(ROOT)} does not document {missing}"
 
 

@@ -54,7 +54,7 @@ def test_incentive(tmp_path):
 @pytest.mark.extra("allocation")
 def test_value(tmp_path):
     text, out = example("value.py", tmp_path)
-    floor = number(r"two-part .*true value of its plan ([\d,]+)", text)
+    floor = number(r"hurdle .*true value of its plan ([\d,]+)", text)
     assert floor > number(r"by random scores ([\d,]+)", text)
     assert floor < number(r"by the true ETVs ([\d,]+)", text)
     assert (out / "esdpm" / "plan" / "plan.parquet").is_file()

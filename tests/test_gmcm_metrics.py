@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from promokit.conversion import bench
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec
+from promokit.experiments.conversion import bench
 from promokit.metrics import MetricWarning, auc, rela_impr, relative_improvement_permille
 
 AUCS = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc")

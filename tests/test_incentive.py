@@ -6,13 +6,13 @@ import pytest
 import torch
 from sklearn.base import clone
 
-from promokit.allocation.simulate import simulate_budget
 from promokit.allocation.tables import read_budget_table
 from promokit.data import DataError
+from promokit.experiments.allocation.simulate import simulate_budget
+from promokit.experiments.incentive.world import make_world, write_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, node_split
 from promokit.incentive.evaluate import change_point, uplift_against_lowest
-from promokit.incentive.synthetic import make_world, write_world
 from promokit.training import TrainConfig
 from promokit.training.estimator import Evaluation
 
@@ -74,7 +74,7 @@ def test_levels_given_must_cover_the_offers(world):
 
 def test_split_holds_out_nodes_of_both_kinds():
     split = node_split(1000, 100, seed=1)
-    assert len(split.test_customers) == 150 and len(split.test_merchants) == 15
+    assert len(split.test_customers) == 100 and len(split.test_merchants) == 10  # TEST_FRACTION of each
     every = np.concatenate([split.train_customers, split.valid_customers, split.test_customers])
     assert np.array_equal(np.sort(every), np.arange(1000))
     assert np.array_equal(node_split(1000, 100, seed=1).test_customers, split.test_customers)
@@ -84,7 +84,7 @@ def test_the_gnn_hazard_model_learns_the_response(fitted, tables, world):
     responses = fitted.responses(tables)
     result = fitted.evaluate(tables, truth=world.customer_truth)
     assert isinstance(result, Evaluation) and result.title == "incentive gnn-hazard"
-    assert result["customers"] == len(fitted.split(tables).test_customers) == 375
+    assert result["customers"] == len(fitted.held_out(tables)[0]) == 250
     assert result["auc_c"] > 0.72  # oracle ≈ 0.83; a constant scores 0.5
     assert result["monotone_violations"] == 0 and 0 < result["curve_mae_c"] < 0.2
     assert np.all(np.diff(responses.customers, axis=1) >= -1e-6)
@@ -146,6 +146,26 @@ def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
             IncentiveModel("lr").fit(data)
     with pytest.raises(DataError, match=r"validation must be None or a fraction in \[0, 1\), got 1.5"):
         IncentiveModel("lr").fit(mapping, validation=1.5)
+
+
+def test_test_fraction_is_a_parameter_and_held_out_finds_the_nodes_fit_held_out(tmp_path):
+    world = make_world(400, 40, seed=1)
+    write_world(world, tmp_path)
+    model = IncentiveModel("lr", train=FAST, test_fraction=0.25).fit(tmp_path)
+    customers, merchants = model.held_out(tmp_path)
+    assert (len(customers), len(merchants)) == (100, 10) and model.get_params()["test_fraction"] == 0.25
+    assert model.holdout == {"test_fraction": 0.25, "valid_fraction": 0.1, "seed": 0, "rows": 400, "held_out": 100,
+                             "merchants": 40, "held_out_merchants": 10}
+    model.save(tmp_path / "model")
+    loaded = IncentiveModel.load(tmp_path / "model")
+    assert loaded.test_fraction == 0.25 and np.array_equal(loaded.held_out(tmp_path)[0], customers)
+    assert loaded.evaluate(tmp_path)["customers"] == 100
+    fewer = {"customers": world.customers.head(200), "merchants": world.merchants, "edges": world.edges.iloc[:0]}
+    with pytest.raises(DataError, match=r"^held_out: the model held out 100 of the 400 labelled customers it was "
+                                        r"fitted on, and these data have 200 labelled customers"):
+        model.held_out(fewer)
+    with pytest.raises(DataError, match=r"^test_fraction must be a number in \[0, 1\)"):
+        IncentiveModel("lr", test_fraction=0.15).set_params(test_fraction="15 %")
 
 
 def test_a_saved_model_scores_the_same_and_writes_allocatable_tables(fitted, tables, tmp_path):
@@ -246,7 +266,7 @@ def test_unlabelled_customers_stay_in_the_graph_and_out_of_the_split(part_labell
     assert (tables.customer_level[::6] == -1).all() and len(tables.labelled_customers) == 1666
     split = IncentiveModel("gnn-hazard").split(tables)
     rows = np.concatenate([split.train_customers, split.valid_customers, split.test_customers])
-    assert np.array_equal(np.sort(rows), tables.labelled_customers) and len(split.test_customers) == 250
+    assert np.array_equal(np.sort(rows), tables.labelled_customers) and len(split.test_customers) == 167
 
 
 def test_a_level_missing_on_a_labelled_customer_is_refused(part_labelled, world):
@@ -282,7 +302,7 @@ def test_unlabelled_customers_pass_messages_but_are_in_no_loss(part_labelled, wo
 
 
 def test_bench_summary_gives_relaimpr_of_auc_c_against_the_floor():
-    from promokit.incentive.bench import BenchResult, HEADLINE, summary
+    from promokit.experiments.incentive.bench import BenchResult, HEADLINE, summary
 
     rows = [{"model": m, "seed": s, **{k: 0.3 for k in HEADLINE}, "auc_c": a, "monotone_violations": 0.0,
              "change_point_found": True, "fit_seconds": 1.0}

@@ -55,7 +55,7 @@ def test_train_predict_allocate_evaluate_simulate(world, models, tmp_path):
                      tmp_path / "eval", "--truth", world / "truth_customers.parquet")
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "eval" / "report.json").read_text())
-    assert report["metrics"]["customers"] == 225 and 0.5 < report["metrics"]["auc_c"] <= 1
+    assert report["metrics"]["customers"] == 150 and 0.5 < report["metrics"]["auc_c"] <= 1
     assert (tmp_path / "eval" / "response_curves.png").exists()
     by_level = pd.DataFrame(report["uplift_by_level"])
     assert by_level.level.tolist() == [40, 60, 80, 100, 120, 150, 200]
@@ -119,7 +119,8 @@ def test_customers_with_an_empty_redeemed_cell_train_as_unlabelled_nodes(world, 
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "375 customers without a label (in the graph, not in the loss)" in output
-    assert "169 and 22 held out for evaluate" in output  # 15 % of the 1,125 labelled customers
+    # a tenth of the 1,125 labelled customers and of the merchants
+    assert "held out for evaluate: 113 of 1,125 labelled customers and 15 of 150 merchants (drawn at random" in output
 
 
 def test_train_prints_the_feature_types_and_numeric_overrides_an_inferred_categorical(world, tmp_path):
@@ -142,3 +143,17 @@ def test_train_prints_the_feature_types_and_numeric_overrides_an_inferred_catego
                           (["--numeric", "redeemed"], "column 'redeemed' is given the type numeric, but it is a label")):
         result = _invoke(*train, "--out", tmp_path / "bad", *args)
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_label_maps_the_redeemed_column_and_the_error_names_the_option(world, tmp_path):
+    path = tmp_path / "customers.parquet"
+    pd.read_parquet(world / "customers.parquet").rename(columns={"redeemed": "converted"}).to_parquet(path)
+    train = ["incentive", "train", *_tables(world, path), "--model", "lr", "--out", tmp_path / "m"]
+    refused = _invoke(*train)
+    assert refused.exit_code == 2 and ("customers: column 'redeemed' (label 'redeemed') is missing from the table of "
+                                       "1500 rows. Map the column that holds it: --label redeemed=<column>."
+                                       in " ".join(refused.output.split()))
+    assert _invoke(*train, "--label", "redeemed=converted").exit_code == 0
+    evaluated = _invoke("incentive", "evaluate", "--model", tmp_path / "m", *_tables(world, path), "--out",
+                        tmp_path / "e", "--label", "redeemed=converted")
+    assert evaluated.exit_code == 0, evaluated.output

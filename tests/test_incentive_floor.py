@@ -7,10 +7,10 @@ import torch
 from scipy.sparse import csr_matrix
 
 from promokit.data import DataError
+from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, labelled_rows
 from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective
-from promokit.incentive.synthetic import make_world
 
 
 def _theta_customers(net) -> np.ndarray:
@@ -87,7 +87,7 @@ def test_a_saturated_floor_reproduces_the_redemption_rate_of_every_group_and_val
                               "prior_shares": [2.0, 2.0, 2.0, 2.0]})
     edges = pd.DataFrame({"customer_id": customers.customer_id, "merchant_id": 0})
     tables = check_tables(customers, merchants, edges)
-    model = IncentiveModel("lr", {"l2_customers": 1e-9, "l2_merchants": 1e-9}).fit(tables, test_fraction=0,
+    model = IncentiveModel("lr", {"l2_customers": 1e-9, "l2_merchants": 1e-9}, test_fraction=0).fit(tables,
                                                                                     validation=0)
     f_c = model.responses(tables).customers
     for (segment, level), rate in rates.items():

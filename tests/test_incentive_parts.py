@@ -1,5 +1,5 @@
 """``incentive predict`` over a graph in parts (customers and their edges co-partitioned, merchants in parts): the
-one-folder scores shard by shard, layer by layer, on the local engine and on Ray, into ``allocate budget``; bad
+one-folder scores shard by shard, layer by layer, on the local executor and on Ray, into ``allocate budget``; bad
 layouts as one-line errors naming the file."""
 
 import json
@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 from conftest import spoil
 from promokit.cli import app
+from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel
-from promokit.incentive.synthetic import make_world
 from promokit.training import TrainConfig
 
 torch.set_num_threads(1)
@@ -83,7 +83,7 @@ def _predict(model, folder, out, *extra, layout="parts"):
 
 @pytest.fixture(scope="module")
 def predicted(data, models):
-    """Each model's predict of the whole tables and, on the local engine, of the parts."""
+    """Each model's predict of the whole tables and, on the local executor, of the parts."""
     for name in MODELS:
         for layout in ("whole", "parts"):
             result = _predict(models / name, data / layout, data / f"out-{name}-{layout}", layout=layout)
@@ -123,7 +123,7 @@ def test_parts_score_as_the_whole_graph(predicted, name):
 def test_ray_predict_equals_local(ray_cluster, predicted, models):
     data = predicted
     out = data / "out-ray"
-    result = _predict(models / "gnn-gat", data / "parts", out, "--engine", "ray", "--address", ray_cluster.address,
+    result = _predict(models / "gnn-gat", data / "parts", out, "--executor", "ray", "--address", ray_cluster.address,
                       "--workers", 2)
     assert result.exit_code == 0, result.output
     for table, sizes in (("customers", PART_CUSTOMERS), ("merchants", MERCHANT_PARTS)):

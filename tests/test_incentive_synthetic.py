@@ -7,7 +7,7 @@ from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits
 
 from promokit.data.errors import DataError
-from promokit.incentive.synthetic import DEFAULT_LEVELS, IncentiveWorld, make_world, read_truth, write_world
+from promokit.experiments.incentive.world import DEFAULT_LEVELS, IncentiveWorld, make_world, read_truth, write_world
 
 SMALL = {"n_customers": 2000, "n_merchants": 200}
 

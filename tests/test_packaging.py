@@ -71,9 +71,9 @@ def test_version_is_stated_once_and_printed():
 
 def test_a_missing_extra_is_a_one_line_error_naming_it(monkeypatch):
     monkeypatch.setitem(EXTRAS, "scale", ("promokit_no_such_module",))
-    with pytest.raises(MissingExtra, match=r"^the Ray engine needs promokit\[scale\] \(promokit_no_such_module not "
+    with pytest.raises(MissingExtra, match=r"^the Ray executor needs promokit\[scale\] \(promokit_no_such_module not "
                                            r"installed\): pip install 'promokit\[scale\]'$"):
-        require_extra("scale", "the Ray engine")
+        require_extra("scale", "the Ray executor")
 
 
 def test_the_cli_prints_a_missing_extra_in_one_line(monkeypatch, tmp_path):
@@ -99,6 +99,7 @@ def run_without(modules: list[str], code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", hide + code], capture_output=True, text=True)
 
 
+@pytest.mark.extra("serve")
 def test_a_public_name_whose_extra_is_missing_says_which_extra():
     result = run_without(["fastapi"], "import promokit as pk\ntry:\n    pk.serve.create_app\n"
                                       "except ImportError as error:\n    print(type(error).__name__, error)")
@@ -106,6 +107,7 @@ def test_a_public_name_whose_extra_is_missing_says_which_extra():
                              "pip install 'promokit[serve]'\n"), result.stderr
 
 
+@pytest.mark.extra("serve")
 def test_a_command_whose_extra_is_missing_exits_2_naming_it(tmp_path):
     result = run_without(["fastapi", "sqlalchemy"], "from promokit.cli import main; import sys; "
                          f"sys.argv = ['promokit', 'serve', '--campaign', {str(tmp_path)!r}]; main()")

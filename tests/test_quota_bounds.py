@@ -15,11 +15,13 @@ from promokit.allocation.quota import check_plan, check_quota_problem, dual_boun
 from promokit.allocation.quota_core import plan_prices, price_limits, risk_slack
 from promokit.allocation.quota_manual import priority_counts
 from promokit.allocation.quota_prices import Bounds, market_clearing, sample_bounds
-from promokit.allocation.synthetic import make_quota_instance
 from promokit.allocation.tables import read_quotas
 from promokit.cli import app
 from promokit.data import DataError
+from promokit.experiments.allocation.instances import make_quota_instance
 from conftest import spoil
+
+pytestmark = pytest.mark.extra("allocation")
 
 METHODS = ("prices", "ha", "manual", "exact")
 # prices' sampling, clearing and margin-repair paths on tiny inputs

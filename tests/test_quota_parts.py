@@ -12,10 +12,12 @@ from typer.testing import CliRunner
 
 from promokit.allocation.quota import check_plan, solve_quota
 from promokit.allocation.quota_parts import QuotaPart, solve_quota_parts
-from promokit.allocation.synthetic import make_quota_instance
 from promokit.allocation.tables import FUND, score_frame
 from promokit.cli import app
 from promokit.data import DataError
+from promokit.experiments.allocation.instances import make_quota_instance
+
+pytestmark = pytest.mark.extra("allocation")
 
 # the sampled path (sample, clearing, gather, repair) on a few thousand users, as in test_allocation_quota
 SAMPLED = dict(base_users=200, sample_ratio=4.0)
@@ -25,7 +27,7 @@ EDGES = [0, 700, 700, 1500, 2600, 3000]  # five parts, the second empty
 
 
 def pickling_map(fn, items):
-    """builtin map through pickle both ways, as a process-based engine would run it, recording the steps."""
+    """builtin map through pickle both ways, as a process-based executor would run it, recording the steps."""
     pickling_map.steps.append(fn.__name__)
     return [pickle.loads(pickle.dumps(pickle.loads(pickle.dumps(fn))(pickle.loads(pickle.dumps(item)))))
             for item in items]
@@ -294,7 +296,7 @@ def test_a_bad_part_names_its_file_and_row(files, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--method", "exact"], "--method exact needs the whole table in one file; a directory or glob of parts is "
                             "solved with --method prices"),
-    (["--engine", "spark"], "--engine must be one of ['local', 'ray'], got 'spark'"),
+    (["--executor", "spark"], "--executor must be one of ['local', 'ray'], got 'spark'"),
 ])
 def test_partitioned_input_errors_are_one_line(files, tmp_path, args, message):
     result = _invoke("allocate", "quota", "--scores", files / "scores", "--quotas", files / "quotas.csv",
@@ -302,20 +304,20 @@ def test_partitioned_input_errors_are_one_line(files, tmp_path, args, message):
     assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output, result.output
 
 
-def test_an_engine_needs_parts(files, tmp_path):
+def test_an_executor_needs_parts(files, tmp_path):
     result = _invoke("allocate", "quota", "--scores", files / "scores.parquet", "--quotas", files / "quotas.csv",
-                     "--out", tmp_path, "--engine", "ray")
-    assert result.exit_code == 2 and "--engine ray runs a table in parts" in result.output, result.output
+                     "--out", tmp_path, "--executor", "ray")
+    assert result.exit_code == 2 and "--executor ray runs a table in parts" in result.output, result.output
 
 
 def test_ray_quota_allocation_equals_the_local_one(ray_cluster, files, tmp_path):
     """The sampled path with every map on the 2-node cluster: the same report and plan parts as in this process."""
     reports = {}
-    for engine in ("local", "ray"):
+    for executor in ("local", "ray"):
         result = _invoke("allocate", "quota", "--scores", files / "scores", "--quotas", files / "quotas.csv",
-                         "--out", tmp_path / engine, "--engine", engine, "--workers", 2)
+                         "--out", tmp_path / executor, "--executor", executor, "--workers", 2)
         assert result.exit_code == 0, result.output
-        reports[engine] = json.loads((tmp_path / engine / "report.json").read_text())
+        reports[executor] = json.loads((tmp_path / executor / "report.json").read_text())
     for field in ("objective", "upper_bound", "gap", "per_fund"):
         assert reports["ray"][field] == reports["local"][field], field
     assert reports["ray"]["diagnostics"]["maps"] == reports["local"]["diagnostics"]["maps"]
@@ -326,13 +328,13 @@ def test_ray_quota_allocation_equals_the_local_one(ray_cluster, files, tmp_path)
 
 def test_ray_solves_a_sample_in_parts_as_this_process_does(ray_cluster, files, tmp_path):
     """The sample levels' parts are written and read by the cluster's workers, in the folder given (shared)."""
-    from promokit.scale.engine import make_engine
+    from promokit.scale.executor import make_executor
 
     parts = [QuotaPart(str(path)) for path in sorted((files / "scores").glob("*.parquet"))]
     quotas = pd.read_csv(files / "quotas.csv")
     options = dict(base_users=500, sample_ratio=4.0, gather_users=2000, scratch=tmp_path / "out")
     solved = {name: solve_quota_parts(parts, quotas["quota"], quotas["risk"], map_parts=map_parts, **options)
-              for name, map_parts in (("local", map), ("ray", make_engine("ray", workers=2).map))}
+              for name, map_parts in (("local", map), ("ray", make_executor("ray", workers=2).map))}
     assert solved["ray"].plan.diagnostics["maps"] == solved["local"].plan.diagnostics["maps"]
     assert solved["ray"].plan.diagnostics["maps"][:4] == ["count", "sample", "sample", "sample"]
     np.testing.assert_array_equal(np.concatenate(solved["ray"].outputs), np.concatenate(solved["local"].outputs))

@@ -19,9 +19,9 @@ from promokit.cli import app
 from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.parts import fit_parts, plan
-from promokit.conversion.synthetic import make_world
-from promokit.data import FeatureSpec, TableEncoder
-from promokit.scale.engine import LocalEngine, make_engine
+from promokit.data import DataError, FeatureSpec, TableEncoder
+from promokit.experiments.conversion.world import make_world
+from promokit.scale.executor import LocalExecutor, make_executor
 from promokit.training import LazyWeightDecay, TrainConfig, stream_batches
 from promokit.training.shards import shards
 
@@ -46,8 +46,8 @@ def test_the_vocabulary_counted_over_parts_on_ray_equals_the_local_fit(ray_clust
     table.loc[7, "price"] = np.nan
     parts = write_parts(table, tmp_path / "parts", [1501, 0, 700, 1, 1798])  # coupons 500 and 733 straddle parts
     spec = FeatureSpec(min_count=3)
-    estimator = ConversionModel("esmm", SMALL, TrainConfig(progress=False), spec)
-    job = plan(estimator, parts, make_engine("ray", workers=2), 2, valid_fraction=0)
+    estimator = ConversionModel("esmm", SMALL, TrainConfig(progress=False), spec, test_fraction=0)
+    job = plan(estimator, parts, make_executor("ray", workers=2), 2, valid_fraction=0)
     local_spec = spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
     local = TableEncoder.fit(table, local_spec)
     assert job.estimator.feature_spec == local_spec and "bucket" in local_spec.numeric
@@ -106,7 +106,7 @@ def test_training_part_by_part_resumes_exactly(tmp_path):
 
     def fit(epochs, **kwargs):
         estimator = ConversionModel("esmm", SMALL, TrainConfig(**{**config.to_dict(), "epochs": epochs}))
-        return fit_parts(estimator, parts, LocalEngine(), **kwargs)
+        return fit_parts(estimator, parts, LocalExecutor(), **kwargs)
 
     straight = fit(4)
     fit(2, checkpoint_dir=tmp_path / "ck")
@@ -114,6 +114,24 @@ def test_training_part_by_part_resumes_exactly(tmp_path):
     assert [e["epoch"] for e in resumed.report.history.epochs] == [0, 1, 2, 3]
     for (name, a), b in zip(straight.net.state_dict().items(), resumed.net.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)
+
+
+def test_training_over_parts_names_the_python_arguments(tmp_path):
+    """The library's messages name its arguments (`wide`), never a command's flags (the commands reword them)."""
+    parts = write_parts(make_impressions(), tmp_path / "parts", [2000, 2000])
+    with pytest.raises(DataError, match=r"^model 'lr' is not trained by epochs .*: fit it on the table read whole "
+                                        r"\(ConversionModel.fit\)") as caught:
+        fit_parts(ConversionModel("lr"), parts, LocalExecutor())
+    assert "--" not in str(caught.value)
+    result = _invoke("conversion", "train", "--data", parts, "--model", "lr", "--out", tmp_path / "m", "--executor",
+                     "ray")  # the command says it with its flags, before starting Ray
+    assert result.exit_code == 2 and ("error: model 'lr' is not trained by epochs of mini-batches, so it cannot train "
+                                      "over a table's parts with --executor ray: train it with --executor local"
+                                      ) in " ".join(result.output.split()), result.output
+    estimator = ConversionModel("esmm", {**SMALL, "wide": "offset"}, TrainConfig(epochs=1, progress=False))
+    with pytest.warns(UserWarning, match=r"training without it \(`wide` none\); `wide` joint trains one"):
+        fit_parts(estimator, parts, LocalExecutor(), valid_fraction=0)
+    assert estimator.model_params["wide"] == "none"
 
 
 def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, tmp_path):
@@ -125,7 +143,7 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, tmp_path):
             "--lr", 0.01, "--monitor", "ctr_auc", "--params", json.dumps(SMALL)]
     one = _invoke(*args, "--out", tmp_path / "one")
     assert one.exit_code == 0, one.output
-    two = _invoke(*args, "--out", tmp_path / "two", "--engine", "ray", "--workers", 2)
+    two = _invoke(*args, "--out", tmp_path / "two", "--executor", "ray", "--workers", 2)
     assert two.exit_code == 0, two.output
     assert "model written to" in two.output and not (tmp_path / ".two.checkpoint").exists()
     histories = {n: json.loads((tmp_path / n / "history.json").read_text()) for n in ("one", "two")}
@@ -143,7 +161,7 @@ def test_a_bad_part_is_named_in_the_error(ray_cluster, tmp_path):
     table = make_impressions()
     parts = write_parts(table, tmp_path / "parts", [2000, 1000, 1000])
     (parts / "part-00001.parquet").write_bytes(b"not parquet")
-    result = _invoke("conversion", "train", "--data", parts, "--out", tmp_path / "m", "--engine", "ray")
+    result = _invoke("conversion", "train", "--data", parts, "--out", tmp_path / "m", "--executor", "ray")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"{parts / 'part-00001.parquet'}: cannot be read as parquet" in result.output
     spoiled = table.iloc[3000:].copy()
@@ -156,14 +174,14 @@ def test_a_bad_part_is_named_in_the_error(ray_cluster, tmp_path):
 
 
 def test_ctrl_c_stops_a_ray_train_run_and_keeps_the_best_model(ray_cluster, tmp_path):
-    """SIGINT to `conversion train --engine ray` after its first checkpoint: Ray Train aborts the run, the best
+    """SIGINT to `conversion train --executor ray` after its first checkpoint: Ray Train aborts the run, the best
     model so far is written with a hint to --resume, and the cluster's CPUs are free again."""
     import ray
 
     parts = write_parts(make_world(n_impressions=20_000, seed=1).table, tmp_path / "parts", [5000] * 4)
     command = [sys.executable, "-m", "promokit.cli", "conversion", "train", "--data", str(parts),
                "--out", str(tmp_path / "m"), "--model", "esmm", "--epochs", "1000", "--patience", "1000",
-               "--batch-size", "500", "--params", json.dumps(SMALL), "--engine", "ray",
+               "--batch-size", "500", "--params", json.dumps(SMALL), "--executor", "ray",
                "--address", ray_cluster.address, "--workers", "1"]
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               start_new_session=True)

@@ -13,7 +13,7 @@ from promokit.campaign import build as build_campaign
 from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.campaign import load_campaign
-from promokit.serve.engine import DecisionEngine
+from promokit.serve.decision_rule import DecisionRule
 from promokit.serve import ledger as ledger_module
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Ledger, Option, OutcomeRequest, normalise_url
 from promokit.serve.pacing import Pacer, realised_ratio
@@ -301,15 +301,15 @@ def test_ledger_url_errors():
 # ------------------------------------------------------------------------------------------- rule and pacing
 
 
-def test_engine_reproduces_the_offline_plan(campaign):
+def test_the_decision_rule_reproduces_the_offline_plan(campaign):
     """At λ*, eq. 19 on each customer's curve gives the plan's level except on the marginal request(s)."""
     f = in_order(campaign.populations["customer"], "c", 400)
     plan = solve_budget(*ratio_form(f, LEVELS, B))
-    engine = DecisionEngine(campaign)
-    chosen = np.array([engine.propose(f"r{i}", "customer", f"c{i}")[0].chosen.index for i in range(len(f))])
+    rule = DecisionRule(campaign)
+    chosen = np.array([rule.propose(f"r{i}", "customer", f"c{i}")[0].chosen.index for i in range(len(f))])
     assert (chosen == decide(*ratio_form(f, LEVELS, B)[:2], plan.lam)).all()
     assert (chosen != plan.choice).sum() <= 2
-    request_, _ = engine.propose("x", "customer", "somebody-new")
+    request_, _ = rule.propose("x", "customer", "somebody-new")
     assert request_.cold_start and request_.chosen.expected_response == pytest.approx(
         f.mean(axis=0)[request_.chosen.index])
 

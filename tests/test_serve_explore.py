@@ -13,7 +13,7 @@ from promokit.campaign import build as build_campaign
 from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.campaign import load_campaign
-from promokit.serve.engine import DecisionEngine
+from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.explore import EXPLOIT, EXPLORE, Exploration
 from promokit.serve.ledger import MIGRATIONS, NO_LEVEL, DecisionRequest, Ledger, Option
 
@@ -62,13 +62,13 @@ def test_the_draw_is_fixed_per_request_and_uniform():
     assert set(counts) == set(range(K)) and all(abs(n - 2500) < 200 for n in counts.values()), counts
 
 
-def test_the_engine_keeps_a_subject_in_its_bucket_across_requests_and_workers(tmp_path):
+def test_the_decision_rule_keeps_a_subject_in_its_bucket_across_requests_and_workers(tmp_path):
     campaign = make_campaign(tmp_path)
-    engines = [DecisionEngine(load_campaign(campaign.path)) for _ in range(2)]
+    rules = [DecisionRule(load_campaign(campaign.path)) for _ in range(2)]
     for i in range(200):
-        proposals = [engine.propose(f"r{i}-{k}", "customer", f"c{i}")[0] for engine in engines for k in range(3)]
+        proposals = [rule.propose(f"r{i}-{k}", "customer", f"c{i}")[0] for rule in rules for k in range(3)]
         assert len({p.bucket for p in proposals}) == 1
-        retries = [engine.propose(f"r{i}", "customer", f"c{i}")[0] for engine in engines]
+        retries = [rule.propose(f"r{i}", "customer", f"c{i}")[0] for rule in rules]
         assert retries[0].chosen == retries[1].chosen and retries[0].among == retries[1].among
         if proposals[0].bucket == EXPLORE:
             assert retries[0].reason == "explore" and [o.index for o in retries[0].among] == list(range(K))

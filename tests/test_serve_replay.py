@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from promokit.allocation.budget import ratio_form, solve_budget
-from promokit.allocation.synthetic import make_budget_instance
 from promokit.campaign import build as build_campaign
+from promokit.experiments.allocation.instances import make_budget_instance
 from promokit.serve.ledger import Ledger
 from promokit.serve.replay import ReplayResult, free_port, run_replay, running_service
 

@@ -16,7 +16,7 @@ from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.body_limit import BodyLimit
 from promokit.serve.campaign import CampaignConfig, load_campaign
-from promokit.serve.engine import DecisionEngine
+from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.ledger import MIGRATIONS, NO_LEVEL, Ledger, OutcomeRequest
 from promokit.serve.money import to_major, to_minor
 
@@ -212,11 +212,11 @@ def test_the_schema_says_what_the_service_does(client):
 def test_cold_start_is_a_campaign_setting(tmp_path, setting, level_index, reason):
     campaign = make_campaign(tmp_path, cold_start=setting)
     assert load_campaign(campaign.path).config.cold_start == setting
-    proposed, due = DecisionEngine(campaign).propose("x", "customer", "somebody-new")
+    proposed, due = DecisionRule(campaign).propose("x", "customer", "somebody-new")
     assert proposed.cold_start and proposed.reason == reason and not (due and setting != "mean")
     if level_index is not None:
         assert proposed.chosen.index == level_index
-    known, _ = DecisionEngine(campaign).propose("y", "customer", "c1")
+    known, _ = DecisionRule(campaign).propose("y", "customer", "c1")
     assert not known.cold_start and known.reason == "rule"
 
 

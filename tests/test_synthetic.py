@@ -4,14 +4,14 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score as auc
 
-from promokit.conversion.synthetic import SyntheticWorld, compose_truth, make_world
+from promokit.experiments.conversion.world import ConversionWorld, compose_truth, make_world
 
 SMALL = {"n_users": 200, "n_items": 100, "n_impressions": 20_000}
 LABELS = ["click", "daction", "purchase"]
 
 
 @pytest.fixture(scope="module")
-def medium() -> SyntheticWorld:
+def medium() -> ConversionWorld:
     return make_world(n_impressions=100_000, seed=3)
 
 

@@ -10,19 +10,19 @@ from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.parts import plan
 from promokit.data import DataError
 from promokit.data.ids import id_hashes, share_in
+from promokit.experiments.incentive.world import make_world as make_incentive_world
+from promokit.experiments.value.world import make_world as make_value_world
+from promokit.experiments.voucher.world import make_world as make_voucher_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel
-from promokit.incentive.synthetic import make_world as make_incentive_world
-from promokit.scale.engine import LocalEngine
+from promokit.scale.executor import LocalExecutor
 from promokit.training import TrainConfig, read_training_ids
 from promokit.training.artifact import TRAINING_IDS
 from promokit.value.contract import read_folder, table_paths
 from promokit.value.estimator import ValueModel
 from promokit.value.parts import _plan
-from promokit.value.synthetic import make_world as make_value_world
 from promokit.voucher.estimator import VoucherModel
 from promokit.voucher.history import default_cuts, split_by_time
-from promokit.voucher.synthetic import make_voucher_world
 
 torch.set_num_threads(1)
 ONE_EPOCH = TrainConfig(epochs=1, batch_size=256, progress=False)
@@ -89,7 +89,7 @@ def test_a_value_model_records_its_training_deliveries_users_in_one_folder_and_i
     expected = id_hashes(tables.deliveries["user_id"].to_numpy()[train])
     assert np.array_equal(read_training_ids(tmp_path / "model"), expected)
     counted = ValueModel("dnn", VALUE_NET, ONE_EPOCH)
-    _plan(counted, table_paths(value_data / "parts"), LocalEngine(), tmp_path / "keys", False)
+    _plan(counted, table_paths(value_data / "parts"), LocalExecutor(), tmp_path / "keys", False)
     assert np.array_equal(counted.training_ids, expected)
 
 
@@ -98,7 +98,7 @@ def test_a_conversion_model_records_its_training_rows_users_in_one_table_and_in_
     model = ConversionModel("lr").fit(table, validation=0)
     assert np.array_equal(model.training_ids, id_hashes(table["user_id"]))
     counted = ConversionModel("esmm", {"emb_dim": 4, "hidden": (8,)}, ONE_EPOCH)
-    plan(counted, write_parts(table, tmp_path / "parts", [1500, 0, 2500]), LocalEngine(), 1, valid_fraction=0)
+    plan(counted, write_parts(table, tmp_path / "parts", [1500, 0, 2500]), LocalExecutor(), 1, valid_fraction=0)
     assert np.array_equal(counted.training_ids, model.training_ids)
     model.save(tmp_path / "model")
     assert np.array_equal(read_training_ids(tmp_path / "model"), model.training_ids)

@@ -3,7 +3,9 @@
 import pytest
 
 from promokit.data import DataError
-from promokit.training.tune import tune
+from promokit.experiments.tuning import tune
+
+pytestmark = pytest.mark.extra("tune")
 
 SPACE = {"x": ("float", -1.0, 1.0), "width": ("choice", ((8,), (16, 8))), "k": ("int", 1, 3)}
 

@@ -8,12 +8,12 @@ from sklearn.base import clone
 
 from promokit.allocation.tables import read_quota_table
 from promokit.data import DataError
+from promokit.experiments.value.world import make_world, write_world
 from promokit.metrics import auc
 from promokit.training import TrainConfig
 from promokit.training.estimator import Evaluation
 from promokit.value.contract import check_tables
 from promokit.value.estimator import ValueModel, delivery_split
-from promokit.value.synthetic import make_world, write_world
 
 SMALL = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "fanouts": [4, 4],
          "max_len": 12}
@@ -178,7 +178,7 @@ def fitted_wide(tables):
 @pytest.mark.parametrize("which", ["fitted", "fitted_wide"])
 def test_pair_scoring_equals_scoring_each_delivery(request, tables, which):
     """score_matrix computes each user's part once; it must equal scoring every user × fund × context as rows (with
-    a wide part too, whose user, fund and context fields are laid out per pair)."""
+    a wide term too, whose user, fund and context fields are laid out per pair)."""
     import torch
 
     model, _ = request.getfixturevalue(which)
@@ -299,7 +299,7 @@ def test_split_rows_hold_out_the_test_and_take_the_validation_given(tables):
     assert not np.isin(got_train, chosen).any() and len(got_train) + len(chosen) == len(train) + len(valid)
     with pytest.raises(DataError, match=r"validation: 2 of its 3 rows are held out for evaluation \(test_fraction"):
         model.split_rows(tables, [int(train[0]), *test[:2]])
-    for bad, message in ((1.5, r"validation must be a fraction in \[0, 1\)"), ([-1], "not rows of the"),
+    for bad, message in ((1.5, r"validation must be a fraction in \[0, 1\)"), ([-1], "are outside the"),
                          ("latest", "validation must be None, a fraction")):
         with pytest.raises(DataError, match=message):
             model.split_rows(tables, bad)
@@ -317,11 +317,16 @@ def test_fit_reads_a_folder_or_a_mapping_of_tables_and_evaluate_reports(tmp_path
     mapping = {"deliveries": small.deliveries, "users": tmp_path / "world" / "users.parquet", "funds": small.funds,
                "behaviors": str(tmp_path / "world" / "behaviors.parquet")}
     from_mapping = ValueModel("esdpm-ncg", SMALL, one_epoch).fit(mapping, validation=0.2)
-    assert from_folder.holdout == {"test_fraction": 0.1, "valid_fraction": 0.2, "how": "time", "seed": 0}
+    held_out = from_folder.held_out(tmp_path / "world")
+    assert from_folder.holdout == {"test_fraction": 0.1, "valid_fraction": 0.2, "how": "time", "seed": 0,
+                                   "rows": len(small.deliveries), "held_out": len(held_out)}
+    assert np.array_equal(held_out, from_folder.split_rows(tables)[2])
+    with pytest.raises(DataError, match=rf"^held_out: the model held out {len(held_out)} of the "
+                                        rf"{len(small.deliveries):,} deliveries it was fitted on, and these data have"):
+        from_folder.held_out({**mapping, "deliveries": small.deliveries.head(100)})
     expected = from_tables.predict(tables)
     pd.testing.assert_frame_equal(from_folder.predict(tmp_path / "world"), expected)
     pd.testing.assert_frame_equal(from_mapping.predict(mapping), expected)
-    held_out = from_folder.split_rows(tables)[2]
     report = from_folder.evaluate(tmp_path / "world", rows=held_out)
     assert isinstance(report, Evaluation) and report.title == "Value model esdpm-ncg"
     assert report["deliveries"] == len(held_out) and {"auc", "gini", "thc", "tha", "etv_bias"} <= set(report)

@@ -37,6 +37,7 @@ def model(world):
     return path
 
 
+@pytest.mark.extra("allocation")
 def test_train_predict_allocate_evaluate(world, model, tmp_path):
     scores = tmp_path / "scores"
     result = _invoke("value", "predict", "--model", model, "--data", world, "--out", scores)
@@ -116,6 +117,19 @@ def test_model_and_option_errors(world, model, tmp_path):
     assert result.exit_code == 2 and "--at must be a date" in result.output
 
 
+def test_two_part_is_the_deprecated_name_of_the_hurdle(world, tmp_path):
+    from promokit.value.cli import _models
+
+    result = _invoke("value", "train", "--data", world, "--out", tmp_path / "m", "--model", "two-part")
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.output.splitlines() if "deprecated" in line] == [
+        "warning: --model two-part is deprecated: the same model is now hurdle"]
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["model"] == "hurdle"
+    with pytest.warns(FutureWarning, match="^--models two-part is deprecated: the same model is now hurdle$"):
+        assert _models("two-part,esdpm") == ["hurdle", "esdpm"]
+
+
+@pytest.mark.extra("allocation")
 def test_simulate_scores_plans_by_the_true_model(world, model, tmp_path):
     result = _invoke("value", "simulate", "--world", world, "--model", model, "--out", tmp_path / "sim",
                      "--allocators", "ha,prices")
@@ -132,21 +146,22 @@ def test_simulate_scores_plans_by_the_true_model(world, model, tmp_path):
     assert result.exit_code == 2 and "simulate on the world the tables come from" in result.output
 
 
+@pytest.mark.extra("allocation")
 def test_bench_writes_the_tables_and_the_decile_figure(tmp_path):
     result = _invoke("value", "bench", "--models", "esdpm,esmm", "--seeds", "0", "--users", 300, "--epochs", 1,
                      "--params", NET, "--out", tmp_path / "bench")
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "bench" / "report.json").read_text())
     metrics = pd.DataFrame(report["results"])
-    assert list(metrics.model) == ["two-part", "esdpm", "esmm", "oracle"]  # the floor first, always
+    assert list(metrics.model) == ["hurdle", "esdpm", "esmm", "oracle"]  # the floor first, always
     oracle = metrics.set_index("model").loc["oracle"]
     assert oracle.etv_mae_true == 0 and oracle.etv_bias_true == 0 and oracle.fund_bias_true == 0
     assert metrics.best_differs.between(0, 1).all()
     assert np.isnan(metrics.set_index("model").loc["esmm", "etv_bias_true"])  # its ETV is a pCTCVR
-    assert "RelaImpr vs two-part" in (tmp_path / "bench" / "report.md").read_text()
+    assert "RelaImpr vs hurdle" in (tmp_path / "bench" / "report.md").read_text()
     plans = pd.DataFrame(report["simulation"])
     assert set(plans.allocator) == {"manual", "ha", "prices"}
-    assert set(plans.model) == {"two-part", "esdpm", "esmm", "oracle"}
+    assert set(plans.model) == {"hurdle", "esdpm", "esmm", "oracle"}
     assert (tmp_path / "bench" / "deciles.png").exists()
 
 
@@ -162,14 +177,17 @@ def test_random_split_for_deliveries_sharing_one_time(world, tmp_path):
                      "--split", "random")
     assert result.exit_code == 0, result.output
     held = round(0.1 * len(deliveries))
-    assert f"{held:,} drawn at random held out for evaluate" in " ".join(result.output.split())
+    assert (f"held out for evaluate: {held:,} of {len(deliveries):,} deliveries (drawn at random, seed 0)"
+            in " ".join(result.output.split()))
     result = _invoke("value", "evaluate", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "e")
     assert result.exit_code == 0, result.output
     held_out = json.loads((tmp_path / "e" / "report.json").read_text())["metrics"]["deliveries"]
     assert held_out == held
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m0", "--epochs", 1, "--params", NET,
                      "--split", "random", "--test-fraction", 0)
-    assert result.exit_code == 0 and "none held out" in result.output
+    assert result.exit_code == 0 and "held out for evaluate: nothing (--test-fraction 0)" in result.output
+    result = _invoke("value", "evaluate", "--model", tmp_path / "m0", "--data", folder, "--out", tmp_path / "e")
+    assert result.exit_code == 2 and "the model held nothing out" in result.output and "--all" in result.output
     result = _invoke("value", "train", "--data", folder, "--out", tmp_path / "m2", "--split", "users")
     assert result.exit_code == 2 and "split must be one of ['time', 'random'], got 'users'" in result.output
 
@@ -197,6 +215,7 @@ def _scores(result, folder):
     return pd.read_parquet(folder / "scores.parquet")
 
 
+@pytest.mark.extra("allocation")
 def test_predict_a_campaigns_users_list_for_allocate_quota(world, model, tmp_path):
     users = pd.read_parquet(world / "users.parquet")
     listed = users.sample(40, random_state=0)[["user_id", "tolerance"]].assign(segment="spring")
@@ -279,3 +298,21 @@ def test_a_model_trained_without_behaviours_reads_none_and_says_nothing_of_them(
     assert json.loads((tmp_path / "m" / "encoder.json").read_text())["max_len"] == 0
     result = _invoke("value", "predict", "--model", tmp_path / "m", "--data", world, "--out", tmp_path / "p")
     assert result.exit_code == 0 and "behaviours" not in result.output
+
+
+def test_label_maps_a_delivery_label_to_the_users_column_and_the_error_names_the_option(world, tmp_path):
+    folder = _copy(world, tmp_path)
+    deliveries = pd.read_parquet(world / "deliveries.parquet")
+    deliveries.rename(columns={"convert": "converted"}).to_parquet(folder / "deliveries.parquet")
+    train = ["value", "train", "--data", folder, "--out", tmp_path / "m", "--model", "hurdle"]
+    refused = _invoke(*train)
+    assert refused.exit_code == 2
+    assert ("deliveries: column 'convert' (label 'convert') is missing from the table of "
+            f"{len(deliveries)} rows; did you mean 'converted'? If it holds the label, map it: --label "
+            "convert=converted." in " ".join(refused.output.split()))
+    assert _invoke(*train, "--label", "convert=converted").exit_code == 0
+    evaluated = _invoke("value", "evaluate", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "e",
+                        "--label", "convert=converted")
+    assert evaluated.exit_code == 0, evaluated.output
+    wrong = _invoke(*train, "--label", "convert=purchased")
+    assert wrong.exit_code == 2 and "--label convert=purchased: column 'purchased' is missing" in wrong.output

@@ -1,5 +1,5 @@
-"""The value domain's floor ``two-part``: its ETV is the product of its parts, it learns a planted user × fund signal,
-it saves as text, its settings are checked; and the reports beside it (personalisation, calibration per fund)."""
+"""The value domain's floor ``hurdle``: its ETV is the product of its two stages, it learns a planted user × fund signal,
+it saves as text (and a directory saved as ``two-part`` still loads), its settings are checked; and the reports beside it (personalisation, calibration per fund)."""
 
 import json
 
@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from promokit.data import DataError
+from promokit.experiments.value.world import make_world
 from promokit.metrics import auc, fund_personalisation
 from promokit.value.contract import check_tables
 from promokit.value.estimator import ValueModel
 from promokit.value.evaluate import beside_floor, fund_calibration
-from promokit.value.synthetic import make_world
 
 
 def planted(n_users: int = 600, seed: int = 0):
@@ -45,18 +45,18 @@ def world():
 
 @pytest.fixture(scope="module")
 def fitted(world):
-    model = ValueModel("two-part").fit(world)
+    model = ValueModel("hurdle").fit(world)
     _, valid, test = model.split_rows(world)
     return model, valid, test
 
 
-def test_etv_is_the_product_of_its_parts(world, fitted):
+def test_etv_is_the_product_of_its_stages(world, fitted):
     model, valid, test = fitted
     out = model.predict(world, rows=test)
     assert list(out.columns) == ["user_id", "fund", "p_ctcvr", "mu", "amount_if_convert", "etv"]
     rows = model.encoders.rows(world, test)
     x = model.net.matrix(*(rows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
-    p, mu = (model.net.boosters[part].predict(x) for part in ("convert", "amount"))
+    p, mu = (model.net.boosters[stage].predict(x) for stage in ("convert", "amount"))
     # the smearing factor: exp of the held-out residuals of the log amount on the converted validation deliveries
     vrows = model.encoders.rows(world, valid)
     vx = model.net.matrix(*(vrows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
@@ -71,7 +71,7 @@ def test_etv_is_the_product_of_its_parts(world, fitted):
 
 def test_it_learns_a_planted_user_by_fund_signal():
     tables, truth, segment, p_convert = planted()
-    model = ValueModel("two-part").fit(tables)
+    model = ValueModel("hurdle").fit(tables)
     test = model.split_rows(tables)[2]
     oracle = auc(tables.convert[test], p_convert[test])
     assert auc(tables.convert[test], model.predict(tables, rows=test).p_ctcvr) > oracle - 0.01
@@ -89,13 +89,29 @@ def test_model_directory_holds_text_and_scores_alike(world, fitted, tmp_path):
     model, _, test = fitted
     model.save(tmp_path / "m")
     files = sorted(p.name for p in (tmp_path / "m").iterdir())
-    assert files == ["config.json", "encoder.json", "history.json", "training_ids.npy", "two_part.json",
-                     "two_part_amount.txt", "two_part_convert.txt"]
-    lgb.Booster(model_file=str(tmp_path / "m" / "two_part_convert.txt"))  # LightGBM's own text format
-    assert json.loads((tmp_path / "m" / "config.json").read_text())["model"] == "two-part"
+    assert files == ["config.json", "encoder.json", "history.json", "hurdle.json", "hurdle_amount.txt",
+                     "hurdle_convert.txt", "training_ids.npy"]
+    lgb.Booster(model_file=str(tmp_path / "m" / "hurdle_convert.txt"))  # LightGBM's own text format
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["model"] == "hurdle"
     loaded = ValueModel.load(tmp_path / "m")
     pd.testing.assert_frame_equal(model.predict(world, rows=test), loaded.predict(world, rows=test))
     pd.testing.assert_frame_equal(model.score_table(world), loaded.score_table(world))
+
+
+def test_a_directory_saved_as_two_part_loads_as_the_hurdle(world, fitted, tmp_path):
+    """The floor's former name: its config says ``two-part`` and its files start with ``two_part``."""
+    model, _, test = fitted
+    model.save(tmp_path / "m")
+    for name in ("hurdle.json", "hurdle_amount.txt", "hurdle_convert.txt"):
+        (tmp_path / "m" / name).rename(tmp_path / "m" / name.replace("hurdle", "two_part"))
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "model": "two-part"}))
+    loaded = ValueModel.load(tmp_path / "m")
+    assert loaded.model == "hurdle"
+    pd.testing.assert_frame_equal(model.predict(world, rows=test), loaded.predict(world, rows=test))
+    loaded.save(tmp_path / "again")  # saved again, it is a hurdle directory
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["model"] == "hurdle"
+    assert (tmp_path / "again" / "hurdle.json").exists() and not (tmp_path / "again" / "two_part.json").exists()
 
 
 def test_pair_scores_equal_scoring_each_pair_as_a_delivery(world, fitted):
@@ -127,7 +143,7 @@ def test_pair_scores_equal_scoring_each_pair_as_a_delivery(world, fitted):
 ])
 def test_bad_settings_are_one_line_errors(params, message):
     with pytest.raises(DataError, match=message) as caught:
-        ValueModel("two-part", params)
+        ValueModel("hurdle", params)
     assert "\n" not in str(caught.value)
 
 

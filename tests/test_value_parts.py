@@ -1,5 +1,5 @@
 """``value predict`` over a dataset in parts (users, deliveries, behaviors, consumption co-partitioned by user): the
-one-folder predict part by part, on the local engine and on Ray, into ``allocate quota``; bad layouts as one-line
+one-folder predict part by part, on the local executor and on Ray, into ``allocate quota``; bad layouts as one-line
 errors naming the file."""
 
 import json
@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from conftest import write_value_parts
 from promokit.cli import app
-from promokit.scale.engine import LocalEngine
+from promokit.experiments.value.world import feasible_quotas, make_world
+from promokit.scale.executor import LocalExecutor
 from promokit.training import TrainConfig
 from promokit.value.contract import check_tables, table_paths
 from promokit.value.estimator import ValueModel
 from promokit.value.parts import predict_parts
-from promokit.value.synthetic import feasible_quotas, make_world
 
 torch.set_num_threads(1)
 runner = CliRunner()
@@ -56,7 +56,7 @@ def data(world, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def predicted(data, model_dir):
-    """predict of the whole folder and, on the local engine, of its parts: the two output folders."""
+    """predict of the whole folder and, on the local executor, of its parts: the two output folders."""
     for folder in ("whole", "parts"):
         result = _invoke("value", "predict", "--model", model_dir, "--data", data / folder, "--out",
                          data / f"out-{folder}")
@@ -104,13 +104,14 @@ def test_at_and_contexts_reach_every_part_and_the_model_loads_once(data, model_d
     assert result.exit_code == 0, result.output
     loads, load = [], ValueModel.load
     monkeypatch.setattr(ValueModel, "load", staticmethod(lambda path: loads.append(path) or load(path)))
-    predict_parts(model_dir, table_paths(data / "parts"), tmp_path / "parts", LocalEngine(), "2026-02-10", 2)
-    assert loads == [model_dir]  # once for the 4 parts: the engine's setup
+    predict_parts(model_dir, table_paths(data / "parts"), tmp_path / "parts", LocalExecutor(), "2026-02-10", 2)
+    assert loads == [model_dir]  # once for the 4 parts: the executor's setup
     expected = _split(pd.read_parquet(tmp_path / "whole" / "scores.parquet"), data, "users")
     got = [pd.read_parquet(tmp_path / "parts" / "scores" / f"part-{k:05d}.parquet") for k in range(len(PART_USERS))]
     assert max(_largest_difference(g, e) for g, e in zip(got, expected)) <= 1e-6
 
 
+@pytest.mark.extra("allocation")
 def test_allocate_quota_reads_the_score_parts(data, predicted):
     plans = {}
     for out in predicted:
@@ -124,7 +125,7 @@ def test_allocate_quota_reads_the_score_parts(data, predicted):
 def test_ray_predict_equals_local(ray_cluster, data, model_dir, predicted):
     out = data / "out-ray"
     result = _invoke("value", "predict", "--model", model_dir, "--data", data / "parts", "--out", out,
-                     "--engine", "ray", "--address", ray_cluster.address, "--workers", 2)
+                     "--executor", "ray", "--address", ray_cluster.address, "--workers", 2)
     assert result.exit_code == 0, result.output
     for name in ("scores", "deliveries"):
         for k in range(len(PART_USERS)):
@@ -205,9 +206,9 @@ def test_a_graph_model_scores_the_parts_as_the_whole_folder(data, graph_models, 
 
 
 def test_a_graph_model_on_ray_equals_local(ray_cluster, data, graph_models, tmp_path):
-    for engine in ("local", "ray"):
+    for executor in ("local", "ray"):
         result = _invoke("value", "predict", "--model", graph_models / "esdpm", "--data", data / "parts", "--out",
-                         tmp_path / engine, "--engine", engine, *(("--workers", 2) if engine == "ray" else ()))
+                         tmp_path / executor, "--executor", executor, *(("--workers", 2) if executor == "ray" else ()))
         assert result.exit_code == 0, result.output
     for k in range(len(PART_USERS)):
         pd.testing.assert_frame_equal(*(pd.read_parquet(tmp_path / e / "scores" / f"part-{k:05d}.parquet")
@@ -224,10 +225,10 @@ def test_a_graph_model_needs_the_payments(data, graph_models, tmp_path):
 
 
 def test_the_floor_scores_the_parts_as_the_whole_folder(world, data, tmp_path):
-    """two-part (boosted trees, no network) over parts: the one-folder ETV table and per-delivery outputs, exactly
+    """hurdle (boosted trees, no network) over parts: the one-folder ETV table and per-delivery outputs, exactly
     (a tree scores each row alone)."""
     tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors)
-    ValueModel("two-part").fit(tables).save(tmp_path / "floor")
+    ValueModel("hurdle").fit(tables).save(tmp_path / "floor")
     for folder in ("whole", "parts"):
         result = _invoke("value", "predict", "--model", tmp_path / "floor", "--data", data / folder, "--out",
                          tmp_path / folder)

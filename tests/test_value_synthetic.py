@@ -6,7 +6,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from promokit.data.errors import DataError
-from promokit.value.synthetic import (ACTIONS, CATEGORIES, CHANNELS, START, STYLES, ValueWorld, draw_outcomes,
+from promokit.experiments.value.world import (ACTIONS, CATEGORIES, CHANNELS, START, STYLES, ValueWorld, draw_outcomes,
                                       expected_value, make_world, read_truth_etv, write_world)
 
 TABLES = ("deliveries", "users", "funds", "behaviors", "consumption", "truth", "truth_etv")

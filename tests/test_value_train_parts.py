@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 
 from conftest import write_value_parts
 from promokit.cli import app
-from promokit.scale.engine import LocalEngine
+from promokit.experiments.value.world import make_world
+from promokit.scale.executor import LocalExecutor
 from promokit.training import TrainConfig
 from promokit.value.contract import read_folder, table_paths
 from promokit.value.estimator import TEST, TRAIN, VALID, ValueModel
 from promokit.value.inputs import InputEncoders
 from promokit.value.parts import _plan, train_parts
-from promokit.value.synthetic import make_world
 
 torch.set_num_threads(1)
 runner = CliRunner()
@@ -45,11 +45,13 @@ def data(tmp_path_factory):
 @pytest.mark.parametrize("how", ["time", "random"])
 def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_path, how):
     estimator = ValueModel("esdpm-ncg", SMALL, QUICK, split=how)
-    job, counts = _plan(estimator, table_paths(data / "parts"), LocalEngine(), tmp_path / "keys", False)
+    job, counts = _plan(estimator, table_paths(data / "parts"), LocalExecutor(), tmp_path / "keys", False)
     tables = read_folder(data / "whole")
     train, valid, test = estimator.split_rows(tables)
     assert counts == {"train": len(train), "valid": len(valid), "test": len(test)}
-    assert estimator.holdout == {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": QUICK.seed}
+    assert estimator.holdout == {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": QUICK.seed,
+                                 "rows": len(tables.deliveries), "held_out": len(test)}
+    assert np.array_equal(estimator.held_out(tables), test)  # evaluate finds them in the tables read whole
     roles = np.concatenate([job.train_rows.split.roles(part_tables.time, offset) for part_tables, offset in
                             zip(_part_tables(data, estimator), job.train_rows.offsets)])
     for role, rows in ((TRAIN, train), (VALID, valid), (TEST, test)):
@@ -77,7 +79,7 @@ def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path)
     over the parts say, and is recorded in the spec, as read_folder gives it on the whole table."""
     estimator = ValueModel("esdpm-ncg", SMALL, QUICK)
     types = {"points": "categorical", "hour": "numeric"}
-    _plan(estimator, table_paths(data / "parts"), LocalEngine(), tmp_path / "keys", False, types)
+    _plan(estimator, table_paths(data / "parts"), LocalExecutor(), tmp_path / "keys", False, types)
     tables = read_folder(data / "whole", types=types)
     assert estimator.specs == {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
     assert "points" in tables.user_spec.categorical and tables.user_spec.types == {"points": "categorical"}
@@ -94,7 +96,7 @@ def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
 
     def fit(epochs, **kwargs):
         estimator = ValueModel("esdpm-ncg", SMALL, TrainConfig(**{**QUICK.to_dict(), "epochs": epochs}))
-        train_parts(estimator, paths, LocalEngine(), tmp_path / "keys", **kwargs)
+        train_parts(estimator, paths, LocalExecutor(), tmp_path / "keys", **kwargs)
         return estimator
 
     straight = fit(3)
@@ -118,7 +120,7 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
             "--lr", 3e-3, "--monitor", "auc", "--params", json.dumps(SMALL)]
     one = _invoke(*args, "--out", tmp_path / "one")
     assert one.exit_code == 0, one.output
-    two = _invoke(*args, "--out", tmp_path / "two", "--engine", "ray", "--address", ray_cluster.address,
+    two = _invoke(*args, "--out", tmp_path / "two", "--executor", "ray", "--address", ray_cluster.address,
                   "--workers", 2)
     assert two.exit_code == 0, two.output
     assert "model written to" in two.output and not (tmp_path / ".two.checkpoint").exists()
@@ -141,7 +143,7 @@ def test_a_graph_model_in_parts_is_a_one_line_error(data, tmp_path):
     line = " ".join(result.output.split())
     assert line.startswith("error: model 'esdpm' reads the consumption graph") and "esdpm-ncg" in line
     assert len(result.output.strip().splitlines()) <= 3  # one line, wrapped at the terminal's width
-    result = _invoke("value", "train", "--data", data / "parts", "--model", "two-part", "--out", tmp_path / "m")
+    result = _invoke("value", "train", "--data", data / "parts", "--model", "hurdle", "--out", tmp_path / "m")
     assert result.exit_code == 2 and "does not train over parts" in " ".join(result.output.split())
 
 

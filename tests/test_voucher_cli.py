@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from promokit.cli import app
 from test_voucher_data import fake_amexpert
-from promokit.voucher.synthetic import PROFILE_CATEGORICAL, make_voucher_world
+from promokit.experiments.voucher.world import PROFILE_CATEGORICAL, make_world
 
 runner = CliRunner()
 NET = '{"emb_dim": 4, "hidden": [16], "dropout": 0.0, "attention_units": 8}'
@@ -21,7 +21,7 @@ NET = '{"emb_dim": 4, "hidden": [16], "dropout": 0.0, "attention_units": 8}'
 def paths(tmp_path_factory):
     """The synthetic world's three tables as the user would have them: CSV files."""
     folder = tmp_path_factory.mktemp("voucher_tables")
-    tables = make_voucher_world(n_users=200, n_vouchers=20, n_items=200, n_sessions=1500, seed=2).tables
+    tables = make_world(n_users=200, n_vouchers=20, n_items=200, n_sessions=1500, seed=2).tables
     tables.sessions.to_csv(folder / "sessions.csv", index=False)
     tables.events.drop(columns=["session", "pre"]).to_csv(folder / "events.csv", index=False)
     tables.items.to_parquet(folder / "items.parquet", index=False)
@@ -45,13 +45,16 @@ def test_train_predict_evaluate_round_trip(tmp_path, paths):
     assert "best validation auc" in result.output
     assert (model_dir / "weights.safetensors").exists() and (model_dir / "encoder.json").exists()
 
-    out = tmp_path / "pred.parquet"
-    # predict in a fresh interpreter: the model directory and the tables are all it needs
+    assert "held out for evaluate: " in result.output and "sessions (collected from " in result.output
+
+    out = tmp_path / "pred"
+    # predict in a fresh interpreter: the model directory and the tables are all it needs; --out is a folder
     done = subprocess.run([sys.executable, "-m", "promokit.cli", "voucher", "predict", "--model", str(model_dir),
                            *map(str, _table_args(paths)), "--out", str(out), "--from", "2024-05-01"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    predictions = pd.read_parquet(out)
+    predictions = pd.read_parquet(out / "predictions.parquet")
+    assert json.loads((out / "summary.json").read_text())["rows"] == len(predictions)
     sessions = pd.read_csv(paths / "sessions.csv", parse_dates=["collect_time"])
     assert list(predictions.columns) == ["session_id", "user_id", "voucher_id", "p_redeem"]
     assert len(predictions) == int((sessions.collect_time >= "2024-05-01").sum()) > 0
@@ -62,6 +65,23 @@ def test_train_predict_evaluate_round_trip(tmp_path, paths):
     assert result.exit_code == 0, result.output
     report = (tmp_path / "eval" / "report.md").read_text()
     assert "auc" in report and "gauc" in report
+    held_out = json.loads((model_dir / "config.json").read_text())["holdout"]["held_out"]
+    assert json.loads((tmp_path / "eval" / "report.json").read_text())["metrics"]["n"] == held_out > 0
+
+
+def test_label_maps_the_redeemed_column_and_the_error_names_the_option(tmp_path, paths):
+    renamed = tmp_path / "sessions.csv"
+    pd.read_csv(paths / "sessions.csv").rename(columns={"redeemed": "is_redeemed"}).to_csv(renamed, index=False)
+    args = ["--sessions", renamed, *_table_args(paths)[2:]]
+    train = ["voucher", "train", *args, "--model", "lr", "--out", tmp_path / "m"]
+    refused = _invoke(*train)
+    assert refused.exit_code == 2 and ("sessions: column 'redeemed' (label 'redeemed') is missing from the table of "
+                                       in refused.output)
+    assert "did you mean 'is_redeemed'? If it holds the label, map it: --label redeemed=is_redeemed." in refused.output
+    assert _invoke(*train, "--label", "redeemed=is_redeemed").exit_code == 0
+    evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, "--label", "redeemed=is_redeemed",
+                        "--out", tmp_path / "ev")
+    assert evaluated.exit_code == 0, evaluated.output
 
 
 def test_a_missing_column_is_one_line_and_exit_2(tmp_path, paths):
@@ -135,12 +155,14 @@ def test_amexpert_writes_contract_tables_that_train_and_evaluate_read_back(tmp_p
     trained = _invoke("voucher", "train", *args, "--model", "lr", "--epochs", 1, "--monitor", "loss",
                       "--valid-from", "2013-02-01", "--test-from", "2013-03-01", "--out", tmp_path / "m")
     assert trained.exit_code == 0, trained.output
-    assert "2 training sessions" in trained.output and "2 validation sessions, 2 held out" in trained.output
-    evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, "--gauc-by", "campaign_id",
-                        "--from", "2013-03-01", "--out", tmp_path / "eval")
-    assert evaluated.exit_code == 0, evaluated.output
-    report = json.dumps(json.loads((tmp_path / "eval" / "report.json").read_text()))
-    assert '"n": 2' in report and "gauc" in report
+    assert "2 training sessions, 2 validation sessions" in trained.output
+    assert "held out for evaluate: 2 of 6 sessions (collected from 2013-03-01 00:00:00)" in trained.output
+    for held_out in ([], ["--from", "2013-03-01"]):  # evaluate scores what train held out by default
+        evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, "--gauc-by", "campaign_id",
+                            *held_out, "--out", tmp_path / "eval")
+        assert evaluated.exit_code == 0, evaluated.output
+        report = json.dumps(json.loads((tmp_path / "eval" / "report.json").read_text()))
+        assert '"n": 2' in report and "gauc" in report
 
 
 def test_unknown_model_is_a_user_error(tmp_path, paths):
@@ -159,6 +181,7 @@ def test_demo_on_a_tiny_world_writes_table_3_with_the_oracle(tmp_path):
     assert (out / "report.json").exists() and (out / "auc_vs_oracle.png").exists()
 
 
+@pytest.mark.extra("tune")
 def test_tune_writes_params_that_train_reads(tmp_path, paths):
     out = tmp_path / "tune"
     result = _invoke("voucher", "tune", *_table_args(paths), "--model", "dnn", "--trials", 2, "--epochs", 2,
@@ -313,7 +336,7 @@ LR = ["--model", "lr"]
 BAD_SESSIONS = [
     # (a) one row
     ("train", LR, lambda f, p: f.head(1).to_csv(p, index=False), [],
-     "leave 0 training and 1 validation sessions of 1; both must be non-empty"),
+     "--test-fraction: a fraction 0.1 of 1 sessions leaves none held out; pass --test-fraction 0 or more sessions"),
     # (b) an infinite value in a feature column, in a voucher term
     ("train", LR, _cell("user_spend", 7, np.inf), [], "numeric column 'user_spend' has 1 infinite values in {n} rows, "
                                                       "e.g. row 7 {{user_spend=inf}}"),
@@ -362,9 +385,9 @@ def test_bad_sessions_tables_are_one_line_errors(trained, profiled, tmp_path, co
 def test_one_session_is_predicted_and_its_evaluation_warns_that_auc_is_undefined(trained, profiled, tmp_path):
     sessions = _write_spoiled(profiled, tmp_path, lambda frame, path: frame.tail(1).to_csv(path, index=False))
     args = ["--model", trained / "lr", *_profiled_args(profiled, sessions, events=False)]
-    predicted = _invoke("voucher", "predict", *args, "--out", tmp_path / "p.parquet")
+    predicted = _invoke("voucher", "predict", *args, "--out", tmp_path / "p")
     assert predicted.exit_code == 0, predicted.output
-    assert len(pd.read_parquet(tmp_path / "p.parquet")) == 1
+    assert len(pd.read_parquet(tmp_path / "p" / "predictions.parquet")) == 1
     evaluated = _invoke("voucher", "evaluate", *args, "--out", tmp_path / "eval")
     assert evaluated.exit_code == 0 and "AUC is undefined: y_true has" in evaluated.output
 

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 
 from promokit.data import DataError
+from promokit.experiments.voucher.world import make_world
 from promokit.metrics import auc
 from promokit.voucher.amexpert import coupon_descriptors, load_amexpert
 from promokit.voucher.contract import check_tables
 from promokit.voucher.history import default_cuts, redeemed_history, split_by_time
-from promokit.voucher.synthetic import make_voucher_world
 
 
 # ------------------------------------------------------------------------------------------------ contract
@@ -70,8 +70,29 @@ def test_outcome_time_from_validity():
     s = tables.sessions
     assert ((s["outcome_time"] - s["collect_time"]) == pd.Timedelta("2D")).all()
     assert tables.repairs["outcome_time_from_validity"] == 5
-    with pytest.raises(DataError, match="validity"):
+    with pytest.raises(DataError, match=r"^validity: 'soon' is not a duration; give a number and a unit: 7D \(days\)"):
         check_tables(sessions, None, tiny_items(), validity="soon")
+    in_seconds = check_tables(sessions, None, tiny_items(), validity=2 * 24 * 3600)  # the bare number: seconds
+    assert in_seconds.sessions["outcome_time"].equals(s["outcome_time"])
+
+
+@pytest.mark.parametrize("value, expected", [("7D", "7 days"), ("7d", "7 days"), ("12h", "12 hours"),
+                                             ("30m", "30 minutes"), ("604800s", "7 days"), ("604800", "7 days"),
+                                             (604800, "7 days"), (1.5, "1.5 seconds"), ("1.5h", "90 minutes")])
+def test_one_parser_reads_every_duration(value, expected):
+    from promokit.data.durations import parse_duration
+
+    assert parse_duration(value, "validity") == pd.Timedelta(expected)
+
+
+@pytest.mark.parametrize("value", ["7 days", "1M", "-1s", -5, float("inf"), None, True, "7D12h"])
+def test_a_duration_in_another_form_is_refused_naming_the_forms(value):
+    from promokit.data.durations import parse_duration
+
+    with pytest.raises(DataError, match=r"^coupon_ttl.* (not a duration; give a number and a unit: 7D \(days\), 12h "
+                                        r"\(hours\), 30m \(minutes\), 604800s \(seconds\); or a bare number of "
+                                        r"seconds|must be a duration of at least 0)"):
+        parse_duration(value, "coupon_ttl")
 
 
 def test_optional_terms_labels_and_numeric_times():
@@ -286,7 +307,7 @@ def test_redeemed_history_matches_brute_force(seed):
 
 
 def test_poisoned_test_labels_change_no_training_history():
-    world = make_voucher_world(n_users=300, n_vouchers=40, n_items=200, n_sessions=3000, seed=3)
+    world = make_world(n_users=300, n_vouchers=40, n_items=200, n_sessions=3000, seed=3)
     s = world.tables.sessions
     cuts = default_cuts(s)
     split = split_by_time(s, *cuts)
@@ -318,22 +339,22 @@ def test_split_by_time_boundaries_and_default_cuts():
 # ------------------------------------------------------------------------------------------------ synthetic
 @pytest.fixture(scope="module")
 def world():
-    return make_voucher_world(n_users=1500, n_vouchers=100, n_items=600, n_sessions=15_000, seed=0)
+    return make_world(n_users=1500, n_vouchers=100, n_items=600, n_sessions=15_000, seed=0)
 
 
 def test_world_is_deterministic(world):
-    again = make_voucher_world(n_users=1500, n_vouchers=100, n_items=600, n_sessions=15_000, seed=0)
+    again = make_world(n_users=1500, n_vouchers=100, n_items=600, n_sessions=15_000, seed=0)
     pd.testing.assert_frame_equal(world.tables.sessions, again.tables.sessions)
     pd.testing.assert_frame_equal(world.tables.events, again.tables.events)
     assert np.array_equal(world.truth, again.truth)
     assert np.array_equal(world.tables.sessions["session_id"], np.arange(15_000))  # truth rows = session rows
-    other = make_voucher_world(n_users=1500, n_vouchers=100, n_items=600, n_sessions=15_000, seed=1)
+    other = make_world(n_users=1500, n_vouchers=100, n_items=600, n_sessions=15_000, seed=1)
     assert not np.array_equal(world.truth[:100], other.truth[:100])
 
 
 def test_world_rejects_too_few_items():
     with pytest.raises(DataError, match="n_items must be at least 100"):
-        make_voucher_world(n_items=50)
+        make_world(n_items=50)
 
 
 def test_world_labels_calibrated_and_truth_informative(world):

@@ -12,12 +12,12 @@ from typer.testing import CliRunner
 
 from promokit.cli import app
 from promokit.data import DataError
+from promokit.experiments.voucher.world import PROFILE_CATEGORICAL, make_world
 from promokit.training import TrainConfig, read_weights
 from promokit.voucher.contract import check_tables
 from promokit.voucher.estimator import VoucherModel
 from promokit.voucher.graph import UVGStore
 from promokit.voucher.item_embedding import co_occurrence_graph, pretrain_item_embeddings, read_item_embeddings
-from promokit.voucher.synthetic import PROFILE_CATEGORICAL, make_voucher_world
 
 #: A few seconds' worth of MetaPath2Vec on the small worlds below.
 FAST = {"dim": 8, "walk_length": 8, "context_size": 3, "walks_per_node": 2, "epochs": 2, "progress": False}
@@ -27,7 +27,7 @@ TINY_TRAIN = TrainConfig(epochs=2, batch_size=256, lr=0.003, patience=1, progres
 
 @pytest.fixture(scope="module")
 def world():
-    return make_voucher_world(n_users=200, n_vouchers=20, n_items=200, n_sessions=1500, seed=2)
+    return make_world(n_users=200, n_vouchers=20, n_items=200, n_sessions=1500, seed=2)
 
 
 @pytest.fixture(scope="module")

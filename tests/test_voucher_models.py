@@ -8,14 +8,14 @@ import torch
 from sklearn.base import clone
 
 from promokit.data import DataError
+from promokit.experiments.voucher.bench import summarise
+from promokit.experiments.voucher.world import make_world
 from promokit.metrics import auc
 from promokit.training import TrainConfig, Trainer
 from promokit.training.estimator import Evaluation
-from promokit.voucher.bench import summarise
 from promokit.voucher.estimator import VoucherModel
 from promokit.voucher.history import hold_out_latest
 from promokit.voucher.models import DIN, DNN, GBDT, LR, MODELS, WDL, FieldLayout
-from promokit.voucher.synthetic import make_voucher_world
 
 SMALL = {"emb_dim": 4, "hidden": (16,), "dropout": 0.0}
 N_USERS, N_VOUCHERS, R = 60, 12, 3
@@ -150,7 +150,7 @@ TINY_TRAIN = TrainConfig(epochs=2, batch_size=256, lr=0.003, patience=1, progres
 
 @pytest.fixture(scope="module")
 def world():
-    return make_voucher_world(n_users=300, n_vouchers=30, n_items=200, n_sessions=2500, seed=1)
+    return make_world(n_users=300, n_vouchers=30, n_items=200, n_sessions=2500, seed=1)
 
 
 def _params(name):
@@ -160,20 +160,20 @@ def _params(name):
 
 
 def test_encoder_is_fitted_on_training_sessions_only(world, split):
-    model = VoucherModel("dnn", TINY_NET, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("dnn", TINY_NET, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     sessions = world.tables.sessions
     assert set(model.encoder.categorical["user_id"].vocabulary) == set(sessions.user_id.iloc[split.train])
     assert model.encoder.numeric["discount"].mean == pytest.approx(sessions.discount.iloc[split.train].mean())
 
 
 def test_no_time_label_or_post_outcome_column_is_a_feature(world, split):
-    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     features = set(model.feature_spec.features)
     assert features == {*world.tables.categorical, *world.tables.numeric}
     assert not features & {"redeemed", "collect_time", "outcome_time", "session_id"}
     smuggled = replace(world.tables, numeric=[*world.tables.numeric, "redeem_time"])
     with pytest.raises(DataError, match="redeem_time"):
-        VoucherModel("lr", None, TINY_TRAIN).fit(smuggled, rows=split.train, validation=split.valid)
+        VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(smuggled, rows=split.train, validation=split.valid)
 
 
 @pytest.mark.parametrize("name", ["gbdt", "din", "dmbgn-avgpooling", "dmbgn"])
@@ -189,7 +189,7 @@ def test_poisoned_test_labels_do_not_change_the_model(world, split, name):
         return replace(world.tables, sessions=sessions)
 
     clean, poisoned_test, poisoned_train = (
-        VoucherModel(name, params, TINY_TRAIN).fit(tables, rows=split.train, validation=split.valid)
+        VoucherModel(name, params, TINY_TRAIN, test_fraction=0).fit(tables, rows=split.train, validation=split.valid)
         .predict(tables, rows=split.valid)["p_redeem"].to_numpy()
         for tables in (world.tables, flipped(split.test), flipped(split.train)))
     assert np.array_equal(clean, poisoned_test)
@@ -197,7 +197,7 @@ def test_poisoned_test_labels_do_not_change_the_model(world, split, name):
 
 
 def test_history_inputs_are_zero_on_padding(world, split):
-    model = VoucherModel("din", _params("din"), TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("din", _params("din"), TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     inputs = model.inputs(world.tables)
     padded = inputs["history"] < 0
     assert padded.any() and (~padded).any()
@@ -209,7 +209,7 @@ def test_history_inputs_are_zero_on_padding(world, split):
 
 @pytest.mark.parametrize("name", ["lr", "gbdt", "wdl", "din"])
 def test_save_load_gives_identical_predictions(world, split, tmp_path, name):
-    model = VoucherModel(name, {**_params(name), "min_count": 3}, TINY_TRAIN)
+    model = VoucherModel(name, {**_params(name), "min_count": 3}, TINY_TRAIN, test_fraction=0)
     model.fit(world.tables, rows=split.train, validation=split.valid)
     assert model.feature_spec.min_count == 3
     before = model.predict(world.tables, rows=split.test)
@@ -232,13 +232,13 @@ def _only(tables, rows):
 def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split, tmp_path):
     """The model directory holds the graph vocabulary, not the training sessions: the test sessions plus the
     redeemed sessions of their histories score exactly as in the full tables; the test sessions alone score."""
-    model = VoucherModel("dmbgn", {**_params("dmbgn"), "pretrain": 1}, TINY_TRAIN).fit(world.tables, rows=split.train,
+    model = VoucherModel("dmbgn", {**_params("dmbgn"), "pretrain": 1}, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train,
                                                                                       validation=split.valid)
     before = model.predict(world.tables, rows=split.test)
     model.save(tmp_path / "dmbgn")
     assert (tmp_path / "dmbgn" / "graph_vocabulary.json").exists()
     config = json.loads((tmp_path / "dmbgn" / "config.json").read_text())
-    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history"}
+    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history", "holdout"}
     assert config["tables"] == world.tables.options  # the options that read the tables: column names, no data
     loaded = VoucherModel.load(tmp_path / "dmbgn")
     assert loaded.table_options == model.table_options
@@ -256,7 +256,7 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
 
 
 def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history(world, split):
-    model = VoucherModel("dmbgn", TINY_GRAPH, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("dmbgn", TINY_GRAPH, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     inputs = model.inputs(world.tables)
     rows = torch.from_numpy(split.test[:200])
     history = inputs["history"][rows]
@@ -270,7 +270,7 @@ def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history
 
 def test_graph_settings_shape_the_graphs_and_survive_save_load(world, split, tmp_path):
     params = {**TINY_GRAPH, "z": 1, "max_pre_events": 2}
-    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN).fit(world.tables,
+    model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN, test_fraction=0).fit(world.tables,
                                                                      rows=split.train, validation=split.valid)
     store = model.store
     pre = np.isin(store.node_zone, [store.zones.index(zone) for zone in store.target_zones])
@@ -285,14 +285,14 @@ def test_graph_settings_shape_the_graphs_and_survive_save_load(world, split, tmp
     with pytest.raises(DataError, match="z applies to DMBGN models only"):
         VoucherModel("din", {"z": 3})
     with pytest.raises(DataError, match="max_pre_events ≥ 0"):
-        VoucherModel("dmbgn-avgpooling", {**params, "max_pre_events": -1}, TINY_TRAIN).fit(world.tables,
+        VoucherModel("dmbgn-avgpooling", {**params, "max_pre_events": -1}, TINY_TRAIN, test_fraction=0).fit(world.tables,
                                                                                            rows=split.train)
 
 
 def test_dmbgn_beats_chance_on_a_small_world(world, split):
     """2,450 sessions are few for the world's signal (its oracle AUC is about 0.78): a loose bound."""
     train = TrainConfig(epochs=4, batch_size=256, lr=0.003, patience=1, progress=False)
-    metrics = (VoucherModel("dmbgn-avgpooling", TINY_GRAPH, train)
+    metrics = (VoucherModel("dmbgn-avgpooling", TINY_GRAPH, train, test_fraction=0)
                .fit(world.tables, rows=split.train, validation=split.valid)
                .evaluate(world.tables, rows=split.test))
     assert metrics["auc"] > 0.55
@@ -301,9 +301,9 @@ def test_dmbgn_beats_chance_on_a_small_world(world, split):
 @pytest.mark.parametrize("rate", [0.0, 0.3])
 def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph(world, split, rate):
     no_epochs = TrainConfig(**{**TINY_TRAIN.to_dict(), "epochs": 0})
-    untrained = VoucherModel("dmbgn-avgpooling", TINY_GRAPH, no_epochs).fit(world.tables,
+    untrained = VoucherModel("dmbgn-avgpooling", TINY_GRAPH, no_epochs, test_fraction=0).fit(world.tables,
                                                                             rows=split.train, validation=split.valid)
-    model = VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "oov_dropout": rate}, TINY_TRAIN)
+    model = VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "oov_dropout": rate}, TINY_TRAIN, test_fraction=0)
     model.fit(world.tables, rows=split.train, validation=split.valid)
     for table in ("voucher_id.table", "item"):
         before, after = (m.net.uvg.get_submodule(table).weight[0] for m in (untrained, model))
@@ -313,7 +313,7 @@ def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph
 def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):
     assert VoucherModel("dnn").train_config.monitor == "auc"
     config = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc", "epochs": 3, "patience": 3})
-    model = VoucherModel("dnn", TINY_NET, config).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("dnn", TINY_NET, config, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     history = model.report.history
     aucs = [e["valid_auc"] for e in history.epochs]
     assert history.best_epoch == int(np.argmax(aucs)) and history.best_score == max(aucs)
@@ -321,7 +321,7 @@ def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):
 
 
 def test_evaluate_reports_gauc_within_groups_and_bench_summarises_it(world, split):
-    model = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     metrics = model.evaluate(world.tables, rows=split.test, group_by="voucher_id")
     p = model.predict(world.tables, rows=split.test)["p_redeem"].to_numpy()
     sessions = world.tables.sessions.iloc[split.test]
@@ -347,13 +347,13 @@ def test_documented_errors(world, split):
     sessions = world.tables.sessions.copy()
     sessions.loc[split.train[:3], "redeemed"] = np.nan
     with pytest.raises(DataError, match="3 of the .* training sessions have no 'redeemed'"):
-        VoucherModel("lr", None, TINY_TRAIN).fit(replace(world.tables,
+        VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(replace(world.tables,
                                                  sessions=sessions), rows=split.train, validation=split.valid)
     redeemed = world.tables.sessions["redeemed"].to_numpy()
     one_class = split.valid[redeemed[split.valid] == 0]
     by_auc = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc"})
     with pytest.raises(DataError, match=f"0 of the {len(one_class)} are redeemed"):
-        VoucherModel("dnn", TINY_NET, by_auc).fit(world.tables, rows=split.train, validation=one_class)
+        VoucherModel("dnn", TINY_NET, by_auc, test_fraction=0).fit(world.tables, rows=split.train, validation=one_class)
 
 
 def test_an_unknown_model_parameter_is_one_line_with_a_hint():
@@ -366,12 +366,12 @@ def test_an_unknown_model_parameter_is_one_line_with_a_hint():
 
 def test_parameters_are_kept_as_given_and_clone_gives_an_unfitted_copy(world, split):
     params = {"ids": True}
-    model = VoucherModel("lr", params, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("lr", params, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     assert model.params is params and params == {"ids": True}  # LR's chosen L2 goes to model_params
     assert model.model_params == {"ids": True, "l2": model.net.l2}
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "lr", "params": params, "train": TINY_TRAIN,
-                                                       "max_history": 6}
+                                                       "max_history": 6, "test_fraction": 0, "test_from": None}
     assert copy.net is None and copy.model_params == {"ids": True}
     with pytest.raises(RuntimeError, match="not fitted"):
         copy.predict(world.tables)
@@ -388,14 +388,20 @@ def test_a_bad_parameter_is_one_line_and_set_params_keeps_the_old_values():
         model.set_params(model="xgboost", max_history=4)
     with pytest.raises(DataError, match="model 'dnn' has no parameter 'droput'"):
         model.set_params(params={"droput": 0.1})
-    assert model.get_params() == {"model": "dnn", "params": TINY_NET, "train": TINY_TRAIN, "max_history": 3}
+    assert model.get_params() == {"model": "dnn", "params": TINY_NET, "train": TINY_TRAIN, "max_history": 3,
+                                  "test_fraction": 0.1, "test_from": None}
+    with pytest.raises(DataError, match=r"^test_fraction must be a number in \[0, 1\) \(0: hold nothing out\), got 2$"):
+        model.set_params(test_fraction=2)
+    with pytest.raises(DataError, match=r"^test_from must be a time such as '2024-06-01'"):
+        model.set_params(test_from="soon")
+    assert model.test_fraction == 0.1 and model.test_from is None
     assert model.model_params["emb_dim"] == 4 and model.train_config is TINY_TRAIN
 
 
 def test_predict_puts_the_keys_first_and_evaluate_returns_an_evaluation(world, split):
     sessions = world.tables.sessions.assign(campaign_id=world.tables.sessions["voucher_id"] % 3)
     tables = replace(world.tables, sessions=sessions)  # a key column, not a feature
-    model = VoucherModel("lr", None, TINY_TRAIN).fit(tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(tables, rows=split.train, validation=split.valid)
     predictions = model.predict(tables, rows=split.test)
     assert list(predictions.columns) == ["session_id", "user_id", "voucher_id", "campaign_id", "p_redeem"]
     assert predictions["session_id"].tolist() == sessions["session_id"].iloc[split.test].tolist()
@@ -406,7 +412,7 @@ def test_predict_puts_the_keys_first_and_evaluate_returns_an_evaluation(world, s
     assert f"| auc | {evaluation['auc']:.4f} |" in text and "| gauc_groups |" in text
 
 
-def test_fit_reads_a_folder_or_a_mapping_and_holds_out_the_latest_tenth_by_default(world, tmp_path):
+def test_fit_reads_a_folder_or_a_mapping_and_holds_out_then_validates_on_the_latest_tenths(world, tmp_path):
     tables = world.tables
     tables.sessions.to_parquet(tmp_path / "sessions.parquet", index=False)
     tables.events[["session_id", "item_id", "action", "action_time"]].to_csv(tmp_path / "events.csv", index=False)
@@ -415,12 +421,17 @@ def test_fit_reads_a_folder_or_a_mapping_and_holds_out_the_latest_tenth_by_defau
     from_mapping = VoucherModel("lr", None, TINY_TRAIN).fit({"sessions": tables.sessions, "events": tables.events,
                                                              "items": tmp_path / "items.parquet"})
     collect = tables.sessions["collect_time"]
-    assert from_folder.report.n_valid == int((collect >= collect.quantile(0.9)).sum()) > 0
-    assert from_folder.report.n_train == len(collect) - from_folder.report.n_valid
+    held = from_folder.held_out(tmp_path)
+    assert held.tolist() == np.flatnonzero(collect >= collect.quantile(0.9)).tolist()
+    assert from_folder.report.n_test == len(held) == from_folder.holdout["held_out"] > 0
+    rest = collect.drop(held)
+    assert from_folder.report.n_valid == int((rest >= rest.quantile(0.9)).sum()) > 0
+    assert from_folder.report.n_train == len(collect) - from_folder.report.n_valid - len(held)
     assert from_folder.feature_spec.features == ["user_id", "voucher_id", "min_spend", "discount"]  # the defaults
     expected = from_mapping.predict(tables)
     assert from_folder.predict(tmp_path).equals(expected)  # predict reads the folder as fit did
     assert from_folder.evaluate(str(tmp_path))["n"] == len(expected)
+    assert from_folder.evaluate(tmp_path, rows=held)["n"] == len(held)
     with pytest.raises(DataError, match="missing is not a folder"):
         VoucherModel("lr").fit(tmp_path / "missing")
     (tmp_path / "items.parquet").unlink()
@@ -432,16 +443,31 @@ def test_fit_reads_a_folder_or_a_mapping_and_holds_out_the_latest_tenth_by_defau
 
 def test_the_validation_argument(world, split):
     n = len(world.tables.sessions)
-    none = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, rows=split.train, validation=0)
+    none = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=0)
     assert (none.report.n_train, none.report.n_valid) == (len(split.train), 0)
-    explicit = VoucherModel("lr", None, TINY_TRAIN).fit(world.tables, validation=split.valid)
-    assert (explicit.report.n_train, explicit.report.n_valid) == (n - len(split.valid), len(split.valid))
+    explicit = VoucherModel("lr", None, TINY_TRAIN, test_from=split.test_from).fit(world.tables, validation=split.valid)
+    assert (explicit.report.n_train, explicit.report.n_valid) == (len(split.train), len(split.valid))
+    assert len(split.train) + len(split.valid) + len(split.test) == n
+    with pytest.raises(DataError, match=r"^validation: 1 of the 1 validation sessions are held out for evaluation "
+                                        r"\(test_fraction=0.1, test_from=None\)"):
+        VoucherModel("lr").fit(world.tables, validation=split.test[:1])
     with pytest.raises(DataError, match=r"validation must be a fraction in \[0, 1\) or row indices, got 1"):
         VoucherModel("lr").fit(world.tables, validation=1)
     with pytest.raises(DataError, match="validation: 1 of the 2 validation sessions are also training sessions"):
-        VoucherModel("lr").fit(world.tables, rows=split.train, validation=[split.train[0], split.valid[0]])
+        VoucherModel("lr", test_fraction=0).fit(world.tables, rows=split.train, validation=[split.train[0], split.valid[0]])
     with pytest.raises(DataError, match="rows must be row indices of the sessions"):
         VoucherModel("lr").fit(world.tables, rows=["a", "b"])
+
+
+def test_test_from_holds_out_the_sessions_collected_from_it_in_any_tables_later_given(world, split, tmp_path):
+    sessions = world.tables.sessions
+    model = VoucherModel("lr", None, TINY_TRAIN, test_from=split.test_from).fit(world.tables)
+    assert model.held_out(world.tables).tolist() == split.test.tolist() and model.report.n_test == len(split.test)
+    assert model.report.n_train + model.report.n_valid == len(split.train) + len(split.valid)
+    model.save(tmp_path / "m")
+    later = replace(world.tables, sessions=sessions.iloc[len(sessions) // 2:].reset_index(drop=True))
+    loaded = VoucherModel.load(tmp_path / "m")
+    assert loaded.test_from == str(split.test_from) and len(loaded.held_out(later)) == len(split.test)
 
 
 def test_hold_out_latest_takes_the_latest_sessions_or_a_seeded_random_share_when_all_share_a_time():
@@ -452,5 +478,6 @@ def test_hold_out_latest_takes_the_latest_sessions_or_a_seeded_random_share_when
     train, valid = hold_out_latest(same, np.arange(20), 0.1, seed=3)
     assert len(valid) == 2 and np.array_equal(valid, hold_out_latest(same, np.arange(20), 0.1, seed=3)[1])
     assert sorted([*train, *valid]) == list(range(20))
-    with pytest.raises(DataError, match="leaves no validation session"):
+    with pytest.raises(DataError, match="^validation: a fraction 0.1 of 3 sessions leaves none held out; pass "
+                                        "validation=0"):
         hold_out_latest(same.iloc[:3], np.arange(3), 0.1)

@@ -1,5 +1,5 @@
 """``voucher predict`` over sessions and events in parts (promokit.voucher.parts): co-partitioned by user, each
-part scored alone on the local or the Ray engine, equal to the one-file predict."""
+part scored alone on the local or the Ray executor, equal to the one-file predict."""
 
 import json
 
@@ -10,11 +10,11 @@ import torch
 from typer.testing import CliRunner
 
 from promokit.cli import app
+from promokit.experiments.voucher.world import make_world
 from promokit.training import TrainConfig
 from promokit.voucher.estimator import VoucherModel
-from promokit.voucher.models.dmbgn import _top_k
 from promokit.voucher.history import default_cuts, split_by_time
-from promokit.voucher.synthetic import make_voucher_world
+from promokit.voucher.models.dmbgn import _top_k
 
 torch.set_num_threads(1)
 runner = CliRunner()
@@ -33,7 +33,7 @@ def world(tmp_path_factory):
     """A small synthetic world as the user has it (sessions, events keyed by session, items: one file each), and
     a DMBGN model trained on it."""
     folder = tmp_path_factory.mktemp("voucher_parts")
-    tables = make_voucher_world(n_users=120, n_vouchers=15, n_items=100, n_sessions=800, seed=3).tables
+    tables = make_world(n_users=120, n_vouchers=15, n_items=100, n_sessions=800, seed=3).tables
     cuts = default_cuts(tables.sessions)
     split = split_by_time(tables.sessions, cuts.valid_from, cuts.test_from)
     train = TrainConfig(epochs=1, batch_size=256, lr=0.003, patience=1, progress=False)
@@ -83,15 +83,14 @@ def test_partitioned_predict_equals_the_one_file_predict_part_by_part(world, tmp
     events = pd.read_parquet(world / "events.parquet") if key == "session_id" else _user_log(world)
     events.to_parquet(tmp_path / "events.parquet", index=False)
     options = ["--from", start] if start else []
-    whole = _predict(world, world / "sessions.parquet", tmp_path / "events.parquet", tmp_path / "whole.parquet",
-                     *options)
+    whole = _predict(world, world / "sessions.parquet", tmp_path / "events.parquet", tmp_path / "whole", *options)
     assert whole.exit_code == 0, whole.output
     session_parts, event_parts = _by_user(sessions, events, tmp_path / "in", key)
     result = _predict(world, session_parts, event_parts, tmp_path / "out", *options)
     assert result.exit_code == 0, result.output
 
-    expected = pd.read_parquet(tmp_path / "whole.parquet")
-    written = sorted((tmp_path / "out").iterdir())
+    expected = pd.read_parquet(tmp_path / "whole" / "predictions.parquet")
+    written = sorted((tmp_path / "out" / "predictions").iterdir())
     assert [p.name for p in written] == [f"part-{k:05d}.parquet" for k in range(N_PARTS)]
     for k, path in enumerate(written):
         got = pd.read_parquet(path)
@@ -101,9 +100,9 @@ def test_partitioned_predict_equals_the_one_file_predict_part_by_part(world, tmp
         assert got["session_id"].tolist() == want["session_id"].tolist()
         assert np.abs(got["p_redeem"].to_numpy() - want["p_redeem"].to_numpy()).max(initial=0) <= 1e-6
     assert len(pd.read_parquet(written[1])) == 0
-    summary = json.loads((tmp_path / "out.json").read_text())
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["rows"] == len(expected) > 0 and summary["parts"] == N_PARTS
-    assert summary["engine"] == "local" and summary["model"] == "dmbgn"
+    assert summary["executor"] == "local" and summary["model"] == "dmbgn"
     assert summary["means"]["p_redeem"] == pytest.approx(expected["p_redeem"].mean(), abs=1e-6)
 
 
@@ -112,15 +111,15 @@ def test_ray_predict_equals_local_predict(ray_cluster, world, tmp_path):
                                 pd.read_parquet(world / "events.parquet"), tmp_path / "in")
     local = _predict(world, sessions, events, tmp_path / "local")
     assert local.exit_code == 0, local.output
-    on_ray = _predict(world, sessions, events, tmp_path / "ray", "--engine", "ray", "--address",
+    on_ray = _predict(world, sessions, events, tmp_path / "ray", "--executor", "ray", "--address",
                       ray_cluster.address, "--workers", 2)
     assert on_ray.exit_code == 0, on_ray.output
     for k in range(N_PARTS):
-        a = pd.read_parquet(tmp_path / "local" / f"part-{k:05d}.parquet")
-        b = pd.read_parquet(tmp_path / "ray" / f"part-{k:05d}.parquet")
+        a = pd.read_parquet(tmp_path / "local" / "predictions" / f"part-{k:05d}.parquet")
+        b = pd.read_parquet(tmp_path / "ray" / "predictions" / f"part-{k:05d}.parquet")
         assert a["session_id"].equals(b["session_id"])
         assert np.abs(a["p_redeem"].to_numpy() - b["p_redeem"].to_numpy()).max(initial=0) <= 1e-6
-    assert json.loads((tmp_path / "ray.json").read_text())["engine"] == "ray"
+    assert json.loads((tmp_path / "ray" / "summary.json").read_text())["executor"] == "ray"
 
 
 @pytest.fixture
@@ -151,7 +150,7 @@ def test_a_user_in_two_parts_is_an_error_naming_both_files(world, tmp_path, part
     message = _error(_predict(world, sessions, events, tmp_path / "out"))
     assert f"user_id {moved['user_id'].iloc[0]} is in two parts" in message
     assert str(first) in message and str(last) in message
-    assert not list((tmp_path / "out").iterdir())  # nothing scored
+    assert not list((tmp_path / "out" / "predictions").iterdir())  # nothing scored
 
 
 def test_a_user_in_two_parts_of_a_user_level_log_is_an_error(world, tmp_path):
@@ -186,10 +185,10 @@ def test_an_event_of_a_session_in_another_part_is_an_error_naming_the_events_par
     assert message.endswith(f"(the events part paired with {sessions / 'part-00000.parquet'})")
 
 
-def test_engine_ray_needs_sessions_in_parts(world, tmp_path):
-    message = _error(_predict(world, world / "sessions.parquet", world / "events.parquet", tmp_path / "p.parquet",
-                              "--engine", "ray"))
-    assert "--engine ray scores a table in parts" in message
+def test_executor_ray_needs_sessions_in_parts(world, tmp_path):
+    message = _error(_predict(world, world / "sessions.parquet", world / "events.parquet", tmp_path / "p",
+                              "--executor", "ray"))
+    assert "--executor ray scores a table in parts" in message
 
 
 def test_dmbgn_pooling_ranks_equal_scores_by_position_so_a_graph_pools_the_same_in_any_batch():

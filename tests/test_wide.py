@@ -1,4 +1,4 @@
-"""The wide part (promokit.nn.WidePart) in the shared cores and in each domain's neural models."""
+"""The wide term (promokit.nn.WideTerm) in the shared cores and in each domain's neural models."""
 
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from promokit.conversion.estimator import ConversionModel
-from promokit.nn import WidePart
+from promokit.nn import WideTerm
 from promokit.training import TrainConfig, make_optimizers
 from promokit.training.optim import LazyWeightDecay
 
@@ -15,13 +15,13 @@ FAST = TrainConfig(epochs=3, batch_size=200, lr=0.01, progress=False, embedding_
 
 
 def test_the_wide_logit_is_the_hand_computed_sum():
-    part = WidePart([3, 2], 1, {"ctr": ("click", {})}, mode="joint")
+    term = WideTerm([3, 2], 1, {"ctr": ("click", {})}, mode="joint")
     with torch.no_grad():
-        part.logits["ctr"].weights.table.weight[:, 0] = torch.tensor([0.0, 0.5, -1.0, 0.0, 2.0])
-        part.logits["ctr"].numeric.weight.fill_(3.0)
-        part.logits["ctr"].numeric.bias.fill_(-0.25)
+        term.logits["ctr"].weights.table.weight[:, 0] = torch.tensor([0.0, 0.5, -1.0, 0.0, 2.0])
+        term.logits["ctr"].numeric.weight.fill_(3.0)
+        term.logits["ctr"].numeric.bias.fill_(-0.25)
     batch = {"cat": torch.tensor([[1, 1], [2, 0]]), "num": torch.tensor([[0.5], [-1.0]])}
-    out = part({"ctr": torch.tensor([0.1, 0.2]), "cvr": torch.tensor([7.0, 8.0])}, batch)
+    out = term({"ctr": torch.tensor([0.1, 0.2]), "cvr": torch.tensor([7.0, 8.0])}, batch)
     # row 0: 0.1 + (0.5 + 2.0) + 3·0.5 − 0.25; row 1: 0.2 + (−1.0 + 0.0) + 3·(−1) − 0.25; cvr has no wide term
     torch.testing.assert_close(out["ctr"], torch.tensor([0.1 + 2.5 + 1.5 - 0.25, 0.2 - 1.0 - 3.0 - 0.25]))
     torch.testing.assert_close(out["cvr"], torch.tensor([7.0, 8.0]))
@@ -30,15 +30,15 @@ def test_the_wide_logit_is_the_hand_computed_sum():
 def test_none_adds_nothing_and_offset_is_not_trained():
     logits = {"ctr": torch.tensor([0.3])}
     batch = {"cat": torch.tensor([[1]]), "num": torch.zeros(1, 0)}
-    assert WidePart([2], 0, {"ctr": ("click", {})})(logits, batch) is logits
-    assert not any(p.requires_grad for p in WidePart([2], 0, {"ctr": ("click", {})}, "offset").parameters())
+    assert WideTerm([2], 0, {"ctr": ("click", {})})(logits, batch) is logits
+    assert not any(p.requires_grad for p in WideTerm([2], 0, {"ctr": ("click", {})}, "offset").parameters())
     with pytest.raises(ValueError, match="wide must be one of"):
-        WidePart([2], 0, {}, "deep")
+        WideTerm([2], 0, {}, "deep")
 
 
-def test_a_joint_wide_part_gets_its_own_optimiser_and_decay():
+def test_a_joint_wide_term_gets_its_own_optimiser_and_decay():
     model = torch.nn.ModuleDict({"deep": torch.nn.Embedding(5, 2, sparse=True),
-                                 "wide": WidePart([5], 0, {"ctr": ("click", {})}, "joint", l2=0.3)})
+                                 "wide": WideTerm([5], 0, {"ctr": ("click", {})}, "joint", l2=0.3)})
     optimizers = make_optimizers(model, lr=0.01, embedding_decay=10.0)
     lazy = sorted((o for o in optimizers if isinstance(o, LazyWeightDecay)), key=lambda o: o.weight_decay)
     assert [o.weight_decay for o in lazy] == [0.3, 10.0]
@@ -118,8 +118,8 @@ def test_a_voucher_model_with_an_offset_and_a_zero_deep_part_is_the_lr_floor(nam
 
 @pytest.fixture(scope="module")
 def value_tables():
+    from promokit.experiments.value.world import make_world
     from promokit.value.contract import check_tables
-    from promokit.value.synthetic import make_world
 
     world = make_world(400, seed=5)
     return check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
@@ -186,17 +186,18 @@ def test_the_embedding_decay_follows_the_tables_size():
 def test_a_run_records_the_decay_it_used(impressions):
     from dataclasses import replace
 
-    model = ConversionModel("esmm", {**SMALL, "wide": "none"}, replace(FAST, decay_rows=1_000)).fit(impressions)
+    model = ConversionModel("esmm", {**SMALL, "wide": "none"}, replace(FAST, decay_rows=1_000),
+                            test_fraction=0).fit(impressions)
     assert model.report.history.embedding_decay == pytest.approx(1.0 * 1_000 / 3_600)  # 90 % of 4,000 rows train
 
 
-def test_a_model_directory_from_before_the_wide_part_loads_without_one(tmp_path, impressions):
+def test_a_model_directory_from_before_the_wide_term_loads_without_one(tmp_path, impressions):
     import json
 
     model = ConversionModel("esmm", {**SMALL, "wide": "none"}, FAST).fit(impressions)
     model.save(tmp_path / "old")
     config = json.loads((tmp_path / "old" / "config.json").read_text())
-    del config["params"]["wide"]  # as written before the wide part existed; the default is offset now
+    del config["params"]["wide"]  # as written before the wide term existed; the default is offset now
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     loaded = ConversionModel.load(tmp_path / "old")
     assert loaded.model_params["wide"] == "none"

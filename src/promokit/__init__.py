@@ -11,7 +11,8 @@
 
 Every model follows one contract (:class:`Estimator`); each domain is a subpackage (``pk.conversion``,
 ``pk.voucher``, ``pk.incentive``, ``pk.value``) and so is each use case (``pk.allocation``, ``pk.policy``,
-``pk.campaign``, ``pk.serve``). Everything loads on first use (PEP 562): ``import promokit`` is instant.
+``pk.campaign``, ``pk.serve``); synthetic worlds, benches, demos and tuning are ``pk.experiments``. Everything
+loads on first use (PEP 562): ``import promokit`` is instant.
 """
 
 from promokit.lazy import lazy_exports
@@ -36,7 +37,7 @@ _EXPORTS = {
     "PolicyEvaluation": "promokit.policy.report",
 }
 _SUBPACKAGES = ("conversion", "voucher", "incentive", "value", "allocation", "policy", "campaign", "serve",
-                "scale", "data", "metrics", "nn", "training")
+                "scale", "experiments", "data", "metrics", "nn", "training")
 
 __all__ = ["__version__", *_EXPORTS, *_SUBPACKAGES]
 

@@ -49,11 +49,14 @@ CategoricalOpt = Annotated[Optional[str], typer.Option(
 NumericOpt = Annotated[Optional[str], typer.Option(
     "--numeric", help="Comma-separated feature columns to encode as numbers whatever their inferred type, e.g. an "
     "integer count with at most 64 distinct values.")]
-# Where a partitioned job runs (promokit.scale): shared by every command that takes --engine.
-EngineOpt = Annotated[str, typer.Option("--engine", help="local (this process, one partition after another) | ray "
-                                        "(a Ray cluster: --address, $RAY_ADDRESS, or one started on this machine).")]
+# Where a partitioned job runs (promokit.scale): shared by every command that takes --executor.
+ExecutorOpt = Annotated[str, typer.Option("--executor", help="local (this process, one partition after another) | "
+                                          "ray (a Ray cluster: --address, $RAY_ADDRESS, or one started on this "
+                                          "machine).")]
+# --engine, the former name of --executor: hidden, and for one release still accepted with a warning (executor_option).
+EngineOpt = Annotated[Optional[str], typer.Option("--engine", hidden=True, help="Deprecated: use --executor.")]
 AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Address of a running Ray cluster "
-                                                   "(host:port or ray://host:port), with --engine ray.")]
+                                                   "(host:port or ray://host:port), with --executor ray.")]
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Ray workers (one CPU each) sharing the "
                                                    "partitions; default every CPU of the cluster.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="Torch threads of this process (default: the "
@@ -63,6 +66,15 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="Torch thre
 WideOpt = Annotated[Optional[str], typer.Option("--wide", help="The linear floor's term in every logit of a neural "
                                                 "model: none | joint (trained with it) | offset (the solved lr, "
                                                 "fixed; the network learns the correction). Default: the model's.")]
+#: Where demos (and benches with a default) write without --out: promokit-runs/<command>, e.g.
+#: promokit-runs/conversion-demo; `make demo` too (promokit-runs/campaign-demo).
+RUNS = Path("promokit-runs")
+
+
+def runs_out_option(contents: str):
+    """The ``--out`` option of a demo or bench whose default is ``RUNS / "<command>"``; ``contents``: what it writes."""
+    return Annotated[Path, typer.Option("--out", help=f"Folder for {contents}; by default promokit-runs/<command>, "
+                                        "as for every demo.")]
 
 
 @contextmanager
@@ -92,16 +104,46 @@ def user_errors():
 
 @contextmanager
 def flags_in_errors(flags: dict[str, str]):
-    """Library errors name their arguments as `name`; a command's errors name its flags instead (``flags``: argument
-    → flag, e.g. ``{"bootstrap": "--bootstrap"}``)."""
+    """Library errors and warnings name their arguments as `name`; a command's name its flags instead (``flags``:
+    argument → flag, e.g. ``{"bootstrap": "--bootstrap"}``). Inside :func:`user_errors`, whose warning lines it
+    rewords."""
     import re
 
     from promokit.data.errors import DataError
 
+    def reword(text: str) -> str:
+        return re.sub(r"`(\w+)`", lambda name: flags.get(name[1], name[0]), text)
+
+    show = warnings.showwarning
+    warnings.showwarning = lambda message, *args, **kwargs: show(reword(str(message)), *args, **kwargs)
     try:
         yield
     except DataError as exc:
-        raise DataError(re.sub(r"`(\w+)`", lambda name: flags.get(name[1], name[0]), str(exc))) from None
+        raise DataError(reword(str(exc))) from None
+    finally:
+        warnings.showwarning = show
+
+
+def executor_option(executor: str, engine: str | None) -> str:
+    """``--executor``, or the value of ``--engine``, its deprecated former name, with a warning."""
+    if engine is None:
+        return executor
+    if executor not in ("local", engine):
+        from promokit.data.errors import DataError
+
+        raise DataError(f"--engine is the former name of --executor: give --executor alone, got --executor "
+                        f"{executor} and --engine {engine}")
+    warnings.warn(f"--engine is deprecated: the same option is now --executor (--executor {engine})", FutureWarning,
+                  stacklevel=2)
+    return engine
+
+
+def executor_from_options(kind: str, address: str | None, workers: int | None):
+    """:func:`promokit.scale.make_executor` for a command: its errors name --executor, --address and --workers."""
+    from promokit.scale.executor import make_executor
+
+    with flags_in_errors({"kind": "--executor", "address": "--address", "workers": "--workers"}):
+        return make_executor(kind, address, workers)
 
 
 def free_cores() -> int:
@@ -266,7 +308,7 @@ def write_bench_report(out, title: str, results, oracle: dict | None, setup: str
 
 def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) -> None:
     """A ``tune`` command's run and output: ``search(storage, on_trial)`` runs the study (a
-    :class:`~promokit.training.tune.TuneResult`); ``out/params.json`` gets the best parameters (for
+    :class:`~promokit.experiments.tuning.TuneResult`); ``out/params.json`` gets the best parameters (for
     ``train --params``), ``out/report.md`` / ``report.json`` every trial, ``out/study.db`` the study."""
     import pandas as pd
 
@@ -348,3 +390,97 @@ def finish_training(out: Path, history) -> None:
             console.print("interrupted: the best model so far is saved; continue with --resume")
             return
     shutil.rmtree(checkpoint_dir(out), ignore_errors=True)
+
+
+# ---- The conventions every domain's commands share (docs/conventions.md): the test hold-out, label columns under
+# the user's names, and predict --out as a folder.
+
+def test_fraction_option(rule: str):
+    """``train --test-fraction``: the share held out for ``evaluate`` (default the same in every domain), by ``rule``."""
+    from promokit.data.split import TEST_FRACTION
+
+    return Annotated[float, typer.Option("--test-fraction", help=f"Share held out for evaluate, never trained or "
+                                         f"validated on ({rule}); 0 trains on everything. Default "
+                                         f"{TEST_FRACTION:g} in every domain.")]
+
+
+AllRowsOpt = Annotated[bool, typer.Option("--all", help="Score every row of the data (new data), not what train held "
+                                          "out.")]
+
+
+def label_option(roles: tuple[str, ...]):
+    """``--label ROLE=COLUMN`` (repeatable) of the train and evaluate commands: the table's column holding a label."""
+    return Annotated[Optional[list[str]], typer.Option(
+        "--label", help=f"ROLE=COLUMN: the column that holds a label, e.g. --label {roles[0]}=is_{roles[0]} "
+        f"(repeat for several); roles: {', '.join(roles)}.")]
+
+
+def label_options(values: list[str] | None, roles: tuple[str, ...]) -> dict[str, str] | None:
+    """``--label ROLE=COLUMN`` values as role → column (None when not given), or a one-line error."""
+    from promokit.data.errors import DataError
+
+    if not values:
+        return None
+    labels: dict[str, str] = {}
+    for value in values:
+        role, sep, column = (part.strip() for part in value.partition("="))
+        if not sep or not role or not column:
+            raise DataError(f"--label {value!r}: give ROLE=COLUMN, e.g. --label {roles[0]}=is_{roles[0]}")
+        if role not in roles:
+            raise DataError(f"--label {value!r}: unknown label role {role!r}; the roles are {', '.join(roles)}")
+        if role in labels:
+            raise DataError(f"--label: the role {role!r} is mapped twice ({labels[role]!r} and {column!r})")
+        labels[role] = column
+    return labels
+
+
+@contextmanager
+def convention_errors():
+    """Library errors name the Python arguments of the conventions: how to map a label column
+    (``labels={'click': 'is_click'}``, or in a feature spec) and ``test_fraction``; a train or evaluate command says
+    its options instead (``--label click=is_click``, ``--test-fraction``)."""
+    import re
+
+    from promokit.data.errors import DataError
+
+    try:
+        yield
+    except DataError as exc:
+        message = re.sub(r"(?:FeatureSpec\()?labels=\{'([^']+)': '([^']+)'\}\)?", r"--label \1=\2", str(exc))
+        message = re.sub(r"(?<![\w-])test_fraction(=| )", lambda m: "--test-fraction" + (" " if m[1] == "=" else m[1]),
+                         message)
+        raise DataError(message.replace("test_fraction:", "--test-fraction:")) from None
+
+
+def print_held_out(held: str | None, what: str) -> None:
+    """train's line saying what it held out (``held``: how many ``what`` and by which rule; None: nothing)."""
+    text = (f"held out for evaluate: {held}; evaluate scores them by default (--all: every {what}), "
+            "--test-fraction 0 trains on them too" if held else
+            f"held out for evaluate: nothing (--test-fraction 0); evaluate new data with --all")
+    get_console().print(text, highlight=False, soft_wrap=True)
+
+
+def held_out_rows(model, data):
+    """What ``evaluate`` scores by default: the rows ``model.held_out(data)`` (whatever form the domain gives them),
+    or a one-line error that says --all when the model held nothing out or ``data`` is not what it was fitted on."""
+    from promokit.data.errors import DataError
+
+    if not (model.holdout or {}).get("test_fraction"):
+        raise DataError("the model held nothing out (trained with --test-fraction 0, or before the hold-out was "
+                        "kept): evaluate data it did not train on with --all")
+    try:
+        return model.held_out(data)
+    except DataError as exc:
+        message = str(exc).removeprefix("held_out: ").replace("fit was given", "train was given")
+        raise DataError(message.replace("every row of new data", "every row of new data with --all")) from None
+
+
+def predictions_folder(out: Path, flag: str = "--out") -> Path | None:
+    """``predict --out``: a folder, whatever the domain (predictions.parquet or the domain's tables, and
+    summary.json). The old form of conversion and voucher, a file ending in .parquet or .csv, is still written
+    for one release with a warning: returns that file, else None."""
+    if out.suffix.lower() not in (".parquet", ".csv"):
+        return None
+    warnings.warn(f"{flag} {out}: a file is deprecated and will be refused in the next release; {flag} is a folder "
+                  f"(predictions.parquet and summary.json are written in it)", FutureWarning, stacklevel=2)
+    return out

@@ -1,5 +1,5 @@
 """Optional dependencies. Fitting and predicting need only the core; the quota solver's min-cost flow, the decision
-service, the Ray engine and tuning are extras (``pip install 'promokit[serve]'`` …), and using one that is not
+service, the Ray executor and tuning are extras (``pip install 'promokit[serve]'`` …), and using one that is not
 installed is a one-line error naming it."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class MissingExtra(ImportError):
 
 def require_extra(extra: str, feature: str) -> None:
     """Raise :class:`MissingExtra` unless every module of ``extra`` can be imported; ``feature`` says what needs
-    it, e.g. ``"the Ray engine"``."""
+    it, e.g. ``"the Ray executor"``."""
     missing = [module for module in EXTRAS[extra] if importlib.util.find_spec(module) is None]
     if missing:
         raise MissingExtra.of(extra, feature, missing)

@@ -40,7 +40,7 @@ undecided rows. Requests tied exactly at λ* (a segment of efficiency λ*) stay 
 it, so narrowing stops when a pass leaves every request inside: inputs with many identical rows may gather
 more than ``gather_rows``.
 :func:`solve_budget` maps threads over ``workers`` in-memory parts (:class:`ArrayPart`);
-:mod:`promokit.allocation.budget_parts` maps any engine over parts that load themselves (files), with the same
+:mod:`promokit.allocation.budget_parts` maps any executor over parts that load themselves (files), with the same
 functions, the same global sample rows, and so the same λ*, bound and choices.
 """
 

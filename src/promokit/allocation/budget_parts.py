@@ -2,9 +2,9 @@
 
 :func:`solve_budget_parts` gives the λ*, upper bound and per-request choices that :func:`~promokit.allocation.
 budget.solve_budget` gives on the concatenated rows (eqs. 11–20; how λ* is found exactly is in that module's
-docstring), without holding all rows in one process. It is engine-free: every step is one
+docstring), without holding all rows in one process. It is executor-free: every step is one
 ``map_parts(fn, tasks)`` over the parts, ``fn`` a module-level function and each task a picklable tuple, so
-builtin ``map`` runs it locally and a distributed engine passes its own parallel map (results in order). With
+builtin ``map`` runs it locally and a distributed executor passes its own parallel map (results in order). With
 N requests, K options, P parts and n_p requests in part p:
 
 1. counts (only for parts without a known ``rows``): part → ``(n_p, K)``, a few bytes;

@@ -79,7 +79,7 @@ def plan_budget(scores: TableSource, *, ratio: float | None = None, budget: floa
     requests' column (default ``user_id``, else a table's only ``*_id`` column).
 
     A table in parts is solved by ``lagrange``, every step one ``map_parts(fn, tasks)`` over the parts (builtin
-    ``map``, or an engine's ordered map), and its plan written part by part as it is solved, to
+    ``map``, or an executor's ordered map), and its plan written part by part as it is solved, to
     ``out/plan/part-NNNNN.parquet``: it needs ``out``, a folder every worker can write. With ``out``, the plan and
     the report are written there (:meth:`Allocation.write`). ``progress(text)`` is entered around each step.
     Raises :class:`DataError` naming the argument in backquotes (where the command line puts its option) or the

@@ -17,7 +17,8 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.allocation.options import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON, QUOTA_METHOD, TOLERANCE
-from promokit.cli_support import TABLE_HELP, AddressOpt, EngineOpt, WorkersOpt, flags_in_errors, user_errors
+from promokit.cli_support import (TABLE_HELP, AddressOpt, EngineOpt, ExecutorOpt, WorkersOpt, executor_from_options,
+                                  executor_option, flags_in_errors, user_errors)
 from promokit.console import get_console
 
 app = typer.Typer(help="Decide who gets which promotion: budgets over incentive levels, quotas over funds.",
@@ -52,12 +53,13 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
            method: Annotated[str, typer.Option("--method", help="lagrange (λ*, eqs. 19–20, certified gap; any input) | lp (HiGHS LP relaxation; minutes at 10⁵ requests) | milp (HiGHS integer optimum; tiny inputs).")] = BUDGET_METHOD,
            seed: Annotated[int, typer.Option("--seed", help="Seed of the sample lagrange brackets λ* with on large inputs.")] = 0,
            layout: LayoutOpt = AUTO, columns: ColumnsOpt = DEFAULT_PREFIX, key: KeyOpt = None,
-           engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+           executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+           engine: EngineOpt = None):
     """Choose one incentive level per request to maximise expected responses under a budget (eqs. 11–20)."""
     with user_errors(), flags_in_errors(FLAGS):
         from promokit.allocation.budget_plan import plan_budget
 
-        map_parts = _map_parts(engine, address, workers, scores, merchants)
+        map_parts = _map_parts(executor_option(executor, engine), address, workers, scores, merchants)
         allocation = plan_budget(scores, ratio=ratio, budget=total, merchants=merchants,
                                  merchant_paid_on=merchant_paid_on, method=method, seed=seed, layout=layout,
                                  columns=columns, key=key, map_parts=map_parts, out=out, progress=_stage)
@@ -71,7 +73,8 @@ def quota(scores: QuotaScoresOpt, out: OutOpt,
           tolerance: Annotated[str, typer.Option("--tolerance-column", help="Column of the users' risk tolerance t_i.")] = TOLERANCE,
           seed: Annotated[int, typer.Option("--seed", help="Seed of the samples the prices method draws its starting prices from.")] = 0,
           layout: LayoutOpt = AUTO, columns: ColumnsOpt = DEFAULT_PREFIX, key: KeyOpt = None,
-          engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None):
+          executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+          engine: EngineOpt = None):
     """Give each user one fund: exactly d_j users per fund (or min/max bounds), fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
     with user_errors(), flags_in_errors(FLAGS):
         from promokit.allocation.quota_plan import plan_quota
@@ -80,7 +83,7 @@ def quota(scores: QuotaScoresOpt, out: OutOpt,
             warnings.warn(f"--method {method} is deprecated: the same method is now --method "
                           f"{RENAMED_QUOTA_METHODS[method]}", FutureWarning, stacklevel=1)
             method = RENAMED_QUOTA_METHODS[method]
-        map_parts = _map_parts(engine, address, workers, scores)
+        map_parts = _map_parts(executor_option(executor, engine), address, workers, scores)
         allocation = plan_quota(scores, quotas, method=method, tolerance_column=tolerance, seed=seed, layout=layout,
                                 columns=columns, key=key, map_parts=map_parts, out=out, progress=_stage)
         get_console().print(allocation.headline())
@@ -96,9 +99,9 @@ def synth_budget(out: Annotated[Path, typer.Option("--out", help="Folder for sco
     with user_errors():
         import numpy as np
 
-        from promokit.allocation.synthetic import DEFAULT_LEVELS, make_budget_instance
         from promokit.allocation.tables import LEVEL, SCORE, score_frame
         from promokit.data import write_table
+        from promokit.experiments.allocation.instances import DEFAULT_LEVELS, make_budget_instance
 
         grid = _floats("--levels", levels) if levels else DEFAULT_LEVELS
         suffix = _suffix(fmt)
@@ -124,9 +127,9 @@ def synth_quota(out: Annotated[Path, typer.Option("--out", help="Folder for scor
         import numpy as np
         import pandas as pd
 
-        from promokit.allocation.synthetic import make_quota_instance
         from promokit.allocation.tables import FUND, QUOTA, RISK, SCORE, TOLERANCE, score_frame
         from promokit.data import write_table
+        from promokit.experiments.allocation.instances import make_quota_instance
 
         suffix = _suffix(fmt)
         instance = make_quota_instance(users, types, seed)
@@ -141,16 +144,16 @@ def synth_quota(out: Annotated[Path, typer.Option("--out", help="Folder for scor
 # ---------------------------------------------------------------------------------------------- shared
 
 
-def _map_parts(engine: str, address: str | None, workers: int | None, *tables: Path | None):
-    """The engine's map for tables in parts; builtin ``map`` (and only the local engine) for tables in one file."""
+def _map_parts(executor: str, address: str | None, workers: int | None, *tables: Path | None):
+    """The executor's map for tables in parts; builtin ``map`` (and only the local executor) for tables in one
+    file."""
     from promokit.data import DataError
     from promokit.data.parts import is_partitioned
-    from promokit.scale.engine import make_engine
 
     if any(table is not None and is_partitioned(table) for table in tables):
-        return make_engine(engine, address, workers).map
-    if engine != "local":
-        raise DataError(f"--engine {engine} runs a table in parts: give --scores a directory or glob of Parquet parts")
+        return executor_from_options(executor, address, workers).map
+    if executor != "local":
+        raise DataError(f"--executor {executor} runs a table in parts: give --scores a directory or glob of Parquet parts")
     return map
 
 

@@ -5,8 +5,8 @@ repair, certified dual bound) on the parts of a table without holding its N × k
 the plan, bound and gap that ``solve_quota(method="prices")`` gives on the concatenated rows with the same seed and
 options: the same seeded sample (the draws are made in row order, split by part), the same candidates and margins
 (picked by a global gap threshold), the same market clearing and min-cost flow on them, in the same row order.
-It is engine-free: every step is one ``map_parts(fn, tasks)`` over the non-empty parts, ``fn`` a module-level
-function and each task a picklable tuple, so builtin ``map`` runs it locally and an engine passes its own
+It is executor-free: every step is one ``map_parts(fn, tasks)`` over the non-empty parts, ``fn`` a module-level
+function and each task a picklable tuple, so builtin ``map`` runs it locally and an executor passes its own
 ordered, parallel map. With N users, k funds, n_p users in part p, s = ``sample_ratio`` and B ≤
 ``HISTOGRAM_BINS`` histogram bins:
 
@@ -151,7 +151,7 @@ def solve_quota_parts(parts: Sequence, quotas=None, risk=None, *, min_users=None
     A sample of more than ``gather_users`` rows (and ``base_users``) is not gathered: its parts are written to a
     temporary folder under ``scratch`` (created if missing; None: the system's temporary folder) and it is solved
     as a level in parts, with its own sample, down to one small enough to gather. The maps read and write that
-    folder, so with an engine on several machines it must be storage they all share (the command line uses
+    folder, so with an executor on several machines it must be storage they all share (the command line uses
     ``--out``). It is removed when the solve ends, also when it fails.
     """
     started = time.perf_counter()

@@ -71,7 +71,7 @@ def plan_quota(scores: TableSource, quotas: TableSource, *, method: str = QUOTA_
     read ``scores``, ``key`` names its users' column (default ``user_id``, else its only ``*_id`` column).
 
     A table in parts is solved by ``prices``, every step one ``map_parts(fn, tasks)`` over the parts (builtin
-    ``map``, or an engine's ordered map), and its plan written part by part as it is solved, to
+    ``map``, or an executor's ordered map), and its plan written part by part as it is solved, to
     ``out/plan/part-NNNNN.parquet``: it needs ``out``, a folder every worker can write (large samples are solved
     in parts there too). With ``out``, the plan and the report are written there (:meth:`Allocation.write`).
     ``progress(text)`` is entered around each step. Raises :class:`DataError` naming the argument in backquotes

@@ -1,6 +1,5 @@
-"""The campaign: :func:`build` writes the directory the decision service serves (``promokit campaign build``), and
-the whole path wired together for ``promokit campaign demo`` (``make demo``): world → train → score → allocate →
-campaign directory → decision service → replayed traffic with outcomes from the true curves → report.
+"""The campaign: :func:`build` writes the directory the decision service serves (``promokit campaign build``). The
+whole path wired together on a synthetic world (``promokit campaign demo``) is :mod:`promokit.experiments.campaign`.
 
 Exports load lazily (PEP 562) so that ``promokit --help`` does not import torch.
 """
@@ -9,8 +8,6 @@ from promokit.lazy import lazy_exports
 
 _EXPORTS = {
     "build": "promokit.serve.campaign",
-    "DemoConfig": "promokit.campaign.demo",
-    "run_demo": "promokit.campaign.demo",
 }
 
 __all__ = list(_EXPORTS)

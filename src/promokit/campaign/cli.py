@@ -1,19 +1,19 @@
-"""``promokit campaign demo``: the main job end to end on the embedded synthetic world (``make demo``).
+"""``promokit campaign demo``, the campaign demo: the main job end to end on the embedded synthetic world
+(``make demo``).
 
 Mounted on the ``campaign`` command group with ``campaign_app.command("demo")(demo)``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import EpochsOpt, user_errors
+from promokit.cli_support import RUNS, EpochsOpt, runs_out_option, user_errors
 
 
-def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the world, models, scores, plan, campaign, ledger and report (overwritten).")] = Path("campaign-demo"),
+def demo(out: runs_out_option("the world, models, scores, plan, campaign, ledger and report (overwritten)") = RUNS / "campaign-demo",
          customers: Annotated[int, typer.Option(help="Customers in the synthetic world (each asks for one decision).")] = 20_000,
          merchants: Annotated[int, typer.Option(help="Merchants in the synthetic world.")] = 2_000,
          seed: Annotated[int, typer.Option("--seed", help="Seed of the world, the training, the request order and the outcome draws.")] = 0,
@@ -24,10 +24,10 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the world, 
          concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight at most.")] = 16,
          max_seconds: Annotated[float, typer.Option("--max-seconds", help="Time allowed for sending the decisions; customers not reached stay undecided.")] = 180.0,
          explore: Annotated[float, typer.Option("--explore", help="Share of customers answered with a uniformly random level: the log the plans are then judged on.")] = 0.1):
-    """Run the whole campaign on a synthetic world: train, score, allocate, serve, replay traffic with outcomes from
-    the true curves, and report redemptions, spend, budget safety and latency."""
+    """The campaign demo on a synthetic world: train, score, allocate, build a campaign directory and serve it,
+    replay traffic with outcomes from the true curves, and report redemptions, spend, budget safety and latency."""
     with user_errors():
-        from promokit.campaign.demo import DemoConfig, print_summary, run_demo
+        from promokit.experiments.campaign.demo import DemoConfig, print_summary, run_demo
 
         config = DemoConfig(customers=customers, merchants=merchants, seed=seed, epochs=epochs, ratio=ratio,
                             cap_factor=cap_factor, waves=waves, concurrency=concurrency, max_seconds=max_seconds,

@@ -10,8 +10,6 @@ _EXPORTS = {
     "conversion_metrics": "promokit.conversion.evaluate",
     "check_labels": "promokit.conversion.contract",
     "MODELS": "promokit.conversion.models",
-    "SyntheticWorld": "promokit.conversion.synthetic",
-    "make_world": "promokit.conversion.synthetic",
     "load_kuairand": "promokit.conversion.kuairand",
 }
 

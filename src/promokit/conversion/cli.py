@@ -12,6 +12,7 @@ from promokit.cli_support import (
     AddressOpt,
     CategoricalOpt,
     EngineOpt,
+    ExecutorOpt,
     WorkersOpt,
     BatchSizeOpt,
     EmbeddingDecayOpt,
@@ -21,6 +22,7 @@ from promokit.cli_support import (
     NumericOpt,
     ParamsOpt,
     PatienceOpt,
+    RUNS,
     ResumeOpt,
     StorageOpt,
     TABLE_HELP,
@@ -32,8 +34,12 @@ from promokit.cli_support import (
     WeightDecayOpt,
     bench_models,
     checkpoint_dir,
+    executor_from_options,
+    executor_option,
     finish_training,
+    flags_in_errors,
     print_feature_types,
+    runs_out_option,
     run_tune,
     seeds_option,
     set_threads,
@@ -44,7 +50,18 @@ from promokit.cli_support import (
     write_bench_report,
     write_metrics_report,
 )
+from promokit.cli_support import (
+    AllRowsOpt,
+    held_out_rows,
+    convention_errors,
+    label_option,
+    label_options,
+    predictions_folder,
+    print_held_out,
+    test_fraction_option,
+)
 from promokit.console import get_console, print_table
+from promokit.data.split import TEST_FRACTION
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT, the linear floor LR, and "
                   "GMCM (micro-behaviour graph) with its baselines and ablations.",
@@ -59,14 +76,16 @@ MicroOpt = Annotated[Optional[str], typer.Option(
 
 
 def _spec(path: Optional[Path], micro_behaviors: Optional[str] = None, categorical: Optional[str] = None,
-          numeric: Optional[str] = None):
-    """The spec file's FeatureSpec (or an empty one), with ``--micro-behaviors`` as its micro_behaviors and the
-    types of ``--categorical`` / ``--numeric`` over its own."""
+          numeric: Optional[str] = None, labels: Optional[dict] = None):
+    """The spec file's FeatureSpec (or an empty one), with ``--micro-behaviors`` as its micro_behaviors, the
+    types of ``--categorical`` / ``--numeric`` over its own and the label columns of ``--label`` over its own."""
     from promokit.data import FeatureSpec
 
     spec = FeatureSpec.from_file(path) if path else FeatureSpec()
     if micro_behaviors is not None:
         spec = replace(spec, micro_behaviors=_micro_names(micro_behaviors))
+    if labels:
+        spec = replace(spec, labels={**spec.labels, **labels})
     return replace(spec, types={**spec.types, **types_option(categorical, numeric)})
 
 
@@ -88,8 +107,8 @@ def _synthetic_micro(value: str) -> tuple[list[str], int]:
     """The synthetic world's micro-behaviours that ``--micro-behaviors`` asks for — a count N (the first N of
     cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button, micro_11 …) or their names — and
     how many the world must generate to have them."""
-    from promokit.conversion.synthetic import micro_behavior_names
     from promokit.data import DataError
+    from promokit.experiments.conversion.world import micro_behavior_names
 
     if value.strip().isdigit():
         return micro_behavior_names(int(value)), int(value)
@@ -113,6 +132,13 @@ MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks
                                                    "loss | ctr_auc | cvr_auc | ctcvr_auc.")]
 
 
+#: The label roles of an impression table (promokit.conversion.contract's REQUIRED_LABELS and OPTIONAL_LABELS).
+LABEL_ROLES = ("click", "purchase", "daction")
+LabelOpt = label_option(LABEL_ROLES)
+TestFractionOpt = test_fraction_option("the latest rows by the spec's time_key when it names one, else each row "
+                                       "drawn at random with --seed")
+
+
 def _training(params, min_count, **flags):
     from promokit.conversion.estimator import DEFAULT_TRAIN
 
@@ -131,26 +157,28 @@ def train(data: TrainDataOpt,
           spec: SpecOpt = None,
           valid: Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table for early stopping: {TABLE_HELP}.")] = None,
           valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = 0.1,
-          valid_split: ValidSplitOpt = None,
+          valid_split: ValidSplitOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
           repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = False,
           resume: ResumeOpt = False, micro_behaviors: MicroOpt = None, wide: WideOpt = None,
           categorical: CategoricalOpt = None, numeric: NumericOpt = None,
-          engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-          threads: ThreadsOpt = None):
-    """Fit a model on an impression table and write it as a model directory.
+          executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+          threads: ThreadsOpt = None, engine: EngineOpt = None):
+    """Fit a model on an impression table, less the --test-fraction held out for evaluate, and write it as a model
+    directory.
 
-    With --data a directory or glob of Parquet parts, or with --engine ray, the network trains over the parts
+    With --data a directory or glob of Parquet parts, or with --executor ray, the network trains over the parts
     without reading the table whole: the vocabulary is counted part by part, then the model trains part by part in
-    this process (--engine local) or data-parallel on --workers Ray Train workers (--engine ray; DDP, batch size
+    this process (--executor local) or data-parallel on --workers Ray Train workers (--executor ray; DDP, batch size
     the global batch). Validation rows are then a seeded random share of each part (about --valid-fraction), the
     latest rows by time, or --valid.
 
     Without feature lists in the spec, every column but the labels is a feature, its type inferred (printed at the
     end and kept in config.json): --categorical / --numeric set the type of some."""
-    with user_errors():
+    with user_errors(), flags_in_errors({"wide": "--wide"}), convention_errors():
+        executor = executor_option(executor, engine)
         set_threads(threads)
         from promokit.conversion import ConversionModel
         from promokit.data import DataError
@@ -159,8 +187,10 @@ def train(data: TrainDataOpt,
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
                                          weight_decay=weight_decay, seed=seed, wide=wide)
-        given = _spec(spec, micro_behaviors, categorical, numeric)
-        estimator = ConversionModel(model, model_params, config, given, repair_labels)
+        given = _spec(spec, micro_behaviors, categorical, numeric, label_options(label, LABEL_ROLES))
+        if not 0 <= test_fraction < 1:
+            raise DataError(f"--test-fraction must be in [0, 1), got {test_fraction:g}")
+        estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction)
         if estimator.uses_micro and not given.micro_behaviors:
             raise DataError(f"model {model!r} learns from micro-behaviour labels, and none are declared: name the "
                             "table's 0/1 post-click columns with --micro-behaviors cart,favorite,… or in the spec "
@@ -171,7 +201,7 @@ def train(data: TrainDataOpt,
             raise DataError(f"--valid-fraction must be in [0, 1), got {valid_fraction}")
         console = get_console()
         partitioned = is_partitioned(data) or (valid is not None and is_partitioned(valid))
-        if engine == "local" and (not partitioned or not estimator.trains_by_epochs):
+        if executor == "local" and (not partitioned or not estimator.trains_by_epochs):
             if partitioned:
                 console.print(f"note: model {model!r} is fitted on the whole table, not by epochs over its parts: "
                               "the parts are read into one frame")
@@ -179,17 +209,29 @@ def train(data: TrainDataOpt,
                           checkpoint_dir=checkpoint_dir(out), resume=resume)
         else:
             from promokit.conversion.parts import fit_parts
-            from promokit.scale.engine import make_engine
 
-            fit_parts(estimator, data, make_engine(engine, address, workers), valid, valid_fraction, valid_split,
-                      checkpoint_dir(out), resume)
+            if not estimator.trains_by_epochs:
+                raise DataError(f"model {model!r} is not trained by epochs of mini-batches, so it cannot train over "
+                                f"a table's parts with --executor {executor}: train it with --executor local (the "
+                                "table read whole), or choose a network (esmm, esm2, dnn, gmcm …)")
+            fit_parts(estimator, data, executor_from_options(executor, address, workers), valid, valid_fraction,
+                      valid_split, checkpoint_dir(out), resume)
         estimator.save(out)
         report = estimator.report
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
         finish_training(out, report.history)
         print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
+        print_held_out(report.n_test and f"{report.n_test:,} of {estimator.holdout['rows']:,} rows "
+                       f"({_rule(estimator.holdout)})", "row")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
+
+
+def _rule(holdout: dict) -> str:
+    """How a conversion model held rows out, in words."""
+    if holdout["how"] == "random":
+        return f"each row drawn with probability {holdout['test_fraction']:g}, seed {holdout['seed']}"
+    return f"the latest {holdout['test_fraction']:.0%} by {holdout['how'].split(':', 1)[1]!r}"
 
 
 @app.command()
@@ -208,8 +250,8 @@ def tune(data: DataOpt,
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
     with user_errors():
-        from promokit.conversion.tune import METRICS, tune_conversion
         from promokit.data import DataError, read_table
+        from promokit.experiments.conversion.tune import METRICS, tune_conversion
 
         if metric not in METRICS:
             raise DataError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
@@ -230,32 +272,35 @@ def tune(data: DataOpt,
 @app.command()
 def predict(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
             data: DataOpt,
-            out: Annotated[Path, typer.Option("--out", help="Parquet file of predictions; a directory of parts when --data is one (part k from input part k).")],
+            out: Annotated[Path, typer.Option("--out", help="Folder for predictions.parquet (predictions/, part k from input part k, when --data is in parts) and summary.json.")],
             keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: ThreadsOpt = None):
+            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = None, engine: EngineOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
     with the input's key columns."""
     with user_errors():
+        executor = executor_option(executor, engine)
         set_threads(threads)
         from functools import partial
 
         from promokit.conversion import ConversionModel
         from promokit.data import write_json
         from promokit.data.part_scoring import means, score_parts
-        from promokit.scale.engine import make_engine
         from promokit.training import read_model_config
 
+        from promokit.data.parts import is_partitioned
+
         name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
-        runner = make_engine(engine, address, workers)
-        parts = score_parts(runner, partial(ConversionModel.load, model),
-                            partial(ConversionModel.predict, keep=keep), data, out)
+        old_file = predictions_folder(out)
+        written = old_file or out / ("predictions" if is_partitioned(data) else "predictions.parquet")
+        parts = score_parts(executor_from_options(executor, address, workers), partial(ConversionModel.load, model),
+                            partial(ConversionModel.predict, keep=keep), data, written)
         averages = means(parts)
         outputs = [c for c in averages if c.startswith("p_")]
-        summary = {"rows": sum(p.rows for p in parts), "parts": len(parts), "engine": engine,
+        summary = {"rows": sum(p.rows for p in parts), "parts": len(parts), "executor": executor,
                    "model": name, "outputs": outputs, "means": {c: averages[c] for c in outputs}}
-        write_json(summary, out.with_suffix(".json"))
-        get_console().print(f"{summary['rows']} predictions written to {out}")
+        write_json(summary, out.with_suffix(".json") if old_file else out / "summary.json")
+        get_console().print(f"{summary['rows']} predictions written to {written}")
 
 
 @app.command()
@@ -266,16 +311,22 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
              micro_behaviors: Annotated[Optional[str], typer.Option(
                  "--micro-behaviors", help="Comma-separated micro-behaviour label columns whose node AUCs to report "
                  "(node_auc_<name>); default: those the model was trained with, when the table has them. A model "
-                 "that predicts nodes is scored only on nodes it was trained on.")] = None):
-    """Score a trained model on a labelled table: AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of
-    a micro-behaviour model)."""
-    with user_errors():
+                 "that predicts nodes is scored only on nodes it was trained on.")] = None,
+             all_rows: AllRowsOpt = False, label: LabelOpt = None):
+    """Score a trained model on the rows train held out of the labelled table (with --all: every row of new data):
+    AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of a micro-behaviour model)."""
+    with user_errors(), convention_errors():
         from promokit.conversion import ConversionModel
         from promokit.data import DataError, read_table
         from promokit.data.spec import missing_column_message
 
         estimator = ConversionModel.load(model)
+        labels = label_options(label, LABEL_ROLES)
+        if labels:  # the table's label columns, in place of those the model was trained with
+            estimator.feature_spec = replace(estimator.feature_spec, labels={**estimator.feature_spec.labels,
+                                                                             **labels})
         table = read_table(data)
+        rows = None if all_rows else held_out_rows(estimator, data)
         if micro_behaviors is not None:
             names = _micro_names(micro_behaviors)
             trained = list(estimator.feature_spec.micro_behaviors)
@@ -290,13 +341,14 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
                 get_console().print(f"note: model {estimator.model!r} predicts no micro-behaviour nodes; "
                                     "--micro-behaviors adds node AUCs only for gmcm / mcm-* models")
             estimator.feature_spec = replace(estimator.feature_spec, micro_behaviors=names)
-        evaluation = estimator.evaluate(table, gauc_weight=gauc_weight)
+        evaluation = estimator.evaluate(table, rows=rows, gauc_weight=gauc_weight)
         write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
-                             f"{estimator.model} on {data.name}")
+                             f"{estimator.model} on {data.name}" + ("" if rows is None else
+                                                                   f" ({len(rows):,} rows held out by train)"))
 
 
 @app.command()
-def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("promokit-demo"),
+def demo(out: runs_out_option("results.csv (rewritten as each model finishes) and the report") = RUNS / "conversion-demo",
          users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
          micro_behaviors: Annotated[int, typer.Option(
@@ -306,7 +358,8 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
     """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² (or --models) on the synthetic world and compare them with the
     oracle."""
     with user_errors():
-        from promokit.conversion.demo import run_demo
+        from promokit.experiments.conversion.demo import run_demo
+        from promokit.experiments.finished_rows import FinishedRows
 
         console = get_console()
         console.print(f"synthetic world: {impressions:,} impressions, {users:,} users, {items:,} items (seed {seed})")
@@ -315,11 +368,12 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
             console.print(f"  {row['model']:>7}: CVR AUC {row['cvr_auc']:.4f}  CTCVR AUC {row['ctcvr_auc']:.4f}  "
                           f"({row['fit_seconds']:.0f} s)")
 
-        table, report = run_demo(users, items, impressions, seed, bench_models(models), on_result=done,
-                                 n_micro=micro_behaviors)
+        with FinishedRows(out, "promokit conversion demo", on_result=done) as finished:
+            table, report = run_demo(users, items, impressions, seed, bench_models(models), on_result=finished.add,
+                                     n_micro=micro_behaviors)
         report.write(out)
         print_table("test metrics", report.sections[2][1])
-        console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
+        console.print(f"report written to {out}/report.md (+ report.json, results.csv, auc_vs_oracle.png)")
 
 
 @app.command()
@@ -340,16 +394,17 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
               "features; replaces the spec's micro_behaviors). On the synthetic world: a count N (its first N of "
               "cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button) or their names; the "
               "oracle row then has their true node AUCs.")] = None,
-          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
+          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for results.csv (rewritten as each model finishes) and report.md / report.json.")] = None,
           threads: ThreadsOpt = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
     with user_errors():
         set_threads(threads)
-        from promokit.conversion import bench as runner
-        from promokit.conversion.demo import world_split
         from promokit.conversion.models import MODELS
-        from promokit.conversion.synthetic import make_world
         from promokit.data import read_table
+        from promokit.experiments.conversion import bench as runner
+        from promokit.experiments.conversion.demo import world_split
+        from promokit.experiments.conversion.world import make_world
+        from promokit.experiments.finished_rows import FinishedRows
         from promokit.training.params import without_foreign_wide
 
         names = bench_models(models)
@@ -377,8 +432,9 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
         found = tuned_params(tuned, names)
         per_model = {n: {**({} if n in runner.SHALLOW else without_foreign_wide(MODELS[n][0], net)),
                          **found.get(n, {})} for n in names}
-        results = runner.run(parts, names, seeds_option(seeds), feature_spec, per_model, config,
-                             repair_labels=repair_labels, on_result=done, truth=truth)
+        with FinishedRows(out, "promokit conversion bench", on_result=done) as finished:
+            results = runner.run(parts, names, seeds_option(seeds), feature_spec, per_model, config,
+                                 repair_labels=repair_labels, on_result=finished.add, truth=truth)
         summary = runner.summarise(results, base if base in names else None, (*runner.HEADLINE, *runner.TRUTH_AUCS))
         tables = {}
         if feature_spec.micro_behaviors:
@@ -416,8 +472,8 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the 
         import pandas as pd
         import yaml
 
-        from promokit.conversion.synthetic import make_world
         from promokit.data import FeatureSpec, write_parquet, write_text
+        from promokit.experiments.conversion.world import make_world
 
         world = make_world(n_users=users, n_items=items, n_impressions=impressions, seed=seed,
                            n_micro=micro_behaviors)

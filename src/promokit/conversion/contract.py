@@ -12,7 +12,7 @@ from promokit.data.errors import DataError, example_row
 REQUIRED_LABELS = ("click", "purchase")
 OPTIONAL_LABELS = ("daction",)
 #: The logits of the path impression → click → (DAction) → purchase that a model may define, each with the label
-#: that supervises it and the rows it is observed on: what a wide part's floor is solved on (``promokit.nn.WidePart``).
+#: that supervises it and the rows it is observed on: what a wide term's floor is solved on (``promokit.nn.WideTerm``).
 #: y2–y4 are ESM²'s (eqs. 1–4).
 LOGIT_TARGETS = {"ctr": ("click", {}), "cvr": ("purchase", {"click": 1}), "ctcvr": ("purchase", {}),
                  "y2": ("daction", {"click": 1}), "y3": ("purchase", {"click": 1, "daction": 1}),

@@ -33,7 +33,10 @@ from promokit.data import (
     TableEncoder,
     holdout_split,
 )
-from promokit.data.datasets import as_table
+from promokit.data.datasets import as_table, check_rows
+from promokit.data.parts import is_partitioned, list_parts, parquet_rows
+from promokit.data.spec import missing_label_message
+from promokit.data.split import TEST_FRACTION, latest_split
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.ids import id_hashes
 from promokit.training import (
@@ -48,7 +51,13 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training import defaults
-from promokit.training.estimator import Estimator, Evaluation, check_common_params
+from promokit.training.estimator import (
+    Estimator,
+    Evaluation,
+    check_common_params,
+    check_same_data,
+    check_test_fraction,
+)
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 
@@ -72,6 +81,7 @@ class FitReport:
 
     n_train: int = 0
     n_valid: int = 0
+    n_test: int = 0
     labels: LabelReport = field(default_factory=LabelReport)
     history: History | None = None
 
@@ -84,31 +94,37 @@ class ConversionModel(Estimator):
     Parameters, stored as given: ``model`` (the name), ``params`` (overrides of the model's defaults; a
     ``min_count`` among them sets the spec's vocabulary threshold), ``train`` (a :class:`TrainConfig`, default
     :data:`DEFAULT_TRAIN`), ``spec`` (a :class:`FeatureSpec`, inferred from the table when None) and
-    ``repair_labels`` (zero post-click labels on unclicked rows instead of failing). What they imply:
-    ``model_params``, ``train_config`` and ``declared_spec``; what fitting learns: ``feature_spec`` (the spec
-    resolved against the training table), ``encoder``, ``net``, ``pmg``, ``report`` and ``training_ids``.
+    ``repair_labels`` (zero post-click labels on unclicked rows instead of failing) and ``test_fraction``, the
+    share of the rows :meth:`fit` holds out for evaluation, never trained or validated on (:data:`TEST_FRACTION`;
+    0: none): the latest by the spec's ``time_key`` when it names one, else each row with that probability,
+    seeded by the training seed. What they imply: ``model_params``, ``train_config`` and ``declared_spec``; what
+    fitting learns: ``feature_spec`` (the spec resolved against the training table), ``encoder``, ``net``,
+    ``pmg``, ``report``, ``holdout`` (what it held out) and ``training_ids``.
 
     Example::
 
-        model = ConversionModel("esm2").fit(train_table)
-        predictions = model.predict(test_table)      # user_id, item_id, p_ctr, p_cvr, p_ctavr, p_ctcvr per row
-        metrics = model.evaluate(test_table)         # cvr_auc, ctcvr_auc, ctcvr_gauc, …
+        model = ConversionModel("esm2").fit(table)   # 10 % held out, 10 % of the rest validates
+        model.evaluate(table, rows=model.held_out(table))   # cvr_auc, ctcvr_auc, ctcvr_gauc, … on the held out
+        model.predict(new_table)                     # user_id, item_id, p_ctr, p_cvr, p_ctavr, p_ctcvr per row
         model.save("esm2_model"); ConversionModel.load("esm2_model")
     """
 
     def __init__(self, model: str = "esm2", params: dict | None = None, train: TrainConfig | None = None,
-                 spec: FeatureSpec | None = None, repair_labels: bool = False):
+                 spec: FeatureSpec | None = None, repair_labels: bool = False, test_fraction: float = TEST_FRACTION):
         self.model = model
         self.params = params
         self.train = train
         self.spec = spec
         self.repair_labels = repair_labels
+        self.test_fraction = test_fraction
         self._configure()
         self.feature_spec: FeatureSpec | None = None
         self.encoder: TableEncoder | None = None
         self.pmg: np.ndarray | None = None  # (N, N) concurrence prior of the micro-behaviours, when declared
         self.net = None
         self.report = FitReport()
+        #: what fit held out for evaluation (:meth:`held_out`): test_fraction, how, seed, rows, held_out
+        self.holdout: dict | None = None
         #: the hashes of the training rows' ``group_key`` ids (``training_ids.npy``), when the spec names one
         self.training_ids: np.ndarray | None = None
 
@@ -119,6 +135,7 @@ class ConversionModel(Estimator):
             raise DataError(f"spec must be a FeatureSpec, got {type(self.spec).__name__}")
         if not isinstance(self.repair_labels, (bool, np.bool_)):
             raise DataError(f"repair_labels must be True or False, got {self.repair_labels!r}")
+        check_test_fraction(self.test_fraction)
         params = {**MODELS[self.model][1], **(self.params or {})}
         spec = self.spec or FeatureSpec()
         if "min_count" in params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
@@ -138,10 +155,11 @@ class ConversionModel(Estimator):
 
     def fit(self, data, *, validation=None, validation_split: str | None = None,
             checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> ConversionModel:
-        """Fit on ``data`` (a DataFrame or a table path) and pick the epoch on the validation rows.
+        """Fit on ``data`` (a DataFrame or a table path) less the ``test_fraction`` held out for evaluation
+        (:meth:`held_out`), and pick the epoch on the validation rows.
 
-        ``validation`` is None (10 % of ``data``), a fraction of ``data`` in [0, 1) (0: no validation) or a
-        validation table (a DataFrame or a path). Rows cut from ``data`` are the latest by the spec's
+        ``validation`` is None (10 % of the rest), a fraction of the rest in [0, 1) (0: no validation) or a
+        validation table (a DataFrame or a path). Validation rows cut from ``data`` are the latest by the spec's
         ``time_key`` when it names one, else random; ``validation_split`` (``"random"`` or ``"time:<column>"``)
         chooses otherwise. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there (``resume``:
         continue from it); ``on_epoch`` is passed to :meth:`Trainer.fit`."""
@@ -161,6 +179,15 @@ class ConversionModel(Estimator):
                                   int(labels["click"].sum()), spec.labels["click"])
         if leak:
             warnings.warn(leak, stacklevel=2)
+        self.holdout = self.holdout_for(spec, len(table))
+        held = held_out_rows(table, self.holdout)
+        self.holdout["held_out"] = len(held)
+        if len(held) == len(table):
+            raise DataError(f"test_fraction {self.test_fraction} holds out all {len(table)} rows "
+                            f"({self.holdout['how']}); a smaller fraction or a larger table leaves rows to train on")
+        if len(held):
+            kept = np.setdiff1d(np.arange(len(table)), held)
+            table, labels = table.iloc[kept], {k: v[kept] for k, v in labels.items()}
         valid_labels = None
         if valid is not None:
             valid_labels, valid_report = self._labels(valid)
@@ -179,7 +206,8 @@ class ConversionModel(Estimator):
         self.training_ids = id_hashes(table[spec.group_key]) if spec.group_key else None
         train_x = self.encoder.transform(table)
         valid_part = None if valid is None else (self.encoder.transform(valid), valid_labels)
-        self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), labels=label_report)
+        self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), n_test=len(held),
+                                labels=label_report)
         if self.is_neural:
             self.net = self.build_net()
             train_tensors = _tensors(train_x, labels)
@@ -195,6 +223,35 @@ class ConversionModel(Estimator):
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
             self.net.fit(train_x, labels, valid_part)
         return self
+
+    def holdout_for(self, spec: FeatureSpec, rows: int) -> dict:
+        """What :meth:`fit` holds out of a table of ``rows`` rows with the resolved ``spec``: ``test_fraction``,
+        ``how`` (``"time:<time_key>"``, or ``"random"``: each row with probability ``test_fraction``, part k of a
+        table in parts drawn by the seed ``(seed, k, 1)``, their sizes kept as ``parts``), ``seed``, ``rows`` and
+        ``held_out`` (None until cut)."""
+        how = f"time:{spec.time_key}" if spec.time_key else "random"
+        return {"test_fraction": float(self.test_fraction), "how": how, "seed": self.train_config.seed, "rows": rows,
+                "held_out": None}
+
+    def held_out(self, data) -> np.ndarray:
+        """The row positions of ``data`` that :meth:`fit` held out for evaluation (none with ``test_fraction=0``):
+        ``data`` is the table fit was given (a DataFrame or a path; a table in parts as its parts in order), which
+        the rows are recomputed on by the rule in ``holdout``."""
+        self._check_fitted()
+        holdout = self.holdout
+        if not holdout or not holdout["test_fraction"]:
+            return np.empty(0, dtype=np.int64)
+        drawn_by_part = holdout["how"] == "random" and "parts" in holdout  # fitted over parts: each drew its own
+        if drawn_by_part and isinstance(data, (str, os.PathLike)) and is_partitioned(data):
+            sizes, table = [parquet_rows(part) or 0 for part in list_parts(data)], None
+        else:
+            table = as_table(data, "data")
+            sizes = [len(table)]
+        check_same_data(holdout, sum(sizes), "rows")
+        if drawn_by_part and sizes != holdout["parts"]:
+            raise DataError(f"held_out: the model drew the rows it held out part by part, from parts of "
+                            f"{holdout['parts']} rows; give the table in the parts fit was given (here {sizes})")
+        return _random_held_out(sizes, holdout) if table is None else held_out_rows(table, holdout)
 
     def resolve_spec(self, table: pd.DataFrame) -> FeatureSpec:
         """The declared spec resolved against ``table`` (a training table, or one part of it) and checked for this
@@ -354,12 +411,19 @@ class ConversionModel(Estimator):
             columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
         return pd.concat([table[keys], pd.DataFrame(columns, index=table.index)], axis=1)
 
-    def evaluate(self, data, *, gauc_weight: str = "impressions",
+    def evaluate(self, data, *, rows=None, gauc_weight: str = "impressions",
                  predictions: pd.DataFrame | None = None) -> Evaluation:
-        """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`);
-        ``predictions``, this model's :meth:`predict` of ``data`` when the caller has them already."""
+        """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`),
+        every row or the row positions ``rows`` (those :meth:`fit` held out: ``held_out(data)``);
+        ``predictions``, this model's :meth:`predict` of those rows when the caller has them already."""
         self._check_fitted()
         table = as_table(data, "data")
+        if rows is not None:
+            table = table.iloc[check_rows(rows, len(table), "rows", "rows")]
+        for role in REQUIRED_LABELS:
+            column = self.feature_spec.labels.get(role, role)
+            if column not in table.columns:
+                raise DataError(missing_label_message(role, column, list(table.columns), len(table), spec=True))
         labels, _ = self._labels(table)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
@@ -377,7 +441,7 @@ class ConversionModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "conversion", "model": self.model, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "train": self.train_config.to_dict(),
-                  "repair_labels": self.repair_labels,
+                  "repair_labels": self.repair_labels, "holdout": self.holdout,
                   "pmg": None if self.pmg is None else self.pmg.tolist()}
         history = None if self.report.history is None else self.report.history.to_dict()
         write_model_dir(path, config, self.encoder.to_dict(), self.net, history, training_ids=self.training_ids)
@@ -387,7 +451,10 @@ class ConversionModel(Estimator):
         config = read_model_config(path, "conversion")
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig(**config["train"]),
-                    FeatureSpec.from_dict(config["spec"]), config["repair_labels"])
+                    FeatureSpec.from_dict(config["spec"]), config["repair_labels"],
+                    # directories written before the hold-out was kept held nothing out
+                    (config.get("holdout") or {}).get("test_fraction", 0.0))
+        model.holdout = config.get("holdout")
         model.feature_spec = model.declared_spec  # the saved spec was resolved when the model was fitted
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)
@@ -413,6 +480,28 @@ def _validation(validation) -> tuple[pd.DataFrame | None, float]:
         return as_table(validation, "validation"), 0.0
     raise DataError(f"validation must be None, a fraction in [0, 1) or a validation table (a DataFrame or a path), "
                     f"got {type(validation).__name__}")
+
+
+def held_out_rows(table: pd.DataFrame, holdout: dict) -> np.ndarray:
+    """The row positions of ``table`` (one frame: a table in one part) that the rule ``holdout``
+    (:meth:`ConversionModel.holdout_for`) holds out: the latest ``test_fraction`` by the time column, widened to
+    every row of the boundary time, or the rows drawn at random; none for a fraction of 0."""
+    if not holdout["test_fraction"]:
+        return np.empty(0, dtype=np.int64)
+    if holdout["how"] == "random":
+        return _random_held_out([len(table)], holdout)
+    return latest_split(table[holdout["how"].split(":", 1)[1]], holdout["test_fraction"])[1]
+
+
+def held_out_draw(rows: int, holdout: dict, part: int) -> np.ndarray:
+    """Which of the ``rows`` rows of part ``part`` the random rule of ``holdout`` holds out (its own stream, apart
+    from the validation draws of :mod:`promokit.conversion.parts`)."""
+    return np.random.default_rng([holdout["seed"], part, 1]).random(rows) < holdout["test_fraction"]
+
+
+def _random_held_out(sizes: list[int], holdout: dict) -> np.ndarray:
+    drawn = [held_out_draw(size, holdout, part) for part, size in enumerate(sizes)]
+    return np.flatnonzero(np.concatenate(drawn)) if drawn else np.empty(0, dtype=np.int64)
 
 
 def _tensors(x: EncodedFeatures, labels: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Training a conversion network over a table in parts (``conversion train --data DIR``), never holding the table
-as one frame: :func:`fit_parts` plans the job on the engine it is given and has the engine train it.
+as one frame: :func:`fit_parts` plans the job on the executor it is given and has the executor train it.
 
-Before training, two maps over the parts run on the engine (``promokit.scale.engine``: in this process or on Ray):
+Before training, two maps over the parts run on the executor (``promokit.scale.executor``: in this process or on Ray):
 
 1. **scan**: each part's rows, the distinct values of its integer columns (or "more than ``MAX_INTEGER_LEVELS``",
    for the spec's inference of categorical integers) and, for a time-ordered validation split, the counts of its
@@ -13,9 +13,11 @@ Before training, two maps over the parts run on the engine (``promokit.scale.eng
    the same means and deviations to rounding; the subjects' hashes, united, are the model's ``training_ids.npy``.
 
 The spec is resolved on the first part with rows (its columns and dtypes), with integer columns classified by
-their distinct values over all parts. Validation rows are a seeded random share of each part (part *k*'s
-generator is seeded by ``(seed, k)``; about ``valid_fraction`` of the rows, not exactly), the latest rows by the
-time column (the boundary time over all parts), or a separate ``valid`` table. The shards and the loop are
+their distinct values over all parts. The estimator's ``test_fraction`` is held out as :meth:`ConversionModel.fit`
+holds it out (the latest rows by the spec's ``time_key``, the boundary time over all parts, or each row drawn with
+part *k*'s generator seeded by ``(seed, k, 1)``). Validation rows are then a seeded random share of each part's
+rest (part *k*'s generator is seeded by ``(seed, k)``; about ``valid_fraction`` of the rows, not exactly), the
+latest rows by the time column (the boundary time over all parts), or a separate ``valid`` table. The shards and the loop are
 :mod:`promokit.training.shards` and :mod:`promokit.training.shard_loop`.
 """
 
@@ -29,6 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from promokit.conversion.estimator import held_out_draw
 from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
 from promokit.data.parts import list_parts, naming, read_part
@@ -37,26 +40,26 @@ from promokit.training.shards import (Segment, TrainJob, classify_integers, inte
                                       time_counts, time_threshold, wide_over_parts)
 
 
-def fit_parts(estimator, data, engine, valid=None, valid_fraction: float = 0.1, valid_split: str | None = None,
+def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = 0.1, valid_split: str | None = None,
               checkpoint_dir: str | os.PathLike | None = None, resume: bool = False):
     """Fit ``estimator`` (a :class:`~promokit.conversion.ConversionModel` of a network trained by epochs) on the
-    table at ``data`` — a directory or glob of parts, or one file — without ever holding it whole, on ``engine``
-    (``promokit.scale.make_engine``: part by part in this process, or data-parallel on the Ray engine's workers).
+    table at ``data`` — a directory or glob of parts, or one file — without ever holding it whole, on ``executor``
+    (``promokit.scale.make_executor``: part by part in this process, or data-parallel on the Ray executor's workers).
     ``valid`` is a validation table (a file or parts); else ``valid_fraction`` of the rows validate, by
     ``valid_split``. The estimator comes back fitted, as :meth:`ConversionModel.fit` leaves it."""
     if not estimator.trains_by_epochs:
         raise DataError(f"model {estimator.model!r} is not trained by epochs of mini-batches, so it cannot train over "
-                        "a table's parts; read the table whole (--engine local with one file), or choose a network "
+                        "a table's parts: fit it on the table read whole (ConversionModel.fit), or choose a network "
                         "(esmm, esm2, dnn, gmcm …)")
     wide_over_parts(estimator.model_params)
-    job = plan(estimator, data, engine, engine.workers, valid, valid_fraction, valid_split)
-    estimator.net, estimator.report.history = engine.train(job, checkpoint_dir, resume)
+    job = plan(estimator, data, executor, executor.workers, valid, valid_fraction, valid_split)
+    estimator.net, estimator.report.history = executor.train(job, checkpoint_dir, resume)
     return estimator
 
 
-def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: float = 0.1,
+def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: float = 0.1,
          valid_split: str | None = None) -> TrainJob:
-    """Scan and count the parts of ``data`` (and of ``valid``) on ``runner``; fit the estimator's encoder from the
+    """Scan and count the parts of ``data`` (and of ``valid``) on ``executor``; fit the estimator's encoder from the
     counts; cut the shards of ``workers`` workers."""
     paths = [str(Path(p).resolve()) for p in list_parts(data)]
     items = list(enumerate(paths))
@@ -68,24 +71,34 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
         if how != "random" and not how.startswith("time:"):
             raise DataError(f"a split is 'random' or 'time:<column>', got {how!r}")
     time_column = how.split(":", 1)[1] if how and how.startswith("time:") else None
-    scans = runner.map(_scan_part, [(time_column, *item) for item in items], label="scanning parts")
+    test_column = spec.time_key if estimator.test_fraction else None
+    columns = tuple(dict.fromkeys(c for c in (time_column, test_column) if c))
+    scans = executor.map(_scan_part, [(columns, *item) for item in items], label="scanning parts")
     _resolve_spec(estimator, paths, scans)
-    if valid is not None:
-        holdout = Holdout("none")
-    elif how is None:
-        holdout = Holdout("none")
+    test = estimator.holdout_for(estimator.feature_spec, sum(scan.rows for scan in scans))
+    test_from = None
+    if test_column is not None:
+        test_from = time_threshold(test_column, test["test_fraction"], _time_counts(scans, test_column))
+    if how is None or valid is not None:
+        holdout = Holdout("none", test=test, test_from=test_from)
     elif how == "random":
-        holdout = Holdout("random", valid_fraction, cfg.seed)
+        holdout = Holdout("random", valid_fraction, cfg.seed, test=test, test_from=test_from)
     else:
-        counts = summed_time_counts([scan.times for scan in scans if scan.rows])
-        holdout = Holdout("time", column=time_column, threshold=time_threshold(time_column, valid_fraction, counts))
-    counts = runner.map(_count_part, [(estimator, holdout, True, *item) for item in items], label="counting parts")
+        counts = _time_counts(scans, time_column)
+        if test_from is not None:
+            if time_column != test_column:
+                raise DataError(f"over parts, the validation rows by time ({how}) are cut by the time key the test "
+                                f"rows are held out by, time:{test_column}")
+            counts = counts[counts.index < test_from]
+        holdout = Holdout("time", column=time_column, threshold=time_threshold(time_column, valid_fraction, counts),
+                          test=test, test_from=test_from)
+    counts = executor.map(_count_part, [(estimator, holdout, True, *item) for item in items], label="counting parts")
     valid_paths = paths
     valid_counts = [c.valid_labels for c in counts]
     valid_sizes = [c.valid_rows for c in counts]
     if valid is not None:
         valid_paths = [str(Path(p).resolve()) for p in list_parts(valid)]
-        counted = runner.map(_count_part, [(estimator, Holdout("all"), False, k, path)
+        counted = executor.map(_count_part, [(estimator, Holdout("all"), False, k, path)
                                            for k, path in enumerate(valid_paths)], label="checking validation parts")
         valid_counts, valid_sizes = [c.valid_labels for c in counted], [c.valid_rows for c in counted]
     train_sizes = [c.train_rows for c in counts]
@@ -99,6 +112,8 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
         raise DataError(f"--valid {valid}: the validation table has no rows")
     encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.feature_spec)
     estimator.fit_counts(encoder, [c.labels for c in counts], valid_counts if (valid is not None or how) else [])
+    estimator.holdout = {**test, "held_out": sum(c.test_rows for c in counts), "parts": [scan.rows for scan in scans]}
+    estimator.report.n_test = estimator.holdout["held_out"]
     validated = valid is not None or how is not None
     valid_rows = Rows(tuple(valid_paths), Holdout("all") if valid is not None else holdout, True) if validated else None
     return TrainJob.cut(estimator, Rows(tuple(paths), holdout, False), valid_rows, train_sizes, valid_sizes, workers)
@@ -107,27 +122,41 @@ def plan(estimator, data, runner, workers: int, valid=None, valid_fraction: floa
 # ------------------------------------------------------------------------------------------------ which rows validate
 
 
+#: The role of a row of a part: trained on, validated on, held out for evaluation.
+TRAIN, VALID, TEST = 0, 1, 2
+
+
 @dataclass(frozen=True)
 class Holdout:
-    """Which rows of a part validate: ``none``, ``all`` (a separate validation table), ``random`` (each row with
-    probability ``fraction``, part k's draws seeded by ``(seed, k)``) or ``time`` (``column`` at or after
-    ``threshold``)."""
+    """The role of each row of a part. Validation: ``none``, ``all`` (a separate validation table), ``random``
+    (each row with probability ``fraction``, part k's draws seeded by ``(seed, k)``) or ``time`` (``column`` at or
+    after ``threshold``). Held out, whatever validates: the estimator's ``test`` rule
+    (:meth:`ConversionModel.holdout_for`), by time from ``test_from`` (the boundary time over all parts)."""
 
     how: str = "none"
     fraction: float = 0.0
     seed: int = 0
     column: str | None = None
     threshold: object = None
+    test: dict | None = None
+    test_from: object = None
 
-    def validates(self, frame: pd.DataFrame, part: int) -> np.ndarray:
+    def roles(self, frame: pd.DataFrame, part: int) -> np.ndarray:
         n = len(frame)
-        if self.how == "none":
-            return np.zeros(n, dtype=bool)
         if self.how == "all":
-            return np.ones(n, dtype=bool)
+            return np.full(n, VALID, dtype=np.int8)
         if self.how == "random":
-            return np.random.default_rng([self.seed, part]).random(n) < self.fraction
-        return (frame[self.column] >= self.threshold).to_numpy(dtype=bool)
+            validates = np.random.default_rng([self.seed, part]).random(n) < self.fraction
+        elif self.how == "time":
+            validates = (frame[self.column] >= self.threshold).to_numpy(dtype=bool)
+        else:
+            validates = np.zeros(n, dtype=bool)
+        roles = np.where(validates, VALID, TRAIN).astype(np.int8)
+        if self.test and self.test["test_fraction"]:
+            held = (held_out_draw(n, self.test, part) if self.test["how"] == "random" else
+                    (frame[self.test["how"].split(":", 1)[1]] >= self.test_from).to_numpy(dtype=bool))
+            roles[held] = TEST
+        return roles
 
 
 @dataclass(frozen=True)
@@ -144,7 +173,7 @@ class Rows:
         path = self.paths[index]
         with naming(path):
             frame = read_part(path)
-            rows = np.flatnonzero(self.holdout.validates(frame, index) == self.valid)[start:stop]
+            rows = np.flatnonzero(self.holdout.roles(frame, index) == (VALID if self.valid else TRAIN))[start:stop]
             return estimator.part_tensors(frame.iloc[rows])
 
 
@@ -155,29 +184,34 @@ class Rows:
 class PartScan:
     rows: int
     levels: dict  # integer column -> its distinct values, or None when there are more than MAX_INTEGER_LEVELS
-    times: tuple | None  # (distinct times, counts) of the time column, for a time-ordered validation split
+    times: dict  # time column -> (distinct times, counts), for the time-ordered test and validation splits
 
 
 def _scan_part(job: tuple) -> PartScan:
-    time_column, _, path = job
+    time_columns, _, path = job
     with naming(path):
         frame = read_part(path)
-        times = None
-        if time_column is not None:
+        times = {}
+        for time_column in time_columns:
             if time_column not in frame.columns:
                 raise DataError(missing_column_message(time_column, list(frame.columns), "time key", len(frame)))
             missing = frame[time_column].isna().to_numpy()
             if missing.any():
                 raise DataError(f"time column {time_column!r} has {int(missing.sum())} missing values in "
                                 f"{len(frame)} rows (first at row {int(np.flatnonzero(missing)[0])})")
-            times = time_counts(frame[time_column].to_numpy())
+            times[time_column] = time_counts(frame[time_column].to_numpy())
         return PartScan(len(frame), integer_levels(frame), times)
+
+
+def _time_counts(scans: list[PartScan], column: str) -> pd.Series:
+    return summed_time_counts([scan.times[column] for scan in scans if scan.rows])
 
 
 @dataclass
 class PartCount:
     train_rows: int
     valid_rows: int
+    test_rows: int
     shares: dict | None  # TableEncoder.count of the training rows
     labels: dict  # the estimator's label_counts of the training rows
     valid_labels: dict  # … and of the validation rows
@@ -193,9 +227,10 @@ def _count_part(job: tuple) -> PartCount:
         if missing:
             raise DataError(f"columns {missing} are missing from this part of {len(frame)} rows (the first part with "
                             f"rows has them); columns present: {list(frame.columns)[:20]}")
-        validates = holdout.validates(frame, index)
-        train, valid = frame[~validates], frame[validates]
-        return PartCount(len(train), len(valid), TableEncoder.count(train, spec) if encode else None,
+        roles = holdout.roles(frame, index)
+        train, valid = frame[roles == TRAIN], frame[roles == VALID]
+        return PartCount(len(train), len(valid), int((roles == TEST).sum()),
+                         TableEncoder.count(train, spec) if encode else None,
                          estimator.label_counts(train), estimator.label_counts(valid))
 
 

@@ -8,6 +8,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
@@ -62,6 +63,21 @@ def read_tables(data, names: Sequence[str], required: Sequence[str], what: str) 
     if missing:
         raise DataError(f"data: no {missing[0]!r} table among {list(data)}; {what} needs {_listing(names, required)}")
     return {name: as_table(table, f"data[{name!r}]") for name, table in data.items() if table is not None}
+
+
+def check_rows(rows, n: int, argument: str, what: str) -> np.ndarray:
+    """``rows`` as row indices (int64, in their order) of a table of ``n`` ``what`` ("sessions"); a one-line error
+    naming ``argument`` for anything that is not whole numbers in [0, n)."""
+    values = np.asarray(rows)
+    if values.ndim != 1 or (len(values) and values.dtype.kind not in "iu"):
+        raise DataError(f"{argument} must be row indices of the {what} (a list of whole numbers), got "
+                        f"{type(rows).__name__} of shape {values.shape} and dtype {values.dtype}")
+    values = values.astype(np.int64)
+    outside = (values < 0) | (values >= n)
+    if outside.any():
+        raise DataError(f"{argument}: {int(outside.sum())} of its {len(values)} rows are outside the {n:,} {what}, "
+                        f"e.g. {int(values[outside][0])}")
+    return values
 
 
 def _listing(names: Sequence[str], required: Sequence[str]) -> str:

@@ -119,24 +119,24 @@ class ShardGraph:
                        list(zip(data["shards"].tolist(), rows)))
 
 
-def prepare(engine, read_left: Callable, read_right: Callable | None, layout: GraphLayout) -> dict:
-    """The four maps of the module docstring on ``engine``. ``read_left(k)`` returns part k's left nodes and its
+def prepare(executor, read_left: Callable, read_right: Callable | None, layout: GraphLayout) -> dict:
+    """The four maps of the module docstring on ``executor``. ``read_left(k)`` returns part k's left nodes and its
     edges (columns ``node``: the left node's row in the part, ``right_key``, ``weight`` and edge features, validated
     by the domain); ``read_right(q)`` returns part q's right nodes (with the ``layout.right_key`` column). Without
     right parts (``layout.right`` empty, ``read_right`` None) the right nodes are the keys the edges name, as when a
     payment log is the only table of merchants. Returns the node and edge counts and the nodes without edges, per
     side."""
     Path(layout.scratch).mkdir(parents=True, exist_ok=True)
-    left = engine.map(partial(_route_left, read_left, layout), range(len(layout.left)), label="routing edges")
+    left = executor.map(partial(_route_left, read_left, layout), range(len(layout.left)), label="routing edges")
     if not sum(n for n, _ in left):
         raise DataError(f"{Path(layout.left[0]).parent}: the table has no rows in its {len(layout.left)} parts")
     if layout.right:
-        right = engine.map(partial(_route_right, read_right, layout), range(len(layout.right)),
+        right = executor.map(partial(_route_right, read_right, layout), range(len(layout.right)),
                            label="routing right nodes")
         if not sum(right):
             raise DataError(f"{Path(layout.right[0]).parent}: the table has no rows in its {len(layout.right)} parts")
-    joined = engine.map(partial(_join_bucket, layout), range(layout.buckets), label="joining edges")
-    isolated = engine.map(partial(_link_left, layout, [n for n, _ in left]), range(len(layout.left)),
+    joined = executor.map(partial(_join_bucket, layout), range(layout.buckets), label="joining edges")
+    isolated = executor.map(partial(_link_left, layout, [n for n, _ in left]), range(len(layout.left)),
                           label="linking left parts")
     return {"left": sum(n for n, _ in left), "right": sum(n for n, _ in joined), "edges": sum(e for _, e in left),
             "isolated_left": sum(isolated), "isolated_right": sum(i for _, i in joined)}
@@ -299,11 +299,11 @@ def write_right_output(layout: GraphLayout, b: int, nodes: pd.DataFrame, frame: 
                       Path(layout.scratch) / "out" / f"{int(q):05d}" / f"{b:05d}.parquet")
 
 
-def collect_right(engine, layout: GraphLayout, out: str | os.PathLike, empty: pd.DataFrame) -> None:
+def collect_right(executor, layout: GraphLayout, out: str | os.PathLike, empty: pd.DataFrame) -> None:
     """Write ``out/part-q.parquet``: right part q's output rows in its row order (``empty``: the columns of a part
     with no rows)."""
     Path(out).mkdir(parents=True, exist_ok=True)
-    engine.map(partial(_collect, layout, str(out), empty), range(len(layout.right)), label="writing right parts")
+    executor.map(partial(_collect, layout, str(out), empty), range(len(layout.right)), label="writing right parts")
 
 
 def _collect(layout: GraphLayout, out: str, empty: pd.DataFrame, q: int) -> None:

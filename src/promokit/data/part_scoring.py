@@ -1,4 +1,4 @@
-"""Batch scoring over a partitioned table on an engine (any object with ``map``, :mod:`promokit.scale.engine`):
+"""Batch scoring over a partitioned table on an executor (any object with ``map``, :mod:`promokit.scale.executor`):
 input part *k* → output part *k*, keys in the input's row order.
 
 The domain supplies two module-level callables: ``load()``, run once per worker (loads the model directory), and
@@ -28,16 +28,16 @@ class PartScore:
     sums: dict
 
 
-def score_parts(engine, load: Callable, score: Callable, source: str | Path, out: str | Path,
+def score_parts(executor, load: Callable, score: Callable, source: str | Path, out: str | Path,
                 label: str = "scoring parts") -> list[PartScore]:
-    """Score every part of ``source`` into ``out/part-NNNNN.parquet`` on ``engine``; a one-file ``source`` (a
+    """Score every part of ``source`` into ``out/part-NNNNN.parquet`` on ``executor``; a one-file ``source`` (a
     table of one part, which must have rows) is scored into the file ``out``."""
     if not is_partitioned(source):
         jobs = [(Path(source), Path(out), False)]
     else:
         jobs = [(part, Path(out) / part_name(k), True) for k, part in enumerate(list_parts(source))]
         Path(out).mkdir(parents=True, exist_ok=True)
-    return engine.map(partial(_score_part, score), jobs, setup=load, label=label)
+    return executor.map(partial(_score_part, score), jobs, setup=load, label=label)
 
 
 def means(scores: list[PartScore]) -> dict:

@@ -1,5 +1,5 @@
 """Tables in parts: a table given as one file, a directory of Parquet parts or a glob, listed and read part by
-part (an engine maps a function over the parts; :func:`promokit.data.io.read_table` reads them into one frame).
+part (an executor maps a function over the parts; :func:`promokit.data.io.read_table` reads them into one frame).
 A table this package writes in parts is a directory of ``part-00000.parquet``, ``part-00001.parquet``, … one per
 input part, in the input's order (:func:`part_name`, :func:`promokit.data.io.write_part`).
 

@@ -96,7 +96,7 @@ class FeatureSpec:
             if name in frame.columns:
                 labels[role] = name
             elif role in required_labels or role in self.labels:
-                raise DataError(missing_column_message(name, columns, f"label '{role}'", len(frame)))
+                raise DataError(missing_label_message(role, name, columns, len(frame), spec=True))
         extra_roles = set(self.labels) - set(required_labels) - set(optional_labels)
         if extra_roles:
             raise DataError(f"feature spec: unknown label roles {sorted(extra_roles)}; "
@@ -242,6 +242,61 @@ def missing_column_message(name: str, columns: list[str], what: str, n_rows: int
     stop = "" if close is not None else "."
     return (f"column {name!r} ({what}) is missing from the table of {n_rows} rows{hint}{stop} "
             f"Columns present: {list(columns)[:20]}")
+
+
+def label_mapping(role: str, column: str, spec: bool = False) -> str:
+    """How a library user maps ``column`` to the label ``role``: ``labels={'click': 'is_click'}`` (the domain's
+    table readers' ``labels`` argument) or, with ``spec``, the feature spec's ``FeatureSpec(labels={…})``. The CLI
+    shows it as ``--label click=is_click`` (``promokit.cli_support.convention_errors``)."""
+    mapping = f"labels={{{role!r}: {column!r}}}"
+    return f"FeatureSpec({mapping})" if spec else mapping
+
+
+def missing_label_message(role: str, name: str, columns: list[str], n_rows: int, spec: bool = False) -> str:
+    """:func:`missing_column_message` for the column ``name`` of the label ``role``, saying how to map the user's
+    column to it (:func:`label_mapping`)."""
+    message = missing_column_message(name, columns, f"label {role!r}", n_rows)
+    close = close_column(name, columns)
+    how = (f" If it holds the label, map it: {label_mapping(role, close, spec)}." if close is not None else
+           f" Map the column that holds it: {label_mapping(role, '<column>', spec)}.")
+    cut = message.index(" Columns present:")
+    return message[:cut] + how + message[cut:]
+
+
+def require_label_columns(frame: pd.DataFrame, roles, table: str) -> None:
+    """A :class:`DataError` for the first label of ``roles`` missing from ``frame`` (a table of the domain's contract,
+    read with :func:`map_labels`), prefixed by the ``table`` name."""
+    for role in roles:
+        if role not in frame.columns:
+            raise DataError(f"{table}: " + missing_label_message(role, role, list(frame.columns), len(frame)))
+
+
+def map_labels(frame: pd.DataFrame, labels: dict[str, str] | None, roles, table: str) -> pd.DataFrame:
+    """``frame`` with the columns that ``labels`` (label role → the user's column) maps to the ``roles`` of this
+    table renamed to their roles; roles of other tables are left to them. A mapped column that is missing, or a
+    role whose own column is there too, is a one-line error."""
+    mapped = {column: role for role, column in (labels or {}).items() if role in roles and column != role}
+    for column, role in mapped.items():
+        if column not in frame.columns:
+            close = close_column(column, list(frame.columns))
+            raise DataError(f"{label_mapping(role, column)}: column {column!r} is missing from the {table} table of "
+                            f"{len(frame)} rows" + (f"; did you mean {close!r}?" if close is not None else "") +
+                            f" Columns present: {list(frame.columns)[:20]}")
+        if role in frame.columns:
+            raise DataError(f"{label_mapping(role, column)}: the {table} table of {len(frame)} rows has a column "
+                            f"{role!r} too; drop one of them")
+    return frame.rename(columns=mapped) if mapped else frame
+
+
+def check_label_roles(labels: dict[str, str] | None, roles) -> None:
+    """``labels`` maps only known label ``roles`` to column names."""
+    if labels is None:
+        return
+    if not isinstance(labels, dict) or not all(isinstance(c, str) for c in labels.values()):
+        raise DataError(f"labels must be a dict of label role → column name, got {labels!r}")
+    unknown = [role for role in labels if role not in roles]
+    if unknown:
+        raise DataError(f"labels: unknown label role {unknown[0]!r}; the roles are {list(roles)}")
 
 
 #: Delimiters a CSV file may be written with, which promokit (reading commas) would take for part of a name.

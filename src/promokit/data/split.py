@@ -7,6 +7,10 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 
+#: The share of the data every model's ``fit`` holds out for evaluation unless told otherwise, in every domain
+#: (``test_fraction``; ``train --test-fraction``): docs/conventions.md.
+TEST_FRACTION = 0.1
+
 
 def random_split(n_rows: int, fractions: tuple[float, ...], seed: int = 0) -> list[np.ndarray]:
     """Shuffle ``range(n_rows)`` with ``seed`` and cut it by ``fractions`` (the last part takes the rest)."""

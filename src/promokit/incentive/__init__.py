@@ -11,8 +11,6 @@ _EXPORTS = {
     "MODELS": "promokit.incentive.estimator",
     "check_tables": "promokit.incentive.contract",
     "evaluate": "promokit.incentive.evaluate",
-    "IncentiveWorld": "promokit.incentive.synthetic",
-    "make_world": "promokit.incentive.synthetic",
 }
 
 __all__ = list(_EXPORTS)

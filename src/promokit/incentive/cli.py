@@ -13,10 +13,12 @@ from promokit.cli_support import (
     CategoricalOpt,
     EngineOpt,
     EpochsOpt,
+    ExecutorOpt,
     LrOpt,
     NumericOpt,
     ParamsOpt,
     PatienceOpt,
+    RUNS,
     ResumeOpt,
     TABLE_HELP,
     ThreadsOpt,
@@ -24,8 +26,11 @@ from promokit.cli_support import (
     bench_models,
     bench_training,
     checkpoint_dir,
+    executor_from_options,
+    executor_option,
     finish_training,
     print_feature_types,
+    runs_out_option,
     seeds_option,
     set_threads,
     training_options,
@@ -33,7 +38,17 @@ from promokit.cli_support import (
     user_errors,
     write_metrics_report,
 )
+from promokit.cli_support import (
+    AllRowsOpt,
+    held_out_rows,
+    convention_errors,
+    label_option,
+    label_options,
+    print_held_out,
+    test_fraction_option,
+)
 from promokit.console import get_console, print_table
+from promokit.data.split import TEST_FRACTION
 
 app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN + hazard regression and its baselines, "
                        "score tables for allocate budget.", no_args_is_help=True)
@@ -70,13 +85,20 @@ def _fractions(**flags: float) -> None:
             raise DataError(f"--{flag.replace('_', '-')} must be in [0, 1), got {value:g}")
 
 
+#: The label roles of the node tables (promokit.incentive.contract.LABELS).
+LABEL_ROLES = ("redeemed", "level", "shares", "prior_shares")
+LabelOpt = label_option(LABEL_ROLES)
+TestFractionOpt = test_fraction_option("of the labelled customers and of the merchants, drawn at random with --seed; "
+                                       "section 5 of the paper: 0.15")
+
+
 def _tables(customers: Path, merchants: Path, edges: Path, levels=None, require_labels: bool = True, model=None,
-            types: dict[str, str] | None = None):
+            types: dict[str, str] | None = None, labels: dict[str, str] | None = None):
     from promokit.incentive.contract import read_tables
 
     specs = {} if model is None else {"customer_features": model.customer_spec, "merchant_features": model.merchant_spec}
     return read_tables({"customers": customers, "merchants": merchants, "edges": edges}, levels=levels,
-                       require_labels=require_labels, types=types, **specs)
+                       require_labels=require_labels, types=types, labels=labels, **specs)
 
 
 @app.command()
@@ -86,7 +108,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
           seed: SeedOpt = 0):
     """Write a synthetic experiment (customers, merchants, edges) with its true response curves."""
     with user_errors():
-        from promokit.incentive.synthetic import make_world, write_world
+        from promokit.experiments.incentive.world import make_world, write_world
 
         world = make_world(customers, merchants, degree, seed=seed)
         paths = write_world(world, out)
@@ -98,7 +120,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
 def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "gnn-hazard", levels: LevelsOpt = None,
-          test_fraction: Annotated[float, typer.Option(help="Share of customers and of merchants held out for evaluate (section 5: 0.15).")] = 0.15,
+          test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = 0.1,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
           patience: PatienceOpt = None, monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None,
@@ -108,17 +130,17 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
 
     The other columns of customers and merchants are features, their types inferred (printed at the end and kept
     in config.json): --categorical / --numeric set the type of some."""
-    with user_errors():
+    with user_errors(), convention_errors():
         set_threads(threads)
         from promokit.incentive.estimator import DEFAULT_TRAIN, IncentiveModel
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed)
         _fractions(test_fraction=test_fraction, valid_fraction=valid_fraction)
-        tables = _tables(customers, merchants, edges, _levels(levels), types=types_option(categorical, numeric))
-        estimator = IncentiveModel(model, model_params, config)
-        estimator.fit(tables, validation=valid_fraction, test_fraction=test_fraction,
-                      checkpoint_dir=checkpoint_dir(out), resume=resume)
+        tables = _tables(customers, merchants, edges, _levels(levels), types=types_option(categorical, numeric),
+                         labels=label_options(label, LABEL_ROLES))
+        estimator = IncentiveModel(model, model_params, config, test_fraction)
+        estimator.fit(tables, validation=valid_fraction, checkpoint_dir=checkpoint_dir(out), resume=resume)
         estimator.save(out)
         finish_training(out, estimator.history)
         print_feature_types({"customers": estimator.customer_spec, "merchants": estimator.merchant_spec}, inferred=True)
@@ -127,36 +149,40 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
                             f"{counts['isolated_merchants']:,} merchants without edges; "
                             f"{counts['unlabelled_customers']:,} customers without a label (in the graph, not in "
                             "the loss)")
+        held = estimator.holdout
+        print_held_out(held["held_out"] + held["held_out_merchants"] and
+                       f"{held['held_out']:,} of {held['rows']:,} labelled customers and {held['held_out_merchants']:,}"
+                       f" of {held['merchants']:,} merchants (drawn at random, seed {held['seed']})", "labelled node")
         get_console().print(f"model written to {out} (trained on {len(split.train_customers):,} customers and "
-                            f"{len(split.train_merchants):,} merchants; {len(split.test_customers):,} and "
-                            f"{len(split.test_merchants):,} held out for evaluate)")
+                            f"{len(split.train_merchants):,} merchants)")
 
 
 @app.command()
 def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
             out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json; with --customers in parts, customers/ and merchants/ (a part per input part).")],
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: ThreadsOpt = None):
+            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = None, engine: EngineOpt = None):
     """Score every customer and merchant at every value: score tables in the allocate budget wide layout. With
     --customers in parts (a directory or glob; --edges co-partitioned with them, --merchants one table or parts)
-    the graph is scored shard by shard on --engine, layer by layer (docs/scale.md)."""
+    the graph is scored shard by shard on --executor, layer by layer (docs/scale.md)."""
     with user_errors():
+        executor = executor_option(executor, engine)
         set_threads(threads)
         from promokit.data import write_json, write_parquet
         from promokit.data.parts import is_partitioned
 
         if is_partitioned(customers):
             from promokit.incentive.parts import predict_parts
-            from promokit.scale.engine import make_engine
 
-            summary = predict_parts(model, customers, merchants, edges, out, make_engine(engine, address, workers))
+            summary = predict_parts(model, customers, merchants, edges, out,
+                                    executor_from_options(executor, address, workers))
             written = {"customers": out / "customers", "merchants": out / "merchants"}
         else:
             from promokit.incentive.estimator import IncentiveModel
 
-            if engine != "local" or address or workers:
+            if executor != "local" or address or workers:
                 get_console().print(f"note: {customers} is one table, not parts: predicting in this process "
-                                    "(--engine, --address and --workers serve a graph in parts)")
+                                    "(--executor, --address and --workers serve a graph in parts)")
             estimator = IncentiveModel.load(model)
             tables = _tables(customers, merchants, edges, estimator.levels, require_labels=False, model=estimator)
             customer_scores, merchant_scores = estimator.score_tables(tables)
@@ -178,20 +204,25 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
 @app.command()
 def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png / uplift_curves.png.")],
-             all_rows: Annotated[bool, typer.Option("--all", help="Score every labelled node (a new experiment), not the nodes train held out.")] = False,
-             truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error and the true uplift's AUUC.")] = None):
+             all_rows: AllRowsOpt = False,
+             truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error and the true uplift's AUUC.")] = None,
+             label: LabelOpt = None):
     """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5), and
-    each value's uplift and Qini curves against the lowest with their AUUC and Qini coefficient (scikit-uplift's)."""
-    with user_errors():
+    each value's uplift and Qini curves against the lowest with their AUUC and Qini coefficient (scikit-uplift's),
+    on the nodes train held out (--all: every labelled node of a new experiment)."""
+    with user_errors(), convention_errors():
         from promokit.data import DataError
+        from promokit.experiments.incentive.world import read_truth
         from promokit.incentive.estimator import IncentiveModel
         from promokit.incentive.evaluate import change_point
-        from promokit.incentive.synthetic import read_truth
         from promokit.metrics.uplift import DEFINITIONS
         from promokit.report import Report
 
         estimator = IncentiveModel.load(model)
-        tables = _tables(customers, merchants, edges, estimator.levels, model=estimator)
+        tables = _tables(customers, merchants, edges, estimator.levels, model=estimator,
+                         labels=label_options(label, LABEL_ROLES))
+        if not all_rows:
+            held_out_rows(estimator, tables)  # what evaluate scores: its errors say --all
         true_curves = None
         if truth is not None:
             ids, _, true_curves = read_truth(truth)
@@ -231,12 +262,12 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           customers: int = 20_000, merchants: int = 2_000, degree: float = 4.0, ratio: RatioOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, lr_decay: LrDecayOpt = None,
           patience: PatienceOpt = None, params: ParamsOpt = None,
-          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png.")] = Path("incentive-bench"),
+          out: runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / response_curves.png") = RUNS / "incentive-bench",
           threads: ThreadsOpt = None):
     """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
     with user_errors():
         set_threads(threads)
-        from promokit.incentive.bench import run_and_report
+        from promokit.experiments.incentive.bench import run_and_report
         from promokit.incentive.estimator import DEFAULT_TRAIN
 
         run_and_report(bench_models(models), seeds_option(seeds), {"n_customers": customers, "n_merchants": merchants,
@@ -257,9 +288,9 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
         import numpy as np
 
         from promokit.data import DataError
+        from promokit.experiments.allocation.simulate import simulate_budget
+        from promokit.experiments.incentive.world import read_truth
         from promokit.incentive.estimator import IncentiveModel
-        from promokit.allocation.simulate import simulate_budget
-        from promokit.incentive.synthetic import read_truth
         from promokit.report import Report
 
         _, levels, truth_c = read_truth(world / "truth_customers.parquet")
@@ -293,14 +324,14 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
 
 
 @app.command()
-def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("incentive-demo"),
+def demo(out: runs_out_option("results.csv (rewritten as each model finishes) and the report") = RUNS / "incentive-demo",
          customers: int = 10_000, merchants: int = 1_000, seed: SeedOpt = 0,
          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "gnn-hazard,dnn-h,sbbm,cox"):
     """Train the paper's model and its baselines on a synthetic world, score the held-out nodes against the
     oracle and allocate a budget by each model's scores."""
     with user_errors():
-        from promokit.incentive.bench import run_and_report
-        from promokit.incentive.demo import DEMO_TRAIN
+        from promokit.experiments.incentive.bench import run_and_report
+        from promokit.experiments.incentive.demo import DEMO_TRAIN
 
         run_and_report(bench_models(models), [seed], {"n_customers": customers, "n_merchants": merchants},
                        (DEMO_TRAIN, {}), None, out)

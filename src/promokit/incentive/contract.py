@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
+from promokit.data.spec import (FeatureSpec, check_label_roles, infer_feature_columns, keyed_table, map_labels,
+                                require_columns, require_label_columns, table_types)
 from promokit.data import datasets
 
 CUSTOMER, MERCHANT = "customer_id", "merchant_id"
@@ -42,6 +43,8 @@ LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "
 CUSTOMER_LABELS = (LEVEL, REDEEMED)
 TABLES = ("customers", "merchants", "edges")
 MERCHANT_LABELS = (LEVEL, SHARES, PRIOR_SHARES)
+#: The label roles ``labels`` may map (``level`` in both node tables).
+LABELS = (LEVEL, REDEEMED, SHARES, PRIOR_SHARES)
 
 
 @dataclass
@@ -85,16 +88,18 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
                  levels: Sequence[float] | None = None, require_labels: bool = True,
                  customer_features: FeatureSpec | None = None,
                  merchant_features: FeatureSpec | None = None,
-                 types: dict[str, str] | None = None) -> IncentiveTables:
+                 types: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> IncentiveTables:
     """Validate the three tables and return them in contract form.
 
     Feature columns are inferred from the remaining columns (:func:`~promokit.data.spec.infer_feature_columns`;
     ``types``, column → ``"categorical"`` / ``"numeric"``, sets the type of those it names in either table) unless
     ``customer_features`` / ``merchant_features`` name them (a trained model passes its own, so scoring tables may
-    carry extra columns).
+    carry extra columns). ``labels`` maps the label roles (:data:`LABELS`: ``level`` and ``redeemed`` of the
+    customers, ``level``, ``shares`` and ``prior_shares`` of the merchants) to the columns that hold them.
     """
-    customers = keyed_table(customers, "customers", CUSTOMER)
-    merchants = keyed_table(merchants, "merchants", MERCHANT)
+    check_label_roles(labels, LABELS)
+    customers = map_labels(keyed_table(customers, "customers", CUSTOMER), labels, CUSTOMER_LABELS, "customers")
+    merchants = map_labels(keyed_table(merchants, "merchants", MERCHANT), labels, MERCHANT_LABELS, "merchants")
     redeemed = _binary(customers, "customers", REDEEMED, require_labels)
     c_level = _levels_column(customers, "customers", require_labels, unlabelled=np.isnan(redeemed))
     m_level = _levels_column(merchants, "merchants", require_labels)
@@ -203,7 +208,7 @@ def _levels_column(frame: pd.DataFrame, table: str, required: bool,
     """The offered levels (NaN where an ``unlabelled`` row has none)."""
     if LEVEL not in frame.columns:
         if required:
-            require_columns(frame, [LEVEL], table)
+            require_label_columns(frame, [LEVEL], table)
         return None
     return _numbers(frame, table, LEVEL, unlabelled)
 
@@ -253,7 +258,7 @@ def _binary(frame: pd.DataFrame, table: str, column: str, required: bool) -> np.
     """A 0/1 label column, NaN where the value is missing (an unlabelled row)."""
     if column not in frame.columns:
         if required:
-            require_columns(frame, [column], table)
+            require_label_columns(frame, [column], table)
         return np.full(len(frame), np.nan)
     missing = frame[column].isna().to_numpy()
     values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
@@ -274,7 +279,7 @@ def _binary(frame: pd.DataFrame, table: str, column: str, required: bool) -> np.
 def _counts(frame: pd.DataFrame, column: str, required: bool, whole: bool) -> np.ndarray:
     if column not in frame.columns:
         if required:
-            require_columns(frame, [column], "merchants")
+            require_label_columns(frame, [column], "merchants")
         return np.full(len(frame), np.nan)
     values = _numbers(frame, "merchants", column)
     bad = (values < 0) | ((values != np.round(values)) if whole else False)

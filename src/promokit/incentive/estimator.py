@@ -14,7 +14,7 @@ from promokit import __version__
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
 from promokit.data.spec import FeatureSpec
-from promokit.data.split import random_split
+from promokit.data.split import TEST_FRACTION, random_split
 from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables, read_tables
 from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses
 from promokit.incentive.inputs import GraphInputs, InputEncoders
@@ -34,7 +34,13 @@ from promokit.training import (
     seed_everything,
     write_model_dir,
 )
-from promokit.training.estimator import Estimator, Evaluation, check_common_params
+from promokit.training.estimator import (
+    Estimator,
+    Evaluation,
+    check_common_params,
+    check_same_data,
+    check_test_fraction,
+)
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -64,9 +70,10 @@ class NodeSplit:
     test_merchants: np.ndarray
 
 
-def node_split(n_customers: int, n_merchants: int, test_fraction: float = 0.15, valid_fraction: float = 0.1,
+def node_split(n_customers: int, n_merchants: int, test_fraction: float = TEST_FRACTION, valid_fraction: float = 0.1,
                seed: int = 0) -> NodeSplit:
-    """Section 5's split by node: a random ``test_fraction`` of the customers and of the merchants is held out;
+    """Section 5's split by node: a random ``test_fraction`` of the customers and of the merchants is held out (the
+    paper holds out 15 %; every promokit model's default is :data:`~promokit.data.split.TEST_FRACTION`);
     ``valid_fraction`` of the rest picks the epoch."""
     for name, value in (("test_fraction", test_fraction), ("valid_fraction", valid_fraction)):
         if not 0 <= value < 1:
@@ -91,17 +98,19 @@ class IncentiveModel(Estimator):
 
     Parameters, stored as given: ``model`` (the name), ``params`` (overrides of :class:`IncentiveNet`'s settings:
     ``conv``, ``width``, ``fanouts``, ``hidden``, ``fused_lasso`` …; for ``lr`` also ``l2_customers`` and
-    ``l2_merchants``) and ``train`` (a :class:`TrainConfig`, default :data:`DEFAULT_TRAIN`). What they imply:
+    ``l2_merchants``), ``train`` (a :class:`TrainConfig`, default :data:`DEFAULT_TRAIN`) and ``test_fraction``,
+    the share of the labelled customers and of the merchants :meth:`fit` holds out for evaluation, drawn at random
+    with the training seed (:data:`~promokit.data.split.TEST_FRACTION`; 0: none). What they imply:
     ``model_params`` (every network setting, written to the model directory so that a later change of a default
     cannot change what a saved model is) and ``train_config``. What fitting learns: ``levels`` (the value list),
-    ``customer_spec``, ``merchant_spec``, ``encoders``, ``net``, ``history``, ``training_ids`` and the split's
-    ``test_fraction`` and ``valid_fraction``.
+    ``customer_spec``, ``merchant_spec``, ``encoders``, ``net``, ``history``, ``training_ids``, the split's
+    ``valid_fraction`` and ``holdout`` (what it held out).
 
     ``data`` is :class:`IncentiveTables`, a mapping of ``customers``, ``merchants`` and ``edges`` to DataFrames or
     table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`); a fitted model reads
     tables with its own value list and feature columns. Example::
 
-        model = IncentiveModel("gnn-hazard").fit(tables)   # 85 % of the nodes; model.split(tables).test_*
+        model = IncentiveModel("gnn-hazard").fit(tables)   # 90 % of the nodes; model.held_out(tables)
         scores = model.predict(tables)              # customer_id, score_<level>: f_c at every value
         report = model.evaluate(tables)             # AUC_c, MAE_c, … on the held-out nodes
         responses = model.responses(tables)         # f_c, f_m (and the hazard) as arrays
@@ -109,10 +118,12 @@ class IncentiveModel(Estimator):
         model.save("model/"); IncentiveModel.load("model/")
     """
 
-    def __init__(self, model: str = "gnn-hazard", params: dict | None = None, train: TrainConfig | None = None):
+    def __init__(self, model: str = "gnn-hazard", params: dict | None = None, train: TrainConfig | None = None,
+                 test_fraction: float = TEST_FRACTION):
         self.model = model
         self.params = params
         self.train = train
+        self.test_fraction = test_fraction
         self._configure()
         self.levels: np.ndarray | None = None
         self.encoders: InputEncoders | None = None
@@ -120,13 +131,16 @@ class IncentiveModel(Estimator):
         self.merchant_spec: FeatureSpec | None = None
         self.net: IncentiveNet | None = None
         self.history: History | None = None
-        self.test_fraction, self.valid_fraction = 0.15, DEFAULT_VALIDATION
+        self.valid_fraction = DEFAULT_VALIDATION
+        #: what fit held out for evaluation (:meth:`held_out`): the fractions, the nodes counted and held out
+        self.holdout: dict | None = None
         #: the hashes of the ids of the customers and merchants trained on (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
                                                 monitors=MONITORS, default_train=DEFAULT_TRAIN)
+        check_test_fraction(self.test_fraction)
         representation, head = MODELS[self.model]
         given = dict(self.params or {})
         floor = FLOOR_PARAMS if representation == "linear" else {}
@@ -135,8 +149,8 @@ class IncentiveModel(Estimator):
         self.model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
 
     # ---- fit ------------------------------------------------------------------------------------------
-    def fit(self, data, *, validation: float | None = None, test_fraction: float = 0.15,
-            checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> IncentiveModel:
+    def fit(self, data, *, validation: float | None = None, checkpoint_dir: str | os.PathLike | None = None,
+            resume: bool = False, on_epoch=None) -> IncentiveModel:
         """Train on the labelled customers and merchants of ``data`` except a held-out ``test_fraction`` of each
         (:meth:`split` gives the rows; :meth:`evaluate` scores them). ``validation`` is the fraction of the rest, in
         [0, 1), whose nodes pick the epoch (``lr``: its L2 strengths): None for 10 %, 0 for none (the epochs run
@@ -154,8 +168,12 @@ class IncentiveModel(Estimator):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
                             f"{len(tables.customers)} customers has a label")
         cfg = self.train_config
-        self.test_fraction, self.valid_fraction = test_fraction, valid_fraction
+        self.valid_fraction = valid_fraction
         split = self.split(tables)
+        self.holdout = {"test_fraction": float(self.test_fraction), "valid_fraction": valid_fraction,
+                        "seed": cfg.seed, "rows": len(tables.labelled_customers),
+                        "held_out": len(split.test_customers), "merchants": len(tables.merchants),
+                        "held_out_merchants": len(split.test_merchants)}
         if not tables.has_merchant_labels:
             split.train_merchants = split.valid_merchants = np.empty(0, dtype=np.int64)
         for name, rows in (("training", split.train_customers), ("validation", split.valid_customers)):
@@ -200,6 +218,18 @@ class IncentiveModel(Estimator):
         split.train_customers, split.valid_customers, split.test_customers = (
             labelled[rows] for rows in (split.train_customers, split.valid_customers, split.test_customers))
         return split
+
+    def held_out(self, data) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of the customers and of the merchants of ``data`` that :meth:`fit` held out for evaluation,
+        recomputed by :meth:`split`: ``data`` is the graph fit was given (as many labelled customers and merchants)."""
+        self._check_fitted()
+        tables = self._read(data, require_labels=True)
+        check_same_data(self.holdout, len(tables.labelled_customers), "labelled customers")
+        holdout = self.holdout or {}
+        merchants = {"rows": holdout.get("merchants"), "held_out": holdout.get("held_out_merchants")}
+        check_same_data(merchants, len(tables.merchants), "merchants")
+        split = self.split(tables)
+        return split.test_customers, split.test_merchants
 
     # ---- predict ----------------------------------------------------------------------------------------
     def predict(self, data) -> pd.DataFrame:
@@ -246,8 +276,7 @@ class IncentiveModel(Estimator):
         self._check_fitted()
         tables = self._read(data, require_labels=True)
         if held_out:
-            split = self.split(tables)
-            customer_rows, merchant_rows = split.test_customers, split.test_merchants
+            customer_rows, merchant_rows = self.held_out(tables)
         else:
             customer_rows, merchant_rows = tables.labelled_customers, np.arange(len(tables.merchants))
         if truth is not None:
@@ -286,7 +315,7 @@ class IncentiveModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
-                  "split": {"test_fraction": self.test_fraction, "valid_fraction": self.valid_fraction},
+                  "split": self.holdout,
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
         history = None if self.history is None else self.history.to_dict()
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
@@ -294,9 +323,10 @@ class IncentiveModel(Estimator):
     @classmethod
     def load(cls, path: str | os.PathLike) -> IncentiveModel:
         config = read_model_config(path, "incentive")
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]))
+        holdout = config["split"]
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]), holdout["test_fraction"])
         model.levels = np.asarray(config["levels"], dtype=np.float64)
-        model.test_fraction, model.valid_fraction = config["split"]["test_fraction"], config["split"]["valid_fraction"]
+        model.valid_fraction, model.holdout = holdout["valid_fraction"], holdout
         model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
         model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))

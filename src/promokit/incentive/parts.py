@@ -1,5 +1,5 @@
-"""An incentive graph in parts, scored shard by shard on an engine (``incentive predict --customers DIR --edges DIR
---merchants FILE|DIR --engine local|ray``).
+"""An incentive graph in parts, scored shard by shard on an executor (``incentive predict --customers DIR --edges DIR
+--merchants FILE|DIR --executor local|ray``).
 
 Layout: ``customers`` is a directory (or glob) of Parquet parts; ``edges`` has as many parts, co-partitioned with
 them (paired in sorted path order: part k of the edges holds the edges of part k's customers); ``merchants`` is one
@@ -19,7 +19,7 @@ scores are that graph's, written part by part:
 
 Each node's state reads exactly its own edges, in the same order, and its neighbours' states, so the scores are
 the one-folder predict's (the tests compare them to 1e-6). The model is loaded once per worker in every map that
-needs it. The shards' files live in ``OUT/.graph`` (removed at the end, also on failure): with ``--engine ray`` on
+needs it. The shards' files live in ``OUT/.graph`` (removed at the end, also on failure): with ``--executor ray`` on
 several machines, ``OUT`` must be on storage every worker reaches.
 """
 
@@ -97,8 +97,8 @@ class ShardScores:
     sums: tuple[float, ...]
 
 
-def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, out: Path, engine) -> dict:
-    """Score the graph in parts (module docstring) with the model directory ``model`` on ``engine`` into ``out``;
+def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, out: Path, executor) -> dict:
+    """Score the graph in parts (module docstring) with the model directory ``model`` on ``executor`` into ``out``;
     return the summary ``incentive predict`` writes."""
     config = read_model_config(model, "incentive")
     layout = _layout(customers, merchants, edges, out)
@@ -107,22 +107,22 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
                         FeatureSpec.from_dict(config["merchant_spec"]), tuple(encoders.edge_features()),
                         encoders.merchants)
     try:
-        check_unique_keys(list(layout.left), CUSTOMER, Path(layout.scratch) / "keys", map_parts=engine.map)
-        counts = graph_shards.prepare(engine, reader.customers, reader.merchants, layout)
+        check_unique_keys(list(layout.left), CUSTOMER, Path(layout.scratch) / "keys", map_parts=executor.map)
+        counts = graph_shards.prepare(executor, reader.customers, reader.merchants, layout)
         load = partial(IncentiveModel.load, model)
         shards = layout.shards()
-        scored = engine.map(partial(_inputs, reader, out), shards, setup=load, label="encoding shards")
+        scored = executor.map(partial(_inputs, reader, out), shards, setup=load, label="encoding shards")
         params = config["params"]
         if params["representation"] in WITH_HISTORY:
-            scored = engine.map(partial(_history, layout, out), shards, setup=load, label="neighbour history")
+            scored = executor.map(partial(_history, layout, out), shards, setup=load, label="neighbour history")
         if params["representation"] == "gnn":
             for layer in range(params["depth"]):
-                scored = engine.map(partial(_layer, layout, out, layer), shards, setup=load,
+                scored = executor.map(partial(_layer, layout, out, layer), shards, setup=load,
                                     label=f"graph layer {layer + 1} of {params['depth']}")
         empty = wide_scores(pd.Series([], dtype=object), np.zeros((0, len(reader.levels))), np.array(reader.levels))
-        graph_shards.collect_right(engine, layout, out / "merchants", empty)
+        graph_shards.collect_right(executor, layout, out / "merchants", empty)
     finally:
-        engine.release()
+        executor.release()
         graph_shards.remove(layout)
     return {"model": config["model"], "levels": list(reader.levels), "customers": counts["left"],
             "merchants": counts["right"], "isolated_customers": counts["isolated_left"],

@@ -72,7 +72,10 @@ def paired_change(values, reference) -> str:
     import numpy as np
 
     change = np.asarray(values, dtype=np.float64) / np.asarray(reference, dtype=np.float64) - 1
-    mean, half = float(change.mean()), half_interval(change)
+    mean = float(change.mean())
+    if len(change) < 2:  # one seed gives no spread, not a zero-width interval
+        return f"{100 * mean:+.2f} %"
+    half = half_interval(change)
     return f"{100 * mean:+.2f} % [{100 * (mean - half):+.2f}, {100 * (mean + half):+.2f}]"
 
 

@@ -134,8 +134,8 @@ class UpliftCurves:
         uplift, qini = _uplift_values(k, n_t, y_t, y_c), _qini_values(k, n_t, y_t, y_c)
         auuc = qini_coefficient = None
         if np.isin(y, (0, 1)).all() and 0 < y.sum() < len(y):
-            auuc = _normalised((k, uplift), perfect_uplift_curve(t, y))
-            qini_coefficient = _normalised((k, qini), perfect_qini_curve(t, y))
+            auuc = _normalised_if_defined((k, uplift), perfect_uplift_curve(t, y))
+            qini_coefficient = _normalised_if_defined((k, qini), perfect_qini_curve(t, y))
         return cls(k, uplift, qini, int(t.sum()), int(len(t) - t.sum()), auuc, qini_coefficient,
                    area_over_random(k, qini) / len(y) ** 2)
 
@@ -234,6 +234,12 @@ def _uplift_values(k, n_t, y_t, y_c) -> np.ndarray:
 
 def _qini_values(k, n_t, y_t, y_c) -> np.ndarray:
     return y_t - y_c * _ratio(n_t, k - n_t)
+
+
+def _normalised_if_defined(curve: tuple[np.ndarray, np.ndarray], perfect: tuple[np.ndarray, np.ndarray]) -> float | None:
+    """:func:`_normalised`, or None where the perfect curve is no better than random (a few customers, none of one
+    group redeeming): undefined, as :class:`UpliftCurves` reports it."""
+    return None if area_over_random(*perfect) == 0 else _normalised(curve, perfect)
 
 
 def _normalised(curve: tuple[np.ndarray, np.ndarray], perfect: tuple[np.ndarray, np.ndarray]) -> float:

@@ -15,7 +15,7 @@ class LinearLogit(nn.Module):
     A categorical field one-hot encoded and weighted is a field embedding of dimension 1, so the weights of
     every category sit in one :class:`FieldEmbedding` (sparse gradients, OOV row per field); the numeric
     block has a linear layer with the bias. Weights start at zero. It is trained either by gradient steps
-    inside a larger model (the wide part of Wide & Deep) or to the optimum by
+    inside a larger model (the wide term of Wide & Deep) or to the optimum by
     :func:`promokit.training.fit_logistic`.
 
     Shapes:

@@ -1,4 +1,4 @@
-"""The wide part of Wide & Deep: the linear floor's logit added to each logit a deep model defines."""
+"""The wide term of Wide & Deep: the linear floor's logit added to each logit a deep model defines."""
 
 from __future__ import annotations
 
@@ -8,30 +8,30 @@ from torch import Tensor, nn
 
 from promokit.nn.linear import LinearLogit
 
-#: ``none``: no wide part; ``joint``: trained with the deep part; ``offset``: the solved floor, fixed.
+#: ``none``: no wide term; ``joint``: trained with the network; ``offset``: the solved floor, fixed.
 WIDE_MODES = ("none", "joint", "offset")
-#: The L2 strength of a jointly trained wide part, as the lazy decoupled decay of its rows (per step, × lr).
+#: The L2 strength of a jointly trained wide term, as the lazy decoupled decay of its rows (per step, × lr).
 WIDE_L2 = 1e-3
-#: A jointly trained wide part's learning rate, as a multiple of the network's: a weight of an id seen a handful of
+#: A jointly trained wide term's learning rate, as a multiple of the network's: a weight of an id seen a handful of
 #: times must travel to a solved model's ±1 in as many steps, which Adam's 0.001 per step never does.
 WIDE_LR_SCALE = 30.0
 
 
-class WidePart(nn.Module):
+class WideTerm(nn.Module):
     r"""A linear term per named logit, :math:`z_t = \mathrm{deep}_t(x) + b_t + \sum_j w_{t, j, x_j} + v_t^\top
     x_{num}` (Cheng et al., 2016, eq. 3), over the same one-hot categorical fields and numeric block as the
     ``lr`` floor (:class:`LinearLogit`).
 
     A deep model trained by SGD memorises ids seen a handful of times less well than a solved, L2-regularised
-    linear model; with the linear weights inside it, the deep part only has to learn what they cannot.
+    linear model; with the linear weights inside it, the network only has to learn what they cannot.
 
     - ``"none"``: no term (:meth:`forward` returns the logits as given);
     - ``"joint"``: the weights start at zero and train with the model; ``promokit.training.make_optimizers``
       gives their rows their own SparseAdam at ``lr_scale`` times the network's learning rate and lazy L2
       ``l2`` (not the deep embeddings' decay);
     - ``"offset"``: the weights are the ``lr`` floor's, solved before training
-      (:func:`promokit.training.solve_wide`) and then fixed: the deep part learns the correction to the floor,
-      and a deep part that outputs 0 reproduces the floor exactly.
+      (:func:`promokit.training.solve_wide`) and then fixed: the network learns the correction to the floor,
+      and a network that outputs 0 reproduces the floor exactly.
 
     Args:
         cardinalities, n_numeric: the inputs' layout (``batch["cat"]`` ``(B, F)``, ``batch["num"]`` ``(B, D)``).

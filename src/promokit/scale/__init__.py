@@ -1,5 +1,5 @@
-"""Scale-out: the engines that map work over table parts and train a planned job, in this process or on a Ray
-cluster (Ray Train). Domains never import this package: an engine (or its ``map``) is passed in.
+"""Scale-out: the executors that map work over table parts and train a planned job, in this process or on a Ray
+cluster (Ray Train). Domains never import this package: an executor (or its ``map``) is passed in.
 
 Exports load lazily (PEP 562) so that ``promokit --help`` imports neither Ray nor torch.
 """
@@ -7,9 +7,9 @@ Exports load lazily (PEP 562) so that ``promokit --help`` imports neither Ray no
 from promokit.lazy import lazy_exports
 
 _EXPORTS = {
-    "make_engine": "promokit.scale.engine",
-    "LocalEngine": "promokit.scale.engine",
-    "RayEngine": "promokit.scale.engine",
+    "make_executor": "promokit.scale.executor",
+    "LocalExecutor": "promokit.scale.executor",
+    "RayExecutor": "promokit.scale.executor",
 }
 
 __all__ = list(_EXPORTS)

@@ -1,6 +1,6 @@
 """Training a planned job (:class:`~promokit.training.shards.TrainJob`) data-parallel on Ray Train: DDP over gloo,
 one CPU per worker, each worker running the loop of :mod:`promokit.training.shard_loop` on its shard. The Ray
-engine's ``train`` (:meth:`promokit.scale.engine.RayEngine.train`) calls :func:`train_on_ray`.
+executor's ``train`` (:meth:`promokit.scale.executor.RayExecutor.train`) calls :func:`train_on_ray`.
 
 Sparse embedding gradients: DDP recognises ``nn.Embedding(sparse=True)`` (``expect_sparse_gradient``), gives each
 such table a bucket of its own and allreduces its sparse gradient; gloo implements the sparse allreduce (by
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from promokit.data.errors import DataError
-from promokit.scale.engine import RETRIES
+from promokit.scale.executor import RETRIES
 from promokit.training.shard_loop import fresh_checkpoint_dir, latest_state, run_shard
 from promokit.training.shards import TrainJob
 from promokit.training.trainer import CHECKPOINT, History

@@ -1,6 +1,6 @@
 """The decision service: FastAPI over a campaign directory and a budget ledger.
 
-``POST /v1/decisions`` proposes a level with eq. 19/20 at the current λ (:mod:`promokit.serve.engine`), then
+``POST /v1/decisions`` proposes a level with eq. 19/20 at the current λ (:mod:`promokit.serve.decision_rule`), then
 awaits the ledger, which issues it (or a fallback under the cap) and records it; the answer is sent only after
 that transaction commits, so every acknowledged decision is in the ledger. Requests are written in batches
 (:class:`BatchWriter`): a busy service commits hundreds of decisions per transaction and an idle one answers at
@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from promokit.data.errors import DataError
 from promokit.serve.campaign import Campaign, load_campaign
-from promokit.serve.engine import DecisionEngine, level_of
+from promokit.serve.decision_rule import DecisionRule, level_of
 from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
 from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, record_ledger_error, render_metrics, summary
 from promokit.serve.body_limit import BodyLimit
@@ -140,12 +140,12 @@ class BatchWriter:
 
 
 class Service:
-    """What one worker process holds: campaign, engine (with its pacer), ledger, writer, latencies."""
+    """What one worker process holds: campaign, decision rule (with its pacer), ledger, writer, latencies."""
 
     def __init__(self, campaign: Campaign, ledger: Ledger):
         self.campaign, self.ledger = campaign, ledger
         self.exponent = campaign.config.currency_exponent
-        self.engine = DecisionEngine(campaign)
+        self.rule = DecisionRule(campaign)
         self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite")
         self._pacing = ThreadPoolExecutor(1, thread_name_prefix="pacing")
         self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")
@@ -156,7 +156,7 @@ class Service:
         if population not in self.campaign.populations:
             raise Invalid([{"loc": ["body", f"{population}_id"], "msg": f"this campaign has no {population} score "
                             f"table; send customer_id", "type": "value_error"}])
-        request, due = self.engine.propose(body.request_id, population, subject)
+        request, due = self.rule.propose(body.request_id, population, subject)
         try:
             row = await self.writer.submit(request)
         finally:  # the pacer waits for this re-solve, even when the ledger failed this request
@@ -178,7 +178,7 @@ class Service:
 
     def _resolve(self) -> None:
         totals = self.ledger.last_totals  # None until this worker's first commit: then λ follows the traffic only
-        self.engine.pacer.resolve(None if totals is None else realised_ratio(totals))
+        self.rule.pacer.resolve(None if totals is None else realised_ratio(totals))
 
     async def outcome(self, body: OutcomeIn) -> bytes:
         amount = None
@@ -197,7 +197,7 @@ class Service:
         return await asyncio.get_running_loop().run_in_executor(self._reads, function, *args)
 
     def status(self) -> dict:
-        config, pacer, e = self.campaign.config, self.engine.pacer, self.exponent
+        config, pacer, e = self.campaign.config, self.rule.pacer, self.exponent
         started = time.perf_counter()
         try:
             totals = self.ledger.totals()

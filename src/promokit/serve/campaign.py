@@ -34,6 +34,7 @@ import pandas as pd
 
 from promokit import __version__
 from promokit.allocation.tables import FUND, USER, BudgetTable, key_column, read_budget_table
+from promokit.data.durations import parse_duration
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_npy, write_parquet
 from promokit.serve.money import EXPONENTS, to_minor
@@ -198,7 +199,7 @@ class Campaign:
 
 
 def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, cap: float | str, *, merchants=None,
-          quota_plan=None, coupon_ttl_seconds: float = COUPON_TTL_SECONDS, when_exhausted: str = WHEN_EXHAUSTED,
+          quota_plan=None, coupon_ttl=COUPON_TTL_SECONDS, when_exhausted: str = WHEN_EXHAUSTED,
           merchant_paid_on: str | None = None, cold_start: str = COLD_START,
           currency_exponent: int = CURRENCY_EXPONENT, explore: float = 0.0, explore_seed: int = 0,
           pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
@@ -207,8 +208,9 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
     directory/glob of Parquet parts, read into one frame; keyed by ``user_id``, else their only ``*_id`` column, as
     ``IncentiveModel.predict``'s ``customer_id``), the folder (or ``report.json``) ``allocate budget``
     wrote for them (``budget_report``), a ``cap`` on money at risk (a number, or a decimal as text) and an optional
-    quota plan (a frame, ``plan.parquet`` or ``plan/`` of parts). ``model_version`` defaults to a hash of the score
-    tables; ``pacing`` to :class:`Pacing`'s defaults.
+    quota plan (a frame, ``plan.parquet`` or ``plan/`` of parts). ``coupon_ttl`` is a coupon's lifetime, a duration
+    (:func:`~promokit.data.durations.parse_duration`: ``"7D"``, ``"12h"`` or a number of seconds; default a week).
+    ``model_version`` defaults to a hash of the score tables; ``pacing`` to :class:`Pacing`'s defaults.
 
     ``merchant_paid_on`` defaults to the cost model the plan's λ* was solved under (its report says, when it was
     solved with merchants; else ``response``); another one is refused, as it would serve λ* under other costs.
@@ -226,7 +228,8 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
         _check_table(population, table, report["levels"])
     config = CampaignConfig(levels=[float(x) for x in report["levels"]], form=report["form"], B=float(report["B"]),
                             lam=float(report["lam"]), cap=_decimal_number(cap),
-                            coupon_ttl_seconds=coupon_ttl_seconds, when_exhausted=when_exhausted,
+                            coupon_ttl_seconds=parse_duration(coupon_ttl, "coupon_ttl").total_seconds(),
+                            when_exhausted=when_exhausted,
                             merchant_paid_on=merchant_paid_on, cold_start=cold_start,
                             currency_exponent=currency_exponent, explore=explore, explore_seed=explore_seed,
                             pacing=pacing or Pacing())

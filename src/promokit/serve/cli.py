@@ -13,10 +13,12 @@ import typer
 
 from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
 from promokit.console import get_console
-from promokit.serve.options import (COLD_START, COUPON_TTL_SECONDS, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
+from promokit.data.durations import DURATION_FORMS, parse_duration
+from promokit.serve.options import (COLD_START, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
                                     PACING_WINDOW, WHEN_EXHAUSTED)
 
-campaign_app = typer.Typer(help="Campaign directories: what the decision service serves.", no_args_is_help=True)
+campaign_app = typer.Typer(help="Campaign directories (what the decision service serves), and the campaign demo.",
+                           no_args_is_help=True)
 
 CampaignOpt = Annotated[Path, typer.Option("--campaign", help="Campaign directory made by `promokit campaign build`.")]
 
@@ -28,7 +30,7 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
           cap: Annotated[str, typer.Option("--cap", help="Hard cap on money at risk: face value of open coupons + money paid (a decimal with at most --currency-exponent decimals).")],
           merchants: Annotated[Optional[Path], typer.Option("--merchants", help=f"Merchants' score table (eq. 20), same levels ({TABLE_HELP}).")] = None,
           quota_plan: Annotated[Optional[Path], typer.Option("--quota-plan", help="The plan of `allocate quota` (user_id, fund): OUT/plan.parquet, or OUT/plan/ when it solved parts; served by GET /v1/assignments.")] = None,
-          coupon_ttl: Annotated[float, typer.Option("--coupon-ttl", help="Seconds a coupon stays valid; an expired one no longer counts as money at risk.")] = COUPON_TTL_SECONDS,
+          coupon_ttl: Annotated[str, typer.Option("--coupon-ttl", help=f"How long a coupon stays valid, {DURATION_FORMS}; an expired one no longer counts as money at risk.")] = "7D",
           when_exhausted: Annotated[str, typer.Option("--when-exhausted", help="lowest (the lowest level if it fits, else none) | none (no incentive) once the cap is reached.")] = WHEN_EXHAUSTED,
           merchant_paid_on: Annotated[Optional[str], typer.Option("--merchant-paid-on", help="response | request (default: what allocate budget was given, from its report; response for a plan without merchants).")] = None,
           cold_start: Annotated[str, typer.Option("--cold-start", help="An id the score table does not hold: mean (the rule on the population's mean curve; anyone can mint ids, so this gives coupons to unknown ids) | lowest (the lowest level) | none (no incentive).")] = COLD_START,
@@ -46,7 +48,7 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
         from promokit.serve.campaign import Pacing
 
         campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
-                                  coupon_ttl_seconds=coupon_ttl, when_exhausted=when_exhausted,
+                                  coupon_ttl=parse_duration(coupon_ttl, "--coupon-ttl"), when_exhausted=when_exhausted,
                                   merchant_paid_on=merchant_paid_on, cold_start=cold_start,
                                   currency_exponent=currency_exponent, explore=explore, explore_seed=explore_seed,
                                   pacing=Pacing(pacing_window, pacing_every, pacing_gain, pacing),

@@ -12,7 +12,7 @@ EMBEDDING_DECAY = 10.0
 #: The training rows the decay was chosen at (KuaiRand-Pure's four training days); larger tables get it in
 #: proportion weaker (``TrainConfig.decay_rows``, ``promokit.training.embedding_decay_for``).
 EMBEDDING_DECAY_ROWS = 57_741
-#: The wide part of every neural model that has one (``promokit.nn.WidePart``): the solved ``lr`` floor as a fixed
-#: offset of each logit. Jointly trained wide parts and none scored below the floor on KuaiRand-Pure's validation
-#: day (docs/training.md#the-wide-part).
+#: The wide term of every neural model that has one (``promokit.nn.WideTerm``): the solved ``lr`` floor as a fixed
+#: offset of each logit. Jointly trained wide terms and none scored below the floor on KuaiRand-Pure's validation
+#: day (docs/training.md#the-wide-term).
 WIDE = "offset"

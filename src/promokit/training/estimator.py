@@ -120,6 +120,22 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
         """Read a model directory written by :meth:`save`."""
 
 
+def check_test_fraction(value) -> None:
+    """``test_fraction``: a number in [0, 1) (0 holds nothing out), or a one-line error."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 <= value < 1:
+        raise DataError(f"test_fraction must be a number in [0, 1) (0: hold nothing out), got {value!r}")
+
+
+def check_same_data(holdout: dict | None, n: int, what: str) -> None:
+    """``held_out(data)`` recomputes what ``fit`` held out, so ``data`` must be the data fit was given: as many
+    ``what`` ("rows", "sessions" …) as fit counted in ``holdout["rows"]`` (unknown in older model directories)."""
+    fitted = (holdout or {}).get("rows")
+    if fitted is not None and fitted != n:
+        raise DataError(f"held_out: the model held out {holdout['held_out']:,} of the {fitted:,} {what} it was fitted "
+                        f"on, and these data have {n:,} {what}: give the data fit was given, or evaluate every "
+                        "row of new data")
+
+
 def check_common_params(model: str, params, train, *, models: Mapping, monitors: Mapping,
                         default_train: TrainConfig) -> TrainConfig:
     """The checks every estimator makes of its ``model`` (a name of ``models``), ``params`` (a mapping or None) and

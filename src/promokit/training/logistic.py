@@ -13,7 +13,7 @@ from torch import Tensor
 
 from promokit.metrics import auc
 from promokit.nn.linear import LinearLogit
-from promokit.nn.wide import WidePart
+from promokit.nn.wide import WideTerm
 
 #: The L2 strength without validation rows to choose one on.
 DEFAULT_L2 = 1e-4
@@ -83,24 +83,24 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
 
 
 def solve_wide(model: torch.nn.Module, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None) -> list[dict]:
-    """Solve every ``offset`` :class:`~promokit.nn.WidePart` of ``model`` to the floor: each logit's
+    """Solve every ``offset`` :class:`~promokit.nn.WideTerm` of ``model`` to the floor: each logit's
     :class:`LinearLogit` by :func:`fit_logistic` on the rows its target names (the L2 strength chosen on the
     matching validation rows), as the domain's ``lr`` solves the same logit. Returns one record per logit: its
-    name, the chosen ``l2`` and that strength's ``valid_auc``. A model whose batches do not hold the wide part's
+    name, the chosen ``l2`` and that strength's ``valid_auc``. A model whose batches do not hold the wide term's
     ``cat`` and ``num`` themselves builds them with its ``wide_inputs(batch)``.
 
     The last few floors solved in this process are kept by the content of their rows: a bench fits the same
     training rows for every seed and model, and the floor of one logit on them is the same every time."""
-    parts = [m for m in model.modules() if isinstance(m, WidePart) and m.mode == "offset"]
-    if not parts:
+    terms = [m for m in model.modules() if isinstance(m, WideTerm) and m.mode == "offset"]
+    if not terms:
         return []
     if hasattr(model, "wide_inputs"):
         train = {**train, **model.wide_inputs(train)}
         valid = None if valid is None else {**valid, **model.wide_inputs(valid)}
     records = []
-    for part in parts:
-        for name, (label, given) in part.targets.items():
-            linear = part.logits[name]
+    for term in terms:
+        for name, (label, given) in term.targets.items():
+            linear = term.logits[name]
             rows = _rows(train, label, given), None if valid is None else _rows(valid, label, given)
             key = _fingerprint(linear, *rows[0], *(rows[1] or ()))
             if key not in _SOLVED:

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from promokit.nn.wide import WidePart
+from promokit.nn.wide import WideTerm
 
 
 class LazyWeightDecay:
@@ -116,12 +116,12 @@ def make_optimizers(model: nn.Module, lr: float, weight_decay: float = 0.0,
                     embedding_decay: float = 0.0) -> list:
     """SparseAdam for sparse-gradient embedding tables (with :class:`LazyWeightDecay` when
     ``embedding_decay`` > 0), Adam for every other parameter (AdamW when ``weight_decay`` > 0). The tables of a
-    jointly trained :class:`~promokit.nn.WidePart` get their own SparseAdam, at the part's ``lr_scale`` times
+    jointly trained :class:`~promokit.nn.WideTerm` get their own SparseAdam, at the term's ``lr_scale`` times
     ``lr`` (a group's ``lr_scale``, which :func:`~promokit.training.set_epoch_lr` keeps) and decayed by its ``l2``."""
     trained = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.sparse and m.weight.requires_grad]
     setting = {id(m): (embedding_decay, 1.0) for m in trained}
-    for part in (m for m in model.modules() if isinstance(m, WidePart)):
-        setting.update({id(m): (part.l2, part.lr_scale) for m in part.modules() if id(m) in setting})
+    for term in (m for m in model.modules() if isinstance(m, WideTerm)):
+        setting.update({id(m): (term.l2, term.lr_scale) for m in term.modules() if id(m) in setting})
     groups = {}
     for m in trained:
         groups.setdefault(setting[id(m)], []).append(m)

@@ -21,13 +21,13 @@ def check_model_params(name: str, model_class, params: dict, own=()) -> None:
 
 
 def without_foreign_wide(model_class, params: dict) -> dict:
-    """``params`` without ``wide`` when ``model_class`` has no wide part to set (a bench's ``--wide`` reaches only
-    the models that have one: not ``lr``, ``gbdt`` or WDL, whose own wide part is always on)."""
+    """``params`` without ``wide`` when ``model_class`` has no wide term to set (a bench's ``--wide`` reaches only
+    the models that have one: not ``lr``, ``gbdt`` or WDL, whose own wide term is always on)."""
     return {k: v for k, v in params.items() if k != "wide" or "wide" in _keyword_defaults(model_class)}
 
 
 def saved_params(model_class, params: dict) -> dict:
-    """A model directory's parameters as the model class reads them today: a network saved before it had a wide part
+    """A model directory's parameters as the model class reads them today: a network saved before it had a wide term
     was trained without one (``wide: none``), whatever the default has become since."""
     if model_class is not None and "wide" in _keyword_defaults(model_class) and "wide" not in params:
         return {**params, "wide": "none"}

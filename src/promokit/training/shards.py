@@ -1,12 +1,12 @@
 """Training over a table in parts: what a planned job holds and the counts its plan adds up.
 
 A domain plans a job (``promokit.conversion.parts.plan`` for a table's parts, ``promokit.value.parts`` for a value
-dataset's co-partitioned tables) with two maps over the parts on the engine it is given: a scan (each part's rows,
+dataset's co-partitioned tables) with two maps over the parts on the executor it is given: a scan (each part's rows,
 the distinct values of its integer columns, :func:`integer_levels`, and the counts of its times,
 :func:`time_counts`) and a count (the encoders' and labels' sums over each part's training rows). The driver adds
 them up — :func:`classify_integers` types the integer columns as on the parts' concatenation,
 :func:`time_threshold` gives the boundary time of :func:`promokit.data.split.latest_split` — and cuts the shards
-(:meth:`TrainJob.cut`); the engine trains the job (:mod:`promokit.training.shard_loop` in this process,
+(:meth:`TrainJob.cut`); the executor trains the job (:mod:`promokit.training.shard_loop` in this process,
 ``promokit.scale.train`` on Ray Train).
 
 How shards reach the workers: only their descriptions travel. The training rows, in part order, are cut into
@@ -157,10 +157,10 @@ def time_threshold(column: str, fraction: float, counts: pd.Series):
 
 
 def wide_over_parts(params: dict) -> None:
-    """An ``offset`` wide part is a logistic regression solved on the whole training table first, which training
+    """An ``offset`` wide term is a logistic regression solved on the whole training table first, which training
     over parts never holds: it falls back to ``none``, with a warning (``joint`` trains with the network)."""
     if params.get("wide") == "offset":
-        warnings.warn("the offset wide part (the default) is the lr floor solved on the whole training table, which "
-                      "training over parts never reads at once: training without it (--wide none); --wide joint "
+        warnings.warn("the offset wide term (the default) is the lr floor solved on the whole training table, which "
+                      "training over parts never reads at once: training without it (`wide` none); `wide` joint "
                       "trains one with the network", stacklevel=2)
         params["wide"] = "none"

@@ -107,7 +107,7 @@ class History:
     best_score: float = math.nan
     stopped: str = "completed"  # completed | early_stopping | interrupted
     unit: str = "epoch"
-    #: an ``offset`` wide part's floor, one record per logit (:func:`promokit.training.solve_wide`)
+    #: an ``offset`` wide term's floor, one record per logit (:func:`promokit.training.solve_wide`)
     wide: list[dict] = field(default_factory=list)
     #: the embedding decay the run used (:func:`embedding_decay_for`)
     embedding_decay: float | None = None

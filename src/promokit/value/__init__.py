@@ -1,5 +1,5 @@
 """Expected transaction value (the EOCA paper, Weng et al.): ESDPM with the ESJ loss, its baselines and the
-two-part floor, and ETV tables that ``allocate quota`` turns into a delivery plan.
+hurdle floor, and ETV tables that ``allocate quota`` turns into a delivery plan.
 
 Exports load lazily (PEP 562) so that ``promokit --help`` does not import torch.
 """
@@ -12,8 +12,6 @@ _EXPORTS = {
     "ValueTables": "promokit.value.contract",
     "check_tables": "promokit.value.contract",
     "value_tables": "promokit.value.contract",
-    "ValueWorld": "promokit.value.synthetic",
-    "make_world": "promokit.value.synthetic",
 }
 
 __all__ = list(_EXPORTS)

@@ -15,32 +15,48 @@ from promokit.cli_support import (
     CategoricalOpt,
     EngineOpt,
     EpochsOpt,
+    ExecutorOpt,
     LrOpt,
     NumericOpt,
     ParamsOpt,
     PatienceOpt,
+    RUNS,
     ResumeOpt,
     ThreadsOpt,
     WideOpt,
     WorkersOpt,
     bench_training,
     checkpoint_dir,
+    executor_from_options,
+    executor_option,
     finish_training,
+    flags_in_errors,
     print_feature_types,
+    runs_out_option,
     seeds_option,
     set_threads,
     training_options,
     types_option,
     user_errors,
 )
+from promokit.cli_support import (
+    AllRowsOpt,
+    held_out_rows,
+    convention_errors,
+    label_option,
+    label_options,
+    print_held_out,
+    test_fraction_option,
+)
 from promokit.console import get_console, print_table
+from promokit.data.split import TEST_FRACTION
 
 app = typer.Typer(help="Expected transaction value: ESDPM with the ESJ loss and its baselines, ETV tables for "
                        "allocate quota.", no_args_is_help=True)
 
 DataOpt = Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for initialisation, sampling and shuffling.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="two-part (the floor) | esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn")]
+ModelOpt = Annotated[str, typer.Option("--model", help="hurdle (the floor; two-part: its deprecated name) | esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversions without a click or an amount, and amounts without a conversion, to 0 (counted) instead of failing.")]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (default, §5.1) | auc.")]
@@ -65,10 +81,16 @@ def _flag_errors():
         raise DataError(message) from None
 
 
-def _read(data: Path, require_labels: bool = True, repair: bool = False, model=None, types=None):
+#: The deliveries' label roles (promokit.value.contract.LABELS).
+LABEL_ROLES = ("click", "convert", "amount")
+LabelOpt = label_option(LABEL_ROLES)
+TestFractionOpt = test_fraction_option("the latest deliveries with --split time, drawn at random with --split random")
+
+
+def _read(data: Path, require_labels: bool = True, repair: bool = False, model=None, types=None, labels=None):
     from promokit.value.contract import read_folder
 
-    return read_folder(data, require_labels, repair, None if model is None else model.specs, types)
+    return read_folder(data, require_labels, repair, None if model is None else model.specs, types, labels)
 
 
 @app.command()
@@ -79,8 +101,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
     """Write a synthetic fund-promotion world (deliveries, users, funds, behaviors, consumption) with its truth."""
     with user_errors():
         from promokit.data import write_table
-        from promokit.value.synthetic import feasible_quotas
-        from promokit.value.synthetic import make_world, write_world
+        from promokit.experiments.value.world import feasible_quotas, make_world, write_world
 
         world = make_world(users, funds, deliveries_per_user=deliveries, seed=seed)
         paths = write_world(world, out)
@@ -96,46 +117,52 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
 def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv; or in parts: users/, deliveries/ [, behaviors/, consumption/] directories of Parquet parts co-partitioned by user, and one funds table.")],
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = "esdpm",
-          test_fraction: Annotated[float, typer.Option(help="Share of the deliveries held out for evaluate: the latest with --split time, drawn at random with --split random; 0 trains on all.")] = 0.1,
+          test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
           valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch (§5.1: 0.1).")] = 0.1,
           split: Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")] = "time",
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, seed: SeedOpt = 0, params: ParamsOpt = None, repair_labels: RepairOpt = False,
           categorical: CategoricalOpt = None, numeric: NumericOpt = None, wide: WideOpt = None,
-          resume: ResumeOpt = False, engine: EngineOpt = "local", address: AddressOpt = None,
-          workers: WorkersOpt = None, threads: ThreadsOpt = None):
+          resume: ResumeOpt = False, executor: ExecutorOpt = "local", address: AddressOpt = None,
+          workers: WorkersOpt = None, threads: ThreadsOpt = None, engine: EngineOpt = None):
     """Fit a value model on the earlier deliveries and write it as a model directory.
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
-    trains part by part in this process (--engine local) or data-parallel on --workers Ray Train workers (--engine
-    ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would.
+    trains part by part in this process (--executor local) or data-parallel on --workers Ray Train workers
+    (--executor ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would.
 
     The other columns of deliveries, users and funds are features, their types inferred (printed at the end and
     kept in config.json): --categorical / --numeric set the type of some."""
-    with user_errors(), _flag_errors():
+    with user_errors(), _flag_errors(), flags_in_errors({"wide": "--wide"}), convention_errors():
+        executor = executor_option(executor, engine)
         set_threads(threads)
+        from promokit.data import DataError
         from promokit.value.contract import table_paths
         from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
         from promokit.value.parts import in_parts
 
         config, model_params = training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 patience=patience, monitor=monitor, seed=seed, wide=wide)
-        estimator = ValueModel(model, model_params, config, split=split, test_fraction=test_fraction)
+        estimator = ValueModel(_renamed("--model", model), model_params, config, split=split,
+                               test_fraction=test_fraction)
         types = types_option(categorical, numeric)
         console = get_console()
         paths = table_paths(data)
+        labels = label_options(label, LABEL_ROLES)
         if in_parts(paths):
-            from promokit.scale.engine import make_engine
             from promokit.value.parts import train_parts
 
-            counts = train_parts(estimator, paths, make_engine(engine, address, workers),
+            if labels:
+                raise DataError(f"--label: {data} holds parts, whose columns are read under their contract names "
+                                "(click, convert, amount): rename the columns in the parts, or give one folder")
+            counts = train_parts(estimator, paths, executor_from_options(executor, address, workers),
                                  checkpoint_dir(out) / "user-keys", valid_fraction, checkpoint_dir(out), resume,
                                  repair_labels, types)
         else:
-            if engine != "local" or address or workers:
-                console.print(f"note: {data} holds whole tables, not parts: training in this process (--engine, "
+            if executor != "local" or address or workers:
+                console.print(f"note: {data} holds whole tables, not parts: training in this process (--executor, "
                               "--address and --workers serve a dataset in parts)")
-            tables = _read(data, repair=repair_labels, types=types)
+            tables = _read(data, repair=repair_labels, types=types, labels=labels)
             rows = dict(zip(("train", "valid", "test"), estimator.split_rows(tables, valid_fraction)))
             estimator.fit(tables, validation=valid_fraction, checkpoint_dir=checkpoint_dir(out), resume=resume)
             counts = {**{k: len(v) for k, v in rows.items()},
@@ -148,16 +175,11 @@ def train(data: Annotated[Path, typer.Option("--data", help="Dataset folder: del
         for what, count in counts.items():
             if what not in ("train", "valid", "test"):
                 console.print(f"{what}: {count:,}")
+        rule = f"the latest {test_fraction:.0%} by time" if split == "time" else f"drawn at random, seed {seed}"
+        print_held_out(counts["test"] and f"{counts['test']:,} of {estimator.holdout['rows']:,} deliveries ({rule})",
+                       "delivery")
         console.print(f"model written to {out} (trained on {counts['train']:,} deliveries, validated on "
-                      f"{counts['valid']:,}; {_held_out(counts['test'], split)})")
-
-
-def _held_out(rows: int, split: str) -> str:
-    """What train held out of the deliveries, and how: the latest rows, or rows drawn at random."""
-    if not rows:
-        return "none held out: evaluate new deliveries with --all"
-    which = f"the latest {rows:,}" if split == "time" else f"{rows:,} drawn at random"
-    return f"{which} held out for evaluate (--test-fraction 0 trains on them too)"
+                      f"{counts['valid']:,})")
 
 
 @app.command()
@@ -167,12 +189,13 @@ def predict(model: ModelDirOpt,
             at: Annotated[Optional[str], typer.Option("--at", help="Score as of this time (a date or a number like the deliveries' times); default just after the latest delivery.")] = None,
             contexts: Annotated[int, typer.Option(help="Delivery contexts averaged over per user × fund.")] = 4,
             users_list: Annotated[Optional[Path], typer.Option("--users-list", help="Table with a user_id column (other columns ignored): score these users only, in its order — a campaign's users for allocate quota.")] = None,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: ThreadsOpt = None):
+            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = None, engine: EngineOpt = None):
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
-    dataset in parts is scored part by part on --engine (the model loaded once per worker). Without a deliveries
+    dataset in parts is scored part by part on --executor (the model loaded once per worker). Without a deliveries
     table, users × funds are scored alone, in contexts the model kept from its training deliveries."""
     with user_errors(), _flag_errors():
+        executor = executor_option(executor, engine)
         set_threads(threads)
         from promokit.data import DataError, write_json
         from promokit.value.contract import table_paths
@@ -182,19 +205,18 @@ def predict(model: ModelDirOpt,
             raise DataError(f"--contexts must be at least 1, got {contexts}")
         paths = table_paths(data, deliveries_optional=True)
         if in_parts(paths):
-            from promokit.scale.engine import make_engine
-
             if users_list is not None or "deliveries" not in paths:
                 raise DataError(f"{data} holds parts: --users-list and scoring without deliveries/ serve a dataset in "
                                 "one folder")
-            name, values = predict_parts(model, paths, out, make_engine(engine, address, workers), at, contexts)
+            name, values = predict_parts(model, paths, out, executor_from_options(executor, address, workers), at,
+                                         contexts)
             written = out / "scores"
         else:
             from promokit.value.estimator import ValueModel
 
-            if engine != "local" or address or workers:
+            if executor != "local" or address or workers:
                 get_console().print(f"note: {data} holds whole tables, not parts: predicting in this process "
-                                    "(--engine, --address and --workers serve a dataset in parts)")
+                                    "(--executor, --address and --workers serve a dataset in parts)")
             estimator = ValueModel.load(model)
             tables = _read(data, require_labels=False, model=estimator)
             name, values, written = estimator.model, [_predict_folder(estimator, tables, out, at, contexts,
@@ -251,27 +273,19 @@ def _summary(model: str, values: list) -> dict:
 @app.command()
 def evaluate(model: ModelDirOpt, data: DataOpt,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")],
-             all_rows: Annotated[bool, typer.Option("--all", help="Score every delivery (new data), not the latest ones train held out.")] = False,
-             repair_labels: RepairOpt = False,
-             floor: Annotated[Optional[Path], typer.Option("--floor", help="A two-part model directory to show beside the model; default: the floor fitted on the deliveries the model trained on (with --all: none).")] = None):
+             all_rows: AllRowsOpt = False, repair_labels: RepairOpt = False, label: LabelOpt = None,
+             floor: Annotated[Optional[Path], typer.Option("--floor", help="A hurdle model directory to show beside the model; default: the floor fitted on the deliveries the model trained on (with --all: none).")] = None):
     """AUC, logloss, MSE, MAE, normalised Gini, THC, THA, how much the ETV personalises the fund, the decile and the
-    per-fund calibration of a trained model, beside the floor's (two-part)."""
-    with user_errors(), _flag_errors():
-        from promokit.data import DataError
+    per-fund calibration of a trained model, beside the floor's (hurdle)."""
+    with user_errors(), _flag_errors(), convention_errors():
         from promokit.metrics.value import decile_figure
         from promokit.report import Report
         from promokit.value.estimator import ValueModel
         from promokit.value.evaluate import beside_floor
 
         estimator = ValueModel.load(model)
-        tables = _read(data, repair=repair_labels, model=estimator)
-        if all_rows:
-            rows = None
-        else:
-            if not estimator.test_fraction:
-                raise DataError("the model was trained on every delivery (--test-fraction 0); evaluate with --all on "
-                                "new data")
-            rows = estimator.split_rows(tables)[2]
+        tables = _read(data, repair=repair_labels, model=estimator, labels=label_options(label, LABEL_ROLES))
+        rows = None if all_rows else held_out_rows(estimator, tables)
         evaluation = estimator.evaluate(tables, rows=rows)
         metrics = dict(evaluation)
         deciles, funds = evaluation.tables["decile_calibration"], evaluation.tables["calibration_per_fund"]
@@ -281,7 +295,7 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
         report = Report(evaluation.title, data={
             "model": estimator.model, "metrics": metrics, "floor": floor_metrics,
             "deciles": deciles.to_dict(orient="records"), "funds": funds.to_dict(orient="records")})
-        report.add("Metrics" + ("" if floor_metrics is None else " (floor: two-part on the same deliveries)"), table)
+        report.add("Metrics" + ("" if floor_metrics is None else " (floor: hurdle on the same deliveries)"), table)
         report.add("Decile calibration", deciles).add("Calibration per fund", funds)
         report.figures["deciles"] = decile_figure(deciles, f"{estimator.model}: mean ETV and amount per decile")
         report.write(out)
@@ -290,12 +304,12 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
 
 
 def _floor(estimator, tables, path: Optional[Path], all_rows: bool):
-    """The floor evaluate shows beside ``estimator``: the two-part model at ``path``, else one fitted on the
+    """The floor evaluate shows beside ``estimator``: the hurdle model at ``path``, else one fitted on the
     deliveries ``estimator`` trained and validated on (none with --all, or for the floor itself)."""
     from dataclasses import replace
 
     from promokit.data import DataError
-    from promokit.value.bench import FLOOR
+    from promokit.experiments.value.bench import FLOOR
     from promokit.value.estimator import DEFAULT_TRAIN, ValueModel
 
     if path is not None:
@@ -315,18 +329,18 @@ def _floor(estimator, tables, path: Optional[Path], all_rows: bool):
 
 
 @app.command()
-def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the floor two-part is always added, first.")] = "two-part,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,mmoe,shared-bottom,dnn",
+def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the floor hurdle is always added, first.")] = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,mmoe,shared-bottom,dnn",
           seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
           users: int = 20_000, funds: int = 8,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           params: ParamsOpt = None, wide: WideOpt = None,
-          out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / deciles.png.")] = Path("value-bench"),
+          out: runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / deciles.png") = RUNS / "value-bench",
           threads: ThreadsOpt = None):
     """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
     how much each personalises the fund, and the delivery plans each leads to (--params go to the networks)."""
     with user_errors():
         set_threads(threads)
-        from promokit.value.bench import run_and_report
+        from promokit.experiments.value.bench import run_and_report
         from promokit.value.estimator import DEFAULT_TRAIN
 
         run_and_report(_models(models), seeds_option(seeds), {"n_users": users, "n_funds": funds},
@@ -346,11 +360,11 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
         import pandas as pd
 
         from promokit.data import read_table
+        from promokit.experiments.allocation.simulate import simulate_quota
+        from promokit.experiments.value.bench import ORACLE, true_etv_matrix_from
+        from promokit.experiments.value.world import read_truth_etv
         from promokit.report import Report
-        from promokit.value.bench import ORACLE, true_etv_matrix_from
         from promokit.value.estimator import ValueModel
-        from promokit.allocation.simulate import simulate_quota
-        from promokit.value.synthetic import read_truth_etv
 
         truth_etv = read_truth_etv(world)
         quotas = read_table(world / "quotas.csv")
@@ -378,13 +392,13 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
 
 
 @app.command()
-def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("value-demo"),
+def demo(out: runs_out_option("results.csv (rewritten as each model finishes) and the report") = RUNS / "value-demo",
          users: int = 6_000, seed: SeedOpt = 0,
-         models: Annotated[str, typer.Option(help="Comma-separated models; the floor two-part is always added, first.")] = "two-part,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
+         models: Annotated[str, typer.Option(help="Comma-separated models; the floor hurdle is always added, first.")] = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
     """Train the floor, ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the
     oracle and allocate users to funds by each model's ETV."""
     with user_errors():
-        from promokit.value.bench import run_and_report
+        from promokit.experiments.value.bench import run_and_report
         from promokit.value.estimator import DEMO_TRAIN
 
         run_and_report(_models(models), [seed], {"n_users": users}, (DEMO_TRAIN, {}), out)
@@ -394,8 +408,20 @@ def _models(text: str) -> list[str]:
     from promokit.data import DataError
     from promokit.value.models import MODELS
 
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = [_renamed("--models", name.strip()) for name in text.split(",") if name.strip()]
     unknown = [n for n in names if n not in MODELS]
     if unknown or not names:
         raise DataError(f"unknown model {unknown[0] if unknown else text!r}; choose from {sorted(MODELS)}")
     return names
+
+
+def _renamed(flag: str, name: str) -> str:
+    """A model's name; a former one (``two-part``, now ``hurdle``) still works in this release, with a warning."""
+    import warnings
+
+    from promokit.value.models import RENAMED
+
+    if name not in RENAMED:
+        return name
+    warnings.warn(f"{flag} {name} is deprecated: the same model is now {RENAMED[name]}", FutureWarning, stacklevel=2)
+    return RENAMED[name]

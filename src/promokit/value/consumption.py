@@ -32,7 +32,7 @@ from promokit.value.inputs import payment_structure
 SIDE = {"left": "user", "right": "merchant"}
 
 
-def consumption_states(parts: list, specs: dict, depth: int, out: Path, engine, load) -> GraphLayout:
+def consumption_states(parts: list, specs: dict, depth: int, out: Path, executor, load) -> GraphLayout:
     """Every user's e_c for each GNN (of ``depth`` layers) of the model ``load()`` returns, written per users part
     into the layout's scratch (``out/.graph``, which the caller removes with :func:`promokit.data.graph_shards.remove`);
     read a part's with :func:`part_states`. ``specs`` are the model's feature specs, which the parts are checked
@@ -41,12 +41,12 @@ def consumption_states(parts: list, specs: dict, depth: int, out: Path, engine, 
     layout = GraphLayout(str(out / ".graph"), tuple(p.files["users"] for p in parts), tuple(payments), (),
                          graph_shards.bucket_count(0, sum(parquet_rows(path) or 0 for path in payments)), MERCHANT,
                          "merchants")
-    graph_shards.prepare(engine, partial(_read_payments, parts, specs), None, layout)
+    graph_shards.prepare(executor, partial(_read_payments, parts, specs), None, layout)
     shards = layout.shards()
-    engine.map(partial(_inputs, layout), shards, setup=load, label="graph inputs")
+    executor.map(partial(_inputs, layout), shards, setup=load, label="graph inputs")
     for layer in range(depth):
         todo = shards if layer < depth - 1 else [s for s in shards if s.side == LEFT]  # e_c is the users' states
-        engine.map(partial(_layer, layout, layer), todo, setup=load, label=f"graph layer {layer + 1} of {depth}")
+        executor.map(partial(_layer, layout, layer), todo, setup=load, label=f"graph layer {layer + 1} of {depth}")
     return layout
 
 

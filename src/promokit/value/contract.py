@@ -41,12 +41,14 @@ import pandas as pd
 
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import read_table
-from promokit.data.spec import FeatureSpec, infer_feature_columns, keyed_table, require_columns, table_types
+from promokit.data.spec import (FeatureSpec, check_label_roles, infer_feature_columns, keyed_table, map_labels,
+                                require_columns, require_label_columns, table_types)
 from promokit.data import datasets
 
 USER, FUND, CLICK, CONVERT, AMOUNT, TIME = "user_id", "fund", "click", "convert", "amount", "time"
 TOLERANCE, RISK, ACTION, MERCHANT = "tolerance", "risk", "action", "merchant_id"
 DELIVERY_CONTRACT = (USER, FUND, CLICK, CONVERT, AMOUNT, TIME)
+LABELS = (CLICK, CONVERT, AMOUNT)
 
 
 @dataclass
@@ -96,7 +98,7 @@ def check_tables(deliveries: pd.DataFrame | None, users: pd.DataFrame, funds: pd
                  behaviors: pd.DataFrame | None = None, consumption: pd.DataFrame | None = None, *,
                  require_labels: bool = True, repair_labels: bool = False,
                  specs: dict[str, FeatureSpec] | None = None, part: bool = False,
-                 types: dict[str, str] | None = None) -> ValueTables:
+                 types: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> ValueTables:
     """Validate the tables and return them in contract form.
 
     Feature columns are inferred from the remaining columns (:func:`~promokit.data.spec.infer_feature_columns`;
@@ -107,8 +109,10 @@ def check_tables(deliveries: pd.DataFrame | None, users: pd.DataFrame, funds: pd
     deliveries may have no rows, and a behaviour or payment whose user is not in ``users`` is an error, not
     dropped (its user is in another part, or nowhere); whether some deliveries convert and some do not is a
     question for the whole dataset, not for a part. ``deliveries`` None (scoring users × funds from users and funds
-    alone, without labels): no delivery, and times of the behaviours' kind.
+    alone, without labels): no delivery, and times of the behaviours' kind. ``labels`` maps the deliveries' labels
+    (``click``, ``convert``, ``amount``) to the columns that hold them (``{"convert": "purchased"}``).
     """
+    check_label_roles(labels, LABELS)
     specs = specs or {}
     given = deliveries is not None
     if not given:
@@ -124,9 +128,10 @@ def check_tables(deliveries: pd.DataFrame | None, users: pd.DataFrame, funds: pd
     funds = keyed_table(funds, "funds", FUND)
     if len(deliveries) == 0 and given and not part:
         raise DataError("deliveries: the table is empty")
-    deliveries = deliveries.reset_index(drop=True)
-    require_columns(deliveries, [USER, FUND, TIME] + ([CLICK, CONVERT, AMOUNT] if require_labels else []),
-                    "deliveries")
+    deliveries = map_labels(deliveries.reset_index(drop=True), labels, LABELS, "deliveries")
+    require_columns(deliveries, [USER, FUND, TIME], "deliveries")
+    if require_labels:
+        require_label_columns(deliveries, LABELS, "deliveries")
     user = _lookup(deliveries, "deliveries", USER, users, _owners(part)[0])
     fund = _lookup(deliveries, "deliveries", FUND, funds, "the funds table")
     time, kind = parse_times(deliveries, "deliveries", None) if given else (None, None)
@@ -311,28 +316,30 @@ def table_paths(folder, deliveries_optional: bool = False) -> dict[str, Path]:
 
 
 def read_folder(folder, require_labels: bool = True, repair_labels: bool = False,
-                specs: dict[str, FeatureSpec] | None = None, types: dict[str, str] | None = None) -> ValueTables:
+                specs: dict[str, FeatureSpec] | None = None, types: dict[str, str] | None = None,
+                labels: dict[str, str] | None = None) -> ValueTables:
     """The tables of a value dataset folder (:func:`table_paths`), each read whole (a directory of parts as its
-    parts in order), validated by :func:`check_tables` (``types``: the types it gives inferred features); without
-    labels the deliveries may be absent."""
+    parts in order), validated by :func:`check_tables` (``types``: the types it gives inferred features;
+    ``labels``: the deliveries' label columns); without labels the deliveries may be absent."""
     frames = {name: read_table(path) for name, path in table_paths(folder, not require_labels).items()}
     return check_tables(frames.get("deliveries"), frames["users"], frames["funds"], frames.get("behaviors"),
                         frames.get("consumption"), require_labels=require_labels, repair_labels=repair_labels,
-                        specs=specs, types=types)
+                        specs=specs, types=types, labels=labels)
 
 
-def value_tables(data, *, require_labels: bool = True, specs: dict[str, FeatureSpec] | None = None) -> ValueTables:
+def value_tables(data, *, require_labels: bool = True, specs: dict[str, FeatureSpec] | None = None,
+                 labels: dict[str, str] | None = None) -> ValueTables:
     """``data`` as :class:`ValueTables`: the tables themselves, as given; a dataset folder (:func:`read_folder`); or
     a mapping of table name (deliveries, users, funds [, behaviors, consumption]) → DataFrame or table path,
-    validated by :func:`check_tables` (``specs``: the features a trained model reads; without labels the
-    deliveries may be absent)."""
+    validated by :func:`check_tables` (``specs``: the features a trained model reads; ``labels``: the deliveries'
+    label columns; without labels the deliveries may be absent)."""
     if isinstance(data, ValueTables):
         return data
     if isinstance(data, (str, os.PathLike)):
-        return read_folder(data, require_labels, specs=specs)
+        return read_folder(data, require_labels, specs=specs, labels=labels)
     frames = datasets.read_tables(data, TABLES, _required(require_labels), "a value dataset")
     return check_tables(frames.get("deliveries"), frames["users"], frames["funds"], frames.get("behaviors"),
-                        frames.get("consumption"), require_labels=require_labels, specs=specs)
+                        frames.get("consumption"), require_labels=require_labels, specs=specs, labels=labels)
 
 
 def _required(deliveries: bool) -> tuple[str, ...]:

@@ -16,9 +16,10 @@ import torch
 
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec
+from promokit.data.datasets import check_rows
 from promokit.data.encoders import NumericEncoder
 from promokit.data.ids import id_hashes
-from promokit.data.split import NothingEarlier, latest_split
+from promokit.data.split import TEST_FRACTION, NothingEarlier, latest_split
 from promokit.training import (
     History,
     TrainConfig,
@@ -30,14 +31,15 @@ from promokit.training import (
     read_model_config,
     write_model_dir,
 )
-from promokit.training.estimator import Estimator, Evaluation, check_common_params
+from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_same_data
 from promokit.training.seed import seed_everything
 from promokit.training.shards import time_threshold
 from promokit.value.contract import FUND, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
 from promokit.value.evaluate import value_metrics
 from promokit.value.inputs import InputEncoders
 from promokit.value.scoring import KEPT_CONTEXTS, context_values, event_times, kept_contexts, time_text
-from promokit.value.models import ESDPM, MODELS, TwoPart
+from promokit.value.models import ESDPM, MODELS, RENAMED, Hurdle
+from promokit.value.models.hurdle import FORMER_PREFIX, PREFIX
 from promokit.value.models.esdpm import AmountStart
 
 OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "amount_if_convert", "etv")
@@ -55,7 +57,7 @@ TRAIN, VALID, TEST = 0, 1, 2
 SCORE_CONTEXTS = 4
 
 
-def delivery_split(tables: ValueTables, test_fraction: float = 0.1, valid_fraction: float = 0.1, how: str = "time",
+def delivery_split(tables: ValueTables, test_fraction: float = TEST_FRACTION, valid_fraction: float = 0.1, how: str = "time",
                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of the deliveries to train on, validate on and test on.
 
@@ -159,12 +161,12 @@ _cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
 
 
 class ValueModel(Estimator):
-    """A value model by name (:data:`~promokit.value.models.MODELS`: the floor ``two-part``, ``esdpm``,
+    """A value model by name (:data:`~promokit.value.models.MODELS`: the floor ``hurdle``, ``esdpm``,
     ``esdpm-ncg``, ``mtl-ziln``, ``mtl-mse``, ``esmm``, ``mmoe``, ``shared-bottom``, ``dnn``) with its encoders.
 
     Parameters, stored as given: ``model`` (the name); ``params``, overrides of
     :class:`~promokit.value.models.ESDPM`'s settings (``n_experts``, ``dropout``, ``sigma_floor`` …) or
-    :class:`~promokit.value.models.TwoPart`'s (``n_trees``, ``num_leaves`` …), and ``max_len``, the behaviour events
+    :class:`~promokit.value.models.Hurdle`'s (``n_trees``, ``num_leaves`` …), and ``max_len``, the behaviour events
     kept per delivery (50); ``train``, a :class:`~promokit.training.TrainConfig` (default :data:`DEFAULT_TRAIN`);
     ``split``, how :meth:`fit` holds deliveries out (``"time"``: the latest, §5.1; ``"random"``: seeded by the
     training seed, for deliveries that share one time); and ``test_fraction``, the share of the deliveries held out
@@ -176,7 +178,7 @@ class ValueModel(Estimator):
     Example::
 
         model = ValueModel("esdpm").fit(tables)      # ValueTables, a dataset folder, or {"deliveries": frame, …}
-        test = model.split_rows(tables)[2]           # the deliveries fit held out
+        test = model.held_out(tables)                # the deliveries fit held out
         model.evaluate(tables, rows=test)            # auc, logloss, mse, gini, thc, tha …
         model.predict(tables)                        # user_id, fund, p_ctcvr, mu, sigma, etv … per delivery
         model.score_table(tables)                    # user_id, score_<fund> …, tolerance
@@ -184,7 +186,7 @@ class ValueModel(Estimator):
     """
 
     def __init__(self, model: str = "esdpm", params: dict | None = None, train: TrainConfig | None = None, *,
-                 split: str = "time", test_fraction: float = 0.1):
+                 split: str = "time", test_fraction: float = TEST_FRACTION):
         self.model = model
         self.params = params
         self.train = train
@@ -193,7 +195,7 @@ class ValueModel(Estimator):
         self._configure()
         self.encoders: InputEncoders | None = None
         self.specs: dict[str, FeatureSpec] | None = None
-        self.net: ESDPM | TwoPart | None = None
+        self.net: ESDPM | Hurdle | None = None
         self.history: History | None = None
         self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
         self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
@@ -219,7 +221,7 @@ class ValueModel(Estimator):
         # every setting is written to the model directory, so a later change of a default cannot change a model
         self.model_params = {**net_defaults(self.net_class), **MODELS[self.model][1], **params}
         if not self.is_neural:
-            TwoPart.check_params(self.model_params)
+            Hurdle.check_params(self.model_params)
 
     @property
     def net_class(self) -> type:
@@ -227,7 +229,7 @@ class ValueModel(Estimator):
 
     @property
     def is_neural(self) -> bool:
-        """Trained by epochs (the networks), not boosted in one go (the floor ``two-part``)."""
+        """Trained by epochs (the networks), not boosted in one go (the floor ``hurdle``)."""
         return self.net_class is ESDPM
 
     @property
@@ -237,7 +239,7 @@ class ValueModel(Estimator):
     @property
     def predicts_amount(self) -> bool:
         """Whether the ETV holds an amount (ESMM's ETV is its pCTCVR alone)."""
-        return self.model_params.get("amount", "two-part") is not None
+        return not self.is_neural or self.model_params["amount"] is not None
 
     def holdout_for(self, validation=None) -> dict:
         """:func:`delivery_split`'s arguments for this model's split and :meth:`fit`'s ``validation``: how
@@ -269,6 +271,16 @@ class ValueModel(Estimator):
                             "deliveries, or hold none out with test_fraction=0")
         return np.setdiff1d(train, wanted), wanted, test
 
+    def held_out(self, data) -> np.ndarray:
+        """The delivery rows of ``data`` that :meth:`fit` held out for evaluation (none with ``test_fraction=0``),
+        recomputed by the rule in ``holdout``: ``data`` is the data fit was given."""
+        if self.holdout is None:
+            raise RuntimeError("the model is not fitted: call fit() or ValueModel.load()")
+        tables = self._tables(data, require_labels=False)
+        check_same_data(self.holdout, len(tables.deliveries), "deliveries")
+        holdout = self.holdout
+        return delivery_split(tables, holdout["test_fraction"], 0.0, holdout["how"], holdout["seed"])[2]
+
     def fit(self, data, *, validation=None, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
             on_epoch=None) -> ValueModel:
         """Train on the deliveries of ``data`` (:class:`ValueTables`, a dataset folder, or a mapping of table name
@@ -285,12 +297,12 @@ class ValueModel(Estimator):
         if self.reads_graph and tables.consumption is None:
             raise DataError(f"model {self.model!r} reads the consumption graph: give the consumption table "
                             "(or train esdpm-ncg, the same model without it)")
-        train, valid, _ = self.split_rows(tables, validation)
+        train, valid, test = self.split_rows(tables, validation)
         for name, rows in (("training", train), ("validation", valid)):
             if len(rows):
                 _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
         seed_everything(self.train_config.seed)
-        self.holdout = self.holdout_for(validation)
+        self.holdout = {**self.holdout_for(validation), "rows": len(tables.deliveries), "held_out": len(test)}
         self.training_ids = id_hashes(tables.deliveries[USER].to_numpy()[train])
         self.trained_until = tables.time[np.concatenate([train, valid])].max().item()
         self.kept_contexts = context_values(tables.deliveries.iloc[train[draw_contexts(len(train), KEPT_CONTEXTS)]],
@@ -311,11 +323,11 @@ class ValueModel(Estimator):
                                                            on_epoch=on_epoch)
         return self
 
-    def build_net(self) -> ESDPM | TwoPart:
+    def build_net(self) -> ESDPM | Hurdle:
         """A new network for the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor's
         boosters); training over parts (:mod:`promokit.value.parts`) builds each worker's with it."""
         if not self.is_neural:
-            return TwoPart(self.encoders, **self.model_params)
+            return Hurdle(self.encoders, **self.model_params)
         net = ESDPM(self.encoders.sizes(), **self.model_params)
         net.init_amount(self.amount_start)
         return net
@@ -357,7 +369,8 @@ class ValueModel(Estimator):
         for name, role in (("training", TRAIN), ("validation", VALID)):
             if rows[role]:
                 _check_learnable(name, int(rows[role]), int(converted[role]))
-        self.specs, self.encoders, self._attached, self.holdout = specs, encoders, None, holdout
+        self.specs, self.encoders, self._attached = specs, encoders, None
+        self.holdout = {**holdout, "rows": int(rows.sum()), "held_out": int(rows[TEST])}
         self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
         self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts]))
         self.trained_until = max((c["latest"] for c in counts if c["latest"] is not None), default=None)
@@ -380,7 +393,7 @@ class ValueModel(Estimator):
 
     def evaluate(self, data, *, rows: np.ndarray | None = None) -> Evaluation:
         """Metrics on the labelled deliveries of ``data`` (as :meth:`predict` reads it), every one or the rows
-        ``rows`` (those :meth:`fit` held out: ``split_rows(data)[2]``), by
+        ``rows`` (those :meth:`fit` held out: ``held_out(data)``), by
         :func:`~promokit.value.evaluate.value_metrics`: AUC and logloss of pCTCVR, MSE, MAE and normalised Gini of
         the ETV, THC, THA, ``best_differs``, ``uplift_spread``, ``etv_bias`` and ``deliveries``; its tables
         ``decile_calibration`` and ``calibration_per_fund``."""
@@ -474,16 +487,19 @@ class ValueModel(Estimator):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ValueModel:
+        """The model saved in ``path``; a directory saved under a model's former name (``two-part``) loads as the
+        model it is now (``hurdle``)."""
         config = read_model_config(path, "value")
         holdout = config["split"]
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]), split=holdout["how"],
-                    test_fraction=holdout["test_fraction"])
+        model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig(**config["train"]),
+                    split=holdout["how"], test_fraction=holdout["test_fraction"])
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.holdout = holdout
         model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
         if not model.is_neural:
-            model.net = TwoPart(model.encoders, **model.model_params).load_texts(path)
+            model.net = Hurdle(model.encoders, **model.model_params).load_texts(
+                path, FORMER_PREFIX if config["model"] in RENAMED else PREFIX)
             return model
         model.net = ESDPM(model.encoders.sizes(), **model.model_params)
         load_weights(model.net, path)
@@ -497,16 +513,9 @@ def _validation(validation, n_deliveries: int) -> float | None | np.ndarray:
         if validation is not None and not 0 <= validation < 1:
             raise DataError(f"validation must be a fraction in [0, 1) or delivery rows, got {validation!r}")
         return validation
-    rows = np.asarray(validation)
-    if rows.ndim != 1 or (rows.dtype.kind not in "iu" and len(rows)):
-        raise DataError(f"validation must be None, a fraction in [0, 1) or a list of delivery rows (integers), got "
-                        f"{type(validation).__name__} of shape {rows.shape} and dtype {rows.dtype}")
-    rows = rows.astype(np.int64)
-    outside = (rows < 0) | (rows >= n_deliveries)
-    if outside.any():
-        raise DataError(f"validation: {int(outside.sum())} of its {len(rows)} rows are not rows of the "
-                        f"{n_deliveries:,} deliveries, e.g. {rows[outside][0]}")
-    return np.unique(rows)
+    if isinstance(validation, str):
+        raise DataError(f"validation must be None, a fraction in [0, 1) or delivery rows, got {validation!r}")
+    return np.unique(check_rows(validation, n_deliveries, "validation", "deliveries"))
 
 
 def _check_learnable(name: str, rows: int, converted: int) -> None:
@@ -516,7 +525,7 @@ def _check_learnable(name: str, rows: int, converted: int) -> None:
 
 
 def net_defaults(net_class: type = ESDPM) -> dict:
-    """The keyword settings of ``net_class`` (:class:`ESDPM` or :class:`TwoPart`) and their defaults (lists for
+    """The keyword settings of ``net_class`` (:class:`ESDPM` or :class:`Hurdle`) and their defaults (lists for
     JSON)."""
     signature = inspect.signature(net_class.__init__)
     return {name: list(p.default) if isinstance(p.default, tuple) else p.default

@@ -82,7 +82,7 @@ def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, 
 
 
 def beside_floor(metrics: dict, floor: dict | None) -> pd.DataFrame:
-    """A model's ``metrics`` as ``metric`` and ``value`` rows; with the ``floor``'s metrics (``two-part``, on the same
+    """A model's ``metrics`` as ``metric`` and ``value`` rows; with the ``floor``'s metrics (``hurdle``, on the same
     deliveries) a ``floor`` column beside and a last row ``relaimpr_vs_floor``: RelaImpr (DMBGN eq. 11, %) of the
     model's AUC against the floor's."""
     table = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})

@@ -1,19 +1,19 @@
-"""A value dataset in parts, predicted and trained part by part on an engine (``value predict`` / ``value train
---data DIR --engine local|ray``).
+"""A value dataset in parts, predicted and trained part by part on an executor (``value predict`` / ``value train
+--data DIR --executor local|ray``).
 
 Layout: the user-keyed tables — ``users``, ``deliveries`` and the optional ``behaviors`` and ``consumption`` — are
 each a directory of Parquet parts, co-partitioned by user: part k of each (its k-th file in sorted path order) holds
 the rows of the same users. ``funds`` stays one table every part shares. The dataset means the one-folder dataset
 whose tables are its parts concatenated in order; predicting or training on it gives that dataset's outputs (or
 model) without reading it whole. Both begin with the same checks: every user-keyed directory has as many parts as
-``users/``, and each user is in one part (:func:`promokit.data.part_keys.check_unique_keys`, hashed on the engine).
+``users/``, and each user is in one part (:func:`promokit.data.part_keys.check_unique_keys`, hashed on the executor).
 
 Predict (:func:`predict_parts`):
 
 1. a map reads each part's delivery times: their counts and latest times give the scoring time (just after the
    latest delivery of any part, as one folder) and the delivery rows whose contexts every pair is scored in
    (:func:`~promokit.value.estimator.draw_contexts` over all the deliveries; the driver reads those few rows);
-2. a map with the model loaded once per worker (the engine's ``setup``): each part is validated by
+2. a map with the model loaded once per worker (the executor's ``setup``): each part is validated by
    :func:`~promokit.value.contract.check_tables` (``part=True``: a row whose user is not in the part's users is an
    error) and scored by :meth:`ValueModel.score_table` and :meth:`ValueModel.predict` into
    ``OUT/scores/part-k`` and ``OUT/deliveries/part-k``; only its sums travel back (:class:`PartValues`).
@@ -32,11 +32,11 @@ Train (:func:`train_parts`; the training deliveries are the examples):
    adds them up into the encoders :meth:`InputEncoders.fit` builds on the concatenation
    (:meth:`InputEncoders.from_counts`), checks the labels, starts the amount towers and unites the users' hashes
    (the model's ``training_ids.npy``) as :meth:`ValueModel.fit` does (:meth:`ValueModel.fit_counts`);
-3. **train**: the engine's ``train`` — the loop conversion models train with — streams each worker's
+3. **train**: the executor's ``train`` — the loop conversion models train with — streams each worker's
    shard of the training deliveries: a worker reads part k of every user-keyed table, validates it and encodes that
    part's deliveries (user and fund features, behaviour sequences strictly before each delivery, context) with
    the fitted encoders (:class:`DeliveryRows`); each delivery carries its user's and fund's features, since a batch
-   mixes parts. In this process with the local engine, data-parallel on Ray Train with ``--engine ray``.
+   mixes parts. In this process with the local executor, data-parallel on Ray Train with ``--executor ray``.
 
 A model that reads the consumption graph (``esdpm``) needs every user's e_c, and a merchant joins users of different
 parts: predict first computes e_c over the whole payment graph in shards (:mod:`promokit.value.consumption`), then
@@ -102,40 +102,41 @@ def score_stats(scores: pd.DataFrame, deliveries: int) -> PartValues:
     return PartValues(part_score(etv), dict(zip(etv.columns, best.tolist())), deliveries)
 
 
-def predict_parts(model: Path, paths: dict[str, Path], out: Path, engine, at, contexts: int
+def predict_parts(model: Path, paths: dict[str, Path], out: Path, executor, at, contexts: int
                   ) -> tuple[str, list[PartValues]]:
-    """Score the dataset in parts at ``paths`` with the model directory ``model`` on ``engine`` into ``out`` as
+    """Score the dataset in parts at ``paths`` with the model directory ``model`` on ``executor`` into ``out`` as
     of ``at`` (None: just after the latest delivery) in ``contexts`` drawn delivery contexts (module docstring);
     return the model's name and each part's :class:`PartValues`."""
     from promokit.training import read_model_config
     from promokit.value.estimator import ValueModel
+    from promokit.value.models import RENAMED
 
     config = read_model_config(model, "value")
     parts = dataset_parts(paths, out)
-    check_unique_keys([p.files["users"] for p in parts], USER, out / ".user-keys", map_parts=engine.map)
-    times = engine.map(_times, parts, label="reading delivery times")
+    check_unique_keys([p.files["users"] for p in parts], USER, out / ".user-keys", map_parts=executor.map)
+    times = executor.map(_times, parts, label="reading delivery times")
     load = partial(ValueModel.load, model)  # one setup for every map: each worker loads the model once
     layout = None
     try:
-        if config["params"].get("graph"):  # the floor two-part has no graph setting
+        if config["params"].get("graph"):  # the floor hurdle has no graph setting
             from promokit.value.consumption import consumption_states
 
             if "consumption" not in paths:
                 raise DataError(f"{model}: model {config['model']!r} reads the consumption graph: give the "
                                 "consumption/ parts")
             specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
-            layout = consumption_states(parts, specs, len(config["params"]["fanouts"]), out, engine, load)
+            layout = consumption_states(parts, specs, len(config["params"]["fanouts"]), out, executor, load)
         score = partial(_score_part, _when(paths["deliveries"], parts, times, at), _contexts(parts, times, contexts),
                         layout)
-        values = engine.map(score, parts, setup=load, label="scoring parts")
+        values = executor.map(score, parts, setup=load, label="scoring parts")
     finally:
-        engine.release()
+        executor.release()
         if layout is not None:
             graph_shards.remove(layout)
     for folder in OUTPUTS:  # parts an earlier run with more input parts left there
         for stale in set((out / folder).glob("part-*.parquet")) - {out / folder / part_name(p.index) for p in parts}:
             stale.unlink()
-    return config["model"], values
+    return RENAMED.get(config["model"], config["model"]), values
 
 
 def _times(part: ValuePart) -> PartTimes:
@@ -250,11 +251,11 @@ class DeliveryRows:
         return estimator.encoders.rows(tables, np.flatnonzero(roles == self.role)[start:stop], carry_nodes=True)
 
 
-def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path,
+def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path,
                 validation: float | None = None, checkpoint_dir: Path | None = None, resume: bool = False,
                 repair: bool = False, types: dict[str, str] | None = None) -> dict:
     """Fit ``estimator`` on the dataset in parts at ``paths`` without holding it whole (module docstring): part by
-    part in this process on the local ``engine``, else data-parallel on ``engine.workers`` Ray Train workers,
+    part in this process on the local ``executor``, else data-parallel on ``executor.workers`` Ray Train workers,
     holding out the deliveries :meth:`ValueModel.fit` holds out of one folder, validating on the fraction
     ``validation`` of the rest (None: ``fit``'s default), with the checkpoint in ``checkpoint_dir``; ``scratch``
     holds the user-key check's hashes. Returns the deliveries per role (``train``, ``valid``, ``test``) and the
@@ -270,15 +271,16 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], engine, scratch: 
     if not estimator.is_neural:
         raise DataError(f"model {estimator.model!r} boosts its trees on the whole training table in one process, so "
                         "it does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
-    job, counts = _plan(estimator, paths, engine, scratch, repair, types, validation)
-    estimator.net, estimator.history = engine.train(job, checkpoint_dir, resume)
+    job, counts = _plan(estimator, paths, executor, scratch, repair, types, validation)
+    estimator.net, estimator.history = executor.train(job, checkpoint_dir, resume)
     return counts
 
 
-def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, repair: bool,
+def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path, repair: bool,
           types: dict[str, str] | None = None, validation: float | None = None):
-    """Scan and count the parts on ``engine``, fit the estimator's encoders from the counts and cut the shards of
-    the engine's workers: the :class:`~promokit.training.shards.TrainJob` and the counts :func:`train_parts` returns."""
+    """Scan and count the parts on ``executor``, fit the estimator's encoders from the counts and cut the shards of
+    the executor's workers: the :class:`~promokit.training.shards.TrainJob` and the counts :func:`train_parts`
+    returns."""
     from promokit.training.shards import TrainJob, summed_time_counts
     from promokit.value.estimator import TEST, TRAIN, VALID, DeliverySplit, check_split
     from promokit.value.inputs import InputEncoders
@@ -289,8 +291,8 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, 
                         "default fraction), not on rows given")
     check_split(split["test_fraction"], split["valid_fraction"], split["how"])
     parts = dataset_parts(paths)
-    check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=engine.map)
-    scans = engine.map(_scan, parts, label="scanning parts")
+    check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=executor.map)
+    scans = executor.map(_scan, parts, label="scanning parts")
     _delivery_kind(paths["deliveries"], parts, scans)
     specs, funds = _feature_specs(parts, scans, repair, types)
     sizes = [scan.rows for scan in scans]
@@ -302,7 +304,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, 
     else:
         rule = DeliverySplit("random", n=sum(sizes), test_fraction=split["test_fraction"],
                              valid_fraction=split["valid_fraction"], seed=split["seed"])
-    counted = engine.map(partial(_count, specs, rule, offsets, repair), parts, label="counting parts")
+    counted = executor.map(partial(_count, specs, rule, offsets, repair), parts, label="counting parts")
     with naming(paths["deliveries"]):
         estimator.fit_counts(specs, InputEncoders.from_counts([c.shares for c in counted], specs, funds,
                                                               estimator.max_len), [c.labels for c in counted], split)
@@ -310,7 +312,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], engine, scratch: Path, 
     rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
     reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair)
     job = TrainJob.cut(estimator, reader(TRAIN), reader(VALID) if rows[VALID].sum() else None, rows[TRAIN].tolist(),
-                       rows[VALID].tolist(), engine.workers)
+                       rows[VALID].tolist(), executor.workers)
     counts = {name: int(r.sum()) for name, r in zip(("train", "valid", "test"), rows)}
     for c in counted:
         for what, k in c.counts.items():

@@ -8,8 +8,6 @@ from promokit.lazy import lazy_exports
 _EXPORTS = {
     "VoucherModel": "promokit.voucher.estimator",
     "MODELS": "promokit.voucher.models",
-    "VoucherWorld": "promokit.voucher.synthetic",
-    "make_voucher_world": "promokit.voucher.synthetic",
 }
 
 __all__ = list(_EXPORTS)

@@ -13,10 +13,12 @@ from promokit.cli_support import (
     EmbeddingDecayOpt,
     EngineOpt,
     EpochsOpt,
+    ExecutorOpt,
     LrOpt,
     MinCountOpt,
     ParamsOpt,
     PatienceOpt,
+    RUNS,
     ResumeOpt,
     StorageOpt,
     TABLE_HELP,
@@ -28,8 +30,11 @@ from promokit.cli_support import (
     WorkersOpt,
     bench_models,
     checkpoint_dir,
+    executor_from_options,
+    executor_option,
     finish_training,
     run_tune,
+    runs_out_option,
     seeds_option,
     set_threads,
     training_options,
@@ -38,7 +43,19 @@ from promokit.cli_support import (
     write_bench_report,
     write_metrics_report,
 )
+from promokit.cli_support import (
+    AllRowsOpt,
+    held_out_rows,
+    convention_errors,
+    label_option,
+    label_options,
+    predictions_folder,
+    print_held_out,
+    test_fraction_option,
+)
 from promokit.console import get_console, print_table
+from promokit.data.durations import DURATION_FORMS
+from promokit.data.split import TEST_FRACTION
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -49,7 +66,10 @@ ItemsOpt = Annotated[Path, typer.Option("--items", help="Items: item_id, categor
 VoucherItemsOpt = Annotated[Optional[Path], typer.Option("--voucher-items", help="voucher_id, item_id pairs (data without a behaviour log).")]
 CategoricalOpt = Annotated[Optional[str], typer.Option("--categorical", help="Comma-separated categorical profile columns.")]
 NumericOpt = Annotated[Optional[str], typer.Option("--numeric", help="Comma-separated numeric profile columns.")]
-ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help="Voucher validity (e.g. 7D) when outcome_time is absent.")]
+ValidityOpt = Annotated[Optional[str], typer.Option("--validity", help=f"Voucher validity when outcome_time is absent: {DURATION_FORMS}.")]
+LABEL_ROLES = ("redeemed",)
+LabelOpt = label_option(LABEL_ROLES)
+TestFractionOpt = test_fraction_option("the sessions collected latest; --test-from overrides it")
 TermsOpt = Annotated[bool, typer.Option("--terms/--no-terms", help="Sessions carry the voucher terms min_spend and discount (--no-terms: data without them, e.g. AmExpert).")]
 ItemFeaturesOpt = Annotated[Optional[str], typer.Option("--item-features", help="Comma-separated item feature columns (default: category,brand,price_level).")]
 # predict / evaluate: the model directory keeps train's table options; repeated, they must agree with it
@@ -78,31 +98,46 @@ def _names(text: Optional[str]) -> list[str]:
 
 
 def _tables(sessions, events, items, voucher_items, categorical: list[str], numeric: list[str], validity,
-            require_labels, terms=True, item_features: list[str] | None = None):
+            require_labels, terms=True, item_features: list[str] | None = None, labels: dict | None = None):
+    from promokit.data.durations import parse_duration
     from promokit.voucher.contract import ITEM_FEATURES, read_tables
 
     return read_tables({"sessions": sessions, "events": events, "items": items, "voucher_items": voucher_items},
-                       categorical=categorical, numeric=numeric, validity=validity, require_labels=require_labels,
-                       terms=terms, item_features=item_features or ITEM_FEATURES)
+                       categorical=categorical, numeric=numeric, require_labels=require_labels, terms=terms,
+                       validity=None if validity is None else parse_duration(validity, "--validity"),
+                       item_features=item_features or ITEM_FEATURES, labels=labels)
 
 
-def _parts(tables, valid_from: Optional[str], test_from: Optional[str]):
-    """Training / validation / held-out sessions by collection time: validation from --valid-from (default: the
-    last 10 % before --test-from), held out from --test-from (default: none)."""
-    import pandas as pd
+def _split(estimator, tables, valid_from: Optional[str]):
+    """Training / validation / held-out sessions: held out as the model holds them out (--test-fraction, or
+    --test-from), validation the latest 10 % of the rest, or those of the rest collected from --valid-from on."""
+    import numpy as np
 
     from promokit.data import DataError
-    from promokit.voucher.history import split_by_time
 
-    collect = tables.sessions["collect_time"]
-    held_out = _time_option("--test-from", test_from) if test_from else collect.max() + pd.Timedelta(1, "s")
-    cut = _time_option("--valid-from", valid_from) if valid_from else collect[collect < held_out].quantile(0.9)
-    parts = split_by_time(tables.sessions, cut, held_out)
-    if len(parts.train) == 0 or len(parts.valid) == 0:
-        default = "" if valid_from else " (default: the last 10 % validate)"
-        raise DataError(f"--valid-from {cut} and --test-from {held_out}{default} leave {len(parts.train)} training and "
-                        f"{len(parts.valid)} validation sessions of {len(collect)}; both must be non-empty")
-    return parts, cut
+    validation = None
+    if valid_from is not None:
+        collect = tables.sessions["collect_time"].to_numpy()
+        _, _, test = estimator.split_rows(tables, validation=0)
+        later = np.flatnonzero(collect >= np.datetime64(_time_option("--valid-from", valid_from), "ns"))
+        validation = np.setdiff1d(later, test)
+    train, valid, test = estimator.split_rows(tables, validation=validation)
+    if len(train) == 0 or valid is None or len(valid) == 0:
+        raise DataError(f"--valid-from {valid_from} leaves {len(train)} training and {0 if valid is None else len(valid)}"
+                        f" validation sessions of {len(tables.sessions)} ({len(test)} held out); both must be "
+                        "non-empty")
+    return train, valid, test
+
+
+def _held_out_text(estimator) -> str | None:
+    """What a fitted voucher model held out, for train's line."""
+    holdout = estimator.holdout
+    if not holdout["held_out"]:
+        return None
+    rule = (f"collected from {holdout['test_from'] or holdout['cut']}" if holdout["how"] == "time" else
+            f"drawn at random, seed {holdout['seed']}, as all share one collection time")
+    share = "" if holdout["test_from"] else f", the latest {holdout['test_fraction']:.0%}"
+    return f"{holdout['held_out']:,} of {holdout['rows']:,} sessions ({rule}{share})"
 
 
 def _training(params, min_count, **flags):
@@ -112,7 +147,7 @@ def _training(params, min_count, **flags):
 
 
 ValidFromOpt = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")]
-TestFromOpt = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on); score them with evaluate --from.")]
+TestFromOpt = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on), in place of --test-fraction.")]
 
 
 @app.command()
@@ -122,31 +157,42 @@ def train(sessions: SessionsOpt, items: ItemsOpt,
           numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
           item_features: ItemFeaturesOpt = None,
           model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
-          valid_from: ValidFromOpt = None, test_from: TestFromOpt = None,
+          valid_from: ValidFromOpt = None, test_from: TestFromOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION,
+          label: LabelOpt = None,
           epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, lr: LrOpt = None, patience: PatienceOpt = None,
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, weight_decay: WeightDecayOpt = None,
           min_count: MinCountOpt = None, seed: int = 0, params: ParamsOpt = None,
           item_embeddings: ItemEmbeddingsOpt = None, freeze_items: FreezeItemsOpt = False, wide: WideOpt = None,
           threads: ThreadsOpt = 1, resume: ResumeOpt = False):
-    """Fit a model on sessions collected before --valid-from; pick the epoch on the later ones."""
-    with user_errors():
+    """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
+    from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on)."""
+    with user_errors(), convention_errors():
         set_threads(threads)
-        from promokit.voucher.estimator import VoucherModel
-
         config, model_params = _training(params, min_count, epochs=epochs, batch_size=batch_size, lr=lr,
                                          patience=patience, monitor=monitor, embedding_decay=embedding_decay,
                                          weight_decay=weight_decay, seed=seed, wide=wide)
         model_params = _with_item_options(model_params, item_embeddings, freeze_items)
-        VoucherModel(model, model_params, config)  # parameter errors before the tables are read
+        estimator = _estimator(model, model_params, config, test_fraction, test_from)
         tables = _tables(sessions, events, items, voucher_items, _names(categorical), _names(numeric), validity, True,
-                         terms, _names(item_features))
-        parts, cut = _parts(tables, valid_from, test_from)
-        estimator = VoucherModel(model, model_params, config).fit(
-            tables, rows=parts.train, validation=parts.valid, checkpoint_dir=checkpoint_dir(out), resume=resume)
+                         terms, _names(item_features), label_options(label, LABEL_ROLES))
+        _, valid, _ = _split(estimator, tables, valid_from)
+        estimator.fit(tables, validation=valid, checkpoint_dir=checkpoint_dir(out), resume=resume)
         estimator.save(out)
         finish_training(out, estimator.report.history)
-        get_console().print(f"model written to {out} ({len(parts.train)} training sessions before {cut}, "
-                            f"{len(parts.valid)} validation sessions, {len(parts.test)} held out)", soft_wrap=True)
+        print_held_out(_held_out_text(estimator), "session")
+        get_console().print(f"model written to {out} ({estimator.report.n_train} training sessions, "
+                            f"{estimator.report.n_valid} validation sessions)", soft_wrap=True)
+
+
+def _estimator(model: str, params, config, test_fraction: float, test_from: Optional[str]):
+    """The VoucherModel of train and tune, its parameter errors before the tables are read."""
+    from promokit.data import DataError
+    from promokit.voucher.estimator import VoucherModel
+
+    if not 0 <= test_fraction < 1:
+        raise DataError(f"--test-fraction must be in [0, 1), got {test_fraction:g}")
+    return VoucherModel(model, params, config, test_fraction=test_fraction,
+                        test_from=None if test_from is None else _time_option("--test-from", test_from))
 
 
 @app.command()
@@ -157,30 +203,30 @@ def tune(sessions: SessionsOpt, items: ItemsOpt,
          numeric: NumericOpt = None, validity: ValidityOpt = None, terms: TermsOpt = True,
          item_features: ItemFeaturesOpt = None,
          model: Annotated[str, typer.Option("--model", help=MODEL_NAMES)] = "din",
-         valid_from: ValidFromOpt = None, test_from: TestFromOpt = None,
+         valid_from: ValidFromOpt = None, test_from: TestFromOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION,
          trials: TrialsOpt = 30, timeout: TimeoutOpt = None, storage: StorageOpt = None,
          epochs: EpochsOpt = None, batch_size: BatchSizeOpt = None, patience: PatienceOpt = None, seed: int = 0,
          params: Annotated[Optional[str], typer.Option("--params", help="Fixed model parameters (JSON or a JSON file) the search does not change, e.g. DMBGN's graph settings.")] = None,
          threads: ThreadsOpt = 1):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) for the best validation AUC;
-    write the best as params.json for train --params. Held-out sessions (--test-from) are never scored."""
+    write the best as params.json for train --params. The sessions train would hold out (--test-fraction,
+    --test-from) are never scored."""
     with user_errors():
         set_threads(threads)
-        from promokit.voucher.tune import tune_voucher
+        from promokit.experiments.voucher.tune import tune_voucher
 
         config, fixed = _training(params, None, epochs=epochs, batch_size=batch_size, patience=patience, seed=seed)
         tables = _tables(sessions, events, items, voucher_items, _names(categorical), _names(numeric), validity, True,
                          terms, _names(item_features))
-        parts, cut = _parts(tables, valid_from, test_from)
+        train, valid, test = _split(_estimator(model, fixed, config, test_fraction, test_from), tables, valid_from)
 
         def search(path, on_trial):
-            return tune_voucher(model, tables, parts.train, parts.valid, config, fixed, trials, timeout, str(path),
+            return tune_voucher(model, tables, train, valid, config, fixed, trials, timeout, str(path),
                                 on_trial=on_trial)
 
         run_tune(out, storage, f"promokit voucher tune: {model}",
-                 f"sessions: {sessions}; model {model}; {len(parts.train)} training sessions before {cut}, "
-                 f"{len(parts.valid)} validation sessions; maximise validation AUC; {trials} trials; seed {seed}",
-                 search)
+                 f"sessions: {sessions}; model {model}; {len(train)} training sessions, {len(valid)} validation "
+                 f"sessions, {len(test)} held out; maximise validation AUC; {trials} trials; seed {seed}", search)
 
 
 def _with_item_options(params: Optional[dict], item_embeddings: Optional[str], freeze_items: bool) -> Optional[dict]:
@@ -260,11 +306,11 @@ def _model_options(estimator, categorical, numeric, terms, item_features) -> dic
 
 
 def _model_tables(estimator, sessions, events, items, voucher_items, validity, require_labels, categorical, numeric,
-                  terms, item_features):
+                  terms, item_features, labels: dict | None = None):
     """The tables read with the options the model was trained with (:func:`_model_options`)."""
     options = _model_options(estimator, categorical, numeric, terms, item_features)
     return _tables(sessions, events, items, voucher_items, options["categorical"], options["numeric"], validity,
-                   require_labels, options["terms"], options["item_features"])
+                   require_labels, options["terms"], options["item_features"], labels)
 
 
 PartsSessionsOpt = Annotated[Path, typer.Option("--sessions", help=f"Sessions table: {TABLE_HELP}. In parts, the "
@@ -277,54 +323,63 @@ PartsEventsOpt = Annotated[Optional[Path], typer.Option("--events", help="Behavi
 
 @app.command()
 def predict(model: ModelDirOpt, sessions: PartsSessionsOpt, items: ItemsOpt,
-            out: Annotated[Path, typer.Option("--out", help="Parquet file of session_id, user_id, voucher_id (and "
-                                              "campaign_id when the sessions have it), p_redeem; a directory of "
-                                              "parts when --sessions is one (part k from sessions part k), with a "
-                                              "summary OUT.json.")],
+            out: Annotated[Path, typer.Option("--out", help="Folder for predictions.parquet (session_id, user_id, "
+                                              "voucher_id, campaign_id when the sessions have it, p_redeem; "
+                                              "predictions/, part k from sessions part k, when --sessions is in "
+                                              "parts) and summary.json.")],
             events: PartsEventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
             numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
             item_features: SavedItemFeaturesOpt = None,
             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
-            engine: EngineOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: ThreadsOpt = 1):
+            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
+            threads: ThreadsOpt = 1, engine: EngineOpt = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
-    the users' histories. With --sessions in parts, each part is scored alone (--engine local | ray), the model
+    the users' histories. With --sessions in parts, each part is scored alone (--executor local | ray), the model
     loaded once per worker."""
     with user_errors():
+        executor = executor_option(executor, engine)
         set_threads(threads)
-        from promokit.data import DataError, write_parquet
+        from promokit.data import DataError, write_json, write_parquet
+        from promokit.data.durations import parse_duration
         from promokit.data.parts import is_partitioned
 
+
         estimator = _load(model)
+        old_file = predictions_folder(out)
         if is_partitioned(sessions):
             from promokit.voucher.parts import Reading
 
-            options = {**_model_options(estimator, categorical, numeric, terms, item_features), "validity": validity}
+            options = {**_model_options(estimator, categorical, numeric, terms, item_features),
+                       "validity": None if validity is None else parse_duration(validity, "--validity")}
             reading = Reading(model, items, voucher_items, options, _time_option("--from", start) if start else None)
-            return _predict_parts(estimator.model, reading, sessions, events, out, engine, address, workers)
-        if engine != "local":
-            raise DataError(f"--engine {engine} scores a table in parts: give --sessions as a directory or glob of "
+            return _predict_parts(estimator.model, reading, sessions, events, old_file or out / "predictions",
+                                  out.with_suffix(".json") if old_file else out / "summary.json", executor, address,
+                                  workers)
+        if executor != "local":
+            raise DataError(f"--executor {executor} scores a table in parts: give --sessions as a directory or glob of "
                             "Parquet parts (and --events in as many parts)")
         tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, False, categorical, numeric,
                                terms, item_features)
         predictions = estimator.predict(tables, rows=_rows_from(tables, start))
-        write_parquet(predictions, out)
-        get_console().print(f"{len(predictions)} predictions written to {out}")
+        written = write_parquet(predictions, old_file or out / "predictions.parquet")
+        if old_file is None:
+            write_json({"rows": len(predictions), "parts": 1, "model": estimator.model, "outputs": ["p_redeem"],
+                        "means": {"p_redeem": float(predictions["p_redeem"].mean())}}, out / "summary.json")
+        get_console().print(f"{len(predictions)} predictions written to {written}")
 
 
-def _predict_parts(name: str, reading, sessions: Path, events: Optional[Path], out: Path, engine: str,
-                   address: Optional[str], workers: Optional[int]) -> None:
-    """``predict`` over sessions (and events) in parts: ``out/part-NNNNN.parquet`` and the summary ``out.json``."""
+def _predict_parts(name: str, reading, sessions: Path, events: Optional[Path], out: Path, summary_path: Path,
+                   executor: str, address: Optional[str], workers: Optional[int]) -> None:
+    """``predict`` over sessions (and events) in parts: ``out/part-NNNNN.parquet`` and the summary."""
     from promokit.data import write_json
     from promokit.data.part_scoring import means
-    from promokit.scale.engine import make_engine
     from promokit.voucher.parts import predict_parts
 
-    parts = predict_parts(make_engine(engine, address, workers), reading, sessions, events, out)
+    parts = predict_parts(executor_from_options(executor, address, workers), reading, sessions, events, out)
     rows = sum(p.rows for p in parts)
-    summary = {"rows": rows, "parts": len(parts), "engine": engine, "model": name, "outputs": ["p_redeem"],
+    summary = {"rows": rows, "parts": len(parts), "executor": executor, "model": name, "outputs": ["p_redeem"],
                "means": {"p_redeem": means(parts)["p_redeem"]}}
-    write_json(summary, out.with_suffix(".json"))
+    write_json(summary, summary_path)
     get_console().print(f"{rows} predictions written to {out}")
 
 
@@ -334,20 +389,22 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
              events: EventsOpt = None, voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
              numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
              item_features: SavedItemFeaturesOpt = None,
-             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on.")] = None,
-             gauc_by: GaucByOpt = None):
-    """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on labelled sessions."""
-    with user_errors():
+             start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on, in place of those train held out.")] = None,
+             all_rows: AllRowsOpt = False, gauc_by: GaucByOpt = None, label: LabelOpt = None):
+    """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on the labelled sessions train held
+    out (those collected from its cut on; --from: from another time; --all: every session of new data)."""
+    with user_errors(), convention_errors():
         estimator = _load(model)
         tables = _model_tables(estimator, sessions, events, items, voucher_items, validity, True, categorical, numeric,
-                               terms, item_features)
-        evaluation = estimator.evaluate(tables, rows=_rows_from(tables, start), group_by=gauc_by)
+                               terms, item_features, label_options(label, LABEL_ROLES))
+        rows = _rows_from(tables, start) if start is not None or all_rows else held_out_rows(estimator, tables)
+        evaluation = estimator.evaluate(tables, rows=rows, group_by=gauc_by)
         write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
-                             f"{estimator.model} on {sessions.name}")
+                             f"{estimator.model} on {len(rows):,} sessions of {sessions.name}")
 
 
 @app.command()
-def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.")] = Path("promokit-voucher-demo"),
+def demo(out: runs_out_option("results.csv (rewritten as each model finishes) and the report") = RUNS / "voucher-demo",
          users: int = 3000, vouchers: int = 120, items: int = 1000, sessions: int = 20_000, seed: int = 0,
          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = ",".join(
              ["lr", "gbdt", "dnn", "wdl", "din", "dmbgn-avgpooling", "dmbgn-pretrained", "dmbgn"]),
@@ -355,7 +412,8 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
     with user_errors():
         set_threads(threads)
-        from promokit.voucher.demo import run_demo
+        from promokit.experiments.finished_rows import FinishedRows
+        from promokit.experiments.voucher.demo import run_demo
 
         console = get_console()
         console.print(f"synthetic voucher world: {sessions:,} sessions, {users:,} users, {vouchers:,} vouchers "
@@ -366,10 +424,11 @@ def demo(out: Annotated[Path, typer.Option("--out", help="Folder for the report.
                           f"({row['fit_seconds']:.0f} s)")
 
         world = {"n_users": users, "n_vouchers": vouchers, "n_items": items, "n_sessions": sessions}
-        summary, report = run_demo(world, seed, bench_models(models), on_result=done)
+        with FinishedRows(out, "promokit voucher demo", on_result=done) as finished:
+            summary, report = run_demo(world, seed, bench_models(models), on_result=finished.add)
         report.write(out)
         print_table("test metrics", summary)
-        console.print(f"report written to {out}/report.md (+ report.json, auc_vs_oracle.png)")
+        console.print(f"report written to {out}/report.md (+ report.json, results.csv, auc_vs_oracle.png)")
 
 
 def _write_tables(tables, out: Path) -> str:
@@ -403,9 +462,9 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for sessions /
         import pandas as pd
 
         from promokit.data import write_parquet
-        from promokit.voucher.synthetic import make_voucher_world
+        from promokit.experiments.voucher.world import make_world
 
-        world = make_voucher_world(n_users=users, n_vouchers=vouchers, n_items=items, n_sessions=sessions, seed=seed)
+        world = make_world(n_users=users, n_vouchers=vouchers, n_items=items, n_sessions=sessions, seed=seed)
         args = _write_tables(world.tables, out)
         if truth:
             write_parquet(pd.DataFrame({"session_id": world.tables.sessions["session_id"],
@@ -456,7 +515,7 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
           monitor: MonitorOpt = None, embedding_decay: EmbeddingDecayOpt = None, min_count: MinCountOpt = None,
           params: Annotated[Optional[str], typer.Option(help="Parameters for every neural model (JSON or a JSON file); they override the bench network's, e.g. {\"oov_dropout\": 0.2}.")] = None,
           tuned: TunedOpt = None, wide: WideOpt = None,
-          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for report.md / report.json.")] = None,
+          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for results.csv (rewritten as each model finishes) and report.md / report.json.")] = None,
           gauc_by: Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within (default: campaign_id on AmExpert, none on synthetic data).")] = None,
           threads: ThreadsOpt = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
@@ -464,17 +523,18 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         set_threads(threads)
         from dataclasses import replace
 
-        from promokit.voucher import bench as runner
-        from promokit.voucher.demo import DEMO_TRAIN, DEMO_WORLD, time_split
+        from promokit.experiments.finished_rows import FinishedRows
+        from promokit.experiments.voucher import bench as runner
+        from promokit.experiments.voucher.demo import DEMO_TRAIN, DEMO_WORLD, time_split
 
         config, net = training_options(DEMO_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
                                        patience=patience, monitor=monitor, embedding_decay=embedding_decay, wide=wide)
         config = replace(config, progress=False)
         oracle = None
         if data_dir == "synthetic":
-            from promokit.voucher.synthetic import make_voucher_world
+            from promokit.experiments.voucher.world import make_world
 
-            world = make_voucher_world(**DEMO_WORLD, seed=0)
+            world = make_world(**DEMO_WORLD, seed=0)
             tables = world.tables
         else:
             from promokit.voucher.amexpert import load_amexpert
@@ -495,8 +555,9 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
         found = tuned_params(tuned, names)
         per_model = {n: {**(_net_for(n, net) if n not in runner.SHALLOW else {}), **vocabulary, **found.get(n, {})}
                      for n in names}
-        results = runner.run(tables, split, names, seeds_option(seeds), per_model, config,
-                             on_result=done, group_by=gauc_by)
+        with FinishedRows(out, "promokit voucher bench", on_result=done) as finished:
+            results = runner.run(tables, split, names, seeds_option(seeds), per_model, config,
+                                 on_result=finished.add, group_by=gauc_by)
         if data_dir == "synthetic":
             oracle = runner.oracle_row(tables, split.test, world.truth, gauc_by)
         summary = runner.summarise(results, oracle)

@@ -53,7 +53,9 @@ import pandas as pd
 
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError, example_row
-from promokit.data.spec import FeatureSpec, missing_column_message, require_columns
+from promokit.data.durations import parse_duration
+from promokit.data.spec import (FeatureSpec, check_label_roles, map_labels, missing_column_message, require_columns,
+                                require_label_columns)
 from promokit.data import datasets
 
 ID_COLUMNS = ("session_id", "user_id", "voucher_id")
@@ -116,6 +118,7 @@ def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.
                  categorical: Sequence[str] = (), numeric: Sequence[str] = (), validity=None, terms: bool = True,
                  require_labels: bool = True, keep_clicks: bool = False, unknown_items: str = "error",
                  item_features: Sequence[str] = ITEM_FEATURES, voucher_items: pd.DataFrame | None = None,
+                 labels: dict[str, str] | None = None,
                  max_pre_events: int | None = 50) -> VoucherTables:
     """Validate the three tables (and optional ``voucher_items``) and return them in contract form.
 
@@ -123,9 +126,12 @@ def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.
     ``voucher_id`` (categorical) and ``min_spend``, ``discount`` (numeric, when ``terms``).
     ``unknown_items``: ``"error"`` (default) or ``"drop"`` — events / voucher items whose item is not in
     ``items`` are dropped and counted in ``repairs``. ``max_pre_events`` bounds the pre-collection events
-    per session taken from a user-level log (``None``: all). Every broken rule raises a one-line
+    per session taken from a user-level log (``None``: all). ``labels`` maps the label ``redeemed`` to the
+    sessions' column that holds it (``{"redeemed": "is_redeemed"}``). Every broken rule raises a one-line
     :class:`DataError`.
     """
+    check_label_roles(labels, (LABEL,))
+    sessions = map_labels(sessions, labels, (LABEL,), "sessions")
     if unknown_items not in ("error", "drop"):
         raise DataError(f"unknown_items must be 'error' or 'drop', got {unknown_items!r}")
     if max_pre_events is not None and max_pre_events < 0:
@@ -169,8 +175,10 @@ def _check_sessions(sessions: pd.DataFrame, categorical: list[str], numeric: lis
         raise DataError(missing_column_message("outcome_time", list(sessions.columns), "when the outcome is known",
                                                n) + "; or pass validity (e.g. '7D') to use collect_time + validity")
     required = [*ID_COLUMNS, *(TERM_COLUMNS if terms else ()), "collect_time",
-                *([LABEL] if require_labels else []), *categorical, *numeric]
+                *categorical, *numeric]
     require_columns(sessions, required, "sessions")
+    if require_labels:
+        require_label_columns(sessions, [LABEL], "sessions")
     for column in ID_COLUMNS:
         _no_missing(sessions, column, "sessions")
     check_numeric_columns(sessions, numeric)  # here, so that an error counts and shows the rows as written
@@ -188,7 +196,7 @@ def _check_sessions(sessions: pd.DataFrame, categorical: list[str], numeric: lis
                if has_outcome else pd.Series(pd.NaT, index=sessions.index, dtype="datetime64[ns]"))
     if validity is not None:
         filled = outcome.isna()
-        outcome = outcome.where(~filled, out["collect_time"] + _validity(validity))
+        outcome = outcome.where(~filled, out["collect_time"] + parse_duration(validity, "validity"))
         repairs["outcome_time_from_validity"] = int(filled.sum())
     out["outcome_time"] = outcome
     early = (out["outcome_time"] < out["collect_time"]).to_numpy()
@@ -241,16 +249,6 @@ def _non_negative(frame: pd.DataFrame, column: str) -> np.ndarray:
         raise DataError(f"sessions: column {column!r} has {int(negative.sum())} negative values in {len(frame)} "
                         f"rows, e.g. {example_row(frame, negative, [column])}")
     return values
-
-
-def _validity(validity) -> pd.Timedelta:
-    try:
-        period = pd.Timedelta(validity)
-    except (TypeError, ValueError):
-        raise DataError(f"validity {validity!r} is not a time period; use e.g. '7D' or '12h'") from None
-    if pd.isna(period) or period < pd.Timedelta(0):
-        raise DataError(f"validity must be a non-negative period, got {validity!r}")
-    return period
 
 
 # ------------------------------------------------------------------------------------------------ events

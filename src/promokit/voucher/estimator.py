@@ -16,8 +16,10 @@ from torch import nn
 
 from promokit import __version__
 from promokit.data import DataError, FeatureSpec, TableEncoder
+from promokit.data.datasets import check_rows
 from promokit.data.ids import id_hashes
 from promokit.data.spec import DEFAULT_MIN_COUNT
+from promokit.data.split import TEST_FRACTION
 from promokit.metrics import auc, gauc, logloss
 from promokit.training import (
     History,
@@ -32,7 +34,13 @@ from promokit.training import (
     take,
     write_model_dir,
 )
-from promokit.training.estimator import Estimator, Evaluation, check_common_params
+from promokit.training.estimator import (
+    Estimator,
+    Evaluation,
+    check_common_params,
+    check_same_data,
+    check_test_fraction,
+)
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 from promokit.voucher.contract import ID_COLUMNS, ITEM_FEATURES, read_tables, table_options
@@ -71,6 +79,7 @@ class FitReport:
 
     n_train: int = 0
     n_valid: int = 0
+    n_test: int = 0
     history: History | None = None
 
 
@@ -79,15 +88,19 @@ class VoucherModel(Estimator):
 
     Example::
 
-        model = VoucherModel("din").fit(tables)      # early stopping on the latest 10 % of the sessions
-        model.predict(tables, rows=test_rows)        # session_id, user_id, voucher_id, p_redeem
-        model.evaluate(tables, rows=test_rows)       # Evaluation: auc, logloss, n, positives …
+        model = VoucherModel("din").fit(tables)      # the latest 10 % held out, the latest 10 % of the rest validates
+        test = model.held_out(tables)                # the sessions collected from the hold-out's cut on
+        model.evaluate(tables, rows=test)            # Evaluation: auc, logloss, n, positives …
+        model.predict(tables, rows=test)             # session_id, user_id, voucher_id, p_redeem
         model.save("din_model"); VoucherModel.load("din_model")
 
     Parameters: ``model`` (a name of :data:`~promokit.voucher.models.MODELS`), ``params`` (overrides of the
     model's parameters, plus the estimator's own: see :attr:`net_params`), ``train`` (a :class:`TrainConfig`;
-    None: :data:`DEFAULT_TRAIN`) and ``max_history`` (the redeemed sessions in a user's history). They are stored
-    as given; ``model_params`` (the model's defaults merged with ``params``) and ``train_config`` are derived.
+    None: :data:`DEFAULT_TRAIN`), ``max_history`` (the redeemed sessions in a user's history), ``test_fraction``
+    (the share of the sessions :meth:`fit` holds out for evaluation, the latest by ``collect_time``:
+    :data:`TEST_FRACTION`; 0: none) and ``test_from`` (a time: hold out the sessions collected from it on instead).
+    They are stored as given; ``model_params`` (the model's defaults merged with ``params``) and ``train_config``
+    are derived.
 
     Features are the tables' whitelist (``VoucherTables.categorical`` / ``numeric``: user_id, voucher_id,
     min_spend, discount and the named profile columns), encoded by a :class:`TableEncoder` fitted on the
@@ -96,17 +109,21 @@ class VoucherModel(Estimator):
     """
 
     def __init__(self, model: str = "din", params: dict | None = None, train: TrainConfig | None = None,
-                 max_history: int = 6):
+                 max_history: int = 6, test_fraction: float = TEST_FRACTION, test_from=None):
         self.model = model
         self.params = params
         self.train = train
         self.max_history = max_history
+        self.test_fraction = test_fraction
+        self.test_from = test_from
         self._configure()
         self.feature_spec: FeatureSpec | None = None
         self.table_options: dict | None = None  # VoucherTables.options of the training tables
         self.encoder: TableEncoder | None = None
         self.net = None
         self.report = FitReport()
+        #: what fit held out for evaluation (:meth:`held_out`): test_fraction, test_from, how, cut, seed, rows, held_out
+        self.holdout: dict | None = None
         self.store = None  # the UVGStore of the tables last seen, holding the training vocabulary (DMBGN only)
         self._cache: tuple[object, dict[str, torch.Tensor]] | None = None
         #: the hashes of the ids of the users of the training sessions (``training_ids.npy``)
@@ -118,6 +135,8 @@ class VoucherModel(Estimator):
         whole = isinstance(self.max_history, numbers.Integral) and not isinstance(self.max_history, bool)
         if not whole or self.max_history < 1:
             raise DataError(f"max_history must be a whole number ≥ 1, got {self.max_history!r}")
+        check_test_fraction(self.test_fraction)
+        self.test_cut = None if self.test_from is None else _time("test_from", self.test_from)
         merged = check_item_params({**MODELS[self.model][1], **(self.params or {})}, self.uses_graphs, self.model)
         graph_params = [k for k in GRAPH_PARAMS if k in merged]
         if graph_params and not self.uses_graphs:
@@ -215,20 +234,22 @@ class VoucherModel(Estimator):
         ``data``: :class:`~promokit.voucher.contract.VoucherTables`, or what
         :func:`~promokit.voucher.contract.read_tables` reads with :func:`check_tables`' defaults (a mapping of
         table name → DataFrame or path, or a folder of tables); for profile columns or other options, read the
-        tables with ``read_tables(data, categorical=…)`` first. ``rows``: the training sessions (row indices of
-        ``data.sessions``); default every session not given as validation. ``validation``:
+        tables with ``read_tables(data, categorical=…)`` first. ``rows``: the sessions fit may use (row indices
+        of ``data.sessions``; default every one), of which it holds out those :meth:`split_rows` holds out for
+        evaluation and validates on ``validation``:
 
-        - ``None`` (default): the latest 10 % of the training sessions by ``collect_time`` (those collected at or
-          after the 90 % quantile of their times); when all share one collection time, a random 10 % drawn with
+        - ``None`` (default): the latest 10 % of the rest by ``collect_time`` (those collected at or after the
+          90 % quantile of their times); when all share one collection time, a random 10 % drawn with
           ``train.seed`` (:func:`~promokit.voucher.history.hold_out_latest`);
-        - a fraction in [0, 1): that share of the training sessions, by the same rule; 0: no validation (every
-          epoch, tree or the default L2 strength is kept);
-        - row indices: those sessions, which must not be among ``rows``.
+        - a fraction in [0, 1): that share of the rest, by the same rule; 0: no validation (every epoch, tree or
+          the default L2 strength is kept);
+        - row indices: those sessions, which must be neither training sessions (``rows``) nor held out.
 
         ``checkpoint_dir`` / ``resume`` / ``on_epoch`` are passed to :meth:`Trainer.fit` (neural models)."""
         self._configure()  # model_params afresh: a refit chooses LR's L2 and DMBGN's item_dim again
         tables = read_tables(data)
-        train_rows, valid_rows = self._split(tables, rows, validation)
+        train_rows, valid_rows, test_rows = self.split_rows(tables, rows, validation)
+        self.holdout = self._holdout(tables, test_rows)
         seed_everything(self.train_config.seed)
         sessions = tables.sessions
         self.feature_spec = self._feature_spec(tables)
@@ -253,7 +274,8 @@ class VoucherModel(Estimator):
                 raise DataError(f"early stopping on validation AUC needs redeemed and unredeemed validation sessions; "
                                 f"{positives} of the {len(valid_rows)} are redeemed (use monitor='loss' or more "
                                 "validation sessions)")
-        self.report = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows))
+        self.report = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows),
+                                n_test=len(test_rows))
         train = take(inputs, torch.from_numpy(train_rows))
         valid = None if valid_rows is None else take(inputs, torch.from_numpy(valid_rows))
         if self.is_neural:
@@ -271,26 +293,69 @@ class VoucherModel(Estimator):
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
         return self
 
-    def _split(self, tables, rows, validation) -> tuple[np.ndarray, np.ndarray | None]:
-        """The training and validation rows of :meth:`fit` (validation None when there is none)."""
+    def split_rows(self, data, rows=None, validation=None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """The sessions :meth:`fit` trains on, validates on (None when there is no validation) and holds out for
+        evaluation, given its ``rows`` and ``validation``: held out of ``rows`` (default every session) those
+        collected from ``test_from`` on, or else the latest ``test_fraction`` of them
+        (:func:`~promokit.voucher.history.hold_out_latest`, a seeded random share when they share one time)."""
+        tables = read_tables(data)
         n = len(tables.sessions)
+        usable = np.arange(n) if rows is None else _rows(rows, n, "rows")
+        if self.test_cut is not None:
+            held = tables.sessions["collect_time"].to_numpy()[usable] >= np.datetime64(self.test_cut, "ns")
+            usable, test = usable[~held], np.sort(usable[held])
+        elif self.test_fraction:
+            usable, test = hold_out_latest(tables.sessions, usable, self.test_fraction, self.train_config.seed,
+                                           "test_fraction")
+        else:
+            test = np.empty(0, dtype=np.int64)
         if validation is None or _is_fraction(validation):
             fraction = VALIDATION_FRACTION if validation is None else float(validation)
             if not 0 <= fraction < 1:
                 raise DataError(f"validation must be a fraction in [0, 1) or row indices, got {validation!r}")
-            train_rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
             if fraction == 0:
-                return train_rows, None
-            return hold_out_latest(tables.sessions, train_rows, fraction, self.train_config.seed)
+                return usable, None, test
+            return (*hold_out_latest(tables.sessions, usable, fraction, self.train_config.seed), test)
         valid_rows = _rows(validation, n, "validation")
+        held = np.intersect1d(test, valid_rows)
+        if len(held):
+            raise DataError(f"validation: {len(held)} of the {len(valid_rows)} validation sessions are held out for "
+                            f"evaluation (test_fraction={self.test_fraction}, test_from={self.test_from}), e.g. row "
+                            f"{int(held[0])}; validate on other sessions, or hold none out with test_fraction=0")
         if rows is None:
-            return np.setdiff1d(np.arange(n), valid_rows), valid_rows
-        train_rows = _rows(rows, n, "rows")
-        shared = np.intersect1d(train_rows, valid_rows)
+            return np.setdiff1d(usable, valid_rows), valid_rows, test
+        shared = np.intersect1d(usable, valid_rows)
         if len(shared):
             raise DataError(f"validation: {len(shared)} of the {len(valid_rows)} validation sessions are also "
                             f"training sessions (rows), e.g. row {int(shared[0])}; they must be apart")
-        return train_rows, valid_rows
+        return usable, valid_rows, test
+
+    def _holdout(self, tables, test: np.ndarray) -> dict:
+        """What fit held out: by time, the sessions collected from ``cut`` on (the first collection time held out,
+        when every session from it on is); else the seeded draw, recomputed on the same sessions."""
+        collect = tables.sessions["collect_time"]
+        cut = collect.iloc[test].min() if len(test) else None
+        by_time = self.test_cut is not None or (cut is not None and len(test) == int((collect >= cut).sum()))
+        return {"test_fraction": float(self.test_fraction),
+                "test_from": None if self.test_from is None else str(self.test_cut),
+                "how": "time" if by_time else "random", "cut": None if cut is None else str(cut),
+                "seed": self.train_config.seed, "rows": len(collect), "held_out": len(test)}
+
+    def held_out(self, data) -> np.ndarray:
+        """The sessions of ``data`` (read as :meth:`predict` reads it) that :meth:`fit` held out for evaluation:
+        those collected from the hold-out's cut on (any tables: the training ones, or later ones with more
+        sessions), or, for a seeded draw among sessions sharing one time, the same draw on the same sessions."""
+        self._check_fitted()
+        holdout = self.holdout or {}
+        tables = self._read(data, require_labels=False)
+        collect = tables.sessions["collect_time"]
+        if not holdout.get("held_out"):
+            return np.empty(0, dtype=np.int64)
+        if holdout["how"] == "time":
+            return np.flatnonzero((collect >= pd.Timestamp(holdout["test_from"] or holdout["cut"])).to_numpy())
+        check_same_data(holdout, len(collect), "sessions")
+        return hold_out_latest(tables.sessions, np.arange(len(collect)), holdout["test_fraction"], holdout["seed"],
+                               "test_fraction")[1]
 
     def _item_embeddings(self, tables, train_rows: np.ndarray) -> torch.Tensor | None:
         """DMBGN's initial item embeddings (section 3.4.2), aligned to the training store's item codes, when
@@ -391,7 +456,7 @@ class VoucherModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "voucher", "model": self.model, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
-                  "max_history": self.max_history}
+                  "max_history": self.max_history, "holdout": self.holdout}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
         write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra, self.training_ids)
@@ -402,8 +467,11 @@ class VoucherModel(Estimator):
         ``params["item_dim"]``: item embeddings are neither re-read nor re-trained, the weights hold them); the
         graphs of the tables it scores are built with that vocabulary at ``predict`` / ``evaluate``."""
         config = read_model_config(path, "voucher")
+        holdout = config.get("holdout") or {}  # directories written before the hold-out was kept held nothing out
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
-                    TrainConfig(**config["train"]), config["max_history"])
+                    TrainConfig(**config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
+                    holdout.get("test_from"))
+        model.holdout = config.get("holdout")
         model.feature_spec = FeatureSpec.from_dict(config["spec"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
@@ -430,21 +498,23 @@ def _labels(sessions: pd.DataFrame) -> np.ndarray:
     return pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
 
 
+def _time(argument: str, value) -> pd.Timestamp:
+    """A time given as ``value`` (``"2024-06-01"``, a Timestamp …) as the tables hold times (naive UTC)."""
+    try:
+        time = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        time = pd.NaT
+    if pd.isna(time):
+        raise DataError(f"{argument} must be a time such as '2024-06-01' or '2024-06-01 12:00', got {value!r}")
+    return time.tz_convert("UTC").tz_localize(None) if time.tzinfo else time
+
+
 def _is_fraction(value) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _rows(rows, n: int, name: str) -> np.ndarray:
-    values = np.asarray(rows).ravel()
-    if len(values) and values.dtype.kind not in "iu":
-        raise DataError(f"{name} must be row indices of the sessions (whole numbers), got {len(values)} "
-                        f"{values.dtype} values, e.g. {values[0]!r}")
-    rows = values.astype(np.int64)
-    bad = (rows < 0) | (rows >= n)
-    if bad.any():
-        raise DataError(f"{name}: {int(bad.sum())} of {len(rows)} row indices are outside the {n} sessions, "
-                        f"e.g. {int(rows[bad][0])}")
-    return rows
+    return check_rows(rows, n, name, "sessions")
 
 
 def _arrays(batch: dict[str, torch.Tensor]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

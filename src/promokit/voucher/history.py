@@ -113,19 +113,19 @@ def default_cuts(sessions: pd.DataFrame, fractions: tuple[float, float, float] =
 
 
 def hold_out_latest(sessions: pd.DataFrame, rows: np.ndarray, fraction: float,
-                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Split the sessions ``rows`` into (training, validation) rows, validation the latest ``fraction`` of them:
-    those collected at or after the ``1 − fraction`` quantile of their ``collect_time`` (sessions sharing a time
-    stay together). When that leaves either side empty (the sessions share one collection time), validation is a
-    random ``fraction`` of them drawn with ``seed`` instead. Both are returned sorted."""
+                    seed: int = 0, argument: str = "validation") -> tuple[np.ndarray, np.ndarray]:
+    """Split the sessions ``rows`` into (kept, held-out) rows, held out the latest ``fraction`` of them: those
+    collected at or after the ``1 − fraction`` quantile of their ``collect_time`` (sessions sharing a time stay
+    together). When that leaves either side empty (the sessions share one collection time), a random ``fraction``
+    of them drawn with ``seed`` is held out instead. Both are returned sorted; an error names ``argument``."""
     rows = np.sort(np.asarray(rows, dtype=np.int64))
     collect = sessions["collect_time"].iloc[rows]
     valid = (collect >= collect.quantile(1 - fraction)).to_numpy()
     if valid.all() or not valid.any():
         k = int(round(fraction * len(rows)))
         if not 0 < k < len(rows):
-            raise DataError(f"validation: a fraction {fraction} of {len(rows)} training sessions leaves no "
-                            f"{'validation' if k == 0 else 'training'} session; pass validation=0 or more sessions")
+            raise DataError(f"{argument}: a fraction {fraction} of {len(rows)} sessions leaves "
+                            f"{'none held out' if k == 0 else 'none to train on'}; pass {argument}=0 or more sessions")
         valid = np.zeros(len(rows), dtype=bool)
         valid[np.random.default_rng(seed).choice(len(rows), k, replace=False)] = True
     return rows[~valid], rows[valid]

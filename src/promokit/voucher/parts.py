@@ -8,7 +8,7 @@ sessions parts (or in two parts of a user-level log) is a one-line error naming 
 refuses an event of a session that is not in the paired sessions part. (A user-level log partitioned by user
 otherwise than the sessions is not detected: its users' events would be ignored, as a one-file log's events of
 users without sessions are.) The reference tables (items, voucher_items) are single files read once per worker,
-with the model (the engine's ``setup``). Each part is validated by the contract's :func:`check_tables` and
+with the model (the executor's ``setup``). Each part is validated by the contract's :func:`check_tables` and
 scored by :meth:`VoucherModel.predict`, so its rows are the one-file predict's for those sessions, in the same
 order (by collection time).
 """
@@ -60,7 +60,7 @@ def reference_tables(reading: Reading) -> tuple[pd.DataFrame, pd.DataFrame | Non
 
 
 def load(reading: Reading) -> Scorer:
-    """The engine's ``setup``: the model directory and the reference tables, once per worker."""
+    """The executor's ``setup``: the model directory and the reference tables, once per worker."""
     from promokit.voucher.estimator import VoucherModel
 
     return Scorer(reading, VoucherModel.load(reading.model), *reference_tables(reading))
@@ -82,13 +82,13 @@ def pair_parts(sessions: Path, events: Path | None) -> list[tuple[Path, Path | N
     return list(zip(session_parts, event_parts))
 
 
-def check_users(engine, pairs: list[tuple[Path, Path | None]], scratch: Path) -> None:
+def check_users(executor, pairs: list[tuple[Path, Path | None]], scratch: Path) -> None:
     """A one-line error naming both files for a user in two sessions parts, or, in a user-level log, in two events
-    parts (:func:`~promokit.data.part_keys.check_unique_keys`: the ``user_id`` columns hashed on the engine, with
+    parts (:func:`~promokit.data.part_keys.check_unique_keys`: the ``user_id`` columns hashed on the executor, with
     ``scratch`` as its folder)."""
-    check_unique_keys([sessions for sessions, _ in pairs], "user_id", scratch, map_parts=engine.map)
+    check_unique_keys([sessions for sessions, _ in pairs], "user_id", scratch, map_parts=executor.map)
     if pairs[0][1] is not None and _user_log(pairs[0][1]):
-        check_unique_keys([events for _, events in pairs], "user_id", scratch, map_parts=engine.map)
+        check_unique_keys([events for _, events in pairs], "user_id", scratch, map_parts=executor.map)
 
 
 def _user_log(path: Path) -> bool:
@@ -102,15 +102,15 @@ def _user_log(path: Path) -> bool:
     return "session_id" not in columns and "user_id" in columns
 
 
-def predict_parts(engine, reading: Reading, sessions: Path, events: Path | None, out: Path) -> list[PartScore]:
-    """Score every (sessions, events) part pair into ``out/part-NNNNN.parquet`` on ``engine``, after checking the
+def predict_parts(executor, reading: Reading, sessions: Path, events: Path | None, out: Path) -> list[PartScore]:
+    """Score every (sessions, events) part pair into ``out/part-NNNNN.parquet`` on ``executor``, after checking the
     pairing, the users' partitioning and that the reference tables read."""
     pairs = pair_parts(sessions, events)
     reference_tables(reading)  # a missing or unreadable items table fails here, not in every worker's setup
     out.mkdir(parents=True, exist_ok=True)
-    check_users(engine, pairs, out / ".user-keys")
+    check_users(executor, pairs, out / ".user-keys")
     jobs = [(k, sessions_part, events_part, out) for k, (sessions_part, events_part) in enumerate(pairs)]
-    return engine.map(score_part, jobs, setup=partial(load, reading), label="scoring parts")
+    return executor.map(score_part, jobs, setup=partial(load, reading), label="scoring parts")
 
 
 def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> PartScore:

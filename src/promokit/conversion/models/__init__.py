@@ -20,7 +20,7 @@ NET_DEFAULTS = {**defaults.NET, "wide": defaults.WIDE}
 #: The paper's Table 2 network as parameters (with ``promokit.conversion.estimator.PAPER_TRAIN``).
 PAPER_NET = {"emb_dim": 16, "hidden": (512, 256, 128, 32), "dropout": 0.5}
 
-#: Every neural model's wide part (``promokit.training.defaults.WIDE``).
+#: Every neural model's wide term (``promokit.training.defaults.WIDE``).
 WIDE = {"wide": defaults.WIDE}
 #: name → (class, default parameters). DNN-OS is DNN with over-sampled positives; LR is the linear floor.
 MODELS = {

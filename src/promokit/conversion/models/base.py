@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from promokit.conversion.contract import wide_targets
-from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_loss
 
 
 class Base(nn.Module):
@@ -23,8 +23,8 @@ class Base(nn.Module):
     the defaults here. :class:`~promokit.conversion.models.ResNet` and :class:`~promokit.conversion.models.DCN`
     are this model with other towers (:meth:`_tower`); :class:`~promokit.conversion.models.Division` has a
     CTCVR tower in place of the CVR one (:attr:`tasks`).
-    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
     """
 
     labels = ("click", "purchase")
@@ -41,7 +41,7 @@ class Base(nn.Module):
         self.embedding = FeatureEmbedding(cardinalities, n_numeric, emb_dim, sparse=sparse,
                                           oov_dropout=oov_dropout)
         self.towers = nn.ModuleDict({task: self._tower(self.embedding.output_dim) for task in self.tasks})
-        self.wide = WidePart(cardinalities, n_numeric, wide_targets(*self.tasks), wide, wide_l2)
+        self.wide = WideTerm(cardinalities, n_numeric, wide_targets(*self.tasks), wide, wide_l2)
 
     def _tower(self, in_dim: int) -> nn.Module:
         """One task's network, ``(B, in_dim)`` → ``(B, 1)`` logits."""

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from promokit.conversion.contract import wide_targets
-from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_loss
 
 
 class DNN(nn.Module):
@@ -18,8 +18,8 @@ class DNN(nn.Module):
 
     ``oversample = k > 1`` gives DNN-OS: every positive counts k times in its task's loss, which has the
     same expected gradient as replicating the positive rows k times (over-sampling, Pan et al. 2008).
-    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
     """
 
     labels = ("click", "purchase")
@@ -36,7 +36,7 @@ class DNN(nn.Module):
         self.ctr = MLP(self.ctr_input.output_dim, hidden, dropout=dropout)
         self.cvr = MLP(self.cvr_input.output_dim, hidden, dropout=dropout)
         self.oversample = oversample
-        self.wide = WidePart(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
+        self.wide = WideTerm(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         z = self.wide({"ctr": self.ctr(self.ctr_input(batch)).squeeze(1),

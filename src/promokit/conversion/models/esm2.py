@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from promokit.conversion.contract import wide_targets
-from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_loss
 
 #: The DPM's towers in the order of y1..y4; y1 is the CTR.
 TOWERS = ("ctr", "y2", "y3", "y4")
@@ -34,8 +34,8 @@ class ESM2(nn.Module):
 
     Trained on all impressions with L = w_ctr·L_ctr + w_ctavr·L_ctavr + w_ctcvr·L_ctcvr (eqs. 8–11),
     each term a mean logloss.
-    ``wide`` adds the ``lr`` floor's linear term to each tower's logit, y1–y4 (:class:`~promokit.nn.WidePart`:
-    ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to each tower's logit, y1–y4 (:class:`~promokit.nn.WideTerm`:
+    ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
     """
 
     labels = ("click", "daction", "purchase")
@@ -50,7 +50,7 @@ class ESM2(nn.Module):
                                     oov_dropout=oov_dropout)
         self.dpm = nn.ModuleList(MLP(self.sem.output_dim, hidden, dropout=dropout) for _ in range(4))
         self.weights = {"ctr": w_ctr, "ctavr": w_ctavr, "ctcvr": w_ctcvr}
-        self.wide = WidePart(cardinalities, n_numeric, wide_targets(*TOWERS), wide, wide_l2)
+        self.wide = WideTerm(cardinalities, n_numeric, wide_targets(*TOWERS), wide, wide_l2)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.sem(batch)

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from promokit.conversion.contract import wide_targets
-from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_loss
 
 
 class ESMM(nn.Module):
@@ -17,8 +17,8 @@ class ESMM(nn.Module):
     p_ctcvr = p_ctr · p_cvr (ESM² eq. 4 without the DAction node). Both supervised terms are over all
     impressions: L = w_ctr·L_ctr + w_ctcvr·L_ctcvr; p_cvr itself has no direct label, so it carries no
     sample-selection bias.
-    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
     """
 
     labels = ("click", "purchase")
@@ -34,7 +34,7 @@ class ESMM(nn.Module):
         self.ctr = MLP(self.sem.output_dim, hidden, dropout=dropout)
         self.cvr = MLP(self.sem.output_dim, hidden, dropout=dropout)
         self.weights = {"ctr": w_ctr, "ctcvr": w_ctcvr}
-        self.wide = WidePart(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
+        self.wide = WideTerm(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
 
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         g = self.sem(batch)

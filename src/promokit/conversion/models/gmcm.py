@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from promokit.conversion.contract import wide_targets
-from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WidePart, binary_log_loss
+from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_loss
 from promokit.nn.gcn import DenseGCN, LearnableAdjacency
 from promokit.nn.losses import log_loss_terms
 from promokit.nn.nodes import PerNodeLinear
@@ -39,7 +39,7 @@ class GMCM(nn.Module):
     in both towers follows section 5.4. Outputs ``p_ctr``, ``p_cvr``, ``p_ctcvr`` (= p_ctr·p_cvr) and ``p_node``
     ``(B, N)`` in the order of :attr:`nodes`.
     ``wide`` adds the ``lr`` floor's linear term to the CTR and CVR logits, not the nodes'
-    (:class:`~promokit.nn.WidePart`: ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    (:class:`~promokit.nn.WideTerm`: ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
     """
 
     labels = ("click", "purchase", "micro")
@@ -65,7 +65,7 @@ class GMCM(nn.Module):
         width = self._build_mixer(node_dim, gcn_hidden, pmg)
         self.node_logit = PerNodeLinear(width, len(self.nodes), 1)
         self.cvr_logit = nn.Linear(width * len(self.nodes) if output == "concat" else width, 1)
-        self.wide = WidePart(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
+        self.wide = WideTerm(cardinalities, n_numeric, wide_targets("ctr", "cvr"), wide, wide_l2)
 
     def pool(self, h: Tensor) -> Tensor:
         """f_output of eq. 17 over the nodes' representations ``(B, N, width)``."""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from promokit.data.encoders import combine_moments
-from promokit.nn import MLP, WIDE_L2, WidePart
+from promokit.nn import MLP, WIDE_L2, WideTerm
 from promokit.nn.mmoe import MMoE
 from promokit.value.losses import binary_nll, esj_loss, expected_value, log1mexp, ziln_loss
 from promokit.value.models.encoder import DeliveryEncoder
@@ -21,7 +21,7 @@ BOTTOMS = ("mmoe", "shared", "separate")
 CONVERSIONS = ("esmm", "direct")
 AMOUNTS = ("lognormal", "mse", None)
 AMOUNT_LOSSES = {"esj": esj_loss, "ziln": ziln_loss}
-#: The conversion logits a wide part joins, each with its label and the rows it is observed on.
+#: The conversion logits a wide term joins, each with its label and the rows it is observed on.
 WIDE_TARGETS = {"ctr": ("click", {}), "cvr": ("convert", {"click": 1}), "ctcvr": ("convert", {})}
 
 
@@ -71,7 +71,7 @@ class ESDPM(nn.Module):
     its R3 term is a density at v = 0, which grows without limit as σ → 0 with μ → 0.
 
     ``wide`` adds a linear term over the user's, the fund's and the context's one-hot fields and numbers to the
-    conversion logits (CTR and CVR, or the direct CTCVR; :class:`~promokit.nn.WidePart`: ``"none"``, ``"joint"``
+    conversion logits (CTR and CVR, or the direct CTCVR; :class:`~promokit.nn.WideTerm`: ``"none"``, ``"joint"``
     or ``"offset"``, a logistic regression solved on the training deliveries first; ``wide_l2`` is the joint
     part's decay). The amount towers have none.
 
@@ -112,7 +112,7 @@ class ESDPM(nn.Module):
         self.bottom = bottom
         self.heads = nn.ModuleDict({t: MLP(expert_dim, tower_hidden, dropout=dropout) for t in self.towers})
         fields = ("user", "fund", "context")
-        self.wide = WidePart([c for f in fields for c in sizes[f"{f}_cardinalities"]],
+        self.wide = WideTerm([c for f in fields for c in sizes[f"{f}_cardinalities"]],
                              sum(sizes[f"{f}_numeric"] for f in fields),
                              {t: WIDE_TARGETS[t] for t in self.towers if t in WIDE_TARGETS}, wide, wide_l2)
 
@@ -143,7 +143,7 @@ class ESDPM(nn.Module):
         return self._outputs([encoder(batch) for encoder in self.encoders], self.wide_inputs(batch))
 
     def wide_inputs(self, batch: dict[str, Tensor]) -> dict[str, Tensor] | None:
-        """The wide part's ``cat`` and ``num``: the deliveries' user, fund and context fields side by side."""
+        """The wide term's ``cat`` and ``num``: the deliveries' user, fund and context fields side by side."""
         if not self.wide.targets:
             return None
         encoder = self.encoders[0]

@@ -15,7 +15,7 @@ from promokit.voucher.models.wdl import WDL
 #: Every neural model starts from the shared network defaults (``promokit.training.defaults``, chosen on
 #: validation data); the classes' own defaults are the paper's section 4.4 (MLP (128, 64), dropout 0.5), kept
 #: as ``PAPER_NET``.
-#: The shared network with the default wide part (WDL keeps its own, trained jointly as the paper's).
+#: The shared network with the default wide term (WDL keeps its own, trained jointly as the paper's).
 WIDE_NET = {**defaults.NET, "wide": defaults.WIDE}
 MODELS = {
     "lr": (LR, {}),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from promokit.nn import WidePart, binary_log_loss
+from promokit.nn import WideTerm, binary_log_loss
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class FieldLayout:
         return tuple(j for j in range(len(self.cardinalities)) if j not in self.id_fields)
 
 
-#: The one logit of a voucher model, supervised by the redemption on every row: what a wide part's floor is solved on.
+#: The one logit of a voucher model, supervised by the redemption on every row: what a wide term's floor is solved on.
 WIDE_TARGETS = {"redeem": ("redeemed", {})}
 
 
@@ -42,8 +42,8 @@ class RedeemModel(nn.Module):
     outputs = ("p_redeem",)
 
     def with_wide(self, layout: FieldLayout, wide: str, wide_l2: float) -> None:
-        """Give the model its wide part (:class:`~promokit.nn.WidePart`) over every field, as the ``lr`` floor."""
-        self.wide = WidePart(layout.cardinalities, layout.n_numeric, WIDE_TARGETS, wide, wide_l2)
+        """Give the model its wide term (:class:`~promokit.nn.WideTerm`) over every field, as the ``lr`` floor."""
+        self.wide = WideTerm(layout.cardinalities, layout.n_numeric, WIDE_TARGETS, wide, wide_l2)
 
     def add_wide(self, logit: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return self.wide({"redeem": logit}, batch)["redeem"]

@@ -21,8 +21,8 @@ class DIN(RedeemModel):
 
     Batch keys: ``cat``, ``num``, ``history`` ``(B, R)`` (−1 = padding), ``hist_cat`` ``(B, R, F_v)``,
     ``hist_num`` ``(B, R, D_v)``.
-    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
     """
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),

@@ -170,8 +170,8 @@ class DMBGN(RedeemModel):
     Batch keys: ``cat`` (B, F), ``num`` (B, D), ``session`` (B,) session row of the target, ``history``
     (B, R) session rows of the redeemed history (−1 = padding), ``redeemed`` (B,) for the loss.
 
-    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay).
+    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
 
     The :class:`UVGStore` is attached, not registered: it is not part of ``state_dict``. After loading weights,
     :meth:`attach` the store of the tables to score, built with the training vocabulary

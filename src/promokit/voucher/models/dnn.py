@@ -14,8 +14,8 @@ from promokit.voucher.models.base import FieldLayout, RedeemModel
 class DNN(RedeemModel):
     """Embeddings (dimension 16) of the sparse id and profile fields, concatenated with the dense features,
     into an MLP (128, 64) with dropout 0.5 — the paper's section 4.4 settings.
-    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WidePart`: ``"none"``,
-    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint part's decay)."""
+    ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
+    ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay)."""
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
                  dropout: float = 0.5, sparse: bool = True, oov_dropout: float = 0.0, wide: str = "none",

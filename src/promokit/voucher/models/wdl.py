@@ -13,7 +13,7 @@ from promokit.voucher.models.dnn import DNN
 
 
 class WDL(RedeemModel):
-    """p = σ(wide + deep): a linear model over every sparse and dense feature (the wide part) plus the
+    """p = σ(wide + deep): a linear model over every sparse and dense feature (the wide term) plus the
     DNN (the deep part), trained jointly; the paper feeds all features to both sides."""
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),

@@ -9,8 +9,8 @@ import pandas as pd
 
 from promokit.conversion.estimator import DEFAULT_TRAIN, MONITORS, ConversionModel
 from promokit.data import DataError, FeatureSpec, holdout_split
+from promokit.experiments.tuning import GBDT_SPACE, LINEAR_SPACE, NEURAL_SPACE, TuneResult, tune
 from promokit.training import TrainConfig
-from promokit.training.tune import GBDT_SPACE, LINEAR_SPACE, NEURAL_SPACE, TuneResult, tune
 
 #: The search space of each model (neural models share one).
 SPACES = {"lr": LINEAR_SPACE, "gbdt": GBDT_SPACE}

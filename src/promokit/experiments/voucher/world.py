@@ -54,7 +54,7 @@ class VoucherWorld:
     truth: np.ndarray
 
 
-def make_voucher_world(n_users: int = 3000, n_vouchers: int = 120, n_items: int = 1000, n_sessions: int = 20_000,
+def make_world(n_users: int = 3000, n_vouchers: int = 120, n_items: int = 1000, n_sessions: int = 20_000,
                        seed: int = 0) -> VoucherWorld:
     """Draw users, vouchers, items, sessions with their behaviour, true probabilities and labels.
 

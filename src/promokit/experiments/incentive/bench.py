@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.simulate import simulate_budget
+from promokit.experiments.allocation.simulate import simulate_budget
+from promokit.experiments.finished_rows import FinishedRows
+from promokit.experiments.incentive.world import IncentiveWorld, make_world
 from promokit.incentive.contract import IncentiveTables, check_tables
 from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, node_split
 from promokit.incentive.evaluate import ORACLE, ResponseMetrics, change_point, curve_figure, evaluate
-from promokit.incentive.synthetic import IncentiveWorld, make_world
 from promokit.metrics.compare import mean_std, paired_change, rela_impr
 from promokit.report import Report
 from promokit.training import TrainConfig
@@ -162,7 +163,8 @@ def bench_report(result: BenchResult, title: str = "promokit incentive bench") -
 
 def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, training: tuple[TrainConfig, dict],
                    ratio: float | None, out) -> BenchResult:
-    """:func:`run` with a line per trained model on screen, then the summary tables and the report in ``out``."""
+    """:func:`run` with a line per trained model on screen and the rows finished so far in ``out`` (results.csv and a
+    report, rewritten after each model: an interrupted run keeps them), then the summary tables and the report."""
     from promokit.console import get_console, print_table
 
     console = get_console()
@@ -174,7 +176,9 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
                       f"{merchant}  change point {row['change_point'] or '–'}  ({row['fit_seconds']:.0f} s)",
                       highlight=False)
 
-    result = run(models, seeds, world, config, {name: model_params for name in models}, ratio, on_result=done)
+    with FinishedRows(out, "promokit incentive bench", on_result=done) as finished:
+        result = run(models, seeds, world, config, {name: model_params for name in models}, ratio,
+                     on_result=finished.add)
     table = summary(result)
     print_table("held-out customers and merchants (mean ± std over seeds)",
                 table[["auc_c", *table.columns[table.columns.str.startswith("RelaImpr")], "mae_c", "mae_m",
@@ -184,5 +188,5 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
     print_table("allocation at the same (paced) budget, scored by the true curves",
                 paced[["redemptions", "spend_per_redemption", "payments"]].round(2))
     bench_report(result).write(out)
-    console.print(f"report written to {out}/report.md (+ report.json, response_curves.png)")
+    console.print(f"report written to {out}/report.md (+ report.json, results.csv, response_curves.png)")
     return result

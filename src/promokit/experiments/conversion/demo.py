@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pandas as pd
 
-from promokit.conversion import bench
 from promokit.conversion.estimator import DEFAULT_TRAIN
-from promokit.conversion.synthetic import SyntheticWorld, make_world
 from promokit.data import FeatureSpec, random_split
+from promokit.experiments.conversion import bench
+from promokit.experiments.conversion.world import ConversionWorld, make_world
 from promokit.report import Report
 from promokit.training import TrainConfig
 
@@ -19,7 +19,7 @@ MODELS = ["lr", "gbdt", "dnn", "dnn-os", "esmm", "esm2"]
 DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4)
 
 
-def world_split(world: SyntheticWorld, seed: int = 0) -> tuple[bench.Split, pd.DataFrame, FeatureSpec]:
+def world_split(world: ConversionWorld, seed: int = 0) -> tuple[bench.Split, pd.DataFrame, FeatureSpec]:
     """80/10/10 random split of the world's impressions; returns the split, the test truth and the spec."""
     train, valid, test = random_split(len(world.table), (0.8, 0.1, 0.1), seed)
     t = world.table
@@ -44,7 +44,7 @@ def run_demo(n_users: int, n_items: int, n_impressions: int, seed: int = 0, mode
     return table, report
 
 
-def demo_report(table: pd.DataFrame, world: SyntheticWorld, split: bench.Split) -> Report:
+def demo_report(table: pd.DataFrame, world: ConversionWorld, split: bench.Split) -> Report:
     columns = ["model", *bench.HEADLINE, "ctavr_auc", "fit_seconds"]
     headline = table[[c for c in columns if c in table.columns]].set_index("model")
     oracle = headline.loc["oracle"]

@@ -1,15 +1,15 @@
 """Where the work of a partitioned job runs: in this process (``local``) or on a Ray cluster (``ray``).
 
-An engine has two verbs. :meth:`map` applies a module-level function to each item (a partition's description:
+An executor has two verbs. :meth:`map` applies a module-level function to each item (a partition's description:
 a file path, an index, a few numbers — never its rows) and returns the results in the items' order. With a
 ``setup`` callable, every worker calls it once and passes what it returns (a loaded model, say) to each
 call: ``fn(state, item)``. :meth:`train` trains a planned job (:class:`~promokit.training.shards.TrainJob`): in
 this process, or data-parallel on Ray Train (:mod:`promokit.scale.train`). The domains and ``allocation/`` write
-the per-partition functions and plan the jobs, and are handed an engine (or its ``map``); they never import this
+the per-partition functions and plan the jobs, and are handed an executor (or its ``map``); they never import this
 package, nor Ray.
 
-On Ray every map runs on the engine's pool of at most ``workers`` actors, one CPU each, started by the first
-map and kept until :meth:`RayEngine.release`: a job of several passes (the graph layers, a dual method's
+On Ray every map runs on the executor's pool of at most ``workers`` actors, one CPU each, started by the first
+map and kept until :meth:`RayExecutor.release`: a job of several passes (the graph layers, a dual method's
 sweeps) starts its worker processes once, and each actor keeps the state of the last ``setup`` it ran, so a
 model is loaded once per worker for every map that passes that ``setup``. Calls are fed to the actors as they
 finish (a slow partition does not hold the others). Ray core rather than Ray Data: a job here maps input part
@@ -28,28 +28,28 @@ from promokit.console import map_progress
 from promokit.data.errors import DataError
 from promokit.extras import require_extra
 
-ENGINES = ("local", "ray")
+EXECUTORS = ("local", "ray")
 RETRIES = 3  # a partition whose worker died runs again at most this many times
 IN_FLIGHT = 2  # calls queued per actor: the next partition is ready when one finishes
 CONNECT_SECONDS = 5.0
 WAIT_SECONDS = 0.2  # ray.wait returns this often, so that Ctrl-C is seen while a long partition runs
 
 
-def make_engine(name: str = "local", address: str | None = None, workers: int | None = None):
-    """``local`` or ``ray`` (``address``: an existing cluster, else ``$RAY_ADDRESS``, else a cluster on this
-    machine with ``workers`` CPUs); ``workers`` also bounds the actors of a map."""
-    if name not in ENGINES:
-        raise DataError(f"--engine must be one of {list(ENGINES)}, got {name!r}")
+def make_executor(kind: str = "local", address: str | None = None, workers: int | None = None):
+    """The executor of ``kind``: ``local`` or ``ray`` (``address``: an existing cluster, else ``$RAY_ADDRESS``, else a
+    cluster on this machine with ``workers`` CPUs); ``workers`` also bounds the actors of a map."""
+    if kind not in EXECUTORS:
+        raise DataError(f"`kind` must be one of {list(EXECUTORS)}, got {kind!r}")
     if workers is not None and workers < 1:
-        raise DataError(f"--workers must be at least 1, got {workers}")
-    if name == "local":
+        raise DataError(f"`workers` must be at least 1, got {workers}")
+    if kind == "local":
         if address is not None:
-            raise DataError("--address names a Ray cluster: use it with --engine ray")
-        return LocalEngine()
-    return RayEngine(address, workers)
+            raise DataError(f"`address` names a Ray cluster, for the ray executor only (`kind` 'ray'), got {address!r}")
+        return LocalExecutor()
+    return RayExecutor(address, workers)
 
 
-class LocalEngine:
+class LocalExecutor:
     """One partition after another in this process: memory is bounded by one partition and its result."""
 
     name = "local"
@@ -76,13 +76,13 @@ class LocalEngine:
         """Nothing to stop: a map's state lives as long as the map."""
 
 
-class RayEngine:
+class RayExecutor:
     """Partitions on a Ray cluster (see the module docstring)."""
 
     name = "ray"
 
     def __init__(self, address: str | None = None, workers: int | None = None):
-        require_extra("scale", "the Ray engine")
+        require_extra("scale", "the Ray executor")
         import ray
 
         if not ray.is_initialized():
@@ -103,7 +103,7 @@ class RayEngine:
         self._setups: list = []  # every setup seen: a setup's token is its index (held, so ids stay unique)
 
     def map(self, fn: Callable, items: Sequence, setup: Callable | None = None, label: str = "partitions") -> list:
-        """On the engine's pool of at most ``workers`` actors, fed as they finish (module docstring)."""
+        """On the executor's pool of at most ``workers`` actors, fed as they finish (module docstring)."""
         import ray
 
         items = list(items)
@@ -140,7 +140,7 @@ class RayEngine:
 
     def release(self) -> None:
         """Stop the pool's actors and free their CPUs (the next map starts a new pool). Ray Train, which needs the
-        CPUs, runs after this; the actors also stop when the engine is dropped."""
+        CPUs, runs after this; the actors also stop when the executor is dropped."""
         import ray
 
         for actor in self._actors:
@@ -196,7 +196,7 @@ def _check_reachable(address: str) -> None:
 
 
 class _Worker:
-    """A Ray actor of the engine's pool: runs any map's calls, and keeps the state of the last ``setup`` it was given
+    """A Ray actor of the executor's pool: runs any map's calls, and keeps the state of the last ``setup`` it was given
     (a loaded model, say) for the calls that pass the same one. A restarted actor has none and builds it again."""
 
     def __init__(self):

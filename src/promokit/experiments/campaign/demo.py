@@ -1,14 +1,15 @@
 """``promokit campaign demo``: the main job on the embedded incentive world, one command, no download.
 
-Each step runs the code of the matching command, and ``OUT`` keeps what it wrote:
+Each step runs the code of the matching command, and ``OUT`` keeps what it wrote (``OUT/stages.json`` lists the steps
+finished, so an interrupted run keeps them and says so):
 
-1. **World**: :func:`~promokit.incentive.synthetic.make_world`, a randomized coupon experiment on a
+1. **World**: :func:`~promokit.experiments.incentive.world.make_world`, a randomized coupon experiment on a
    customer–merchant payment graph, with the true response curves f_c(u, r) kept (``OUT/world``).
 2. **Train and score**: the paper's model ``gnn-hazard`` and the baseline ``dnn-h`` (the same piecewise-hazard head
-   without the graph), trained with the incentive demo's settings (:data:`~promokit.incentive.demo.DEMO_TRAIN`) on
-   one node split. Each scores every customer at every level (``OUT/models/<model>``, and
-   ``OUT/scores/<model>/customers.parquet`` in ``allocate budget``'s wide layout) and is evaluated on the held-out
-   customers.
+   without the graph), trained with the incentive demo's settings
+   (:data:`~promokit.experiments.incentive.demo.DEMO_TRAIN`) on one node split. Each scores every customer at every
+   level (``OUT/models/<model>``, and ``OUT/scores/<model>/customers.parquet`` in ``allocate budget``'s wide layout)
+   and is evaluated on the held-out customers.
 3. **Allocate**: ``allocate budget --ratio B`` (eq. 16: expected incentive per expected redemption ≤ B) on the
    paper's model's scores gives λ* and the offline plan (``OUT/plan``). By default B is the median level, as in
    ``incentive simulate`` and ``bench``.
@@ -26,9 +27,9 @@ Each step runs the code of the matching command, and ``OUT`` keeps what it wrote
 6. **Compare** at the same B, scored by the true curves:
 
    - ``served``: the decisions the service issued.
-   - From :func:`~promokit.allocation.simulate.simulate_budget`, for each model: ``planned``, the plan on the model's own
-     scores (for gnn-hazard this is ``OUT/plan``), and ``paced``, with λ moved until the truth spends B per
-     redemption (what perfect pacing would reach).
+   - From :func:`~promokit.experiments.allocation.simulate.simulate_budget`, for each model: ``planned``, the plan on
+     the model's own scores (for gnn-hazard this is ``OUT/plan``), and ``paced``, with λ moved until the truth spends
+     B per redemption (what perfect pacing would reach).
    - ``random``: random increasing curves allocated the same way. Its ``paced`` row spends exactly B and is the
      floor at the same budget.
    - ``uniform level``: a level drawn uniformly per customer, with no budget (it spends what it spends).
@@ -57,14 +58,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.simulate import simulate_budget
 from promokit.data.errors import DataError
-from promokit.data.io import write_parquet, write_text
+from promokit.data.io import write_json, write_parquet, write_text
+from promokit.experiments.allocation.simulate import simulate_budget
+from promokit.experiments.incentive.demo import DEMO_TRAIN
+from promokit.experiments.incentive.world import IncentiveWorld, make_world, write_world
 from promokit.incentive.contract import CUSTOMER, check_tables
-from promokit.incentive.demo import DEMO_TRAIN
 from promokit.incentive.estimator import IncentiveModel, Responses, wide_scores
 from promokit.incentive.evaluate import ORACLE, evaluate
-from promokit.incentive.synthetic import IncentiveWorld, make_world, write_world
 from promokit.report import Report, count, money, percent
 from promokit.serve.campaign import build as build_campaign
 from promokit.serve.ledger import Ledger
@@ -140,7 +141,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
     config = config or DemoConfig()
     config.check()
     out, console = Path(out), console or get_console()
-    stages = _Stages(console)
+    stages = _Stages(console, out)
     with stages("world"):
         world = make_world(config.customers, config.merchants, seed=config.seed)
         write_world(world, out / "world")
@@ -604,16 +605,24 @@ def _figures(data: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------------ progress
 class _Stages:
-    """Times each step and prints one line when it ends."""
+    """Times each step, prints one line when it ends and records the steps finished so far in ``out/stages.json``;
+    on Ctrl-C, says which step was interrupted and that ``out`` keeps what the finished ones wrote."""
 
-    def __init__(self, console):
-        self.console, self.seconds = console, {}
+    def __init__(self, console, out: Path):
+        self.console, self.out, self.seconds = console, out, {}
 
     @contextmanager
     def __call__(self, name: str):
         started = time.perf_counter()
-        yield
+        try:
+            yield
+        except KeyboardInterrupt:
+            done = ", ".join(self.seconds) or "none"
+            self.console.print(f"interrupted during {name!r}: {self.out} keeps what the finished stages wrote "
+                               f"({done}; {self.out / 'stages.json'})", highlight=False, soft_wrap=True)
+            raise
         self.seconds[name] = time.perf_counter() - started
+        write_json({"finished": self.seconds}, self.out / "stages.json")
         self.console.print(f"{name}: {self.seconds[name]:.1f} s", highlight=False)
 
 

@@ -403,7 +403,7 @@ def _labels(names, codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
 def _ids(prefix: str, n: int, width: int) -> np.ndarray:
     """``prefix`` followed by the zero-padded 1-based row number, widened for large tables."""
     digits = np.arange(1, n + 1).astype(str)
-    return np.strings.add(prefix, np.strings.zfill(digits, max(width, len(str(n)))))
+    return np.char.add(prefix, np.char.zfill(digits, max(width, len(str(n)))))  # np.char: NumPy 1.26 has no np.strings
 
 
 # ------------------------------------------------------------------------------------------------ files

@@ -1,5 +1,6 @@
-"""The value domain's floor: a two-part model — gradient-boosted trees for P(convert) on every delivery and for the
-log amount v = log(1 + amount) on the converted ones — whose ETV is the product P(convert) · E[amount | convert]."""
+"""The value domain's floor: a hurdle model (also called a two-part model) — gradient-boosted trees for P(convert)
+on every delivery, the hurdle, and for the log amount v = log(1 + amount) on the converted ones — whose ETV is the
+product P(convert) · E[amount | convert]."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from promokit.training import History
 from promokit.value.contract import FUND
 from promokit.value.inputs import InputEncoders, NodeInputs
 
-SETTINGS_FILE = "two_part.json"
+#: the model directory's files: ``hurdle_convert.txt``, ``hurdle_amount.txt`` and ``hurdle.json``
+PREFIX = "hurdle"
+#: their prefix in a model directory written while the floor was called ``two-part`` (still read)
+FORMER_PREFIX = "two_part"
 #: the least value of each whole-number setting; the fractions are in (0, 1], the learning rate above 0
 LEAST = {"n_trees": 1, "num_leaves": 2, "min_child_samples": 1, "early_stopping_rounds": 1, "threads": 1}
 FRACTIONS = ("subsample", "colsample")
 
 
-class TwoPart:
+class Hurdle:
     """P(convert | x) by a LightGBM classifier over every delivery (the entire space: a delivery converts only after
     a click, so this is pCTCVR), and μ(x) = E[v | x, convert] by a LightGBM regression (squared error) of
     v = log(1 + amount) on the converted deliveries. Then
@@ -44,12 +48,10 @@ class TwoPart:
     ``threads`` is LightGBM's: one by default, the same trees on every machine and no spinning threads on a busy one
     (two took ten times longer on a loaded 2-core machine); more for tables of millions of deliveries.
 
-    The boosters are stored in LightGBM's text format and S in ``two_part.json`` (nothing is pickled). At inference it
+    The boosters are stored in LightGBM's text format and S in ``hurdle.json`` (nothing is pickled). At inference it
     answers the calls of :class:`~promokit.value.models.ESDPM` (``attach``, ``__call__`` on a batch of deliveries,
     ``pair_outputs``), with torch tensors in and out.
     """
-
-    files = {"convert": "two_part_convert.txt", "amount": "two_part_amount.txt"}
 
     def __init__(self, encoders: InputEncoders, n_trees: int = 500, learning_rate: float = 0.05,
                  num_leaves: int = 31, min_child_samples: int = 20, subsample: float = 0.8, colsample: float = 0.8,
@@ -70,16 +72,16 @@ class TwoPart:
         for name, least in LEAST.items():
             value = params[name]
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise DataError(f"two-part: {name} must be a whole number ≥ {least}, got {value!r}")
+                raise DataError(f"hurdle: {name} must be a whole number ≥ {least}, got {value!r}")
         for name in (*FRACTIONS, "learning_rate"):
             value, most = params[name], 1 if name in FRACTIONS else np.finfo(float).max
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most:
                 bounds = "in (0, 1]" if name in FRACTIONS else "a finite number > 0"
-                raise DataError(f"two-part: {name} must be {bounds}, got {value!r}")
+                raise DataError(f"hurdle: {name} must be {bounds}, got {value!r}")
 
     # ---- the matrix the boosters read
 
-    def attach(self, nodes: NodeInputs) -> TwoPart:
+    def attach(self, nodes: NodeInputs) -> Hurdle:
         self.nodes = nodes
         return self
 
@@ -107,25 +109,25 @@ class TwoPart:
     # ---- fitting
 
     def fit(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None, seed: int = 0) -> History:
-        """Fit both parts on the deliveries ``train`` (:meth:`InputEncoders.rows`), each stopping early on its rows of
-        ``valid`` when there are any; then the smearing factor. Returns one record per part (trees kept, validation
-        loss) and the factor."""
+        """Fit both stages on the deliveries ``train`` (:meth:`InputEncoders.rows`): the hurdle (conversion), then the
+        amount, each stopping early on its rows of ``valid`` when there are any; then the smearing factor. Returns one
+        record per stage (trees kept, validation loss) and the factor."""
         n = self.nodes
         categorical = list(range(n.user_cat.shape[1] + n.fund_cat.shape[1] + train["ctx_cat"].shape[1]))
         sets = [(self._batch_matrix(rows), rows["convert"].numpy() > 0, rows["v"].numpy().astype(np.float64))
                 for rows in ((train, valid) if valid is not None else (train,))]
         records = []
-        for part, objective, metric in (("convert", "binary", "binary_logloss"), ("amount", "regression", "l2")):
+        for stage, objective, metric in (("convert", "binary", "binary_logloss"), ("amount", "regression", "l2")):
             # the conversion on every delivery, the log amount on the converted ones
-            data = [(x, convert.astype(np.float64)) if part == "convert" else (x[convert], v[convert])
+            data = [(x, convert.astype(np.float64)) if stage == "convert" else (x[convert], v[convert])
                     for x, convert, v in sets]
             train_set = lgb.Dataset(*data[0], categorical_feature=categorical, free_raw_data=False)
             valid_sets = [lgb.Dataset(*d, reference=train_set) for d in data[1:] if len(d[1])]
             callbacks = [lgb.early_stopping(self.params["early_stopping_rounds"], verbose=False)] if valid_sets else []
             booster = lgb.train(self._lgb_params(objective, seed), train_set, num_boost_round=self.params["n_trees"],
                                 valid_sets=valid_sets, callbacks=callbacks)
-            self.boosters[part] = booster
-            record = {"part": part, "trees": booster.best_iteration or booster.num_trees(), "chosen": True}
+            self.boosters[stage] = booster
+            record = {"stage": stage, "trees": booster.best_iteration or booster.num_trees(), "chosen": True}
             if valid_sets:
                 record["valid_loss"] = float(booster.best_score["valid_0"][metric])
             records.append(record)
@@ -133,8 +135,8 @@ class TwoPart:
         x, convert, v = sets[-1] if sets[-1][1].any() else sets[0]
         residual = v[convert] - self.boosters["amount"].predict(x[convert])
         self.smearing = float(np.mean(np.exp(residual)))
-        records.append({"part": "smearing", "factor": self.smearing, "chosen": True})
-        return History(epochs=records, best_epoch=-1, monitor="loss", unit="boosted part")
+        records.append({"stage": "smearing", "factor": self.smearing, "chosen": True})
+        return History(epochs=records, best_epoch=-1, monitor="loss", unit="boosted stage")
 
     def _lgb_params(self, objective: str, seed: int) -> dict:
         p = self.params
@@ -145,7 +147,7 @@ class TwoPart:
 
     # ---- inference: ESDPM's calls
 
-    def eval(self) -> TwoPart:
+    def eval(self) -> Hurdle:
         return self
 
     def __call__(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -173,10 +175,14 @@ class TwoPart:
     # ---- the model directory
 
     def model_texts(self) -> dict[str, str]:
-        texts = {self.files[part]: booster.model_to_string() for part, booster in self.boosters.items()}
-        return {**texts, SETTINGS_FILE: json.dumps({"smearing": self.smearing})}
+        texts = {f"{PREFIX}_{stage}.txt": booster.model_to_string() for stage, booster in self.boosters.items()}
+        return {**texts, f"{PREFIX}.json": json.dumps({"smearing": self.smearing})}
 
-    def load_texts(self, model_dir: str | os.PathLike) -> TwoPart:
-        self.boosters = {part: lgb.Booster(model_file=str(Path(model_dir) / name)) for part, name in self.files.items()}
-        self.smearing = float(json.loads((Path(model_dir) / SETTINGS_FILE).read_text(encoding="utf-8"))["smearing"])
+    def load_texts(self, model_dir: str | os.PathLike, prefix: str = PREFIX) -> Hurdle:
+        """The boosters and S from ``model_dir``, whose files start with ``prefix`` (:data:`FORMER_PREFIX` in a
+        directory written while the floor was called ``two-part``)."""
+        folder = Path(model_dir)
+        self.boosters = {stage: lgb.Booster(model_file=str(folder / f"{prefix}_{stage}.txt"))
+                         for stage in ("convert", "amount")}
+        self.smearing = float(json.loads((folder / f"{prefix}.json").read_text(encoding="utf-8"))["smearing"])
         return self

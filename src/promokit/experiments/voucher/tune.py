@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from promokit.experiments.tuning import GBDT_SPACE, LINEAR_SPACE, NEURAL_SPACE, TuneResult, tune
 from promokit.training import TrainConfig
-from promokit.training.tune import GBDT_SPACE, LINEAR_SPACE, NEURAL_SPACE, TuneResult, tune
 from promokit.voucher.estimator import DEFAULT_TRAIN, VoucherModel
 
 #: The search space of each model (neural models share one).
@@ -26,7 +26,7 @@ def tune_voucher(model: str, tables, train_rows, valid_rows, train: TrainConfig 
 
     def score(candidate: dict, report) -> float:
         config, net = train.merged(candidate)
-        estimator = VoucherModel(model, {**(params or {}), **net}, config)
+        estimator = VoucherModel(model, {**(params or {}), **net}, config, test_fraction=0)  # the caller's rows
         estimator.fit(tables, rows=train_rows, validation=valid_rows,
                       on_epoch=lambda epoch, record: report(epoch, record.get("valid_auc", math.nan)))
         history = estimator.report.history

@@ -3,7 +3,7 @@ they lead to.
 
 For each seed: a world (``make_world(seed=seed)``), the deliveries split by time (the latest 10 % for the test,
 the 10 % before for validation, as §5.1 trains on earlier days), each model trained on the rest — the floor
-``two-part`` first, always; then on the test deliveries the metrics of Tables 1–2 against the observed outcomes,
+``hurdle`` first, always; then on the test deliveries the metrics of Tables 1–2 against the observed outcomes,
 RelaImpr of the AUC against the floor's, and the ETV's error and mean bias against the TRUE ETV (overall and the
 worst fund's); THA against the truth (every user given its highest-ETV fund, the expected amount of that fund);
 how much each model personalises the choice of fund on the user × fund table as of the test's start
@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.simulate import simulate_quota
 from promokit.data import DataError
+from promokit.experiments.allocation.simulate import simulate_quota
+from promokit.experiments.finished_rows import FinishedRows
+from promokit.experiments.value.world import ValueWorld, feasible_quotas, make_world
 from promokit.metrics.compare import mean_std, paired_change, rela_impr
 from promokit.metrics.value import decile_figure, fund_personalisation
 from promokit.report import Report
@@ -30,10 +32,9 @@ from promokit.training import TrainConfig
 from promokit.value.contract import ValueTables, check_tables
 from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
 from promokit.value.evaluate import amount_scale, calibration, delivery_metrics, fund_calibration, hits
-from promokit.value.synthetic import ValueWorld, feasible_quotas, make_world
 
 #: the floor every model has to beat, trained first in every bench
-FLOOR = "two-part"
+FLOOR = "hurdle"
 MODELS = [FLOOR, "esdpm", "esdpm-ncg", "mtl-ziln", "mtl-mse", "esmm", "mmoe", "shared-bottom", "dnn"]
 ORACLE = "oracle"
 #: the models whose ETV goes to the allocators (Table 3: ESMM's pCTCVR as the P1 baseline, ESDPM-NCG, ESDPM; and
@@ -209,7 +210,8 @@ def bench_report(result: BenchResult, title: str = "promokit value bench") -> Re
 
 def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, training: tuple[TrainConfig, dict],
                    out) -> BenchResult:
-    """:func:`run` with a line per trained model on screen, then the summary tables and the report in ``out``."""
+    """:func:`run` with a line per trained model on screen and the rows finished so far in ``out`` (results.csv and a
+    report, rewritten after each model: an interrupted run keeps them), then the summary tables and the report."""
     from promokit.console import get_console, print_table
 
     console = get_console()
@@ -222,8 +224,9 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
                       f"({row['fit_seconds']:.0f} s)", highlight=False)
 
     # the network parameters (--params) are the networks'; the floor keeps its own
-    result = run(models, seeds, world, config, {name: model_params for name in models if name != FLOOR},
-                 on_result=done)
+    with FinishedRows(out, "promokit value bench", on_result=done) as finished:
+        result = run(models, seeds, world, config, {name: model_params for name in models if name != FLOOR},
+                     on_result=finished.add)
     print_table("test deliveries (mean ± std over seeds)",
                 summary(result)[["auc", f"RelaImpr vs {FLOOR}", "logloss", "mae", "gini", "etv_mae_true",
                                  "etv_bias_true", "tha_true", "best_differs", "uplift_spread"]])
@@ -231,5 +234,5 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
         print_table("delivery plans scored by the true model (per mille deliveries)",
                     simulation_summary(result).set_index(["model", "allocator"]).round(1))
     bench_report(result).write(out)
-    console.print(f"report written to {out}/report.md (+ report.json, deciles.png)")
+    console.print(f"report written to {out}/report.md (+ report.json, results.csv, deciles.png)")
     return result

@@ -107,10 +107,10 @@ def simulate_quota(name: str, scores: np.ndarray, truth: np.ndarray, quotas: pd.
                    allocators=("manual", "ha", "prices")) -> list[dict]:
     """Allocate every user one fund from the ETV ``scores`` (users × funds) with each allocator under the exact
     ``quotas`` and the risk rule, then score each plan by outcomes drawn from the true model (``truth_etv``, see
-    :func:`~promokit.value.synthetic.draw_outcomes`): CPMD and TAPMD (eqs. 17–18), and the expected TAPMD of the
+    :func:`~promokit.experiments.value.world.draw_outcomes`): CPMD and TAPMD (eqs. 17–18), and the expected TAPMD of the
     plan under the ``truth`` ETV matrix (no draw noise)."""
+    from promokit.experiments.value.world import draw_outcomes
     from promokit.metrics.value import per_mille
-    from promokit.value.synthetic import draw_outcomes
 
     user_ids, funds = np.asarray(user_ids), np.asarray(funds)
     n = len(user_ids)

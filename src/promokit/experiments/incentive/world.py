@@ -219,7 +219,7 @@ def _check_levels(levels) -> np.ndarray:
 def _ids(prefix: str, n: int, width: int) -> np.ndarray:
     """``prefix`` followed by the zero-padded row number, widened for large tables."""
     digits = np.arange(n).astype(str)
-    return np.strings.add(prefix, np.strings.zfill(digits, max(width, len(str(n - 1)))))
+    return np.char.add(prefix, np.char.zfill(digits, max(width, len(str(n - 1)))))  # np.char: NumPy 1.26 has no np.strings
 
 
 # ------------------------------------------------------------------------------------------------ files

@@ -84,7 +84,7 @@ QUADRATURE_POINTS = 16
 
 
 @dataclass(frozen=True)
-class SyntheticWorld:
+class ConversionWorld:
     """An impression log, its true probabilities (same index) and its feature columns."""
 
     table: pd.DataFrame
@@ -97,7 +97,7 @@ class SyntheticWorld:
 
 def make_world(n_users: int = 2000, n_items: int = 800, n_impressions: int = 300_000, seed: int = 0,
                n_extra_categorical: int = 0, extra_cardinality: int = 100_000,
-               n_extra_numeric: int = 0, n_micro: int = 0) -> SyntheticWorld:
+               n_extra_numeric: int = 0, n_micro: int = 0) -> ConversionWorld:
     """Draw users, items and impressions, their true y1..y4 and labels along the ESM² graph.
 
     ``n_extra_categorical`` / ``n_extra_numeric`` add pure-noise fields ``cat_extra_{k}`` (uniform ids in
@@ -126,7 +126,7 @@ def make_world(n_users: int = 2000, n_items: int = 800, n_impressions: int = 300
         truth = pd.concat([truth, pd.DataFrame(node_truth, index=truth.index)], axis=1)
     table = pd.DataFrame({**features["categorical"], **extra_cat, **features["numeric"], **extra_num, **labels,
                           **micro}, copy=False)
-    return SyntheticWorld(table, truth, categorical, numeric, list(micro))
+    return ConversionWorld(table, truth, categorical, numeric, list(micro))
 
 
 def micro_behavior_names(n: int) -> list[str]:

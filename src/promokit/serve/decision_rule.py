@@ -20,7 +20,10 @@ from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Option, no_incentiv
 from promokit.serve.pacing import Pacer
 
 
-class DecisionEngine:
+class DecisionRule:
+    """The campaign's rule at serving time: :meth:`propose` answers a request with a level (module docstring); the
+    pacer (:class:`~promokit.serve.pacing.Pacer`) moves λ with the traffic."""
+
     def __init__(self, campaign: Campaign):
         config = campaign.config
         self.campaign, self.config = campaign, config
