@@ -9,56 +9,54 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    RUNS,
+    TABLE_HELP,
     AddressOpt,
-    CategoricalOpt,
-    EngineOpt,
-    ExecutorOpt,
-    WorkersOpt,
+    AllRowsOpt,
     BatchSizeOpt,
+    CategoricalOpt,
     EmbeddingDecayOpt,
+    EngineOpt,
     EpochsOpt,
+    ExecutorOpt,
     LrOpt,
     MinCountOpt,
     NumericOpt,
     ParamsOpt,
     PatienceOpt,
-    RUNS,
     ResumeOpt,
     StorageOpt,
-    TABLE_HELP,
     ThreadsOpt,
-    WideOpt,
     TimeoutOpt,
     TrialsOpt,
     TunedOpt,
     WeightDecayOpt,
+    WideOpt,
+    WorkersOpt,
     bench_models,
     checkpoint_dir,
+    convention_errors,
     executor_from_options,
     executor_option,
     finish_training,
     flags_in_errors,
+    held_out_rows,
+    label_option,
+    label_options,
+    predictions_folder,
     print_feature_types,
-    runs_out_option,
+    print_held_out,
     run_tune,
+    runs_out_option,
     seeds_option,
     set_threads,
+    test_fraction_option,
     training_options,
     tuned_params,
     types_option,
     user_errors,
     write_bench_report,
     write_metrics_report,
-)
-from promokit.cli_support import (
-    AllRowsOpt,
-    held_out_rows,
-    convention_errors,
-    label_option,
-    label_options,
-    predictions_folder,
-    print_held_out,
-    test_fraction_option,
 )
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
@@ -286,9 +284,8 @@ def predict(model: Annotated[Path, typer.Option("--model", help="Model directory
         from promokit.conversion import ConversionModel
         from promokit.data import write_json
         from promokit.data.part_scoring import means, score_parts
-        from promokit.training import read_model_config
-
         from promokit.data.parts import is_partitioned
+        from promokit.training import read_model_config
 
         name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
         old_file = predictions_folder(out)

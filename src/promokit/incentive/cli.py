@@ -8,7 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    RUNS,
+    TABLE_HELP,
     AddressOpt,
+    AllRowsOpt,
     BatchSizeOpt,
     CategoricalOpt,
     EngineOpt,
@@ -18,34 +21,29 @@ from promokit.cli_support import (
     NumericOpt,
     ParamsOpt,
     PatienceOpt,
-    RUNS,
     ResumeOpt,
-    TABLE_HELP,
     ThreadsOpt,
     WorkersOpt,
     bench_models,
     bench_training,
     checkpoint_dir,
+    convention_errors,
     executor_from_options,
     executor_option,
     finish_training,
+    held_out_rows,
+    label_option,
+    label_options,
     print_feature_types,
+    print_held_out,
     runs_out_option,
     seeds_option,
     set_threads,
+    test_fraction_option,
     training_options,
     types_option,
     user_errors,
     write_metrics_report,
-)
-from promokit.cli_support import (
-    AllRowsOpt,
-    held_out_rows,
-    convention_errors,
-    label_option,
-    label_options,
-    print_held_out,
-    test_fraction_option,
 )
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION

@@ -8,7 +8,10 @@ from typing import Annotated, Optional
 import typer
 
 from promokit.cli_support import (
+    RUNS,
+    TABLE_HELP,
     AddressOpt,
+    AllRowsOpt,
     BatchSizeOpt,
     EmbeddingDecayOpt,
     EngineOpt,
@@ -18,10 +21,8 @@ from promokit.cli_support import (
     MinCountOpt,
     ParamsOpt,
     PatienceOpt,
-    RUNS,
     ResumeOpt,
     StorageOpt,
-    TABLE_HELP,
     TimeoutOpt,
     TrialsOpt,
     TunedOpt,
@@ -30,28 +31,25 @@ from promokit.cli_support import (
     WorkersOpt,
     bench_models,
     checkpoint_dir,
+    convention_errors,
     executor_from_options,
     executor_option,
     finish_training,
+    held_out_rows,
+    label_option,
+    label_options,
+    predictions_folder,
+    print_held_out,
     run_tune,
     runs_out_option,
     seeds_option,
     set_threads,
+    test_fraction_option,
     training_options,
     tuned_params,
     user_errors,
     write_bench_report,
     write_metrics_report,
-)
-from promokit.cli_support import (
-    AllRowsOpt,
-    held_out_rows,
-    convention_errors,
-    label_option,
-    label_options,
-    predictions_folder,
-    print_held_out,
-    test_fraction_option,
 )
 from promokit.console import get_console, print_table
 from promokit.data.durations import DURATION_FORMS
