@@ -3,9 +3,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
-torch.set_num_threads(1)
+from promokit.training.threads import set_threads
+
+set_threads(1)  # the tests' own choice, which training keeps (promokit.training.threads)
 
 
 def pytest_configure(config):

@@ -257,9 +257,9 @@ def test_fit_reads_paths_predict_keeps_keys_and_evaluate_is_an_evaluation(impres
     evaluation = model.evaluate(tmp_path / "valid.csv")
     assert isinstance(evaluation, Evaluation) and evaluation["ctr_auc"] > 0.5
     assert evaluation.title == "Conversion model esmm" and "| ctcvr_auc |" in evaluation.to_markdown()
-    with pytest.raises(DataError, match=r"^validation: a fraction of the rows must be in \[0, 1\), got 1.5"):
+    with pytest.raises(DataError, match=r"^`validation`: a fraction of the rows must be in \[0, 1\), got 1.5"):
         _model("esmm").fit(impressions, validation=1.5)
-    with pytest.raises(DataError, match="^validation_split cuts the validation rows from data"):
+    with pytest.raises(DataError, match="^`validation_split` cuts the validation rows from `data`"):
         _model("esmm").fit(impressions, validation=impressions, validation_split="random")
     with pytest.raises(DataError, match="^data must be a DataFrame or a table path, got list"):
         _model("esmm").fit([1, 2])
@@ -318,3 +318,73 @@ def test_a_label_under_another_name_is_mapped_by_the_spec_and_the_error_says_how
         _model("esmm").fit(table)
     model = _model("esmm", spec=FeatureSpec(labels={"click": "is_click"})).fit(table)
     assert model.evaluate(table, rows=model.held_out(table))["ctr_auc"] > 0.5
+
+
+def test_the_train_command_takes_its_defaults_from_the_estimator():
+    """Defaults are stated once, in the library: conversion train's are ConversionModel's and fit's."""
+    import inspect
+
+    import typer.main
+
+    from promokit.conversion.cli import app
+    from promokit.conversion.defaults import DEFAULT_TRAIN, VALIDATION_FRACTION
+    from promokit.conversion.estimator import _validation
+
+    command = {p.name: p.default for p in typer.main.get_command(app).commands["train"].params}
+    init = inspect.signature(ConversionModel.__init__).parameters
+    for name in ("model", "test_fraction", "repair_labels"):
+        assert command[name] == init[name].default, name
+    assert inspect.signature(ConversionModel.fit).parameters["validation"].default is None
+    assert command["valid_fraction"] == _validation(None)[1] == VALIDATION_FRACTION
+    assert command["seed"] == DEFAULT_TRAIN.seed
+    assert all(command[name] is None for name in ("epochs", "batch_size", "lr", "patience", "embedding_decay",
+                                                  "weight_decay", "monitor", "params", "min_count", "wide"))
+
+
+def test_conversion_spec_reads_micro_behaviours_as_a_list_or_comma_separated():
+    from promokit.conversion.contract import conversion_spec, micro_behavior_columns
+
+    spec = conversion_spec(FeatureSpec(numeric=["price"]), micro_behaviors=" cart, favorite,,",
+                           types={"segment": "categorical"}, labels={"click": "is_click"})
+    assert spec.micro_behaviors == ["cart", "favorite"] and spec.numeric == ["price"]
+    assert spec.types == {"segment": "categorical"} and spec.labels["click"] == "is_click"
+    assert micro_behavior_columns(["cart"]) == ["cart"]
+    with pytest.raises(DataError, match=r"^`micro_behaviors` names no column \(' , '\)"):
+        micro_behavior_columns(" , ")
+    with pytest.raises(DataError, match=r"^`micro_behaviors` lists \['cart'\] more than once"):
+        micro_behavior_columns("cart,qa,cart")
+
+
+def test_evaluate_maps_labels_and_checks_the_micro_behaviours_it_is_given(impressions):
+    model = _model("esmm").fit(impressions)
+    renamed = impressions.rename(columns={"click": "is_click"}).assign(cart=impressions["daction"])
+    with pytest.warns(UserWarning, match="predicts no micro-behaviour nodes; `micro_behaviors` adds node AUCs"):
+        evaluation = model.evaluate(renamed, labels={"click": "is_click"}, micro_behaviors="cart")
+    assert evaluation["ctr_auc"] == model.evaluate(impressions)["ctr_auc"]
+    assert model.feature_spec.labels["click"] == "click" and model.feature_spec.micro_behaviors == []  # unchanged
+    with pytest.raises(DataError, match=r"^column 'carts' \(micro-behaviour label\) is missing .*did you mean 'cart'"):
+        model.evaluate(renamed, labels={"click": "is_click"}, micro_behaviors=["carts"])
+
+
+def test_fit_on_an_executor_trains_a_network_over_parts_and_refuses_or_reads_whole_the_others(impressions, tmp_path):
+    from conftest import write_parts
+
+    from promokit.cli_support import deferred_executor
+    from promokit.conversion.parts import fit_parts
+    from promokit.scale.executor import LocalExecutor
+
+    parts = write_parts(impressions, tmp_path / "parts", [1500, 2500])
+    with pytest.warns(UserWarning, match="offset wide term"):  # trained over the parts, as fit_parts trains
+        on_executor = _model("esmm").fit(parts, validation=0, executor=LocalExecutor())
+        alone = fit_parts(_model("esmm"), parts, LocalExecutor(), valid_fraction=0)
+    assert [e["train_loss"] for e in on_executor.report.history.epochs] == [
+        e["train_loss"] for e in alone.report.history.epochs]
+    with pytest.warns(UserWarning, match="model 'lr' is fitted on the whole table, not by epochs over its parts"):
+        assert ConversionModel("lr", train=FAST).fit(parts, executor=LocalExecutor()).report.n_train > 0
+    ray = deferred_executor("ray", None, None)
+    with pytest.raises(DataError, match=r"^model 'lr' is not trained by epochs .* with `executor` ray: train it with "
+                                        r"`executor` local"):
+        ConversionModel("lr").fit(parts, executor=ray)
+    assert ray._executor is None  # refused before a Ray cluster was started
+    with pytest.raises(DataError, match=r"^`validation_split` cuts the validation rows from `data`"):
+        _model("esmm").fit(parts, validation=impressions, validation_split="random", executor=LocalExecutor())

@@ -10,7 +10,7 @@ from promokit.allocation.tables import read_budget_table
 from promokit.data import DataError
 from promokit.experiments.allocation.simulate import simulate_budget
 from promokit.experiments.incentive.world import make_world, write_world
-from promokit.incentive.contract import check_tables
+from promokit.incentive.contract import check_tables, read_tables
 from promokit.incentive.estimator import IncentiveModel, node_split
 from promokit.incentive.evaluate import change_point, uplift_against_lowest
 from promokit.training import TrainConfig
@@ -144,7 +144,7 @@ def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
                           (tmp_path / "none", "is not a folder"), (world.customers, "data must be a mapping of table name")):
         with pytest.raises(DataError, match=message):
             IncentiveModel("lr").fit(data)
-    with pytest.raises(DataError, match=r"validation must be None or a fraction in \[0, 1\), got 1.5"):
+    with pytest.raises(DataError, match=r"^`validation` must be in \[0, 1\), got 1.5$"):
         IncentiveModel("lr").fit(mapping, validation=1.5)
 
 
@@ -312,3 +312,28 @@ def test_bench_summary_gives_relaimpr_of_auc_c_against_the_floor():
     # ((0.86 − 0.5) / (0.80 − 0.5) − 1) · 100 = 20 %, ((0.89 − 0.5) / 0.3 − 1) · 100 = 30 %
     assert table["RelaImpr auc_c vs lr"].tolist() == ["+0.00%", "+20.00%", "+30.00%"]
     assert "RelaImpr auc_c vs lr" not in summary(BenchResult(pd.DataFrame(rows[2:]), pd.DataFrame())).columns
+
+
+def test_the_model_keeps_the_label_mapping_it_was_fitted_with(world, tmp_path):
+    renamed = {"customers": world.customers.rename(columns={"redeemed": "converted", "level": "offer"}),
+               "merchants": world.merchants.rename(columns={"level": "offer"}), "edges": world.edges}
+    labels = {"redeemed": "converted", "level": "offer"}
+    model = IncentiveModel("lr", train=FAST).fit(read_tables(renamed, labels=labels))
+    assert model.labels == labels
+    model.save(tmp_path / "model")
+    loaded = IncentiveModel.load(tmp_path / "model")
+    assert loaded.labels == labels and loaded.evaluate(renamed)["customers"] == model.holdout["held_out"]
+    # scoring needs no label: a table without the mapped columns is read as unlabelled
+    unlabelled = {**renamed, "customers": renamed["customers"].drop(columns=["converted", "offer"])}
+    assert len(loaded.predict(unlabelled)) == len(world.customers)
+    # labels given replace the mapping kept
+    with pytest.raises(DataError, match=r"column 'redeemed' \(label 'redeemed'\) is missing"):
+        loaded.read(renamed, labels={"level": "offer"})
+
+
+def test_evaluate_leaves_no_figure_in_pyplot(fitted, tables):
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    figures = fitted.evaluate(tables).figures
+    assert plt.get_fignums() == before and set(figures) == {"response_curves", "uplift_curves"}

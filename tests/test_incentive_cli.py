@@ -154,6 +154,48 @@ def test_label_maps_the_redeemed_column_and_the_error_names_the_option(world, tm
                                        "1500 rows. Map the column that holds it: --label redeemed=<column>."
                                        in " ".join(refused.output.split()))
     assert _invoke(*train, "--label", "redeemed=converted").exit_code == 0
-    evaluated = _invoke("incentive", "evaluate", "--model", tmp_path / "m", *_tables(world, path), "--out",
-                        tmp_path / "e", "--label", "redeemed=converted")
+    evaluate = ["incentive", "evaluate", "--model", tmp_path / "m", *_tables(world, path), "--out", tmp_path / "e"]
+    evaluated = _invoke(*evaluate, "--label", "redeemed=converted")
     assert evaluated.exit_code == 0, evaluated.output
+    # the model keeps the mapping train was given: the same tables need no --label again
+    again = _invoke(*evaluate)
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "e" / "report.json").read_text())["metrics"]["customers"] == 150
+
+
+def test_truth_of_other_customers_is_refused_under_its_option(world, models, tmp_path):
+    truth = tmp_path / "truth.parquet"
+    pd.read_parquet(world / "truth_customers.parquet").iloc[::-1].to_parquet(truth)
+    result = _invoke("incentive", "evaluate", "--model", models["sbbm"], *_tables(world), "--out", tmp_path / "e",
+                     "--truth", truth)
+    assert result.exit_code == 2, result.output
+    assert (f"--truth {truth}: its customer_id column does not match the customers table row by row"
+            in " ".join(result.output.split()))
+
+
+def test_train_defaults_are_the_estimators():
+    """The options that become IncentiveModel's parameters or fit's arguments default to the library's values."""
+    import inspect
+
+    import typer.main
+
+    from promokit.incentive.cli import LABEL_ROLES, app as incentive
+    from promokit.incentive.contract import LABELS
+    from promokit.incentive.defaults import DEFAULT_TRAIN
+    from promokit.incentive.estimator import IncentiveModel, validation_fraction
+
+    options = {param.name: param for param in typer.main.get_command(incentive).commands["train"].params}
+    model = inspect.signature(IncentiveModel.__init__).parameters
+    fit = inspect.signature(IncentiveModel.fit).parameters
+    assert options["model"].default == model["model"].default
+    assert options["test_fraction"].default == model["test_fraction"].default
+    assert options["valid_fraction"].default == validation_fraction(fit["validation"].default)
+    assert options["resume"].default == fit["resume"].default
+    assert sorted(LABEL_ROLES) == sorted(LABELS)  # --label's roles are the contract's
+    # the training settings: not given, the estimator's (train=None), which --help shows
+    assert model["train"].default is None and IncentiveModel().train_config == DEFAULT_TRAIN
+    assert options["seed"].default == DEFAULT_TRAIN.seed
+    flags = ("epochs", "batch_size", "lr", "lr_decay", "patience", "monitor")
+    assert all(options[name].default is None for name in flags)
+    assert {name: options[name].show_default for name in flags} == {
+        **{name: f"{getattr(DEFAULT_TRAIN, name):g}" for name in flags[:-1]}, "monitor": DEFAULT_TRAIN.monitor}

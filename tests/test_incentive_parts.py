@@ -219,3 +219,12 @@ def test_merchants_in_several_buckets(predicted, models, monkeypatch, tmp_path):
             pd.testing.assert_frame_equal(
                 pd.read_parquet(tmp_path / "out" / table / f"part-{k:05d}.parquet"),
                 pd.read_parquet(predicted / "out-gnn-sage-3-parts" / table / f"part-{k:05d}.parquet"))
+
+
+def test_predict_needs_an_executor_for_a_graph_in_parts(models, data, tmp_path):
+    from promokit.data import DataError
+    from promokit.incentive.workflows import predict
+
+    parts = data / "parts"
+    with pytest.raises(DataError, match=r"^`customers` .* is a graph in parts: give the `executor` that scores it$"):
+        predict(models / "lr", parts / "customers", parts / "merchants", parts / "edges", tmp_path / "s")

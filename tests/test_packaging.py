@@ -1,6 +1,7 @@
 """Installable beside a user's stack: compatible ranges in pyproject.toml, the exact lock and the lowest versions
 CI tests, the version, and optional extras named in one line when missing."""
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -91,6 +92,17 @@ def test_import_promokit_loads_no_heavy_library():
     code = ("import sys, promokit, promokit.cli; heavy = [m for m in ('torch', 'ray', 'fastapi', 'sqlalchemy', "
             "'optuna', 'ortools', 'torch_geometric', 'lightgbm') if m in sys.modules]; assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+    bare = "import sys, promokit; assert 'pandas' not in sys.modules and 'numpy' not in sys.modules"
+    subprocess.run([sys.executable, "-c", bare], check=True)
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_import_promokit_has_openmp_threads_sleep_unless_the_user_chose(given):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    env.update({"OMP_WAIT_POLICY": given} if given else {})
+    code = "import os, promokit; print(os.environ.get('OMP_WAIT_POLICY'))"
+    printed = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    assert printed.stdout.strip() == (given or "PASSIVE")
 
 
 def run_without(modules: list[str], code: str) -> subprocess.CompletedProcess:

@@ -116,6 +116,29 @@ def test_training_part_by_part_resumes_exactly(tmp_path):
         torch.testing.assert_close(a, b, msg=name)
 
 
+#: Per epoch (train_loss, valid_ctcvr, valid_ctcvr_auc, valid_ctr, valid_ctr_auc, valid_cvr_auc, valid_loss) of the
+#: run below, recorded with the loop over shards before it became a case of the trainer's loop: training part by part
+#: in this process must keep every figure to the bit.
+PINNED = [
+    (0.8811519228178879, 0.21949388086795807, 0.5859446303620323, 0.6098949909210205,
+     0.684418004587156, 0.5690058479532164, 0.8293888568878174),
+    (0.7943168602553494, 0.20571251213550568, 0.5787952540310314, 0.5845780968666077,
+     0.708930619266055, 0.543859649122807, 0.7902905941009521),
+    (0.7661334258582204, 0.20687414705753326, 0.5851840584119258, 0.5644374489784241,
+     0.7065653669724771, 0.571345029239766, 0.7713115811347961),
+]
+
+
+def test_training_part_by_part_keeps_its_pinned_figures(tmp_path):
+    parts = write_parts(make_impressions(), tmp_path / "parts", [1200, 0, 1300, 1500])
+    config = TrainConfig(epochs=3, batch_size=256, lr=0.01, progress=False, patience=10, embedding_decay=1.0)
+    with pytest.warns(UserWarning, match="offset wide term"):
+        history = fit_parts(ConversionModel("esmm", SMALL, config), parts, LocalExecutor()).report.history
+    keys = ("train_loss", "valid_ctcvr", "valid_ctcvr_auc", "valid_ctr", "valid_ctr_auc", "valid_cvr_auc", "valid_loss")
+    assert [tuple(e[k] for k in keys) for e in history.epochs] == PINNED
+    assert history.best_epoch == 2 and history.embedding_decay == 1.0  # recorded as by the Trainer
+
+
 def test_training_over_parts_names_the_python_arguments(tmp_path):
     """The library's messages name its arguments (`wide`), never a command's flags (the commands reword them)."""
     parts = write_parts(make_impressions(), tmp_path / "parts", [2000, 2000])

@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from promokit.nn import binary_log_loss
-from promokit.training import TrainConfig, Trainer, make_optimizers
+from promokit.training import TrainConfig, Trainer, auc_metric, make_optimizers
 from promokit.training.trainer import CHECKPOINT
 
 
@@ -167,3 +167,40 @@ def test_no_epoch_lines_on_a_terminal_or_without_progress(monkeypatch, capsys):
     _quiet_console(monkeypatch, interactive=True)
     _fit(TrainConfig(epochs=2, batch_size=200, progress=True))
     assert "epoch" not in capsys.readouterr().out
+
+
+#: Per epoch (train_loss, valid_auc, valid_loss, valid_y) of the run below, recorded with the trainer's own loop
+#: before it became the one-process case of the loop shared with training over shards: one process must keep every
+#: figure to the bit.
+PINNED = [
+    (0.69270068359375, 0.7856422569027611, 0.5623969435691833, 0.5623969435691833),
+    (0.5782621459960937, 0.8223769507803121, 0.533555269241333, 0.533555269241333),
+    (0.5561680297851562, 0.846530612244898, 0.5275914072990417, 0.5275914072990417),
+    (0.5495054931640625, 0.8444497799119648, 0.5200079679489136, 0.5200079679489136),
+]
+
+
+def test_a_one_process_run_keeps_its_pinned_figures():
+    torch.manual_seed(0)
+    model = Logistic()
+    config = TrainConfig(epochs=4, batch_size=128, lr=0.05, lr_decay=0.9, embedding_decay=1.0, patience=10,
+                         progress=False, monitor="auc")
+    history = Trainer(config).fit(model, _data(), _data(500, 1), metrics={"auc": auc_metric("p", "y")})
+    assert [tuple(e[k] for k in ("train_loss", "valid_auc", "valid_loss", "valid_y")) for e in history.epochs] == PINNED
+    assert history.best_epoch == 2 and history.embedding_decay == 1.0
+
+
+class Penalised(Logistic):
+    """A loss with a penalty on the weights, as the incentive heads have: it tracks gradients unless told not to."""
+
+    def loss(self, out, batch):
+        value, _ = super().loss(out, batch)
+        penalty = self.linear.weight.square().sum()
+        return value + 0.01 * penalty, {"penalty": penalty}
+
+
+def test_validation_tracks_no_gradients(recwarn):
+    torch.manual_seed(0)
+    history = Trainer(TrainConfig(epochs=1, batch_size=500, progress=False)).fit(Penalised(), _data(), _data(500, 1))
+    assert "valid_penalty" in history.epochs[0]
+    assert not [w for w in recwarn if "requires_grad" in str(w.message)]

@@ -260,7 +260,7 @@ def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
     model, _ = fitted
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "esdpm", "params": SMALL, "train": QUICK,
-                                                       "split": "time", "test_fraction": 0.1}
+                                                       "split": "time", "test_fraction": 0.1, "labels": None}
     assert copy.net is None and copy.encoders is None and copy.holdout is None and model.net is not None
     assert copy.model_params == model.model_params and copy.max_len == SMALL["max_len"]
 
@@ -273,6 +273,7 @@ def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
     ({"params": {"experts": 3}}, "no parameter 'experts'"),
     ({"train": "fast"}, "train must be a TrainConfig, a dict of its settings or None, got str"),
     ({"train": TrainConfig(monitor="gauc")}, "monitor must be one of"),
+    ({"labels": {"bought": "purchased"}}, "labels: unknown label role 'bought'"),
 ])
 def test_a_bad_parameter_is_a_one_line_error_and_set_params_keeps_the_old_ones(change, message):
     with pytest.raises(DataError, match=message) as caught:

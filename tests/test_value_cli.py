@@ -311,8 +311,43 @@ def test_label_maps_a_delivery_label_to_the_users_column_and_the_error_names_the
             f"{len(deliveries)} rows; did you mean 'converted'? If it holds the label, map it: --label "
             "convert=converted." in " ".join(refused.output.split()))
     assert _invoke(*train, "--label", "convert=converted").exit_code == 0
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["labels"] == {"convert": "converted"}
     evaluated = _invoke("value", "evaluate", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "e",
                         "--label", "convert=converted")
     assert evaluated.exit_code == 0, evaluated.output
+    remembered = _invoke("value", "evaluate", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "e2")
+    assert remembered.exit_code == 0, remembered.output  # the model keeps the mapping it was trained with
+    assert (json.loads((tmp_path / "e2" / "report.json").read_text())["metrics"] ==
+            json.loads((tmp_path / "e" / "report.json").read_text())["metrics"])
+    predicted = _invoke("value", "predict", "--model", tmp_path / "m", "--data", folder, "--out", tmp_path / "p")
+    assert predicted.exit_code == 0, predicted.output
     wrong = _invoke(*train, "--label", "convert=purchased")
     assert wrong.exit_code == 2 and "--label convert=purchased: column 'purchased' is missing" in wrong.output
+
+
+def test_the_train_and_predict_defaults_are_the_libraries():
+    """Each option of value train that becomes a ValueModel parameter or a fit argument defaults to the library's
+    default (None where the library resolves it, its --help showing the value the estimator then takes)."""
+    import inspect
+
+    from typer.main import get_command
+
+    from promokit.value.cli import app as value_app
+    from promokit.value.estimator import ValueModel
+
+    commands = get_command(value_app).commands
+    options = {p.name: p for p in commands["train"].params}
+    init, fit = (inspect.signature(f).parameters for f in (ValueModel.__init__, ValueModel.fit))
+    for option, parameter in (("model", "model"), ("params", "params"), ("split", "split"),
+                              ("test_fraction", "test_fraction"), ("label", "labels")):
+        assert options[option].default == init[parameter].default, option
+    assert options["valid_fraction"].default == fit["validation"].default
+    assert options["resume"].default == fit["resume"].default
+    model = ValueModel()  # train=None: the estimator's training defaults
+    assert float(options["valid_fraction"].show_default) == model.holdout_for()["valid_fraction"]
+    assert options["seed"].default == model.train_config.seed
+    for flag in ("epochs", "batch_size", "lr", "patience"):
+        assert options[flag].default is None and float(options[flag].show_default) == getattr(model.train_config, flag)
+    assert options["monitor"].default is None and init["train"].default is None
+    contexts = next(p for p in commands["predict"].params if p.name == "contexts")
+    assert contexts.default == inspect.signature(ValueModel.score_table).parameters["contexts"].default

@@ -88,7 +88,8 @@ def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path)
 def _part_tables(data, estimator):
     from promokit.value.part_tables import dataset_parts, read_part_tables
 
-    return [read_part_tables(part, estimator.specs, labels=True) for part in dataset_parts(table_paths(data / "parts"))]
+    return [read_part_tables(part, estimator.specs, require_labels=True)
+            for part in dataset_parts(table_paths(data / "parts"))]
 
 
 def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
@@ -207,3 +208,36 @@ def test_one_converting_delivery_is_a_one_line_error(data, tmp_path):
                      "--test-fraction", 0, "--valid-fraction", 0)
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "'convert' is 0 on all 1 rows" in " ".join(result.output.split())
+
+
+def test_labels_under_other_names_train_over_parts_and_the_model_keeps_the_mapping(data, tmp_path):
+    """--label maps a label column of every part; the model learns what it learns from the contract names, keeps
+    the mapping, and evaluate and predict on the same tables need no --label."""
+    renamed = tmp_path / "renamed"
+    shutil.copytree(data, renamed)
+    for path in [*(renamed / "parts" / "deliveries").glob("*.parquet"), renamed / "whole" / "deliveries.parquet"]:
+        pd.read_parquet(path).rename(columns={"convert": "bought"}).to_parquet(path, index=False)
+    train = ["value", "train", "--model", "esdpm-ncg", "--epochs", 1, "--params", json.dumps(SMALL)]
+    plain = _invoke(*train, "--data", data / "parts", "--out", tmp_path / "plain")
+    mapped = _invoke(*train, "--data", renamed / "parts", "--out", tmp_path / "mapped", "--label", "convert=bought")
+    assert plain.exit_code == 0 and mapped.exit_code == 0, mapped.output
+    config = {name: json.loads((tmp_path / name / "config.json").read_text()) for name in ("plain", "mapped")}
+    assert config["mapped"]["labels"] == {"convert": "bought"} and config["plain"]["labels"] is None
+    assert config["mapped"]["split"] == config["plain"]["split"]
+    assert (tmp_path / "mapped" / "encoder.json").read_text() == (tmp_path / "plain" / "encoder.json").read_text()
+    losses = [[{k: v for k, v in epoch.items() if "second" not in k}
+               for epoch in json.loads((tmp_path / name / "history.json").read_text())["epochs"]]
+              for name in ("plain", "mapped")]
+    assert losses[0] == losses[1]
+
+    evaluated = _invoke("value", "evaluate", "--model", tmp_path / "mapped", "--data", renamed / "whole", "--out",
+                        tmp_path / "eval")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert json.loads((tmp_path / "eval" / "report.json").read_text())["metrics"]["deliveries"] == \
+        config["mapped"]["split"]["held_out"]
+    predicted = _invoke("value", "predict", "--model", tmp_path / "mapped", "--data", renamed / "parts", "--out",
+                        tmp_path / "scores")
+    assert predicted.exit_code == 0, predicted.output
+    refused = _invoke(*train, "--data", renamed / "parts", "--out", tmp_path / "m", "--label", "convert=purchased")
+    assert refused.exit_code == 2 and "--label convert=purchased: column 'purchased' is missing" in refused.output
+    assert "part-00000.parquet" in " ".join(refused.output.split())  # the error names the part's file

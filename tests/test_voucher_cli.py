@@ -84,6 +84,50 @@ def test_label_maps_the_redeemed_column_and_the_error_names_the_option(tmp_path,
     assert evaluated.exit_code == 0, evaluated.output
 
 
+def test_the_model_remembers_its_label_column_for_evaluate_and_predict(tmp_path, paths):
+    renamed = tmp_path / "sessions.csv"
+    pd.read_csv(paths / "sessions.csv").rename(columns={"redeemed": "is_redeemed"}).to_csv(renamed, index=False)
+    args = ["--sessions", renamed, *_table_args(paths)[2:]]
+    trained = _invoke("voucher", "train", *args, "--model", "din", "--epochs", 1, "--params", NET,
+                      "--label", "redeemed=is_redeemed", "--out", tmp_path / "m")
+    assert trained.exit_code == 0, trained.output
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["labels"] == {"redeemed": "is_redeemed"}
+    metrics = {}
+    for name, options in (("given", ["--label", "redeemed=is_redeemed"]), ("remembered", [])):
+        evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, *options, "--out", tmp_path / name)
+        assert evaluated.exit_code == 0, evaluated.output
+        metrics[name] = json.loads((tmp_path / name / "report.json").read_text())["metrics"]
+    assert metrics["given"] == metrics["remembered"] and metrics["given"]["n"] > 0
+    # predict reads the users' redeemed histories from the remembered column: the same as on the original tables
+    predicted = {}
+    for name, sessions in (("renamed", renamed), ("original", paths / "sessions.csv")):
+        result = _invoke("voucher", "predict", "--model", tmp_path / "m", "--sessions", sessions,
+                         *_table_args(paths)[2:], "--out", tmp_path / f"p_{name}")
+        assert result.exit_code == 0, result.output
+        predicted[name] = pd.read_parquet(tmp_path / f"p_{name}" / "predictions.parquet")
+    pd.testing.assert_frame_equal(predicted["renamed"], predicted["original"])
+
+
+def test_train_defaults_are_the_estimators():
+    import inspect
+
+    import typer
+
+    from promokit.voucher.defaults import DEFAULT_TRAIN
+    from promokit.voucher.estimator import VoucherModel
+
+    command = typer.main.get_command(app).commands["voucher"].commands["train"]
+    options = {param.name: param for param in command.params}
+    library = {**inspect.signature(VoucherModel.__init__).parameters, **inspect.signature(VoucherModel.fit).parameters}
+    shared = [name for name in options if name in library and name not in ("model", "resume")]
+    assert {"test_fraction", "test_from"} <= set(shared)
+    for name in [*shared, "model", "resume"]:
+        assert options[name].default == library[name].default, name
+    assert options["seed"].default == DEFAULT_TRAIN.seed
+    for name in ("epochs", "batch_size", "lr", "patience", "embedding_decay", "weight_decay"):
+        assert options[name].default is None and options[name].show_default == f"{getattr(DEFAULT_TRAIN, name):g}"
+
+
 def test_a_missing_column_is_one_line_and_exit_2(tmp_path, paths):
     broken = tmp_path / "sessions.csv"
     pd.read_csv(paths / "sessions.csv").drop(columns=["voucher_id"]).to_csv(broken, index=False)
@@ -106,19 +150,19 @@ def test_monitor_loss_picks_the_epoch_on_validation_logloss(tmp_path, paths):
 
 
 def test_an_interrupted_train_keeps_its_checkpoint_and_resume_finishes_it(tmp_path, paths, monkeypatch):
-    from promokit.training import Trainer
+    from promokit.training import trainer
 
-    epoch = Trainer._train_epoch
+    epoch = trainer._train_epoch
 
-    def interrupted_in_the_second_epoch(self, model, optimizers, train, number, progress):
+    def interrupted_in_the_second_epoch(net, forward, optimizers, batches, config, comm, number, progress):
         if number == 1:
             raise KeyboardInterrupt
-        return epoch(self, model, optimizers, train, number, progress)
+        return epoch(net, forward, optimizers, batches, config, comm, number, progress)
 
     args = ("voucher", "train", *_table_args(paths), "--out", tmp_path / "m", "--model", "din", "--epochs", 3,
             "--patience", 5, "--params", NET)
     with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "_train_epoch", interrupted_in_the_second_epoch)
+        patch.setattr(trainer, "_train_epoch", interrupted_in_the_second_epoch)
         result = _invoke(*args)
     assert result.exit_code == 0 and "continue with --resume" in result.output
     assert (tmp_path / ".m.checkpoint" / "checkpoint.pt").exists()
@@ -163,6 +207,16 @@ def test_amexpert_writes_contract_tables_that_train_and_evaluate_read_back(tmp_p
         assert evaluated.exit_code == 0, evaluated.output
         report = json.dumps(json.loads((tmp_path / "eval" / "report.json").read_text()))
         assert '"n": 2' in report and "gauc" in report
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--valid-from", "2099-01-01"], "--valid-from 2099-01-01 leaves "),
+    (["--test-from", "soon"], "--test-from 'soon' is not a time"),
+    (["--model", "dmbgn", "--item-embeddings", "nowhere.csv"], "--item-embeddings nowhere.csv: no such file"),
+])
+def test_bad_train_options_are_one_line_errors_naming_the_option(tmp_path, paths, options, message):
+    result = _invoke("voucher", "train", *_table_args(paths), "--model", "lr", *options, "--out", tmp_path / "m")
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
 
 
 def test_unknown_model_is_a_user_error(tmp_path, paths):

@@ -285,7 +285,7 @@ def test_cli_train_with_item_embeddings(world, store, tmp_path):
         assert result.exit_code == 0, result.output
         params = json.loads((folder / "m" / "config.json").read_text())["params"]
         assert params["item_embeddings"] == str(source) and params["freeze_items"] is True
-    for args, message in ((("--item-embeddings", folder / "nope.csv"), "no such file"),
+    for args, message in ((("--model", "dmbgn", "--item-embeddings", folder / "nope.csv"), "no such file"),
                           (("--model", "din", "--item-embeddings", "metapath2vec"), "DMBGN models only")):
         result = invoke("--out", folder / "m2", *args)
         assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

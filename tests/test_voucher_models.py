@@ -238,7 +238,8 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
     model.save(tmp_path / "dmbgn")
     assert (tmp_path / "dmbgn" / "graph_vocabulary.json").exists()
     config = json.loads((tmp_path / "dmbgn" / "config.json").read_text())
-    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history", "holdout"}
+    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history", "holdout",
+                           "labels"}
     assert config["tables"] == world.tables.options  # the options that read the tables: column names, no data
     loaded = VoucherModel.load(tmp_path / "dmbgn")
     assert loaded.table_options == model.table_options
@@ -392,7 +393,7 @@ def test_a_bad_parameter_is_one_line_and_set_params_keeps_the_old_values():
                                   "test_fraction": 0.1, "test_from": None}
     with pytest.raises(DataError, match=r"^test_fraction must be a number in \[0, 1\) \(0: hold nothing out\), got 2$"):
         model.set_params(test_fraction=2)
-    with pytest.raises(DataError, match=r"^test_from must be a time such as '2024-06-01'"):
+    with pytest.raises(DataError, match=r"^`test_from` 'soon' is not a time; use e.g. '2024-06-01'"):
         model.set_params(test_from="soon")
     assert model.test_fraction == 0.1 and model.test_from is None
     assert model.model_params["emb_dim"] == 4 and model.train_config is TINY_TRAIN

@@ -16,13 +16,19 @@ loads on first use (PEP 562): ``import promokit`` is instant.
 """
 
 from promokit.lazy import lazy_exports
+from promokit.training.threads import prefer_passive_wait
+
+# Before anything loads torch: OpenMP threads that spin at every barrier collapse a loaded machine (an epoch 24x
+# slower beside two busy processes); sleeping at once costs nothing on a quiet one (docs/training.md#threads).
+# A wait policy the user set (OMP_WAIT_POLICY, GOMP_SPINCOUNT, KMP_BLOCKTIME) is kept.
+prefer_passive_wait()
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "Estimator": "promokit.training.estimator",
     "Evaluation": "promokit.training.estimator",
-    "TrainConfig": "promokit.training.trainer",
+    "TrainConfig": "promokit.training.config",
     "FeatureSpec": "promokit.data.spec",
     "DataError": "promokit.data.errors",
     "MissingExtra": "promokit.extras",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import warnings
 from contextlib import contextmanager
@@ -16,20 +15,9 @@ from promokit.console import get_console, print_table
 
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue an interrupted run from its checkpoint "
                                          "(.OUT.checkpoint beside --out).")]
-# Training flags shared by every domain; None means "the domain's default, or the value in --params".
 ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameters as a JSON object or a JSON file "
                                                   "(what tune writes): model parameters, min_count and training "
                                                   "fields such as lr or embedding_decay; flags given win.")]
-EpochsOpt = Annotated[Optional[int], typer.Option("--epochs", help="Most epochs to train.")]
-BatchSizeOpt = Annotated[Optional[int], typer.Option("--batch-size", help="Rows per training step.")]
-LrOpt = Annotated[Optional[float], typer.Option("--lr", help="Adam learning rate.")]
-PatienceOpt = Annotated[Optional[int], typer.Option("--patience", help="Epochs without a better validation score "
-                                                    "before stopping.")]
-EmbeddingDecayOpt = Annotated[Optional[float], typer.Option(
-    "--embedding-decay", help="Decoupled L2 (weight decay) on embedding rows, applied lazily to the rows a batch "
-    "touches; 0 turns it off.")]
-WeightDecayOpt = Annotated[Optional[float], typer.Option("--weight-decay", help="Decoupled L2 (AdamW) on the dense "
-                                                         "weights.")]
 MinCountOpt = Annotated[Optional[int], typer.Option("--min-count", help="Ids seen fewer times in training share "
                                                     "the out-of-vocabulary row.")]
 TrialsOpt = Annotated[int, typer.Option("--trials", help="Finished trials the study should hold (a resumed study "
@@ -60,12 +48,38 @@ AddressOpt = Annotated[Optional[str], typer.Option("--address", help="Address of
 WorkersOpt = Annotated[Optional[int], typer.Option("--workers", help="Ray workers (one CPU each) sharing the "
                                                    "partitions; default every CPU of the cluster.")]
 ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="Torch threads of this process (default: the "
-                                                   "cores free now: the cores it may run on minus the 1-minute load "
-                                                   "average, at least 1).")]
+                                                   "cores free now: the cores it may run on minus the busy ones, by "
+                                                   "the load average or the tasks running now, at least 1; "
+                                                   "OMP_NUM_THREADS, when set, instead).")]
 
 WideOpt = Annotated[Optional[str], typer.Option("--wide", help="The linear floor's term in every logit of a neural "
                                                 "model: none | joint (trained with it) | offset (the solved lr, "
                                                 "fixed; the network learns the correction). Default: the model's.")]
+#: The training flags every domain's train, tune and bench take: the TrainConfig field and its help.
+TRAINING_FLAGS = {
+    "epochs": "Most epochs to train.",
+    "batch_size": "Rows per training step.",
+    "lr": "Adam learning rate.",
+    "patience": "Epochs without a better validation score before stopping.",
+    "embedding_decay": "Decoupled L2 (weight decay) on embedding rows, applied lazily to the rows a batch touches; "
+                       "0 turns it off.",
+    "weight_decay": "Decoupled L2 (AdamW) on the dense weights.",
+}
+
+
+class TrainingFlags:
+    """The training flags of one domain, each an ``Annotated`` option whose ``--help`` shows that domain's default
+    (its ``DEFAULT_TRAIN``: the default is stated once, in the library). A flag not given is None: the domain's
+    default, or the value in ``--params``. Use as ``epochs: flags.epochs = None``."""
+
+    def __init__(self, default):
+        for name, help_text in TRAINING_FLAGS.items():
+            kind = int if name in ("epochs", "batch_size", "patience") else float
+            option = typer.Option("--" + name.replace("_", "-"), help=help_text,
+                                  show_default=f"{getattr(default, name):g}")
+            setattr(self, name, Annotated[Optional[kind], option])
+
+
 #: Where demos (and benches with a default) write without --out: promokit-runs/<command>, e.g.
 #: promokit-runs/conversion-demo; `make demo` too (promokit-runs/campaign-demo).
 RUNS = Path("promokit-runs")
@@ -146,26 +160,40 @@ def executor_from_options(kind: str, address: str | None, workers: int | None):
         return make_executor(kind, address, workers)
 
 
+def deferred_executor(kind: str, address: str | None, workers: int | None):
+    """:func:`executor_from_options`, where a Ray cluster starts only when the executor is first used: the library
+    reads its ``name`` and may refuse the job before (a model that cannot train over parts starts no cluster)."""
+    if kind != "ray":
+        return executor_from_options(kind, address, workers)
+    return _StartedOnUse(kind, lambda: executor_from_options(kind, address, workers))
+
+
+class _StartedOnUse:
+    """An executor known by its ``name``, made by ``make`` when anything else of it is first asked for."""
+
+    def __init__(self, name: str, make):
+        self.name, self._make, self._executor = name, make, None
+
+    def __getattr__(self, attribute: str):
+        if self._executor is None:
+            self._executor = self._make()
+        return getattr(self._executor, attribute)
+
+
 def free_cores() -> int:
-    """The cores this process may run on minus the 1-minute load average (rounded), at least 1: torch's default of
-    one thread per core oversubscribes a machine where other processes hold cores (an incentive epoch took 15–112 s
-    on 2 threads against 1.5–6 s on 1, docs/training.md)."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    busy = round(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
-    return max(1, usable - busy)
+    """The cores free now (:func:`promokit.training.threads.free_cores`): ``--threads`` when not given."""
+    from promokit.training import threads
+
+    return threads.free_cores()
 
 
 def set_threads(threads: int | None) -> int:
-    """``--threads``: torch's intra-op threads, :func:`free_cores` when not given; returns the number set."""
-    from promokit.data.errors import DataError
+    """``--threads``: torch's intra-op threads, the cores free now when not given (unless OMP_NUM_THREADS or the
+    like chose a count: :func:`promokit.training.threads.set_threads`); returns the number in force."""
+    from promokit.training import threads as torch_threads
 
-    if threads is not None and threads < 1:
-        raise DataError(f"--threads must be at least 1, got {threads}")
-    import torch
-
-    count = free_cores() if threads is None else threads
-    torch.set_num_threads(count)
-    return count
+    with flags_in_errors({"threads": "--threads"}):
+        return torch_threads.set_threads(threads)
 
 
 def json_option(flag: str, text: str | None, default=None):
@@ -456,7 +484,7 @@ def print_held_out(held: str | None, what: str) -> None:
     """train's line saying what it held out (``held``: how many ``what`` and by which rule; None: nothing)."""
     text = (f"held out for evaluate: {held}; evaluate scores them by default (--all: every {what}), "
             "--test-fraction 0 trains on them too" if held else
-            f"held out for evaluate: nothing (--test-fraction 0); evaluate new data with --all")
+            "held out for evaluate: nothing (--test-fraction 0); evaluate new data with --all")
     get_console().print(text, highlight=False, soft_wrap=True)
 
 

@@ -10,14 +10,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import RUNS, EpochsOpt, runs_out_option, user_errors
+from promokit.cli_support import TrainingFlags, RUNS, runs_out_option, user_errors
+from promokit.experiments.incentive.demo import DEMO_TRAIN
+
+#: The training flags, showing the demo's defaults.
+TRAIN = TrainingFlags(DEMO_TRAIN)
 
 
 def demo(out: runs_out_option("the world, models, scores, plan, campaign, ledger and report (overwritten)") = RUNS / "campaign-demo",
          customers: Annotated[int, typer.Option(help="Customers in the synthetic world (each asks for one decision).")] = 20_000,
          merchants: Annotated[int, typer.Option(help="Merchants in the synthetic world.")] = 2_000,
          seed: Annotated[int, typer.Option("--seed", help="Seed of the world, the training, the request order and the outcome draws.")] = 0,
-         epochs: EpochsOpt = None,
+         epochs: TRAIN.epochs = None,
          ratio: Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected redemption (default: the median level).")] = None,
          cap_factor: Annotated[float, typer.Option("--cap-factor", help="Cap on money at risk as a multiple of the plan's expected spend Σ r·f.")] = 1.1,
          waves: Annotated[int, typer.Option("--waves", help="Waves of decisions, each followed by its outcomes: 1/WAVES of the coupons are open at once.")] = 50,

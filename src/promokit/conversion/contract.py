@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, example_row
+from promokit.data.spec import FeatureSpec
 
 REQUIRED_LABELS = ("click", "purchase")
 OPTIONAL_LABELS = ("daction",)
+#: Every label role of an impression table, as ``labels`` (role → column) maps them.
+LABEL_ROLES = (*REQUIRED_LABELS, *OPTIONAL_LABELS)
 #: The logits of the path impression → click → (DAction) → purchase that a model may define, each with the label
 #: that supervises it and the rows it is observed on: what a wide term's floor is solved on (``promokit.nn.WideTerm``).
 #: y2–y4 are ESM²'s (eqs. 1–4).
@@ -22,6 +26,34 @@ LOGIT_TARGETS = {"ctr": ("click", {}), "cvr": ("purchase", {"click": 1}), "ctcvr
 def wide_targets(*logits: str) -> dict[str, tuple[str, dict[str, int]]]:
     """:data:`LOGIT_TARGETS` of the named logits."""
     return {name: LOGIT_TARGETS[name] for name in logits}
+
+
+def conversion_spec(spec: FeatureSpec | str | os.PathLike | None = None, *, micro_behaviors=None,
+                    types: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> FeatureSpec:
+    """``spec`` (a FeatureSpec, a YAML/JSON spec file, or None: an empty spec) with ``micro_behaviors``
+    (:func:`micro_behavior_columns`) in place of its own, ``types`` (column → categorical | numeric) over its own
+    and ``labels`` (role → column) over its own."""
+    if not isinstance(spec, FeatureSpec):
+        spec = FeatureSpec.from_file(spec) if spec else FeatureSpec()
+    if micro_behaviors is not None:
+        spec = replace(spec, micro_behaviors=micro_behavior_columns(micro_behaviors))
+    if labels:
+        spec = replace(spec, labels={**spec.labels, **labels})
+    return replace(spec, types={**spec.types, **(types or {})})
+
+
+def micro_behavior_columns(names) -> list[str]:
+    """The micro-behaviour label columns ``names`` gives: a list, or a string of comma-separated names (blanks
+    ignored); at least one, none twice."""
+    given = names.split(",") if isinstance(names, str) else list(names)
+    columns = [name.strip() for name in given if name.strip()]
+    if not columns:
+        raise DataError(f"`micro_behaviors` names no column ({names!r}); give comma-separated column names, "
+                        "e.g. cart,favorite")
+    repeated = sorted({name for name in columns if columns.count(name) > 1})
+    if repeated:
+        raise DataError(f"`micro_behaviors` lists {repeated} more than once")
+    return columns
 
 
 @dataclass

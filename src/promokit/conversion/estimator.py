@@ -20,9 +20,11 @@ from promokit.conversion.contract import (
     check_labels,
     check_learnable,
     check_micro_behaviors,
+    micro_behavior_columns,
     post_click_counts,
     post_click_warning,
 )
+from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.conversion.models import MODELS
 from promokit.conversion.pmg import concurrence_probability
@@ -34,23 +36,22 @@ from promokit.data import (
     holdout_split,
 )
 from promokit.data.datasets import as_table, check_rows
-from promokit.data.parts import is_partitioned, list_parts, parquet_rows
-from promokit.data.spec import missing_label_message
-from promokit.data.split import TEST_FRACTION, latest_split
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.ids import id_hashes
+from promokit.data.parts import is_partitioned, list_parts, parquet_rows
+from promokit.data.spec import missing_column_message, missing_label_message
+from promokit.data.split import TEST_FRACTION, latest_split
 from promokit.training import (
     History,
     TrainConfig,
     Trainer,
     auc_metric,
     check_model_params,
-    read_json,
     load_weights,
+    read_json,
     read_model_config,
     write_model_dir,
 )
-from promokit.training import defaults
 from promokit.training.estimator import (
     Estimator,
     Evaluation,
@@ -62,14 +63,8 @@ from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
-#: Training defaults, chosen on validation data like the network defaults (``promokit.training.defaults``).
-DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=defaults.LR, embedding_decay=defaults.EMBEDDING_DECAY,
-                            decay_rows=defaults.EMBEDDING_DECAY_ROWS,
-                            patience=2)
 #: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
 PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2)
-#: The share of the training table that validates when ``fit`` is given no ``validation``.
-VALIDATION_FRACTION = 0.1
 #: What can pick the epoch on the validation rows: the loss, or an AUC (output, label, rows given).
 MONITORS = {"loss": None, "ctr_auc": ("p_ctr", "click", None), "cvr_auc": ("p_cvr", "purchase", "click"),
             "ctcvr_auc": ("p_ctcvr", "purchase", None)}
@@ -109,8 +104,9 @@ class ConversionModel(Estimator):
         model.save("esm2_model"); ConversionModel.load("esm2_model")
     """
 
-    def __init__(self, model: str = "esm2", params: dict | None = None, train: TrainConfig | None = None,
-                 spec: FeatureSpec | None = None, repair_labels: bool = False, test_fraction: float = TEST_FRACTION):
+    def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
+                 spec: FeatureSpec | None = None, repair_labels: bool = REPAIR_LABELS,
+                 test_fraction: float = TEST_FRACTION):
         self.model = model
         self.params = params
         self.train = train
@@ -153,25 +149,36 @@ class ConversionModel(Estimator):
     def is_neural(self) -> bool:
         return issubclass(self.model_class, nn.Module)
 
-    def fit(self, data, *, validation=None, validation_split: str | None = None,
+    def fit(self, data, *, validation=None, validation_split: str | None = None, executor=None,
             checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, on_epoch=None) -> ConversionModel:
         """Fit on ``data`` (a DataFrame or a table path) less the ``test_fraction`` held out for evaluation
         (:meth:`held_out`), and pick the epoch on the validation rows.
 
-        ``validation`` is None (10 % of the rest), a fraction of the rest in [0, 1) (0: no validation) or a
-        validation table (a DataFrame or a path). Validation rows cut from ``data`` are the latest by the spec's
-        ``time_key`` when it names one, else random; ``validation_split`` (``"random"`` or ``"time:<column>"``)
-        chooses otherwise. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there (``resume``:
-        continue from it); ``on_epoch`` is passed to :meth:`Trainer.fit`."""
+        ``validation`` is None (:data:`VALIDATION_FRACTION` of the rest), a fraction of the rest in [0, 1) (0: no
+        validation) or a validation table (a DataFrame or a path). Validation rows cut from ``data`` are the latest
+        by the spec's ``time_key`` when it names one, else random; ``validation_split`` (``"random"`` or
+        ``"time:<column>"``) chooses otherwise. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there
+        (``resume``: continue from it); ``on_epoch`` is passed to :meth:`Trainer.fit`.
+
+        ``executor`` (``promokit.scale.make_executor``'s, passed in; None: none) trains a network by epochs over the
+        parts of ``data`` (and of a ``validation`` path) without reading them whole
+        (:func:`~promokit.conversion.parts.fit_parts`, which says how the rows are held out there): always on Ray,
+        and on the local executor when either table is in parts. A model not trained by epochs is fitted on the
+        table read whole on the local executor (with a warning when it is in parts), and refused on Ray."""
         self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
-        table = as_table(data, "data")
         valid, fraction = _validation(validation)
         if validation_split is not None:
             if valid is not None:
-                raise DataError("validation_split cuts the validation rows from data; it cannot be used with a "
-                                "validation table")
+                raise DataError("`validation_split` cuts the validation rows from `data`; it cannot be used with a "
+                                "`validation` table")
             if validation_split != "random" and not str(validation_split).startswith("time:"):
                 raise DataError(f"validation_split must be 'random' or 'time:<column>', got {validation_split!r}")
+        if self._over_parts(data, valid, executor):
+            from promokit.conversion.parts import fit_parts
+
+            return fit_parts(self, data, executor, valid, fraction, validation_split, checkpoint_dir, resume)
+        table = as_table(data, "data")
+        valid = None if valid is None else as_table(valid, "validation")
         spec = self.feature_spec = self.resolve_spec(table)
         seed_everything(self.train_config.seed)
         labels, label_report = self._labels(table)
@@ -261,8 +268,8 @@ class ConversionModel(Estimator):
         check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
         if self.uses_micro and not spec.micro_behaviors:
             raise DataError(f"model {self.model!r} learns from micro-behaviour labels, and the table of {len(table)} "
-                            "rows has none declared: name its 0/1 post-click columns in the spec's micro_behaviors "
-                            "([cart, favorite, …])")
+                            "rows has none declared: name its 0/1 post-click columns with `micro_behaviors` or in the "
+                            "spec (micro_behaviors: [cart, favorite, …])")
         needed = [role for role in self.model_class.labels if role not in spec.labels and role != "micro"]
         if needed:
             raise DataError(f"model {self.model!r} needs the {needed} label(s), which the table of {len(table)} rows "
@@ -277,6 +284,23 @@ class ConversionModel(Estimator):
     def trains_by_epochs(self) -> bool:
         """A network trained by epochs of mini-batches (not solved like LR, nor a GBDT): what trains over parts."""
         return self.is_neural and not hasattr(self.model_class, "solve")
+
+    def _over_parts(self, data, valid, executor) -> bool:
+        """Whether :meth:`fit` trains over the parts of ``data`` on ``executor`` (see there)."""
+        if executor is None:
+            return False
+        local = executor.name == "local"
+        if local and not any(isinstance(t, (str, os.PathLike)) and is_partitioned(t) for t in (data, valid)):
+            return False
+        if self.trains_by_epochs:
+            return True
+        if not local:
+            raise DataError(f"model {self.model!r} is not trained by epochs of mini-batches, so it cannot train over "
+                            f"a table's parts with `executor` {executor.name}: train it with `executor` local (the "
+                            "table read whole), or choose a network (esmm, esm2, dnn, gmcm …)")
+        warnings.warn(f"model {self.model!r} is fitted on the whole table, not by epochs over its parts: the parts "
+                      "are read into one frame", stacklevel=3)
+        return False
 
     def label_counts(self, table: pd.DataFrame) -> dict:
         """The label sums of one part's training rows that :meth:`fit_counts` needs (the learnability checks of
@@ -357,9 +381,11 @@ class ConversionModel(Estimator):
     def uses_micro(self) -> bool:
         return "micro" in getattr(self.model_class, "labels", ())
 
-    def _labels(self, table: pd.DataFrame) -> tuple[dict[str, np.ndarray], LabelReport]:
-        """The label arrays by role, with the micro-behaviours as one ``(rows, N)`` array under ``micro``."""
-        spec = self.feature_spec
+    def _labels(self, table: pd.DataFrame, spec: FeatureSpec | None = None
+                ) -> tuple[dict[str, np.ndarray], LabelReport]:
+        """The label arrays by role (of ``spec``, default ``feature_spec``), with the micro-behaviours as one
+        ``(rows, N)`` array under ``micro``."""
+        spec = spec or self.feature_spec
         labels, report = check_labels(table, {r: c for r, c in spec.labels.items() if c in table.columns},
                                       self.repair_labels)
         if spec.micro_behaviors and set(spec.micro_behaviors) <= set(table.columns):
@@ -411,27 +437,53 @@ class ConversionModel(Estimator):
             columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
         return pd.concat([table[keys], pd.DataFrame(columns, index=table.index)], axis=1)
 
-    def evaluate(self, data, *, rows=None, gauc_weight: str = "impressions",
-                 predictions: pd.DataFrame | None = None) -> Evaluation:
+    def evaluate(self, data, *, rows=None, gauc_weight: str = "impressions", predictions: pd.DataFrame | None = None,
+                 labels: dict[str, str] | None = None, micro_behaviors=None) -> Evaluation:
         """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`),
         every row or the row positions ``rows`` (those :meth:`fit` held out: ``held_out(data)``);
-        ``predictions``, this model's :meth:`predict` of those rows when the caller has them already."""
+        ``predictions``, this model's :meth:`predict` of those rows when the caller has them already.
+
+        ``labels`` (role → column): the table's label columns, in place of those the model was trained with.
+        ``micro_behaviors`` (columns, a list or comma-separated names): the micro-behaviours whose node AUCs to
+        report, in place of those the model was trained with (scored where the table has them); a model that
+        predicts nodes is scored only on nodes it was trained on."""
         self._check_fitted()
         table = as_table(data, "data")
+        spec = self._scored_spec(table, labels, micro_behaviors)
         if rows is not None:
             table = table.iloc[check_rows(rows, len(table), "rows", "rows")]
         for role in REQUIRED_LABELS:
-            column = self.feature_spec.labels.get(role, role)
+            column = spec.labels.get(role, role)
             if column not in table.columns:
                 raise DataError(missing_label_message(role, column, list(table.columns), len(table), spec=True))
-        labels, _ = self._labels(table)
+        labels, _ = self._labels(table, spec)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
-            labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(self.feature_spec.micro_behaviors)})
+            labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(spec.micro_behaviors)})
         predictions = self.predict(table) if predictions is None else predictions
         outputs = {k: v.to_numpy() for k, v in predictions.items() if str(k).startswith("p_")}
-        groups = table[self.feature_spec.group_key].to_numpy() if self.feature_spec.group_key else None
+        groups = table[spec.group_key].to_numpy() if spec.group_key else None
         return Evaluation(f"Conversion model {self.model}", conversion_metrics(labels, outputs, groups, gauc_weight))
+
+    def _scored_spec(self, table: pd.DataFrame, labels: dict[str, str] | None, micro_behaviors) -> FeatureSpec:
+        """``feature_spec`` with the label columns and micro-behaviours :meth:`evaluate` is given, checked."""
+        spec = self.feature_spec
+        if labels:
+            spec = replace(spec, labels={**spec.labels, **labels})
+        if micro_behaviors is None:
+            return spec
+        names = micro_behavior_columns(micro_behaviors)
+        untrained = sorted(set(names) - set(spec.micro_behaviors))
+        if self.uses_micro and untrained:
+            raise DataError(f"`micro_behaviors`: model {self.model!r} was trained on the nodes "
+                            f"{list(spec.micro_behaviors)}, not {untrained}")
+        for name in names:
+            if name not in table.columns:
+                raise DataError(missing_column_message(name, list(table.columns), "micro-behaviour label", len(table)))
+        if not self.uses_micro:
+            warnings.warn(f"model {self.model!r} predicts no micro-behaviour nodes; `micro_behaviors` adds node AUCs "
+                          "only for gmcm / mcm-* models", stacklevel=3)
+        return replace(spec, micro_behaviors=names)
 
     def _check_fitted(self) -> None:
         if self.net is None or self.encoder is None:
@@ -467,19 +519,29 @@ class ConversionModel(Estimator):
         return model
 
 
-def _validation(validation) -> tuple[pd.DataFrame | None, float]:
-    """(the validation table, or None; the fraction of the training table to hold out) that ``validation``
-    asks for: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1), or a table."""
+def _validation(validation) -> tuple[pd.DataFrame | str | os.PathLike | None, float]:
+    """(the validation table, unread, or None; the fraction of the training table to hold out) that
+    ``validation`` asks for: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1), or a table."""
     if validation is None:
         return None, VALIDATION_FRACTION
     if isinstance(validation, Real) and not isinstance(validation, (bool, np.bool_)):
         if not 0 <= validation < 1:
-            raise DataError(f"validation: a fraction of the rows must be in [0, 1), got {validation!r}")
+            raise DataError(f"`validation`: a fraction of the rows must be in [0, 1), got {validation!r}")
         return None, float(validation)
     if isinstance(validation, (pd.DataFrame, str, os.PathLike)):
-        return as_table(validation, "validation"), 0.0
+        return validation, 0.0
     raise DataError(f"validation must be None, a fraction in [0, 1) or a validation table (a DataFrame or a path), "
                     f"got {type(validation).__name__}")
+
+
+def describe_holdout(holdout: dict) -> str | None:
+    """What a fitted model held out (``ConversionModel.holdout``) in words; None when nothing."""
+    if not holdout["held_out"]:
+        return None
+    rule = (f"each row drawn with probability {holdout['test_fraction']:g}, seed {holdout['seed']}"
+            if holdout["how"] == "random" else
+            f"the latest {holdout['test_fraction']:.0%} by {holdout['how'].split(':', 1)[1]!r}")
+    return f"{holdout['held_out']:,} of {holdout['rows']:,} rows ({rule})"
 
 
 def held_out_rows(table: pd.DataFrame, holdout: dict) -> np.ndarray:

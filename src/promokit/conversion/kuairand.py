@@ -69,7 +69,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from promokit.data import DataError, FeatureSpec
+from promokit.conversion.contract import micro_behavior_columns
+from promokit.data import DataError, FeatureSpec, write_json, write_parquet, write_text
 from promokit.data.errors import unique_index
 
 LOG_FILE = "kuairand_pure_val_20220425_0430.parquet"
@@ -275,6 +276,33 @@ def kuairand_spec(table: pd.DataFrame, ids: bool = True, micro_behaviors: list[s
                        numeric=[c for c in NUMERIC_FEATURES if c in table.columns],
                        labels={label: label for label in LABELS}, group_key="user_id",
                        time_key="date" if "date" in table.columns else None, micro_behaviors=micro)
+
+
+def write_kuairand(src: str | os.PathLike, out: str | os.PathLike, log: str | None = None, ids: bool = True,
+                   purchase: str = PURCHASE_BEHAVIOUR, daction=None,
+                   micro_behaviors=None) -> tuple[KuaiRandReport, Path]:
+    """Read the KuaiRand-Pure folder ``src`` (:func:`load_kuairand`) and write its conversion table to ``out``
+    (Parquet), the table's feature spec beside it as ``OUT.spec.yaml`` (:func:`kuairand_spec`, with the ids as
+    features unless ``ids`` is False) and the load report as ``OUT.json``; returns the report and the spec's path.
+
+    ``log`` defaults to :data:`LOG_FILE`; ``daction`` (log columns, a list or comma-separated) to
+    :data:`DACTION_BEHAVIOURS` without ``purchase``; ``micro_behaviors`` (log columns, a list or comma-separated
+    names, or ``"none"``) to :data:`MICRO_BEHAVIOURS` without ``purchase``."""
+    import yaml
+
+    if isinstance(daction, str):
+        daction = daction.split(",")
+    behaviours = tuple(daction) if daction else tuple(b for b in DACTION_BEHAVIOURS if b != purchase)
+    none = isinstance(micro_behaviors, str) and micro_behaviors.strip().lower() == "none"
+    micro = (MICRO_BEHAVIOURS if micro_behaviors is None else
+             () if none else tuple(micro_behavior_columns(micro_behaviors)))
+    table, report = load_kuairand(src, log=log or LOG_FILE, daction=behaviours, purchase=purchase, micro=micro)
+    out = Path(out)
+    write_parquet(table, out)
+    spec_path = out.with_suffix(".spec.yaml")
+    write_text(yaml.safe_dump(kuairand_spec(table, ids=ids).to_dict(), sort_keys=False), spec_path)
+    write_json({"summary": report.summary(), **report.__dict__}, out.with_suffix(".json"))
+    return report, spec_path
 
 
 # ---------------------------------------------------------------------------------------------- helpers

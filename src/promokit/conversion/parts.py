@@ -1,5 +1,6 @@
 """Training a conversion network over a table in parts (``conversion train --data DIR``), never holding the table
-as one frame: :func:`fit_parts` plans the job on the executor it is given and has the executor train it.
+as one frame: :func:`fit_parts` plans the job on the executor it is given and has the executor train it;
+:func:`predict_parts` scores one part by part (:func:`promokit.conversion.workflows.predict`).
 
 Before training, two maps over the parts run on the executor (``promokit.scale.executor``: in this process or on Ray):
 
@@ -25,23 +26,27 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from promokit.conversion.estimator import held_out_draw
+from promokit.conversion.defaults import VALIDATION_FRACTION
+from promokit.conversion.estimator import ConversionModel, held_out_draw
 from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
+from promokit.data.part_scoring import means, score_parts
 from promokit.data.parts import list_parts, naming, read_part
 from promokit.data.spec import missing_column_message
+from promokit.training import read_model_config
 from promokit.training.shards import (Segment, TrainJob, classify_integers, integer_levels, summed_time_counts,
                                       time_counts, time_threshold, wide_over_parts)
 
 
-def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = 0.1, valid_split: str | None = None,
-              checkpoint_dir: str | os.PathLike | None = None, resume: bool = False):
+def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = VALIDATION_FRACTION,
+              valid_split: str | None = None, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False):
     """Fit ``estimator`` (a :class:`~promokit.conversion.ConversionModel` of a network trained by epochs) on the
     table at ``data`` — a directory or glob of parts, or one file — without ever holding it whole, on ``executor``
     (``promokit.scale.make_executor``: part by part in this process, or data-parallel on the Ray executor's workers).
@@ -57,7 +62,22 @@ def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = 0.1
     return estimator
 
 
-def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: float = 0.1,
+def predict_parts(model: str | os.PathLike, data, out: str | os.PathLike, executor,
+                  keep: list[str] | None = None) -> dict:
+    """Score the table at ``data`` (one file, or a directory or glob of parts) with the model directory ``model``
+    on ``executor``, part by part, into ``out`` (a file for one file, else ``out/part-NNNNN.parquet`` from input part
+    k): :meth:`ConversionModel.predict`'s columns, with ``keep``. Returns the summary: rows, parts, executor, model,
+    the output columns and their means."""
+    name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
+    parts = score_parts(executor, partial(ConversionModel.load, model), partial(ConversionModel.predict, keep=keep),
+                        data, out)
+    averages = means(parts)
+    outputs = [c for c in averages if c.startswith("p_")]
+    return {"rows": sum(p.rows for p in parts), "parts": len(parts), "executor": executor.name, "model": name,
+            "outputs": outputs, "means": {c: averages[c] for c in outputs}}
+
+
+def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: float = VALIDATION_FRACTION,
          valid_split: str | None = None) -> TrainJob:
     """Scan and count the parts of ``data`` (and of ``valid``) on ``executor``; fit the estimator's encoder from the
     counts; cut the shards of ``workers`` workers."""
@@ -109,7 +129,7 @@ def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: fl
     if n_train == 0:
         raise DataError(f"{data}: the table has no training rows in its {len(paths)} parts")
     if valid is not None and n_valid == 0:
-        raise DataError(f"--valid {valid}: the validation table has no rows")
+        raise DataError(f"`validation` {valid}: the validation table has no rows")
     encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.feature_spec)
     estimator.fit_counts(encoder, [c.labels for c in counts], valid_counts if (valid is not None or how) else [])
     estimator.holdout = {**test, "held_out": sum(c.test_rows for c in counts), "parts": [scan.rows for scan in scans]}

@@ -21,7 +21,7 @@ before, ≥ 0: the paper's normaliser, section 4) and merchant features.
 
 The value list R is the sorted distinct levels of both tables, or the ``levels`` given; a level outside it is
 an error. For scoring (``require_labels=False``) ``level``, ``redeemed``, ``shares`` and ``prior_shares`` may be
-absent. Every broken rule is a one-line :class:`DataError` naming the table, column, count and an example row.
+absent, and so may a column ``labels`` maps a role to. Every broken rule is a one-line :class:`DataError` naming the table, column, count and an example row.
 :func:`read_tables` reads the three from a folder or a mapping of paths and frames.
 """
 
@@ -53,7 +53,7 @@ class IncentiveTables:
 
     ``edges`` holds ``customer`` and ``merchant`` (node indices), ``weight`` (1 when not given) and the edge
     features. Labels are float arrays (NaN where unknown); ``customer_level`` / ``merchant_level`` are indices
-    into ``levels`` (-1 where unknown).
+    into ``levels`` (-1 where unknown). ``labels`` is the label mapping the tables were read with (role → column).
     """
 
     customers: pd.DataFrame
@@ -69,6 +69,7 @@ class IncentiveTables:
     shares: np.ndarray
     prior_shares: np.ndarray
     counts: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def labelled_customers(self) -> np.ndarray:
@@ -95,11 +96,14 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
     ``types``, column → ``"categorical"`` / ``"numeric"``, sets the type of those it names in either table) unless
     ``customer_features`` / ``merchant_features`` name them (a trained model passes its own, so scoring tables may
     carry extra columns). ``labels`` maps the label roles (:data:`LABELS`: ``level`` and ``redeemed`` of the
-    customers, ``level``, ``shares`` and ``prior_shares`` of the merchants) to the columns that hold them.
+    customers, ``level``, ``shares`` and ``prior_shares`` of the merchants) to the columns that hold them; for
+    scoring (``require_labels=False``) a mapped column may be absent.
     """
     check_label_roles(labels, LABELS)
-    customers = map_labels(keyed_table(customers, "customers", CUSTOMER), labels, CUSTOMER_LABELS, "customers")
-    merchants = map_labels(keyed_table(merchants, "merchants", MERCHANT), labels, MERCHANT_LABELS, "merchants")
+    customers = _mapped(keyed_table(customers, "customers", CUSTOMER), labels, CUSTOMER_LABELS, "customers",
+                        require_labels)
+    merchants = _mapped(keyed_table(merchants, "merchants", MERCHANT), labels, MERCHANT_LABELS, "merchants",
+                        require_labels)
     redeemed = _binary(customers, "customers", REDEEMED, require_labels)
     c_level = _levels_column(customers, "customers", require_labels, unlabelled=np.isnan(redeemed))
     m_level = _levels_column(merchants, "merchants", require_labels)
@@ -122,7 +126,7 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
         merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS, merchant_features,
                                 given_types["merchants"]),
         edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
-        redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts)
+        redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts, labels=dict(labels or {}))
 
 
 def read_tables(data, **checks) -> IncentiveTables:
@@ -175,6 +179,15 @@ def check_merchant_part(merchants: pd.DataFrame, *, levels: Sequence[float],
 def prior_shares(merchants: pd.DataFrame) -> np.ndarray:
     """The merchants' ``prior_shares`` (NaN when the table has none), as :func:`check_tables` reads them."""
     return _counts(merchants, PRIOR_SHARES, False, whole=False)
+
+
+def _mapped(frame: pd.DataFrame, labels: dict[str, str] | None, roles: tuple[str, ...], table: str,
+            require_labels: bool) -> pd.DataFrame:
+    """``frame`` with its label columns under their roles' names (:func:`~promokit.data.spec.map_labels`); for
+    scoring, a mapped column it lacks is left out as an absent label is."""
+    if not require_labels:
+        labels = {role: column for role, column in (labels or {}).items() if column in frame.columns}
+    return map_labels(frame, labels, roles, table)
 
 
 def _node_part(frame: pd.DataFrame, table: str, key: str, levels: Sequence[float], spec: FeatureSpec,

@@ -11,12 +11,13 @@ import pandas as pd
 import torch
 
 from promokit import __version__
+from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
 from promokit.data.spec import FeatureSpec
 from promokit.data.split import TEST_FRACTION, random_split
 from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables, read_tables
-from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses
+from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses, off_pyplot
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
 from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, chosen_strengths, solve_floor
@@ -46,13 +47,7 @@ from promokit.training.estimator import (
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
 MODELS = {"lr": ("linear", "hazard"), "gnn-hazard": ("gnn", "hazard"), "dnn": ("dnn", "hazard"),
           "dnn-h": ("dnn-h", "hazard"), "sbbm": ("gnn", "sbbm"), "cox": ("gnn", "cox"), "dssm-c": ("gnn", "dssm-c")}
-#: The epoch is picked on the customers' validation log-likelihood (eq. 9): the merchants' squared error of a few
-#: hundred heavy-tailed share ratios jumps between epochs and, in the joint loss, stopped some runs after one epoch.
-DEFAULT_TRAIN = TrainConfig(epochs=30, batch_size=512, lr=1e-3, lr_decay=0.95, patience=3,
-                            monitor="customer_loglik")
 MONITORS = ("loss", "customer_loglik", "auc_c")
-#: The share of the nodes left after the test nodes that picks the epoch (``fit(validation=None)``).
-DEFAULT_VALIDATION = 0.1
 #: The wide score table that ``promokit.allocation`` reads (``allocate budget``): the ids as ``user_id``, then one
 #: ``score_<level>`` column per value.
 SCORE_KEY, SCORE_PREFIX = "user_id", "score_"
@@ -70,7 +65,8 @@ class NodeSplit:
     test_merchants: np.ndarray
 
 
-def node_split(n_customers: int, n_merchants: int, test_fraction: float = TEST_FRACTION, valid_fraction: float = 0.1,
+def node_split(n_customers: int, n_merchants: int, test_fraction: float = TEST_FRACTION,
+               valid_fraction: float = DEFAULT_VALIDATION,
                seed: int = 0) -> NodeSplit:
     """Section 5's split by node: a random ``test_fraction`` of the customers and of the merchants is held out (the
     paper holds out 15 %; every promokit model's default is :data:`~promokit.data.split.TEST_FRACTION`);
@@ -103,12 +99,13 @@ class IncentiveModel(Estimator):
     with the training seed (:data:`~promokit.data.split.TEST_FRACTION`; 0: none). What they imply:
     ``model_params`` (every network setting, written to the model directory so that a later change of a default
     cannot change what a saved model is) and ``train_config``. What fitting learns: ``levels`` (the value list),
-    ``customer_spec``, ``merchant_spec``, ``encoders``, ``net``, ``history``, ``training_ids``, the split's
-    ``valid_fraction`` and ``holdout`` (what it held out).
+    ``customer_spec``, ``merchant_spec``, ``labels`` (the label mapping the tables were read with, which reading
+    tables again applies), ``encoders``, ``net``, ``history``, ``training_ids``, the split's ``valid_fraction`` and
+    ``holdout`` (what it held out).
 
     ``data`` is :class:`IncentiveTables`, a mapping of ``customers``, ``merchants`` and ``edges`` to DataFrames or
     table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`); a fitted model reads
-    tables with its own value list and feature columns. Example::
+    tables with its own value list, feature columns and label mapping (:meth:`read`). Example::
 
         model = IncentiveModel("gnn-hazard").fit(tables)   # 90 % of the nodes; model.held_out(tables)
         scores = model.predict(tables)              # customer_id, score_<level>: f_c at every value
@@ -118,7 +115,7 @@ class IncentiveModel(Estimator):
         model.save("model/"); IncentiveModel.load("model/")
     """
 
-    def __init__(self, model: str = "gnn-hazard", params: dict | None = None, train: TrainConfig | None = None,
+    def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
                  test_fraction: float = TEST_FRACTION):
         self.model = model
         self.params = params
@@ -129,6 +126,8 @@ class IncentiveModel(Estimator):
         self.encoders: InputEncoders | None = None
         self.customer_spec: FeatureSpec | None = None
         self.merchant_spec: FeatureSpec | None = None
+        #: label role → column of the tables fit read (``read_tables(labels=…)``); None: the roles' own names
+        self.labels: dict[str, str] | None = None
         self.net: IncentiveNet | None = None
         self.history: History | None = None
         self.valid_fraction = DEFAULT_VALIDATION
@@ -154,15 +153,14 @@ class IncentiveModel(Estimator):
         """Train on the labelled customers and merchants of ``data`` except a held-out ``test_fraction`` of each
         (:meth:`split` gives the rows; :meth:`evaluate` scores them). ``validation`` is the fraction of the rest, in
         [0, 1), whose nodes pick the epoch (``lr``: its L2 strengths): None for 10 %, 0 for none (the epochs run
-        to the end). Features and edges of every node are used, unlabelled customers' included: they pass
+        to the end). ``data`` read here takes the labels under their roles' names: read tables whose label columns
+        have other names with :func:`~promokit.incentive.contract.read_tables` (``labels=…``, which the model then
+        keeps). Features and edges of every node are used, unlabelled customers' included: they pass
         messages but are in no loss or validation metric (transductive, as the paper trains on 85 % of the nodes
         of one graph). ``checkpoint_dir`` keeps the epoch checkpoint there (``resume``: continue from it);
         ``on_epoch`` is passed to :meth:`Trainer.fit`."""
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
-        valid_fraction = DEFAULT_VALIDATION if validation is None else validation
-        if isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float)) \
-                or not 0 <= valid_fraction < 1:
-            raise DataError(f"validation must be None or a fraction in [0, 1), got {validation!r}")
+        valid_fraction = validation_fraction(validation)
         tables = read_tables(data)
         if not len(tables.labelled_customers):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
@@ -197,9 +195,10 @@ class IncentiveModel(Estimator):
         return self
 
     def prepare(self, tables: IncentiveTables) -> GraphInputs:
-        """What :meth:`fit` sets before it trains: the value list, the feature specs and the input encoders of
-        ``tables``, and an untrained network with their encoded inputs attached. Returns those inputs."""
+        """What :meth:`fit` sets before it trains: the value list, the feature specs, the label mapping and the input
+        encoders of ``tables``, and an untrained network with their encoded inputs attached. Returns those inputs."""
         self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
+        self.labels = tables.labels or None
         self.encoders = InputEncoders.fit(tables)
         inputs = self.encoders.transform(tables)
         c, m = inputs.customers, inputs.merchants
@@ -211,7 +210,7 @@ class IncentiveModel(Estimator):
     def split(self, data) -> NodeSplit:
         """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
         customers (all of them when every customer has a label) and the merchants."""
-        tables = self._read(data, require_labels=True)
+        tables = self.read(data)
         labelled = tables.labelled_customers
         split = node_split(len(labelled), len(tables.merchants), self.test_fraction, self.valid_fraction,
                            self.train_config.seed)
@@ -223,7 +222,7 @@ class IncentiveModel(Estimator):
         """The rows of the customers and of the merchants of ``data`` that :meth:`fit` held out for evaluation,
         recomputed by :meth:`split`: ``data`` is the graph fit was given (as many labelled customers and merchants)."""
         self._check_fitted()
-        tables = self._read(data, require_labels=True)
+        tables = self.read(data)
         check_same_data(self.holdout, len(tables.labelled_customers), "labelled customers")
         holdout = self.holdout or {}
         merchants = {"rows": holdout.get("merchants"), "held_out": holdout.get("held_out_merchants")}
@@ -238,13 +237,13 @@ class IncentiveModel(Estimator):
         (wide layout, keyed by ``customer_id``); :meth:`score_tables` gives the merchants' too. Labels may be
         absent."""
         self._check_fitted()
-        tables = self._read(data, require_labels=False)
+        tables = self.read(data, require_labels=False)
         return wide_scores(tables.customers[CUSTOMER], self.responses(tables).customers, self.levels, key=CUSTOMER)
 
     def responses(self, data) -> Responses:
         """f_c and f_m of every customer and merchant of ``data`` at every value of the model's list."""
         self._check_fitted()
-        tables = self._read(data, require_labels=False)
+        tables = self.read(data, require_labels=False)
         self._check_levels(tables)
         self.net.attach(self.encoders.transform(tables))
         n_c, n_m = len(tables.customers), len(tables.merchants)
@@ -259,7 +258,7 @@ class IncentiveModel(Estimator):
         """The customers' and merchants' score tables as ``incentive predict`` writes them for ``allocate budget``
         (its scores and merchants tables): the node id as ``user_id`` and one ``score_<level>`` column per value."""
         self._check_fitted()
-        tables = self._read(data, require_labels=False)
+        tables = self.read(data, require_labels=False)
         r = self.responses(tables)
         return (wide_scores(tables.customers[CUSTOMER], r.customers, r.levels),
                 wide_scores(tables.merchants[MERCHANT], r.merchants, r.levels))
@@ -274,7 +273,7 @@ class IncentiveModel(Estimator):
         ``uplift_by_quintile`` (Figure 4) and ``uplift_by_level`` (each value against the lowest); figures:
         ``response_curves`` and ``uplift_curves``."""
         self._check_fitted()
-        tables = self._read(data, require_labels=True)
+        tables = self.read(data)
         if held_out:
             customer_rows, merchant_rows = self.held_out(tables)
         else:
@@ -286,17 +285,18 @@ class IncentiveModel(Estimator):
                                 f"and the model {len(self.levels)} values")
         result = evaluate_responses(self.responses(tables), tables, customer_rows, merchant_rows, truth)
         figures = {"response_curves": curve_figure({self.model: result.curve}),
-                   "uplift_curves": uplift_figure(result.uplift_curves, f"{self.model}: each value against "
-                                                                        f"{self.levels[0]:g} (dashed: random)")}
+                   "uplift_curves": off_pyplot(uplift_figure(result.uplift_curves, f"{self.model}: each value "
+                                                             f"against {self.levels[0]:g} (dashed: random)"))}
         return Evaluation(f"incentive {self.model}", result.metrics, figures=figures,
                           tables={"response_curve": result.curve, "uplift_by_quintile": result.uplift,
                                   "uplift_by_level": result.level_uplift})
 
-    def _read(self, data, require_labels: bool) -> IncentiveTables:
-        """``data`` as tables; a fitted model reads them with its value list and feature columns."""
+    def read(self, data, *, require_labels: bool = True, labels: dict[str, str] | None = None) -> IncentiveTables:
+        """``data`` as tables (tables already read are returned as they are); a fitted model reads them with its value
+        list, feature columns and label mapping, which ``labels`` (label role → column) replaces."""
         if self.net is None:
-            return read_tables(data, require_labels=require_labels)
-        return read_tables(data, levels=self.levels, require_labels=require_labels,
+            return read_tables(data, require_labels=require_labels, labels=labels)
+        return read_tables(data, levels=self.levels, require_labels=require_labels, labels=labels or self.labels,
                            customer_features=self.customer_spec, merchant_features=self.merchant_spec)
 
     def _check_levels(self, tables: IncentiveTables) -> None:
@@ -315,7 +315,7 @@ class IncentiveModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
-                  "split": self.holdout,
+                  "split": self.holdout, "labels": self.labels,
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
         history = None if self.history is None else self.history.to_dict()
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
@@ -326,6 +326,7 @@ class IncentiveModel(Estimator):
         holdout = config["split"]
         model = cls(config["model"], config["params"], TrainConfig(**config["train"]), holdout["test_fraction"])
         model.levels = np.asarray(config["levels"], dtype=np.float64)
+        model.labels = config.get("labels")  # absent in model directories written before it was kept
         model.valid_fraction, model.holdout = holdout["valid_fraction"], holdout
         model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
         model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
@@ -339,6 +340,16 @@ class IncentiveModel(Estimator):
         load_weights(model.net, path)
         model.net.eval()
         return model
+
+
+def validation_fraction(validation: float | None) -> float:
+    """``fit(validation=…)``: the share of the nodes left after the test nodes that picks the epoch, in [0, 1);
+    None for :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`."""
+    if validation is None:
+        return DEFAULT_VALIDATION
+    if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0 <= validation < 1:
+        raise DataError(f"`validation` must be in [0, 1), got {validation!r}")
+    return validation
 
 
 def net_defaults() -> dict:

@@ -12,9 +12,12 @@ import pandas as pd
 
 from promokit.incentive.contract import IncentiveTables
 from promokit.metrics import UpliftCurves, auc, mae, mse, squared_error, uplift_by_quantile
+from promokit.metrics.uplift import DEFINITIONS
+from promokit.report import Report
 
 if TYPE_CHECKING:  # the estimator imports this module
     from promokit.incentive.estimator import Responses
+    from promokit.training.estimator import Evaluation
 
 ORACLE = "oracle"  # the true curves, named as a model among the models' curves and allocations
 
@@ -128,15 +131,38 @@ def change_point(curve: pd.DataFrame) -> tuple[float, float] | None:
     return float(curve["level"].iloc[j - 1]), float(curve["level"].iloc[j])
 
 
+def evaluation_report(evaluation: Evaluation, title: str) -> Report:
+    """The report of :meth:`~promokit.incentive.estimator.IncentiveModel.evaluate`'s ``evaluation``: the metrics with
+    the hazard's change point (:func:`change_point`), Figure 5's response per value, Figure 4's uplift by sensitivity
+    quintile, and each value's AUUC and Qini coefficient against the lowest, with the figures."""
+    curve, uplift, level_uplift = (evaluation.tables[name] for name in
+                                   ("response_curve", "uplift_by_quintile", "uplift_by_level"))
+    metrics = dict(evaluation.metrics)
+    found = change_point(curve)
+    if found is not None:
+        metrics["change_point"] = f"{found[0]:g}–{found[1]:g}"
+    report = Report(title, data={"metrics": metrics, "curve": curve.to_dict(orient="records"),
+                                 "uplift": uplift.to_dict(orient="records"),
+                                 "uplift_by_level": level_uplift.to_dict(orient="records")},
+                    figures=dict(evaluation.figures))
+    report.add("Metrics", "; ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items()))
+    report.add("Response per value (Figure 5)", curve.set_index("level"))
+    report.add("Uplift by sensitivity quintile (Figure 4)", uplift.set_index("group"))
+    report.add(f"Each value against the lowest ({curve['level'].iloc[0]:g}): uplift and Qini curves",
+               f"{DEFINITIONS} Customers offered the value or the lowest one, ranked by the predicted uplift "
+               "f_c(r_j) − f_c(r_1).")
+    report.add("AUUC and Qini coefficient per value", level_uplift.set_index("level"))
+    return report
+
+
 def curve_figure(curves: dict[str, pd.DataFrame]):
     """Figure 5: the mean predicted response per value of each model against the observed redemption rate,
-    and the hazard per unit value of the hazard heads."""
-    import matplotlib
+    and the hazard per unit value of the hazard heads. A :class:`matplotlib.figure.Figure` outside pyplot's
+    registry: nothing keeps it once its report is written."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig = Figure(figsize=(11, 3.8))
+    left, right = fig.subplots(1, 2)
     first = next(iter(curves.values()))
     left.plot(first["level"], first["observed_rate"], "ko", label="observed rate")
     for name, curve in curves.items():
@@ -151,3 +177,12 @@ def curve_figure(curves: dict[str, pd.DataFrame]):
         right.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def off_pyplot(figure):
+    """``figure``, made by pyplot, out of its registry (it still draws and saves): pyplot keeps every figure it made
+    until it is closed, and a loop of evaluations would pile them up."""
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    return figure

@@ -1,6 +1,7 @@
 """Training a planned job (:class:`~promokit.training.shards.TrainJob`) data-parallel on Ray Train: DDP over gloo,
-one CPU per worker, each worker running the loop of :mod:`promokit.training.shard_loop` on its shard. The Ray
-executor's ``train`` (:meth:`promokit.scale.executor.RayExecutor.train`) calls :func:`train_on_ray`.
+one CPU per worker, each worker running the trainer's loop on its shard
+(:func:`promokit.training.shard_loop.run_shard`). The Ray executor's ``train``
+(:meth:`promokit.scale.executor.RayExecutor.train`) calls :func:`train_on_ray`.
 
 Sparse embedding gradients: DDP recognises ``nn.Embedding(sparse=True)`` (``expect_sparse_gradient``), gives each
 such table a bucket of its own and allreduces its sparse gradient; gloo implements the sparse allreduce (by
@@ -29,9 +30,9 @@ import torch
 
 from promokit.data.errors import DataError
 from promokit.scale.executor import RETRIES
-from promokit.training.shard_loop import fresh_checkpoint_dir, latest_state, run_shard
+from promokit.training.shard_loop import fresh_checkpoint_dir, run_shard
 from promokit.training.shards import TrainJob
-from promokit.training.trainer import CHECKPOINT, History
+from promokit.training.trainer import CHECKPOINT, History, latest_state
 
 #: Ray Train's controller polls its workers every this many seconds (its default, 2 s, delays every epoch's report
 #: and the end of a run by up to 2 s); a value the user set in the environment wins.
@@ -57,10 +58,9 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    if resume and (storage / CHECKPOINT).exists():  # a run begun in this process continues on Ray
-        job.initial = latest_state(storage)
+    begun_here = latest_state(storage) if resume and (storage / CHECKPOINT).exists() else None  # continues on Ray
     trainer = TorchTrainer(
-        _ray_worker, train_loop_config={"job": ray.put(job)},
+        _ray_worker, train_loop_config={"job": ray.put(job), "initial": ray.put(begun_here)},
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": 1}),
         torch_config=TorchConfig(backend="gloo"),
         run_config=RunConfig(name=storage.name, storage_path=str(storage.parent),
@@ -94,16 +94,18 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
 
 
 class _RayWorker:
-    """The loop as one worker of a Ray Train run: DDP over the process group Ray Train set up (gloo), checkpoints
-    reported to Ray Train by rank 0."""
+    """The communicator of one worker of a Ray Train run (:func:`promokit.training.trainer.train_epochs`): DDP over
+    the process group Ray Train set up (gloo), checkpoints reported to Ray Train by rank 0; a run with no Ray Train
+    checkpoint yet starts from ``initial`` (a run begun in this process), if any."""
 
     interactive = False
 
-    def __init__(self):
+    def __init__(self, initial: dict | None = None):
         import ray.train
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        self.initial = initial
 
     def wrap(self, net):
         from torch.nn.parallel import DistributedDataParallel
@@ -136,7 +138,7 @@ class _RayWorker:
 
         checkpoint = ray.train.get_checkpoint()  # after a restart, or a run continued from its storage
         if checkpoint is None:
-            return None
+            return self.initial
         with checkpoint.as_directory() as folder:
             return torch.load(Path(folder) / CHECKPOINT, weights_only=True)
 
@@ -155,7 +157,7 @@ class _RayWorker:
 def _ray_worker(config: dict) -> None:
     import ray
 
-    run_shard(ray.get(config["job"]), _RayWorker())
+    run_shard(ray.get(config["job"]), _RayWorker(ray.get(config["initial"])))
 
 
 def _data_error(exc: Exception) -> DataError | None:

@@ -1,39 +1,38 @@
-"""Model-agnostic training: batches, the Trainer, seeds and the model directory."""
+"""Model-agnostic training: batches, the Trainer, seeds and the model directory.
 
-from promokit.training.artifact import (
-    ModelDirWriter,
-    load_weights,
-    read_json,
-    read_model_config,
-    read_training_ids,
-    read_weights,
-    write_model_dir,
-)
-from promokit.training.batches import Batch, iterate_batches, n_rows, stream_batches, take
-from promokit.training.logistic import fit_logistic, solve_wide
-from promokit.training.optim import LazyWeightDecay, make_optimizers
-from promokit.training.params import check_model_params
-from promokit.training.seed import seed_everything
-from promokit.training.trainer import (
-    EpochLoop,
-    History,
-    TrainConfig,
-    Trainer,
-    auc_metric,
-    embedding_decay_for,
-    epoch_record,
-    flush_optimizers,
-    progress_display,
-    seed_epoch,
-    set_epoch_lr,
-    step_progress,
-    train_steps,
-    validation_record,
-)
+Exports load lazily (PEP 562): the torch-free parts (``config``, ``defaults``) import without torch.
+"""
 
-__all__ = ["Batch", "EpochLoop", "History", "LazyWeightDecay", "ModelDirWriter", "TrainConfig", "Trainer",
-           "auc_metric", "check_model_params", "embedding_decay_for", "epoch_record", "fit_logistic",
-           "flush_optimizers", "iterate_batches", "load_weights", "make_optimizers", "n_rows", "progress_display",
-           "read_json", "read_model_config", "read_training_ids", "read_weights", "seed_epoch", "seed_everything",
-           "set_epoch_lr", "solve_wide", "step_progress", "stream_batches", "take", "train_steps", "validation_record",
-           "write_model_dir"]
+from promokit.lazy import lazy_exports
+
+_EXPORTS = {
+    "Batch": "promokit.training.batches",
+    "History": "promokit.training.trainer",
+    "LazyWeightDecay": "promokit.training.optim",
+    "ModelDirWriter": "promokit.training.artifact",
+    "TrainConfig": "promokit.training.config",
+    "Trainer": "promokit.training.trainer",
+    "auc_metric": "promokit.training.trainer",
+    "check_model_params": "promokit.training.params",
+    "embedding_decay_for": "promokit.training.trainer",
+    "fit_logistic": "promokit.training.logistic",
+    "iterate_batches": "promokit.training.batches",
+    "load_weights": "promokit.training.artifact",
+    "make_optimizers": "promokit.training.optim",
+    "n_rows": "promokit.training.batches",
+    "progress_display": "promokit.training.trainer",
+    "read_json": "promokit.training.artifact",
+    "read_model_config": "promokit.training.artifact",
+    "read_training_ids": "promokit.training.artifact",
+    "read_weights": "promokit.training.artifact",
+    "seed_everything": "promokit.training.seed",
+    "set_epoch_lr": "promokit.training.trainer",
+    "solve_wide": "promokit.training.logistic",
+    "stream_batches": "promokit.training.batches",
+    "take": "promokit.training.batches",
+    "write_model_dir": "promokit.training.artifact",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS, subpackages=("defaults",))

@@ -55,7 +55,7 @@ def stream_batches(chunks: Iterable[Batch], batch_size: int, generator: torch.Ge
             held = {name: t[start:start + batch_size] for name, t in chunk.items()}
         carry = {name: t[full:] for name, t in chunk.items()} if full < n else None
     if carry is not None and held is not None and n_rows(carry) == 1:
-        yield {name: torch.cat([held[name], carry[name]]) for name, t in held.items()}
+        yield {name: torch.cat([t, carry[name]]) for name, t in held.items()}
         return
     if held is not None:
         yield held

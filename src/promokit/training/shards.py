@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -51,7 +51,6 @@ class TrainJob:
     valid: list[list[Segment]]
     batch_size: int
     steps: int
-    initial: dict | None = field(default=None, repr=False)
 
     @classmethod
     def cut(cls, estimator, train_rows, valid_rows, train_sizes: list[int], valid_sizes: list[int],

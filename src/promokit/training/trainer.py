@@ -1,8 +1,22 @@
-"""One model-agnostic trainer.
+"""One model-agnostic trainer: one epoch loop for a table in memory and for a table's parts, in one process or as one
+of N data-parallel workers.
 
 A model is an ``nn.Module`` whose ``forward(batch)`` returns a dict of named tensors and whose
 ``loss(outputs, batch)`` returns ``(total, parts)``. The trainer sees nothing else of it; validation metrics
 beyond the loss are functions ``metric(outputs, batch) -> float`` passed to :meth:`Trainer.fit`.
+
+The loop (:func:`train_epochs`) seeds each epoch, sets its learning rate, steps over the batches, validates, keeps the
+best weights, stops early and checkpoints each epoch, whatever the batches' source and the communicator:
+
+- the batches (:class:`TableBatches` for a table in memory, ``promokit.training.shard_loop.ShardBatches`` for a
+  worker's shard of a table's parts) give ``rows`` (the training rows an epoch covers, for the embedding decay),
+  ``steps`` (per epoch), ``validated``, ``wide(net)`` (what a fresh run solves first), ``train(generator)`` (an
+  epoch's batches, shuffled by ``generator``) and ``validate(net, comm)`` (the validation record, the same on every
+  worker);
+- the communicator (:class:`LocalComm` for one process, ``promokit.scale.train``'s for a worker of a Ray Train run)
+  gives the worker's ``rank`` and ``world`` and whether it shows progress (``interactive``), wraps the network
+  (DDP, or nothing), sums, gathers and broadcasts, and loads (``load()``) and saves (``save(state, record)``) the
+  checkpoint.
 """
 
 from __future__ import annotations
@@ -11,8 +25,9 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import rich
@@ -29,53 +44,12 @@ from torch import Tensor, nn
 from promokit.data.io import atomic_path
 from promokit.metrics import auc
 from promokit.training.batches import Batch, iterate_batches, n_rows
+from promokit.training.config import TrainConfig
 from promokit.training.logistic import solve_wide
 from promokit.training.optim import LazyWeightDecay, make_optimizers
+from promokit.training.threads import training_threads
 
 CHECKPOINT = "checkpoint.pt"
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000).
-
-    ``weight_decay`` is decoupled L2 on the dense parameters (AdamW); ``embedding_decay`` the same on the rows
-    of sparse embedding tables, applied lazily to the rows a batch touches (:class:`LazyWeightDecay`).
-
-    ``lr_decay`` is exponential learning-rate decay by epoch: epoch e trains at ``lr · lr_decay**e`` (the
-    joint-incentive paper's section 5 uses 0.95; 1 keeps the rate constant).
-
-    ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
-    validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
-
-    ``decay_rows`` > 0 makes ``embedding_decay`` follow the table's size: it is the decay at ``decay_rows`` training
-    rows, and a table of n > ``decay_rows`` rows gets ``embedding_decay · decay_rows / n``
-    (:func:`embedding_decay_for`).
-    """
-
-    epochs: int = 10
-    batch_size: int = 1000
-    lr: float = 5e-4
-    lr_decay: float = 1.0
-    weight_decay: float = 0.0
-    embedding_decay: float = 0.0
-    patience: int = 2
-    seed: int = 0
-    eval_batch_size: int = 16384
-    progress: bool = True
-    monitor: str = "loss"
-    decay_rows: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def merged(self, params: Mapping | None) -> tuple[TrainConfig, dict]:
-        """Flat parameters (``--params``, or what ``tune`` writes) split into this config with their TrainConfig
-        fields replaced (``lr``, ``embedding_decay`` …) and the remaining (model) parameters."""
-        params = dict(params or {})
-        names = set(self.to_dict())
-        return (TrainConfig(**{**self.to_dict(), **{k: v for k, v in params.items() if k in names}}),
-                {k: v for k, v in params.items() if k not in names})
 
 
 #: A validation metric: named outputs of a whole table and that table's batch → a number, higher is better.
@@ -128,8 +102,9 @@ class History:
 
 
 class Trainer:
-    """Mini-batch training with early stopping on the validation loss or a validation metric, a checkpoint
-    after every epoch, resume after interruption, and a progress display.
+    """Mini-batch training of a table in memory (:func:`train_epochs` in one process) with early stopping on the
+    validation loss or a validation metric, a checkpoint after every epoch, resume after interruption, and a
+    progress display.
 
     Each epoch's shuffle and dropout are seeded from ``(seed, epoch)``, so a resumed run continues exactly
     as the uninterrupted one would have.
@@ -146,65 +121,12 @@ class Trainer:
         entry is computed on ``valid`` after each epoch and recorded as ``valid_<name>``. ``on_epoch(epoch,
         record)`` sees each epoch's record (e.g. to prune a hyper-parameter trial by raising); an exception it
         raises ends training and propagates."""
-        cfg = self.config
         metrics = dict(metrics or {})
-        if cfg.monitor != "loss" and cfg.monitor not in metrics:
-            raise ValueError(f"monitor {cfg.monitor!r} is neither 'loss' nor one of the metrics {sorted(metrics)}")
-        decay = embedding_decay_for(cfg, n_rows(train))
-        optimizers = make_optimizers(model, cfg.lr, cfg.weight_decay, decay)
-        try:
-            history = self._fit(model, optimizers, train, valid, resume, metrics, on_epoch)
-            history.embedding_decay = decay
-            return history
-        finally:
-            for opt in optimizers:
-                if isinstance(opt, LazyWeightDecay):
-                    opt.remove_hooks()
-
-    def _fit(self, model, optimizers, train, valid, resume, metrics, on_epoch) -> History:
-        cfg = self.config
-        loop = EpochLoop(cfg, validated=valid is not None)
-        if resume and self.checkpoint_dir and (self.checkpoint_dir / CHECKPOINT).exists():
-            loop.restore(torch.load(self.checkpoint_dir / CHECKPOINT, weights_only=True), model, optimizers)
-        else:
-            loop.history.wide = solve_wide(model, train, valid)
-        with progress_display(cfg.progress) as progress:
-            try:
-                for epoch in loop.epochs():
-                    record = self._train_epoch(model, optimizers, train, epoch, progress)
-                    if valid is not None:
-                        record.update(self._validate(model, valid, metrics))
-                    stop = loop.end_epoch(record, model, on_epoch)
-                    if progress is not None:
-                        progress.end_epoch(record, cfg.epochs)
-                    if self.checkpoint_dir is not None:
-                        self._save_checkpoint(loop.checkpoint(model, optimizers, epoch))
-                    if stop:
-                        break
-            except KeyboardInterrupt:
-                loop.history.stopped = "interrupted"
-                flush_optimizers(optimizers)  # a half-done epoch's rows, for a model interrupted before its first best
-        return loop.finish(model)
-
-    def _train_epoch(self, model, optimizers, train: Batch, epoch: int, progress) -> dict:
-        cfg = self.config
-        model.train()
-        set_epoch_lr(optimizers, cfg, epoch)
-        generator = seed_epoch(cfg, epoch)
-        n_batches = math.ceil(n_rows(train) / cfg.batch_size)
-        task = progress.add_task(f"epoch {epoch + 1}/{cfg.epochs}", total=n_batches, loss="") if progress else None
-        started = time.perf_counter()
-        total, seen = train_steps(model, model.loss, optimizers, iterate_batches(train, cfg.batch_size, generator),
-                                  on_step=step_progress(progress, task, n_batches))
-        flush_optimizers(optimizers)
-        if task is not None:
-            progress.remove_task(task)
-        return epoch_record(epoch, total.item(), seen, time.perf_counter() - started)
-
-    @torch.no_grad()
-    def _validate(self, model: nn.Module, valid: Batch, metrics: Mapping[str, Metric]) -> dict[str, float]:
-        """Loss, loss parts and ``metrics`` of the whole validation table, from one prediction pass."""
-        return validation_record(model, self.predict(model, valid), valid, metrics)
+        if self.config.monitor != "loss" and self.config.monitor not in metrics:
+            raise ValueError(f"monitor {self.config.monitor!r} is neither 'loss' nor one of the metrics "
+                             f"{sorted(metrics)}")
+        return train_epochs(model, TableBatches(self.config, train, valid, metrics), self.config,
+                            LocalComm(self.checkpoint_dir, resume), on_epoch)
 
     @torch.no_grad()
     def evaluate_loss(self, model: nn.Module, tensors: Batch) -> tuple[float, dict[str, float]]:
@@ -220,27 +142,163 @@ class Trainer:
             seen += size
         return total / seen, {k: v / seen for k, v in parts.items()}
 
-    @torch.no_grad()
     def predict(self, model: nn.Module, tensors: Batch) -> dict[str, Tensor]:
-        """Named outputs over a whole table, concatenated in row order."""
-        model.eval()
-        chunks: dict[str, list[Tensor]] = {}
-        for batch in iterate_batches(tensors, self.config.eval_batch_size):
-            for name, value in model(batch).items():
-                chunks.setdefault(name, []).append(value)
-        if not chunks:  # a table without rows (an empty partition): one pass over it still names every output
-            chunks = {name: [value] for name, value in model(tensors).items()}
-        return {name: torch.cat(values) for name, values in chunks.items()}
-
-    def _save_checkpoint(self, state: dict) -> None:
-        with atomic_path(self.checkpoint_dir / CHECKPOINT) as tmp:
-            torch.save(state, tmp)
+        """Named outputs over a whole table, concatenated in row order (:func:`predict`), on the cores free now unless
+        the user chose a thread count (:func:`~promokit.training.threads.training_threads`)."""
+        with training_threads():
+            return predict(model, tensors, self.config.eval_batch_size)
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# The pieces of an epoch loop. The Trainer above is one loop over a table in memory; a data-parallel loop over a
-# table's parts (``promokit.training.shard_loop``) is another, made of the same pieces, so both optimise, seed, stop
-# early and checkpoint alike.
+@torch.no_grad()
+def predict(model: nn.Module, tensors: Batch, batch_size: int) -> dict[str, Tensor]:
+    """Named outputs of ``model`` (evaluation mode) over a whole table, ``batch_size`` rows at a time, concatenated
+    in row order."""
+    model.eval()
+    chunks: dict[str, list[Tensor]] = {}
+    for batch in iterate_batches(tensors, batch_size):
+        for name, value in model(batch).items():
+            chunks.setdefault(name, []).append(value)
+    if not chunks:  # a table without rows (an empty partition): one pass over it still names every output
+        chunks = {name: [value] for name, value in model(tensors).items()}
+    return {name: torch.cat(values) for name, values in chunks.items()}
+
+
+class TableBatches:
+    """The batches of a one-process run over a table in memory: ``train`` shuffled anew each epoch and cut in
+    ``config.batch_size`` rows (:func:`~promokit.training.iterate_batches`), ``valid`` predicted whole and scored by
+    its loss and ``metrics``; a fresh run first solves the model's ``offset`` wide terms on them
+    (:func:`solve_wide`)."""
+
+    def __init__(self, config: TrainConfig, train: Batch, valid: Batch | None, metrics: Mapping[str, Metric]):
+        self.config, self.table, self.valid, self.metrics = config, train, valid, metrics
+        self.rows = n_rows(train)
+        self.steps = math.ceil(self.rows / config.batch_size)
+        self.validated = valid is not None
+
+    def wide(self, net: nn.Module) -> list[dict]:
+        return solve_wide(net, self.table, self.valid)
+
+    def train(self, generator: torch.Generator):
+        return iterate_batches(self.table, self.config.batch_size, generator)
+
+    def validate(self, net: nn.Module, comm) -> dict[str, float]:
+        return validation_record(net, predict(net, self.valid, self.config.eval_batch_size), self.valid, self.metrics)
+
+
+class LocalComm:
+    """The communicator of one process: rank 0 of 1, the network as it is, sums, gathers and broadcasts of its own
+    values; the checkpoint is ``checkpoint_dir/checkpoint.pt`` (none without a folder), continued from with
+    ``resume`` (:func:`latest_state`)."""
+
+    rank, world, interactive = 0, 1, True
+
+    def __init__(self, checkpoint_dir: Path | None = None, resume: bool = False):
+        self.checkpoint_dir, self.resume = checkpoint_dir, resume
+
+    def wrap(self, net: nn.Module) -> nn.Module:
+        return net
+
+    def sum(self, values: list[float]) -> list[float]:
+        return values
+
+    def gather(self, obj) -> list:
+        return [obj]
+
+    def broadcast(self, obj):
+        return obj
+
+    def load(self) -> dict | None:
+        return latest_state(self.checkpoint_dir) if self.resume and self.checkpoint_dir is not None else None
+
+    def save(self, state: Callable[[], dict], record: dict) -> None:
+        if self.checkpoint_dir is not None:
+            with atomic_path(self.checkpoint_dir / CHECKPOINT) as tmp:
+                torch.save(state(), tmp)
+
+
+def latest_state(folder: Path) -> dict | None:
+    """The checkpoint of the latest epoch under ``folder``: this process's ``checkpoint.pt`` or a Ray Train
+    checkpoint's (``checkpoint_*/checkpoint.pt``, a run begun on Ray that continues here)."""
+    found = [p for p in [folder / CHECKPOINT, *folder.glob(f"checkpoint_*/{CHECKPOINT}")] if p.exists()]
+    states = [torch.load(p, weights_only=True) for p in found]
+    return max(states, key=lambda s: s["epoch"], default=None)
+
+
+def train_epochs(net: nn.Module, batches, config: TrainConfig, comm,
+                 on_epoch: Callable[[int, dict], None] | None = None) -> History:
+    """Train ``net`` epoch by epoch on ``batches`` as the worker ``comm`` says (module docstring): continue from
+    ``comm.load()`` when it gives a checkpoint, else solve ``batches.wide`` first; each epoch seeded from ``(seed,
+    epoch, rank)``, at ``lr · lr_decay**epoch``, validated, filed by :class:`EpochLoop` (``on_epoch(epoch, record)``
+    sees each record) and checkpointed by ``comm.save``. Ctrl-C ends training as ``interrupted``. Returns the history,
+    with ``net`` holding the kept epoch's weights (evaluation mode). Torch runs on the cores free now unless the user
+    chose a thread count (:func:`~promokit.training.threads.training_threads`)."""
+    with training_threads():  # the cores free now, unless the user chose a count
+        forward = comm.wrap(net)  # DDP broadcasts rank 0's initial weights
+        decay = embedding_decay_for(config, batches.rows)
+        optimizers = make_optimizers(net, config.lr, config.weight_decay, decay)
+        loop = EpochLoop(config, validated=batches.validated)
+        try:
+            state = comm.load()
+            if state is not None:
+                loop.restore(state, net, optimizers)
+            else:
+                loop.history.wide = batches.wide(net)
+            loop.history.embedding_decay = decay
+            with progress_display(config.progress and comm.interactive) as progress:
+                try:
+                    for epoch in loop.epochs():
+                        record = _train_epoch(net, forward, optimizers, batches, config, comm, epoch, progress)
+                        if batches.validated:
+                            record.update(batches.validate(net, comm))
+                        stop = loop.end_epoch(record, net, on_epoch)
+                        if progress is not None:
+                            progress.end_epoch(record, config.epochs)
+                        comm.save(partial(loop.checkpoint, net, optimizers, epoch), record)
+                        if stop:
+                            break
+                except KeyboardInterrupt:  # in one process only: Ray Train handles Ctrl-C on the driver
+                    loop.history.stopped = "interrupted"
+                    # a half-done epoch's rows, for a model interrupted before its first best
+                    flush_optimizers(optimizers)
+            return loop.finish(net)
+        finally:
+            for opt in optimizers:
+                if isinstance(opt, LazyWeightDecay):
+                    opt.remove_hooks()
+
+
+def _train_epoch(net: nn.Module, forward, optimizers, batches, config: TrainConfig, comm, epoch: int,
+                 progress) -> dict:
+    """One optimisation step per batch: ``net.loss(forward(batch), batch)``, backward, every optimiser's step.
+    ``forward`` is the network or its DDP wrapper, which averages the gradients over the workers in backward. The
+    record's ``train_loss`` is the mean over every worker's rows."""
+    net.train()
+    set_epoch_lr(optimizers, config, epoch)
+    generator = seed_epoch(config, epoch, comm.rank)
+    epoch_batches = batches.train(generator)
+    task = progress.add_task(f"epoch {epoch + 1}/{config.epochs}", total=batches.steps, loss="") if progress else None
+    started = time.perf_counter()
+    total, seen = torch.zeros(()), 0
+    for step, batch in enumerate(epoch_batches):
+        value, _ = net.loss(forward(batch), batch)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        value.backward()
+        for opt in optimizers:
+            opt.step()
+        size = n_rows(batch)
+        total += value.detach() * size
+        seen += size
+        if task is not None and (step % 25 == 24 or step == batches.steps - 1):
+            progress.update(task, completed=step + 1, loss=f"loss {total.item() / seen:.4f}")
+    flush_optimizers(optimizers)
+    seconds = time.perf_counter() - started
+    if task is not None:
+        progress.remove_task(task)
+    loss_sum, rows = comm.sum([total.item(), float(seen)])
+    rows = int(rows)
+    return {"epoch": epoch, "train_loss": loss_sum / max(rows, 1), "seconds": seconds,
+            "samples_per_second": rows / max(seconds, 1e-9)}
 
 
 class EpochLoop:
@@ -332,45 +390,7 @@ def seed_epoch(config: TrainConfig, epoch: int, rank: int = 0) -> torch.Generato
     return torch.Generator().manual_seed(config.seed * 1_000_003 + epoch + rank * 7_919_993)
 
 
-def train_steps(forward: Callable[[Batch], dict[str, Tensor]], loss: Callable, optimizers, batches: Iterable[Batch],
-                on_step: Callable[[int, Tensor, int], None] | None = None) -> tuple[Tensor, int]:
-    """One optimisation step per batch: ``loss(forward(batch), batch)``, backward, every optimiser's step.
-    ``forward`` is the model, or its data-parallel wrapper (which averages the gradients over the workers in
-    backward); ``loss`` the model's own. Returns the sum of loss × rows and the rows seen; ``on_step(step, total,
-    seen)`` after each step (progress)."""
-    total, seen = torch.zeros(()), 0
-    for step, batch in enumerate(batches):
-        value, _ = loss(forward(batch), batch)
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        value.backward()
-        for opt in optimizers:
-            opt.step()
-        size = n_rows(batch)
-        total += value.detach() * size
-        seen += size
-        if on_step is not None:
-            on_step(step, total, seen)
-    return total, seen
-
-
-def epoch_record(epoch: int, loss_sum: float, seen: int, seconds: float) -> dict:
-    return {"epoch": epoch, "train_loss": loss_sum / max(seen, 1), "seconds": seconds,
-            "samples_per_second": seen / max(seconds, 1e-9)}
-
-
-def step_progress(progress, task, n_batches: int):
-    """An ``on_step`` for :func:`train_steps` that moves a progress task (every 25 steps and at the last)."""
-    if task is None:
-        return None
-
-    def on_step(step: int, total: Tensor, seen: int) -> None:
-        if step % 25 == 24 or step == n_batches - 1:
-            progress.update(task, completed=step + 1, loss=f"loss {total.item() / seen:.4f}")
-
-    return on_step
-
-
+@torch.no_grad()  # a loss with a penalty on the weights (the incentive heads) would track gradients
 def validation_record(model: nn.Module, outputs: dict[str, Tensor], batch: Batch,
                       metrics: Mapping[str, Metric]) -> dict[str, float]:
     """``valid_loss``, ``valid_<part>`` and ``valid_<metric>`` of a whole validation table from its outputs (the

@@ -19,6 +19,7 @@ from promokit.data import DataError, FeatureSpec
 from promokit.data.datasets import check_rows
 from promokit.data.encoders import NumericEncoder
 from promokit.data.ids import id_hashes
+from promokit.data.spec import check_label_roles
 from promokit.data.split import TEST_FRACTION, NothingEarlier, latest_split
 from promokit.training import (
     History,
@@ -34,27 +35,20 @@ from promokit.training import (
 from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_same_data
 from promokit.training.seed import seed_everything
 from promokit.training.shards import time_threshold
-from promokit.value.contract import FUND, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
+from promokit.value.contract import FUND, LABELS, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
+from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS, VALIDATION_FRACTION
 from promokit.value.evaluate import value_metrics
 from promokit.value.inputs import InputEncoders
-from promokit.value.scoring import KEPT_CONTEXTS, context_values, event_times, kept_contexts, time_text
 from promokit.value.models import ESDPM, MODELS, RENAMED, Hurdle
-from promokit.value.models.hurdle import FORMER_PREFIX, PREFIX
 from promokit.value.models.esdpm import AmountStart
+from promokit.value.models.hurdle import FORMER_PREFIX, PREFIX
+from promokit.value.scoring import KEPT_CONTEXTS, context_values, event_times, kept_contexts, time_text
 
 OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "amount_if_convert", "etv")
-#: The paper's §5.1 optimiser: Adam, batch 512, early stopping on the validation loss.
-DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=1e-3, patience=2)
-#: The demo's: the defaults with fewer epochs, so the demo runs in a few minutes.
-DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4, progress=False)
 MONITORS = ("loss", "auc")
 SPLITS = ("time", "random")
-#: The share of the deliveries left after the test that validates when ``fit`` is given no ``validation`` (§5.1).
-VALIDATION_FRACTION = 0.1
 #: The roles of a delivery in a split: trained on, validated on (picks the epoch), held out for evaluate.
 TRAIN, VALID, TEST = 0, 1, 2
-#: Context rows averaged over when a user × fund pair is scored without a delivery (see ``score_table``).
-SCORE_CONTEXTS = 4
 
 
 def delivery_split(tables: ValueTables, test_fraction: float = TEST_FRACTION, valid_fraction: float = 0.1, how: str = "time",
@@ -169,8 +163,10 @@ class ValueModel(Estimator):
     :class:`~promokit.value.models.Hurdle`'s (``n_trees``, ``num_leaves`` …), and ``max_len``, the behaviour events
     kept per delivery (50); ``train``, a :class:`~promokit.training.TrainConfig` (default :data:`DEFAULT_TRAIN`);
     ``split``, how :meth:`fit` holds deliveries out (``"time"``: the latest, §5.1; ``"random"``: seeded by the
-    training seed, for deliveries that share one time); and ``test_fraction``, the share of the deliveries held out
-    for evaluation, never trained or validated on (0: none). What they imply: ``model_params`` (every setting of
+    training seed, for deliveries that share one time); ``test_fraction``, the share of the deliveries held out
+    for evaluation, never trained or validated on (0: none); and ``labels``, the columns that hold the deliveries'
+    labels when they are not named ``click``, ``convert`` and ``amount`` (``{"convert": "purchased"}``), read by
+    :meth:`fit` and :meth:`evaluate` and kept in the model directory. What they imply: ``model_params`` (every setting of
     the network, written to the model directory), ``max_len`` and ``train_config``. What fitting learns:
     ``specs``, ``encoders``, ``net``, ``history``, ``holdout`` (the split it made), ``training_ids``,
     ``trained_until`` and ``kept_contexts``.
@@ -185,13 +181,14 @@ class ValueModel(Estimator):
         model.save("model/"); ValueModel.load("model/")
     """
 
-    def __init__(self, model: str = "esdpm", params: dict | None = None, train: TrainConfig | None = None, *,
-                 split: str = "time", test_fraction: float = TEST_FRACTION):
+    def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None, *,
+                 split: str = DEFAULT_SPLIT, test_fraction: float = TEST_FRACTION, labels: dict | None = None):
         self.model = model
         self.params = params
         self.train = train
         self.split = split
         self.test_fraction = test_fraction
+        self.labels = labels
         self._configure()
         self.encoders: InputEncoders | None = None
         self.specs: dict[str, FeatureSpec] | None = None
@@ -212,6 +209,7 @@ class ValueModel(Estimator):
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
                                                 monitors=MONITORS, default_train=DEFAULT_TRAIN)
         check_split(self.test_fraction, 0.0, self.split)
+        check_label_roles(self.labels, LABELS)
         params = dict(self.params or {})
         max_len = params.pop("max_len", 50)
         if not isinstance(max_len, Integral) or isinstance(max_len, bool) or max_len < 1:
@@ -291,7 +289,7 @@ class ValueModel(Estimator):
         on the training rows; every user, fund, behaviour and payment of ``data`` is an input. ``checkpoint_dir``
         keeps the network's epoch checkpoint there (``resume``: continue from it); ``on_epoch`` is passed to
         :meth:`Trainer.fit`."""
-        tables = value_tables(data)
+        tables = value_tables(data, labels=self.labels)
         if not tables.has_labels:
             raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
         if self.reads_graph and tables.consumption is None:
@@ -405,8 +403,10 @@ class ValueModel(Estimator):
                           tables={"decile_calibration": deciles, "calibration_per_fund": funds})
 
     def _tables(self, data, require_labels: bool) -> ValueTables:
-        """``data`` as tables with this model's features (extra columns may be there)."""
-        return value_tables(data, require_labels=require_labels, specs=self.specs)
+        """``data`` as tables with this model's features (extra columns may be there), its labels read from the
+        columns ``labels`` names when they are needed (scoring reads none)."""
+        return value_tables(data, require_labels=require_labels, specs=self.specs,
+                            labels=self.labels if require_labels else None)
 
     def score_matrix(self, tables: ValueTables, at=None, users: np.ndarray | None = None,
                      contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 2048,
@@ -481,18 +481,18 @@ class ValueModel(Estimator):
         config = {"promokit": __version__, "task": "value", "model": self.model,
                   "params": {**self.model_params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
                   "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.holdout,
-                  "trained_until": self.trained_until, "contexts": self.kept_contexts}
+                  "trained_until": self.trained_until, "contexts": self.kept_contexts, "labels": self.labels}
         history = None if self.history is None else self.history.to_dict()
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ValueModel:
-        """The model saved in ``path``; a directory saved under a model's former name (``two-part``) loads as the
-        model it is now (``hurdle``)."""
+        """The model saved in ``path``, with the label columns it was trained with; a directory saved under a
+        model's former name (``two-part``) loads as the model it is now (``hurdle``)."""
         config = read_model_config(path, "value")
         holdout = config["split"]
         model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig(**config["train"]),
-                    split=holdout["how"], test_fraction=holdout["test_fraction"])
+                    split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"))
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.holdout = holdout
         model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
@@ -535,7 +535,14 @@ def net_defaults(net_class: type = ESDPM) -> dict:
 def draw_contexts(n_deliveries: int, contexts: int = SCORE_CONTEXTS, seed: int = 0) -> np.ndarray:
     """The delivery rows (of ``n_deliveries``) whose contexts a user × fund pair is scored in: ``contexts`` rows
     drawn without replacement from the seeded stream, in the order drawn."""
+    check_contexts(contexts)
     return np.random.default_rng(seed).choice(n_deliveries, size=min(contexts, n_deliveries), replace=False)
+
+
+def check_contexts(contexts) -> None:
+    """``contexts``, the delivery contexts a pair is scored in, is a whole number of at least 1."""
+    if not isinstance(contexts, Integral) or isinstance(contexts, bool) or contexts < 1:
+        raise DataError(f"`contexts` must be at least 1, got {contexts!r}")
 
 
 def scoring_time(time: np.ndarray, at=None) -> int | float:

@@ -17,6 +17,9 @@ import pandas as pd
 from promokit.metrics import auc, logloss, rela_impr
 from promokit.metrics.value import decile_table, fund_personalisation, hit_metrics, normalized_gini
 
+#: The floor every value model has to beat, shown beside it by evaluate and trained first in every bench.
+FLOOR = "hurdle"
+
 
 def amount_scale(convert: np.ndarray, amount: np.ndarray) -> float:
     """The mean amount of the converted deliveries, the unit of MSE and MAE."""

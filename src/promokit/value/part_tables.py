@@ -46,16 +46,17 @@ def dataset_parts(paths: dict[str, Path], out: Path | None = None) -> list[Value
                       str(out) if out is not None else None) for k in range(len(files["users"]))]
 
 
-def read_part_tables(part: ValuePart, specs: dict | None, labels: bool = False, repair: bool = False,
-                     types: dict[str, str] | None = None) -> ValueTables:
-    """A part's tables, validated (with the labels when ``labels``; the features of ``specs``, else inferred with
-    the ``types`` given); an error names the file of the table it is about."""
+def read_part_tables(part: ValuePart, specs: dict | None, require_labels: bool = False, repair: bool = False,
+                     types: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> ValueTables:
+    """A part's tables, validated (with the labels when ``require_labels``, read from the columns ``labels`` names;
+    the features of ``specs``, else inferred with the ``types`` given); an error names the file of the table it is
+    about."""
     frames = {name: read_part(path) for name, path in part.files.items()}  # a read error names the file
     funds = read_table(part.funds)
     try:
         tables = check_tables(frames["deliveries"], frames["users"], funds, frames.get("behaviors"),
-                              frames.get("consumption"), require_labels=labels, repair_labels=repair, specs=specs,
-                              part=True, types=types)
+                              frames.get("consumption"), require_labels=require_labels, repair_labels=repair,
+                              specs=specs, part=True, types=types, labels=labels)
         for table, frame, spec in (("deliveries", tables.deliveries, tables.context_spec),
                                    ("users", tables.users, tables.user_spec)):
             try:

@@ -241,12 +241,13 @@ class DeliveryRows:
     offsets: tuple[int, ...]
     role: int
     repair: bool
+    labels: dict | None = None
 
     def load(self, estimator: ValueModel, segment: tuple[int, int, int]) -> dict:
         """The tensors of rows ``start:stop`` of this role's deliveries of part ``index``, each carrying its user's
         and fund's features (a batch mixes parts)."""
         index, start, stop = segment
-        tables = read_part_tables(self.parts[index], self.specs, labels=True, repair=self.repair)
+        tables = read_part_tables(self.parts[index], self.specs, True, self.repair, labels=self.labels)
         roles = self.split.roles(tables.time, self.offsets[index])
         return estimator.encoders.rows(tables, np.flatnonzero(roles == self.role)[start:stop], carry_nodes=True)
 
@@ -294,7 +295,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
     check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=executor.map)
     scans = executor.map(_scan, parts, label="scanning parts")
     _delivery_kind(paths["deliveries"], parts, scans)
-    specs, funds = _feature_specs(parts, scans, repair, types)
+    specs, funds = _feature_specs(parts, scans, repair, types, estimator.labels)
     sizes = [scan.rows for scan in scans]
     offsets = tuple(int(o) for o in np.cumsum([0, *sizes[:-1]]))
     if split["how"] == "time":
@@ -304,13 +305,14 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
     else:
         rule = DeliverySplit("random", n=sum(sizes), test_fraction=split["test_fraction"],
                              valid_fraction=split["valid_fraction"], seed=split["seed"])
-    counted = executor.map(partial(_count, specs, rule, offsets, repair), parts, label="counting parts")
+    counted = executor.map(partial(_count, specs, rule, offsets, repair, estimator.labels), parts,
+                           label="counting parts")
     with naming(paths["deliveries"]):
         estimator.fit_counts(specs, InputEncoders.from_counts([c.shares for c in counted], specs, funds,
                                                               estimator.max_len), [c.labels for c in counted], split)
     training_parts = tuple(replace(p, files={k: v for k, v in p.files.items() if k != "consumption"}) for p in parts)
     rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
-    reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair)
+    reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair, labels=estimator.labels)
     job = TrainJob.cut(estimator, reader(TRAIN), reader(VALID) if rows[VALID].sum() else None, rows[TRAIN].tolist(),
                        rows[VALID].tolist(), executor.workers)
     counts = {name: int(r.sum()) for name, r in zip(("train", "valid", "test"), rows)}
@@ -335,27 +337,29 @@ def _scan(part: ValuePart) -> PartScan:
     return PartScan(len(time), time_counts(time), kind, levels)
 
 
-def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool,
-                   types: dict[str, str] | None) -> tuple[dict, pd.DataFrame]:
+def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool, types: dict[str, str] | None,
+                   labels: dict[str, str] | None) -> tuple[dict, pd.DataFrame]:
     """The feature specs of the dataset — inferred on the first part with deliveries (the columns of ``types`` of
     the type given), integer columns classified by their values over every part, as on the parts' concatenation —
     and the funds table, validated."""
     from promokit.training.shards import classify_integers
 
     first = next(k for k, scan in enumerate(scans) if scan.rows)
-    tables = read_part_tables(parts[first], None, labels=True, repair=repair, types=types)
+    tables = read_part_tables(parts[first], None, True, repair, types, labels)
     specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
     for name, frame in (("context", tables.deliveries), ("users", tables.users)):
         specs[name] = classify_integers(specs[name], [scan.levels[name] for scan in scans], list(frame.columns))
     return specs, tables.funds
 
 
-def _count(specs: dict, rule: DeliverySplit, offsets: tuple[int, ...], repair: bool, part: ValuePart) -> PartCount:
-    """Validate a part with its labels; count its training deliveries' features, its users' and its labels."""
+def _count(specs: dict, rule: DeliverySplit, offsets: tuple[int, ...], repair: bool, labels: dict | None,
+           part: ValuePart) -> PartCount:
+    """Validate a part with its labels (read from the columns ``labels`` names); count its training deliveries'
+    features, its users' and its labels."""
     from promokit.value.estimator import TRAIN, ValueModel
     from promokit.value.inputs import InputEncoders
 
-    tables = read_part_tables(part, specs, labels=True, repair=repair)
+    tables = read_part_tables(part, specs, True, repair, labels=labels)
     roles = rule.roles(tables.time, offsets[part.index])
     return PartCount(InputEncoders.count(tables, np.flatnonzero(roles == TRAIN)),
                      ValueModel.label_counts(tables, roles), tables.counts)

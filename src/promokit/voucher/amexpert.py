@@ -55,8 +55,8 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError, unique_index
-from promokit.data.io import read_table
-from promokit.voucher.contract import VoucherTables, check_tables
+from promokit.data.io import read_table, write_json
+from promokit.voucher.contract import VoucherTables, check_tables, write_tables
 
 TRAIN_FILE = "train.csv"
 CAMPAIGN_FILE = "campaign_data.csv"
@@ -156,6 +156,18 @@ def load_amexpert(directory: str | os.PathLike) -> tuple[VoucherTables, AmExpert
         users_with_demographics=int(np.isin(s["user_id"].unique(), demographics["customer_id"]).sum()),
         unknown_item_pairs=tables.repairs["voucher_items_of_unknown_items_dropped"])
     return tables, report
+
+
+def convert_amexpert(directory: str | os.PathLike, folder: str | os.PathLike) -> tuple[VoucherTables,
+                                                                                     AmExpertReport, dict[str, Path]]:
+    """:func:`load_amexpert`, the tables written into ``folder`` (:func:`~promokit.voucher.contract.write_tables`)
+    with the report as ``amexpert.json`` (its summary and facts, dates as text); returns the tables, the report and
+    the tables' files by name."""
+    tables, report = load_amexpert(directory)
+    files = write_tables(tables, folder)
+    facts = {k: v if isinstance(v, int) else str(v) for k, v in report.__dict__.items()}
+    write_json({"summary": report.summary(), **facts}, Path(folder) / "amexpert.json")
+    return tables, report, files
 
 
 def coupon_descriptors(voucher_items: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:

@@ -47,16 +47,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from promokit.data import datasets
+from promokit.data.durations import parse_duration
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError, example_row
-from promokit.data.durations import parse_duration
-from promokit.data.spec import (FeatureSpec, check_label_roles, map_labels, missing_column_message, require_columns,
-                                require_label_columns)
-from promokit.data import datasets
+from promokit.data.io import write_parquet
+from promokit.data.spec import (
+    FeatureSpec,
+    check_label_roles,
+    map_labels,
+    missing_column_message,
+    require_columns,
+    require_label_columns,
+)
 
 ID_COLUMNS = ("session_id", "user_id", "voucher_id")
 TERM_COLUMNS = ("min_spend", "discount")
@@ -91,6 +99,8 @@ class VoucherTables:
     voucher_items: pd.DataFrame | None = None
     #: rows removed or filled by the documented repairs, by reason
     repairs: dict[str, int] = field(default_factory=dict)
+    #: the label's column when it is not ``redeemed`` (``{"redeemed": "is_redeemed"}``), as mapped when read
+    labels: dict[str, str] | None = None
 
     @property
     def spec(self) -> FeatureSpec:
@@ -117,7 +127,7 @@ def table_options(categorical: Sequence[str], numeric: Sequence[str], item_featu
 def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.DataFrame, *,
                  categorical: Sequence[str] = (), numeric: Sequence[str] = (), validity=None, terms: bool = True,
                  require_labels: bool = True, keep_clicks: bool = False, unknown_items: str = "error",
-                 item_features: Sequence[str] = ITEM_FEATURES, voucher_items: pd.DataFrame | None = None,
+                 item_features: Sequence[str] | None = ITEM_FEATURES, voucher_items: pd.DataFrame | None = None,
                  labels: dict[str, str] | None = None,
                  max_pre_events: int | None = 50) -> VoucherTables:
     """Validate the three tables (and optional ``voucher_items``) and return them in contract form.
@@ -127,11 +137,15 @@ def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.
     ``unknown_items``: ``"error"`` (default) or ``"drop"`` — events / voucher items whose item is not in
     ``items`` are dropped and counted in ``repairs``. ``max_pre_events`` bounds the pre-collection events
     per session taken from a user-level log (``None``: all). ``labels`` maps the label ``redeemed`` to the
-    sessions' column that holds it (``{"redeemed": "is_redeemed"}``). Every broken rule raises a one-line
-    :class:`DataError`.
+    sessions' column that holds it (``{"redeemed": "is_redeemed"}``); where labels are optional
+    (``require_labels=False``), a mapped column that is absent means no labels. ``item_features`` None: the
+    default ones. Every broken rule raises a one-line :class:`DataError`.
     """
     check_label_roles(labels, (LABEL,))
+    labels = {role: column for role, column in (labels or {}).items()
+              if column != role and (require_labels or column in sessions.columns)} or None
     sessions = map_labels(sessions, labels, (LABEL,), "sessions")
+    item_features = ITEM_FEATURES if item_features is None else item_features
     if unknown_items not in ("error", "drop"):
         raise DataError(f"unknown_items must be 'error' or 'drop', got {unknown_items!r}")
     if max_pre_events is not None and max_pre_events < 0:
@@ -148,7 +162,7 @@ def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.
     features_num = [*(TERM_COLUMNS if terms else ()), *numeric]
     return VoucherTables(sessions=out, events=event_table, items=item_table, categorical=features_cat,
                          numeric=features_num, item_features=list(item_features), voucher_items=pairs,
-                         repairs=repairs)
+                         repairs=repairs, labels=labels)
 
 
 def read_tables(data, **options) -> VoucherTables:
@@ -163,6 +177,42 @@ def read_tables(data, **options) -> VoucherTables:
     frames = datasets.read_tables(data, TABLES, REQUIRED_TABLES, "voucher data")
     return check_tables(frames["sessions"], frames.get("events"), frames["items"],
                         voucher_items=frames.get("voucher_items"), **options)
+
+
+def agreed_options(trained: dict, categorical: Sequence[str] | None = None, numeric: Sequence[str] | None = None,
+                   terms: bool | None = None, item_features: Sequence[str] | None = None) -> dict:
+    """The :func:`check_tables` options a model was trained with (``trained``: its :func:`table_options`), to read
+    other tables as its training tables were. Options given must name the same columns (in any order): one that
+    contradicts the model is an error (``no_terms`` in it is ``terms=False``). Item features a model did not keep
+    (directories written before the options were) follow ``item_features``, by default :data:`ITEM_FEATURES`."""
+    given = {"categorical": categorical, "numeric": numeric, "item_features": item_features}
+    for name, columns in given.items():
+        if columns is not None and trained[name] is not None and set(columns) != set(trained[name]):
+            raise DataError(f"`{name}` {','.join(columns)!r} contradicts the model, trained with `{name}` "
+                            f"{','.join(trained[name])!r}; the model directory remembers its columns: leave `{name}` "
+                            "out")
+    if terms is not None and terms != trained["terms"]:
+        word = {True: "terms", False: "no_terms"}
+        raise DataError(f"`{word[terms]}` contradicts the model, trained with `{word[trained['terms']]}`; the model "
+                        "directory remembers it: leave it out")
+    features = trained["item_features"] if trained["item_features"] is not None else item_features
+    return {"categorical": trained["categorical"], "numeric": trained["numeric"], "terms": trained["terms"],
+            "item_features": list(features or ITEM_FEATURES)}
+
+
+def write_tables(tables: VoucherTables, folder) -> dict[str, Path]:
+    """Write checked tables as ``<name>.parquet`` files into ``folder`` (what :func:`read_tables` reads back with
+    ``tables.options``): sessions, items, and the events and voucher_items when there are any. Returns the files by
+    table name."""
+    frames = {"sessions": tables.sessions, "items": tables.items}
+    if len(tables.events):
+        frames["events"] = tables.events[list(EVENT_COLUMNS)]
+    if tables.voucher_items is not None:
+        frames["voucher_items"] = tables.voucher_items
+    files = {name: Path(folder) / f"{name}.parquet" for name in frames}
+    for name, frame in frames.items():
+        write_parquet(frame, files[name])
+    return files
 
 
 # ------------------------------------------------------------------------------------------------ sessions

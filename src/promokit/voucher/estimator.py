@@ -8,6 +8,7 @@ import numbers
 import os
 import re
 from dataclasses import dataclass
+from datetime import date
 
 import numpy as np
 import pandas as pd
@@ -23,13 +24,12 @@ from promokit.data.split import TEST_FRACTION
 from promokit.metrics import auc, gauc, logloss
 from promokit.training import (
     History,
-    defaults,
     TrainConfig,
     Trainer,
     auc_metric,
     check_model_params,
-    read_json,
     load_weights,
+    read_json,
     read_model_config,
     take,
     write_model_dir,
@@ -43,9 +43,20 @@ from promokit.training.estimator import (
 )
 from promokit.training.params import saved_params
 from promokit.training.seed import seed_everything
-from promokit.voucher.contract import ID_COLUMNS, ITEM_FEATURES, read_tables, table_options
-from promokit.voucher.history import hold_out_latest, redeemed_history
-from promokit.voucher.item_embedding import ESTIMATOR_KEYS, check_item_params
+from promokit.voucher.contract import (
+    ID_COLUMNS,
+    VoucherTables,
+    agreed_options,
+    read_tables,
+    table_options,
+)
+from promokit.voucher.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
+from promokit.voucher.history import as_time, hold_out_latest, redeemed_history
+from promokit.voucher.item_embedding import (
+    ESTIMATOR_KEYS,
+    METAPATH2VEC,
+    check_item_params,
+)
 from promokit.voucher.models import MODELS, FieldLayout
 
 #: The key columns of a prediction, those the sessions carry: the contract's ids, AmExpert's campaign.
@@ -65,12 +76,6 @@ GRAPH_PARAMS = ("z", "max_pre_events")
 ESTIMATOR_OWN = ("pretrain", "min_count", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
 #: What picks the epoch on the validation sessions: AUC (the paper's metric, default) or the logloss.
 MONITORS = ("auc", "loss")
-#: Training defaults: Adam at lr 0.001 (the paper's section 4.4 too) with lazy L2 on the embedding rows
-#: (``promokit.training.defaults``), batches of 512, the epoch picked on validation AUC (a later period's
-#: redemption rate shifts, and its logloss follows the shift).
-DEFAULT_TRAIN = TrainConfig(epochs=10, batch_size=512, lr=defaults.LR, embedding_decay=defaults.EMBEDDING_DECAY,
-                            decay_rows=defaults.EMBEDDING_DECAY_ROWS,
-                            patience=2, monitor="auc")
 
 
 @dataclass
@@ -108,7 +113,7 @@ class VoucherModel(Estimator):
     known before the target's collection (``redeemed_history``), so no label leaks forward in time.
     """
 
-    def __init__(self, model: str = "din", params: dict | None = None, train: TrainConfig | None = None,
+    def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
                  max_history: int = 6, test_fraction: float = TEST_FRACTION, test_from=None):
         self.model = model
         self.params = params
@@ -119,6 +124,7 @@ class VoucherModel(Estimator):
         self._configure()
         self.feature_spec: FeatureSpec | None = None
         self.table_options: dict | None = None  # VoucherTables.options of the training tables
+        self.labels: dict | None = None  # VoucherTables.labels of the training tables: the label's column
         self.encoder: TableEncoder | None = None
         self.net = None
         self.report = FitReport()
@@ -136,7 +142,7 @@ class VoucherModel(Estimator):
         if not whole or self.max_history < 1:
             raise DataError(f"max_history must be a whole number ≥ 1, got {self.max_history!r}")
         check_test_fraction(self.test_fraction)
-        self.test_cut = None if self.test_from is None else _time("test_from", self.test_from)
+        self.test_cut = None if self.test_from is None else as_time("test_from", self.test_from)
         merged = check_item_params({**MODELS[self.model][1], **(self.params or {})}, self.uses_graphs, self.model)
         graph_params = [k for k in GRAPH_PARAMS if k in merged]
         if graph_params and not self.uses_graphs:
@@ -243,17 +249,22 @@ class VoucherModel(Estimator):
           ``train.seed`` (:func:`~promokit.voucher.history.hold_out_latest`);
         - a fraction in [0, 1): that share of the rest, by the same rule; 0: no validation (every epoch, tree or
           the default L2 strength is kept);
-        - row indices: those sessions, which must be neither training sessions (``rows``) nor held out.
+        - row indices: those sessions, which must be neither training sessions (``rows``) nor held out;
+        - a time (``"2024-06-01"``, a Timestamp): the sessions of ``rows`` collected from it on that are not held
+          out; it must leave training and validation sessions.
 
         ``checkpoint_dir`` / ``resume`` / ``on_epoch`` are passed to :meth:`Trainer.fit` (neural models)."""
         self._configure()  # model_params afresh: a refit chooses LR's L2 and DMBGN's item_dim again
+        source = self.model_params.get("item_embeddings")
+        if source not in (None, METAPATH2VEC) and not os.path.exists(source):
+            raise DataError(f"`item_embeddings` {source}: no such file (or pass {METAPATH2VEC!r})")
         tables = read_tables(data)
         train_rows, valid_rows, test_rows = self.split_rows(tables, rows, validation)
         self.holdout = self._holdout(tables, test_rows)
         seed_everything(self.train_config.seed)
         sessions = tables.sessions
         self.feature_spec = self._feature_spec(tables)
-        self.table_options = tables.options
+        self.table_options, self.labels = tables.options, tables.labels
         self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.feature_spec)
         self.training_ids = id_hashes(sessions["user_id"].to_numpy()[train_rows])
         self.net, self._cache = None, None
@@ -309,6 +320,8 @@ class VoucherModel(Estimator):
                                            "test_fraction")
         else:
             test = np.empty(0, dtype=np.int64)
+        if isinstance(validation, (str, date, np.datetime64)):
+            return (*self._validation_from(tables, usable, validation), test)
         if validation is None or _is_fraction(validation):
             fraction = VALIDATION_FRACTION if validation is None else float(validation)
             if not 0 <= fraction < 1:
@@ -330,6 +343,16 @@ class VoucherModel(Estimator):
                             f"training sessions (rows), e.g. row {int(shared[0])}; they must be apart")
         return usable, valid_rows, test
 
+    def _validation_from(self, tables, usable: np.ndarray, start) -> tuple[np.ndarray, np.ndarray]:
+        """The sessions ``usable`` for training split at the time ``start``: those collected from it on validate."""
+        later = tables.sessions["collect_time"].to_numpy()[usable] >= np.datetime64(as_time("validation", start), "ns")
+        train, valid = usable[~later], usable[later]
+        if len(train) == 0 or len(valid) == 0:
+            raise DataError(f"`validation` {start} leaves {len(train)} training and {len(valid)} validation sessions "
+                            f"of {len(tables.sessions)} ({len(tables.sessions) - len(usable)} held out); both must be "
+                            "non-empty")
+        return train, valid
+
     def _holdout(self, tables, test: np.ndarray) -> dict:
         """What fit held out: by time, the sessions collected from ``cut`` on (the first collection time held out,
         when every session from it on is); else the seeded draw, recomputed on the same sessions."""
@@ -347,7 +370,7 @@ class VoucherModel(Estimator):
         sessions), or, for a seeded draw among sessions sharing one time, the same draw on the same sessions."""
         self._check_fitted()
         holdout = self.holdout or {}
-        tables = self._read(data, require_labels=False)
+        tables = self.read(data)
         collect = tables.sessions["collect_time"]
         if not holdout.get("held_out"):
             return np.empty(0, dtype=np.int64)
@@ -365,7 +388,11 @@ class VoucherModel(Estimator):
         source = self.model_params.get("item_embeddings")
         if not self.uses_graphs or not source:
             return None
-        from promokit.voucher.item_embedding import METAPATH2VEC, pretrain_item_embeddings, read_item_embeddings
+        from promokit.voucher.item_embedding import (
+            METAPATH2VEC,
+            pretrain_item_embeddings,
+            read_item_embeddings,
+        )
 
         if source == METAPATH2VEC:
             options = {"seed": self.train_config.seed, "progress": self.train_config.progress,
@@ -403,7 +430,7 @@ class VoucherModel(Estimator):
         :class:`~promokit.voucher.contract.VoucherTables`, or tables read as the training tables were (their
         profile columns, terms and item features; labels may be missing)."""
         self._check_fitted()
-        tables = self._read(data, require_labels=False)
+        tables = self.read(data)
         n = len(tables.sessions)
         rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
         p = np.zeros(0)
@@ -425,7 +452,7 @@ class VoucherModel(Estimator):
         its sessions (``promokit.metrics.gauc``), which ignores how groups differ from each other, and
         ``gauc_groups`` / ``gauc_skipped_groups``, the groups scored and those with one class."""
         self._check_fitted()
-        tables = self._read(data, require_labels=True)
+        tables = self.read(data, require_labels=True)
         if group_by is not None and group_by not in tables.sessions.columns:
             raise DataError(f"group_by: no column {group_by!r} in sessions; columns are {list(tables.sessions.columns)}")
         n = len(tables.sessions)
@@ -441,11 +468,16 @@ class VoucherModel(Estimator):
             metrics.update(gauc=grouped.value, gauc_groups=grouped.n_scored, gauc_skipped_groups=grouped.n_skipped)
         return Evaluation(f"voucher model {self.model}", metrics)
 
-    def _read(self, data, require_labels: bool):
-        """``data`` as tables, read with the training tables' options (model directories written before they
-        were kept do not know a non-DMBGN model's item features: the default ones)."""
-        options = {**self.table_options, "item_features": self.table_options["item_features"] or list(ITEM_FEATURES)}
-        return read_tables(data, require_labels=require_labels, **options)
+    def read(self, data, *, require_labels: bool = False, validity=None, labels: dict | None = None,
+             **options) -> VoucherTables:
+        """``data`` as :class:`~promokit.voucher.contract.VoucherTables` (as they are, when they are) read as the
+        training tables were: their profile columns, terms and item features (``options`` given — ``categorical``,
+        ``numeric``, ``terms``, ``item_features`` — must agree: :func:`~promokit.voucher.contract.agreed_options`)
+        and their label's column (``labels`` maps another, as in :func:`check_tables`); ``validity`` describes the
+        data, not the model."""
+        self._check_fitted()
+        return read_tables(data, require_labels=require_labels, validity=validity, labels=labels or self.labels,
+                           **agreed_options(self.table_options, **options))
 
     def _check_fitted(self) -> None:
         if self.net is None or self.encoder is None:
@@ -456,7 +488,7 @@ class VoucherModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "voucher", "model": self.model, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
-                  "max_history": self.max_history, "holdout": self.holdout}
+                  "max_history": self.max_history, "holdout": self.holdout, "labels": self.labels}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
         write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra, self.training_ids)
@@ -471,7 +503,7 @@ class VoucherModel(Estimator):
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig(**config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
                     holdout.get("test_from"))
-        model.holdout = config.get("holdout")
+        model.holdout, model.labels = config.get("holdout"), config.get("labels")
         model.feature_spec = FeatureSpec.from_dict(config["spec"])
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
@@ -496,17 +528,6 @@ def _labels(sessions: pd.DataFrame) -> np.ndarray:
     if "redeemed" not in sessions.columns:
         return np.full(len(sessions), np.nan, dtype=np.float32)
     return pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
-
-
-def _time(argument: str, value) -> pd.Timestamp:
-    """A time given as ``value`` (``"2024-06-01"``, a Timestamp …) as the tables hold times (naive UTC)."""
-    try:
-        time = pd.Timestamp(value)
-    except (TypeError, ValueError):
-        time = pd.NaT
-    if pd.isna(time):
-        raise DataError(f"{argument} must be a time such as '2024-06-01' or '2024-06-01 12:00', got {value!r}")
-    return time.tz_convert("UTC").tz_localize(None) if time.tzinfo else time
 
 
 def _is_fraction(value) -> bool:

@@ -1,4 +1,4 @@
-"""Leak-free redeemed-voucher history (DMBGN §3.5) and the time split of the sessions.
+"""Leak-free redeemed-voucher history (DMBGN §3.5), the time split of the sessions and the times that select them.
 
 A session's history may only hold sessions whose outcome was known when it was collected: the published
 DMBGN code built histories from all of a user's redeemed sessions regardless of when the redemption
@@ -129,3 +129,38 @@ def hold_out_latest(sessions: pd.DataFrame, rows: np.ndarray, fraction: float,
         valid = np.zeros(len(rows), dtype=bool)
         valid[np.random.default_rng(seed).choice(len(rows), k, replace=False)] = True
     return rows[~valid], rows[valid]
+
+
+def as_time(argument: str, value) -> pd.Timestamp:
+    """A time given as ``value`` (``"2024-06-01"``, ``"2024-06-01 12:00"``, a Timestamp …) as the tables hold times
+    (naive UTC), or a one-line error naming ``argument``."""
+    try:
+        time = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        time = pd.NaT
+    if pd.isna(time):
+        raise DataError(f"`{argument}` {value!r} is not a time; use e.g. '2024-06-01' or '2024-06-01 12:00'")
+    return time.tz_convert("UTC").tz_localize(None) if time.tzinfo else time
+
+
+def sessions_from(sessions: pd.DataFrame, start, argument: str = "start") -> np.ndarray:
+    """The rows of the sessions collected from ``start`` on (every row when ``start`` is None); a ``start`` that
+    selects none is an error naming ``argument``."""
+    collect = sessions["collect_time"]
+    if start is None:
+        return np.arange(len(collect))
+    rows = np.flatnonzero(collect >= as_time(argument, start))
+    if len(rows) == 0:
+        raise DataError(f"`{argument}` {start} selects none of the {len(collect)} sessions, collected from "
+                        f"{collect.min()} to {collect.max()}")
+    return rows
+
+
+def describe_holdout(holdout: dict) -> str | None:
+    """What a fitted model held out (``VoucherModel.holdout``) in words; None when nothing."""
+    if not holdout["held_out"]:
+        return None
+    rule = (f"collected from {holdout['test_from'] or holdout['cut']}" if holdout["how"] == "time" else
+            f"drawn at random, seed {holdout['seed']}, as all share one collection time")
+    share = "" if holdout["test_from"] else f", the latest {holdout['test_fraction']:.0%}"
+    return f"{holdout['held_out']:,} of {holdout['rows']:,} sessions ({rule}{share})"

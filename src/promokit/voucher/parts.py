@@ -34,8 +34,8 @@ from promokit.voucher.contract import check_tables
 @dataclass(frozen=True)
 class Reading:
     """What every worker needs to read and score a part: the model directory, the reference tables' files,
-    the :func:`check_tables` options (``categorical``, ``numeric``, ``terms``, ``item_features``, ``validity``)
-    and ``start``, the collection time scored from (None: every session)."""
+    the :func:`check_tables` options (``categorical``, ``numeric``, ``terms``, ``item_features``, ``validity``,
+    ``labels``) and ``start``, the collection time scored from (None: every session)."""
 
     model: Path
     items: Path

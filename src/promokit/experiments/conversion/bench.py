@@ -10,12 +10,24 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from promokit.conversion.contract import OPTIONAL_LABELS, REQUIRED_LABELS, check_labels, check_micro_behaviors
+from promokit.conversion.contract import (
+    OPTIONAL_LABELS,
+    REQUIRED_LABELS,
+    check_labels,
+    check_micro_behaviors,
+    conversion_spec,
+    micro_behavior_columns,
+)
+from promokit.conversion.defaults import REPAIR_LABELS
 from promokit.conversion.estimator import DEFAULT_TRAIN, ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
-from promokit.data import FeatureSpec, holdout_split
+from promokit.conversion.models import MODELS
+from promokit.data import DataError, FeatureSpec, holdout_split, random_split
+from promokit.data.datasets import as_table
+from promokit.experiments.conversion.world import ConversionWorld, make_world, micro_behavior_names
 from promokit.metrics import expected_auc, rela_impr, relative_improvement_permille
 from promokit.training import TrainConfig
+from promokit.training.params import without_foreign_wide
 
 #: The columns of the paper's Table 3, then what the demo adds.
 HEADLINE = ("cvr_auc", "ctcvr_auc", "ctcvr_gauc", "ctr_auc", "ctcvr_logloss")
@@ -50,6 +62,88 @@ def split_table(table: pd.DataFrame, spec: FeatureSpec, split: str | None = None
     rest, test = holdout_split(table, 0.1, split, seed)
     train, valid = holdout_split(table.iloc[rest], 1 / 9, valid_split or split, seed)
     return Split(table.iloc[rest[train]], table.iloc[rest[valid]], table.iloc[test])
+
+
+def world_split(world: ConversionWorld, seed: int = 0) -> tuple[Split, pd.DataFrame, FeatureSpec]:
+    """80/10/10 random split of the world's impressions; returns the split, the test truth and the spec."""
+    train, valid, test = random_split(len(world.table), (0.8, 0.1, 0.1), seed)
+    t = world.table
+    spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id")
+    return Split(t.iloc[train], t.iloc[valid], t.iloc[test]), world.truth.iloc[test], spec
+
+
+@dataclass
+class BenchRun:
+    """What :func:`run_bench` gives: one row per model and seed (``results``), the mean ± std over seeds with
+    RelaImpr (``summary``), GMCM's Tables 2–3 by title (``tables``, with micro-behaviours), the oracle's metrics
+    (``oracle``, on the synthetic world; the summary and tables then have its row) and the ``split``."""
+
+    results: pd.DataFrame
+    summary: pd.DataFrame
+    tables: dict[str, pd.DataFrame]
+    oracle: dict | None
+    split: Split
+
+
+def run_bench(models: list[str], seeds: list[int], data=None, spec=None, split: str | None = None,
+              valid_split: str | None = None, micro_behaviors=None, n_users: int = 2000, n_items: int = 800,
+              n_impressions: int = 300_000, train: TrainConfig | None = None, params: dict | None = None,
+              tuned: dict[str, dict] | None = None, base: str | None = "lr", min_count: int | None = None,
+              repair_labels: bool = REPAIR_LABELS, on_result=None) -> BenchRun:
+    """``models`` × ``seeds`` (:func:`run`) on one split, summarised (:func:`summarise`, RelaImpr against ``base``
+    when it is among the models; :func:`gmcm_summary` with micro-behaviours).
+
+    ``data`` (a table or a path) is split by :func:`split_table` (``split``, ``valid_split``), its spec
+    ``spec`` (a FeatureSpec or a spec file; inferred when None) with ``micro_behaviors`` (columns, a list or
+    comma-separated) in place of its own. Without ``data``: the synthetic world of ``n_users`` × ``n_items`` ×
+    ``n_impressions`` (seed 0) split by :func:`world_split`, with the micro-behaviours of
+    :func:`synthetic_micro_behaviors` and the oracle. ``params`` go to every neural model (less a wide term it has
+    no use for), ``tuned[name]`` over them for one model; ``min_count`` sets the spec's vocabulary threshold."""
+    truth = None
+    if data is None:
+        nodes, n_micro = synthetic_micro_behaviors(micro_behaviors) if micro_behaviors is not None else ([], 0)
+        world = make_world(n_users=n_users, n_items=n_items, n_impressions=n_impressions, seed=0, n_micro=n_micro)
+        parts, truth, feature_spec = world_split(world)
+        feature_spec = replace(feature_spec, micro_behaviors=nodes)
+        truth = truth.drop(columns=[f"p_node_{n}" for n in world.micro_behaviors if n not in nodes])
+    else:
+        feature_spec = conversion_spec(spec, micro_behaviors=micro_behaviors)
+        parts = split_table(as_table(data, "data"), feature_spec, split, valid_split)
+    if min_count is not None:
+        feature_spec = replace(feature_spec, min_count=min_count)
+    per_model = {name: {**(without_foreign_wide(MODELS[name][0], params or {})
+                           if name in MODELS and name not in SHALLOW else {}), **(tuned or {}).get(name, {})}
+                 for name in models}
+    results = run(parts, models, seeds, feature_spec, per_model, train, repair_labels=repair_labels,
+                  on_result=on_result, truth=truth)
+    summary = summarise(results, base if base in models else None, (*HEADLINE, *TRUTH_AUCS))
+    tables = {}
+    if feature_spec.micro_behaviors:
+        tables["GMCM's Tables 2–3: mean ± std over seeds, RI of gmcm in ‰, node AUCs"] = gmcm_summary(
+            results, feature_spec.micro_behaviors)
+    oracle = None
+    if truth is not None:
+        oracle = oracle_row(parts.test, truth, feature_spec)
+        summary = with_oracle(summary, oracle)
+        tables = {title: with_oracle(table, oracle) for title, table in tables.items()}
+    return BenchRun(results, summary, tables, oracle, parts)
+
+
+def synthetic_micro_behaviors(value) -> tuple[list[str], int]:
+    """The synthetic world's micro-behaviours that ``value`` asks for — a count N (the first N of
+    :func:`~promokit.experiments.conversion.world.micro_behavior_names`: cart, favorite, review, qa, zoom, sku,
+    share, detail, coupon, buy_button, micro_11 …) or their names (a list or comma-separated) — and how many the
+    world must generate to have them."""
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        return micro_behavior_names(int(value)), int(value)
+    names = micro_behavior_columns(value)
+    numbered = [int(n.removeprefix("micro_")) for n in names if n.startswith("micro_") and n[6:].isdigit()]
+    known = micro_behavior_names(max([10, *numbered]))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise DataError(f"`micro_behaviors`: the synthetic world has no micro-behaviours {unknown}; it has "
+                        f"{', '.join(known[:10])}, micro_11, micro_12 … (or give a count, e.g. 10)")
+    return names, max(known.index(name) for name in names) + 1
 
 
 def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | None = None,

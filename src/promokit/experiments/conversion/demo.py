@@ -7,8 +7,8 @@ from dataclasses import replace
 import pandas as pd
 
 from promokit.conversion.estimator import DEFAULT_TRAIN
-from promokit.data import FeatureSpec, random_split
 from promokit.experiments.conversion import bench
+from promokit.experiments.conversion.bench import world_split
 from promokit.experiments.conversion.world import ConversionWorld, make_world
 from promokit.report import Report
 from promokit.training import TrainConfig
@@ -17,14 +17,6 @@ MODELS = ["lr", "gbdt", "dnn", "dnn-os", "esmm", "esm2"]
 # The defaults with at most 4 epochs: on the demo world the validation CVR AUC peaks by the fourth epoch and the
 # later ones (up to 8 with patience 2) add minutes, not accuracy.
 DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4)
-
-
-def world_split(world: ConversionWorld, seed: int = 0) -> tuple[bench.Split, pd.DataFrame, FeatureSpec]:
-    """80/10/10 random split of the world's impressions; returns the split, the test truth and the spec."""
-    train, valid, test = random_split(len(world.table), (0.8, 0.1, 0.1), seed)
-    t = world.table
-    spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id")
-    return bench.Split(t.iloc[train], t.iloc[valid], t.iloc[test]), world.truth.iloc[test], spec
 
 
 def run_demo(n_users: int, n_items: int, n_impressions: int, seed: int = 0, models=MODELS,

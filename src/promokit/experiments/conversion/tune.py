@@ -1,15 +1,21 @@
-"""A hyper-parameter search for one conversion model, scored on validation rows only (never the test rows)."""
+"""The conversion models' search spaces and metrics for :func:`~promokit.experiments.tuning.tune`, scored on
+validation rows only (never the test rows)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pandas as pd
 
 from promokit.conversion.estimator import DEFAULT_TRAIN, MONITORS, ConversionModel
 from promokit.data import DataError, FeatureSpec, holdout_split
-from promokit.experiments.tuning import GBDT_SPACE, LINEAR_SPACE, NEURAL_SPACE, TuneResult, tune
+from promokit.experiments.tuning import (
+    GBDT_SPACE,
+    LINEAR_SPACE,
+    NEURAL_SPACE,
+    TuneResult,
+    tune,
+)
 from promokit.training import TrainConfig
 
 #: The search space of each model (neural models share one).
@@ -20,9 +26,9 @@ METRICS = tuple(name for name in MONITORS if name != "loss")
 
 def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None = None,
                     spec: FeatureSpec | None = None, train: TrainConfig | None = None, metric: str = "ctcvr_auc",
-                    trials: int = 30, timeout: float | None = None, storage: str = "tune.db",
-                    study: str | None = None, seed: int = 0, valid_fraction: float = 0.1,
-                    valid_split: str | None = None, repair_labels: bool = False, on_trial=None) -> TuneResult:
+                    trials: int = 30, timeout: float | None = None, storage: str | None = "tune.db",
+                    study: str | None = None, valid_fraction: float = 0.1, valid_split: str | None = None,
+                    repair_labels: bool = False, on_trial=None) -> TuneResult:
     """Search ``model``'s parameters (:data:`SPACES`) for the best validation ``metric``.
 
     The validation rows are ``valid``, or else cut once from ``table`` as ``ConversionModel.fit`` would (the
@@ -31,30 +37,20 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
     training fields (``lr``, ``embedding_decay``, ``monitor``) — as ``train --params`` reads them.
     """
     if metric not in METRICS:
-        raise DataError(f"metric must be one of {list(METRICS)}, got {metric!r}")
+        raise DataError(f"`metric` must be one of {list(METRICS)}, got {metric!r}")
     spec = spec or FeatureSpec()
     train = replace(train or DEFAULT_TRAIN, progress=False)
-    ConversionModel(model, None, train, spec, repair_labels)  # a bad model name fails before any search
     space = SPACES.get(model, NEURAL_SPACE)
+    if space is NEURAL_SPACE:
+        train = replace(train, monitor=metric)
+    estimator = ConversionModel(model, None, train, spec, repair_labels)  # a bad model name fails before any search
     if valid is None:
         how = valid_split or (f"time:{spec.time_key}" if spec.time_key else "random")
         kept, held = holdout_split(table, valid_fraction, how, train.seed)
         table, valid = table.iloc[kept], table.iloc[held]
-
-    def score(params: dict, report) -> float:
-        config, net = train.merged(params)
-        if space is NEURAL_SPACE:
-            config = replace(config, monitor=metric)
-        estimator = ConversionModel(model, net, config, spec, repair_labels)
-        estimator.fit(table, validation=valid,
-                      on_epoch=lambda epoch, record: report(epoch, record.get(f"valid_{metric}", math.nan)))
-        history = estimator.report.history
-        if history is not None and history.stopped == "interrupted":
-            raise KeyboardInterrupt
-        return estimator.evaluate(valid)[metric]
-
-    result = tune(score, space, storage, study or f"conversion-{model}-{metric}", trials, timeout, train.seed,
-                  prune=space is NEURAL_SPACE, on_trial=on_trial)
+    result = tune(estimator, space, table, validation=valid, metric=metric, trials=trials, timeout=timeout,
+                  storage=storage, study_name=study or f"conversion-{model}-{metric}", seed=train.seed,
+                  on_trial=on_trial)
     if space is NEURAL_SPACE:
         result.best_params["monitor"] = metric
     return result

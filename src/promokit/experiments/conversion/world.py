@@ -48,10 +48,14 @@ and the first K behaviours of a world are the same for every ``n_micro ≥ K``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from promokit.data import FeatureSpec, write_parquet, write_text
 
 N_AGE, N_GENDER, N_POWER = 7, 2, 5
 N_CATEGORY, BRANDS_PER_CATEGORY, N_PRICE_LEVEL = 20, 6, 5
@@ -277,3 +281,22 @@ class _World:
                 + 0.2 * rng.standard_normal(n))
         return {"y1": click, "y2": cart, "y3": 0.9 * (intent + price_fit) - 0.2 * self.log_price_z[i],
                 "y4": 1.1 * (intent + price_fit) + self.category_direct[c] - 0.4 * self.log_price_z[i]}
+
+
+def write_world(out: str | os.PathLike, n_users: int = 2000, n_items: int = 800, n_impressions: int = 300_000,
+                seed: int = 0, truth: bool = False, n_micro: int = 0) -> tuple[ConversionWorld, Path | None]:
+    """The world of :func:`make_world` written to ``out`` as a Parquet table (``truth``: with its true probabilities
+    as columns ``true_p_*``) and, with ``n_micro`` micro-behaviours, a spec declaring them (labels, never features)
+    beside it as ``OUT.spec.yaml``: the world and the spec's path (None without micro-behaviours)."""
+    import yaml
+
+    world = make_world(n_users=n_users, n_items=n_items, n_impressions=n_impressions, seed=seed, n_micro=n_micro)
+    table = pd.concat([world.table, world.truth.add_prefix("true_")], axis=1) if truth else world.table
+    write_parquet(table, out)
+    if not world.micro_behaviors:
+        return world, None
+    spec_path = Path(out).with_suffix(".spec.yaml")
+    spec = FeatureSpec(categorical=world.categorical, numeric=world.numeric, group_key="user_id",
+                       micro_behaviors=world.micro_behaviors)
+    write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False), spec_path)
+    return world, spec_path

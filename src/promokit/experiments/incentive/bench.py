@@ -16,12 +16,14 @@ import numpy as np
 import pandas as pd
 
 from promokit.experiments.allocation.simulate import simulate_budget
+from promokit.experiments.bench_summary import model_summary
 from promokit.experiments.finished_rows import FinishedRows
 from promokit.experiments.incentive.world import IncentiveWorld, make_world
 from promokit.incentive.contract import IncentiveTables, check_tables
+from promokit.incentive.defaults import DEFAULT_TRAIN
 from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, node_split
 from promokit.incentive.evaluate import ORACLE, ResponseMetrics, change_point, curve_figure, evaluate
-from promokit.metrics.compare import mean_std, paired_change, rela_impr
+from promokit.metrics.compare import paired_change
 from promokit.report import Report
 from promokit.training import TrainConfig
 
@@ -92,8 +94,6 @@ def true_hazard(curves: np.ndarray, levels: np.ndarray) -> np.ndarray:
 
 
 def _default_train() -> TrainConfig:
-    from promokit.incentive.estimator import DEFAULT_TRAIN
-
     return TrainConfig(**{**DEFAULT_TRAIN.to_dict(), "progress": False})
 
 
@@ -111,20 +111,14 @@ def _score(name: str, seed: int, responses: Responses, tables: IncentiveTables, 
 def summary(result: BenchResult) -> pd.DataFrame:
     """Mean ± std over seeds of the headline metrics per model, in the order run, and RelaImpr of the mean AUC_c
     against the linear floor's (when it ran)."""
-    frame = result.metrics
-    floor = frame.loc[frame.model == FLOOR, "auc_c"].mean() if (frame.model == FLOOR).any() else None
-    rows = []
-    for name, group in frame.groupby("model", sort=False):
-        row = {"model": name}
-        for metric in [*HEADLINE, "monotone_violations"]:
-            row[metric] = mean_std(group[metric].astype(float))
-        if floor is not None:
-            row[f"RelaImpr auc_c vs {FLOOR}"] = f"{rela_impr(float(group['auc_c'].mean()), floor):+.2f}%"
-        found = group["change_point_found"].dropna()
-        row["change_point"] = f"{int(found.sum())}/{len(found)}" if len(found) else "–"
-        row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("model")
+    return model_summary(result.metrics, [*HEADLINE, "monotone_violations"], FLOOR, "auc_c",
+                         f"RelaImpr auc_c vs {FLOOR}", extra=_change_points_found)
+
+
+def _change_points_found(rows: pd.DataFrame) -> dict:
+    """In how many seeds a model's hazard put its change point where the world's is."""
+    found = rows["change_point_found"].dropna()
+    return {"change_point": f"{int(found.sum())}/{len(found)}" if len(found) else "–"}
 
 
 def simulation_summary(result: BenchResult, base: str = "dnn-h") -> pd.DataFrame:

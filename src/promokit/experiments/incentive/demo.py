@@ -4,6 +4,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from promokit.incentive.estimator import DEFAULT_TRAIN
+from promokit.incentive.defaults import DEFAULT_TRAIN
 
 DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=8, progress=False)

@@ -261,3 +261,12 @@ def read_truth(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndar
         raise DataError(f"{path}: expected an id column then true_<level> columns, got {list(frame.columns)}")
     levels = np.array([float(c.removeprefix("true_")) for c in columns])
     return frame.iloc[:, 0].to_numpy(), levels, frame[columns].to_numpy(dtype=np.float64)
+
+
+def customer_truth(path: str | os.PathLike, customers: pd.DataFrame) -> np.ndarray:
+    """The true response curves in the ``truth_customers.parquet`` at ``path``, a row per row of ``customers``, whose
+    ``customer_id`` column must match the file's row by row: what ``IncentiveModel.evaluate(truth=…)`` takes."""
+    ids, _, curves = read_truth(path)
+    if len(ids) != len(customers) or (ids != customers["customer_id"].to_numpy()).any():
+        raise DataError(f"`truth` {path}: its customer_id column does not match the customers table row by row")
+    return curves

@@ -1,6 +1,7 @@
 """The value experiments: the synthetic fund-promotion world with its true ETVs (``make_world``, ``write_world``,
-``feasible_quotas``) and the bench behind ``promokit value bench`` and ``demo``
-(:mod:`~promokit.experiments.value.bench`)."""
+``feasible_quotas``), the bench behind ``promokit value bench`` and ``demo``
+(:mod:`~promokit.experiments.value.bench`) and the plans of ``simulate``
+(:mod:`~promokit.experiments.value.simulate`)."""
 
 from promokit.lazy import lazy_exports
 

@@ -16,25 +16,27 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from promokit.data import DataError
 from promokit.experiments.allocation.simulate import simulate_quota
+from promokit.experiments.bench_summary import model_summary
 from promokit.experiments.finished_rows import FinishedRows
 from promokit.experiments.value.world import ValueWorld, feasible_quotas, make_world
-from promokit.metrics.compare import mean_std, paired_change, rela_impr
+from promokit.metrics.compare import paired_change
 from promokit.metrics.value import decile_figure, fund_personalisation
 from promokit.report import Report
 from promokit.training import TrainConfig
 from promokit.value.contract import ValueTables, check_tables
-from promokit.value.estimator import DEFAULT_TRAIN, ValueModel, delivery_split
-from promokit.value.evaluate import amount_scale, calibration, delivery_metrics, fund_calibration, hits
+from promokit.value.defaults import DEFAULT_TRAIN
+from promokit.value.estimator import ValueModel, delivery_split
+from promokit.value.evaluate import FLOOR, amount_scale, calibration, delivery_metrics, fund_calibration, hits
 
-#: the floor every model has to beat, trained first in every bench
-FLOOR = "hurdle"
+#: The demo's training: the defaults with fewer epochs, so the demo runs in a few minutes.
+DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=4, progress=False)
 MODELS = [FLOOR, "esdpm", "esdpm-ncg", "mtl-ziln", "mtl-mse", "esmm", "mmoe", "shared-bottom", "dnn"]
 ORACLE = "oracle"
 #: the models whose ETV goes to the allocators (Table 3: ESMM's pCTCVR as the P1 baseline, ESDPM-NCG, ESDPM; and
@@ -58,7 +60,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
         allocators: Sequence[str] = ALLOCATORS, on_result: Callable[[dict], None] | None = None) -> BenchResult:
     """Train and score the floor and every model on the world of every seed; ``world`` holds :func:`make_world`'s
     sizes."""
-    models = list(models) if FLOOR in models else [FLOOR, *models]
+    models = checked_models(models, train, params)
     result = BenchResult(pd.DataFrame(), pd.DataFrame())
     metrics, simulations = [], []
     for seed in seeds:
@@ -98,6 +100,16 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                                               allocators)
     result.metrics, result.simulation = pd.DataFrame(metrics), pd.DataFrame(simulations)
     return result
+
+
+def checked_models(models: Sequence[str], train: TrainConfig | None = None, params: dict[str, dict] | None = None
+                   ) -> list[str]:
+    """``models`` with the floor first, each name and its settings checked (:class:`ValueModel`) before any world
+    is made."""
+    models = list(models) if FLOOR in models else [FLOOR, *models]
+    for name in models:
+        ValueModel(name, (params or {}).get(name), train)
+    return models
 
 
 def true_etv_matrix(world: ValueWorld, tables: ValueTables) -> np.ndarray:
@@ -145,17 +157,7 @@ def _score(tables: ValueTables, world: ValueWorld, rows: np.ndarray, p_ctcvr: np
 def summary(result: BenchResult) -> pd.DataFrame:
     """Mean ± std over seeds of the headline metrics per model, in the order run, and RelaImpr (DMBGN eq. 11) of the
     mean AUC against the floor's."""
-    rows = []
-    floor_auc = result.metrics.loc[result.metrics["model"] == FLOOR, "auc"].mean()
-    for name, group in result.metrics.groupby("model", sort=False):
-        row = {"model": name}
-        for metric in HEADLINE:
-            row[metric] = mean_std(group[metric].astype(float))
-            if metric == "auc" and np.isfinite(floor_auc):
-                row[f"RelaImpr vs {FLOOR}"] = f"{rela_impr(group['auc'].mean(), floor_auc):+.2f}%"
-        row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
-        rows.append(row)
-    return pd.DataFrame(rows).set_index("model")
+    return model_summary(result.metrics, HEADLINE, FLOOR, "auc", f"RelaImpr vs {FLOOR}", after="auc")
 
 
 def paired(result: BenchResult, model: str = "esdpm", against: Sequence[str] = (FLOOR, "esdpm-ncg", "mtl-ziln",
@@ -216,6 +218,8 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
 
     console = get_console()
     config, model_params = training
+    params = {name: model_params for name in models if name != FLOOR}  # --params are the networks'; not the floor's
+    models = checked_models(models, config, params)
 
     def done(row: dict) -> None:
         console.print(f"  seed {row['seed']} {row['model']:>13}: AUC {row['auc']:.4f}  Gini {row['gini']:.4f}  "
@@ -223,10 +227,8 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
                       f"true THA/user {row['tha_true']:.1f}  best fund ≠ everyone's {row['best_differs']:.1%}  "
                       f"({row['fit_seconds']:.0f} s)", highlight=False)
 
-    # the network parameters (--params) are the networks'; the floor keeps its own
     with FinishedRows(out, "promokit value bench", on_result=done) as finished:
-        result = run(models, seeds, world, config, {name: model_params for name in models if name != FLOOR},
-                     on_result=finished.add)
+        result = run(models, seeds, world, config, params, on_result=finished.add)
     print_table("test deliveries (mean ± std over seeds)",
                 summary(result)[["auc", f"RelaImpr vs {FLOOR}", "logloss", "mae", "gini", "etv_mae_true",
                                  "etv_bias_true", "tha_true", "best_differs", "uplift_spread"]])
@@ -236,3 +238,9 @@ def run_and_report(models: Sequence[str], seeds: Sequence[int], world: dict, tra
     bench_report(result).write(out)
     console.print(f"report written to {out}/report.md (+ report.json, results.csv, deciles.png)")
     return result
+
+
+def demo(models: Sequence[str], users: int, seed: int, out) -> BenchResult:
+    """``promokit value demo``: :func:`run_and_report` of ``models`` on one world of ``users`` users (seed
+    ``seed``) with :data:`DEMO_TRAIN`."""
+    return run_and_report(models, [seed], {"n_users": users}, (DEMO_TRAIN, {}), out)

@@ -99,7 +99,7 @@ import pandas as pd
 import pyarrow as pa
 
 from promokit.data.errors import DataError
-from promokit.data.io import read_table, write_json, write_parquet
+from promokit.data.io import read_table, write_json, write_parquet, write_table
 
 START = pd.Timestamp("2026-01-01")
 #: Deliveries fall in [0, WINDOW_DAYS) days after START; past behaviours in [−HISTORY_DAYS, WINDOW_DAYS).
@@ -439,6 +439,18 @@ def write_world_parts(world: ValueWorld, out_dir: str | os.PathLike, part_users:
             write_parquet(table[rows == k].reset_index(drop=True), out / name / f"part-{k:05d}.parquet")
     write_parquet(world.funds, out / "funds.parquet")
     return out
+
+
+def write_synthetic(out_dir: str | os.PathLike, n_users: int = 20_000, n_funds: int = 8,
+                    deliveries_per_user: float = 5.0, seed: int = 0) -> tuple[ValueWorld, dict[str, Path]]:
+    """``promokit value synth``: the world of :func:`make_world` written by :func:`write_world`, with
+    ``quotas.csv``, quotas its users can fill under the risk rule (:func:`feasible_quotas`, seeded)."""
+    world = make_world(n_users, n_funds, deliveries_per_user=deliveries_per_user, seed=seed)
+    paths = write_world(world, out_dir)
+    quotas = feasible_quotas(world.users["tolerance"].to_numpy(), world.funds["risk"].to_numpy(), world.funds["fund"],
+                             seed)
+    paths["quotas"] = write_table(quotas, Path(out_dir) / "quotas.csv")
+    return world, paths
 
 
 def _facts(world: ValueWorld) -> dict:

@@ -8,9 +8,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from promokit.experiments.voucher.world import DEMO_WORLD, make_world
 from promokit.metrics import auc, gauc, logloss, rela_impr
 from promokit.training import TrainConfig
-from promokit.voucher.estimator import DEFAULT_TRAIN, VoucherModel
+from promokit.training.params import without_foreign_wide
+from promokit.voucher.amexpert import AmExpertReport, load_amexpert
+from promokit.voucher.estimator import DEFAULT_TRAIN, GRAPH_PARAMS, VoucherModel
+from promokit.voucher.history import default_cuts, split_by_time
+from promokit.voucher.item_embedding import ITEM_PARAMS
 
 #: RelaImpr is shown against the linear floor and the two bases of the paper's Table 3.
 BASES = ("lr", "dnn", "din")
@@ -25,6 +30,72 @@ class Split:
     train: np.ndarray
     valid: np.ndarray
     test: np.ndarray
+
+
+def time_split(tables) -> Split:
+    """80/10/10 by collection time (validation and test are the future of training)."""
+    cuts = default_cuts(tables.sessions)
+    parts = split_by_time(tables.sessions, cuts.valid_from, cuts.test_from)
+    return Split(parts.train, parts.valid, parts.test)
+
+
+@dataclass
+class BenchData:
+    """The tables of a bench split by time (:func:`time_split`): the synthetic world with its true probabilities
+    (``truth``, the oracle), or AmExpert 2019 with its load report and GAUC within campaigns by default."""
+
+    tables: object
+    split: Split
+    truth: np.ndarray | None = None
+    report: AmExpertReport | None = None
+    group_by: str | None = None
+
+
+def bench_data(source: str) -> BenchData:
+    """``"synthetic"``: the demo's world (:data:`DEMO_WORLD`, seed 0); else the AmExpert 2019 folder ``source``."""
+    if source == "synthetic":
+        world = make_world(**DEMO_WORLD, seed=0)
+        return BenchData(world.tables, time_split(world.tables), truth=world.truth)
+    tables, report = load_amexpert(source)
+    return BenchData(tables, time_split(tables), report=report, group_by="campaign_id")
+
+
+def net_for(name: str, net: dict) -> dict:
+    """The bench network of model ``name``: the graph and item-embedding parameters only for DMBGN models (the
+    others have no graph), so that one network serves every model."""
+    model = VoucherModel(name)
+    net = without_foreign_wide(model.model_class, net)
+    if model.uses_graphs:
+        return net
+    return {k: v for k, v in net.items() if k not in (*ITEM_PARAMS, *GRAPH_PARAMS)}
+
+
+def bench_params(names: list[str], net: dict, min_count: int | None = None,
+                 tuned: dict[str, dict] | None = None) -> dict[str, dict]:
+    """Each model's parameters: the bench network ``net`` (neural models, :func:`net_for`), ``min_count``, then
+    what tuning found for it (``tuned[name]``)."""
+    vocabulary = {} if min_count is None else {"min_count": min_count}
+    return {name: {**(net_for(name, net) if name not in SHALLOW else {}), **vocabulary, **(tuned or {}).get(name, {})}
+            for name in names}
+
+
+@dataclass
+class BenchRun:
+    """A bench's per-seed ``results``, the ``oracle`` row (synthetic data) and the Table 3 ``summary``."""
+
+    results: pd.DataFrame
+    oracle: dict | None
+    summary: pd.DataFrame
+
+
+def run_bench(data: BenchData, models: list[str], seeds: list[int], params: dict[str, dict] | None = None,
+              train: TrainConfig | None = None, group_by: str | None = None, on_result=None) -> BenchRun:
+    """:func:`run` on the bench data (GAUC within ``group_by``, by default the data's), the oracle where the truth
+    is known, and :func:`summarise`."""
+    group_by = group_by or data.group_by
+    results = run(data.tables, data.split, models, seeds, params, train, on_result=on_result, group_by=group_by)
+    oracle = None if data.truth is None else oracle_row(data.tables, data.split.test, data.truth, group_by)
+    return BenchRun(results, oracle, summarise(results, oracle))
 
 
 def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[str, dict] | None = None,

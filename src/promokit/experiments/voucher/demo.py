@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pandas as pd
 
 from promokit.experiments.voucher import bench
-from promokit.experiments.voucher.world import VoucherWorld, make_world
+from promokit.experiments.voucher.bench import time_split
+from promokit.experiments.voucher.settings import DEMO_TRAIN
+from promokit.experiments.voucher.world import DEMO_WORLD, VoucherWorld, make_world
 from promokit.report import Report
 from promokit.training import TrainConfig
-from promokit.voucher.estimator import DEFAULT_TRAIN
-from promokit.voucher.history import default_cuts, split_by_time
 
 MODELS = ["lr", "gbdt", "dnn", "wdl", "din", "dmbgn-avgpooling", "dmbgn-pretrained", "dmbgn"]
-#: The estimator's defaults, stopping after one bad epoch to fit the demo's 5-minute budget on 2 cores.
-DEMO_TRAIN = replace(DEFAULT_TRAIN, epochs=8, patience=1)
-DEMO_WORLD = {"n_users": 3000, "n_vouchers": 120, "n_items": 1000, "n_sessions": 20_000}
-
-
-def time_split(tables) -> bench.Split:
-    """80/10/10 by collection time (validation and test are the future of training)."""
-    cuts = default_cuts(tables.sessions)
-    parts = split_by_time(tables.sessions, cuts.valid_from, cuts.test_from)
-    return bench.Split(parts.train, parts.valid, parts.test)
 
 
 def run_demo(world: dict | None = None, seed: int = 0, models=MODELS, train: TrainConfig = DEMO_TRAIN,

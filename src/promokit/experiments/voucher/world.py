@@ -26,12 +26,14 @@ not read. A redeemed session's outcome is known at its redemption, an unredeemed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from promokit.data import write_parquet
 from promokit.data.errors import DataError
-from promokit.voucher.contract import VoucherTables, check_tables
+from promokit.voucher.contract import VoucherTables, check_tables, write_tables
 
 N_CATEGORY, N_PRICE_LEVEL, BRANDS_PER_CATEGORY = 20, 5, 8
 PRICE_OF_LEVEL = np.array([5.0, 12.0, 30.0, 75.0, 180.0])
@@ -44,6 +46,8 @@ START = pd.Timestamp("2024-01-01")
 #: logit intercept after centring; the mean redemption rate lands near 0.18
 BASE_LOGIT = -1.9
 PROFILE_CATEGORICAL = ("user_age", "user_gender", "user_purchase_level", "voucher_category")
+#: The sizes of the world of the demo and of the synthetic bench.
+DEMO_WORLD = {"n_users": 3000, "n_vouchers": 120, "n_items": 1000, "n_sessions": 20_000}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,16 @@ def make_world(n_users: int = 3000, n_vouchers: int = 120, n_items: int = 1000, 
     events = pd.concat([pre.frame(), post.frame()], ignore_index=True)
     tables = check_tables(sessions, events, catalogue.items, categorical=PROFILE_CATEGORICAL)
     return VoucherWorld(tables=tables, truth=truth)
+
+
+def write_world(world: VoucherWorld, folder, truth: bool = False) -> dict[str, Path]:
+    """Write the world's tables as Parquet files into ``folder`` (:func:`~promokit.voucher.contract.write_tables`)
+    and, with ``truth``, ``truth.parquet`` (``session_id, true_p_redeem``); returns the tables' files by name."""
+    files = write_tables(world.tables, folder)
+    if truth:
+        write_parquet(pd.DataFrame({"session_id": world.tables.sessions["session_id"], "true_p_redeem": world.truth}),
+                      Path(folder) / "truth.parquet")
+    return files
 
 
 # ------------------------------------------------------------------------------------------------ population

@@ -1,0 +1,25 @@
+"""The conversion model's jobs on files, as ``promokit conversion predict`` runs them: score a table (one file, or a
+directory or glob of parts) into a folder. Training on files is :meth:`ConversionModel.fit` itself (``executor=``
+for a table in parts)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from promokit.conversion.parts import predict_parts
+from promokit.data import write_json
+from promokit.data.parts import is_partitioned
+
+
+def predict(model: str | os.PathLike, data, out: str | os.PathLike, executor, *, keep: list[str] | None = None,
+            file: str | os.PathLike | None = None) -> tuple[dict, Path]:
+    """Score the table ``data`` with the model directory ``model`` on ``executor`` (``promokit.scale.make_executor``;
+    one part after another in this process, or on Ray) into the folder ``out``: ``predictions.parquet`` (in parts:
+    ``predictions/``, part *k* from input part *k*) with the key columns or ``keep``, and ``summary.json``; in the
+    deprecated form, the predictions into ``file`` and the summary beside it. Returns the summary and where the
+    predictions are."""
+    written = Path(file) if file else Path(out) / ("predictions" if is_partitioned(data) else "predictions.parquet")
+    summary = predict_parts(model, data, written, executor, keep)
+    write_json(summary, written.with_suffix(".json") if file else Path(out) / "summary.json")
+    return summary, written

@@ -1,0 +1,82 @@
+"""What ``promokit incentive train`` and ``predict`` do, as functions: fit a model on tables read from paths, and
+write every node's scores for ``allocate budget``, from one graph scored in this process or from a graph in parts
+scored shard by shard on an executor (:mod:`promokit.incentive.parts`), made by the caller, never here."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from promokit.data.errors import DataError
+from promokit.data.io import write_json, write_parquet
+from promokit.data.parts import is_partitioned
+from promokit.incentive.contract import read_tables
+from promokit.incentive.estimator import IncentiveModel, validation_fraction
+
+
+@dataclass(frozen=True)
+class Training:
+    """What :func:`train` did: the fitted ``model``, the graph's ``counts``
+    (:attr:`~promokit.incentive.contract.IncentiveTables.counts`) and the customers and merchants it trained on."""
+
+    model: IncentiveModel
+    counts: dict[str, int]
+    customers: int
+    merchants: int
+
+
+def train(model: IncentiveModel, data, *, levels=None, types: dict[str, str] | None = None,
+          labels: dict[str, str] | None = None, validation: float | None = None,
+          checkpoint_dir: str | os.PathLike | None = None, resume: bool = False) -> Training:
+    """Read ``data`` with ``levels``, ``types`` and ``labels`` (:func:`~promokit.incentive.contract.read_tables`) and
+    fit ``model`` on it with ``validation``, ``checkpoint_dir`` and ``resume`` (:meth:`IncentiveModel.fit`)."""
+    validation_fraction(validation)  # refused before the tables are read
+    tables = read_tables(data, levels=levels, types=types, labels=labels)
+    model.fit(tables, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
+    split = model.split(tables)
+    return Training(model, tables.counts, len(split.train_customers), len(split.train_merchants))
+
+
+@dataclass(frozen=True)
+class WrittenScores:
+    """What :func:`predict` wrote: the customers' and the merchants' score tables (files, or folders of parts
+    for a graph in parts), and the ``summary`` it wrote to ``summary.json``."""
+
+    customers: Path
+    merchants: Path
+    summary: dict
+    in_parts: bool
+
+
+def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os.PathLike,
+                 executor=None) -> WrittenScores:
+    """Score every customer and merchant of the graph of ``customers``, ``merchants`` and ``edges`` (table paths) at
+    every value with the model directory ``model``, into the folder ``out``: ``customers.parquet`` and
+    ``merchants.parquet`` in the wide layout of ``allocate budget`` (``user_id``, ``score_<level>`` …) and
+    ``summary.json``. With ``customers`` in parts (a directory or glob; ``edges`` co-partitioned with them,
+    ``merchants`` one table or parts), the graph is scored shard by shard on ``executor``, into ``customers/`` and ``merchants/``, a part per input part."""
+    out = Path(out)
+    if is_partitioned(customers):
+        if executor is None:
+            raise DataError(f"`customers` {customers} is a graph in parts: give the `executor` that scores it")
+        from promokit.incentive.parts import predict_parts
+
+        summary = predict_parts(Path(model), Path(customers), Path(merchants), Path(edges), out,
+                                executor)
+        written = WrittenScores(out / "customers", out / "merchants", summary, in_parts=True)
+    else:
+        estimator = IncentiveModel.load(model)
+        tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges},
+                                require_labels=False)
+        customer_scores, merchant_scores = estimator.score_tables(tables)
+        written = WrittenScores(out / "customers.parquet", out / "merchants.parquet", {
+            "model": estimator.model, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
+            "merchants": len(merchant_scores), **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
+            "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
+            "mean_merchant_response": merchant_scores.drop(columns="user_id").mean().round(6).tolist()},
+            in_parts=False)
+        write_parquet(customer_scores, written.customers)
+        write_parquet(merchant_scores, written.merchants)
+    write_json(written.summary, out / "summary.json")
+    return written

@@ -1,0 +1,50 @@
+"""The optimisation settings every neural model trains with. Imports nothing heavy, so the command line can show a
+domain's defaults in ``--help`` without loading torch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000).
+
+    ``weight_decay`` is decoupled L2 on the dense parameters (AdamW); ``embedding_decay`` the same on the rows
+    of sparse embedding tables, applied lazily to the rows a batch touches (:class:`LazyWeightDecay`).
+
+    ``lr_decay`` is exponential learning-rate decay by epoch: epoch e trains at ``lr · lr_decay**e`` (the
+    joint-incentive paper's section 5 uses 0.95; 1 keeps the rate constant).
+
+    ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
+    validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
+
+    ``decay_rows`` > 0 makes ``embedding_decay`` follow the table's size: it is the decay at ``decay_rows`` training
+    rows, and a table of n > ``decay_rows`` rows gets ``embedding_decay · decay_rows / n``
+    (:func:`embedding_decay_for`).
+    """
+
+    epochs: int = 10
+    batch_size: int = 1000
+    lr: float = 5e-4
+    lr_decay: float = 1.0
+    weight_decay: float = 0.0
+    embedding_decay: float = 0.0
+    patience: int = 2
+    seed: int = 0
+    eval_batch_size: int = 16384
+    progress: bool = True
+    monitor: str = "loss"
+    decay_rows: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def merged(self, params: Mapping | None) -> tuple[TrainConfig, dict]:
+        """Flat parameters (``--params``, or what ``tune`` writes) split into this config with their TrainConfig
+        fields replaced (``lr``, ``embedding_decay`` …) and the remaining (model) parameters."""
+        params = dict(params or {})
+        names = set(self.to_dict())
+        return (TrainConfig(**{**self.to_dict(), **{k: v for k, v in params.items() if k in names}}),
+                {k: v for k, v in params.items() if k not in names})

@@ -1,0 +1,53 @@
+"""The voucher model's jobs on files, as ``promokit voucher predict`` runs them: score sessions (one table, or a table
+in parts: :mod:`promokit.voucher.parts`) into a folder. Training on tables is :meth:`VoucherModel.fit` itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from promokit.data import DataError, write_json, write_parquet
+from promokit.data.part_scoring import means
+from promokit.data.parts import is_partitioned
+from promokit.voucher.contract import agreed_options
+from promokit.voucher.history import as_time, sessions_from
+from promokit.voucher.parts import Reading, predict_parts
+
+
+def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path | None = None,
+            voucher_items: Path | None = None, validity=None, start=None, executor=None,
+            file: Path | None = None, **options) -> tuple[int, Path]:
+    """Score the sessions of the files ``sessions`` (one table, or a table in parts: the module docstring) with the
+    model directory ``model``, from ``start`` on (a time; None: every session), the tables read as its training
+    tables were (``options`` given must agree: :meth:`VoucherModel.read`). Writes ``predictions.parquet`` (in
+    parts: ``predictions/``, part *k* from sessions part *k*) and ``summary.json`` into the folder ``out``, or, in
+    the deprecated form, the predictions into ``file`` (in parts: that folder, with the summary beside it). A table
+    in parts is scored on ``executor`` (``promokit.scale.make_executor``; made by the caller); one table in this
+    process. Returns the predictions' count and where they were written."""
+    from promokit.voucher.estimator import VoucherModel
+
+    estimator = VoucherModel.load(model)
+    if is_partitioned(sessions):
+        options = {**agreed_options(estimator.table_options, **options), "validity": validity,
+                   "labels": estimator.labels}
+        reading = Reading(model, items, voucher_items, options, None if start is None else as_time("start", start))
+        if executor is None:
+            raise DataError(f"`sessions` {sessions} is a table in parts: give the `executor` that scores it "
+                            "(promokit.scale.make_executor())")
+        written = file or out / "predictions"
+        parts = predict_parts(executor, reading, sessions, events, written)
+        rows = sum(p.rows for p in parts)
+        write_json({"rows": rows, "parts": len(parts), "executor": executor.name, "model": estimator.model,
+                    "outputs": ["p_redeem"], "means": {"p_redeem": means(parts)["p_redeem"]}},
+                   file.with_suffix(".json") if file else out / "summary.json")
+        return rows, written
+    if executor is not None and executor.name != "local":
+        raise DataError(f"`executor` {executor.name} scores a table in parts: give `sessions` as a directory or glob "
+                        "of Parquet parts (and `events` in as many parts)")
+    files = {"sessions": sessions, "events": events, "items": items, "voucher_items": voucher_items}
+    tables = estimator.read(files, validity=validity, **options)
+    predictions = estimator.predict(tables, rows=sessions_from(tables.sessions, start))
+    written = write_parquet(predictions, file or out / "predictions.parquet")
+    if file is None:
+        write_json({"rows": len(predictions), "parts": 1, "model": estimator.model, "outputs": ["p_redeem"],
+                    "means": {"p_redeem": float(predictions["p_redeem"].mean())}}, out / "summary.json")
+    return len(predictions), written
