@@ -49,7 +49,7 @@ def main() -> None:
     spend = tables.amount
     holdout_days = (pd.Timestamp(HOLDOUT_END) - pd.Timestamp(CALIBRATION_END)).days
     users = tables.users
-    rate = np.expm1(users["log_total_spend"].to_numpy()) / (users["days_since_first"].to_numpy() + 1) * holdout_days
+    rate = np.expm1(users["log_total_spend"].to_numpy()) / users["days_since_first"].to_numpy() * holdout_days
     print(f"{len(users):,} customers; {tables.convert.mean():.1%} spend in the holdout; mean holdout spend of those "
           f"${spend[tables.convert > 0].mean():.2f}", flush=True)
     rows, deciles = [], {}

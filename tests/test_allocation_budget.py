@@ -259,6 +259,24 @@ def test_bad_problem_shapes_and_numbers():
         decide([1.0, np.nan], [0.0, 1.0], 0.5)
 
 
+@pytest.mark.parametrize("method", ["lagrange", "lp"])
+def test_a_ratio_below_the_lowest_level_is_said_in_plain_words(method):
+    import pandas as pd
+
+    from promokit.allocation.budget_plan import plan_budget
+
+    scores = pd.DataFrame({"user_id": ["a", "b"], "score_20": [0.1, 0.2], "score_40": [0.3, 0.5]})
+    with pytest.raises(DataError, match=r"^`ratio` 10 is below the lowest level 20: even the lowest level costs 20 per "
+                                        r"expected response, so the ratio must be at least 20 \(or the scores need a "
+                                        r"level 0, no coupon\)$"):
+        plan_budget(scores, ratio=10, method=method)
+    with pytest.raises(DataError, match=r"^`budget` 1: budget 1 is infeasible"):  # an absolute budget: as it was
+        plan_budget(scores, budget=1, method=method)
+    with_control = scores.assign(score_0=[0.0, 0.2])[["user_id", "score_0", "score_20", "score_40"]]
+    plan = plan_budget(with_control, ratio=10, method=method)  # 'no coupon' at cost 0 for b funds a's coupon
+    assert plan.plan["level"].tolist() == [20.0, 0.0] and plan.plan["cost"].iloc[1] == 0
+
+
 def test_infeasible_budget(monkeypatch):
     # every customer's cheapest level already exceeds B = 0.5 in the ratio form (cost f·(r − 0.5) > 0)
     value, cost, budget = ratio_form(CUSTOMERS, LEVELS, max_ratio=0.5)

@@ -168,7 +168,9 @@ def bad_inputs(tmp_path, budget_files, quota_files):
     (["budget", "--scores", "{budget}/scores.parquet", "--ratio", 3, "--total", 5], "give exactly one of"),
     (["budget", "--scores", "{budget}/scores.parquet", "--total", 1],
      "--total 1: budget 1 is infeasible: the cheapest options of the 300 requests already cost"),
-    (["budget", "--scores", "{budget}/scores.parquet", "--ratio", 0.2], "--ratio 0.2 (eq. 16 as Σ f·(r − B) ≤ 0)"),
+    (["budget", "--scores", "{budget}/scores.parquet", "--ratio", 0.2],
+     "--ratio 0.2 is below the lowest level 0.5: even the lowest level costs 0.5 per expected response, so the ratio "
+     "must be at least 0.5"),
     (["budget", "--scores", "{budget}/scores.parquet", "--ratio", 3, "--method", "simplex"],
      "--method must be one of ['lagrange', 'lp', 'milp']"),
     (["budget", "--scores", "{tmp}/none.parquet", "--ratio", 3], "none.parquet: no such file"),

@@ -121,7 +121,7 @@ def tables(budget_frames, quota_frames, tmp_path):
     (lambda t: plan_budget(t["budget"], ratio=float("inf")), "`ratio` must be a finite number, got inf"),
     (lambda t: plan_budget(t["budget"], budget="lots"), "`budget` must be a finite number, got 'lots'"),
     (lambda t: plan_budget(t["budget"], budget=1e-6), "`budget` 1e-06: budget 1e-06 is infeasible"),
-    (lambda t: plan_budget(t["budget"], ratio=0.2), "`ratio` 0.2 (eq. 16 as Σ f·(r − B) ≤ 0): "),
+    (lambda t: plan_budget(t["budget"], ratio=0.2), "`ratio` 0.2 is below the lowest level 0.5: "),
     (lambda t: plan_budget(t["budget"], ratio=3, method="simplex"),
      "`method` must be one of ['lagrange', 'lp', 'milp'], got 'simplex'"),
     (lambda t: plan_budget(t["budget"], ratio=3, merchant_paid_on="click"),

@@ -139,8 +139,9 @@ def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
     from_mapping = IncentiveModel("lr", train=FAST).fit(mapping)
     unlabelled = {**mapping, "customers": world.customers.drop(columns=["level", "redeemed"])}
     pd.testing.assert_frame_equal(from_mapping.predict(unlabelled), from_folder.predict(str(tmp_path)))
-    for data, message in (({"customers": world.customers}, r"data: no 'merchants' table among \['customers'\]; "
-                                                           "incentive data needs customers, merchants, edges"),
+    for data, message in (({"customers": world.customers, "merchants": world.merchants},
+                           "^merchants and edges go together: give both, or neither for an experiment with customers "
+                           "only$"), ({"merchants": world.merchants}, r"data: no 'customers' table"),
                           (tmp_path / "none", "is not a folder"), (world.customers, "data must be a mapping of table name")):
         with pytest.raises(DataError, match=message):
             IncentiveModel("lr").fit(data)

@@ -1,13 +1,16 @@
 """The decision service against malformed, loose, conflicting and oversized requests, and its money kept exactly."""
 
 import asyncio
+import socket
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 
 import pandas as pd
 import psycopg
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, curves, plan_folder, request, score_frame
 
@@ -186,6 +189,73 @@ def test_the_413_is_sent_after_the_body_is_read(declared):
     assert len(received) < 10 and (b"connection", b"close") in sent[0][1]["headers"]
 
 
+def test_a_client_waiting_for_100_continue_gets_the_413_at_once():
+    """``Expect: 100-continue`` with an oversized Content-Length: the 413 without reading (so without uvicorn's
+    ``100 Continue``), and the connection closed, since the client may or may not send the body after all."""
+    sent, received = [], []
+
+    async def receive():
+        received.append(1)
+        return {"type": "http.request", "body": b"x" * 10_000, "more_body": True}
+
+    async def send(message):
+        sent.append(message)
+
+    headers = [(b"content-length", b"100000"), (b"expect", b"100-Continue")]
+    asyncio.run(BodyLimit(None, limit=16_384)({"type": "http", "headers": headers}, receive, send))
+    assert received == [] and sent[0]["status"] == 413 and (b"connection", b"close") in sent[0]["headers"]
+
+
+@contextmanager
+def serving(app, http: str):
+    """``app`` under a real uvicorn server in a thread; yields its port."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, http=http, loop="asyncio", log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert server.started
+        yield listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        listener.close()
+
+
+def read_head(connection: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("http", ["httptools", "h11"])
+def test_expect_100_continue_over_the_wire(tmp_path, http):
+    app = create_app(make_campaign(tmp_path).path, token=TOKEN)
+    body = b'{"request_id": "r1", "customer_id": "c1"}'
+    head = ("POST /v1/decisions HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\nContent-Length: {length}\r\nExpect: 100-continue\r\n\r\n")
+    with serving(app, http) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+            connection.sendall(head.format(token=TOKEN, length=100_000).encode())
+            answer = read_head(connection)
+            while chunk := connection.recv(4096):  # the server closes the connection after the 413
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in answer
+        assert b"request body above 16384 bytes" in answer
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:  # a body in bounds: as before
+            connection.sendall(head.format(token=TOKEN, length=len(body)).encode())
+            assert read_head(connection) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            connection.sendall(body)
+            assert read_head(connection).startswith(b"HTTP/1.1 200 ")
+
+
 # ------------------------------------------------------------------------------------------------ the schema
 
 
@@ -202,6 +272,20 @@ def test_the_schema_says_what_the_service_does(client):
     assert outcome["properties"]["amount"]["anyOf"] == [
         {"type": "number", "minimum": 0, "maximum": 9999999999999.99, "multipleOf": 0.01}, {"type": "null"}]
     assert outcome["properties"]["redeemed"]["type"] == "boolean"
+
+
+def test_the_decision_schema_offers_merchant_id_only_to_a_campaign_with_merchants(tmp_path):
+    """A customers-only campaign refuses merchant_id (422): its schema must not offer it (schemathesis's positive
+    data would send it)."""
+    app = create_app(make_campaign(tmp_path).path, token=TOKEN)
+    with TestClient(app) as test_client:
+        paths = test_client.get("/openapi.json").json()["paths"]
+        refused = post(test_client, "/v1/decisions", {"request_id": "r1", "merchant_id": "m1"})
+    decision = paths["/v1/decisions"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert set(decision["properties"]) == {"request_id", "customer_id"} and "oneOf" not in decision
+    assert decision["required"] == ["request_id", "customer_id"] and decision["additionalProperties"] is False
+    assert "default" not in decision["properties"]["customer_id"]
+    assert refused.status_code == 422 and field_errors(refused) == ["body.merchant_id"]
 
 
 # ---------------------------------------------------------------------------------------------- cold start

@@ -42,7 +42,11 @@ WITH_INPUTS = OPERATIONS[:3]  # the others take nothing that could be invalid
 @pytest.mark.parametrize("label, mode", [(label, POSITIVE) for label in OPERATIONS]
                          + [(label, NEGATIVE) for label in WITH_INPUTS])
 def test_the_service_conforms_to_its_schema(api, label, mode):
-    operation = api.find_operation_by_label(label)
+    conforms(api.find_operation_by_label(label), mode)
+
+
+def conforms(operation, mode) -> None:
+    """Send 25 requests of ``mode`` generated for ``operation`` and check each answer."""
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=25, deadline=None, derandomize=True, database=None,
@@ -51,3 +55,13 @@ def test_the_service_conforms_to_its_schema(api, label, mode):
         case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"})
 
     check()
+
+
+def test_a_customers_only_campaign_accepts_what_its_schema_offers(tmp_path):
+    """A campaign without merchants refuses merchant_id: its schema does not offer it (positive data only)."""
+    f = curves(10)
+    plan_folder(tmp_path / "plan", f)
+    build_campaign(tmp_path / "campaign", score_frame(f), tmp_path / "plan", cap="50")
+    with running_service(tmp_path / "campaign", TOKEN) as base:
+        conforms(schemathesis.openapi.from_url(f"{base}/openapi.json").find_operation_by_label(OPERATIONS[0]),
+                 POSITIVE)

@@ -217,7 +217,7 @@ def test_cdnow_tables_from_a_hand_made_log(tmp_path):
     assert tables.amount.tolist() == [25.5, 0.0, 0.0] and tables.convert.tolist() == [1.0, 0.0, 0.0]
     first = tables.users.iloc[0]
     assert first.log_total_spend == pytest.approx(np.log1p(40.0)) and first.log_purchases == pytest.approx(np.log1p(2))
-    assert first.days_since_last == (pd.Timestamp("1997-09-30") - pd.Timestamp("1997-03-01")).days
+    assert first.days_since_last == (pd.Timestamp("1997-10-01") - pd.Timestamp("1997-03-01")).days  # to its end
     # only calibration purchases are behaviours, all before the delivery at the end of calibration
     assert len(tables.behaviors) == 4 and (tables.behaviors.time < tables.time.min()).all()
     with pytest.raises(DataError, match="no such file"):

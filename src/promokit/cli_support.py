@@ -320,9 +320,11 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
 
 
 def write_bench_report(out, title: str, results, oracle: dict | None, setup: str, summary,
-                       tables: dict | None = None) -> None:
+                       tables: dict | None = None, floor: tuple[str, tuple[str, ...]] | None = None) -> None:
     """A bench's report.md / report.json in the folder ``out``: the per-seed ``results``, the oracle row, the
-    ``setup`` line, the ``summary`` table and any further ``tables`` (section title → table)."""
+    ``setup`` line, the ``summary`` table, any further ``tables`` (section title → table) and, with ``floor`` (the
+    floor model and metrics), how the models stand against the floor."""
+    from promokit.experiments.bench_summary import add_floor_section, floor_verdict
     from promokit.report import Report
 
     report = Report(title, data={"results": results.to_dict(orient="records"), "oracle": oracle})
@@ -330,6 +332,9 @@ def write_bench_report(out, title: str, results, oracle: dict | None, setup: str
     report.add("Mean ± std over seeds", summary)
     for section, table in (tables or {}).items():
         report.add(section, table)
+    if floor is not None:
+        add_floor_section(report, [floor_verdict(results, floor[0], metric, what=f"test {metric}")
+                                   for metric in floor[1]])
     report.write(out)
     get_console().print(f"report written to {out}/report.md")
 

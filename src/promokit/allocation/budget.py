@@ -833,7 +833,7 @@ def _check_number(name: str, number) -> float:
 
 
 def check_feasible(cost, budget: float) -> None:
-    """Raise :class:`DataError` if the cheapest option of every request already costs more than ``budget``."""
+    """Raise :class:`InfeasibleBudget` if the cheapest option of every request already costs more than ``budget``."""
     cheapest = np.asarray(cost).min(axis=1)
     total = float(cheapest.sum(dtype=np.float64))
     if total > budget:
@@ -857,6 +857,10 @@ def _worst_part(part) -> tuple[int, float]:
     return worst, float(cheapest[worst])
 
 
-def _infeasible(budget: float, n_rows: int, total: float, worst: int, worst_cost: float) -> DataError:
-    return DataError(f"budget {budget:g} is infeasible: the cheapest options of the {n_rows} requests already "
+class InfeasibleBudget(DataError):
+    """No plan meets the budget: even the cheapest option of every request costs more (the message says how much)."""
+
+
+def _infeasible(budget: float, n_rows: int, total: float, worst: int, worst_cost: float) -> InfeasibleBudget:
+    return InfeasibleBudget(f"budget {budget:g} is infeasible: the cheapest options of the {n_rows} requests already "
                      f"cost {total:g} in total (e.g. request {worst}: {worst_cost:g} at least)")

@@ -17,7 +17,8 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.budget import BudgetPlan, BudgetProblem, PaidOn, solve_budget, stack_populations
+from promokit.allocation.budget import (BudgetPlan, BudgetProblem, InfeasibleBudget, PaidOn, solve_budget,
+                                       stack_populations)
 from promokit.allocation.budget_parts import (BudgetPart, MapParts, inspect_part, level_totals, plan_frame,
                                               solve_budget_parts, table_form)
 from promokit.allocation.options import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON
@@ -127,7 +128,8 @@ def _in_one(sources: dict[str, Source], run: _Run) -> _Solved:
         tables = {name: read_budget_table(s.first, run.layout, run.columns, run.key) for name, s in sources.items()}
         problem, forms = _problem(tables, run)
     n_rows, n_levels = problem.value.shape
-    with step(run.progress, f"solving {n_rows:,} requests × {n_levels} levels with {run.method}"), _naming(run):
+    with step(run.progress, f"solving {n_rows:,} requests × {n_levels} levels with {run.method}"), \
+            _naming(run, tables["customer"].levels):
         solution = _solve(problem, run.method, run.seed)
     plan = _plan_frame(tables, forms, solution.choice)
     counts = {name: len(table.user_ids) for name, table in tables.items()}
@@ -150,7 +152,7 @@ def _in_parts(sources: dict[str, Source], out: Path, run: _Run) -> _Solved:
              for i, (part, info) in enumerate(zip(parts, infos))]
     n_rows = sum(info.rows for info in infos)
     with step(run.progress, f"solving {n_rows:,} requests × {len(levels)} levels with {BUDGET_METHOD}, writing "
-                            f"{out / 'plan'}"), _naming(run):
+                            f"{out / 'plan'}"), _naming(run, levels):
         solved = solve_budget_parts(parts, run.row_budget, seed=run.seed, map_parts=run.map_parts)
     drop_stale_parts(out / "plan", {Path(part.out).name for part in parts})
     counts = {name: sum(info.rows for part, info in zip(parts, infos) if part.population == name) for name in sources}
@@ -171,13 +173,25 @@ def _shared_levels(parts: list, infos: list) -> tuple[float, ...]:
 
 
 @contextmanager
-def _naming(run: _Run):
-    """Start the solver's errors (e.g. an infeasible budget) with the budget argument that caused them."""
+def _naming(run: _Run, levels):
+    """Start the solver's errors (e.g. an infeasible budget) with the budget argument that caused them; a ratio
+    below the lowest level is said as such (each level r pays r per expected response, so no plan's ratio is lower)."""
     try:
         yield
+    except InfeasibleBudget as exc:
+        lowest = float(np.min(levels))
+        if run.ratio is None or run.ratio >= lowest:
+            raise _named(run, exc) from None
+        raise DataError(f"`ratio` {run.ratio:g} is below the lowest level {lowest:g}: even the lowest level costs "
+                        f"{lowest:g} per expected response, so the ratio must be at least {lowest:g} (or the scores "
+                        "need a level 0, no coupon)") from None
     except DataError as exc:
-        raise DataError(f"`ratio` {run.ratio:g} (eq. 16 as Σ f·(r − B) ≤ 0): {exc}" if run.ratio is not None
-                        else f"`budget` {run.budget:g}: {exc}") from None
+        raise _named(run, exc) from None
+
+
+def _named(run: _Run, exc: DataError) -> DataError:
+    return DataError(f"`ratio` {run.ratio:g} (eq. 16 as Σ f·(r − B) ≤ 0): {exc}" if run.ratio is not None
+                     else f"`budget` {run.budget:g}: {exc}")
 
 
 def _problem(tables: dict[str, BudgetTable], run: _Run):

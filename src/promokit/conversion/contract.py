@@ -29,16 +29,22 @@ def wide_targets(*logits: str) -> dict[str, tuple[str, dict[str, int]]]:
 
 
 def conversion_spec(spec: FeatureSpec | str | os.PathLike | None = None, *, micro_behaviors=None,
-                    types: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> FeatureSpec:
+                    types: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+                    allow_leaky=None) -> FeatureSpec:
     """``spec`` (a FeatureSpec, a YAML/JSON spec file, or None: an empty spec) with ``micro_behaviors``
-    (:func:`micro_behavior_columns`) in place of its own, ``types`` (column → categorical | numeric) over its own
-    and ``labels`` (role → column) over its own."""
+    (:func:`micro_behavior_columns`) in place of its own, ``types`` (column → categorical | numeric) over its own,
+    ``labels`` (role → column) over its own and ``allow_leaky`` (columns, a list or comma-separated names: features
+    the label-leak guard leaves alone) added to its own."""
     if not isinstance(spec, FeatureSpec):
         spec = FeatureSpec.from_file(spec) if spec else FeatureSpec()
     if micro_behaviors is not None:
         spec = replace(spec, micro_behaviors=micro_behavior_columns(micro_behaviors))
     if labels:
         spec = replace(spec, labels={**spec.labels, **labels})
+    if allow_leaky:
+        given = allow_leaky.split(",") if isinstance(allow_leaky, str) else list(allow_leaky)
+        names = [*spec.allow_leaky, *(name.strip() for name in given if name.strip())]
+        spec = replace(spec, allow_leaky=list(dict.fromkeys(names)))
     return replace(spec, types={**spec.types, **(types or {})})
 
 

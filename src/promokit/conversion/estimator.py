@@ -38,6 +38,7 @@ from promokit.data import (
 from promokit.data.datasets import as_table, check_rows
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.ids import id_hashes
+from promokit.data.leakage import find_leaks, leak_warning, validation_leak_warning
 from promokit.data.parts import is_partitioned, list_parts, parquet_rows
 from promokit.data.spec import missing_column_message, missing_label_message
 from promokit.data.split import TEST_FRACTION, latest_split
@@ -176,13 +177,15 @@ class ConversionModel(Estimator):
         if self._over_parts(data, valid, executor):
             from promokit.conversion.parts import fit_parts
 
-            return fit_parts(self, data, executor, valid, fraction, validation_split, checkpoint_dir, resume)
+            fit_parts(self, data, executor, valid, fraction, validation_split, checkpoint_dir, resume)
+            self.warn_validation_leak()
+            return self
         table = as_table(data, "data")
         valid = None if valid is None else as_table(valid, "validation")
         spec = self.feature_spec = self.resolve_spec(table)
         seed_everything(self.train_config.seed)
         labels, label_report = self._labels(table)
-        leak = post_click_warning([post_click_counts(table, spec.features, labels["click"])], len(table),
+        leak = post_click_warning([post_click_counts(table, _guarded(spec), labels["click"])], len(table),
                                   int(labels["click"].sum()), spec.labels["click"])
         if leak:
             warnings.warn(leak, stacklevel=2)
@@ -207,6 +210,7 @@ class ConversionModel(Estimator):
             labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
         for message in check_learnable(labels, spec.labels, spec.micro_behaviors):
             warnings.warn(message, stacklevel=2)
+        self.warn_leaks(table, labels)
         if spec.micro_behaviors:  # the PMG prior, from the clicked training rows only (GMCM section 3)
             self.pmg = concurrence_probability(labels["micro"], labels["click"])
         self.encoder = TableEncoder.fit(table, spec)
@@ -229,7 +233,34 @@ class ConversionModel(Estimator):
         else:
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
             self.net.fit(train_x, labels, valid_part)
+        self.warn_validation_leak()
         return self
+
+    def warn_leaks(self, table: pd.DataFrame, labels: dict[str, np.ndarray] | None = None) -> None:
+        """Warn of the features of ``feature_spec`` (less its ``allow_leaky``) that alone predict a label of the
+        training rows ``table`` (their arrays ``labels`` by role, read from ``table`` when None) almost perfectly
+        (:func:`~promokit.data.leakage.find_leaks`): the click over every row, the DAction and the purchase over the
+        clicked rows, where they are defined."""
+        labels = self._labels(table)[0] if labels is None else labels
+        spec, clicked = self.feature_spec, labels["click"] == 1
+        judged = {spec.labels["click"]: (labels["click"], None)}
+        judged.update({f"{spec.labels[role]} (on clicked rows)": (labels[role], clicked)
+                       for role in ("daction", "purchase") if role in labels})
+        message = leak_warning(find_leaks(table, spec.categorical, spec.numeric, judged, spec.allow_leaky))
+        if message:
+            warnings.warn(message, stacklevel=3)
+
+    def warn_validation_leak(self) -> None:
+        """Warn when a validation AUC of the kept epoch (or chosen candidate) is near perfect
+        (:func:`~promokit.data.leakage.validation_leak_warning`)."""
+        history = self.report.history
+        kept = [r for r in (history.epochs if history else ())
+                if r.get("chosen") or (history.unit == "epoch" and r.get("epoch") == history.best_epoch)]
+        aucs = {k.removeprefix("valid_"): v for r in kept[-1:] for k, v in r.items()
+                if k.startswith("valid_") and k.endswith("_auc") and isinstance(v, float)}
+        message = validation_leak_warning(aucs)
+        if message:
+            warnings.warn(message, stacklevel=3)
 
     def holdout_for(self, spec: FeatureSpec, rows: int) -> dict:
         """What :meth:`fit` holds out of a table of ``rows`` rows with the resolved ``spec``: ``test_fraction``,
@@ -310,7 +341,7 @@ class ConversionModel(Estimator):
         click = labels["click"] == 1
         counts = {"rows": len(table), "click": int(click.sum()), "purchase": int(labels["purchase"][click].sum()),
                   "repaired": dict(report.repaired),
-                  "post_click": post_click_counts(table, self.feature_spec.features, labels["click"])}
+                  "post_click": post_click_counts(table, _guarded(self.feature_spec), labels["click"])}
         if self.feature_spec.group_key:
             counts["subjects"] = id_hashes(table[self.feature_spec.group_key])
         if "daction" in labels:
@@ -456,7 +487,10 @@ class ConversionModel(Estimator):
             column = spec.labels.get(role, role)
             if column not in table.columns:
                 raise DataError(missing_label_message(role, column, list(table.columns), len(table), spec=True))
-        labels, _ = self._labels(table, spec)
+        labels, repairs = self._labels(table, spec)
+        for role, count in repairs.repaired.items():
+            warnings.warn(f"repaired {count} of the {len(table):,} rows scored, where {role}=1 without a click: set to 0, "
+                          "as the model was trained with `repair_labels`", stacklevel=2)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
             labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(spec.micro_behaviors)})
@@ -564,6 +598,11 @@ def held_out_draw(rows: int, holdout: dict, part: int) -> np.ndarray:
 def _random_held_out(sizes: list[int], holdout: dict) -> np.ndarray:
     drawn = [held_out_draw(size, holdout, part) for part, size in enumerate(sizes)]
     return np.flatnonzero(np.concatenate(drawn)) if drawn else np.empty(0, dtype=np.int64)
+
+
+def _guarded(spec: FeatureSpec) -> list[str]:
+    """The features the leak warnings judge: all but those the spec allows to leak (``allow_leaky``)."""
+    return [name for name in spec.features if name not in spec.allow_leaky]
 
 
 def _tensors(x: EncodedFeatures, labels: dict[str, np.ndarray] | None = None) -> dict[str, torch.Tensor]:

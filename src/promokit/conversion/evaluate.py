@@ -3,9 +3,11 @@ computed once over the evaluation set."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
-from promokit.metrics import auc, gauc, logloss, mse, precision_recall_f1_at_top
+from promokit.metrics import auc, gauc, gauc_coverage_warning, logloss, mse, precision_recall_f1_at_top
 
 TOP_FRACTIONS = (0.001, 0.006, 0.01)
 
@@ -19,7 +21,8 @@ def conversion_metrics(labels: dict[str, np.ndarray], predictions: dict[str, np.
     - ``ctcvr_auc``: p_ctcvr vs purchase over all impressions;
     - ``ctavr_auc``: p_ctavr vs daction over all impressions (ESM² only);
     - ``ctcvr_gauc``: ESM² eq. (13) grouped by ``groups`` (default user), single-class groups skipped
-      (``ctcvr_gauc_skipped`` counts them);
+      (``ctcvr_gauc_skipped`` counts them), with a warning when it scores under
+      :data:`~promokit.metrics.ranking.GAUC_MIN_SHARE` of the groups;
     - logloss and MSE of p_ctr, p_cvr (clicked rows) and p_ctcvr (all rows): ``cvr_mse`` is GMCM's CVR MSE,
       eq. (21) over the observed (clicked) pairs, ``ctcvr_mse`` its CTCVR MSE over all impressions;
     - precision / recall / F1 at the top 0.1 %, 0.6 % and 1 % for CVR (clicked rows) and CTCVR (all rows);
@@ -46,6 +49,9 @@ def conversion_metrics(labels: dict[str, np.ndarray], predictions: dict[str, np.
         out["ctcvr_gauc"] = result.value
         out["ctcvr_gauc_skipped"] = result.n_skipped
         out["ctcvr_gauc_groups"] = result.n_groups
+        caution = gauc_coverage_warning(result, "CTCVR GAUC", "groups")
+        if caution:
+            warnings.warn(caution, stacklevel=2)
     for task in ("cvr", "ctcvr"):
         y, p = scored[task]
         for fraction in TOP_FRACTIONS:

@@ -267,3 +267,4 @@ def _resolve_spec(estimator, paths: list[str], scans: list[PartScan]) -> None:
     if inferred:
         spec = classify_integers(spec, [scan.levels for scan in scans], list(sample.columns))
     estimator.feature_spec = spec
+    estimator.warn_leaks(sample)  # judged on one part, its held-out and validation rows included

@@ -18,7 +18,8 @@ from promokit.data.errors import DataError, example_row
 MAX_INTEGER_LEVELS = 64
 #: Categories seen fewer times in training map to the out-of-vocabulary row.
 DEFAULT_MIN_COUNT = 1
-SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count", "micro_behaviors", "types")
+SPEC_KEYS = ("categorical", "numeric", "labels", "group_key", "time_key", "min_count", "micro_behaviors", "types",
+             "allow_leaky")
 #: The types a feature column can be given (the spec's ``types``; ``--categorical`` / ``--numeric``).
 FEATURE_TYPES = ("categorical", "numeric")
 
@@ -34,7 +35,9 @@ class FeatureSpec:
     row (:class:`~promokit.data.CategoryEncoder`). ``micro_behaviors`` lists 0/1 post-click label columns (add to
     cart, favourite …: the nodes of GMCM's micro-behaviour graph); like every label they are never features.
     ``types`` maps columns to ``"categorical"`` or ``"numeric"``, whatever the inference or the lists say: a column
-    named there is a feature of that type (the others are inferred, or listed).
+    named there is a feature of that type (the others are inferred, or listed). ``allow_leaky`` lists features the
+    label-leak guard (:mod:`promokit.data.leakage`) leaves alone: known to predict a label almost perfectly, and
+    meant to.
     """
 
     categorical: list[str] = field(default_factory=list)
@@ -45,6 +48,7 @@ class FeatureSpec:
     min_count: int = DEFAULT_MIN_COUNT
     micro_behaviors: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)
+    allow_leaky: list[str] = field(default_factory=list)
 
     @property
     def features(self) -> list[str]:
@@ -67,7 +71,8 @@ class FeatureSpec:
         return cls(categorical=list(data.get("categorical", [])), numeric=list(data.get("numeric", [])),
                    labels=dict(data.get("labels", {})), group_key=data.get("group_key", "user_id"),
                    time_key=data.get("time_key"), min_count=data.get("min_count", DEFAULT_MIN_COUNT),
-                   micro_behaviors=list(data.get("micro_behaviors", [])), types=data.get("types", {}))
+                   micro_behaviors=list(data.get("micro_behaviors", [])), types=data.get("types", {}),
+                   allow_leaky=list(data.get("allow_leaky", [])))
 
     @classmethod
     def from_file(cls, path: str | Path) -> FeatureSpec:
@@ -146,9 +151,12 @@ class FeatureSpec:
             numeric = [c for c in numeric if c not in self.types] + typed(self.types, "numeric")
         if not categorical and not numeric:
             raise DataError("the table has no feature columns besides the labels")
+        for name in self.allow_leaky:
+            if name not in frame.columns:
+                raise DataError(missing_column_message(name, columns, "allowed to leak, `allow_leaky`", len(frame)))
         return FeatureSpec(categorical=categorical, numeric=numeric, labels=labels, group_key=self.group_key,
                            time_key=self.time_key, min_count=self.min_count, micro_behaviors=micro,
-                           types=dict(self.types))
+                           types=dict(self.types), allow_leaky=list(self.allow_leaky))
 
 
 def infer_feature_columns(frame: pd.DataFrame, exclude=(), types: dict[str, str] | None = None

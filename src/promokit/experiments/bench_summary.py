@@ -29,3 +29,30 @@ def model_summary(metrics: pd.DataFrame, columns: Sequence[str], floor: str, auc
         row["fit_seconds"] = f"{group['fit_seconds'].mean():.0f}"
         rows.append(row)
     return pd.DataFrame(rows).set_index("model")
+
+
+def floor_verdict(metrics: pd.DataFrame, floor: str, metric: str, *, higher_is_better: bool = True,
+                  what: str | None = None, oracle: str = "oracle") -> str | None:
+    """One plain sentence on how the models of ``metrics`` (a row per model × seed with ``model`` and ``metric``)
+    stand against the ``floor`` model by their mean ``metric``: whether any beats it, and the best one (the ``oracle``
+    row, the true probabilities, is no model). None when the floor did not run or no other model did. ``what`` names
+    the metric in the sentence (default ``metric``)."""
+    means = metrics[metrics["model"] != oracle].groupby("model", sort=False)[metric].mean().dropna()
+    if floor not in means.index or len(means) < 2:
+        return None
+    what = what or f"mean {metric}"
+    ranked = means.sort_values(ascending=not higher_is_better)
+    better = ranked[(ranked > means[floor]) if higher_is_better else (ranked < means[floor])]
+    if better.empty:
+        return (f"The floor {floor} has the best {what} ({means[floor]:.4g}): none of the {len(means) - 1} other "
+                f"models beats it here.")
+    best = better.index[0]
+    return (f"{best} has the best {what} ({better.iloc[0]:.4g} against the floor {floor}'s {means[floor]:.4g}); "
+            f"{len(better)} of the {len(means) - 1} other models beat the floor.")
+
+
+def add_floor_section(report, sentences) -> None:
+    """The report's "Against the floor" section: the :func:`floor_verdict` sentences that are not None."""
+    said = [sentence for sentence in sentences if sentence]
+    if said:
+        report.add("Against the floor", " ".join(said))

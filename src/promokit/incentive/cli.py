@@ -54,8 +54,8 @@ app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN +
                        "score tables for allocate budget.", no_args_is_help=True)
 
 CustomersOpt = Annotated[Path, typer.Option("--customers", help=f"customers table ({TABLE_HELP}): customer_id, level, redeemed, features.")]
-MerchantsOpt = Annotated[Path, typer.Option("--merchants", help=f"merchants table ({TABLE_HELP}): merchant_id, level, shares, prior_shares, features.")]
-EdgesOpt = Annotated[Path, typer.Option("--edges", help=f"edges table ({TABLE_HELP}): customer_id, merchant_id[, weight, edge features].")]
+MerchantsOpt = Annotated[Optional[Path], typer.Option("--merchants", help=f"merchants table ({TABLE_HELP}): merchant_id, level, shares, prior_shares, features. Leave out with --edges for an experiment with customers only (lr, dnn, dnn-h).")]
+EdgesOpt = Annotated[Optional[Path], typer.Option("--edges", help=f"edges table ({TABLE_HELP}): customer_id, merchant_id[, weight, edge features]. Leave out with --merchants for customers only.")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
 ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c")]
@@ -78,7 +78,7 @@ def _levels(text: Optional[str]):
         raise DataError(f"--levels must be comma-separated numbers, got {text!r}") from None
 
 
-def _graph(customers: Path, merchants: Path, edges: Path) -> dict[str, Path]:
+def _graph(customers: Path, merchants: Optional[Path], edges: Optional[Path]) -> dict[str, Optional[Path]]:
     return {"customers": customers, "merchants": merchants, "edges": edges}
 
 
@@ -105,7 +105,7 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
 
 
 @app.command()
-def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
+def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = DEFAULT_MODEL, levels: LevelsOpt = None,
           test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
@@ -132,24 +132,34 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
         estimator, counts, held = trained.model, trained.counts, trained.model.holdout
         estimator.save(out)
         finish_training(out, estimator.history)
-        print_feature_types({"customers": estimator.customer_spec, "merchants": estimator.merchant_spec}, inferred=True)
-        get_console().print(f"graph: {counts['edges']:,} edges; {counts['isolated_customers']:,} customers and "
-                            f"{counts['isolated_merchants']:,} merchants without edges; "
-                            f"{counts['unlabelled_customers']:,} customers without a label (in the graph, not in "
-                            "the loss)")
+        specs = {"customers": estimator.customer_spec}
+        if not estimator.customers_only:
+            specs["merchants"] = estimator.merchant_spec
+        print_feature_types(specs, inferred=True)
+        if estimator.customers_only:
+            get_console().print(f"customers only (no merchants, no edges): {counts['unlabelled_customers']:,} "
+                                "customers without a label (not in the loss)")
+        else:
+            get_console().print(f"graph: {counts['edges']:,} edges; {counts['isolated_customers']:,} customers and "
+                                f"{counts['isolated_merchants']:,} merchants without edges; "
+                                f"{counts['unlabelled_customers']:,} customers without a label (in the graph, not in "
+                                "the loss)")
+        held_merchants, trained_merchants = ("", "") if estimator.customers_only else (
+            f" and {held['held_out_merchants']:,} of {held['merchants']:,} merchants",
+            f" and {trained.merchants:,} merchants")
         print_held_out(held["held_out"] + held["held_out_merchants"] and
-                       f"{held['held_out']:,} of {held['rows']:,} labelled customers and {held['held_out_merchants']:,}"
-                       f" of {held['merchants']:,} merchants (drawn at random, seed {held['seed']})", "labelled node")
-        get_console().print(f"model written to {out} (trained on {trained.customers:,} customers and "
-                            f"{trained.merchants:,} merchants)")
+                       f"{held['held_out']:,} of {held['rows']:,} labelled customers{held_merchants} (drawn at "
+                       f"random, seed {held['seed']})", "labelled node")
+        get_console().print(f"model written to {out} (trained on {trained.customers:,} customers{trained_merchants})")
 
 
 @app.command()
-def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
+def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
             out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json; with --customers in parts, customers/ and merchants/ (a part per input part).")],
             executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
             threads: ThreadsOpt = None, engine: EngineOpt = None):
-    """Score every customer and merchant at every value: score tables in the allocate budget wide layout. With
+    """Score every customer and merchant at every value: score tables in the allocate budget wide layout (a model
+    trained on customers only: --customers alone, customers.parquet only). With
     --customers in parts (a directory or glob; --edges co-partitioned with them, --merchants one table or parts)
     the graph is scored shard by shard on --executor, layer by layer (docs/scale.md)."""
     with user_errors():
@@ -164,14 +174,16 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
             get_console().print(f"note: {customers} is one table, not parts: predicting in this process "
                                 "(--executor, --address and --workers serve a graph in parts)")
         summary = written.summary
-        get_console().print(f"scores of {summary['customers']:,} customers and {summary['merchants']:,} merchants at "
-                            f"{len(summary['levels'])} values written to {out}; allocate them with: promokit allocate "
-                            f"budget --scores {written.customers} --merchants {written.merchants} "
+        scored = (f"{summary['customers']:,} customers" if written.merchants is None else
+                  f"{summary['customers']:,} customers and {summary['merchants']:,} merchants")
+        merchant_scores = "" if written.merchants is None else f" --merchants {written.merchants}"
+        get_console().print(f"scores of {scored} at {len(summary['levels'])} values written to {out}; allocate them "
+                            f"with: promokit allocate budget --scores {written.customers}{merchant_scores} "
                             "--ratio B --out plan/")
 
 
 @app.command()
-def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt, edges: EdgesOpt,
+def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png / uplift_curves.png.")],
              all_rows: AllRowsOpt = False,
              truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error and the true uplift's AUUC.")] = None,

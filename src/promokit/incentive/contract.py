@@ -19,6 +19,9 @@ before, ≥ 0: the paper's normaliser, section 4) and merchant features.
 ``edges`` — the customer–merchant interaction graph: ``customer_id``, ``merchant_id``, optional ``weight``
 (payments, ≥ 0) and numeric edge features. Every id must be in its node table; nodes without edges are allowed.
 
+Without a merchant side (a coupon experiment with customers only, the common e-commerce case) ``merchants`` and
+``edges`` are both left out: the customers alone train the models that need no graph (``lr``, ``dnn``, ``dnn-h``).
+
 The value list R is the sorted distinct levels of both tables, or the ``levels`` given; a level outside it is
 an error. For scoring (``require_labels=False``) ``level``, ``redeemed``, ``shares`` and ``prior_shares`` may be
 absent, and so may a column ``labels`` maps a role to. Every broken rule is a one-line :class:`DataError` naming the table, column, count and an example row.
@@ -70,6 +73,8 @@ class IncentiveTables:
     prior_shares: np.ndarray
     counts: dict[str, int] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
+    #: no merchants and no edges were given: an experiment with customers only (the node tables still exist, empty)
+    customers_only: bool = False
 
     @property
     def labelled_customers(self) -> np.ndarray:
@@ -85,7 +90,7 @@ class IncentiveTables:
         return self.shares / np.maximum(self.prior_shares, 1.0)
 
 
-def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.DataFrame, *,
+def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame | None = None, edges: pd.DataFrame | None = None, *,
                  levels: Sequence[float] | None = None, require_labels: bool = True,
                  customer_features: FeatureSpec | None = None,
                  merchant_features: FeatureSpec | None = None,
@@ -97,22 +102,32 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
     ``customer_features`` / ``merchant_features`` name them (a trained model passes its own, so scoring tables may
     carry extra columns). ``labels`` maps the label roles (:data:`LABELS`: ``level`` and ``redeemed`` of the
     customers, ``level``, ``shares`` and ``prior_shares`` of the merchants) to the columns that hold them; for
-    scoring (``require_labels=False``) a mapped column may be absent.
+    scoring (``require_labels=False``) a mapped column may be absent. Without ``merchants`` and ``edges`` (both
+    None) the tables are the customers alone: ``customers_only``, with empty merchant and edge tables.
     """
     check_label_roles(labels, LABELS)
+    if (merchants is None) != (edges is None):
+        raise DataError("merchants and edges go together: give both, or neither for an experiment with customers "
+                        "only")
+    customers_only = merchants is None
+    merchant_labels = require_labels and not customers_only
     customers = _mapped(keyed_table(customers, "customers", CUSTOMER), labels, CUSTOMER_LABELS, "customers",
                         require_labels)
-    merchants = _mapped(keyed_table(merchants, "merchants", MERCHANT), labels, MERCHANT_LABELS, "merchants",
-                        require_labels)
+    if customers_only:
+        merchants = pd.DataFrame({MERCHANT: pd.Series(dtype=object)})
+        edges = pd.DataFrame({CUSTOMER: pd.Series(dtype=object), MERCHANT: pd.Series(dtype=object)})
+    else:
+        merchants = _mapped(keyed_table(merchants, "merchants", MERCHANT), labels, MERCHANT_LABELS, "merchants",
+                            merchant_labels)
     redeemed = _binary(customers, "customers", REDEEMED, require_labels)
     c_level = _levels_column(customers, "customers", require_labels, unlabelled=np.isnan(redeemed))
-    m_level = _levels_column(merchants, "merchants", require_labels)
+    m_level = _levels_column(merchants, "merchants", merchant_labels)
     grid = _value_list(levels, c_level, m_level)
     if require_labels:
         _randomised("customers", c_level[~np.isnan(redeemed)])
         _randomised("merchants", m_level)
-    shares = _counts(merchants, SHARES, require_labels, whole=True)
-    prior = _counts(merchants, PRIOR_SHARES, require_labels, whole=False)
+    shares = _counts(merchants, SHARES, merchant_labels, whole=True)
+    prior = _counts(merchants, PRIOR_SHARES, merchant_labels, whole=False)
     edge_table, edge_features, counts = _edges(edges, customers, merchants)
     counts.update(customers=len(customers), merchants=len(merchants),
                   unlabelled_customers=int(np.isnan(redeemed).sum()) if REDEEMED in customers.columns else 0,
@@ -123,22 +138,24 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame, edges: pd.Dat
         customers=customers, merchants=merchants, edges=edge_table, levels=grid,
         customer_spec=_features(customers, "customers", CUSTOMER, CUSTOMER_LABELS + (REDEEMED,), customer_features,
                                 given_types["customers"]),
-        merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS, merchant_features,
-                                given_types["merchants"]),
+        merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS,
+                                None if customers_only else merchant_features, given_types["merchants"]),
         edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
-        redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts, labels=dict(labels or {}))
+        redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts, labels=dict(labels or {}),
+        customers_only=customers_only)
 
 
 def read_tables(data, **checks) -> IncentiveTables:
     """The :class:`IncentiveTables` of ``data``: tables already checked, as they are (``checks`` unused); a mapping
     of ``customers``, ``merchants`` and ``edges`` to DataFrames or paths (:func:`~promokit.data.read_table`: CSV,
-    Parquet or a directory of Parquet parts); or a folder holding the three as ``<name>.parquet``, ``<name>.csv``
-    or a directory ``<name>/`` of parts (what ``promokit incentive synth`` writes). Tables read are validated by
-    :func:`check_tables` with ``checks`` (``levels``, ``require_labels``, ``types`` …)."""
+    Parquet or a directory of Parquet parts; ``merchants`` and ``edges`` left out, or None, for customers only); or
+    a folder holding them as ``<name>.parquet``, ``<name>.csv`` or a directory ``<name>/`` of parts (what
+    ``promokit incentive synth`` writes). Tables read are validated by :func:`check_tables` with ``checks``
+    (``levels``, ``require_labels``, ``types`` …)."""
     if isinstance(data, IncentiveTables):
         return data
-    frames = datasets.read_tables(data, TABLES, TABLES, "incentive data")
-    return check_tables(*(frames[name] for name in TABLES), **checks)
+    frames = datasets.read_tables(data, TABLES, ("customers",), "incentive data")
+    return check_tables(*(frames.get(name) for name in TABLES), **checks)
 
 
 def check_customer_part(customers: pd.DataFrame, edges: pd.DataFrame, *, levels: Sequence[float],

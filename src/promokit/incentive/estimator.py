@@ -47,6 +47,8 @@ from promokit.training.estimator import (
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
 MODELS = {"lr": ("linear", "hazard"), "gnn-hazard": ("gnn", "hazard"), "dnn": ("dnn", "hazard"),
           "dnn-h": ("dnn-h", "hazard"), "sbbm": ("gnn", "sbbm"), "cox": ("gnn", "cox"), "dssm-c": ("gnn", "dssm-c")}
+#: The models that train on customers alone (no merchants, no edges): their representation needs no graph.
+GRAPHLESS = tuple(name for name, (representation, _) in MODELS.items() if representation != "gnn")
 MONITORS = ("loss", "customer_loglik", "auc_c")
 #: The wide score table that ``promokit.allocation`` reads (``allocate budget``): the ids as ``user_id``, then one
 #: ``score_<level>`` column per value.
@@ -135,6 +137,8 @@ class IncentiveModel(Estimator):
         self.holdout: dict | None = None
         #: the hashes of the ids of the customers and merchants trained on (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
+        #: fit on customers alone (no merchants, no edges): it scores customers alone
+        self.customers_only = False
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -162,6 +166,10 @@ class IncentiveModel(Estimator):
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
         valid_fraction = validation_fraction(validation)
         tables = read_tables(data)
+        self.customers_only = tables.customers_only
+        if tables.customers_only and self.model_params["representation"] == "gnn":
+            raise DataError(f"model {self.model!r} needs a graph (merchants and edges); with customers only, use one of "
+                            f"{list(GRAPHLESS)}")
         if not len(tables.labelled_customers):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
                             f"{len(tables.customers)} customers has a label")
@@ -198,7 +206,7 @@ class IncentiveModel(Estimator):
         """What :meth:`fit` sets before it trains: the value list, the feature specs, the label mapping and the input
         encoders of ``tables``, and an untrained network with their encoded inputs attached. Returns those inputs."""
         self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
-        self.labels = tables.labels or None
+        self.labels, self.customers_only = tables.labels or None, tables.customers_only
         self.encoders = InputEncoders.fit(tables)
         inputs = self.encoders.transform(tables)
         c, m = inputs.customers, inputs.merchants
@@ -296,8 +304,13 @@ class IncentiveModel(Estimator):
         list, feature columns and label mapping, which ``labels`` (label role → column) replaces."""
         if self.net is None:
             return read_tables(data, require_labels=require_labels, labels=labels)
-        return read_tables(data, levels=self.levels, require_labels=require_labels, labels=labels or self.labels,
-                           customer_features=self.customer_spec, merchant_features=self.merchant_spec)
+        tables = read_tables(data, levels=self.levels, require_labels=require_labels, labels=labels or self.labels,
+                             customer_features=self.customer_spec, merchant_features=self.merchant_spec)
+        if tables.customers_only != self.customers_only:
+            raise DataError("the model was fit on customers only: give the customers alone, without merchants and "
+                            "edges" if self.customers_only else "the model was fit on a graph: give its merchants and "
+                            "edges with the customers")
+        return tables
 
     def _check_levels(self, tables: IncentiveTables) -> None:
         if tables.levels.tolist() != self.levels.tolist() and len(tables.customer_level):
@@ -315,7 +328,7 @@ class IncentiveModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
-                  "split": self.holdout, "labels": self.labels,
+                  "split": self.holdout, "labels": self.labels, "customers_only": self.customers_only,
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
         history = None if self.history is None else self.history.to_dict()
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
@@ -327,6 +340,7 @@ class IncentiveModel(Estimator):
         model = cls(config["model"], config["params"], TrainConfig(**config["train"]), holdout["test_fraction"])
         model.levels = np.asarray(config["levels"], dtype=np.float64)
         model.labels = config.get("labels")  # absent in model directories written before it was kept
+        model.customers_only = config.get("customers_only", False)
         model.valid_fraction, model.holdout = holdout["valid_fraction"], holdout
         model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
         model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])

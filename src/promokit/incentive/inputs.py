@@ -94,6 +94,8 @@ class InputEncoders:
 
 
 def _structure_frames(tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if tables.customers_only:  # no interactions to describe: DNN-H and the floor read the own features alone
+        return pd.DataFrame(index=range(len(tables.customers))), pd.DataFrame(index=range(0))
     customers = structure_frame(tables.edges, "customer", len(tables.customers), tables.edge_features)
     merchants = structure_frame(tables.edges, "merchant", len(tables.merchants), tables.edge_features,
                                 tables.prior_shares)

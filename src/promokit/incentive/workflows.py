@@ -41,23 +41,29 @@ def train(model: IncentiveModel, data, *, levels=None, types: dict[str, str] | N
 @dataclass(frozen=True)
 class WrittenScores:
     """What :func:`predict` wrote: the customers' and the merchants' score tables (files, or folders of parts
-    for a graph in parts), and the ``summary`` it wrote to ``summary.json``."""
+    for a graph in parts; ``merchants`` None for a model fit on customers only), and the ``summary`` it wrote to
+    ``summary.json``."""
 
     customers: Path
-    merchants: Path
+    merchants: Path | None
     summary: dict
     in_parts: bool
 
 
 def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os.PathLike,
-                 executor=None) -> WrittenScores:
+            executor=None) -> WrittenScores:
     """Score every customer and merchant of the graph of ``customers``, ``merchants`` and ``edges`` (table paths) at
     every value with the model directory ``model``, into the folder ``out``: ``customers.parquet`` and
     ``merchants.parquet`` in the wide layout of ``allocate budget`` (``user_id``, ``score_<level>`` …) and
     ``summary.json``. With ``customers`` in parts (a directory or glob; ``edges`` co-partitioned with them,
-    ``merchants`` one table or parts), the graph is scored shard by shard on ``executor``, into ``customers/`` and ``merchants/``, a part per input part."""
+    ``merchants`` one table or parts), the graph is scored shard by shard on ``executor``, into ``customers/`` and
+    ``merchants/``, a part per input part. A model fit on customers only scores ``customers`` alone (``merchants``
+    and ``edges`` None) into ``customers.parquet``."""
     out = Path(out)
     if is_partitioned(customers):
+        if merchants is None or edges is None:
+            raise DataError(f"`customers` {customers} is in parts: scoring in parts needs the graph's `merchants` and "
+                            "`edges`; score customers alone as one table")
         if executor is None:
             raise DataError(f"`customers` {customers} is a graph in parts: give the `executor` that scores it")
         from promokit.incentive.parts import predict_parts
@@ -70,13 +76,16 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
         tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges},
                                 require_labels=False)
         customer_scores, merchant_scores = estimator.score_tables(tables)
-        written = WrittenScores(out / "customers.parquet", out / "merchants.parquet", {
+        merchants_out = None if tables.customers_only else out / "merchants.parquet"
+        written = WrittenScores(out / "customers.parquet", merchants_out, {
             "model": estimator.model, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
             "merchants": len(merchant_scores), **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
             "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
-            "mean_merchant_response": merchant_scores.drop(columns="user_id").mean().round(6).tolist()},
+            "mean_merchant_response": ([] if tables.customers_only else
+                                       merchant_scores.drop(columns="user_id").mean().round(6).tolist())},
             in_parts=False)
         write_parquet(customer_scores, written.customers)
-        write_parquet(merchant_scores, written.merchants)
+        if merchants_out is not None:
+            write_parquet(merchant_scores, merchants_out)
     write_json(written.summary, out / "summary.json")
     return written

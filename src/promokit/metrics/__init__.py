@@ -9,6 +9,7 @@ from promokit.metrics.ranking import (
     auc,
     expected_auc,
     gauc,
+    gauc_coverage_warning,
     precision_recall_f1_at_top,
 )
 from promokit.metrics.regression import mae, squared_error
@@ -41,6 +42,7 @@ __all__ = [
     "expected_auc",
     "fund_personalisation",
     "gauc",
+    "gauc_coverage_warning",
     "hit_metrics",
     "logloss",
     "mae",

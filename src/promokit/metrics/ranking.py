@@ -17,6 +17,11 @@ import pandas as pd
 from promokit.metrics._validation import as_float_1d, check_labels_and_scores
 
 GAUC_WEIGHTS = ("impressions", "uniform")
+#: A GAUC scored on fewer than this share of its groups (the others hold one class) is the average of a few groups'
+#: AUCs, not the population's: :func:`gauc_coverage_warning` says so. Rare conversions leave many groups with one
+#: class (about 12 % of the users are scored on the synthetic conversion world's test rows); under 5 % is a minority
+#: too small to stand for the population.
+GAUC_MIN_SHARE = 0.05
 
 
 class MetricWarning(UserWarning):
@@ -124,6 +129,17 @@ def gauc(y_true, y_score, groups, weight: str = "impressions") -> GAUCResult:
     group_weight = n_rows[scored] if weight == "impressions" else np.ones(n_scored)
     value = float(np.sum(group_weight * group_auc) / np.sum(group_weight))
     return GAUCResult(value, n_groups, n_scored, n_groups - n_scored)
+
+
+def gauc_coverage_warning(result: GAUCResult, name: str = "GAUC", groups: str = "groups",
+                          min_share: float = GAUC_MIN_SHARE) -> str | None:
+    """A caution when ``result`` (:func:`gauc`'s) scores fewer than ``min_share`` of its ``groups`` (what they are,
+    e.g. "users"); None otherwise, or when it scores none (:func:`gauc` warns of that itself)."""
+    if not result.n_scored or result.n_scored >= min_share * result.n_groups:
+        return None
+    return (f"{name} rests on {result.n_scored:,} of {result.n_groups:,} {groups} ({result.n_scored / result.n_groups:.1%}, "
+            f"under {min_share:.0%}): the others hold a single class; it is the average of a few {groups}' AUCs, read "
+            "it with care (or score more rows per group)")
 
 
 def precision_recall_f1_at_top(y_true, y_score, fraction: float) -> TopKResult:

@@ -18,28 +18,26 @@ import multiprocessing
 import os
 import signal
 import sys
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
-import psycopg
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
-from sqlalchemy.exc import SQLAlchemyError
 
 from promokit.data.errors import DataError
 from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.decision_rule import DecisionRule, level_of
+from promokit.serve.health import UNAVAILABLE, LedgerHealth, describe
 from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
-from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, record_ledger_error, render_metrics, summary
+from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, render_metrics, summary
 from promokit.serve.body_limit import BodyLimit
 from promokit.serve.money import to_major, to_minor
 from promokit.serve.pacing import realised_ratio
 from promokit.serve.schema import (Assignment, DecisionIn, DecisionOut, Invalid, Key, OutcomeIn, OutcomeOut,
-                                   amount_schema, parse_body, request_body, responses)
+                                   amount_schema, decision_body, parse_body, request_body, responses)
 
 MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
@@ -51,8 +49,8 @@ class BatchWriter:
     """Queues ledger items from the event loop and applies them in batches, in arrival order.
 
     Each item's future gets the ledger's answer for it (a row, or the :class:`LedgerConflict` that refused it); a
-    batch the database failed gives every item of it that exception. Two ways to run a batch, both on the event
-    loop:
+    batch the database failed gives every item of it that exception; ``health`` learns how each batch went. Two
+    ways to run a batch, both on the event loop:
 
     - ``inline`` (SQLite): in a callback scheduled by the first item of the batch, so every request parsed in the
       same loop iteration joins one transaction. A one-decision batch costs ≈ 0.1 ms of local I/O, less than
@@ -62,8 +60,8 @@ class BatchWriter:
       GIL cost the worker more CPU per decision than the ledger's own Python.
     """
 
-    def __init__(self, ledger: Ledger, inline: bool, max_batch: int = MAX_BATCH):
-        self.ledger, self.inline, self.max_batch = ledger, inline, max_batch
+    def __init__(self, ledger: Ledger, inline: bool, health: LedgerHealth, max_batch: int = MAX_BATCH):
+        self.ledger, self.inline, self.health, self.max_batch = ledger, inline, health, max_batch
         self.pending: list[tuple[object, asyncio.Future]] = []
         self.last_commit: float | None = None  # this worker's
         self._scheduled = self._in_flight = False
@@ -120,10 +118,11 @@ class BatchWriter:
         self.last_commit = time.time()
         return results
 
-    @staticmethod
-    def _deliver(batch: list, results: list | Exception) -> None:
+    def _deliver(self, batch: list, results: list | Exception) -> None:
         if isinstance(results, Exception):  # the database is down or refused: every waiting request learns it
-            record_ledger_error()
+            self.health.failed(results)
+        else:
+            self.health.succeeded()
         for k, (_, future) in enumerate(batch):
             if not future.done():
                 if isinstance(results, Exception):
@@ -140,13 +139,16 @@ class BatchWriter:
 
 
 class Service:
-    """What one worker process holds: campaign, decision rule (with its pacer), ledger, writer, latencies."""
+    """What one worker process holds: campaign, decision rule (with its pacer), ledger, its health, writer, and the
+    ledger's figures as last read."""
 
     def __init__(self, campaign: Campaign, ledger: Ledger):
         self.campaign, self.ledger = campaign, ledger
         self.exponent = campaign.config.currency_exponent
         self.rule = DecisionRule(campaign)
-        self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite")
+        self.health = LedgerHealth()
+        self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite", health=self.health)
+        self._last_read: tuple[float, tuple[dict, list, list]] | None = None  # (time.time(), figures) of the last read
         self._pacing = ThreadPoolExecutor(1, thread_name_prefix="pacing")
         self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")
 
@@ -197,14 +199,20 @@ class Service:
         return await asyncio.get_running_loop().run_in_executor(self._reads, function, *args)
 
     def status(self) -> dict:
+        """The service's figures. With the ledger unavailable, still an answer: the ledger's figures as last read
+        (none before a first read), ``ledger.up`` false and the age of that read."""
         config, pacer, e = self.campaign.config, self.rule.pacer, self.exponent
-        started = time.perf_counter()
+        started, error = time.perf_counter(), None
         try:
-            totals = self.ledger.totals()
-        except SQLAlchemyError:
-            record_ledger_error()
-            raise
-        read_ms = (time.perf_counter() - started) * 1e3
+            figures = self.ledger.totals(), self.ledger.per_level(), self.ledger.timeline()
+        except UNAVAILABLE as exc:
+            self.health.failed(exc)
+            error = describe(exc)
+        else:
+            self.health.succeeded()
+            self._last_read = time.time(), figures
+        read_ms = None if error else (time.perf_counter() - started) * 1e3
+        read_at, (totals, levels, timeline) = self._last_read or (None, (None, [], []))
         money = lambda units: to_major(units, e)  # noqa: E731
         lam, target = pacer.state
         per_level = [{"population": row["population"], "level_index": level_of(row["level_index"]),
@@ -212,28 +220,33 @@ class Service:
                           row["level_index"]]),
                       "decisions": row["decisions"], "responses": row["responses"],
                       "redemption_rate": row["responses"] / row["decisions"] if row["decisions"] else None,
-                      "paid": money(row["paid"])} for row in self.ledger.per_level()]
-        timeline = [{**row, "at_risk": money(row["at_risk"]), "paid": money(row["paid"])}
-                    for row in self.ledger.timeline()]
+                      "paid": money(row["paid"])} for row in levels]
+        timeline = [{**row, "at_risk": money(row["at_risk"]), "paid": money(row["paid"])} for row in timeline]
+        budget = {} if totals is None else {
+            **{k: money(totals[k]) for k in ("cap", "committed", "paid", "at_risk")},
+            "remaining": money(totals["cap"] - totals["at_risk"]),
+            **{k: totals[k] for k in ("decisions", "responses", "capped", "replays", "explored", "expected_cost",
+                                      "expected_responses")}}
+        now, down_since = time.time(), self.health.down_since
         return {
-            "time": time.time(),
+            "time": now,
             "campaign": {"model_version": config.model_version, "levels": config.levels, "form": config.form,
-                         "B": config.B, "cap": money(totals["cap"]), "currency_exponent": e,
+                         "B": config.B, "cap": money(config.cap_minor), "currency_exponent": e,
                          "coupon_ttl_seconds": config.coupon_ttl_seconds, "when_exhausted": config.when_exhausted,
                          "cold_start": config.cold_start, "explore": config.explore,
                          "populations": {p: len(t) for p, t in self.campaign.populations.items()},
                          "assignments": len(self.campaign.assignments)},
-            "budget": {**{k: money(totals[k]) for k in ("cap", "committed", "paid", "at_risk")},
-                       "remaining": money(totals["cap"] - totals["at_risk"]),
-                       **{k: totals[k] for k in ("decisions", "responses", "capped", "replays", "explored",
-                                                 "expected_cost", "expected_responses")}},
+            "budget": budget,
             "pacing": {"enabled": pacer.enabled, "lam": lam, "target": target, "B": config.B,
-                       "realised_ratio": realised_ratio(totals),
+                       "realised_ratio": None if totals is None else realised_ratio(totals),
                        "trace": [vars(point) for point in pacer.trace[-500:]]},
             "levels": per_level,
             "timeline": timeline,
-            "ledger": {"up": True, "read_ms": read_ms, "last_commit_age_s": None if self.writer.last_commit is None
-                       else time.time() - self.writer.last_commit},
+            "ledger": {"up": error is None, "error": error, "read_ms": read_ms,
+                       "last_read_age_s": None if read_at is None else now - read_at,
+                       "down_for_s": None if down_since is None else now - down_since,
+                       "last_commit_age_s": None if self.writer.last_commit is None
+                       else now - self.writer.last_commit},
             "requests": summary(),
         }
 
@@ -300,7 +313,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
     # build; the models still document both in the OpenAPI schema.
     hot = APIRouter(route_class=RequestRoute)
 
-    @hot.post("/v1/decisions", response_model=DecisionOut, openapi_extra=request_body(DecisionIn),
+    @hot.post("/v1/decisions", response_model=DecisionOut, openapi_extra=decision_body(campaign.populations),
               responses=responses(401, 409, 413, 422, 503))
     async def decisions(request: Request) -> Response:
         authorise(request)
@@ -350,8 +363,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
     async def unavailable(request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"detail": f"ledger unavailable: {type(exc).__name__}"}, status_code=503)
 
-    # the write path speaks to the drivers directly (see Ledger.apply): their connection errors are 503s too
-    for error in (SQLAlchemyError, psycopg.OperationalError, sqlite3.OperationalError):
+    for error in UNAVAILABLE:
         app.add_exception_handler(error, unavailable)
 
     return app

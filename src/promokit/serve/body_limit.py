@@ -1,4 +1,5 @@
-"""Request bodies above a size are answered 413, after the rest of the body is read (ASGI middleware)."""
+"""Request bodies above a size are answered 413, after the rest of the body is read, or at once when the client
+waits for ``100 Continue`` before sending it (ASGI middleware)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ class BodyLimit:
 
     The rest of the body is read and discarded, up to ``drain`` bytes, before the 413 is sent: a client still
     writing when the answer comes would otherwise see a reset connection instead of the answer. Past ``drain``
-    the 413 closes the connection. Not Starlette's ``RequestBodyLimitMiddleware``: it answers before the rest of
+    the 413 closes the connection. A client that sent ``Expect: 100-continue`` has sent no body yet and waits to be
+    told to: its oversized Content-Length is answered 413 at once, without reading (uvicorn sends ``100 Continue``
+    when the app first reads the body), and the connection is closed, since the body may follow or may not.
+    Not Starlette's ``RequestBodyLimitMiddleware``: it answers before the rest of
     the body is read, and in plain text where the schema documents JSON.
     """
 
@@ -25,9 +29,11 @@ class BodyLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        length = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return await self._refuse(receive, send, more=True)
+            waiting = headers.get(b"expect", b"").lower() == b"100-continue"
+            return await self._refuse(receive, send, more=True, read=not waiting)
         seen = 0
 
         async def limited():
@@ -43,9 +49,9 @@ class BodyLimit:
         except _TooLarge as exc:
             await self._refuse(receive, send, more=exc.more)
 
-    async def _refuse(self, receive, send, more: bool) -> None:
+    async def _refuse(self, receive, send, more: bool, read: bool = True) -> None:
         drained = 0
-        while more and drained <= self.drain:
+        while read and more and drained <= self.drain:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
                 return

@@ -232,6 +232,9 @@ class StatusCollector(Collector):
         yield from _single(GaugeMetricFamily, "promokit_ledger_read_seconds",
                            "Duration of the status reads of the ledger.",
                            ledger["read_ms"] / 1e3 if _finite(ledger.get("read_ms")) else None)
+        yield from _single(GaugeMetricFamily, "promokit_ledger_last_read_age_seconds",
+                           "Seconds since the last successful status read of the ledger (the figures' age).",
+                           ledger.get("last_read_age_s"))
         yield from _single(GaugeMetricFamily, "promokit_ledger_last_commit_age_seconds",
                            "Seconds since the ledger's last committed write.", ledger.get("last_commit_age_s"))
 

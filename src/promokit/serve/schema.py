@@ -164,6 +164,18 @@ def request_body(model: type[BaseModel], **properties) -> dict:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
+def decision_body(populations) -> dict:
+    """The requestBody of ``POST /v1/decisions`` for a campaign of these ``populations``: ``merchant_id`` is offered
+    only by a campaign with merchants (one without refuses it), where :class:`DecisionIn` takes either."""
+    extra = request_body(DecisionIn)
+    if "merchant" not in populations:
+        schema = extra["requestBody"]["content"]["application/json"]["schema"]
+        del schema["oneOf"], schema["properties"]["merchant_id"], schema["properties"]["customer_id"]["default"]
+        schema["required"].append("customer_id")
+        schema["description"] = "A decision request (this campaign has customers only): a string customer_id."
+    return extra
+
+
 def amount_schema(exponent: int) -> dict:
     """The outcome's ``amount`` as this campaign takes it: a number ≥ 0 in whole minor units below MAX_MINOR."""
     number = {"type": "number", "minimum": 0, "maximum": (MAX_MINOR - 1) / 10**exponent,

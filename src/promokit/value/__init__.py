@@ -12,6 +12,8 @@ _EXPORTS = {
     "ValueTables": "promokit.value.contract",
     "check_tables": "promokit.value.contract",
     "value_tables": "promokit.value.contract",
+    "from_transactions": "promokit.value.transactions",
+    "write_value_tables": "promokit.value.transactions",
 }
 
 __all__ = list(_EXPORTS)

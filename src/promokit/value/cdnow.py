@@ -9,8 +9,10 @@ each customer's spend in the holdout window after it (to 1998-06-30), zero for 7
 is one delivery per customer at the end of calibration (``fund`` = "cd", ``click`` = 1, ``convert`` = spent in
 the holdout, ``amount`` = the holdout spend), the calibration purchases as behaviours (``action`` = purchase,
 on the day bought, all strictly before the delivery), and numeric customer features from the calibration
-window: log(1 + ·) of the purchases, days with a purchase, CDs, total, mean and first spend, and the days since
-the first and the last purchase. No context, no consumption graph.
+window: log(1 + ·) of the purchases, days with a purchase, CDs, total, mean and first spend, and the days from
+the first and the last purchase to the calibration's end (the next midnight: a purchase on 1997-09-30 is 1 day
+before it). No context, no consumption graph. :func:`~promokit.value.transactions.from_transactions` builds them:
+the same mapping serves any purchase log.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pandas as pd
 from promokit.data.errors import DataError
 from promokit.data.spec import FeatureSpec
 from promokit.value.contract import ValueTables, check_tables
+from promokit.value.transactions import DAY, from_transactions
 
 FILE = "CDNOW_master.txt"
 CALIBRATION_END = "1997-09-30"
@@ -50,28 +53,14 @@ def read_cdnow(path: str | os.PathLike) -> pd.DataFrame:
 
 def cdnow_tables(log: pd.DataFrame, calibration_end: str = CALIBRATION_END,
                  holdout_end: str = HOLDOUT_END) -> ValueTables:
-    """The study's value tables (see the module docstring); customers without a calibration purchase are left out."""
+    """The study's value tables (see the module docstring) by :func:`~promokit.value.transactions.from_transactions`:
+    the calibration window up to ``calibration_end``, the holdout after it up to ``holdout_end``, both days
+    included; customers without a calibration purchase are left out."""
     cut, end = pd.Timestamp(calibration_end), pd.Timestamp(holdout_end)
     if not cut < end:
         raise DataError(f"calibration_end {cut.date()} must come before holdout_end {end.date()}")
-    calibration = log[log["date"] <= cut]
-    holdout = log[(log["date"] > cut) & (log["date"] <= end)]
-    grouped = calibration.groupby("customer_id")
-    first = calibration.sort_values(["date"], kind="stable").groupby("customer_id").first()
-    users = pd.DataFrame({
-        "log_purchases": np.log1p(grouped.size()), "log_purchase_days": np.log1p(grouped["date"].nunique()),
-        "log_cds": np.log1p(grouped["cds"].sum()), "log_total_spend": np.log1p(grouped["amount"].sum()),
-        "log_mean_spend": np.log1p(grouped["amount"].mean()), "log_first_spend": np.log1p(first["amount"]),
-        "days_since_first": (cut - grouped["date"].min()).dt.days.astype(float),
-        "days_since_last": (cut - grouped["date"].max()).dt.days.astype(float)}).reset_index()
-    spend = holdout.groupby("customer_id")["amount"].sum().reindex(users["customer_id"], fill_value=0.0).to_numpy()
-    spent = (spend > 0).astype(int)
-    at = cut + pd.Timedelta(days=1)
-    deliveries = pd.DataFrame({"user_id": users["customer_id"], "fund": "cd", "click": 1, "convert": spent,
-                               "amount": spend, "time": at})
-    behaviors = pd.DataFrame({"user_id": calibration["customer_id"], "fund": "cd", "action": "purchase",
-                              "time": calibration["date"]})
-    users = users.rename(columns={"customer_id": "user_id"})
-    features = FeatureSpec(numeric=[c for c in users.columns if c != "user_id"], group_key=None)
-    return check_tables(deliveries, users, pd.DataFrame({"fund": ["cd"]}), behaviors,
+    frames = from_transactions(log, customer="customer_id", time="date", quantity="cds", fund="cd",
+                               feature_window=(None, cut + DAY), target_window=(cut + DAY, end + DAY))
+    features = FeatureSpec(numeric=[c for c in frames["users"].columns if c != "user_id"], group_key=None)
+    return check_tables(frames["deliveries"], frames["users"], frames["funds"], frames["behaviors"],
                         specs={"users": features, "context": FeatureSpec(group_key=None)})

@@ -1,4 +1,4 @@
-"""``promokit value …``: synth, train, predict, evaluate, bench, simulate, demo."""
+"""``promokit value …``: synth, from-transactions, train, predict, evaluate, bench, simulate, demo."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ from promokit.cli_support import (
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS, VALIDATION_FRACTION
+from promokit.value.transactions import AMOUNT as AMOUNT_COLUMN, CUSTOMER, ONE_FUND, TIME as TIME_COLUMN
 
 #: The training flags, showing the defaults the estimator trains with.
 TRAIN = TrainingFlags(DEFAULT_TRAIN)
@@ -110,6 +111,39 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
         get_console().print(f"{users:,} users, {funds} funds, {len(world.deliveries):,} deliveries, "
                             f"{len(world.behaviors):,} behaviours and {len(world.consumption):,} payments written to "
                             f"{out} ({', '.join(p.name for p in paths.values())})")
+
+
+@app.command("from-transactions")
+def from_transactions(
+        transactions: Annotated[Path, typer.Option("--transactions", help="Purchase log, one row per purchase (.csv or .parquet): customer, time, amount [, product].")],
+        out: Annotated[Path, typer.Option("--out", help="Folder for deliveries, users, funds and behaviors (.parquet): a value dataset.")],
+        feature_window: Annotated[str, typer.Option("--feature-window", help="START,END (END excluded; START may be empty: from the first purchase), or a duration ending where the target window starts (273D).")],
+        target_window: Annotated[str, typer.Option("--target-window", help="START,END (END excluded), or a duration starting where the feature window ends (273D).")],
+        customer: Annotated[str, typer.Option("--customer", help="The customer column.")] = CUSTOMER,
+        time: Annotated[str, typer.Option("--time", help="The time column: datetimes, or text that parses as one.")] = TIME_COLUMN,
+        time_format: Annotated[Optional[str], typer.Option("--time-format", help="How the times are written, e.g. %Y%m%d for 19970101 (default: any date or datetime).")] = None,
+        amount: Annotated[str, typer.Option("--amount", help="The amount column (numbers ≥ 0).")] = AMOUNT_COLUMN,
+        product: Annotated[Optional[str], typer.Option("--product", help="A column whose values become the funds (default: one fund).")] = None,
+        quantity: Annotated[Optional[str], typer.Option("--quantity", help="A numeric column (units bought) summed as a feature.")] = None,
+        fund: Annotated[str, typer.Option("--fund", help="The one fund's name, without --product.")] = ONE_FUND):
+    """Value tables from a purchase log: RFM and spend features from the feature window, each customer's spend (per
+    fund) in the target window as the label; train on them with --split random (one delivery time)."""
+    with user_errors(), flags_in_errors({"transactions": "--transactions", "out": "--out",
+                                         "feature_window": "--feature-window", "target_window": "--target-window",
+                                         "customer": "--customer", "time": "--time", "time_format": "--time-format",
+                                         "amount": "--amount", "product": "--product", "quantity": "--quantity"}):
+        from promokit.data.io import read_table
+        from promokit.value.transactions import from_transactions as value_frames, write_value_tables
+
+        tables = value_frames(read_table(transactions), feature_window=feature_window, target_window=target_window,
+                              customer=customer, time=time, time_format=time_format, amount=amount, product=product,
+                              quantity=quantity, fund=fund)
+        write_value_tables(tables, out)
+        deliveries, funds = tables["deliveries"], len(tables["funds"])
+        get_console().print(f"{len(tables['users']):,} customers, {funds} fund{'s' * (funds > 1)}, {len(deliveries):,} "
+                            f"deliveries ({deliveries['convert'].mean():.1%} spend in the target window) and "
+                            f"{len(tables['behaviors']):,} purchases as behaviours written to {out}; train with: "
+                            f"promokit value train --data {out} --split random --out MODEL")
 
 
 @app.command()
@@ -206,6 +240,9 @@ def evaluate(model: ModelDirOpt, data: DataOpt,
                                 f"--floor DIR (promokit value train --model {FLOOR}) to show it beside")
         result.report.write(out)
         print_table(result.title, result.table.set_index("metric"))
+        if "thc" not in set(result.table["metric"]):
+            get_console().print("note: one fund: THC, THA, best_differs and uplift_spread compare funds and are left "
+                                "out")
         print_table("calibration per fund (mean ETV / mean amount)", result.funds.set_index("fund").round(3))
 
 

@@ -21,6 +21,11 @@ from promokit.metrics.value import decile_table, fund_personalisation, hit_metri
 FLOOR = "hurdle"
 
 
+#: The metrics that compare funds, left out of :func:`value_metrics` with one fund (THC and THA would count every
+#: conversion, best_differs be 0 and uplift_spread NaN).
+SEVERAL_FUNDS = ("thc", "tha", "users", "hit_users", "best_differs", "uplift_spread")
+
+
 def amount_scale(convert: np.ndarray, amount: np.ndarray) -> float:
     """The mean amount of the converted deliveries, the unit of MSE and MAE."""
     converted = amount[convert > 0]
@@ -68,17 +73,19 @@ def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, 
     decile table and its :func:`fund_calibration` against the amounts. THC, THA and the personalisation
     (:func:`~promokit.metrics.value.fund_personalisation`: ``best_differs``, ``uplift_spread``) score every user of
     those rows on every fund as of the first of their times (the behaviours known then); THC and THA count what the
-    rows show each user bought. ``etv_bias`` is the mean ETV over the mean amount, minus 1."""
+    rows show each user bought; with one fund (:data:`SEVERAL_FUNDS`) they are left out, as every user's best fund is
+    that one. ``etv_bias`` is the mean ETV over the mean amount, minus 1."""
     predictions = model.predict(tables, rows=rows)
     convert, amount = tables.convert[rows].astype(np.float64), tables.amount[rows]
     etv = predictions["etv"].to_numpy()
     metrics = delivery_metrics(convert, amount, predictions["p_ctcvr"].to_numpy(), etv)
-    users = np.unique(tables.user[rows])
-    scores = model.score_matrix(tables, at=tables.time[rows].min(), users=users)
-    outcomes = pd.DataFrame({"user_id": tables.user[rows], "fund": tables.fund[rows],
-                             "convert": convert, "amount": amount})
-    metrics.update(hits(scores, users, range(len(tables.funds)), outcomes))
-    metrics.update(fund_personalisation(scores))
+    if len(tables.funds) > 1:
+        users = np.unique(tables.user[rows])
+        scores = model.score_matrix(tables, at=tables.time[rows].min(), users=users)
+        outcomes = pd.DataFrame({"user_id": tables.user[rows], "fund": tables.fund[rows],
+                                 "convert": convert, "amount": amount})
+        metrics.update(hits(scores, users, range(len(tables.funds)), outcomes))
+        metrics.update(fund_personalisation(scores))
     metrics["etv_bias"] = float(etv.mean() / amount.mean() - 1) if amount.mean() > 0 else float("nan")
     metrics["deliveries"] = len(rows)
     return metrics, calibration(amount, etv), fund_calibration(tables.fund_names, tables.fund[rows], etv, amount)

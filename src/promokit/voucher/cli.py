@@ -382,4 +382,5 @@ def bench(data_dir: Annotated[str, typer.Option("--data-dir", help="AmExpert 201
             split = data.split
             write_bench_report(out, "promokit voucher bench", run.results, run.oracle,
                                f"data: {data_dir}; time split; seeds: {seeds}; "
-                               f"{len(split.train)}/{len(split.valid)}/{len(split.test)} sessions", run.summary)
+                               f"{len(split.train)}/{len(split.valid)}/{len(split.test)} sessions", run.summary,
+                               floor=("lr", ("auc",)))

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pandas as pd
 
 from promokit.conversion.estimator import DEFAULT_TRAIN
+from promokit.experiments.bench_summary import add_floor_section, floor_verdict
 from promokit.experiments.conversion import bench
 from promokit.experiments.conversion.bench import world_split
 from promokit.experiments.conversion.world import ConversionWorld, make_world
@@ -53,6 +54,8 @@ def demo_report(table: pd.DataFrame, world: ConversionWorld, split: bench.Split)
     report.add("Split", stats)
     report.add("Test metrics (ESM² Table 3 shape; oracle = the generator's true probabilities)", headline)
     report.add("Gap to the oracle (model − oracle)", gaps)
+    add_floor_section(report, [floor_verdict(table, "lr", metric, what=f"test {metric}")
+                               for metric in ("cvr_auc", "ctcvr_auc")])
     report.data = {"results": table.to_dict(orient="records"), "split": stats.reset_index().to_dict(orient="records")}
     report.figures["auc_vs_oracle"] = auc_figure(headline)
     return report

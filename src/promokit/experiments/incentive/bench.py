@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.experiments.allocation.simulate import simulate_budget
-from promokit.experiments.bench_summary import model_summary
+from promokit.experiments.bench_summary import add_floor_section, floor_verdict, model_summary
 from promokit.experiments.finished_rows import FinishedRows
 from promokit.experiments.incentive.world import IncentiveWorld, make_world
 from promokit.incentive.contract import IncentiveTables, check_tables
@@ -121,11 +121,13 @@ def _change_points_found(rows: pd.DataFrame) -> dict:
     return {"change_point": f"{int(found.sum())}/{len(found)}" if len(found) else "–"}
 
 
-def simulation_summary(result: BenchResult, base: str = "dnn-h") -> pd.DataFrame:
+def simulation_summary(result: BenchResult, base: str | None = None) -> pd.DataFrame:
     """Per population (``customers`` alone, or ``joint`` with the merchants), model and budget reading: mean true
     redemptions, spend per redemption, true ratio, payments (redemptions + merchant response), and the relative
-    change of payments against ``base`` with a 95 % t-interval over seeds (paired by seed)."""
+    change of payments against ``base`` (default the linear floor when it ran, else DNN-H, the paper's strongest
+    baseline) with a 95 % t-interval over seeds (paired by seed)."""
     sim = result.simulation
+    base = base or (FLOOR if (sim.model == FLOOR).any() else "dnn-h")
     rows = []
     for (population, name, budget), group in sim.groupby(["population", "model", "budget"], sort=False):
         row = {"population": population, "model": name, "budget": budget}
@@ -149,6 +151,13 @@ def bench_report(result: BenchResult, title: str = "promokit incentive bench") -
     report.add("Held-out customers and merchants (Tables 2–3; oracle = the true curves)", summary(result))
     report.add("Allocation at the same budget, scored by the true curves (Tables 4–5 offline)",
                simulation_summary(result))
+    paced = result.simulation[(result.simulation.budget == "paced") & (result.simulation.model != "random")]
+    add_floor_section(report, [
+        floor_verdict(result.metrics, FLOOR, "auc_c", what="held-out AUC_c"),
+        floor_verdict(paced[paced.population == "customers"], FLOOR, "redemptions",
+                      what="true redemptions at the paced budget"),
+        floor_verdict(paced[paced.population == "joint"], FLOOR, "payments",
+                      what="true payments (redemptions + merchant response) at the paced budget")])
     for name, table in result.uplift.items():
         report.add(f"Uplift by sensitivity quintile (Figure 4): {name}", table.set_index("group"))
     report.data = {"results": result.metrics.to_dict(orient="records"),

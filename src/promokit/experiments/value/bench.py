@@ -23,7 +23,7 @@ import pandas as pd
 
 from promokit.data import DataError
 from promokit.experiments.allocation.simulate import simulate_quota
-from promokit.experiments.bench_summary import model_summary
+from promokit.experiments.bench_summary import add_floor_section, floor_verdict, model_summary
 from promokit.experiments.finished_rows import FinishedRows
 from promokit.experiments.value.world import ValueWorld, feasible_quotas, make_world
 from promokit.metrics.compare import paired_change
@@ -197,6 +197,7 @@ def bench_report(result: BenchResult, title: str = "promokit value bench") -> Re
                         f"{w['deliveries']:,} deliveries split by time {w['train']:,} / {w['valid']:,} / {w['test']:,} "
                         f"(train / validation / test); quotas {w['quotas']} (first seed).")
     report.add("Test deliveries (Tables 1–2; oracle = the true pCTCVR and ETV)", summary(result))
+    add_floor_section(report, [floor_verdict(result.metrics, FLOOR, "auc", what="test AUC")])
     pairs = paired(result)
     if len(pairs):
         report.add("ESDPM minus each baseline, per seed", pairs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from promokit.experiments.bench_summary import add_floor_section, floor_verdict
 from promokit.experiments.voucher import bench
 from promokit.experiments.voucher.bench import time_split
 from promokit.experiments.voucher.settings import DEMO_TRAIN
@@ -41,6 +42,7 @@ def demo_report(summary: pd.DataFrame, results: pd.DataFrame, oracle: dict, worl
                        "split by collection time 80/10/10; epochs chosen on validation.")
     report.add("Split", parts)
     report.add("Test metrics (DMBGN Table 3 shape; oracle = the generator's true probabilities)", summary)
+    add_floor_section(report, [floor_verdict(results, "lr", "auc", what="test AUC")])
     report.data = {"results": results.to_dict(orient="records"), "oracle": oracle,
                    "split": parts.reset_index().to_dict(orient="records")}
     report.figures["auc_vs_oracle"] = auc_figure(results, oracle)
