@@ -388,3 +388,18 @@ def test_fit_on_an_executor_trains_a_network_over_parts_and_refuses_or_reads_who
     assert ray._executor is None  # refused before a Ray cluster was started
     with pytest.raises(DataError, match=r"^`validation_split` cuts the validation rows from `data`"):
         _model("esmm").fit(parts, validation=impressions, validation_split="random", executor=LocalExecutor())
+
+
+def test_evaluate_reports_the_calibration_of_each_probability(impressions):
+    test = impressions.iloc[3000:]
+    model = _model("esmm", test_fraction=0).fit(impressions.iloc[:3000])
+    evaluation, predictions = model.evaluate(test), model.predict(test, keep=[])
+    clicked = test["click"].to_numpy() == 1
+    assert evaluation["mean_predicted"] == pytest.approx(predictions["p_ctcvr"].mean(), rel=1e-5)
+    assert evaluation["mean_observed"] == pytest.approx(test["purchase"].mean())
+    assert evaluation["ctr_mean_observed"] == pytest.approx(test["click"].mean())
+    assert evaluation["cvr_mean_predicted"] == pytest.approx(predictions["p_cvr"][clicked].mean(), rel=1e-5)
+    assert evaluation["calibration_ratio"] == pytest.approx(evaluation["mean_predicted"] / evaluation["mean_observed"])
+    assert 0 <= evaluation["ece"] < 1 and "ctr_auc" in evaluation  # added beside the metrics, none replaced
+    assert set(evaluation.tables) == {"calibration", "ctr_calibration", "cvr_calibration"}
+    assert evaluation.tables["cvr_calibration"]["rows"].sum() == clicked.sum()

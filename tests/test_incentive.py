@@ -338,3 +338,14 @@ def test_evaluate_leaves_no_figure_in_pyplot(fitted, tables):
     before = plt.get_fignums()
     figures = fitted.evaluate(tables).figures
     assert plt.get_fignums() == before and set(figures) == {"response_curves", "uplift_curves"}
+
+
+def test_evaluate_reports_calibration_at_the_offered_value_by_value(fitted, tables):
+    evaluation = fitted.evaluate(tables)
+    rows, _ = fitted.held_out(tables)
+    assert evaluation["mean_observed"] == pytest.approx(tables.redeemed[rows].mean())
+    assert evaluation["calibration_ratio"] == pytest.approx(evaluation["mean_predicted"] / evaluation["mean_observed"])
+    assert 0 <= evaluation["ece"] < 1 and evaluation.tables["calibration"]["rows"].sum() == len(rows)
+    by_level = evaluation.tables["calibration_by_level"]
+    assert by_level["level"].tolist() == sorted(set(fitted.levels[tables.customer_level[rows]]))
+    assert by_level["rows"].sum() == len(rows)

@@ -337,3 +337,17 @@ def test_fit_reads_a_folder_or_a_mapping_of_tables_and_evaluate_reports(tmp_path
         from_folder.fit({"deliveries": small.deliveries, "users": small.users})
     with pytest.raises(DataError, match="data: unknown table 'payments'"):
         from_folder.fit({**mapping, "payments": small.consumption})
+
+
+def test_evaluate_reports_the_calibration_of_pctcvr_by_fund(fitted, tables):
+    model, test = fitted
+    evaluation = model.evaluate(tables, rows=test)
+    p_ctcvr = model.predict(tables, rows=test)["p_ctcvr"].to_numpy()
+    assert evaluation["mean_predicted"] == pytest.approx(p_ctcvr.mean())
+    assert evaluation["mean_observed"] == pytest.approx(tables.convert[test].mean())
+    assert 0 <= evaluation["ece"] < 1
+    by_fund = evaluation.tables["calibration_by_fund"]
+    assert set(by_fund["fund"]) == set(np.asarray(tables.fund_names)[tables.fund[test]])
+    assert by_fund["rows"].sum() == len(test)
+    assert set(evaluation.tables) == {"decile_calibration", "calibration_per_fund", "calibration",
+                                      "calibration_by_fund"}

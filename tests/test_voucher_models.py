@@ -482,3 +482,18 @@ def test_hold_out_latest_takes_the_latest_sessions_or_a_seeded_random_share_when
     with pytest.raises(DataError, match="^validation: a fraction 0.1 of 3 sessions leaves none held out; pass "
                                         "validation=0"):
         hold_out_latest(same.iloc[:3], np.arange(3), 0.1)
+
+
+def test_evaluate_reports_calibration_by_campaign_or_by_group_by(world, split):
+    sessions = world.tables.sessions.assign(campaign_id=world.tables.sessions["voucher_id"] % 3)
+    tables = replace(world.tables, sessions=sessions)
+    model = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(tables, rows=split.train, validation=split.valid)
+    evaluation = model.evaluate(tables, rows=split.test)
+    assert evaluation["mean_predicted"] == pytest.approx(evaluation["mean_p_redeem"])
+    assert evaluation["mean_observed"] == pytest.approx(evaluation["redemption_rate"])
+    assert evaluation["calibration_ratio"] == pytest.approx(evaluation["mean_p_redeem"] / evaluation["redemption_rate"])
+    assert 0 <= evaluation["ece"] < 1 and evaluation.tables["calibration"]["rows"].sum() == len(split.test)
+    by_campaign = evaluation.tables["calibration_by_campaign_id"]
+    assert by_campaign["campaign_id"].tolist() == [0, 1, 2] and by_campaign["rows"].sum() == len(split.test)
+    assert set(model.evaluate(tables, rows=split.test, group_by="voucher_id").tables) == {"calibration",
+                                                                                         "calibration_by_voucher_id"}

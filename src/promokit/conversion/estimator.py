@@ -25,7 +25,7 @@ from promokit.conversion.contract import (
     post_click_warning,
 )
 from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
-from promokit.conversion.evaluate import conversion_metrics
+from promokit.conversion.evaluate import conversion_calibration, conversion_metrics
 from promokit.conversion.models import MODELS
 from promokit.conversion.pmg import concurrence_probability
 from promokit.data import (
@@ -470,7 +470,9 @@ class ConversionModel(Estimator):
 
     def evaluate(self, data, *, rows=None, gauc_weight: str = "impressions", predictions: pd.DataFrame | None = None,
                  labels: dict[str, str] | None = None, micro_behaviors=None) -> Evaluation:
-        """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`),
+        """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`) and
+        the calibration of the probabilities (:func:`conversion_calibration`, its tables ``calibration``,
+        ``ctr_calibration`` and ``cvr_calibration``, a warning beyond the ratio),
         every row or the row positions ``rows`` (those :meth:`fit` held out: ``held_out(data)``);
         ``predictions``, this model's :meth:`predict` of those rows when the caller has them already.
 
@@ -497,7 +499,9 @@ class ConversionModel(Estimator):
         predictions = self.predict(table) if predictions is None else predictions
         outputs = {k: v.to_numpy() for k, v in predictions.items() if str(k).startswith("p_")}
         groups = table[spec.group_key].to_numpy() if spec.group_key else None
-        return Evaluation(f"Conversion model {self.model}", conversion_metrics(labels, outputs, groups, gauc_weight))
+        metrics = conversion_metrics(labels, outputs, groups, gauc_weight)
+        calibration, tables = conversion_calibration(labels, outputs, self.model)
+        return Evaluation(f"Conversion model {self.model}", {**metrics, **calibration}, tables=tables)
 
     def _scored_spec(self, table: pd.DataFrame, labels: dict[str, str] | None, micro_behaviors) -> FeatureSpec:
         """``feature_spec`` with the label columns and micro-behaviours :meth:`evaluate` is given, checked."""

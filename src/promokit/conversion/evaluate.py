@@ -7,7 +7,15 @@ import warnings
 
 import numpy as np
 
-from promokit.metrics import auc, gauc, gauc_coverage_warning, logloss, mse, precision_recall_f1_at_top
+from promokit.metrics import (
+    auc,
+    calibration_report,
+    gauc,
+    gauc_coverage_warning,
+    logloss,
+    mse,
+    precision_recall_f1_at_top,
+)
 
 TOP_FRACTIONS = (0.001, 0.006, 0.01)
 
@@ -62,6 +70,25 @@ def conversion_metrics(labels: dict[str, np.ndarray], predictions: dict[str, np.
         if 0 < y.sum() < len(y):
             out[f"node_auc_{name}"] = auc(y, p)
     return out
+
+
+def conversion_calibration(labels: dict[str, np.ndarray], predictions: dict[str, np.ndarray],
+                           model: str) -> tuple[dict[str, float], dict]:
+    """The calibration of ``model``'s probabilities (:func:`~promokit.metrics.calibration.calibration_report`, which
+    warns beyond its ratio): p_ctcvr against purchase over all impressions, what spend is planned by (``mean_predicted``,
+    ``mean_observed``, ``calibration_ratio``, ``ece``, table ``calibration``), p_ctr against click (``ctr_…``) and
+    p_cvr against purchase on clicked impressions (``cvr_…``). Returns the metrics and the tables."""
+    click = labels["click"] == 1
+    pairs = {"": ("p_ctcvr", labels["purchase"], slice(None), "purchase"),
+             "ctr_": ("p_ctr", labels["click"], slice(None), "click"),
+             "cvr_": ("p_cvr", labels["purchase"], click, "purchase on clicked rows")}
+    metrics, tables = {}, {}
+    for prefix, (name, y, rows, against) in pairs.items():
+        report = calibration_report(predictions[name][rows], y[rows], f"conversion model {model} {name} (against "
+                                    f"{against})", prefix=prefix)
+        metrics.update(report.metrics)
+        tables.update(report.tables)
+    return metrics, tables
 
 
 def _node_pairs(labels: dict[str, np.ndarray], predictions: dict[str, np.ndarray],

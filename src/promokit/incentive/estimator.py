@@ -278,7 +278,9 @@ class IncentiveModel(Estimator):
         ``truth`` (a synthetic world's true response curves, one row per customer of ``data`` in its order × the
         model's values), ``curve_mae_c``. Scored on the nodes :meth:`split` held out of training, or with
         ``held_out=False`` on every labelled node (a new experiment). Tables: ``response_curve`` (Figure 5),
-        ``uplift_by_quintile`` (Figure 4) and ``uplift_by_level`` (each value against the lowest); figures:
+        ``uplift_by_quintile`` (Figure 4), ``uplift_by_level`` (each value against the lowest) and the calibration of
+        f_c at the offered value (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; tables
+        ``calibration`` and ``calibration_by_level``, a warning beyond the ratio); figures:
         ``response_curves`` and ``uplift_curves``."""
         self._check_fitted()
         tables = self.read(data)
@@ -297,7 +299,7 @@ class IncentiveModel(Estimator):
                                                              f"against {self.levels[0]:g} (dashed: random)"))}
         return Evaluation(f"incentive {self.model}", result.metrics, figures=figures,
                           tables={"response_curve": result.curve, "uplift_by_quintile": result.uplift,
-                                  "uplift_by_level": result.level_uplift})
+                                  "uplift_by_level": result.level_uplift, **result.calibration})
 
     def read(self, data, *, require_labels: bool = True, labels: dict[str, str] | None = None) -> IncentiveTables:
         """``data`` as tables (tables already read are returned as they are); a fitted model reads them with its value

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.incentive.contract import IncentiveTables
-from promokit.metrics import UpliftCurves, auc, mae, mse, squared_error, uplift_by_quantile
+from promokit.metrics import UpliftCurves, auc, calibration_report, mae, mse, squared_error, uplift_by_quantile
 from promokit.metrics.uplift import DEFINITIONS
 from promokit.report import Report
 
@@ -29,6 +29,7 @@ class ResponseMetrics:
     uplift: pd.DataFrame   # Figure 4: per sensitivity quintile
     level_uplift: pd.DataFrame   # per value above the lowest: AUUC and Qini coefficient against the lowest
     uplift_curves: dict[str, UpliftCurves]   # … their curves, by value
+    calibration: dict[str, pd.DataFrame]   # f_c at the offered value against the redemption: by decile, by value
 
 
 def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.ndarray, merchant_rows: np.ndarray,
@@ -45,7 +46,11 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
     - ``uplift``: customers sorted by the model's sensitivity f_c(r_K) − f_c(r_1) into five groups, with the
       observed uplift between the highest and the lowest value (Figure 4), the predicted one and the true one;
     - ``level_uplift`` and ``uplift_curves``: each value against the lowest (:func:`uplift_against_lowest`), and
-      their means over the values as ``auuc`` and ``qini``.
+      their means over the values as ``auuc`` and ``qini``;
+    - the calibration of f_c at the offered value against the redemption
+      (:func:`~promokit.metrics.calibration.calibration_report`, which warns beyond its ratio): ``mean_predicted``,
+      ``mean_observed``, ``calibration_ratio``, ``ece`` and the tables ``calibration`` (by decile) and
+      ``calibration_by_level`` (by offered value).
     """
     levels, f_c = responses.levels, responses.customers[customer_rows]
     offered = tables.customer_level[customer_rows]
@@ -64,8 +69,11 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
     hazard = None if responses.hazard is None else responses.hazard[customer_rows] / levels[-1]
     level_uplift, curves = uplift_against_lowest(levels, offered, y, f_c, truth)
     metrics.update(auuc=float(level_uplift["auuc"].mean()), qini=float(level_uplift["qini_coefficient"].mean()))
+    calibration = calibration_report(at, y, "incentive response f_c at the offered value", groups=levels[offered],
+                                     by="level")
+    metrics.update(calibration.metrics)
     return ResponseMetrics(metrics, response_curve(levels, offered, y, f_c, hazard, truth),
-                      sensitivity_uplift(levels, offered, y, f_c, truth), level_uplift, curves)
+                      sensitivity_uplift(levels, offered, y, f_c, truth), level_uplift, curves, calibration.tables)
 
 
 def response_curve(levels, offered, y, f_c, hazard=None, truth=None) -> pd.DataFrame:
@@ -152,6 +160,9 @@ def evaluation_report(evaluation: Evaluation, title: str) -> Report:
                f"{DEFINITIONS} Customers offered the value or the lowest one, ranked by the predicted uplift "
                "f_c(r_j) − f_c(r_1).")
     report.add("AUUC and Qini coefficient per value", level_uplift.set_index("level"))
+    if "calibration_by_level" in evaluation.tables:
+        report.add("Calibration per offered value (f_c against the redemption)",
+                   evaluation.tables["calibration_by_level"].set_index("level"))
     return report
 
 

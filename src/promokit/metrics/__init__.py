@@ -1,5 +1,15 @@
 """Evaluation metrics for promotion-response models (ESM², DMBGN and EOCA papers)."""
 
+from promokit.metrics.calibration import (
+    CALIBRATION_RATIO,
+    CalibrationReport,
+    CalibrationWarning,
+    calibration_by,
+    calibration_report,
+    calibration_table,
+    calibration_warning,
+    expected_calibration_error,
+)
 from promokit.metrics.compare import rela_impr, relative_improvement_permille
 from promokit.metrics.probabilistic import logloss, mse
 from promokit.metrics.ranking import (
@@ -32,14 +42,22 @@ from promokit.metrics.value import (
 )
 
 __all__ = [
+    "CALIBRATION_RATIO",
+    "CalibrationReport",
+    "CalibrationWarning",
     "GAUCResult",
     "MetricWarning",
     "TopKResult",
     "UpliftCurves",
     "auc",
+    "calibration_by",
+    "calibration_report",
+    "calibration_table",
+    "calibration_warning",
     "decile_figure",
     "decile_table",
     "expected_auc",
+    "expected_calibration_error",
     "fund_personalisation",
     "gauc",
     "gauc_coverage_warning",

@@ -393,14 +393,15 @@ class ValueModel(Estimator):
         """Metrics on the labelled deliveries of ``data`` (as :meth:`predict` reads it), every one or the rows
         ``rows`` (those :meth:`fit` held out: ``held_out(data)``), by
         :func:`~promokit.value.evaluate.value_metrics`: AUC and logloss of pCTCVR, MSE, MAE and normalised Gini of
-        the ETV, THC, THA, ``best_differs``, ``uplift_spread``, ``etv_bias`` and ``deliveries``; its tables
-        ``decile_calibration`` and ``calibration_per_fund``."""
+        the ETV, THC, THA, ``best_differs``, ``uplift_spread``, ``etv_bias``, ``deliveries`` and the calibration of
+        pCTCVR (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; a warning beyond the ratio);
+        its tables ``decile_calibration`` and ``calibration_per_fund`` (the ETV), ``calibration`` and
+        ``calibration_by_fund`` (pCTCVR)."""
         self._check_fitted()
         tables = self._tables(data, require_labels=True)
         rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
-        metrics, deciles, funds = value_metrics(self, tables, rows)
-        return Evaluation(f"Value model {self.model}", metrics,
-                          tables={"decile_calibration": deciles, "calibration_per_fund": funds})
+        metrics, calibration = value_metrics(self, tables, rows)
+        return Evaluation(f"Value model {self.model}", metrics, tables=calibration)
 
     def _tables(self, data, require_labels: bool) -> ValueTables:
         """``data`` as tables with this model's features (extra columns may be there), its labels read from the

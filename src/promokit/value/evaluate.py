@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from promokit.metrics import auc, logloss, rela_impr
+from promokit.metrics import auc, calibration_by, calibration_report, logloss, rela_impr
 from promokit.metrics.value import decile_table, fund_personalisation, hit_metrics, normalized_gini
 
 #: The floor every value model has to beat, shown beside it by evaluate and trained first in every bench.
@@ -56,29 +56,26 @@ def calibration(amount: np.ndarray, etv: np.ndarray, bins: int = 10) -> pd.DataF
 def fund_calibration(fund_names, fund: np.ndarray, predicted: np.ndarray, observed: np.ndarray) -> pd.DataFrame:
     """Per fund with deliveries (``fund``: each delivery's row in ``fund_names``): ``deliveries``, the mean
     ``predicted`` ETV, the mean ``observed`` value (the amount, or a synthetic world's true ETV) and ``ratio`` =
-    predicted / observed (NaN where the fund's deliveries bought nothing)."""
-    n = len(fund_names)
-    count = np.bincount(fund, minlength=n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_predicted = np.bincount(fund, weights=predicted, minlength=n) / count
-        mean_observed = np.bincount(fund, weights=observed, minlength=n) / count
-        ratio = np.where(mean_observed > 0, mean_predicted / mean_observed, np.nan)
-    table = pd.DataFrame({"fund": list(fund_names), "deliveries": count, "mean_predicted": mean_predicted,
-                          "mean_observed": mean_observed, "ratio": ratio})
-    return table[count > 0].reset_index(drop=True)
+    predicted / observed (NaN where the fund's deliveries bought nothing), in the order of ``fund_names``."""
+    table = calibration_by(predicted, observed, fund, name="fund").rename(columns={"rows": "deliveries"})
+    table["fund"] = np.asarray(list(fund_names), dtype=object)[table["fund"].to_numpy()]
+    return table
 
 
-def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """Metrics of a fitted :class:`~promokit.value.estimator.ValueModel` on the delivery ``rows`` of ``tables``, its
-    decile table and its :func:`fund_calibration` against the amounts. THC, THA and the personalisation
+def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, dict[str, pd.DataFrame]]:
+    """Metrics of a fitted :class:`~promokit.value.estimator.ValueModel` on the delivery ``rows`` of ``tables`` and
+    its tables: ``decile_calibration`` and ``calibration_per_fund`` (:func:`fund_calibration`) of the ETV against the
+    amounts, ``calibration`` (by decile) and ``calibration_by_fund`` of pCTCVR against the conversions
+    (:func:`~promokit.metrics.calibration.calibration_report`, which adds ``mean_predicted``, ``mean_observed``,
+    ``calibration_ratio`` and ``ece`` to the metrics and warns beyond its ratio). THC, THA and the personalisation
     (:func:`~promokit.metrics.value.fund_personalisation`: ``best_differs``, ``uplift_spread``) score every user of
     those rows on every fund as of the first of their times (the behaviours known then); THC and THA count what the
     rows show each user bought; with one fund (:data:`SEVERAL_FUNDS`) they are left out, as every user's best fund is
     that one. ``etv_bias`` is the mean ETV over the mean amount, minus 1."""
     predictions = model.predict(tables, rows=rows)
     convert, amount = tables.convert[rows].astype(np.float64), tables.amount[rows]
-    etv = predictions["etv"].to_numpy()
-    metrics = delivery_metrics(convert, amount, predictions["p_ctcvr"].to_numpy(), etv)
+    etv, p_ctcvr = predictions["etv"].to_numpy(), predictions["p_ctcvr"].to_numpy()
+    metrics = delivery_metrics(convert, amount, p_ctcvr, etv)
     if len(tables.funds) > 1:
         users = np.unique(tables.user[rows])
         scores = model.score_matrix(tables, at=tables.time[rows].min(), users=users)
@@ -88,7 +85,13 @@ def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, pd.DataFrame, 
         metrics.update(fund_personalisation(scores))
     metrics["etv_bias"] = float(etv.mean() / amount.mean() - 1) if amount.mean() > 0 else float("nan")
     metrics["deliveries"] = len(rows)
-    return metrics, calibration(amount, etv), fund_calibration(tables.fund_names, tables.fund[rows], etv, amount)
+    conversion = calibration_report(p_ctcvr, convert, f"value model {model.model} pCTCVR (against convert)",
+                                    groups=np.asarray(list(tables.fund_names), dtype=object)[tables.fund[rows]],
+                                    by="fund")
+    metrics.update(conversion.metrics)
+    return metrics, {"decile_calibration": calibration(amount, etv),
+                     "calibration_per_fund": fund_calibration(tables.fund_names, tables.fund[rows], etv, amount),
+                     **conversion.tables}
 
 
 def beside_floor(metrics: dict, floor: dict | None) -> pd.DataFrame:

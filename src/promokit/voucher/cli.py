@@ -1,4 +1,4 @@
-"""``promokit voucher …``: train, predict, evaluate, demo, bench (DMBGN and its baselines)."""
+"""``promokit voucher …``: train, predict, evaluate, recalibrate, demo, bench (DMBGN and its baselines)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ from promokit.console import get_console, print_table
 from promokit.data.durations import DURATION_FORMS
 from promokit.data.split import TEST_FRACTION
 from promokit.experiments.voucher.settings import DEMO_TRAIN
+from promokit.training.recalibration import DEFAULT_METHOD
 from promokit.voucher.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
 
 #: The training flags, showing the defaults the estimator trains with.
@@ -271,6 +272,30 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
         evaluation = estimator.evaluate(tables, rows=rows, group_by=gauc_by)
         write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
                              f"{estimator.model} on {len(rows):,} sessions of {sessions.name}")
+
+
+@app.command()
+def recalibrate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt, events: EventsOpt = None,
+                voucher_items: VoucherItemsOpt = None, categorical: SavedCategoricalOpt = None,
+                numeric: SavedNumericOpt = None, validity: ValidityOpt = None, terms: SavedTermsOpt = None,
+                item_features: SavedItemFeaturesOpt = None,
+                start: Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on: the latest labelled period (default: every session).")] = None,
+                method: Annotated[str, typer.Option("--method", help="isotonic | platt | prior-shift: the map fitted.")] = DEFAULT_METHOD,
+                label: LabelOpt = None):
+    """Fit a recalibration of a trained model's p_redeem on labelled sessions (the latest period, after the training
+    one) and write it into the model directory (recalibration.json): predict and evaluate then apply it, predict
+    keeping the model's own score as p_redeem_raw."""
+    with user_errors(), flags_in_errors({**FLAGS, "method": "--method"}), convention_errors():
+        from promokit.voucher.workflows import recalibrate as recalibrate_model
+
+        fitted = recalibrate_model(model, sessions, items, events=events, voucher_items=voucher_items,
+                                   validity=_validity(validity), start=start, method=method,
+                                   labels=label_options(label, LABEL_ROLES),
+                                   **_saved_options(categorical, numeric, terms, item_features))
+        get_console().print(f"{method} recalibration written to {model / 'recalibration.json'}: on {fitted['rows']:,} "
+                            f"sessions ({fitted['positives']:,} redeemed, observed rate {fitted['rate']:.4f}) the mean "
+                            f"predicted p_redeem was {fitted['mean_p']:.4f}, recalibrated {fitted['mean_p_after']:.4f}",
+                            highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -21,7 +21,7 @@ from promokit.data.datasets import check_rows
 from promokit.data.ids import id_hashes
 from promokit.data.spec import DEFAULT_MIN_COUNT
 from promokit.data.split import TEST_FRACTION
-from promokit.metrics import auc, gauc, logloss
+from promokit.metrics import auc, calibration_report, gauc, logloss
 from promokit.training import (
     History,
     TrainConfig,
@@ -42,6 +42,12 @@ from promokit.training.estimator import (
     check_test_fraction,
 )
 from promokit.training.params import saved_params
+from promokit.training.recalibration import (
+    DEFAULT_METHOD,
+    RECALIBRATION_FILE,
+    Recalibration,
+    read_recalibration,
+)
 from promokit.training.seed import seed_everything
 from promokit.voucher.contract import (
     ID_COLUMNS,
@@ -134,6 +140,8 @@ class VoucherModel(Estimator):
         self._cache: tuple[object, dict[str, torch.Tensor]] | None = None
         #: the hashes of the ids of the users of the training sessions (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
+        #: the map of p_redeem fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`
+        self.recalibration: Recalibration | None = None
 
     def _configure(self) -> None:
         train_config = check_common_params(self.model, self.params, self.train, models=MODELS, monitors=MONITORS,
@@ -267,7 +275,7 @@ class VoucherModel(Estimator):
         self.table_options, self.labels = tables.options, tables.labels
         self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.feature_spec)
         self.training_ids = id_hashes(sessions["user_id"].to_numpy()[train_rows])
-        self.net, self._cache = None, None
+        self.net, self._cache, self.recalibration = None, None, None
         inputs = self.inputs(tables, fit_rows=train_rows)
         for name, part in (("training", train_rows), ("validation", valid_rows)):
             unknown = np.isnan(inputs["redeemed"].numpy()[part]) if part is not None else np.zeros(0, bool)
@@ -426,31 +434,63 @@ class VoucherModel(Estimator):
 
     def predict(self, data, *, rows=None) -> pd.DataFrame:
         """The key columns the sessions carry (:data:`KEYS`: ``session_id``, ``user_id``, ``voucher_id`` [,
-        ``campaign_id``]) and ``p_redeem``, for the sessions ``rows`` of ``data`` (all when omitted). ``data``:
-        :class:`~promokit.voucher.contract.VoucherTables`, or tables read as the training tables were (their
-        profile columns, terms and item features; labels may be missing)."""
+        ``campaign_id``]) and ``p_redeem``, for the sessions ``rows`` of ``data`` (all when omitted); with a
+        :meth:`recalibrate`-d model, ``p_redeem`` recalibrated and the model's own score as ``p_redeem_raw``.
+        ``data``: :class:`~promokit.voucher.contract.VoucherTables`, or tables read as the training tables were
+        (their profile columns, terms and item features; labels may be missing)."""
         self._check_fitted()
         tables = self.read(data)
         n = len(tables.sessions)
         rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
-        p = np.zeros(0)
-        if len(rows):
-            batch = take(self.inputs(tables), torch.from_numpy(rows))
-            if self.is_neural:
-                p = Trainer(self.train_config).predict(self.net, batch)["p_redeem"].numpy()
-            else:
-                p = self.net.predict(_arrays(batch)[0])["p_redeem"]
+        p = self._scores(tables, rows)
         keys = [c for c in KEYS if c in tables.sessions.columns]
         out = tables.sessions[keys].iloc[rows].reset_index(drop=True)
-        out["p_redeem"] = np.asarray(p, dtype=np.float64)
+        if self.recalibration is None:
+            out["p_redeem"] = p
+        else:
+            out["p_redeem"], out["p_redeem_raw"] = self.recalibration.apply(p), p
         return out
+
+    def _scores(self, tables: VoucherTables, rows: np.ndarray) -> np.ndarray:
+        """The model's own p_redeem of the sessions ``rows`` of ``tables``, before any recalibration."""
+        if not len(rows):
+            return np.zeros(0)
+        batch = take(self.inputs(tables), torch.from_numpy(rows))
+        if self.is_neural:
+            p = Trainer(self.train_config).predict(self.net, batch)["p_redeem"].numpy()
+        else:
+            p = self.net.predict(_arrays(batch)[0])["p_redeem"]
+        return np.asarray(p, dtype=np.float64)
+
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None,
+                    base_rate: float | None = None) -> VoucherModel:
+        """Fit a :class:`~promokit.training.recalibration.Recalibration` of the model's scores on the labelled
+        sessions ``rows`` of ``data`` (read as in :meth:`predict`, labels required; default: every session) — the
+        latest labelled period, after the training one — and keep it: :meth:`predict` and :meth:`evaluate` apply
+        it, :meth:`save` writes it (``recalibration.json``). ``method``: ``isotonic`` (default), ``platt`` or
+        ``prior-shift`` (``base_rate``: the training base rate; None: the model's mean score on ``rows``). It
+        replaces an earlier recalibration; :meth:`fit` drops it. Returns the model."""
+        self._check_fitted()
+        recalibration = Recalibration(method)
+        tables = self.read(data, require_labels=True)
+        n = len(tables.sessions)
+        rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
+        y = _labels(tables.sessions)[rows]
+        if np.isnan(y).any():
+            raise DataError(f"{int(np.isnan(y).sum())} of the {len(y)} sessions to recalibrate on have no 'redeemed' "
+                            "label")
+        self.recalibration = recalibration.fit(self._scores(tables, rows), y, base_rate=base_rate)
+        return self
 
     def evaluate(self, data, *, rows=None, group_by: str | None = None) -> Evaluation:
         """AUC and logloss (DMBGN section 4.3), ``n``, ``positives``, ``mean_p_redeem`` and ``redemption_rate`` of
         the labelled sessions ``rows`` of ``data`` (read as in :meth:`predict`, labels required); with
         ``group_by`` (a sessions column, e.g. ``campaign_id``) also ``gauc``, the AUC within each group weighted by
         its sessions (``promokit.metrics.gauc``), which ignores how groups differ from each other, and
-        ``gauc_groups`` / ``gauc_skipped_groups``, the groups scored and those with one class."""
+        ``gauc_groups`` / ``gauc_skipped_groups``, the groups scored and those with one class. The calibration of
+        ``p_redeem`` (:func:`~promokit.metrics.calibration.calibration_report`, which warns beyond its ratio):
+        ``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece`` and the tables ``calibration`` (by
+        decile) and ``calibration_by_<group_by>``, by default by ``campaign_id`` when the sessions have it."""
         self._check_fitted()
         tables = self.read(data, require_labels=True)
         if group_by is not None and group_by not in tables.sessions.columns:
@@ -466,7 +506,11 @@ class VoucherModel(Estimator):
         if group_by is not None:
             grouped = gauc(y, p, tables.sessions[group_by].to_numpy()[rows])
             metrics.update(gauc=grouped.value, gauc_groups=grouped.n_scored, gauc_skipped_groups=grouped.n_skipped)
-        return Evaluation(f"voucher model {self.model}", metrics)
+        by = group_by or ("campaign_id" if "campaign_id" in tables.sessions.columns else None)
+        calibration = calibration_report(p, y, f"voucher model {self.model} p_redeem", by=by,
+                                         groups=None if by is None else tables.sessions[by].to_numpy()[rows])
+        metrics.update(calibration.metrics)
+        return Evaluation(f"voucher model {self.model}", metrics, tables=calibration.tables)
 
     def read(self, data, *, require_labels: bool = False, validity=None, labels: dict | None = None,
              **options) -> VoucherTables:
@@ -490,7 +534,9 @@ class VoucherModel(Estimator):
                   "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
                   "max_history": self.max_history, "holdout": self.holdout, "labels": self.labels}
         history = None if self.report.history is None else self.report.history.to_dict()
-        extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else None
+        extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else {}
+        if self.recalibration is not None:
+            extra[RECALIBRATION_FILE] = self.recalibration.to_dict()
         write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra, self.training_ids)
 
     @classmethod
@@ -505,6 +551,7 @@ class VoucherModel(Estimator):
                     holdout.get("test_from"))
         model.holdout, model.labels = config.get("holdout"), config.get("labels")
         model.feature_spec = FeatureSpec.from_dict(config["spec"])
+        model.recalibration = read_recalibration(path)
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
         # directories written before config.json kept the table options: the profile columns and terms from the

@@ -1,5 +1,6 @@
-"""The voucher model's jobs on files, as ``promokit voucher predict`` runs them: score sessions (one table, or a table
-in parts: :mod:`promokit.voucher.parts`) into a folder. Training on tables is :meth:`VoucherModel.fit` itself."""
+"""The voucher model's jobs on files, as ``promokit voucher predict`` and ``recalibrate`` run them: score sessions (one
+table, or a table in parts: :mod:`promokit.voucher.parts`) into a folder; recalibrate a model directory on labelled
+sessions. Training on tables is :meth:`VoucherModel.fit` itself."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
 from promokit.data.parts import is_partitioned
+from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.voucher.contract import agreed_options
 from promokit.voucher.history import as_time, sessions_from
 from promokit.voucher.parts import Reading, predict_parts
@@ -51,3 +53,22 @@ def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path
         write_json({"rows": len(predictions), "parts": 1, "model": estimator.model, "outputs": ["p_redeem"],
                     "means": {"p_redeem": float(predictions["p_redeem"].mean())}}, out / "summary.json")
     return len(predictions), written
+
+
+def recalibrate(model: Path, sessions: Path, items: Path, *, events: Path | None = None,
+                voucher_items: Path | None = None, validity=None, start=None, method: str = DEFAULT_METHOD,
+                labels: dict | None = None, **options) -> dict:
+    """Recalibrate the model directory ``model`` (:meth:`VoucherModel.recalibrate`, ``method``) on the labelled
+    sessions of the files ``sessions`` collected from ``start`` on (a time: the latest labelled period; None: every
+    session), the tables read as its training tables were (``labels``: the label's column, as in ``evaluate``).
+    Writes ``recalibration.json`` into ``model`` atomically, leaving the rest of the directory as it is, so
+    ``predict`` and ``evaluate`` apply it. Returns what it was fitted on (:attr:`Recalibration.fitted_on`: ``rows``,
+    ``positives``, ``rate`` observed, ``mean_p`` before and ``mean_p_after``) with the ``method``."""
+    from promokit.voucher.estimator import VoucherModel
+
+    estimator = VoucherModel.load(model)
+    files = {"sessions": sessions, "events": events, "items": items, "voucher_items": voucher_items}
+    tables = estimator.read(files, require_labels=True, validity=validity, labels=labels, **options)
+    estimator.recalibrate(tables, method=method, rows=sessions_from(tables.sessions, start))
+    write_recalibration(model, estimator.recalibration)
+    return {"method": method, **estimator.recalibration.fitted_on}
