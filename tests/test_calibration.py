@@ -97,3 +97,25 @@ def test_bad_inputs_are_one_line_errors():
         expected_calibration_error([0.1], [0])
     with pytest.raises(ValueError, match="p and y must have the same length"):
         calibration_table([0.1], [0, 1], bins=1)
+
+
+def test_the_evaluate_command_writes_the_calibration_tables(tmp_path):
+    import json
+
+    from conftest import make_impressions
+    from typer.testing import CliRunner
+
+    from promokit.cli import app
+
+    table = tmp_path / "impressions.csv"
+    make_impressions().to_csv(table, index=False)
+    runner = CliRunner()
+    trained = runner.invoke(app, ["conversion", "train", "--data", str(table), "--out", str(tmp_path / "m"),
+                                  "--model", "lr"])
+    assert trained.exit_code == 0, trained.output
+    result = runner.invoke(app, ["conversion", "evaluate", "--model", str(tmp_path / "m"), "--data", str(table),
+                                 "--out", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert {"calibration", "ctr_calibration", "cvr_calibration"} <= set(report)
+    assert "ece" in report["metrics"] and "## Calibration" in (tmp_path / "r" / "report.md").read_text()

@@ -308,14 +308,22 @@ def bench_training(base, params: str | None, **flags):
     return replace(config, progress=False), model_params
 
 
-def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_title: str) -> None:
-    """An ``evaluate`` command's output: ``report.md`` / ``report.json`` in ``out`` and the table on screen."""
+def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_title: str,
+                         tables: dict | None = None) -> None:
+    """An ``evaluate`` command's output: ``report.md`` / ``report.json`` in ``out`` with the metrics and the
+    evaluation's ``tables`` (calibration by decile …), and the metrics on screen."""
     import pandas as pd
 
     from promokit.report import Report
 
     frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
-    Report(title, data={"model": model_name, "metrics": metrics}).add("Metrics", frame).write(out)
+    tables = tables or {}
+    report = Report(title, data={"model": model_name, "metrics": metrics,
+                                 **{name: table.to_dict(orient="records") for name, table in tables.items()}})
+    report.add("Metrics", frame)
+    for name, table in tables.items():
+        report.add(name.replace("_", " ").capitalize(), table)
+    report.write(out)
     print_table(table_title, frame.set_index("metric"))
 
 

@@ -207,7 +207,8 @@ def evaluate(model: Annotated[Path, typer.Option("--model", help="Model director
                                         labels=label_options(label, LABEL_ROLES))
         write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
                              f"{estimator.model} on {data.name}" + ("" if rows is None else
-                                                                   f" ({len(rows):,} rows held out by train)"))
+                                                                   f" ({len(rows):,} rows held out by train)"),
+                             evaluation.tables)
 
 
 @app.command()

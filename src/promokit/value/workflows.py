@@ -170,6 +170,10 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
         "deciles": deciles.to_dict(orient="records"), "funds": funds.to_dict(orient="records")})
     report.add("Metrics" + ("" if floor_metrics is None else " (floor: hurdle on the same deliveries)"), table)
     report.add("Decile calibration", deciles).add("Calibration per fund", funds)
+    for name, other in evaluation.tables.items():  # pCTCVR against convert, by decile and by fund
+        if name not in ("decile_calibration", "calibration_per_fund"):
+            report.add(f"pCTCVR {name.replace('_', ' ')}", other)
+            report.data[name] = other.to_dict(orient="records")
     report.figures["deciles"] = decile_figure(deciles, f"{estimator.model}: mean ETV and amount per decile")
     return FloorEvaluation(report, f"{estimator.model} on {metrics['deliveries']:,} deliveries", table, funds,
                            floor_missing=all_rows and floor is None and estimator.model != FLOOR)

@@ -271,7 +271,7 @@ def evaluate(model: ModelDirOpt, sessions: SessionsOpt, items: ItemsOpt,
                 held_out_rows(estimator, tables))
         evaluation = estimator.evaluate(tables, rows=rows, group_by=gauc_by)
         write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
-                             f"{estimator.model} on {len(rows):,} sessions of {sessions.name}")
+                             f"{estimator.model} on {len(rows):,} sessions of {sessions.name}", evaluation.tables)
 
 
 @app.command()
