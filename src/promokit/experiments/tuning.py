@@ -43,7 +43,14 @@ GBDT_SPACE: Space = {
     "params.colsample": ("float", 0.3, 1.0),
     "params.min_count": ("choice", MIN_COUNTS),
 }
+#: The search space of each model by name: the shallow ones their own, every neural model :data:`NEURAL_SPACE`.
+SPACES = {"lr": LINEAR_SPACE, "gbdt": GBDT_SPACE}
 KINDS = ("log", "float", "int", "choice")
+
+
+def space_for(model: str) -> Space:
+    """The search space of the model named ``model`` (:data:`SPACES`, else :data:`NEURAL_SPACE`)."""
+    return SPACES.get(model, NEURAL_SPACE)
 
 
 @dataclass

@@ -9,17 +9,9 @@ import pandas as pd
 
 from promokit.conversion.estimator import DEFAULT_TRAIN, MONITORS, ConversionModel
 from promokit.data import DataError, FeatureSpec, holdout_split
-from promokit.experiments.tuning import (
-    GBDT_SPACE,
-    LINEAR_SPACE,
-    NEURAL_SPACE,
-    TuneResult,
-    tune,
-)
+from promokit.experiments.tuning import NEURAL_SPACE, TuneResult, space_for, tune
 from promokit.training import TrainConfig
 
-#: The search space of each model (neural models share one).
-SPACES = {"lr": LINEAR_SPACE, "gbdt": GBDT_SPACE}
 #: What a search can maximise: the validation AUCs the estimator monitors.
 METRICS = tuple(name for name in MONITORS if name != "loss")
 
@@ -29,7 +21,8 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
                     trials: int = 30, timeout: float | None = None, storage: str | None = "tune.db",
                     study: str | None = None, valid_fraction: float = 0.1, valid_split: str | None = None,
                     repair_labels: bool = False, on_trial=None) -> TuneResult:
-    """Search ``model``'s parameters (:data:`SPACES`) for the best validation ``metric``.
+    """Search ``model``'s parameters (:func:`~promokit.experiments.tuning.space_for`) for the best validation
+    ``metric``.
 
     The validation rows are ``valid``, or else cut once from ``table`` as ``ConversionModel.fit`` would (the
     latest rows by the spec's ``time_key``, or ``valid_split``). Neural models pick their epoch on ``metric``
@@ -40,7 +33,7 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
         raise DataError(f"`metric` must be one of {list(METRICS)}, got {metric!r}")
     spec = spec or FeatureSpec()
     train = replace(train or DEFAULT_TRAIN, progress=False)
-    space = SPACES.get(model, NEURAL_SPACE)
+    space = space_for(model)
     if space is NEURAL_SPACE:
         train = replace(train, monitor=metric)
     estimator = ConversionModel(model, None, train, spec, repair_labels)  # a bad model name fails before any search
