@@ -59,8 +59,8 @@ def test_graphless_models_train_on_customers_alone(customers, name):
 @pytest.mark.parametrize("name", ["gnn-hazard", "sbbm", "cox", "dssm-c"])
 def test_a_gnn_model_says_in_one_line_that_it_needs_a_graph(customers, name):
     assert set(GRAPHLESS) == {"lr", "dnn", "dnn-h"}
-    with pytest.raises(DataError, match=rf"^model '{name}' needs a graph \(merchants and edges\); with customers "
-                                        r"only, use one of \['lr', 'dnn', 'dnn-h'\]$"):
+    with pytest.raises(DataError, match=rf"^model '{name}' needs a graph \(merchants and edges, item_edges or "
+                                        r"customer_edges\); with customers only, use one of \['lr', 'dnn', 'dnn-h'\]$"):
         IncentiveModel(name, train=FAST).fit({"customers": customers})
 
 

@@ -106,9 +106,10 @@ def test_a_campaign_rebuilt_without_merchants_keeps_none_of_them(tmp_path):
     plan_folder(tmp_path / "plan", f)
     build_campaign(tmp_path / "c", score_frame(f), tmp_path / "plan", cap=100.0, merchants=score_frame(f, "m"))
     assert set(load_campaign(tmp_path / "c").populations) == {"customer", "merchant"}
-    build_campaign(tmp_path / "c", score_frame(f), tmp_path / "plan", cap=100.0)
+    rebuilt = build_campaign(tmp_path / "c", score_frame(f), tmp_path / "plan", cap=100.0, activate=True)
     assert set(load_campaign(tmp_path / "c").populations) == {"customer"}
-    assert not (tmp_path / "c" / "lookup" / "merchant").exists()
+    assert rebuilt.folder == tmp_path / "c" / "versions" / rebuilt.config.model_version
+    assert not (rebuilt.folder / "lookup" / "merchant").exists() and not (rebuilt.folder / "merchants.parquet").exists()
 
 
 def test_an_id_ending_in_nul_is_refused(tmp_path):

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -177,3 +178,23 @@ def test_a_ledger_never_read_answers_a_status_without_figures(tmp_path, monkeypa
     assert back["ledger"]["up"] and back["budget"]["cap"] == 1000
     assert [line.split(" (")[0].split(" after")[0] for line in outage_lines(caplog)] \
         == ["ledger unavailable", "ledger back"]
+
+
+def test_a_server_that_stops_answering_fails_a_connection_in_seconds(postgres_url):
+    """A listener that accepts and never answers (a hung server, a black-holed route): the ledger gives up after
+    connect_timeout instead of waiting for the kernel; the URL's own setting wins over the default."""
+    from promokit.data.errors import DataError
+    from promokit.serve.ledger import PG_TIMEOUTS, pg_settings
+
+    assert pg_settings(postgres_url) == PG_TIMEOUTS
+    assert "connect_timeout" not in pg_settings(f"{postgres_url}?connect_timeout=1")
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel's backlog) and never answers
+    try:
+        where = urlsplit(postgres_url)
+        url = postgres_url.replace(f"{where.hostname}:{where.port}", f"127.0.0.1:{silent.getsockname()[1]}")
+        started = time.monotonic()
+        with pytest.raises(DataError, match="cannot open the ledger"):
+            Ledger(f"{url}?connect_timeout=1").open(100)
+        assert time.monotonic() - started < 5
+    finally:
+        silent.close()

@@ -22,7 +22,7 @@ from promokit.serve.page import CHAR_W, W, fields, level_rows, render_page
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 IDS = ["at-risk", "decisions", "lam", "burn-chart", "lam-chart", "levels", "updated", "req-rate", "dec-rate",
        "req-total", "http-4xx", "http-5xx", "p50", "p90", "p99", "ledger-up", "ledger-read", "ledger-commit",
-       "ledger-errors"]
+       "ledger-errors", "model", "live-since", "switches"]
 T0 = 1_767_225_600.0  # 2026-01-01 00:00:00 UTC
 
 
@@ -39,7 +39,8 @@ def make_status(step: int = 0, seconds: int = 30) -> dict:
         "campaign": {"model_version": "uplift-2026-01" + (f" <i>step {step}</i>" if step else ""),
                      "levels": [5.0, 10.0], "form": "absolute", "B": 5000.0,
                      "cap": 2000.0, "coupon_ttl_seconds": 3600.0, "when_exhausted": "none",
-                     "populations": {"customer": 900, "merchant": 40}, "assignments": 940},
+                     "populations": {"customer": 900, "merchant": 40}, "assignments": 940,
+                     "live_since": T0 + 2 * step, "switches": step},
         "budget": {"cap": 2000.0, "committed": 1500.0, "paid": 362.5, "at_risk": 1234.5 + 25 * step,
                    "remaining": 765.5, "decisions": decisions, "responses": 87, "capped": 3, "replays": 2,
                    "explored": 50, "expected_cost": 900.0, "expected_responses": 80.0},

@@ -260,7 +260,8 @@ def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
     model, _ = fitted
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "esdpm", "params": SMALL, "train": QUICK,
-                                                       "split": "time", "test_fraction": 0.1, "labels": None}
+                                                       "split": "time", "test_fraction": 0.1, "labels": None,
+                                                       "allow_leaky": None}
     assert copy.net is None and copy.encoders is None and copy.holdout is None and model.net is not None
     assert copy.model_params == model.model_params and copy.max_len == SMALL["max_len"]
 

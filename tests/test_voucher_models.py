@@ -372,7 +372,8 @@ def test_parameters_are_kept_as_given_and_clone_gives_an_unfitted_copy(world, sp
     assert model.model_params == {"ids": True, "l2": model.net.l2}
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "lr", "params": params, "train": TINY_TRAIN,
-                                                       "max_history": 6, "test_fraction": 0, "test_from": None}
+                                                       "max_history": 6, "test_fraction": 0, "test_from": None,
+                                                       "allow_leaky": None}
     assert copy.net is None and copy.model_params == {"ids": True}
     with pytest.raises(RuntimeError, match="not fitted"):
         copy.predict(world.tables)
@@ -390,7 +391,7 @@ def test_a_bad_parameter_is_one_line_and_set_params_keeps_the_old_values():
     with pytest.raises(DataError, match="model 'dnn' has no parameter 'droput'"):
         model.set_params(params={"droput": 0.1})
     assert model.get_params() == {"model": "dnn", "params": TINY_NET, "train": TINY_TRAIN, "max_history": 3,
-                                  "test_fraction": 0.1, "test_from": None}
+                                  "test_fraction": 0.1, "test_from": None, "allow_leaky": None}
     with pytest.raises(DataError, match=r"^test_fraction must be a number in \[0, 1\) \(0: hold nothing out\), got 2$"):
         model.set_params(test_fraction=2)
     with pytest.raises(DataError, match=r"^`test_from` 'soon' is not a time; use e.g. '2024-06-01'"):

@@ -85,6 +85,19 @@ class TrainingFlags:
 RUNS = Path("promokit-runs")
 
 
+def allow_leaky_option(columns: str = "feature columns", label: str = "a label"):
+    """``--allow-leaky``: ``columns`` the label-leak guard (:mod:`promokit.data.leakage`) leaves alone."""
+    return Annotated[Optional[str], typer.Option("--allow-leaky", help=f"Comma-separated {columns} the label-leak "
+                                                 f"guard leaves alone: those that alone predict {label} almost "
+                                                 f"perfectly, and are meant to.")]
+
+
+def recalibration_method_option(fitted: str = "the probability"):
+    """``--method`` of a ``recalibrate`` command (:class:`promokit.training.Recalibration`)."""
+    return Annotated[str, typer.Option("--method", help=f"isotonic | platt | prior-shift: the map fitted to {fitted} "
+                                                        f"on the labelled rows.")]
+
+
 def runs_out_option(contents: str):
     """The ``--out`` option of a demo or bench whose default is ``RUNS / "<command>"``; ``contents``: what it writes."""
     return Annotated[Path, typer.Option("--out", help=f"Folder for {contents}; by default promokit-runs/<command>, "

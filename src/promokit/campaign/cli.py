@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TrainingFlags, RUNS, runs_out_option, user_errors
+from promokit.cli_support import RUNS, TrainingFlags, runs_out_option, user_errors
 from promokit.experiments.incentive.demo import DEMO_TRAIN
 
 #: The training flags, showing the demo's defaults.

@@ -1,4 +1,4 @@
-"""``promokit conversion …``: train, predict, evaluate, demo, bench, synth, kuairand."""
+"""``promokit conversion …``: train, tune, predict, evaluate, recalibrate, demo, bench, synth, kuairand."""
 
 from __future__ import annotations
 
@@ -7,93 +7,43 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import (
-    RUNS,
-    TABLE_HELP,
-    AddressOpt,
-    AllRowsOpt,
-    CategoricalOpt,
-    EngineOpt,
-    ExecutorOpt,
-    MinCountOpt,
-    NumericOpt,
-    ParamsOpt,
-    ResumeOpt,
-    StorageOpt,
-    ThreadsOpt,
-    TimeoutOpt,
-    TrainingFlags,
-    TrialsOpt,
-    TunedOpt,
-    WideOpt,
-    WorkersOpt,
-    bench_models,
-    checkpoint_dir,
-    convention_errors,
-    deferred_executor,
-    executor_option,
-    finish_training,
-    flags_in_errors,
-    held_out_rows,
-    label_option,
-    label_options,
-    predictions_folder,
-    print_feature_types,
-    print_held_out,
-    run_tune,
-    runs_out_option,
-    seeds_option,
-    set_threads,
-    test_fraction_option,
-    training_options,
-    tuned_params,
-    types_option,
-    user_errors,
-    write_bench_report,
-    write_metrics_report,
-)
+from promokit import cli_support as cs
 from promokit.console import get_console, print_table
+from promokit.conversion import options as opt
 from promokit.conversion.contract import LABEL_ROLES
 from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
 from promokit.data.split import TEST_FRACTION
+from promokit.training.recalibration import DEFAULT_METHOD
 
 #: The training flags, showing the defaults the estimator trains with.
-TRAIN = TrainingFlags(DEFAULT_TRAIN)
-#: Library arguments → the flags that give them, for the messages of the library.
-MICRO_FLAG = {"micro_behaviors": "--micro-behaviors"}
+TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT, the linear floor LR, and "
-                  "GMCM (micro-behaviour graph) with its baselines and ablations.",
-                  no_args_is_help=True)
+                  "GMCM (micro-behaviour graph) with its baselines and ablations.", no_args_is_help=True)
 
-DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {TABLE_HELP} (predict scores part by part; tune and evaluate read the parts into one frame).")]
-SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
-MicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns (post-click actions: cart, favorite, …; labels, never features), the nodes of GMCM's graph; replaces the spec's micro_behaviors.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2; with micro-behaviours: gmcm | mcm-2 | mcm-10 | mcm-gru; GMCM's baselines: base | division | resnet | dcn")]
-ValidSplitOpt = Annotated[Optional[str], typer.Option("--valid-split", help="How the validation rows are cut from --data: random, or time:<column> (the latest rows). Default: time:<the spec's time_key> when the spec names one, else random.")]
-MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation rows: loss | ctr_auc | cvr_auc | ctcvr_auc.")]
-LabelOpt = label_option(LABEL_ROLES)
-TestFractionOpt = test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
-TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
+DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (predict scores part by part; tune, evaluate and recalibrate read the parts into one frame).")]
+TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
+ValidOpt = Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table (early stopping; tune scores the trials on it): {cs.TABLE_HELP}.")]
+LabelOpt = cs.label_option(LABEL_ROLES)
+TestFractionOpt = cs.test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
+DemoOutOpt = cs.runs_out_option("results.csv (rewritten as each model finishes) and the report")
+AllowLeakyOpt = cs.allow_leaky_option("feature columns (added to the spec's allow_leaky)")
+MethodOpt = cs.recalibration_method_option("p_ctcvr and to p_ctr")
 
 
 @app.command()
-def train(data: TrainDataOpt,
-          out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
-          model: ModelOpt = DEFAULT_MODEL, spec: SpecOpt = None,
-          valid: Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table for early stopping: {TABLE_HELP}.")] = None,
-          valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = VALIDATION_FRACTION,
-          valid_split: ValidSplitOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
-          epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
-          monitor: MonitorOpt = None, embedding_decay: TRAIN.embedding_decay = None, weight_decay: TRAIN.weight_decay = None,
-          min_count: MinCountOpt = None, seed: SeedOpt = DEFAULT_TRAIN.seed, params: ParamsOpt = None,
-          repair_labels: Annotated[bool, typer.Option(help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")] = REPAIR_LABELS,
-          resume: ResumeOpt = False, micro_behaviors: MicroOpt = None, wide: WideOpt = None,
-          categorical: CategoricalOpt = None, numeric: NumericOpt = None,
-          allow_leaky: Annotated[Optional[str], typer.Option("--allow-leaky", help="Comma-separated feature columns the label-leak guard leaves alone (added to the spec's allow_leaky): those that alone predict a label almost perfectly, and are meant to.")] = None,
-          executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-          threads: ThreadsOpt = None, engine: EngineOpt = None):
+def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
+          valid: ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
+          valid_split: opt.ValidSplitOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
+          epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
+          patience: TRAIN.patience = None, monitor: opt.MonitorOpt = None,
+          embedding_decay: TRAIN.embedding_decay = None, weight_decay: TRAIN.weight_decay = None,
+          min_count: cs.MinCountOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: cs.ParamsOpt = None,
+          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, resume: cs.ResumeOpt = False,
+          micro_behaviors: opt.MicroOpt = None, wide: cs.WideOpt = None, categorical: cs.CategoricalOpt = None,
+          numeric: cs.NumericOpt = None, allow_leaky: AllowLeakyOpt = None, executor: cs.ExecutorOpt = "local",
+          address: cs.AddressOpt = None, workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None,
+          engine: cs.EngineOpt = None):
     """Fit a model on an impression table, less the --test-fraction held out for evaluate, and write it as a model
     directory.
 
@@ -107,56 +57,52 @@ def train(data: TrainDataOpt,
     end and kept in config.json): --categorical / --numeric set the type of some. A feature that alone predicts a
     label almost perfectly (a label leak: a column measured after the outcome) is warned of before training; drop it,
     or keep it with --allow-leaky."""
-    flags = {**MICRO_FLAG, "wide": "--wide", "allow_leaky": "--allow-leaky", "validation_split": "--valid-split",
-             "data": "--data", "validation": "--valid" if valid else "--valid-fraction", "executor": "--executor"}
-    with user_errors(), flags_in_errors(flags), convention_errors():
-        executor = executor_option(executor, engine)
-        set_threads(threads)
+    flags = {**opt.TRAIN_FLAGS, "validation": "--valid" if valid else "--valid-fraction"}
+    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        executor = cs.executor_option(executor, engine)
+        cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
         from promokit.conversion.estimator import ConversionModel, describe_holdout
 
-        config, model_params = training_options(DEFAULT_TRAIN, params, min_count, epochs=epochs, batch_size=batch_size,
-                                                lr=lr, patience=patience, monitor=monitor, weight_decay=weight_decay,
-                                                embedding_decay=embedding_decay, seed=seed, wide=wide)
-        given = conversion_spec(spec, micro_behaviors=micro_behaviors, types=types_option(categorical, numeric),
-                                labels=label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
+        config, model_params = cs.training_options(DEFAULT_TRAIN, params, min_count, epochs=epochs,
+                                                   batch_size=batch_size, lr=lr, patience=patience, monitor=monitor,
+                                                   weight_decay=weight_decay, embedding_decay=embedding_decay,
+                                                   seed=seed, wide=wide)
+        given = conversion_spec(spec, micro_behaviors=micro_behaviors, types=cs.types_option(categorical, numeric),
+                                labels=cs.label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
         estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction)
         estimator.fit(data, validation=valid or valid_fraction, validation_split=valid_split,
-                      executor=deferred_executor(executor, address, workers), checkpoint_dir=checkpoint_dir(out),
-                      resume=resume)
+                      executor=cs.deferred_executor(executor, address, workers),
+                      checkpoint_dir=cs.checkpoint_dir(out), resume=resume)
         estimator.save(out)
         report = estimator.report
         console = get_console()
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
-        finish_training(out, report.history)
-        print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
-        print_held_out(describe_holdout(estimator.holdout), "row")
+        cs.finish_training(out, report.history)
+        cs.print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
+        cs.print_held_out(describe_holdout(estimator.holdout), "row")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 
 @app.command()
-def tune(data: DataOpt,
-         out: Annotated[Path, typer.Option("--out", help="Folder for params.json (the best parameters), the report and study.db.")],
-         model: ModelOpt = DEFAULT_MODEL, spec: SpecOpt = None,
-         valid: Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table the trials are scored on: {TABLE_HELP}.")] = None,
-         valid_fraction: Annotated[float, typer.Option(help="Share of --data that validates when --valid is not given.")] = VALIDATION_FRACTION,
-         valid_split: ValidSplitOpt = None,
-         metric: Annotated[str, typer.Option("--metric", help="Validation AUC to maximise: ctr_auc | cvr_auc | ctcvr_auc.")] = "ctcvr_auc",
-         trials: TrialsOpt = 30, timeout: TimeoutOpt = None, storage: StorageOpt = None,
-         epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, patience: TRAIN.patience = None,
-         seed: SeedOpt = DEFAULT_TRAIN.seed, repair_labels: bool = REPAIR_LABELS, micro_behaviors: MicroOpt = None):
+def tune(data: DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
+         valid: ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
+         valid_split: opt.ValidSplitOpt = None, metric: opt.TuneMetricOpt = "ctcvr_auc", trials: cs.TrialsOpt = 30,
+         timeout: cs.TimeoutOpt = None, storage: cs.StorageOpt = None, epochs: TRAIN.epochs = None,
+         batch_size: TRAIN.batch_size = None, patience: TRAIN.patience = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed,
+         repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, micro_behaviors: opt.MicroOpt = None):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
-    with user_errors(), flags_in_errors({**MICRO_FLAG, "trials": "--trials", "metric": "--metric"}):
+    with cs.user_errors(), cs.flags_in_errors({**opt.MICRO_FLAG, "trials": "--trials", "metric": "--metric"}):
         from promokit.conversion.contract import conversion_spec
         from promokit.data import DataError, read_table
         from promokit.experiments.conversion.tune import METRICS, tune_conversion
 
         if metric not in METRICS:
             raise DataError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
-        config, _ = training_options(DEFAULT_TRAIN, None, None, epochs=epochs, batch_size=batch_size, patience=patience,
-                                     seed=seed)
+        config, _ = cs.training_options(DEFAULT_TRAIN, None, None, epochs=epochs, batch_size=batch_size,
+                                        patience=patience, seed=seed)
         table = read_table(data)
         validation = read_table(valid) if valid else None
         feature_spec = conversion_spec(spec, micro_behaviors=micro_behaviors)
@@ -166,59 +112,71 @@ def tune(data: DataOpt,
                                    valid_fraction=valid_fraction, valid_split=valid_split,
                                    repair_labels=repair_labels, on_trial=on_trial)
 
-        run_tune(out, storage, f"promokit conversion tune: {model}",
+        cs.run_tune(out, storage, f"promokit conversion tune: {model}",
                  f"data: {data}; model {model}; maximise validation {metric}; {trials} trials; seed {seed}", search)
 
 
 @app.command()
-def predict(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
-            data: DataOpt,
-            out: Annotated[Path, typer.Option("--out", help="Folder for predictions.parquet (predictions/, part k from input part k, when --data is in parts) and summary.json.")],
-            keep: Annotated[Optional[list[str]], typer.Option("--keep", help="Input columns copied to the output (default: user_id, item_id when present).")] = None,
-            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: ThreadsOpt = None, engine: EngineOpt = None):
+def predict(model: opt.ModelDirOpt, data: DataOpt, out: opt.PredictOutOpt, keep: opt.KeepOpt = None,
+            executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
+            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
-    with the input's key columns."""
-    with user_errors():
-        executor = executor_option(executor, engine)
-        set_threads(threads)
+    with the input's key columns (a recalibrated model: also the model's own p_ctr_raw, p_cvr_raw, p_ctcvr_raw)."""
+    with cs.user_errors():
+        executor = cs.executor_option(executor, engine)
+        cs.set_threads(threads)
         from promokit.conversion.workflows import predict as predict_table
 
-        summary, written = predict_table(model, data, out, deferred_executor(executor, address, workers), keep=keep,
-                                         file=predictions_folder(out))
+        summary, written = predict_table(model, data, out, cs.deferred_executor(executor, address, workers), keep=keep,
+                                         file=cs.predictions_folder(out))
         get_console().print(f"{summary['rows']} predictions written to {written}")
 
 
 @app.command()
-def evaluate(model: Annotated[Path, typer.Option("--model", help="Model directory written by train.")],
-             data: DataOpt,
-             out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")],
-             gauc_weight: Annotated[str, typer.Option(help="impressions | uniform (the ESM² paper uses uniform).")] = "impressions",
-             micro_behaviors: Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated micro-behaviour label columns whose node AUCs to report (node_auc_<name>); default: those the model was trained with, when the table has them. A model that predicts nodes is scored only on nodes it was trained on.")] = None,
-             all_rows: AllRowsOpt = False, label: LabelOpt = None):
+def evaluate(model: opt.ModelDirOpt, data: DataOpt, out: opt.ReportOutOpt,
+             gauc_weight: opt.GaucWeightOpt = "impressions", micro_behaviors: opt.EvaluateMicroOpt = None,
+             all_rows: cs.AllRowsOpt = False, label: LabelOpt = None):
     """Score a trained model on the rows train held out of the labelled table (with --all: every row of new data):
     AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of a micro-behaviour model)."""
-    with user_errors(), flags_in_errors({**MICRO_FLAG, "repair_labels": "--repair-labels"}), convention_errors():
+    flags = {**opt.MICRO_FLAG, "repair_labels": "--repair-labels"}
+    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
         from promokit.conversion import ConversionModel
 
         estimator = ConversionModel.load(model)
-        rows = None if all_rows else held_out_rows(estimator, data)
+        rows = None if all_rows else cs.held_out_rows(estimator, data)
         evaluation = estimator.evaluate(data, rows=rows, gauc_weight=gauc_weight, micro_behaviors=micro_behaviors,
-                                        labels=label_options(label, LABEL_ROLES))
-        write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
+                                        labels=cs.label_options(label, LABEL_ROLES))
+        cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
                              f"{estimator.model} on {data.name}" + ("" if rows is None else
                                                                    f" ({len(rows):,} rows held out by train)"),
                              evaluation.tables)
 
 
 @app.command()
-def demo(out: runs_out_option("results.csv (rewritten as each model finishes) and the report") = RUNS / "conversion-demo",
-         users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
-         models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
-         micro_behaviors: Annotated[int, typer.Option("--micro-behaviors", min=0, help="Give the world this many micro-behaviour labels (for gmcm and the mcm-* ablations, e.g. --models esmm,gmcm,mcm-10 --micro-behaviors 10); the report adds GMCM's Tables 2–3 and the node AUCs.")] = 0):
+def recalibrate(model: opt.ModelDirOpt, data: DataOpt, method: MethodOpt = DEFAULT_METHOD, label: LabelOpt = None):
+    """Fit a recalibration of a trained model's p_ctcvr (against click & purchase) and p_ctr (against the click) on
+    every row of a labelled table of a later period, and write it into the model directory (recalibration.json):
+    predict and evaluate then apply it, p_cvr following as p_ctcvr / p_ctr, and predict keeps the model's own
+    probabilities as p_ctr_raw, p_cvr_raw, p_ctcvr_raw."""
+    flags = {"method": "--method", "repair_labels": "--repair-labels"}
+    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        from promokit.conversion.workflows import recalibrate as recalibrate_model
+
+        fitted = recalibrate_model(model, data, method=method, labels=cs.label_options(label, LABEL_ROLES))
+        for name, on in fitted.items():
+            get_console().print(f"{name}: on {on['rows']:,} impressions ({on['positives']:,} positive, observed rate "
+                                f"{on['rate']:.4f}) the mean predicted was {on['mean_p']:.4f}, recalibrated "
+                                f"{on['mean_p_after']:.4f}", highlight=False, soft_wrap=True)
+        get_console().print(f"{method} recalibration written to {model / 'recalibration.json'}")
+
+
+@app.command()
+def demo(out: DemoOutOpt = cs.RUNS / "conversion-demo",
+         users: int = 2000, items: int = 800, impressions: int = 300_000, seed: opt.SeedOpt = 0,
+         models: opt.ModelsOpt = opt.MODELS, micro_behaviors: opt.DemoMicroOpt = 0):
     """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² (or --models) on the synthetic world and compare them with the
     oracle."""
-    with user_errors():
+    with cs.user_errors():
         from promokit.experiments.conversion.demo import run_demo
         from promokit.experiments.finished_rows import FinishedRows
 
@@ -230,7 +188,7 @@ def demo(out: runs_out_option("results.csv (rewritten as each model finishes) an
                           f"({row['fit_seconds']:.0f} s)")
 
         with FinishedRows(out, "promokit conversion demo", on_result=done) as finished:
-            table, report = run_demo(users, items, impressions, seed, bench_models(models), on_result=finished.add,
+            _, report = run_demo(users, items, impressions, seed, cs.bench_models(models), on_result=finished.add,
                                      n_micro=micro_behaviors)
         report.write(out)
         print_table("test metrics", report.sections[2][1])
@@ -238,31 +196,26 @@ def demo(out: runs_out_option("results.csv (rewritten as each model finishes) an
 
 
 @app.command()
-def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impression table ({TABLE_HELP}); the synthetic world when omitted.")] = None,
-          spec: SpecOpt = None,
-          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "lr,gbdt,dnn,dnn-os,esmm,esm2",
-          seeds: Annotated[str, typer.Option(help="Comma-separated training seeds.")] = "0,1,2",
-          base: Annotated[str, typer.Option(help="Model RelaImpr is measured against.")] = "lr",
-          split: Annotated[Optional[str], typer.Option(help="How the test rows (the last 10 %) are cut: random, or time:<column> to train on the past and test on the future. Default: time:<the spec's time_key> when it names one, else random.")] = None,
-          valid_split: Annotated[Optional[str], typer.Option(help="How the validation rows (10 %) are cut from the rest; default: as --split.")] = None,
+def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impression table ({cs.TABLE_HELP}); the synthetic world when omitted.")] = None,
+          spec: opt.SpecOpt = None, models: opt.ModelsOpt = opt.MODELS, seeds: opt.SeedsOpt = "0,1,2",
+          base: opt.BaseOpt = "lr", split: opt.SplitOpt = None, valid_split: opt.BenchValidSplitOpt = None,
           impressions: int = 300_000, users: int = 2000, items: int = 800,
-          epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
-          monitor: MonitorOpt = None, embedding_decay: TRAIN.embedding_decay = None, min_count: MinCountOpt = None,
-          params: Annotated[Optional[str], typer.Option(help='Parameters for every neural model (JSON or a JSON file); they override the defaults, e.g. \'{"dropout": 0.2}\'.')] = None,
-          tuned: TunedOpt = None, repair_labels: bool = REPAIR_LABELS, wide: WideOpt = None,
-          micro_behaviors: Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns of --data (labels, never features; replaces the spec's micro_behaviors). On the synthetic world: a count N (its first N of cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button) or their names; the oracle row then has their true node AUCs.")] = None,
-          out: Annotated[Optional[Path], typer.Option("--out", help="Folder for results.csv (rewritten as each model finishes) and report.md / report.json.")] = None,
-          threads: ThreadsOpt = None):
+          epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
+          patience: TRAIN.patience = None, monitor: opt.MonitorOpt = None,
+          embedding_decay: TRAIN.embedding_decay = None, min_count: cs.MinCountOpt = None,
+          params: opt.BenchParamsOpt = None, tuned: cs.TunedOpt = None,
+          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, wide: cs.WideOpt = None,
+          micro_behaviors: opt.BenchMicroOpt = None, out: opt.BenchOutOpt = None, threads: cs.ThreadsOpt = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
-    with user_errors(), flags_in_errors(MICRO_FLAG):
-        set_threads(threads)
+    with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
+        cs.set_threads(threads)
         from promokit.experiments.conversion.bench import run_bench
         from promokit.experiments.finished_rows import FinishedRows
 
-        names = bench_models(models)
-        config, net = training_options(DEFAULT_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
+        names = cs.bench_models(models)
+        config, net = cs.training_options(DEFAULT_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
                                        patience=patience, monitor=monitor, embedding_decay=embedding_decay, wide=wide)
-        found = tuned_params(tuned, names)
+        found = cs.tuned_params(tuned, names)
         console = get_console()
 
         def done(row):
@@ -270,29 +223,28 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
                           f"CTCVR AUC {row['ctcvr_auc']:.4f}  ({row['fit_seconds']:.0f} s)")
 
         with FinishedRows(out, "promokit conversion bench", on_result=done) as finished:
-            run = run_bench(names, seeds_option(seeds), data, spec, split, valid_split, micro_behaviors, users, items,
-                            impressions, config, net, found, base, min_count, repair_labels, on_result=finished.add)
+            run = run_bench(names, cs.seeds_option(seeds), data, spec, split, valid_split, micro_behaviors, users,
+                            items, impressions, config, net, found, base, min_count, repair_labels,
+                            on_result=finished.add)
         print_table("mean ± std over seeds", run.summary)
         for title, table in run.tables.items():
             print_table(title, table)
         if out is not None:
             parts = run.split
-            write_bench_report(out, "promokit conversion bench", run.results, run.oracle,
+            cs.write_bench_report(out, "promokit conversion bench", run.results, run.oracle,
                                f"data: {data or 'synthetic world'}; split: {split or 'default'}; seeds: {seeds}; "
                                f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows", run.summary, run.tables,
                                floor=(base, ("cvr_auc", "ctcvr_auc")))
 
 
 @app.command()
-def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the impression table.")],
-          users: int = 2000, items: int = 800, impressions: int = 300_000, seed: SeedOpt = 0,
-          truth: Annotated[bool, typer.Option(help="Also write the true probabilities as columns true_p_* (with micro-behaviours: true_p_node_<name>, P(behaviour | click, features)).")] = False,
-          micro_behaviors: Annotated[int, typer.Option("--micro-behaviors", min=0, help="Add this many 0/1 micro-behaviour label columns (GMCM): cart, favorite, review, qa, zoom, sku, share, detail, coupon, buy_button, then micro_11 …; 0 on unclicked rows. They are post-click labels, never features, so a spec declaring them (micro_behaviors: […]) is written beside the table as OUT.spec.yaml: pass it with --spec.")] = 0):
+def synth(out: opt.SynthOutOpt, users: int = 2000, items: int = 800, impressions: int = 300_000,
+          seed: opt.SeedOpt = 0, truth: opt.TruthOpt = False, micro_behaviors: opt.SynthMicroOpt = 0):
     """Write the synthetic impression world as a table to try the other commands on.
 
     Columns: the categorical and numeric features, the labels click, daction, purchase, and with
     --micro-behaviors N the N micro-behaviour labels (plus OUT.spec.yaml, their feature spec)."""
-    with user_errors():
+    with cs.user_errors():
         from promokit.experiments.conversion.world import write_world
 
         world, spec_path = write_world(out, users, items, impressions, seed, truth, micro_behaviors)
@@ -305,18 +257,14 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Parquet file for the 
 
 
 @app.command()
-def kuairand(src: Annotated[Path, typer.Option("--src", help="KuaiRand-Pure folder (log Parquet + user/video feature CSVs).")],
-             out: Annotated[Path, typer.Option("--out", help="Parquet file for the conversion table.")],
-             log: Annotated[Optional[str], typer.Option(help="Log file in the folder (default: the 04-25…04-30 val log).")] = None,
-             ids: Annotated[bool, typer.Option(help="List user/item/author ids as features in the written spec.")] = True,
-             purchase: Annotated[str, typer.Option(help="Log column that is the conversion, e.g. is_follow or is_like.")] = "is_follow",
-             daction: Annotated[Optional[str], typer.Option(help="Comma-separated log columns whose OR is the DAction (default: is_like,is_comment,is_forward,is_profile_enter without the --purchase column).")] = None,
-             micro_behaviors: Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 log columns written as micro-behaviour labels (GMCM's graph nodes, named without is_; 'none' for none). Default: is_like, is_comment, is_forward, is_profile_enter, long_view, is_hate without the --purchase column.")] = None):
+def kuairand(src: opt.KuaiSrcOpt, out: opt.KuaiOutOpt, log: opt.KuaiLogOpt = None, ids: opt.KuaiIdsOpt = True,
+             purchase: opt.KuaiPurchaseOpt = "is_follow", daction: opt.KuaiDactionOpt = None,
+             micro_behaviors: opt.KuaiMicroOpt = None):
     """Map KuaiRand-Pure to the conversion contract: click = is_click, DAction = like | comment | forward |
     profile enter, purchase = is_follow (both on clicked rows; --purchase / --daction choose others), and the
     post-click behaviours as micro-behaviour labels (GMCM). Writes the table, a feature spec beside it
     (OUT.spec.yaml, for --spec; time_key: date; micro_behaviors: the labels) and the load report (OUT.json)."""
-    with user_errors(), flags_in_errors(MICRO_FLAG):
+    with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
         from promokit.conversion.kuairand import write_kuairand
 
         report, spec_path = write_kuairand(src, out, log, ids, purchase, daction, micro_behaviors)

@@ -28,6 +28,7 @@ from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LA
 from promokit.conversion.evaluate import conversion_calibration, conversion_metrics
 from promokit.conversion.models import MODELS
 from promokit.conversion.pmg import concurrence_probability
+from promokit.conversion.recalibration import apply_recalibrations, fit_recalibrations
 from promokit.data import (
     DataError,
     EncodedFeatures,
@@ -61,6 +62,7 @@ from promokit.training.estimator import (
     check_test_fraction,
 )
 from promokit.training.params import saved_params
+from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibrations
 from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
@@ -95,13 +97,15 @@ class ConversionModel(Estimator):
     0: none): the latest by the spec's ``time_key`` when it names one, else each row with that probability,
     seeded by the training seed. What they imply: ``model_params``, ``train_config`` and ``declared_spec``; what
     fitting learns: ``feature_spec`` (the spec resolved against the training table), ``encoder``, ``net``,
-    ``pmg``, ``report``, ``holdout`` (what it held out) and ``training_ids``.
+    ``pmg``, ``report``, ``holdout`` (what it held out) and ``training_ids``; :meth:`recalibrate`,
+    ``recalibrations``.
 
     Example::
 
         model = ConversionModel("esm2").fit(table)   # 10 % held out, 10 % of the rest validates
         model.evaluate(table, rows=model.held_out(table))   # cvr_auc, ctcvr_auc, ctcvr_gauc, … on the held out
         model.predict(new_table)                     # user_id, item_id, p_ctr, p_cvr, p_ctavr, p_ctcvr per row
+        model.recalibrate(later_table)               # the level of p_ctr, p_cvr, p_ctcvr follows the later rates
         model.save("esm2_model"); ConversionModel.load("esm2_model")
     """
 
@@ -124,6 +128,9 @@ class ConversionModel(Estimator):
         self.holdout: dict | None = None
         #: the hashes of the training rows' ``group_key`` ids (``training_ids.npy``), when the spec names one
         self.training_ids: np.ndarray | None = None
+        #: the maps of p_ctr and p_ctcvr fitted by :meth:`recalibrate` (``recalibration.json``), applied by
+        #: :meth:`predict`; none: the model's own probabilities
+        self.recalibrations: dict[str, Recalibration] = {}
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -167,6 +174,7 @@ class ConversionModel(Estimator):
         and on the local executor when either table is in parts. A model not trained by epochs is fitted on the
         table read whole on the local executor (with a warning when it is in parts), and refused on Ray."""
         self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
+        self.recalibrations = {}
         valid, fraction = _validation(validation)
         if validation_split is not None:
             if valid is not None:
@@ -449,7 +457,9 @@ class ConversionModel(Estimator):
     def predict(self, data, *, keep: list[str] | None = None) -> pd.DataFrame:
         """The key columns of ``data`` (a DataFrame or a table path) — ``keep``, by default user_id and item_id
         where present — then the outputs: p_ctr, p_cvr, p_ctcvr (+ p_ctavr for ESM², + p_node_<name> per
-        micro-behaviour for GMCM and the MCM ablations). One row per input row, with the input's index."""
+        micro-behaviour for GMCM and the MCM ablations); with a :meth:`recalibrate`-d model, p_ctr, p_cvr and
+        p_ctcvr recalibrated and the model's own as p_ctr_raw, p_cvr_raw, p_ctcvr_raw. One row per input row, with
+        the input's index."""
         self._check_fitted()
         table = as_table(data, "data")
         keys = keep if keep is not None else [c for c in ("user_id", "item_id") if c in table.columns]
@@ -457,6 +467,13 @@ class ConversionModel(Estimator):
         if absent:
             raise DataError(f"keep: columns {absent} are not in the table of {len(table)} rows; columns: "
                             f"{list(table.columns)[:20]}")
+        columns = self._outputs(table)
+        if self.recalibrations:
+            columns = apply_recalibrations(columns, self.recalibrations)
+        return pd.concat([table[keys], pd.DataFrame(columns, index=table.index)], axis=1)
+
+    def _outputs(self, table: pd.DataFrame) -> dict[str, np.ndarray]:
+        """The model's own probabilities of the rows of ``table`` by output name, before any recalibration."""
         x = self.encoder.transform(table)
         if self.is_neural:
             outputs = {k: v.numpy() for k, v in Trainer(self.train_config).predict(self.net, _tensors(x)).items()}
@@ -466,7 +483,22 @@ class ConversionModel(Estimator):
         if "p_node" in outputs:  # one column per micro-behaviour node the model predicts
             nodes = np.asarray(outputs["p_node"], dtype=np.float64)
             columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
-        return pd.concat([table[keys], pd.DataFrame(columns, index=table.index)], axis=1)
+        return columns
+
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None,
+                    labels: dict[str, str] | None = None) -> ConversionModel:
+        """Fit a :class:`~promokit.training.recalibration.Recalibration` of p_ctcvr against click & purchase and
+        one of p_ctr against the click, over the labelled rows ``rows`` of ``data`` (a DataFrame or a table path;
+        default every row) — a later period than the training one — and keep them: :meth:`predict` and
+        :meth:`evaluate` apply them, p_cvr following as p_ctcvr / p_ctr
+        (:mod:`promokit.conversion.recalibration`), and :meth:`save` writes them (``recalibration.json``).
+        ``method``: ``isotonic`` (default), ``platt`` or ``prior-shift`` (the model's mean score on the rows
+        standing for the training rate); ``labels`` (role → column) as in :meth:`evaluate`. It replaces an
+        earlier recalibration; :meth:`fit` drops it. Returns the model."""
+        Recalibration(method)  # a bad method fails before the table is read
+        table, spec, arrays = self._labelled(data, rows, labels)
+        self.recalibrations = fit_recalibrations(self._outputs(table), arrays, method, spec.labels)
+        return self
 
     def evaluate(self, data, *, rows=None, gauc_weight: str = "impressions", predictions: pd.DataFrame | None = None,
                  labels: dict[str, str] | None = None, micro_behaviors=None) -> Evaluation:
@@ -474,25 +506,14 @@ class ConversionModel(Estimator):
         the calibration of the probabilities (:func:`conversion_calibration`, its tables ``calibration``,
         ``ctr_calibration`` and ``cvr_calibration``, a warning beyond the ratio),
         every row or the row positions ``rows`` (those :meth:`fit` held out: ``held_out(data)``);
-        ``predictions``, this model's :meth:`predict` of those rows when the caller has them already.
+        ``predictions``, this model's :meth:`predict` of those rows when the caller has them already. A
+        :meth:`recalibrate`-d model is scored on its recalibrated probabilities.
 
         ``labels`` (role → column): the table's label columns, in place of those the model was trained with.
         ``micro_behaviors`` (columns, a list or comma-separated names): the micro-behaviours whose node AUCs to
         report, in place of those the model was trained with (scored where the table has them); a model that
         predicts nodes is scored only on nodes it was trained on."""
-        self._check_fitted()
-        table = as_table(data, "data")
-        spec = self._scored_spec(table, labels, micro_behaviors)
-        if rows is not None:
-            table = table.iloc[check_rows(rows, len(table), "rows", "rows")]
-        for role in REQUIRED_LABELS:
-            column = spec.labels.get(role, role)
-            if column not in table.columns:
-                raise DataError(missing_label_message(role, column, list(table.columns), len(table), spec=True))
-        labels, repairs = self._labels(table, spec)
-        for role, count in repairs.repaired.items():
-            warnings.warn(f"repaired {count} of the {len(table):,} rows scored, where {role}=1 without a click: set to 0, "
-                          "as the model was trained with `repair_labels`", stacklevel=2)
+        table, spec, labels = self._labelled(data, rows, labels, micro_behaviors)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
             labels.update({f"micro_{name}": micro[:, j] for j, name in enumerate(spec.micro_behaviors)})
@@ -502,6 +523,25 @@ class ConversionModel(Estimator):
         metrics = conversion_metrics(labels, outputs, groups, gauc_weight)
         calibration, tables = conversion_calibration(labels, outputs, self.model)
         return Evaluation(f"Conversion model {self.model}", {**metrics, **calibration}, tables=tables)
+
+    def _labelled(self, data, rows, labels: dict[str, str] | None, micro_behaviors=None
+                  ) -> tuple[pd.DataFrame, FeatureSpec, dict[str, np.ndarray]]:
+        """The rows ``rows`` of ``data`` (all when None), the spec they are scored with (:meth:`_scored_spec`) and
+        their label arrays by role, the click and purchase labels required."""
+        self._check_fitted()
+        table = as_table(data, "data")
+        spec = self._scored_spec(table, labels, micro_behaviors)
+        if rows is not None:
+            table = table.iloc[check_rows(rows, len(table), "rows", "rows")]
+        for role in REQUIRED_LABELS:
+            column = spec.labels.get(role, role)
+            if column not in table.columns:
+                raise DataError(missing_label_message(role, column, list(table.columns), len(table), spec=True))
+        arrays, repairs = self._labels(table, spec)
+        for role, count in repairs.repaired.items():
+            warnings.warn(f"repaired {count} of the {len(table):,} rows scored, where {role}=1 without a click: set to 0, "
+                          "as the model was trained with `repair_labels`", stacklevel=3)
+        return table, spec, arrays
 
     def _scored_spec(self, table: pd.DataFrame, labels: dict[str, str] | None, micro_behaviors) -> FeatureSpec:
         """``feature_spec`` with the label columns and micro-behaviours :meth:`evaluate` is given, checked."""
@@ -534,7 +574,9 @@ class ConversionModel(Estimator):
                   "repair_labels": self.repair_labels, "holdout": self.holdout,
                   "pmg": None if self.pmg is None else self.pmg.tolist()}
         history = None if self.report.history is None else self.report.history.to_dict()
-        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, training_ids=self.training_ids)
+        extra = {RECALIBRATION_FILE: {name: r.to_dict() for name, r in self.recalibrations.items()}}
+        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra if self.recalibrations else None,
+                        self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConversionModel:
@@ -548,6 +590,7 @@ class ConversionModel(Estimator):
         model.feature_spec = model.declared_spec  # the saved spec was resolved when the model was fitted
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)
+        model.recalibrations = read_recalibrations(path)
         if model.is_neural:
             model.net = model.build_net()
             load_weights(model.net, path)

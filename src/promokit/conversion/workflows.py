@@ -1,6 +1,6 @@
-"""The conversion model's jobs on files, as ``promokit conversion predict`` runs them: score a table (one file, or a
-directory or glob of parts) into a folder. Training on files is :meth:`ConversionModel.fit` itself (``executor=``
-for a table in parts)."""
+"""The conversion model's jobs on files, as ``promokit conversion predict`` and ``recalibrate`` run them: score a
+table (one file, or a directory or glob of parts) into a folder; recalibrate a model directory on a labelled table.
+Training on files is :meth:`ConversionModel.fit` itself (``executor=`` for a table in parts)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from promokit.conversion.parts import predict_parts
 from promokit.data import write_json
 from promokit.data.parts import is_partitioned
+from promokit.training.recalibration import DEFAULT_METHOD, write_recalibrations
 
 
 def predict(model: str | os.PathLike, data, out: str | os.PathLike, executor, *, keep: list[str] | None = None,
@@ -23,3 +24,18 @@ def predict(model: str | os.PathLike, data, out: str | os.PathLike, executor, *,
     summary = predict_parts(model, data, written, executor, keep)
     write_json(summary, written.with_suffix(".json") if file else Path(out) / "summary.json")
     return summary, written
+
+
+def recalibrate(model: str | os.PathLike, data, *, method: str = DEFAULT_METHOD,
+                labels: dict[str, str] | None = None) -> dict[str, dict]:
+    """Recalibrate the model directory ``model`` (:meth:`ConversionModel.recalibrate`, ``method``) on every row of the
+    labelled table ``data`` (a later period than the training one; ``labels``: role → column, as in ``evaluate``).
+    Writes ``recalibration.json`` into ``model`` atomically, leaving the rest of the directory as it is, so
+    ``predict`` and ``evaluate`` apply it. Returns, per probability fitted, what it was fitted on
+    (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
+    ``mean_p_after``)."""
+    from promokit.conversion.estimator import ConversionModel
+
+    estimator = ConversionModel.load(model).recalibrate(data, method=method, labels=labels)
+    write_recalibrations(model, estimator.recalibrations)
+    return {name: r.fitted_on for name, r in estimator.recalibrations.items()}

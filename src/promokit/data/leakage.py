@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from promokit.data.errors import DataError
 from promokit.metrics.ranking import auc
 
 #: A single feature whose univariate AUC against a label exceeds this is reported as a probable label leak.
@@ -114,3 +115,14 @@ def validation_leak_warning(aucs: dict[str, float], threshold: float = VALIDATIO
     listed = ", ".join(f"{name} {value:.4f}" for name, value in high.items())
     return (f"validation {listed} (above {threshold}): so near perfect that a feature probably gives the label away "
             "(a label leak); check the features measured after the outcome")
+
+
+def allowed_columns(value, argument: str = "allow_leaky") -> list[str]:
+    """The columns the guard leaves alone, given as None, comma-separated names or a list of names (each once, in
+    order); anything else is a one-line error naming ``argument``."""
+    names = value.split(",") if isinstance(value, str) else value
+    if names is None:
+        return []
+    if isinstance(names, (list, tuple)) and all(isinstance(name, str) for name in names):
+        return list(dict.fromkeys(name.strip() for name in names if name.strip()))
+    raise DataError(f"`{argument}` must be column names (a list, or comma-separated), got {value!r}")

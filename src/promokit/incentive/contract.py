@@ -22,6 +22,16 @@ before, ≥ 0: the paper's normaliser, section 4) and merchant features.
 Without a merchant side (a coupon experiment with customers only, the common e-commerce case) ``merchants`` and
 ``edges`` are both left out: the customers alone train the models that need no graph (``lr``, ``dnn``, ``dnn-h``).
 
+Instead of merchants, the graph the GNN models read may be one of (:data:`GRAPHS`):
+
+- ``item_edges`` — a customer–item graph (purchases, views): ``customer_id``, ``item_id``, optional ``weight`` and
+  numeric edge features, with an optional ``items`` table (``item_id`` and item features; left out, the items are
+  the ids of ``item_edges``, known by their edges alone). Items pass messages as merchants do, but have no
+  labels, no score and no budget;
+- ``customer_edges`` — a customer–customer graph (referrals, shared devices, friends): ``customer_id``,
+  ``neighbour_id`` (both customers), optional ``weight`` and numeric edge features. Edges are undirected (each row
+  links both ways); a customer linked to itself is an error.
+
 The value list R is the sorted distinct levels of both tables, or the ``levels`` given; a level outside it is
 an error. For scoring (``require_labels=False``) ``level``, ``redeemed``, ``shares`` and ``prior_shares`` may be
 absent, and so may a column ``labels`` maps a role to. Every broken rule is a one-line :class:`DataError` naming the table, column, count and an example row.
@@ -41,10 +51,17 @@ from promokit.data.spec import (FeatureSpec, check_label_roles, infer_feature_co
                                 require_columns, require_label_columns, table_types)
 from promokit.data import datasets
 
-CUSTOMER, MERCHANT = "customer_id", "merchant_id"
+CUSTOMER, MERCHANT, ITEM, NEIGHBOUR = "customer_id", "merchant_id", "item_id", "neighbour_id"
 LEVEL, REDEEMED, SHARES, PRIOR_SHARES, WEIGHT = "level", "redeemed", "shares", "prior_shares", "weight"
 CUSTOMER_LABELS = (LEVEL, REDEEMED)
-TABLES = ("customers", "merchants", "edges")
+TABLES = ("customers", "merchants", "edges", "items", "item_edges", "customer_edges")
+#: What the customers' edges may lead to → the tables that give that graph (the first one required).
+GRAPHS = {"merchants": ("edges", "merchants"), "items": ("item_edges", "items"), "customers": ("customer_edges",)}
+#: What to give to score with a model fit on each graph (``none``: customers only).
+GRAPH_TABLES = {"none": "the customers alone, without merchants and edges",
+                "merchants": "its merchants and edges with the customers",
+                "items": "its item_edges (and items) with the customers",
+                "customers": "its customer_edges with the customers"}
 MERCHANT_LABELS = (LEVEL, SHARES, PRIOR_SHARES)
 #: The label roles ``labels`` may map (``level`` in both node tables).
 LABELS = (LEVEL, REDEEMED, SHARES, PRIOR_SHARES)
@@ -54,9 +71,12 @@ LABELS = (LEVEL, REDEEMED, SHARES, PRIOR_SHARES)
 class IncentiveTables:
     """Validated tables; node tables keep their row order (row = node index) with a RangeIndex.
 
-    ``edges`` holds ``customer`` and ``merchant`` (node indices), ``weight`` (1 when not given) and the edge
-    features. Labels are float arrays (NaN where unknown); ``customer_level`` / ``merchant_level`` are indices
-    into ``levels`` (-1 where unknown). ``labels`` is the label mapping the tables were read with (role → column).
+    ``edges`` holds ``customer`` and the other end's column :attr:`partner_column` (node indices: ``merchant``,
+    ``item``, or ``neighbour`` for a customer–customer graph, whose edges it holds in both directions), ``weight``
+    (1 when not given) and the edge features. ``graph`` says which (:data:`GRAPHS`, or ``none``: customers only);
+    merchants are only ever a ``merchants`` graph's (``items`` and ``item_spec`` hold the items). Labels are float
+    arrays (NaN where unknown); ``customer_level`` / ``merchant_level`` are indices into ``levels`` (-1 where
+    unknown). ``labels`` is the label mapping the tables were read with (role → column).
     """
 
     customers: pd.DataFrame
@@ -75,6 +95,23 @@ class IncentiveTables:
     labels: dict[str, str] = field(default_factory=dict)
     #: no merchants and no edges were given: an experiment with customers only (the node tables still exist, empty)
     customers_only: bool = False
+    graph: str = "merchants"
+    items: pd.DataFrame | None = None
+    item_spec: FeatureSpec | None = None
+
+    @property
+    def partner_column(self) -> str:
+        """The column of :attr:`edges` that holds the other end of each customer's edge."""
+        return {"items": "item", "customers": "neighbour"}.get(self.graph, "merchant")
+
+    def partners(self) -> tuple[pd.DataFrame, FeatureSpec]:
+        """The nodes at the other end of the customers' edges and their feature spec: the merchants, the items, or
+        the customers themselves."""
+        if self.graph == "items":
+            return self.items, self.item_spec
+        if self.graph == "customers":
+            return self.customers, self.customer_spec
+        return self.merchants, self.merchant_spec
 
     @property
     def labelled_customers(self) -> np.ndarray:
@@ -94,7 +131,10 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame | None = None,
                  levels: Sequence[float] | None = None, require_labels: bool = True,
                  customer_features: FeatureSpec | None = None,
                  merchant_features: FeatureSpec | None = None,
-                 types: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> IncentiveTables:
+                 types: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+                 items: pd.DataFrame | None = None, item_edges: pd.DataFrame | None = None,
+                 customer_edges: pd.DataFrame | None = None,
+                 item_features: FeatureSpec | None = None) -> IncentiveTables:
     """Validate the three tables and return them in contract form.
 
     Feature columns are inferred from the remaining columns (:func:`~promokit.data.spec.infer_feature_columns`;
@@ -103,17 +143,20 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame | None = None,
     carry extra columns). ``labels`` maps the label roles (:data:`LABELS`: ``level`` and ``redeemed`` of the
     customers, ``level``, ``shares`` and ``prior_shares`` of the merchants) to the columns that hold them; for
     scoring (``require_labels=False``) a mapped column may be absent. Without ``merchants`` and ``edges`` (both
-    None) the tables are the customers alone: ``customers_only``, with empty merchant and edge tables.
+    None) the tables are the customers alone: ``customers_only``, with empty merchant and edge tables, unless
+    ``item_edges`` (with ``items``, typed by ``item_features`` when given) or ``customer_edges`` give another graph.
     """
     check_label_roles(labels, LABELS)
     if (merchants is None) != (edges is None):
         raise DataError("merchants and edges go together: give both, or neither for an experiment with customers "
                         "only")
-    customers_only = merchants is None
-    merchant_labels = require_labels and not customers_only
+    graph = _graph_kind({"merchants": merchants, "edges": edges, "items": items, "item_edges": item_edges,
+                         "customer_edges": customer_edges})
+    customers_only = graph == "none"
+    merchant_labels = require_labels and graph == "merchants"
     customers = _mapped(keyed_table(customers, "customers", CUSTOMER), labels, CUSTOMER_LABELS, "customers",
                         require_labels)
-    if customers_only:
+    if graph != "merchants":
         merchants = pd.DataFrame({MERCHANT: pd.Series(dtype=object)})
         edges = pd.DataFrame({CUSTOMER: pd.Series(dtype=object), MERCHANT: pd.Series(dtype=object)})
     else:
@@ -128,21 +171,38 @@ def check_tables(customers: pd.DataFrame, merchants: pd.DataFrame | None = None,
         _randomised("merchants", m_level)
     shares = _counts(merchants, SHARES, merchant_labels, whole=True)
     prior = _counts(merchants, PRIOR_SHARES, merchant_labels, whole=False)
-    edge_table, edge_features, counts = _edges(edges, customers, merchants)
-    counts.update(customers=len(customers), merchants=len(merchants),
-                  unlabelled_customers=int(np.isnan(redeemed).sum()) if REDEEMED in customers.columns else 0,
-                  isolated_customers=int(len(customers) - edge_table["customer"].nunique()),
-                  isolated_merchants=int(len(merchants) - edge_table["merchant"].nunique()))
-    given_types = table_types(types or {}, {"customers": customers, "merchants": merchants})
+    if graph == "items":
+        items = _items(items, item_edges)
+        edge_table, edge_features = _edges(item_edges, "item_edges", (CUSTOMER, customers[CUSTOMER], "customers",
+                                                                      "customer"), (ITEM, items[ITEM], "items", "item"))
+    elif graph == "customers":
+        edge_table, edge_features = _edges(customer_edges, "customer_edges",
+                                           (CUSTOMER, customers[CUSTOMER], "customers", "customer"),
+                                           (NEIGHBOUR, customers[CUSTOMER], "customers", "neighbour"))
+        edge_table = _both_ways(edge_table, customer_edges)
+    else:
+        edge_table, edge_features = _edges(edges, "edges", (CUSTOMER, customers[CUSTOMER], "customers", "customer"),
+                                           (MERCHANT, merchants[MERCHANT], "merchants", "merchant"))
+    given = {"merchants": edges, "items": item_edges, "customers": customer_edges}.get(graph)
+    counts = {"edges": 0 if given is None else len(given), "customers": len(customers), "merchants": len(merchants),
+              "unlabelled_customers": int(np.isnan(redeemed).sum()) if REDEEMED in customers.columns else 0,
+              "isolated_customers": int(len(customers) - edge_table["customer"].nunique())}
+    if graph == "items":
+        counts.update(items=len(items), isolated_items=int(len(items) - edge_table["item"].nunique()))
+    elif graph != "customers":
+        counts["isolated_merchants"] = int(len(merchants) - edge_table["merchant"].nunique())
+    frames = {"customers": customers, "merchants": merchants, **({"items": items} if graph == "items" else {})}
+    given_types = table_types(types or {}, frames)
+    item_spec = _features(items, "items", ITEM, (), item_features, given_types["items"]) if graph == "items" else None
     return IncentiveTables(
         customers=customers, merchants=merchants, edges=edge_table, levels=grid,
         customer_spec=_features(customers, "customers", CUSTOMER, CUSTOMER_LABELS + (REDEEMED,), customer_features,
                                 given_types["customers"]),
         merchant_spec=_features(merchants, "merchants", MERCHANT, MERCHANT_LABELS,
-                                None if customers_only else merchant_features, given_types["merchants"]),
+                                None if graph != "merchants" else merchant_features, given_types["merchants"]),
         edge_features=edge_features, customer_level=_level_index(c_level, grid), merchant_level=_level_index(m_level, grid),
         redeemed=redeemed, shares=shares, prior_shares=prior, counts=counts, labels=dict(labels or {}),
-        customers_only=customers_only)
+        customers_only=customers_only, graph=graph, items=items if graph == "items" else None, item_spec=item_spec)
 
 
 def read_tables(data, **checks) -> IncentiveTables:
@@ -155,7 +215,8 @@ def read_tables(data, **checks) -> IncentiveTables:
     if isinstance(data, IncentiveTables):
         return data
     frames = datasets.read_tables(data, TABLES, ("customers",), "incentive data")
-    return check_tables(*(frames.get(name) for name in TABLES), **checks)
+    nodes = [frames.pop(name, None) for name in TABLES[:3]]  # customers, merchants, edges; the rest by name
+    return check_tables(*nodes, **frames, **checks)
 
 
 def check_customer_part(customers: pd.DataFrame, edges: pd.DataFrame, *, levels: Sequence[float],
@@ -320,33 +381,72 @@ def _counts(frame: pd.DataFrame, column: str, required: bool, whole: bool) -> np
     return values
 
 
-def _edges(edges: pd.DataFrame, customers: pd.DataFrame, merchants: pd.DataFrame):
-    require_columns(edges, [CUSTOMER, MERCHANT], "edges")
-    counts = {"edges": len(edges)}
-    index = {}
-    for key, nodes, table in ((CUSTOMER, customers, "customers"), (MERCHANT, merchants, "merchants")):
-        position = pd.Index(nodes[key]).get_indexer(edges[key])
+def _graph_kind(given: dict[str, pd.DataFrame | None]) -> str:
+    """Which graph of :data:`GRAPHS` the tables ``given`` (name → frame or None) make, ``none`` without one."""
+    kinds = [kind for kind, names in GRAPHS.items() if any(given[name] is not None for name in names)]
+    if len(kinds) > 1:
+        raise DataError(f"give one graph for the customers, not both {GRAPHS[kinds[0]][0]} and "
+                        f"{GRAPHS[kinds[1]][0]}")
+    if kinds and given[GRAPHS[kinds[0]][0]] is None:
+        raise DataError(f"the {GRAPHS[kinds[0]][1]} table needs the {GRAPHS[kinds[0]][0]} table linking them to the "
+                        "customers")
+    return kinds[0] if kinds else "none"
+
+
+def _items(items: pd.DataFrame | None, item_edges: pd.DataFrame) -> pd.DataFrame:
+    """The items table, or without one the items named by ``item_edges`` (in order of first appearance)."""
+    if items is not None:
+        return keyed_table(items, "items", ITEM)
+    require_columns(item_edges, [CUSTOMER, ITEM], "item_edges")
+    missing = item_edges[ITEM].isna().to_numpy()
+    if missing.any():
+        raise DataError(f"item_edges: column {ITEM!r} has {int(missing.sum())} missing values in {len(item_edges)} "
+                        f"rows, e.g. {example_row(item_edges, missing, [CUSTOMER, ITEM])}")
+    if not len(item_edges):
+        raise DataError("item_edges: the table is empty; without an items table the items are those it names")
+    return pd.DataFrame({ITEM: pd.unique(item_edges[ITEM])})
+
+
+def _edges(edges: pd.DataFrame, table: str, *ends: tuple[str, pd.Series, str, str]) -> tuple[pd.DataFrame, list[str]]:
+    """The edge table as node indices: each end (edge column, the node table's ids, its name, the index column)
+    must name a node of its table."""
+    ids = [column for column, *_ in ends]
+    require_columns(edges, ids, table)
+    table_out = {}
+    for column, keys, nodes, index in ends:
+        position = pd.Index(keys).get_indexer(edges[column])
         unknown = position < 0
         if unknown.any():
-            raise DataError(f"edges: column {key!r} has {int(unknown.sum())} values in {len(edges)} rows that are not "
-                            f"in the {table} table, e.g. {example_row(edges, unknown, [CUSTOMER, MERCHANT])}")
-        index[key[:-3]] = position.astype(np.int64)
-    weight = _weights(edges)
-    features = [c for c in edges.columns if c not in (CUSTOMER, MERCHANT, WEIGHT)]
-    table = pd.DataFrame({"customer": index["customer"], "merchant": index["merchant"], "weight": weight})
+            raise DataError(f"{table}: column {column!r} has {int(unknown.sum())} values in {len(edges)} rows that "
+                            f"are not in the {nodes} table, e.g. {example_row(edges, unknown, ids)}")
+        table_out[index] = position.astype(np.int64)
+    table_out[WEIGHT] = _weights(edges, table)
+    features = [c for c in edges.columns if c not in (*ids, WEIGHT)]
+    frame = pd.DataFrame(table_out)
     for name in features:
-        table[name] = _numbers(edges, "edges", name)
-    return table, features, counts
+        frame[name] = _numbers(edges, table, name)
+    return frame, features
 
 
-def _weights(edges: pd.DataFrame) -> np.ndarray:
+def _both_ways(edges: pd.DataFrame, given: pd.DataFrame) -> pd.DataFrame:
+    """Undirected customer–customer edges, each row once per direction; a customer linked to itself is an error
+    (the model adds each customer's own state itself)."""
+    loop = (edges["customer"] == edges["neighbour"]).to_numpy()
+    if loop.any():
+        raise DataError(f"customer_edges: {int(loop.sum())} of {len(edges)} rows link a customer to itself, e.g. "
+                        f"{example_row(given, loop, [CUSTOMER, NEIGHBOUR])}; drop them")
+    reverse = edges.rename(columns={"customer": "neighbour", "neighbour": "customer"})
+    return pd.concat([edges, reverse[edges.columns]], ignore_index=True)
+
+
+def _weights(edges: pd.DataFrame, table: str = "edges") -> np.ndarray:
     """The ``weight`` column (1 when absent): finite numbers ≥ 0."""
     if WEIGHT not in edges.columns:
         return np.ones(len(edges))
-    weight = _numbers(edges, "edges", WEIGHT)
+    weight = _numbers(edges, table, WEIGHT)
     negative = weight < 0
     if negative.any():
-        raise DataError(f"edges: column 'weight' has {int(negative.sum())} negative values in {len(edges)} rows, "
+        raise DataError(f"{table}: column 'weight' has {int(negative.sum())} negative values in {len(edges)} rows, "
                         f"e.g. {example_row(edges, negative, [WEIGHT])}")
     return weight
 

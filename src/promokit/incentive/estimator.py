@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -14,9 +15,10 @@ from promokit import __version__
 from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
+from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
 from promokit.data.spec import FeatureSpec
 from promokit.data.split import TEST_FRACTION, random_split
-from promokit.incentive.contract import CUSTOMER, MERCHANT, IncentiveTables, read_tables
+from promokit.incentive.contract import CUSTOMER, GRAPH_TABLES, MERCHANT, IncentiveTables, read_tables
 from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses, off_pyplot
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
@@ -42,6 +44,7 @@ from promokit.training.estimator import (
     check_same_data,
     check_test_fraction,
 )
+from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -83,12 +86,15 @@ def node_split(n_customers: int, n_merchants: int, test_fraction: float = TEST_F
 @dataclass
 class Responses:
     """Every node's predicted response at every value: ``customers`` ``(N_c, K)`` f_c, ``merchants``
-    ``(N_m, K)`` f_m, and the customers' hazard per unit of r / r_K for the hazard heads (else ``None``)."""
+    ``(N_m, K)`` f_m, and the customers' hazard per unit of r / r_K for the hazard heads (else ``None``). For a
+    :meth:`~IncentiveModel.recalibrate`-d model, ``customers`` is recalibrated and ``customers_raw`` the model's own
+    f_c (else ``None``); the hazard stays the model's own."""
 
     levels: np.ndarray
     customers: np.ndarray
     merchants: np.ndarray
     hazard: np.ndarray | None
+    customers_raw: np.ndarray | None = None
 
 
 class IncentiveModel(Estimator):
@@ -98,7 +104,8 @@ class IncentiveModel(Estimator):
     ``conv``, ``width``, ``fanouts``, ``hidden``, ``fused_lasso`` …; for ``lr`` also ``l2_customers`` and
     ``l2_merchants``), ``train`` (a :class:`TrainConfig`, default :data:`DEFAULT_TRAIN`) and ``test_fraction``,
     the share of the labelled customers and of the merchants :meth:`fit` holds out for evaluation, drawn at random
-    with the training seed (:data:`~promokit.data.split.TEST_FRACTION`; 0: none). What they imply:
+    with the training seed (:data:`~promokit.data.split.TEST_FRACTION`; 0: none), and ``allow_leaky``, customer
+    feature columns (a list, or comma-separated names) the label-leak guard of :meth:`fit` leaves alone. What they imply:
     ``model_params`` (every network setting, written to the model directory so that a later change of a default
     cannot change what a saved model is) and ``train_config``. What fitting learns: ``levels`` (the value list),
     ``customer_spec``, ``merchant_spec``, ``labels`` (the label mapping the tables were read with, which reading
@@ -106,23 +113,27 @@ class IncentiveModel(Estimator):
     ``holdout`` (what it held out).
 
     ``data`` is :class:`IncentiveTables`, a mapping of ``customers``, ``merchants`` and ``edges`` to DataFrames or
-    table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`); a fitted model reads
-    tables with its own value list, feature columns and label mapping (:meth:`read`). Example::
+    table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`; ``item_edges`` with
+    ``items``, or ``customer_edges``, in place of merchants and edges: a customer–item or customer–customer graph,
+    whose customers alone are scored); a fitted model reads tables with its own value list, feature columns, label
+    mapping and kind of graph (:meth:`read`). Example::
 
         model = IncentiveModel("gnn-hazard").fit(tables)   # 90 % of the nodes; model.held_out(tables)
         scores = model.predict(tables)              # customer_id, score_<level>: f_c at every value
         report = model.evaluate(tables)             # AUC_c, MAE_c, … on the held-out nodes
+        model.recalibrate(later)                    # f_c's level fitted on a later experiment (predict applies it)
         responses = model.responses(tables)         # f_c, f_m (and the hazard) as arrays
         customers, merchants = model.score_tables(tables)   # both sides in the `allocate budget` layout
         model.save("model/"); IncentiveModel.load("model/")
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
-                 test_fraction: float = TEST_FRACTION):
+                 test_fraction: float = TEST_FRACTION, allow_leaky=None):
         self.model = model
         self.params = params
         self.train = train
         self.test_fraction = test_fraction
+        self.allow_leaky = allow_leaky
         self._configure()
         self.levels: np.ndarray | None = None
         self.encoders: InputEncoders | None = None
@@ -139,11 +150,16 @@ class IncentiveModel(Estimator):
         self.training_ids: np.ndarray | None = None
         #: fit on customers alone (no merchants, no edges): it scores customers alone
         self.customers_only = False
+        #: the graph fit read (``merchants``, ``items``, ``customers`` or ``none``) and the items' features
+        self.graph, self.item_spec = "merchants", None
+        #: the map of f_c fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`responses`
+        self.recalibration: Recalibration | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
                                                 monitors=MONITORS, default_train=DEFAULT_TRAIN)
         check_test_fraction(self.test_fraction)
+        self.allowed_leaks = allowed_columns(self.allow_leaky)
         representation, head = MODELS[self.model]
         given = dict(self.params or {})
         floor = FLOOR_PARAMS if representation == "linear" else {}
@@ -162,14 +178,21 @@ class IncentiveModel(Estimator):
         keeps). Features and edges of every node are used, unlabelled customers' included: they pass
         messages but are in no loss or validation metric (transductive, as the paper trains on 85 % of the nodes
         of one graph). ``checkpoint_dir`` keeps the epoch checkpoint there (``resume``: continue from it);
-        ``on_epoch`` is passed to :meth:`Trainer.fit`."""
+        ``on_epoch`` is passed to :meth:`Trainer.fit`. It drops an earlier :meth:`recalibrate`.
+
+        Before training, a customer feature that alone predicts the training customers' redemption almost perfectly
+        (a label leak: a column measured after the response, such as the amount redeemed) is warned of, naming it
+        with its univariate AUC (:func:`~promokit.data.leakage.find_leaks`, above
+        :data:`~promokit.data.leakage.LEAK_AUC`), unless ``allow_leaky`` names it; after training, so is an AUC_c on
+        the validation customers above :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`."""
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
+        self.recalibration = None
         valid_fraction = validation_fraction(validation)
         tables = read_tables(data)
         self.customers_only = tables.customers_only
         if tables.customers_only and self.model_params["representation"] == "gnn":
-            raise DataError(f"model {self.model!r} needs a graph (merchants and edges); with customers only, use one of "
-                            f"{list(GRAPHLESS)}")
+            raise DataError(f"model {self.model!r} needs a graph (merchants and edges, item_edges or customer_edges); "
+                            f"with customers only, use one of {list(GRAPHLESS)}")
         if not len(tables.labelled_customers):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
                             f"{len(tables.customers)} customers has a label")
@@ -186,32 +209,71 @@ class IncentiveModel(Estimator):
             if valid_fraction and len(np.unique(tables.redeemed[rows])) < 2:
                 raise DataError(f"customers: the {len(rows)} {name} customers need redemptions and non-redemptions; "
                                 "use more customers or other fractions")
+        allowed = self._allowed_leaks(tables)
         seed_everything(cfg.seed)
         self.training_ids = id_hashes(np.concatenate([tables.customers[CUSTOMER].to_numpy()[split.train_customers],
                                                       tables.merchants[MERCHANT].to_numpy()[split.train_merchants]]))
         self.prepare(tables)
+        self.customer_spec = replace(self.customer_spec, allow_leaky=allowed)
+        self.warn_leaks(tables, split.train_customers)
         train_rows = labelled_rows(tables, split.train_customers, split.train_merchants)
         valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if valid_fraction else None
         if self.model_params["representation"] == "linear":
             self.history = solve_floor(self.net, train_rows, valid_rows, cfg.monitor,
                                        **{k: self.model_params[k] for k in FLOOR_PARAMS})
             self.model_params.update(chosen_strengths(self.history))
-            return self
-        metrics = validation_metrics() if valid_rows else None
-        self.history = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
-            self.net, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
+        else:
+            metrics = validation_metrics() if valid_rows else None
+            self.history = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
+                self.net, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
+        if valid_rows:
+            self.warn_validation_leak(tables, split.valid_customers)
         return self
+
+    def _allowed_leaks(self, tables: IncentiveTables) -> list[str]:
+        """``allow_leaky``'s columns, each a customer feature of ``tables``, else a one-line error."""
+        features = [*tables.customer_spec.categorical, *tables.customer_spec.numeric]
+        for name in self.allowed_leaks:
+            if name not in features:
+                raise DataError(f"`allow_leaky` names {name!r}, which is not a customer feature; the customer features "
+                                f"are {features}")
+        return list(self.allowed_leaks)
+
+    def warn_leaks(self, tables: IncentiveTables, rows: np.ndarray) -> None:
+        """Warn of the customer features (less the spec's ``allow_leaky``) that alone predict the redemption of the
+        customers ``rows`` of ``tables`` (the training customers) almost perfectly
+        (:func:`~promokit.data.leakage.find_leaks`): a column measured after the response would let the model read
+        the label instead of predicting it."""
+        spec, label = self.customer_spec, (self.labels or {}).get("redeemed", "redeemed")
+        leaks = find_leaks(tables.customers.iloc[rows], spec.categorical, spec.numeric,
+                           {label: (tables.redeemed[rows], None)}, spec.allow_leaky)
+        message = leak_warning(leaks)
+        if message:
+            warnings.warn(message, stacklevel=3)
+
+    def warn_validation_leak(self, tables: IncentiveTables, rows: np.ndarray) -> None:
+        """Warn when the fitted model's AUC_c (f_c at the offered value against the redemption) on the validation
+        customers ``rows`` of ``tables`` is near perfect (:func:`~promokit.data.leakage.validation_leak_warning`);
+        no verdict when they hold one class."""
+        y = tables.redeemed[rows]
+        if y.sum() in (0, len(y)):
+            return
+        f_c = self._raw_responses(tables).customers[rows]
+        message = validation_leak_warning({"auc_c": auc(y, f_c[np.arange(len(rows)), tables.customer_level[rows]])})
+        if message:
+            warnings.warn(message, stacklevel=3)
 
     def prepare(self, tables: IncentiveTables) -> GraphInputs:
         """What :meth:`fit` sets before it trains: the value list, the feature specs, the label mapping and the input
         encoders of ``tables``, and an untrained network with their encoded inputs attached. Returns those inputs."""
         self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
         self.labels, self.customers_only = tables.labels or None, tables.customers_only
+        self.graph, self.item_spec = tables.graph, tables.item_spec
         self.encoders = InputEncoders.fit(tables)
         inputs = self.encoders.transform(tables)
         c, m = inputs.customers, inputs.merchants
         self.net = IncentiveNet(self.encoders.customers.cardinalities, c.num.shape[1], c.structure.shape[1],
-                                self.encoders.merchants.cardinalities, m.num.shape[1], m.structure.shape[1],
+                                partner_cardinalities(self.encoders, self.graph), m.num.shape[1], m.structure.shape[1],
                                 self.levels.tolist(), **network_params(self.model_params)).attach(inputs)
         return inputs
 
@@ -243,13 +305,25 @@ class IncentiveModel(Estimator):
         """One row per customer of ``data``, in its order: ``customer_id``, then ``score_<level>``, the predicted
         response f_c at each value of the model's list. This is the customers' score table of ``allocate budget``
         (wide layout, keyed by ``customer_id``); :meth:`score_tables` gives the merchants' too. Labels may be
-        absent."""
+        absent. A :meth:`recalibrate`-d model scores the recalibrated f_c: the table holds no other column, so that
+        ``allocate budget`` reads it as it is (the model's own curve: :attr:`Responses.customers_raw`)."""
         self._check_fitted()
         tables = self.read(data, require_labels=False)
         return wide_scores(tables.customers[CUSTOMER], self.responses(tables).customers, self.levels, key=CUSTOMER)
 
     def responses(self, data) -> Responses:
-        """f_c and f_m of every customer and merchant of ``data`` at every value of the model's list."""
+        """f_c and f_m of every customer and merchant of ``data`` at every value of the model's list; with a
+        :meth:`recalibrate`-d model, f_c recalibrated (its one monotone map applied at every value, so each curve
+        still rises with the value) and the model's own as ``customers_raw``. f_m is never recalibrated (a share
+        ratio, not a probability)."""
+        raw = self._raw_responses(data)
+        if self.recalibration is None:
+            return raw
+        curves = self.recalibration.apply(raw.customers).reshape(raw.customers.shape)
+        return replace(raw, customers=curves, customers_raw=raw.customers)
+
+    def _raw_responses(self, data) -> Responses:
+        """The model's own responses (:meth:`responses` before any recalibration)."""
         self._check_fitted()
         tables = self.read(data, require_labels=False)
         self._check_levels(tables)
@@ -271,6 +345,33 @@ class IncentiveModel(Estimator):
         return (wide_scores(tables.customers[CUSTOMER], r.customers, r.levels),
                 wide_scores(tables.merchants[MERCHANT], r.merchants, r.levels))
 
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, base_rate: float | None = None) -> IncentiveModel:
+        """Fit a :class:`~promokit.training.recalibration.Recalibration` of f_c on the labelled customers of ``data``
+        — a later experiment period, each customer with the value offered and the response — and keep it:
+        :meth:`responses` (so :meth:`predict`, :meth:`score_tables` and :meth:`evaluate`) applies it, :meth:`save`
+        writes it (``recalibration.json``). One map is fitted on (f_c at the offered value, redeemed) and applied at
+        every value: being monotone, it keeps each curve rising with the value and the customers' order at each
+        value. ``method``: ``isotonic`` (default), ``platt`` or ``prior-shift`` (``base_rate``: the training
+        redemption rate; None: the model's mean f_c at the offered values). It replaces an earlier recalibration;
+        :meth:`fit` drops it. Returns the model."""
+        self._check_fitted()
+        recalibration = Recalibration(method)
+        tables = self.read(data, require_labels=False)  # the customers' labels alone: merchants' may be absent
+        rows = tables.labelled_customers
+        if not len(rows):
+            raise DataError(f"customers: recalibrating needs the 'level' and 'redeemed' columns; none of the "
+                            f"{len(tables.customers)} customers has a label")
+        f_c = self._raw_responses(tables).customers[rows]
+        offered = f_c[np.arange(len(rows)), tables.customer_level[rows]]
+        recalibration.fit(offered, tables.redeemed[rows], base_rate=base_rate)
+        grid = recalibration.apply(np.linspace(0.0, 1.0, 201))
+        if np.any(np.diff(grid) < 0):
+            raise DataError(f"the {method} map fitted on {len(rows)} customers decreases in f_c (it would bend the "
+                            "response curves down): f_c ranks these customers' redemptions backwards; use isotonic or "
+                            "prior-shift")
+        self.recalibration = recalibration
+        return self
+
     # ---- evaluate ---------------------------------------------------------------------------------------
     def evaluate(self, data, *, held_out: bool = True, truth: np.ndarray | None = None) -> Evaluation:
         """The paper's offline metrics on labelled ``data`` (:func:`~promokit.incentive.evaluate.evaluate`):
@@ -280,7 +381,8 @@ class IncentiveModel(Estimator):
         ``held_out=False`` on every labelled node (a new experiment). Tables: ``response_curve`` (Figure 5),
         ``uplift_by_quintile`` (Figure 4), ``uplift_by_level`` (each value against the lowest) and the calibration of
         f_c at the offered value (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; tables
-        ``calibration`` and ``calibration_by_level``, a warning beyond the ratio); figures:
+        ``calibration`` and ``calibration_by_level``, a warning beyond the ratio), of the recalibrated f_c for a
+        :meth:`recalibrate`-d model; figures:
         ``response_curves`` and ``uplift_curves``."""
         self._check_fitted()
         tables = self.read(data)
@@ -307,11 +409,12 @@ class IncentiveModel(Estimator):
         if self.net is None:
             return read_tables(data, require_labels=require_labels, labels=labels)
         tables = read_tables(data, levels=self.levels, require_labels=require_labels, labels=labels or self.labels,
-                             customer_features=self.customer_spec, merchant_features=self.merchant_spec)
-        if tables.customers_only != self.customers_only:
-            raise DataError("the model was fit on customers only: give the customers alone, without merchants and "
-                            "edges" if self.customers_only else "the model was fit on a graph: give its merchants and "
-                            "edges with the customers")
+                             customer_features=self.customer_spec, merchant_features=self.merchant_spec,
+                             item_features=self.item_spec)
+        if tables.graph != self.graph:
+            fit_on = {"none": "customers only", "merchants": "a graph", "items": "a customer–item graph",
+                      "customers": "a customer–customer graph"}[self.graph]
+            raise DataError(f"the model was fit on {fit_on}: give {GRAPH_TABLES[self.graph]}")
         return tables
 
     def _check_levels(self, tables: IncentiveTables) -> None:
@@ -331,31 +434,43 @@ class IncentiveModel(Estimator):
         config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
                   "split": self.holdout, "labels": self.labels, "customers_only": self.customers_only,
+                  "graph": self.graph, "item_spec": None if self.item_spec is None else self.item_spec.to_dict(),
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
         history = None if self.history is None else self.history.to_dict()
-        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
+        extra = None if self.recalibration is None else {RECALIBRATION_FILE: self.recalibration.to_dict()}
+        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, extra, self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> IncentiveModel:
         config = read_model_config(path, "incentive")
         holdout = config["split"]
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]), holdout["test_fraction"])
+        model = cls(config["model"], config["params"], TrainConfig(**config["train"]), holdout["test_fraction"],
+                    config["customer_spec"].get("allow_leaky") or None)
         model.levels = np.asarray(config["levels"], dtype=np.float64)
         model.labels = config.get("labels")  # absent in model directories written before it was kept
         model.customers_only = config.get("customers_only", False)
+        model.graph = config.get("graph", "none" if model.customers_only else "merchants")
+        model.item_spec = None if config.get("item_spec") is None else FeatureSpec.from_dict(config["item_spec"])
         model.valid_fraction, model.holdout = holdout["valid_fraction"], holdout
         model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
         model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
+        model.recalibration = read_recalibration(path)
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
         widths = {name: enc.numeric_width for name, enc in (("c", model.encoders.customer_structure),
                                                             ("m", model.encoders.merchant_structure))}
         model.net = IncentiveNet(model.encoders.customers.cardinalities, model.encoders.customers.numeric_width,
-                                 widths["c"], model.encoders.merchants.cardinalities,
+                                 widths["c"], partner_cardinalities(model.encoders, model.graph),
                                  model.encoders.merchants.numeric_width, widths["m"], config["levels"],
                                  **network_params(model.model_params))
         load_weights(model.net, path)
         model.net.eval()
         return model
+
+
+def partner_cardinalities(encoders: InputEncoders, graph: str) -> list[int] | None:
+    """The categories of the other end of the customers' edges for :class:`IncentiveNet`: None on a customer–customer
+    graph, whose other end is the customers themselves (one embedding, a homogeneous GNN)."""
+    return None if graph == "customers" else encoders.merchants.cardinalities
 
 
 def validation_fraction(validation: float | None) -> float:

@@ -1,7 +1,9 @@
 """Node inputs of the incentive models: encoded features, graph structure and 1-hop interaction history.
 
 Built once per table set (the whole graph, labelled or not), then indexed by node: the models see customers
-and merchants by their row in the node tables.
+and merchants by their row in the node tables. The "merchant" side of the inputs is the other end of the customers'
+edges: the merchants, the items of a customer–item graph, or the customers themselves on a customer–customer graph
+(one encoder and the same inputs for both sides).
 
 - ``cat`` / ``num``: the node's own features (``TableEncoder``: vocabularies with an OOV slot, scaled numbers);
 - ``structure``: log(1 + degree), log(1 + total edge weight) and the mean of each edge feature over the node's
@@ -45,6 +47,9 @@ class NodeInputs:
 
 @dataclass
 class GraphInputs:
+    """The customers, the other end of their edges (``merchants``: merchants, items, or ``customers`` itself on a
+    customer–customer graph) and the graph between them."""
+
     customers: NodeInputs
     merchants: NodeInputs
     graph: BipartiteGraph
@@ -62,20 +67,26 @@ class InputEncoders:
     @classmethod
     def fit(cls, tables: IncentiveTables) -> InputEncoders:
         c_struct, m_struct = _structure_frames(tables)
-        return cls(TableEncoder.fit(tables.customers, tables.customer_spec),
-                   TableEncoder.fit(tables.merchants, tables.merchant_spec),
-                   _numeric_encoder(c_struct), _numeric_encoder(m_struct))
+        customers = TableEncoder.fit(tables.customers, tables.customer_spec)
+        customer_structure = _numeric_encoder(c_struct)
+        if tables.graph == "customers":
+            return cls(customers, customers, customer_structure, customer_structure)
+        return cls(customers, TableEncoder.fit(*tables.partners()), customer_structure, _numeric_encoder(m_struct))
 
     def transform(self, tables: IncentiveTables) -> GraphInputs:
-        edges = tables.edges
+        edges, partners = tables.edges, tables.partners()[0]
         customer_index = torch.from_numpy(edges["customer"].to_numpy(dtype=np.int64, copy=True))
-        merchant_index = torch.from_numpy(edges["merchant"].to_numpy(dtype=np.int64, copy=True))
+        merchant_index = torch.from_numpy(edges[tables.partner_column].to_numpy(dtype=np.int64, copy=True))
         weight = torch.from_numpy(edges["weight"].to_numpy(dtype=np.float32, copy=True))
-        graph = BipartiteGraph.from_edges(customer_index, merchant_index, len(tables.customers), len(tables.merchants),
+        graph = BipartiteGraph.from_edges(customer_index, merchant_index, len(tables.customers), len(partners),
                                           weight=weight)
         c_struct, m_struct = _structure_frames(tables)
         customers = own_inputs(self.customers, tables.customers, self.customer_structure, c_struct)
-        merchants = own_inputs(self.merchants, tables.merchants, self.merchant_structure, m_struct)
+        if tables.graph == "customers":
+            customers.history = neighbour_mean(customers.aggregated, merchant_index, customer_index, weight,
+                                               len(customers))
+            return GraphInputs(customers, customers, graph)
+        merchants = own_inputs(self.merchants, partners, self.merchant_structure, m_struct)
         customers.history = neighbour_mean(merchants.aggregated, merchant_index, customer_index, weight, len(customers))
         merchants.history = neighbour_mean(customers.aggregated, customer_index, merchant_index, weight, len(merchants))
         return GraphInputs(customers, merchants, graph)
@@ -97,8 +108,10 @@ def _structure_frames(tables: IncentiveTables) -> tuple[pd.DataFrame, pd.DataFra
     if tables.customers_only:  # no interactions to describe: DNN-H and the floor read the own features alone
         return pd.DataFrame(index=range(len(tables.customers))), pd.DataFrame(index=range(0))
     customers = structure_frame(tables.edges, "customer", len(tables.customers), tables.edge_features)
-    merchants = structure_frame(tables.edges, "merchant", len(tables.merchants), tables.edge_features,
-                                tables.prior_shares)
+    if tables.graph == "customers":
+        return customers, customers
+    merchants = structure_frame(tables.edges, tables.partner_column, len(tables.partners()[0]), tables.edge_features,
+                                tables.prior_shares if tables.graph == "merchants" else None)
     return customers, merchants
 
 

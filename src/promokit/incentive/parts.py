@@ -101,6 +101,10 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
     """Score the graph in parts (module docstring) with the model directory ``model`` on ``executor`` into ``out``;
     return the summary ``incentive predict`` writes."""
     config = read_model_config(model, "incentive")
+    if config.get("graph") in ("items", "customers"):
+        kind = config["graph"].removesuffix("s")
+        raise DataError(f"the model {model} was fit on a customer–{kind} graph; scoring in parts serves "
+                        "customer–merchant graphs: score its customers as one table")
     layout = _layout(customers, merchants, edges, out)
     encoders = InputEncoders.from_dict(read_json(model, "encoder.json"))
     reader = PartReader(layout, tuple(config["levels"]), FeatureSpec.from_dict(config["customer_spec"]),
@@ -230,6 +234,8 @@ def _score(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, 
     side = SIDE[shard.side]
     pieces = [model.net.heads(side, states[i:i + HEAD_ROWS])["response"] for i in range(0, len(states), HEAD_ROWS)]
     response = (torch.cat(pieces) if pieces else states.new_zeros(0, len(model.levels))).numpy().astype(np.float64)
+    if shard.side == LEFT and model.recalibration is not None:  # as IncentiveModel.responses applies it
+        response = model.recalibration.apply(response).reshape(response.shape)
     keys = pd.read_parquet(layout.folder(shard) / "keys.parquet").iloc[:, 0]
     scores = wide_scores(keys, response, model.levels)
     if shard.side == LEFT:

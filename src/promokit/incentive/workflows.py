@@ -1,6 +1,7 @@
-"""What ``promokit incentive train`` and ``predict`` do, as functions: fit a model on tables read from paths, and
-write every node's scores for ``allocate budget``, from one graph scored in this process or from a graph in parts
-scored shard by shard on an executor (:mod:`promokit.incentive.parts`), made by the caller, never here."""
+"""What ``promokit incentive train``, ``predict`` and ``recalibrate`` do, as functions: fit a model on tables read
+from paths; write every node's scores for ``allocate budget``, from one graph scored in this process or from a graph
+in parts scored shard by shard on an executor (:mod:`promokit.incentive.parts`), made by the caller, never here;
+recalibrate a model directory on a later labelled experiment."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from promokit.data.errors import DataError
-from promokit.data.io import write_json, write_parquet
+from promokit.data.io import read_table, write_json, write_parquet
 from promokit.data.parts import is_partitioned
-from promokit.incentive.contract import read_tables
-from promokit.incentive.estimator import IncentiveModel, validation_fraction
+from promokit.data.spec import map_labels
+from promokit.incentive.contract import CUSTOMER, CUSTOMER_LABELS, read_tables
+from promokit.incentive.estimator import IncentiveModel, validation_fraction, wide_scores
+from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 
 
 @dataclass(frozen=True)
@@ -51,16 +54,22 @@ class WrittenScores:
 
 
 def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os.PathLike,
-            executor=None) -> WrittenScores:
+            executor=None, *, graph: dict | None = None) -> WrittenScores:
     """Score every customer and merchant of the graph of ``customers``, ``merchants`` and ``edges`` (table paths) at
     every value with the model directory ``model``, into the folder ``out``: ``customers.parquet`` and
     ``merchants.parquet`` in the wide layout of ``allocate budget`` (``user_id``, ``score_<level>`` …) and
-    ``summary.json``. With ``customers`` in parts (a directory or glob; ``edges`` co-partitioned with them,
-    ``merchants`` one table or parts), the graph is scored shard by shard on ``executor``, into ``customers/`` and
-    ``merchants/``, a part per input part. A model fit on customers only scores ``customers`` alone (``merchants``
-    and ``edges`` None) into ``customers.parquet``."""
+    ``summary.json``; a recalibrated model (:func:`recalibrate`) scores the customers recalibrated, and writes its own
+    curves beside them as ``customers_raw.parquet`` (same layout; not in parts). With ``customers`` in parts (a
+    directory or glob; ``edges`` co-partitioned with them, ``merchants`` one table or parts), the graph is scored
+    shard by shard on ``executor``, into ``customers/`` and ``merchants/``, a part per input part. A model fit on customers only scores ``customers`` alone (``merchants``
+    and ``edges`` None) into ``customers.parquet``; one fit on another graph takes its tables as ``graph`` (name →
+    path: ``item_edges`` and ``items``, or ``customer_edges``) and scores the customers alone."""
     out = Path(out)
+    graph = {name: table for name, table in (graph or {}).items() if table is not None}
     if is_partitioned(customers):
+        if graph:
+            raise DataError(f"`customers` {customers} is in parts: scoring in parts serves a customer–merchant graph; "
+                            f"score a graph of {' and '.join(graph)} as one table each")
         if merchants is None or edges is None:
             raise DataError(f"`customers` {customers} is in parts: scoring in parts needs the graph's `merchants` and "
                             "`edges`; score customers alone as one table")
@@ -73,19 +82,45 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
         written = WrittenScores(out / "customers", out / "merchants", summary, in_parts=True)
     else:
         estimator = IncentiveModel.load(model)
-        tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges},
+        tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges, **graph},
                                 require_labels=False)
         customer_scores, merchant_scores = estimator.score_tables(tables)
-        merchants_out = None if tables.customers_only else out / "merchants.parquet"
+        merchants_out = None if tables.graph != "merchants" else out / "merchants.parquet"
+        recalibrated = estimator.recalibration is not None
         written = WrittenScores(out / "customers.parquet", merchants_out, {
             "model": estimator.model, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
             "merchants": len(merchant_scores), **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
             "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
-            "mean_merchant_response": ([] if tables.customers_only else
-                                       merchant_scores.drop(columns="user_id").mean().round(6).tolist())},
+            "mean_merchant_response": ([] if merchants_out is None else
+                                       merchant_scores.drop(columns="user_id").mean().round(6).tolist()),
+            "recalibration": estimator.recalibration.method if recalibrated else None},
             in_parts=False)
         write_parquet(customer_scores, written.customers)
+        if recalibrated:
+            raw = estimator.responses(tables).customers_raw
+            write_parquet(wide_scores(tables.customers[CUSTOMER], raw, estimator.levels), out / "customers_raw.parquet")
         if merchants_out is not None:
             write_parquet(merchant_scores, merchants_out)
     write_json(written.summary, out / "summary.json")
     return written
+
+
+def recalibrate(model: str | os.PathLike, customers, merchants=None, edges=None, *, method: str = DEFAULT_METHOD,
+                labels: dict[str, str] | None = None, graph: dict | None = None) -> dict:
+    """Recalibrate the model directory ``model`` (:meth:`IncentiveModel.recalibrate`, ``method``) on the labelled
+    customers of a later experiment: the graph of ``customers``, ``merchants`` and ``edges`` (table paths; a model fit
+    on customers only: ``customers`` alone; on another graph: its tables as ``graph``, as in :func:`predict`), each
+    labelled customer with the value offered and the response (``labels``: the label columns' mapping, as in
+    ``evaluate``). Writes ``recalibration.json`` into ``model``
+    atomically, leaving the rest of the directory as it is, so ``predict`` and ``evaluate`` apply it. Returns what it
+    was fitted on (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
+    ``mean_p_after``, f_c at the offered values) with the ``method``."""
+    estimator = IncentiveModel.load(model)
+    if labels:  # read as for scoring, a mapped label column that is missing would be passed over
+        customers = map_labels(read_table(customers), labels, CUSTOMER_LABELS, "customers")
+    graph = {name: table for name, table in (graph or {}).items() if table is not None}
+    tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges, **graph},
+                            require_labels=False, labels=labels)
+    estimator.recalibrate(tables, method=method)
+    write_recalibration(model, estimator.recalibration)
+    return {"method": method, **estimator.recalibration.fitted_on}

@@ -231,18 +231,31 @@ class BipartiteGNN(nn.Module):
 
     :meth:`forward` trains on a :class:`Subgraph` from :func:`sample_neighbours` with ``depth`` fanouts;
     :meth:`inference` computes every node's state from full neighbourhoods, layer by layer.
+
+    ``homogeneous=True`` runs the same block on a graph of one node type (customer–customer), stored as the
+    bipartite graph of the nodes with themselves with every edge in both directions: the two sides share one
+    projection and one conv per layer, so a node's state is the same on either side and each layer is eq. 1 on
+    the homogeneous graph (``"graph"``: :math:`h^{l+1}_i = W^l_{root} h^l_i + W^l \sum_j \alpha_{ij} h^l_j`,
+    PyG's GraphConv). Sampled from the customer seeds alone, hop k reaches the other side at odd k and this side at
+    even k, which are the k-hop neighbours of the seeds, so training computes exactly that model too.
     """
 
     def __init__(self, customer_dim: int, merchant_dim: int, width: int = 64, depth: int = 2, conv: str = "sage",
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, homogeneous: bool = False):
         super().__init__()
         if conv not in CONVS:
             raise ValueError(f"conv must be one of {', '.join(CONVS)}; got {conv!r}")
-        self.dropout = dropout
+        self.dropout, self.homogeneous = dropout, homogeneous
+        # this creation order fixes the weights a seed gives the bipartite models (the benches' figures rest on it)
         self.customer_in = nn.Linear(customer_dim, width)
-        self.merchant_in = nn.Linear(merchant_dim, width)
+        if not homogeneous:
+            self.merchant_in = nn.Linear(merchant_dim, width)
         self.to_customer = nn.ModuleList(_make_conv(conv, width) for _ in range(depth))
-        self.to_merchant = nn.ModuleList(_make_conv(conv, width) for _ in range(depth))
+        if not homogeneous:
+            self.to_merchant = nn.ModuleList(_make_conv(conv, width) for _ in range(depth))
+        else:  # plain aliases, not submodules: the state dict holds each weight once (safetensors' rule)
+            object.__setattr__(self, "merchant_in", self.customer_in)
+            object.__setattr__(self, "to_merchant", self.to_customer)
 
     def reset_parameters(self) -> None:
         for module in (self.customer_in, self.merchant_in, *self.to_customer, *self.to_merchant):
@@ -264,14 +277,18 @@ class BipartiteGNN(nn.Module):
     def inference(self, x_customers: Tensor, x_merchants: Tensor, graph: BipartiteGraph,
                   chunk_size: int = 16384) -> NodeStates:
         """States of every node (no dropout), each layer over ``chunk_size`` destination nodes at a time;
-        ``x_customers`` / ``x_merchants`` have one row per node of ``graph``, in index order."""
-        customers, merchants = self.customer_in(x_customers), self.merchant_in(x_merchants)
+        ``x_customers`` / ``x_merchants`` have one row per node of ``graph``, in index order (homogeneous: the
+        states of ``x_customers`` serve both sides)."""
+        customers = self.customer_in(x_customers)
+        merchants = customers if self.homogeneous else self.merchant_in(x_merchants)
         for layer in range(len(self.to_customer)):
-            customers, merchants = (
-                self.layer(layer, "customer", merchants, customers, graph.customer_ptr, graph.merchant_of,
-                           graph.merchant_of_weight, chunk_size),
-                self.layer(layer, "merchant", customers, merchants, graph.merchant_ptr, graph.customer_of,
-                           graph.customer_of_weight, chunk_size))
+            updated = self.layer(layer, "customer", merchants, customers, graph.customer_ptr, graph.merchant_of,
+                                 graph.merchant_of_weight, chunk_size)
+            # homogeneous: the other side is these nodes again, with the same edges and weights
+            merchants = updated if self.homogeneous else self.layer(
+                layer, "merchant", customers, merchants, graph.merchant_ptr, graph.customer_of,
+                graph.customer_of_weight, chunk_size)
+            customers = updated
         return NodeStates(customers, merchants)
 
     @torch.no_grad()

@@ -14,6 +14,7 @@ import ctypes
 import gc
 import hmac
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -28,21 +29,38 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 from fastapi.routing import APIRoute
 
 from promokit.data.errors import DataError
+from promokit.serve.body_limit import BodyLimit
 from promokit.serve.campaign import Campaign, load_campaign
-from promokit.serve.decision_rule import DecisionRule, level_of
+from promokit.serve.decision_rule import level_of
 from promokit.serve.health import UNAVAILABLE, LedgerHealth, describe
 from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
 from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, render_metrics, summary
-from promokit.serve.body_limit import BodyLimit
 from promokit.serve.money import to_major, to_minor
 from promokit.serve.pacing import realised_ratio
-from promokit.serve.schema import (Assignment, DecisionIn, DecisionOut, Invalid, Key, OutcomeIn, OutcomeOut,
-                                   amount_schema, decision_body, parse_body, request_body, responses)
+from promokit.serve.refresh import WATCH_SECONDS, LiveVersion
+from promokit.serve.schema import (
+    Assignment,
+    DecisionIn,
+    DecisionOut,
+    Invalid,
+    Key,
+    OutcomeIn,
+    OutcomeOut,
+    SwitchIn,
+    SwitchOut,
+    amount_schema,
+    decision_body,
+    parse_body,
+    request_body,
+    responses,
+)
+from promokit.serve.versions import UnknownVersion
 
 MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
 # what the parent tells the workers uvicorn starts (prepare_workers → app_from_environment)
 CAMPAIGN_ENV, LEDGER_ENV, EXPLORE_ENV = "PROMOKIT_CAMPAIGN", "PROMOKIT_LEDGER", "PROMOKIT_EXPLORE"
+WATCH_ENV = "PROMOKIT_WATCH_SECONDS"  # how often a worker reads live.json (promokit.serve.refresh); 0: never
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 class BatchWriter:
@@ -139,31 +157,38 @@ class BatchWriter:
 
 
 class Service:
-    """What one worker process holds: campaign, decision rule (with its pacer), ledger, its health, writer, and the
-    ledger's figures as last read."""
+    """What one worker process holds: the live version of the campaign and its decision rule (with its pacer;
+    :class:`~promokit.serve.refresh.LiveVersion`), ledger, its health, writer, and the ledger's figures as last
+    read."""
 
-    def __init__(self, campaign: Campaign, ledger: Ledger):
-        self.campaign, self.ledger = campaign, ledger
-        self.exponent = campaign.config.currency_exponent
-        self.rule = DecisionRule(campaign)
+    def __init__(self, campaign: Campaign, ledger: Ledger, explore: float | None = None,
+                 watch_seconds: float = WATCH_SECONDS):
+        self.ledger, self.watch_seconds = ledger, watch_seconds
+        self.exponent = campaign.config.currency_exponent  # the same in every version (refresh_problem)
+        self.live = LiveVersion(campaign, explore)
         self.health = LedgerHealth()
         self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite", health=self.health)
         self._last_read: tuple[float, tuple[dict, list, list]] | None = None  # (time.time(), figures) of the last read
         self._pacing = ThreadPoolExecutor(1, thread_name_prefix="pacing")
         self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")
 
+    @property
+    def campaign(self) -> Campaign:
+        return self.live.campaign
+
     async def decide(self, body: DecisionIn) -> bytes:
+        rule = self.live.rule  # read once: a request finishes on the version it started on
         population, subject = ("customer", body.customer_id) if body.customer_id is not None \
             else ("merchant", body.merchant_id)
-        if population not in self.campaign.populations:
+        if population not in rule.campaign.populations:
             raise Invalid([{"loc": ["body", f"{population}_id"], "msg": f"this campaign has no {population} score "
                             f"table; send customer_id", "type": "value_error"}])
-        request, due = self.rule.propose(body.request_id, population, subject)
+        request, due = rule.propose(body.request_id, population, subject)
         try:
             row = await self.writer.submit(request)
         finally:  # the pacer waits for this re-solve, even when the ledger failed this request
             if due:
-                asyncio.get_running_loop().run_in_executor(self._pacing, self._resolve)
+                asyncio.get_running_loop().run_in_executor(self._pacing, self._resolve, rule.pacer)
         if isinstance(row, LedgerConflict):
             raise HTTPException(row.status, str(row))
         return self.decision_json(row)
@@ -178,9 +203,17 @@ class Service:
             "bucket": row["bucket"], "propensity": row["propensity"], "expires_at": row["expires_at"],
             "replayed": row["replayed"]}).encode()
 
-    def _resolve(self) -> None:
+    def _resolve(self, pacer) -> None:
         totals = self.ledger.last_totals  # None until this worker's first commit: then λ follows the traffic only
-        self.rule.pacer.resolve(None if totals is None else realised_ratio(totals))
+        pacer.resolve(None if totals is None else realised_ratio(totals))
+
+    async def switch(self, version: str | None, how: str) -> dict:
+        """:meth:`LiveVersion.switch` with this worker's reads executor and ledger."""
+        return await self.live.switch(version, how, self.read, self.ledger.open)
+
+    async def follow(self) -> None:
+        """:meth:`LiveVersion.follow` with this worker's reads executor and ledger."""
+        await self.live.follow(self.read, self.ledger.open, self.watch_seconds)
 
     async def outcome(self, body: OutcomeIn) -> bytes:
         amount = None
@@ -201,7 +234,7 @@ class Service:
     def status(self) -> dict:
         """The service's figures. With the ledger unavailable, still an answer: the ledger's figures as last read
         (none before a first read), ``ledger.up`` false and the age of that read."""
-        config, pacer, e = self.campaign.config, self.rule.pacer, self.exponent
+        config, pacer, e = self.campaign.config, self.live.rule.pacer, self.exponent
         started, error = time.perf_counter(), None
         try:
             figures = self.ledger.totals(), self.ledger.per_level(), self.ledger.timeline()
@@ -230,12 +263,13 @@ class Service:
         now, down_since = time.time(), self.health.down_since
         return {
             "time": now,
+            "pid": os.getpid(),
             "campaign": {"model_version": config.model_version, "levels": config.levels, "form": config.form,
                          "B": config.B, "cap": money(config.cap_minor), "currency_exponent": e,
                          "coupon_ttl_seconds": config.coupon_ttl_seconds, "when_exhausted": config.when_exhausted,
                          "cold_start": config.cold_start, "explore": config.explore,
                          "populations": {p: len(t) for p, t in self.campaign.populations.items()},
-                         "assignments": len(self.campaign.assignments)},
+                         "assignments": len(self.campaign.assignments), **self.live.status()},
             "budget": budget,
             "pacing": {"enabled": pacer.enabled, "lam": lam, "target": target, "B": config.B,
                        "realised_ratio": None if totals is None else realised_ratio(totals),
@@ -269,11 +303,13 @@ class RequestRoute(APIRoute):
 
 
 def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None,
-               explore: float | None = None) -> FastAPI:
+               explore: float | None = None, watch_seconds: float | None = None) -> FastAPI:
     """The service for one campaign (``promokit serve`` runs it under uvicorn, a worker each). ``ledger_url``
     defaults to ``sqlite:///<campaign>/ledger.sqlite``;
     ``token`` (default ``$PROMOKIT_API_TOKEN``) is the bearer token the mutating endpoints require; ``explore``
-    replaces the campaign's exploration share (its seed stays the campaign's)."""
+    replaces the campaign's exploration share (its seed stays the campaign's); ``watch_seconds`` (default
+    ``$PROMOKIT_WATCH_SECONDS``, else 1) is how often a worker reads ``live.json`` to follow a switch, 0 never
+    (:mod:`promokit.serve.refresh`)."""
     from promokit.serve.page import render_page
 
     token = token if token is not None else os.environ.get(TOKEN_ENV, "")
@@ -291,11 +327,22 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         # walks it and stalls every request in flight (p99 101 → 22 ms at 64 clients once frozen).
         gc.freeze()
         service.writer.start()
+        follower = asyncio.get_running_loop().create_task(service.follow())
+        hangup = _on_hangup(service.live.poke)
         yield
+        hangup()
+        follower.cancel()
         await service.writer.stop()
         service.close()
 
-    service = Service(campaign, ledger)
+    given = watch_seconds if watch_seconds is not None else os.environ.get(WATCH_ENV, WATCH_SECONDS)
+    try:
+        watch = float(given)
+    except (TypeError, ValueError):
+        watch = math.nan
+    if not (math.isfinite(watch) and watch >= 0):
+        raise DataError(f"watch_seconds (${WATCH_ENV}) must be a number of seconds ≥ 0, got {given!r}")
+    service = Service(campaign, ledger, explore, watch)
     # FastAPI's OpenTelemetry hooks are off: the service exports Prometheus metrics (promokit.serve.metrics), and
     # the hooks' per-request check for a configured provider cost ≈ 5 µs of every decision.
     app = FastAPI(title="promokit decision service", version=campaign.config.model_version, lifespan=lifespan,
@@ -330,11 +377,28 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
 
     app.include_router(hot)
 
+    @app.post("/v1/campaign/switch", response_model=SwitchOut, openapi_extra=request_body(SwitchIn, required=False),
+              responses=responses(401, 404, 409, 413, 422, 503, described_as={
+                  404: "the campaign directory has no such version",
+                  409: "the version cannot replace the live one (it does not load, or its levels, currency or "
+                       "populations differ): the live one is kept"}))
+    async def switch(request: Request) -> JSONResponse:
+        authorise(request)
+        raw = await request.body()
+        body = parse_body(SwitchIn, raw) if raw.strip() else SwitchIn()
+        try:
+            return JSONResponse(await service.switch(body.version, "endpoint"))
+        except UnknownVersion as exc:
+            raise HTTPException(404, str(exc)) from None
+        except DataError as exc:
+            raise HTTPException(409, str(exc)) from None
+
     @app.get("/v1/assignments/{user_id}", response_model=Assignment, responses=responses(404, 422))
     async def assignment(user_id: Key) -> Assignment:
-        if not campaign.assignments:
+        assignments = service.campaign.assignments
+        if not assignments:
             raise HTTPException(404, "this campaign has no quota plan (it was built without one)")
-        fund = campaign.assignments.get(user_id)
+        fund = assignments.get(user_id)
         if fund is None:
             raise HTTPException(404, f"user_id {user_id!r} is not in the quota plan")
         return Assignment(user_id=user_id, fund=fund)
@@ -367,6 +431,17 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         app.add_exception_handler(error, unavailable)
 
     return app
+
+
+def _on_hangup(callback):
+    """Call ``callback`` on SIGHUP in this process (a worker's main thread); returns the undo. Elsewhere (a test
+    client's thread, Windows) nothing: the pointer is still followed."""
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGHUP, callback)
+    except (ValueError, RuntimeError, NotImplementedError, AttributeError):
+        return lambda: None
+    return lambda: loop.remove_signal_handler(signal.SIGHUP)
 
 
 def prepare_workers(campaign_dir: str | os.PathLike, ledger_url: str | None = None,

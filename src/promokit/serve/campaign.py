@@ -11,6 +11,9 @@ Layout (every file written atomically; nothing is unpickled when it is read back
     assignments.parquet  optional, ``user_id, fund`` from an ``allocate quota`` plan
     lookup/<population>/ ids.npy (the ids as sorted UTF-8 bytes), scores.npy (their rows, in that order),
                          mean.npy (the population's mean curve): what the service reads
+    versions/<version>/  the same files for each version built beside the live one (:mod:`promokit.serve.versions`)
+    live.json            which version is live (without it, the one at the root)
+    ledger.sqlite        the ledger, when the service keeps its own: shared by every version
 
 :func:`build` checks that the score tables offer the levels the budget plan was solved for and that
 the plan's λ* and B are there; :func:`load_campaign` memory-maps each population's lookup: the service starts at
@@ -38,10 +41,17 @@ from promokit.data.durations import parse_duration
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_npy, write_parquet
 from promokit.serve.money import EXPONENTS, to_minor
-from promokit.serve.options import (COLD_START, COUPON_TTL_SECONDS, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
-                                    PACING_WINDOW, WHEN_EXHAUSTED)
+from promokit.serve.options import (
+    COLD_START,
+    COUPON_TTL_SECONDS,
+    CURRENCY_EXPONENT,
+    PACING_EVERY,
+    PACING_GAIN,
+    PACING_WINDOW,
+    WHEN_EXHAUSTED,
+)
+from promokit.serve.versions import CONFIG, live_version, new_folder, point_live, version_folder, version_names
 
-CONFIG = "campaign.json"
 TABLES = {"customer": "customers.parquet", "merchant": "merchants.parquet"}
 ASSIGNMENTS = "assignments.parquet"
 LOOKUP = "lookup"
@@ -184,10 +194,11 @@ class Population:
 
 @dataclass
 class Campaign:
-    path: Path
+    path: Path  # the campaign directory: what the service is given, where its ledger lives
     config: CampaignConfig
     populations: dict[str, Population]
     assignments: dict[str, str]
+    folder: Path  # the folder of this version's files: ``path``, or ``path/versions/<model_version>``
 
     @property
     def levels(self) -> np.ndarray:
@@ -202,7 +213,7 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
           quota_plan=None, coupon_ttl=COUPON_TTL_SECONDS, when_exhausted: str = WHEN_EXHAUSTED,
           merchant_paid_on: str | None = None, cold_start: str = COLD_START,
           currency_exponent: int = CURRENCY_EXPONENT, explore: float = 0.0, explore_seed: int = 0,
-          pacing: Pacing | None = None, model_version: str | None = None) -> Campaign:
+          pacing: Pacing | None = None, model_version: str | None = None, activate: bool = False) -> Campaign:
     """Write a campaign directory at ``out`` (``promokit campaign build``; :func:`promokit.campaign.build`) from
     ``incentive predict``'s score tables (``customers``, optional ``merchants``: frames, or paths of a file or of a
     directory/glob of Parquet parts, read into one frame; keyed by ``user_id``, else their only ``*_id`` column, as
@@ -211,6 +222,12 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
     quota plan (a frame, ``plan.parquet`` or ``plan/`` of parts). ``coupon_ttl`` is a coupon's lifetime, a duration
     (:func:`~promokit.data.durations.parse_duration`: ``"7D"``, ``"12h"`` or a number of seconds; default a week).
     ``model_version`` defaults to a hash of the score tables; ``pacing`` to :class:`Pacing`'s defaults.
+
+    Into a directory that already holds a campaign, the build writes a new version beside the live one
+    (``versions/<model_version>/``) and keeps the live one, which a running service goes on serving until it
+    switches (:func:`activate`, or ``activate=True`` here). A build keeps the live version, the one it writes and
+    the root's; other versions of ``versions/`` are removed. A build whose ``model_version`` is the live one's
+    returns the live campaign when its settings are the same, and is refused when they differ.
 
     ``merchant_paid_on`` defaults to the cost model the plan's λ* was solved under (its report says, when it was
     solved with merchants; else ``response``); another one is refused, as it would serve λ* under other costs.
@@ -238,29 +255,96 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
     plan = None if quota_plan is None else _read_assignments(quota_plan)
     config.model_version = model_version or _fingerprint(frames)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    live = live_version(out)
+    if live is None:
+        folder = out
+    elif config.model_version == live:
+        return _same_as_live(out, config, plan)
+    else:
+        folder = new_folder(out, config.model_version)
+        _remove_versions(out, keep={live, config.model_version})
+    _write_version(folder, config, frames, tables, plan)
+    if live is not None and activate:
+        return activate_version(out, config.model_version)
+    return load_campaign(out, version=config.model_version)
+
+
+def _write_version(folder: Path, config: CampaignConfig, frames: dict, tables: dict, plan) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     for population in TABLES:
-        if population not in frames and (out / TABLES[population]).exists():
-            (out / TABLES[population]).unlink()  # a rebuilt campaign without merchants must not keep old ones
-            shutil.rmtree(out / LOOKUP / population, ignore_errors=True)
+        if population not in frames and (folder / TABLES[population]).exists():
+            (folder / TABLES[population]).unlink()  # a rebuilt campaign without merchants must not keep old ones
+            shutil.rmtree(folder / LOOKUP / population, ignore_errors=True)
     for population, frame in frames.items():
-        write_parquet(frame, out / TABLES[population])
+        write_parquet(frame, folder / TABLES[population])
         table = tables[population]
-        Population.of(table.user_ids, table.scores).save(out / LOOKUP / population)
+        Population.of(table.user_ids, table.scores).save(folder / LOOKUP / population)
     if plan is not None:
-        write_parquet(plan, out / ASSIGNMENTS)
-    elif (out / ASSIGNMENTS).exists():
-        (out / ASSIGNMENTS).unlink()
-    write_json(config.to_dict(), out / CONFIG)
-    return load_campaign(out)
+        write_parquet(plan, folder / ASSIGNMENTS)
+    elif (folder / ASSIGNMENTS).exists():
+        (folder / ASSIGNMENTS).unlink()
+    write_json(config.to_dict(), folder / CONFIG)  # last: a folder without it is not a version
 
 
-def load_campaign(path: str | os.PathLike, explore: float | None = None) -> Campaign:
-    """The campaign directory at ``path``; ``explore`` replaces its exploration share."""
-    path = Path(path)
-    if not (path / CONFIG).is_file():
-        raise DataError(f"{path} is not a campaign directory: {CONFIG} is missing (make one with "
+def _same_as_live(root: Path, config: CampaignConfig, plan) -> Campaign:
+    live = load_campaign(root)
+    planned = {} if plan is None else dict(zip(plan[USER].tolist(), plan[FUND].tolist()))
+    if live.config.to_dict() != config.to_dict() or live.assignments != planned:
+        raise DataError(f"version {config.model_version!r} is live in {root} with other settings; a new version "
+                        f"needs another model_version")
+    return live
+
+
+def _remove_versions(root: Path, keep: set[str]) -> None:
+    for name in version_names(root):
+        folder = version_folder(root, name)
+        if name not in keep and folder != root:
+            shutil.rmtree(folder)
+
+
+def activate_version(root: str | os.PathLike, version: str | None = None, explore: float | None = None) -> Campaign:
+    """Make ``version`` (default: the newest built) the live version of the campaign directory ``root`` and return
+    it; a running service follows within a second (:mod:`promokit.serve.refresh`), or keeps its version when the
+    populations differ. The version must load and fit the live one's ledger (:func:`refresh_problem`), else
+    nothing changes."""
+    root = Path(root)
+    live = load_campaign(root, explore)
+    version = version or version_names(root)[-1]
+    campaign = load_campaign(root, explore, version=version)
+    problem = refresh_problem(live, campaign, serving=False)
+    if problem:
+        raise DataError(problem)
+    point_live(root, version)
+    return campaign
+
+
+def refresh_problem(live: Campaign, new: Campaign, serving: bool = True) -> str | None:
+    """Why ``new`` cannot replace ``live`` (None when it can): the ledger keeps money in the live currency's minor
+    units and decisions by level index; a running service (``serving``) also keeps its request schema, which
+    follows the populations."""
+    old, config = live.config, new.config
+    checks = [("levels", old.levels, config.levels),
+              ("currency_exponent", old.currency_exponent, config.currency_exponent)]
+    if serving:
+        checks.append(("populations", sorted(live.populations), sorted(new.populations)))
+    for what, before, after in checks:
+        if before != after:
+            return (f"version {config.model_version!r} has {what} {after} where the live version "
+                    f"{old.model_version!r} has {before}; "
+                    + ("restart the service to serve it" if what == "populations" else
+                       f"a campaign with other {what} needs its own directory and ledger"))
+    return None
+
+
+def load_campaign(path: str | os.PathLike, explore: float | None = None, version: str | None = None) -> Campaign:
+    """The campaign directory at ``path``, at its live version or at ``version``; ``explore`` replaces its
+    exploration share."""
+    root = Path(path)
+    version = version or live_version(root)
+    if version is None:
+        raise DataError(f"{root} is not a campaign directory: {CONFIG} is missing (make one with "
                         f"`promokit campaign build`)")
+    path = version_folder(root, version)
     try:
         data = json.loads((path / CONFIG).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -280,7 +364,7 @@ def load_campaign(path: str | os.PathLike, explore: float | None = None) -> Camp
     if (path / ASSIGNMENTS).is_file():
         plan = _read_assignments(path / ASSIGNMENTS)
         assignments = dict(zip(plan[USER].tolist(), plan[FUND].tolist()))
-    return Campaign(path, config, populations, assignments)
+    return Campaign(root, config, populations, assignments, path)
 
 
 def _read_report(path: Path) -> dict:

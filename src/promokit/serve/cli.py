@@ -14,8 +14,14 @@ import typer
 from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
 from promokit.console import get_console
 from promokit.data.durations import DURATION_FORMS, parse_duration
-from promokit.serve.options import (COLD_START, CURRENCY_EXPONENT, PACING_EVERY, PACING_GAIN,
-                                    PACING_WINDOW, WHEN_EXHAUSTED)
+from promokit.serve.options import (
+    COLD_START,
+    CURRENCY_EXPONENT,
+    PACING_EVERY,
+    PACING_GAIN,
+    PACING_WINDOW,
+    WHEN_EXHAUSTED,
+)
 
 campaign_app = typer.Typer(help="Campaign directories (what the decision service serves), and the campaign demo.",
                            no_args_is_help=True)
@@ -41,23 +47,43 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
           pacing_every: Annotated[int, typer.Option("--pacing-every", help="Re-solve λ after this many decisions (per worker).")] = PACING_EVERY,
           pacing_gain: Annotated[float, typer.Option("--pacing-gain", help="Feedback exponent g of B_t = B·(B/ρ̂)^g; 0 follows traffic only.")] = PACING_GAIN,
           pacing: Annotated[bool, typer.Option("--pacing/--no-pacing", help="Re-solve λ online (ratio budgets only).")] = True,
-          model_version: Annotated[Optional[str], typer.Option("--model-version", help="Version string returned with every decision (default: a hash of the score tables).")] = None):
-    """Make a campaign directory from `incentive predict` score tables and the `allocate budget` plan."""
+          model_version: Annotated[Optional[str], typer.Option("--model-version", help="Version string returned with every decision (default: a hash of the score tables); it names the version's folder when OUT holds a campaign.")] = None,
+          activate: Annotated[bool, typer.Option("--activate", help="When OUT holds a campaign: make the new version live at once (a running service follows within a second).")] = False):
+    """Make a campaign directory from `incentive predict` score tables and the `allocate budget` plan. Into a
+    directory that holds a campaign, write a new version beside the live one (a refresh: switch to it with
+    `campaign switch`, POST /v1/campaign/switch or --activate)."""
     with user_errors():
         from promokit.campaign import build as build_campaign
-        from promokit.serve.campaign import Pacing
+        from promokit.serve.campaign import Pacing, load_campaign
 
         campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
                                   coupon_ttl=parse_duration(coupon_ttl, "--coupon-ttl"), when_exhausted=when_exhausted,
                                   merchant_paid_on=merchant_paid_on, cold_start=cold_start,
                                   currency_exponent=currency_exponent, explore=explore, explore_seed=explore_seed,
                                   pacing=Pacing(pacing_window, pacing_every, pacing_gain, pacing),
-                                  model_version=model_version)
+                                  model_version=model_version, activate=activate)
         sizes = ", ".join(f"{len(p):,} {name}s" for name, p in campaign.populations.items())
         config = campaign.config
-        get_console().print(f"campaign {config.model_version} in {out}: {sizes}, levels {config.levels}, λ* "
-                            f"{config.lam:.6g}, cap {config.cap:,.{config.currency_exponent}f}"
+        live = load_campaign(out).config.model_version
+        where = "" if live == config.model_version else \
+            f" beside the live version {live} (switch with `promokit campaign switch --campaign {out}`)"
+        get_console().print(f"campaign {config.model_version} in {campaign.folder}{where}: {sizes}, levels "
+                            f"{config.levels}, λ* {config.lam:.6g}, cap {config.cap:,.{config.currency_exponent}f}"
                             + (f", exploring {config.explore:.2%} of subjects" if config.explore else ""))
+
+
+@campaign_app.command("switch")
+def switch(campaign: CampaignOpt,
+           version: Annotated[Optional[str], typer.Option("--version", help="The version to make live (default: the newest built).")] = None):
+    """Make another version of a campaign directory live; a running service follows within a second (or at once
+    on SIGHUP), keeping its ledger, cap and pacing. A version whose levels or currency differ is refused."""
+    with user_errors():
+        from promokit.serve.campaign import activate_version, load_campaign
+
+        previous = load_campaign(campaign).config.model_version
+        live = activate_version(campaign, version).config.model_version
+        get_console().print(f"campaign {campaign}: version {live} is live" +
+                            ("" if previous == live else f" (was {previous})"))
 
 
 @campaign_app.command("export")

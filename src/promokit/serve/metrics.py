@@ -226,6 +226,17 @@ class StatusCollector(Collector):
                     family.add_metric([str(row.get("population")), level], row[key])
             if family.samples:
                 yield family
+        campaign = self.status.get("campaign") or {}
+        if campaign.get("model_version") is not None:
+            info = GaugeMetricFamily("promokit_campaign_info", "1, labelled with the version the answering worker "
+                                     "serves.", labels=["model_version"])
+            info.add_metric([str(campaign["model_version"])], 1)
+            yield info
+        yield from _single(GaugeMetricFamily, "promokit_campaign_live_since_seconds",
+                           "Unix time the answering worker began serving its version.", campaign.get("live_since"))
+        for key, help_text in (("switches", "Switches of the answering worker to another campaign version."),
+                               ("refused", "Campaign versions the answering worker refused to switch to.")):
+            yield from _single(CounterMetricFamily, f"promokit_campaign_{key}", help_text, campaign.get(key))
         if "up" in ledger:
             yield GaugeMetricFamily("promokit_ledger_up", "1 if the last ledger read succeeded.",
                                     float(bool(ledger["up"])))

@@ -102,6 +102,16 @@ class Pacer:
         finally:
             self._busy = False
 
+    def carry(self, old: Pacer) -> None:
+        """Go on from ``old``, the pacer of the version this one replaces: its trace, and its correction of the
+        target as a share of B (``B_t / B``). λ starts from this version's λ*, and the window fills again with
+        this version's curves before the first re-solve (``decisions`` in the trace counts this version's)."""
+        with old._lock:
+            share, trace = (old.target / old.B if old.B > 0 else 1.0), list(old.trace)
+        with self._lock:
+            self.target = self.B * share
+            self.trace = [*trace, PacingPoint(time.time(), 0, self.lam, self.target, None)][-2000:]
+
     def corrected_target(self, realised: float | None) -> float:
         if realised is None or not np.isfinite(realised) or realised <= 0 or self.B <= 0:
             return self.B

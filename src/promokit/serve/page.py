@@ -7,7 +7,7 @@ useful with JavaScript off; the script then fetches ``/v1/status`` every 2 s and
 redraws the same elements. Data strings are escaped with :func:`html.escape` here
 and only ever written with ``textContent`` in the browser.
 
-Stable element ids (used by the tests): ``at-risk``, ``decisions``, ``lam``,
+Stable element ids (used by the tests): ``model``, ``live-since``, ``switches``, ``at-risk``, ``decisions``, ``lam``,
 ``burn-chart``, ``lam-chart``, ``levels``, ``updated``; the service's own figures:
 ``req-rate``, ``dec-rate``, ``req-total``, ``http-4xx``, ``http-5xx``, ``p50``/``p90``/``p99``,
 ``ledger-up``, ``ledger-read``, ``ledger-commit``, ``ledger-errors``.
@@ -94,6 +94,7 @@ def fields(status: dict) -> dict[str, str]:
     share = at_risk / cap if _num(at_risk) and _num(cap) and cap > 0 else None
     return {
         "model": str(c.get("model_version", DASH)), "form": str(c.get("form", DASH)),
+        "live-since": clock(c.get("live_since")), "switches": count(c.get("switches")),
         "budget-b": money(c.get("B")) if c.get("form") == "absolute" else sig4(c.get("B")),
         "cap": money(cap), "lam": sig4(p.get("lam")), "pacing": "on" if p.get("enabled") else "off",
         "at-risk": money(at_risk), "cap-card": money(cap), "at-risk-pct": f"{pct(share)} of cap",
@@ -247,7 +248,8 @@ def render_page(status: dict) -> str:
 <style>{CSS}</style></head>
 <body>
 <header><h1>promokit decision service</h1>
-<p class="meta">model <b>{span("model")}</b> · budget {span("form")} B = {span("budget-b")} · cap {span("cap")}
+<p class="meta">model <b>{span("model")}</b> (live since {span("live-since")}, {span("switches")} switches)
+ · budget {span("form")} B = {span("budget-b")} · cap {span("cap")}
  · λ now <b>{span("lam")}</b> · pacing {span("pacing")}
  · updated {span("updated")} <span id="conn" class="conn"></span></p></header>
 <section class="cards">{"".join(cards)}</section>
@@ -354,6 +356,7 @@ SCRIPT = r"""
     const share = num(b.at_risk) && num(c.cap) && c.cap > 0 ? b.at_risk / c.cap : null;
     return {
       "model": String(c.model_version ?? DASH), "form": String(c.form ?? DASH),
+      "live-since": clock(c.live_since), "switches": count(c.switches),
       "budget-b": c.form === "absolute" ? money(c.B) : sig4(c.B),
       "cap": money(c.cap), "lam": sig4(p.lam), "pacing": p.enabled ? "on" : "off",
       "at-risk": money(b.at_risk), "cap-card": money(c.cap), "at-risk-pct": pct(share) + " of cap",

@@ -88,6 +88,22 @@ class OutcomeOut(BaseModel):
     replayed: bool
 
 
+class SwitchIn(BaseModel):
+    """Which version of the campaign directory to serve from now on."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    version: Key | None = Field(None, description="A version built in the campaign directory (its model_version); "
+                                                  "absent or null: the newest built.")
+
+
+class SwitchOut(BaseModel):
+    switched: bool = Field(description="False when the version was live already.")
+    version: str = Field(description="The version served now.")
+    previous: str = Field(description="The version served before.")
+    time: float
+    how: Literal["endpoint", "pointer", "signal"]
+
+
 class Assignment(BaseModel):
     user_id: str
     fund: str
@@ -147,21 +163,22 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     return data
 
 
-def responses(*statuses: int) -> dict:
-    """OpenAPI entries for the error answers an endpoint gives (every one it can give: schemathesis checks)."""
+def responses(*statuses: int, described_as: dict[int, str] | None = None) -> dict:
+    """OpenAPI entries for the error answers an endpoint gives (every one it can give: schemathesis checks);
+    ``described_as`` replaces the descriptions of some statuses."""
     described = {401: "missing or wrong bearer token", 404: "unknown request_id", 409: "conflict with the ledger: "
                  "an idempotency key reused with another body, an expired coupon, a different outcome, a redemption "
                  "of no coupon, an amount above what the coupon can cost", 413: "request body above 16 KiB", 422: "a field is missing, of the wrong type or "
-                 "out of range (one entry per field)", 503: "the ledger is unavailable"}
+                 "out of range (one entry per field)", 503: "the ledger is unavailable", **(described_as or {})}
     return {status: {"description": described[status],
                      "model": ValidationProblem if status == 422 else Problem} for status in statuses}
 
 
-def request_body(model: type[BaseModel], **properties) -> dict:
+def request_body(model: type[BaseModel], required: bool = True, **properties) -> dict:
     """The requestBody of an endpoint that parses its body itself (:func:`parse_body`), ``properties`` replaced."""
     schema = model.model_json_schema()
     schema["properties"].update(properties)
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
 
 
 def decision_body(populations) -> dict:

@@ -4,7 +4,8 @@ A ranking model can order sessions well (AUC) and still be off in level when the
 a budget plan that sums probabilities then expects far more or far less than it will realise. A
 :class:`Recalibration` is fitted on held-out labelled rows (``fit(p, y)``: the model's probabilities and the
 outcomes) and maps any probability afterwards (``apply``); it is plain JSON (``to_dict`` / ``from_dict``) so a
-model directory can keep it. Methods:
+model directory can keep it (a model of several probabilities keeps one per probability: :func:`write_recalibrations`).
+Methods:
 
 - ``"isotonic"``: the monotone step fit of ``y`` on ``p`` (pool adjacent violators; Zadrozny & Elkan 2002),
   linear between its thresholds and clipped to their range outside it. Keeps the order of the scores, so the AUC
@@ -127,13 +128,39 @@ def write_recalibration(model_dir: str | os.PathLike, recalibration: Recalibrati
 
 def read_recalibration(model_dir: str | os.PathLike) -> Recalibration | None:
     """The recalibration of the model directory ``model_dir`` (:data:`RECALIBRATION_FILE`), or None without one."""
+    return _read(model_dir, Recalibration.from_dict)
+
+
+def write_recalibrations(model_dir: str | os.PathLike, recalibrations: dict[str, Recalibration]) -> None:
+    """Write the recalibrations of a model with several probabilities, one entry per probability's name
+    (``{"p_ctr": …, "p_ctcvr": …}``), into the model directory ``model_dir`` as :data:`RECALIBRATION_FILE`,
+    atomically (none: remove the file). The rest of the directory is left as it is."""
+    path = Path(model_dir) / RECALIBRATION_FILE
+    if recalibrations:
+        write_json({name: r.to_dict() for name, r in recalibrations.items()}, path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def read_recalibrations(model_dir: str | os.PathLike) -> dict[str, Recalibration]:
+    """The recalibrations by probability :func:`write_recalibrations` wrote into ``model_dir`` ({} without one)."""
+    return _read(model_dir, _by_name) or {}
+
+
+def _read(model_dir: str | os.PathLike, parse):
     path = Path(model_dir) / RECALIBRATION_FILE
     if not path.exists():
         return None
     try:
-        return Recalibration.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return parse(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, DataError) as exc:
         raise DataError(f"{path}: not a recalibration ({exc})") from None
+
+
+def _by_name(data) -> dict[str, Recalibration]:
+    if not isinstance(data, dict) or not data or "method" in data:
+        raise DataError("expected one recalibration per probability, by name")
+    return {name: Recalibration.from_dict(entry) for name, entry in data.items()}
 
 
 def _probabilities(p, name: str) -> np.ndarray:

@@ -19,6 +19,7 @@ from promokit.data import DataError, FeatureSpec
 from promokit.data.datasets import check_rows
 from promokit.data.encoders import NumericEncoder
 from promokit.data.ids import id_hashes
+from promokit.data.leakage import allowed_columns
 from promokit.data.spec import check_label_roles
 from promokit.data.split import TEST_FRACTION, NothingEarlier, latest_split
 from promokit.training import (
@@ -33,12 +34,14 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_same_data
+from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
 from promokit.training.seed import seed_everything
 from promokit.training.shards import time_threshold
 from promokit.value.contract import FUND, LABELS, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
 from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS, VALIDATION_FRACTION
 from promokit.value.evaluate import value_metrics
 from promokit.value.inputs import InputEncoders
+from promokit.value.leaks import warn_leaks, warn_validation_leak
 from promokit.value.models import ESDPM, MODELS, RENAMED, Hurdle
 from promokit.value.models.esdpm import AmountStart
 from promokit.value.models.hurdle import FORMER_PREFIX, PREFIX
@@ -164,12 +167,15 @@ class ValueModel(Estimator):
     kept per delivery (50); ``train``, a :class:`~promokit.training.TrainConfig` (default :data:`DEFAULT_TRAIN`);
     ``split``, how :meth:`fit` holds deliveries out (``"time"``: the latest, §5.1; ``"random"``: seeded by the
     training seed, for deliveries that share one time); ``test_fraction``, the share of the deliveries held out
-    for evaluation, never trained or validated on (0: none); and ``labels``, the columns that hold the deliveries'
+    for evaluation, never trained or validated on (0: none); ``labels``, the columns that hold the deliveries'
     labels when they are not named ``click``, ``convert`` and ``amount`` (``{"convert": "purchased"}``), read by
-    :meth:`fit` and :meth:`evaluate` and kept in the model directory. What they imply: ``model_params`` (every setting of
-    the network, written to the model directory), ``max_len`` and ``train_config``. What fitting learns:
-    ``specs``, ``encoders``, ``net``, ``history``, ``holdout`` (the split it made), ``training_ids``,
-    ``trained_until`` and ``kept_contexts``.
+    :meth:`fit` and :meth:`evaluate` and kept in the model directory; and ``allow_leaky``, feature columns (a list,
+    or comma-separated names) the label-leak guard leaves alone (:mod:`promokit.value.leaks`: before training,
+    :meth:`fit` warns of a feature that alone predicts the conversion almost perfectly, and after, of a validation
+    AUC above 0.99). What they imply: ``model_params`` (every setting of the network, written to the model
+    directory), ``max_len`` and ``train_config``. What fitting learns: ``specs``, ``encoders``, ``net``,
+    ``history``, ``holdout`` (the split it made), ``training_ids``, ``trained_until`` and ``kept_contexts``;
+    :meth:`recalibrate` adds ``recalibration``.
 
     Example::
 
@@ -182,13 +188,15 @@ class ValueModel(Estimator):
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None, *,
-                 split: str = DEFAULT_SPLIT, test_fraction: float = TEST_FRACTION, labels: dict | None = None):
+                 split: str = DEFAULT_SPLIT, test_fraction: float = TEST_FRACTION, labels: dict | None = None,
+                 allow_leaky=None):
         self.model = model
         self.params = params
         self.train = train
         self.split = split
         self.test_fraction = test_fraction
         self.labels = labels
+        self.allow_leaky = allow_leaky
         self._configure()
         self.encoders: InputEncoders | None = None
         self.specs: dict[str, FeatureSpec] | None = None
@@ -204,12 +212,15 @@ class ValueModel(Estimator):
         self.trained_until: int | float | None = None
         #: context features of training deliveries (``scoring.context_values``), to score without deliveries
         self.kept_contexts: dict[str, list] | None = None
+        #: the map of pCTCVR fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`
+        self.recalibration: Recalibration | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
                                                 monitors=MONITORS, default_train=DEFAULT_TRAIN)
         check_split(self.test_fraction, 0.0, self.split)
         check_label_roles(self.labels, LABELS)
+        self.allowed_leaky = allowed_columns(self.allow_leaky)
         params = dict(self.params or {})
         max_len = params.pop("max_len", 50)
         if not isinstance(max_len, Integral) or isinstance(max_len, bool) or max_len < 1:
@@ -229,6 +240,12 @@ class ValueModel(Estimator):
     def is_neural(self) -> bool:
         """Trained by epochs (the networks), not boosted in one go (the floor ``hurdle``)."""
         return self.net_class is ESDPM
+
+    @property
+    def etv_uses_p(self) -> bool:
+        """Whether the ETV is pCTCVR times an amount (eq. 13, the floor's product, ESMM's pCTCVR alone) rather than
+        an amount of its own (``mtl-mse``'s exp(v̂) − 1)."""
+        return not self.is_neural or self.model_params["amount"] != "mse"
 
     @property
     def reads_graph(self) -> bool:
@@ -288,7 +305,9 @@ class ValueModel(Estimator):
         fraction in [0, 1) (0: none, the last epoch is kept) or the delivery rows themselves. Encoders are fitted
         on the training rows; every user, fund, behaviour and payment of ``data`` is an input. ``checkpoint_dir``
         keeps the network's epoch checkpoint there (``resume``: continue from it); ``on_epoch`` is passed to
-        :meth:`Trainer.fit`."""
+        :meth:`Trainer.fit`. Before training it warns of a feature that alone predicts the conversion almost
+        perfectly, after it of a validation AUC above 0.99 (a label leak; ``allow_leaky`` silences the first); it
+        drops a :meth:`recalibrate`-d map."""
         tables = value_tables(data, labels=self.labels)
         if not tables.has_labels:
             raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
@@ -299,13 +318,15 @@ class ValueModel(Estimator):
         for name, rows in (("training", train), ("validation", valid)):
             if len(rows):
                 _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
+        self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+        warn_leaks(tables, train, self.specs, self.allowed_leaky, self.labels)
         seed_everything(self.train_config.seed)
+        self.recalibration = None
         self.holdout = {**self.holdout_for(validation), "rows": len(tables.deliveries), "held_out": len(test)}
         self.training_ids = id_hashes(tables.deliveries[USER].to_numpy()[train])
         self.trained_until = tables.time[np.concatenate([train, valid])].max().item()
         self.kept_contexts = context_values(tables.deliveries.iloc[train[draw_contexts(len(train), KEPT_CONTEXTS)]],
                                             tables.context_spec.features)
-        self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
         self.encoders = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
         train_rows = self.encoders.rows(tables, train)
         self.amount_start = AmountStart.of(train_rows["v"], train_rows["convert"])
@@ -314,11 +335,12 @@ class ValueModel(Estimator):
         valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
         if not self.is_neural:
             self.history = self.net.fit(train_rows, valid_rows, self.train_config.seed)
-            return self
-        config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
-        self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
-                                                           metrics=self.validation_metrics(valid_rows),
-                                                           on_epoch=on_epoch)
+        else:
+            config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
+            self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
+                                                               metrics=self.validation_metrics(valid_rows),
+                                                               on_epoch=on_epoch)
+        warn_validation_leak(self.history)
         return self
 
     def build_net(self) -> ESDPM | Hurdle:
@@ -367,7 +389,7 @@ class ValueModel(Estimator):
         for name, role in (("training", TRAIN), ("validation", VALID)):
             if rows[role]:
                 _check_learnable(name, int(rows[role]), int(converted[role]))
-        self.specs, self.encoders, self._attached = specs, encoders, None
+        self.specs, self.encoders, self._attached, self.recalibration = specs, encoders, None, None
         self.holdout = {**holdout, "rows": int(rows.sum()), "held_out": int(rows[TEST])}
         self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
         self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts]))
@@ -380,14 +402,53 @@ class ValueModel(Estimator):
         """``user_id`` and ``fund`` of every delivery of ``data`` (:class:`ValueTables`, a dataset folder, or a
         mapping of table name → DataFrame or path; labels not needed), or of the delivery rows ``rows``, then the
         named outputs: p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma, v_hat, amount_if_convert where the model has
-        them. One row per delivery, in order, with a fresh RangeIndex."""
+        them. One row per delivery, in order, with a fresh RangeIndex. With a :meth:`recalibrate`-d model, p_ctcvr
+        is recalibrated and so is the ETV that multiplies it (:meth:`recalibrated`), the model's own beside them as
+        ``p_ctcvr_raw`` and ``etv_raw`` (p_ctr, p_cvr and the amounts stay the model's own)."""
         self._check_fitted()
         tables = self._tables(data, require_labels=False)
         self._attach(tables)
         out = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))
+        out = {k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}
         chosen = slice(None) if rows is None else rows
         keys = {key: tables.deliveries[key].to_numpy()[chosen] for key in (USER, FUND)}
-        return pd.DataFrame({**keys, **{k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}})
+        frame = pd.DataFrame({**keys, **out})
+        if self.recalibration is not None:
+            frame["p_ctcvr"], frame["etv"] = self.recalibrated(out["p_ctcvr"], out["etv"])
+            frame["p_ctcvr_raw"], frame["etv_raw"] = out["p_ctcvr"], out["etv"]
+        return frame
+
+    def recalibrated(self, p_ctcvr: np.ndarray, etv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The model's own ``p_ctcvr`` and ``etv`` through :attr:`recalibration` (as they are without one): p' =
+        the map of p, and an ETV that is p times an amount (:attr:`etv_uses_p`; eq. 13) scaled by p' / p, so it
+        stays p' times the same amount."""
+        if self.recalibration is None:
+            return p_ctcvr, etv
+        recalibrated = self.recalibration.apply(p_ctcvr)
+        if not self.etv_uses_p:
+            return recalibrated, etv
+        return recalibrated, etv * np.divide(recalibrated, p_ctcvr, out=np.zeros_like(recalibrated),
+                                             where=p_ctcvr > 0)
+
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None,
+                    base_rate: float | None = None) -> ValueModel:
+        """Fit a :class:`~promokit.training.recalibration.Recalibration` of the model's pCTCVR on the labelled
+        deliveries ``rows`` of ``data`` (read as :meth:`evaluate` reads it; default: every delivery) — the latest
+        labelled period, after the training one — against their conversions, and keep it: :meth:`predict`,
+        :meth:`evaluate` and the ETV tables (:meth:`score_matrix`) apply it, :meth:`save` writes it
+        (``recalibration.json``). ``method``: ``isotonic`` (default), ``platt`` or ``prior-shift`` (``base_rate``:
+        the training base rate; None: the model's mean pCTCVR on ``rows``). It replaces an earlier recalibration;
+        :meth:`fit` drops it. Returns the model."""
+        self._check_fitted()
+        recalibration = Recalibration(method)
+        tables = self._tables(data, require_labels=True)
+        n = len(tables.deliveries)
+        rows = np.arange(n) if rows is None else check_rows(rows, n, "rows", "deliveries")
+        self._attach(tables)
+        p = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))["p_ctcvr"]
+        self.recalibration = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows],
+                                               base_rate=base_rate)
+        return self
 
     def evaluate(self, data, *, rows: np.ndarray | None = None) -> Evaluation:
         """Metrics on the labelled deliveries of ``data`` (as :meth:`predict` reads it), every one or the rows
@@ -416,7 +477,8 @@ class ValueModel(Estimator):
         fund were shown at time ``at`` (default: just after the latest delivery, so every behaviour counts).
 
         A pair has no delivery context yet: its ETV is the mean over ``contexts`` context rows drawn (seeded) from
-        the deliveries of ``tables`` (:func:`draw_contexts`) — the ETV of showing the fund on a typical occasion.
+        the deliveries of ``tables`` (:func:`draw_contexts`) — the ETV of showing the fund on a typical occasion;
+        with a :meth:`recalibrate`-d model, the recalibrated ETV (:meth:`recalibrated`).
         ``context_rows`` gives those rows instead (a part of a dataset in parts is scored with the rows drawn from
         every part's deliveries)."""
         self._check_fitted()
@@ -436,8 +498,9 @@ class ValueModel(Estimator):
         for start in range(0, n_users, chunk):
             part = users[start:start + chunk]
             seq = torch.from_numpy(sequences[start:start + chunk])
-            etv = self.net.pair_outputs(torch.from_numpy(part), seq, ctx_cat, ctx_num, n_funds)["etv"]
-            scores[start:start + len(part)] = etv.numpy().astype(np.float64).reshape(len(part), n_funds, -1).mean(axis=2)
+            out = self.net.pair_outputs(torch.from_numpy(part), seq, ctx_cat, ctx_num, n_funds)
+            etv = self.recalibrated(*(out[k].numpy().astype(np.float64) for k in ("p_ctcvr", "etv")))[1]
+            scores[start:start + len(part)] = etv.reshape(len(part), n_funds, -1).mean(axis=2)
         return scores
 
     def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0,
@@ -482,22 +545,28 @@ class ValueModel(Estimator):
         config = {"promokit": __version__, "task": "value", "model": self.model,
                   "params": {**self.model_params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
                   "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.holdout,
-                  "trained_until": self.trained_until, "contexts": self.kept_contexts, "labels": self.labels}
+                  "trained_until": self.trained_until, "contexts": self.kept_contexts, "labels": self.labels,
+                  "allow_leaky": self.allow_leaky}
         history = None if self.history is None else self.history.to_dict()
-        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, training_ids=self.training_ids)
+        extra = {} if self.recalibration is None else {RECALIBRATION_FILE: self.recalibration.to_dict()}
+        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, extra,
+                        training_ids=self.training_ids)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ValueModel:
-        """The model saved in ``path``, with the label columns it was trained with; a directory saved under a
-        model's former name (``two-part``) loads as the model it is now (``hurdle``)."""
+        """The model saved in ``path``, with the label columns it was trained with and its recalibration
+        (``recalibration.json``, when it has one); a directory saved under a model's former name (``two-part``)
+        loads as the model it is now (``hurdle``)."""
         config = read_model_config(path, "value")
         holdout = config["split"]
         model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig(**config["train"]),
-                    split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"))
+                    split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"),
+                    allow_leaky=config.get("allow_leaky"))
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.holdout = holdout
         model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
+        model.recalibration = read_recalibration(path)
         if not model.is_neural:
             model.net = Hurdle(model.encoders, **model.model_params).load_texts(
                 path, FORMER_PREFIX if config["model"] in RENAMED else PREFIX)
@@ -546,16 +615,17 @@ def check_contexts(contexts) -> None:
         raise DataError(f"`contexts` must be at least 1, got {contexts!r}")
 
 
-def scoring_time(time: np.ndarray, at=None) -> int | float:
+def scoring_time(time: np.ndarray, at=None, argument: str = "at") -> int | float:
     """The time pairs are scored at, like the deliveries' ``time`` (int64 ns or float64): ``at`` (a date or a
-    number), default just after the latest of ``time`` (any time when there is none)."""
+    number; ``argument``: its name in an error), default just after the latest of ``time`` (any time when there is
+    none)."""
     if at is None:
         return time.max() + (1 if time.dtype.kind == "i" else 1e-9) if len(time) else time.dtype.type(0)
     try:
         return pd.Timestamp(at).value if time.dtype.kind == "i" else float(at)
     except (ValueError, TypeError):
         kind = "a date" if time.dtype.kind == "i" else "a number"
-        raise DataError(f"at must be {kind}, like the deliveries' times; got {at!r}") from None
+        raise DataError(f"{argument} must be {kind}, like the deliveries' times; got {at!r}") from None
 
 
 def _at(tables: ValueTables, users: np.ndarray, at) -> ValueTables:

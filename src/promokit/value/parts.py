@@ -61,7 +61,8 @@ from promokit.data.part_keys import check_unique_keys
 from promokit.data.part_scoring import PartScore, part_score
 from promokit.data.parts import naming, part_name, read_part
 from promokit.data.spec import FeatureSpec, require_columns
-from promokit.value.contract import TIME, USER, parse_times
+from promokit.value.contract import TIME, USER, ValueTables, parse_times
+from promokit.value.leaks import warn_leaks, warn_validation_leak
 from promokit.value.part_tables import USER_KEYED, ValuePart, dataset_parts, read_part_tables
 
 if TYPE_CHECKING:  # the model (torch) is imported where a part is scored or trained, not where its times are read
@@ -274,6 +275,7 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
                         "it does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
     job, counts = _plan(estimator, paths, executor, scratch, repair, types, validation)
     estimator.net, estimator.history = executor.train(job, checkpoint_dir, resume)
+    warn_validation_leak(estimator.history)
     return counts
 
 
@@ -295,7 +297,8 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
     check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=executor.map)
     scans = executor.map(_scan, parts, label="scanning parts")
     _delivery_kind(paths["deliveries"], parts, scans)
-    specs, funds = _feature_specs(parts, scans, repair, types, estimator.labels)
+    first = next(k for k, scan in enumerate(scans) if scan.rows)
+    specs, funds, sample = _feature_specs(parts[first], scans, repair, types, estimator.labels)
     sizes = [scan.rows for scan in scans]
     offsets = tuple(int(o) for o in np.cumsum([0, *sizes[:-1]]))
     if split["how"] == "time":
@@ -310,6 +313,9 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
     with naming(paths["deliveries"]):
         estimator.fit_counts(specs, InputEncoders.from_counts([c.shares for c in counted], specs, funds,
                                                               estimator.max_len), [c.labels for c in counted], split)
+    # the label-leak guard judges the training deliveries of the first part with deliveries (as conversion's does)
+    trained = np.flatnonzero(rule.roles(sample.time, offsets[first]) == TRAIN)
+    warn_leaks(sample, trained, specs, estimator.allowed_leaky, estimator.labels)
     training_parts = tuple(replace(p, files={k: v for k, v in p.files.items() if k != "consumption"}) for p in parts)
     rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
     reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair, labels=estimator.labels)
@@ -337,19 +343,18 @@ def _scan(part: ValuePart) -> PartScan:
     return PartScan(len(time), time_counts(time), kind, levels)
 
 
-def _feature_specs(parts: list[ValuePart], scans: list[PartScan], repair: bool, types: dict[str, str] | None,
-                   labels: dict[str, str] | None) -> tuple[dict, pd.DataFrame]:
-    """The feature specs of the dataset — inferred on the first part with deliveries (the columns of ``types`` of
-    the type given), integer columns classified by their values over every part, as on the parts' concatenation —
-    and the funds table, validated."""
+def _feature_specs(first: ValuePart, scans: list[PartScan], repair: bool, types: dict[str, str] | None,
+                   labels: dict[str, str] | None) -> tuple[dict, pd.DataFrame, ValueTables]:
+    """The feature specs of the dataset — inferred on ``first``, the first part with deliveries (the columns of
+    ``types`` of the type given), integer columns classified by their values over every part, as on the parts'
+    concatenation — the funds table, validated, and the tables of that part."""
     from promokit.training.shards import classify_integers
 
-    first = next(k for k, scan in enumerate(scans) if scan.rows)
-    tables = read_part_tables(parts[first], None, True, repair, types, labels)
+    tables = read_part_tables(first, None, True, repair, types, labels)
     specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
     for name, frame in (("context", tables.deliveries), ("users", tables.users)):
         specs[name] = classify_integers(specs[name], [scan.levels[name] for scan in scans], list(frame.columns))
-    return specs, tables.funds
+    return specs, tables.funds, tables
 
 
 def _count(specs: dict, rule: DeliverySplit, offsets: tuple[int, ...], repair: bool, labels: dict | None,

@@ -6,7 +6,8 @@ onto the value contract (:mod:`promokit.value.contract`) the way customer-value 
 2005): what happened in the **feature window** is known, the label is each customer's spend in the later **target
 window**. Windows are half-open, [start, end).
 
-* ``users`` — every customer with a purchase in the feature window (the others have nothing to predict from),
+* ``users`` — every customer with a purchase in the feature window (the others have nothing to predict from:
+  those who buy in the target window only are left out, and counted — :attr:`TransactionTables.new_customers`),
   with RFM and spend features as of the window's end: ``log_purchases`` (frequency), ``log_purchase_days``
   (calendar days with a purchase), ``log_<quantity>`` (the total of the ``quantity`` column, when given),
   ``log_total_spend`` (monetary), ``log_mean_spend``, ``log_first_spend`` — each log(1 + ·) — and
@@ -40,10 +41,28 @@ ONE_FUND, CUSTOMER = "all", "customer_id"
 DAY = pd.Timedelta(days=1)
 
 
+class TransactionTables(dict):
+    """The value tables of :func:`from_transactions` by name (``deliveries``, ``users``, ``funds``, ``behaviors``),
+    and what the mapping left out: ``new_customers``, those who bought in the target window but not in the feature
+    window (no history to predict from), of the ``target_customers`` who bought in the target window."""
+
+    def __init__(self, tables: dict[str, pd.DataFrame], new_customers: int, target_customers: int):
+        super().__init__(tables)
+        self.new_customers, self.target_customers = new_customers, target_customers
+
+    def summary(self) -> dict:
+        """Counts to report: customers, funds, deliveries, the share of the deliveries with a spend, the behaviours
+        and the customers left out (``new_customers`` of ``target_customers``)."""
+        deliveries = self["deliveries"]
+        return {"customers": len(self["users"]), "funds": len(self["funds"]), "deliveries": len(deliveries),
+                "spend_share": float(deliveries[CONVERT].mean()), "behaviors": len(self["behaviors"]),
+                "new_customers": self.new_customers, "target_customers": self.target_customers}
+
+
 def from_transactions(transactions: pd.DataFrame, *, feature_window, target_window, customer: str = CUSTOMER,
                       time: str = TIME, amount: str = AMOUNT, product: str | None = None,
                       quantity: str | None = None, fund: str = ONE_FUND,
-                      time_format: str | None = None) -> dict[str, pd.DataFrame]:
+                      time_format: str | None = None) -> TransactionTables:
     """The value tables (``deliveries``, ``users``, ``funds``, ``behaviors``; the module docstring says what each
     holds) of the purchase log ``transactions``, whose columns ``customer``, ``time`` (datetimes, or text that
     parses as one — with ``time_format``, e.g. ``"%Y%m%d"``, as that format) and ``amount`` (numbers ≥ 0) are
@@ -54,6 +73,9 @@ def from_transactions(transactions: pd.DataFrame, *, feature_window, target_wind
     duration (``parse_duration``: ``"273D"``) — the target window then starts where the feature window ends, the
     feature window ends where the target window starts; one of them needs times. The feature window's start may
     be None (from the first purchase). The target window starts at or after the feature window's end.
+
+    The customers who bought in the target window only are left out (no feature-window history); the tables returned
+    count them (:class:`TransactionTables`: ``new_customers``, ``summary()``).
     """
     _columns(transactions, customer=customer, time=time, amount=amount, product=product, quantity=quantity)
     log = transactions.reset_index(drop=True)
@@ -77,7 +99,10 @@ def from_transactions(transactions: pd.DataFrame, *, feature_window, target_wind
     deliveries = _deliveries(users[USER], funds[FUND], features, target, begin, several=product is not None)
     behaviors = pd.DataFrame({USER: features[USER].to_numpy(), FUND: features[FUND].to_numpy(), ACTION: "purchase",
                               TIME: features[TIME].to_numpy()})
-    return {"deliveries": deliveries, "users": users, "funds": funds, "behaviors": behaviors}
+    target_customers = target[USER].unique()
+    return TransactionTables({"deliveries": deliveries, "users": users, "funds": funds, "behaviors": behaviors},
+                             new_customers=int((~pd.Index(target_customers).isin(users[USER])).sum()),
+                             target_customers=len(target_customers))
 
 
 def write_value_tables(tables: dict[str, pd.DataFrame], folder: str | os.PathLike) -> dict[str, Path]:

@@ -1,5 +1,6 @@
-"""The value model's jobs on a dataset folder, as ``promokit value train / predict / evaluate`` run them: train on
-one folder or on a dataset in parts, score a dataset into a folder, and evaluate a model beside the floor.
+"""The value model's jobs on a dataset folder, as ``promokit value train / predict / evaluate / recalibrate`` run them:
+train on one folder or on a dataset in parts, score a dataset into a folder, evaluate a model beside the floor, and
+recalibrate a model directory on a later labelled period.
 
 A dataset in parts (:mod:`promokit.value.parts`) runs on the executor it is given (made by the caller, never here;
 ``promokit.scale.make_executor``); a folder of whole tables runs in this process and leaves the executor unused.
@@ -12,11 +13,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
 from promokit.report import Report
+from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.value.contract import read_folder, table_paths
 from promokit.value.defaults import DEFAULT_TRAIN, SCORE_CONTEXTS
 from promokit.value.estimator import ValueModel, check_contexts, scoring_time
@@ -177,6 +180,29 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
     report.figures["deciles"] = decile_figure(deciles, f"{estimator.model}: mean ETV and amount per decile")
     return FloorEvaluation(report, f"{estimator.model} on {metrics['deliveries']:,} deliveries", table, funds,
                            floor_missing=all_rows and floor is None and estimator.model != FLOOR)
+
+
+def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair_labels: bool = False,
+                labels: dict[str, str] | None = None) -> dict:
+    """Recalibrate the pCTCVR of the model directory ``model`` (:meth:`ValueModel.recalibrate`, ``method``) on the
+    labelled deliveries of the dataset folder ``data`` shown from ``start`` on (a time like the deliveries' — a date
+    or a number: the latest labelled period; None: every delivery), read with the label columns ``labels`` (default:
+    those it was trained with). Writes ``recalibration.json`` into ``model`` atomically, leaving the rest of the
+    directory as it is, so ``predict`` and ``evaluate`` apply it. Returns what it was fitted on
+    (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
+    ``mean_p_after``) with the ``method``."""
+    estimator = ValueModel.load(model)
+    tables = read_folder(data, True, repair_labels, estimator.specs,
+                         labels=estimator.labels if labels is None else labels)
+    rows = None
+    if start is not None:
+        rows = np.flatnonzero(tables.time >= scoring_time(tables.time, start, "`start`"))
+        if not len(rows):
+            raise DataError(f"`start` {start}: no delivery is shown from then on; the latest is at "
+                            f"{time_text(tables.time.max())}")
+    estimator.recalibrate(tables, method=method, rows=rows)
+    write_recalibration(model, estimator.recalibration)
+    return {"method": method, **estimator.recalibration.fitted_on}
 
 
 def _held_out(estimator: ValueModel, tables):

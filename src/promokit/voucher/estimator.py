@@ -7,6 +7,7 @@ from __future__ import annotations
 import numbers
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from datetime import date
 
@@ -19,7 +20,8 @@ from promokit import __version__
 from promokit.data import DataError, FeatureSpec, TableEncoder
 from promokit.data.datasets import check_rows
 from promokit.data.ids import id_hashes
-from promokit.data.spec import DEFAULT_MIN_COUNT
+from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
+from promokit.data.spec import DEFAULT_MIN_COUNT, missing_column_message
 from promokit.data.split import TEST_FRACTION
 from promokit.metrics import auc, calibration_report, gauc, logloss
 from promokit.training import (
@@ -109,9 +111,10 @@ class VoucherModel(Estimator):
     model's parameters, plus the estimator's own: see :attr:`net_params`), ``train`` (a :class:`TrainConfig`;
     None: :data:`DEFAULT_TRAIN`), ``max_history`` (the redeemed sessions in a user's history), ``test_fraction``
     (the share of the sessions :meth:`fit` holds out for evaluation, the latest by ``collect_time``:
-    :data:`TEST_FRACTION`; 0: none) and ``test_from`` (a time: hold out the sessions collected from it on instead).
-    They are stored as given; ``model_params`` (the model's defaults merged with ``params``) and ``train_config``
-    are derived.
+    :data:`TEST_FRACTION`; 0: none), ``test_from`` (a time: hold out the sessions collected from it on instead) and
+    ``allow_leaky`` (feature columns, a list or comma-separated names, the label-leak guard leaves alone: see
+    :meth:`fit`). They are stored as given; ``model_params`` (the model's defaults merged with ``params``) and
+    ``train_config`` are derived.
 
     Features are the tables' whitelist (``VoucherTables.categorical`` / ``numeric``: user_id, voucher_id,
     min_spend, discount and the named profile columns), encoded by a :class:`TableEncoder` fitted on the
@@ -120,13 +123,14 @@ class VoucherModel(Estimator):
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
-                 max_history: int = 6, test_fraction: float = TEST_FRACTION, test_from=None):
+                 max_history: int = 6, test_fraction: float = TEST_FRACTION, test_from=None, allow_leaky=None):
         self.model = model
         self.params = params
         self.train = train
         self.max_history = max_history
         self.test_fraction = test_fraction
         self.test_from = test_from
+        self.allow_leaky = allow_leaky
         self._configure()
         self.feature_spec: FeatureSpec | None = None
         self.table_options: dict | None = None  # VoucherTables.options of the training tables
@@ -151,6 +155,7 @@ class VoucherModel(Estimator):
             raise DataError(f"max_history must be a whole number ≥ 1, got {self.max_history!r}")
         check_test_fraction(self.test_fraction)
         self.test_cut = None if self.test_from is None else as_time("test_from", self.test_from)
+        self.allowed_leaks = allowed_columns(self.allow_leaky)
         merged = check_item_params({**MODELS[self.model][1], **(self.params or {})}, self.uses_graphs, self.model)
         graph_params = [k for k in GRAPH_PARAMS if k in merged]
         if graph_params and not self.uses_graphs:
@@ -188,8 +193,16 @@ class VoucherModel(Estimator):
                             "they cannot be features")
         if "voucher_id" not in tables.categorical:
             raise DataError(f"voucher_id must be a categorical feature; got {list(tables.categorical)}")
+        columns = list(tables.sessions.columns)
+        for name in self.allowed_leaks:
+            if name not in columns:
+                raise DataError(missing_column_message(name, columns, "allowed to leak, `allow_leaky`",
+                                                     len(tables.sessions)))
+            if name not in features:
+                raise DataError(f"`allow_leaky` names {name!r}, which is not a feature; the features are {features}")
         return FeatureSpec(categorical=list(tables.categorical), numeric=list(tables.numeric), group_key=None,
-                           min_count=self.model_params.get("min_count", DEFAULT_MIN_COUNT))
+                           min_count=self.model_params.get("min_count", DEFAULT_MIN_COUNT),
+                           allow_leaky=list(self.allowed_leaks))
 
     def layout(self) -> FieldLayout:
         widths = [enc.width for enc in self.encoder.numeric.values()]
@@ -261,7 +274,13 @@ class VoucherModel(Estimator):
         - a time (``"2024-06-01"``, a Timestamp): the sessions of ``rows`` collected from it on that are not held
           out; it must leave training and validation sessions.
 
-        ``checkpoint_dir`` / ``resume`` / ``on_epoch`` are passed to :meth:`Trainer.fit` (neural models)."""
+        ``checkpoint_dir`` / ``resume`` / ``on_epoch`` are passed to :meth:`Trainer.fit` (neural models).
+
+        Before training, a feature that alone predicts the label of the training sessions almost perfectly (a label
+        leak: a column measured after the redemption, such as the order's amount) is warned of, naming it with its
+        univariate AUC (:func:`~promokit.data.leakage.find_leaks`, above :data:`~promokit.data.leakage.LEAK_AUC`),
+        unless ``allow_leaky`` names it; after training, so is a validation AUC above
+        :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`."""
         self._configure()  # model_params afresh: a refit chooses LR's L2 and DMBGN's item_dim again
         source = self.model_params.get("item_embeddings")
         if source not in (None, METAPATH2VEC) and not os.path.exists(source):
@@ -293,6 +312,7 @@ class VoucherModel(Estimator):
                 raise DataError(f"early stopping on validation AUC needs redeemed and unredeemed validation sessions; "
                                 f"{positives} of the {len(valid_rows)} are redeemed (use monitor='loss' or more "
                                 "validation sessions)")
+        self.warn_leaks(sessions.iloc[train_rows], inputs["redeemed"].numpy()[train_rows])
         self.report = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows),
                                 n_test=len(test_rows))
         train = take(inputs, torch.from_numpy(train_rows))
@@ -310,7 +330,30 @@ class VoucherModel(Estimator):
         else:
             self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.net_params})
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
+        if valid_rows is not None:
+            self.warn_validation_leak(inputs["redeemed"].numpy()[valid_rows], self._scores(tables, valid_rows))
         return self
+
+    def warn_leaks(self, sessions: pd.DataFrame, redeemed: np.ndarray) -> None:
+        """Warn of the features of ``feature_spec`` (less its ``allow_leaky``) that alone predict ``redeemed`` (0/1,
+        one per row of ``sessions``, the training sessions) almost perfectly
+        (:func:`~promokit.data.leakage.find_leaks`): a column measured after the redemption, such as its order's
+        amount, would let the model read the label instead of predicting it."""
+        spec, label = self.feature_spec, (self.labels or {}).get("redeemed", "redeemed")
+        message = leak_warning(find_leaks(sessions, spec.categorical, spec.numeric, {label: (redeemed, None)},
+                                          spec.allow_leaky))
+        if message:
+            warnings.warn(message, stacklevel=3)
+
+    def warn_validation_leak(self, redeemed: np.ndarray, p_redeem: np.ndarray) -> None:
+        """Warn when the fitted model's AUC on the validation sessions (their labels ``redeemed``, its scores
+        ``p_redeem``) is near perfect (:func:`~promokit.data.leakage.validation_leak_warning`); no verdict when they
+        hold one class."""
+        if redeemed.sum() in (0, len(redeemed)):
+            return
+        message = validation_leak_warning({"auc": auc(redeemed, p_redeem)})
+        if message:
+            warnings.warn(message, stacklevel=3)
 
     def split_rows(self, data, rows=None, validation=None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
         """The sessions :meth:`fit` trains on, validates on (None when there is no validation) and holds out for
@@ -548,7 +591,7 @@ class VoucherModel(Estimator):
         holdout = config.get("holdout") or {}  # directories written before the hold-out was kept held nothing out
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig(**config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
-                    holdout.get("test_from"))
+                    holdout.get("test_from"), config["spec"].get("allow_leaky") or None)
         model.holdout, model.labels = config.get("holdout"), config.get("labels")
         model.feature_spec = FeatureSpec.from_dict(config["spec"])
         model.recalibration = read_recalibration(path)

@@ -131,7 +131,13 @@ def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> Part
     rows = np.flatnonzero(collect >= reading.start) if reading.start is not None else np.arange(len(collect))
     predictions = scorer.model.predict(tables, rows=rows)
     write_part(predictions, out, k)
-    return PartScore(len(predictions), {"p_redeem": float(predictions["p_redeem"].sum())})
+    return PartScore(len(predictions), {c: float(predictions[c].sum()) for c in output_columns(predictions)})
+
+
+def output_columns(predictions: pd.DataFrame) -> list[str]:
+    """The scores of :meth:`VoucherModel.predict`'s frame, without its keys: ``p_redeem``, and ``p_redeem_raw`` for a
+    recalibrated model."""
+    return [c for c in predictions.columns if c.startswith("p_")]
 
 
 @contextmanager

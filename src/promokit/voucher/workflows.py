@@ -1,6 +1,6 @@
-"""The voucher model's jobs on files, as ``promokit voucher predict`` and ``recalibrate`` run them: score sessions (one
-table, or a table in parts: :mod:`promokit.voucher.parts`) into a folder; recalibrate a model directory on labelled
-sessions. Training on tables is :meth:`VoucherModel.fit` itself."""
+"""The voucher model's jobs on files, as ``promokit voucher train``, ``predict`` and ``recalibrate`` run them: fit a
+model on tables read from files and write its directory; score sessions (one table, or a table in parts:
+:mod:`promokit.voucher.parts`) into a folder; recalibrate a model directory on labelled sessions."""
 
 from __future__ import annotations
 
@@ -10,9 +10,22 @@ from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
 from promokit.data.parts import is_partitioned
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
-from promokit.voucher.contract import agreed_options
+from promokit.voucher.contract import agreed_options, read_tables
 from promokit.voucher.history import as_time, sessions_from
-from promokit.voucher.parts import Reading, predict_parts
+from promokit.voucher.parts import Reading, output_columns, predict_parts
+
+
+def train(estimator, files: dict, out: Path, *, validation=None, labels: dict | None = None, checkpoint_dir=None,
+          resume: bool = False, **options):
+    """Fit ``estimator`` (a :class:`~promokit.voucher.estimator.VoucherModel`) on the labelled tables of ``files``
+    (table name → path) read with ``options`` and the label's column ``labels``
+    (:func:`~promokit.voucher.contract.read_tables`), validating on ``validation`` and keeping the epoch checkpoint
+    in ``checkpoint_dir`` (``resume``: continue from it), as :meth:`~VoucherModel.fit` does; write it as the model
+    directory ``out``. Returns the fitted estimator."""
+    tables = read_tables(files, require_labels=True, labels=labels, **options)
+    estimator.fit(tables, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
+    estimator.save(out)
+    return estimator
 
 
 def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path | None = None,
@@ -37,9 +50,9 @@ def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path
                             "(promokit.scale.make_executor())")
         written = file or out / "predictions"
         parts = predict_parts(executor, reading, sessions, events, written)
-        rows = sum(p.rows for p in parts)
+        rows, averages = sum(p.rows for p in parts), means(parts)
         write_json({"rows": rows, "parts": len(parts), "executor": executor.name, "model": estimator.model,
-                    "outputs": ["p_redeem"], "means": {"p_redeem": means(parts)["p_redeem"]}},
+                    "outputs": list(averages), "means": averages},
                    file.with_suffix(".json") if file else out / "summary.json")
         return rows, written
     if executor is not None and executor.name != "local":
@@ -50,8 +63,9 @@ def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path
     predictions = estimator.predict(tables, rows=sessions_from(tables.sessions, start))
     written = write_parquet(predictions, file or out / "predictions.parquet")
     if file is None:
-        write_json({"rows": len(predictions), "parts": 1, "model": estimator.model, "outputs": ["p_redeem"],
-                    "means": {"p_redeem": float(predictions["p_redeem"].mean())}}, out / "summary.json")
+        averages = {c: float(predictions[c].mean()) for c in output_columns(predictions)}
+        write_json({"rows": len(predictions), "parts": 1, "model": estimator.model, "outputs": list(averages),
+                    "means": averages}, out / "summary.json")
     return len(predictions), written
 
 

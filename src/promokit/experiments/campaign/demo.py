@@ -49,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import secrets
+import shutil
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -158,8 +159,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
     cap = math.floor(config.cap_factor * expected_spend * 100) / 100
     campaign_dir = out / "campaign"
     with stages("campaign"):
-        for stale in campaign_dir.glob("ledger.sqlite*"):  # a rerun into OUT starts a new ledger
-            stale.unlink()
+        shutil.rmtree(campaign_dir, ignore_errors=True)  # a rerun into OUT starts a new campaign and ledger
         build_campaign(campaign_dir, _scores_path(out, PAPER), out / "plan", cap, explore=config.explore,
                        explore_seed=config.seed)
     with stages("serve and replay"):

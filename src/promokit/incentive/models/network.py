@@ -55,10 +55,15 @@ class IncentiveNet(nn.Module):
     ``response`` ``(B, K)`` and, for customer rows, ``log_response`` / ``log_no_response`` (and ``hazard`` for
     the hazard heads); merchant rows hold zeros there. The node inputs are attached with :meth:`attach`; they
     are data, not weights, so a saved model scores any graph with the same feature columns.
+
+    The "merchant" side is the other end of the customers' edges: merchants, items (which have no labels, so no
+    merchant row ever trains or is scored), or, with ``merchant_cardinalities`` None, the customers themselves on a
+    customer–customer graph: one feature embedding and a homogeneous :class:`BipartiteGNN` for both sides (the
+    merchant widths are then the customers').
     """
 
     def __init__(self, customer_cardinalities: Sequence[int], customer_numeric: int, customer_structure: int,
-                 merchant_cardinalities: Sequence[int], merchant_numeric: int, merchant_structure: int,
+                 merchant_cardinalities: Sequence[int] | None, merchant_numeric: int, merchant_structure: int,
                  levels: Sequence[float], representation: str = "gnn", head: str = "hazard", emb_dim: int = 8,
                  width: int = 64, depth: int = 2, conv: str = "graph", fanouts: Sequence[int] = (10, 25),
                  hidden: Sequence[int] = (256, 128), dropout: float = 0.1, fused_lasso: float = 1e-3,
@@ -73,12 +78,18 @@ class IncentiveNet(nn.Module):
         self.representation, self.fanouts, self.merchant_weight = representation, list(fanouts), merchant_weight
         self.n_levels = len(levels)
         features = OneHotFeatures if representation == "linear" else partial(FeatureEmbedding, dim=emb_dim)
+        homogeneous = merchant_cardinalities is None
         self.customer_features = features(customer_cardinalities, customer_numeric)
-        self.merchant_features = features(merchant_cardinalities, merchant_numeric)
+        if homogeneous:  # an alias, not a submodule: the state dict holds each weight once
+            object.__setattr__(self, "merchant_features", self.customer_features)
+            merchant_numeric, merchant_structure = customer_numeric, customer_structure
+        else:
+            self.merchant_features = features(merchant_cardinalities, merchant_numeric)
         c_dim = self.customer_features.output_dim + self._extra(customer_structure, merchant_numeric, merchant_structure)
         m_dim = self.merchant_features.output_dim + self._extra(merchant_structure, customer_numeric, customer_structure)
         if representation == "gnn":
-            self.gnn = BipartiteGNN(c_dim, m_dim, width=width, depth=depth, conv=conv, dropout=dropout)
+            self.gnn = BipartiteGNN(c_dim, m_dim, width=width, depth=depth, conv=conv, dropout=dropout,
+                                    homogeneous=homogeneous)
             c_dim = m_dim = width
         if representation == "linear":  # the heads read the inputs directly: log-linear hazards, the linear floor
             self.customer_tower, self.merchant_tower = nn.Identity(), nn.Identity()

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from promokit.data import DataError
+from promokit.metrics import auc
 from promokit.training import History
 from promokit.value.contract import FUND
 from promokit.value.inputs import InputEncoders, NodeInputs
@@ -111,7 +112,7 @@ class Hurdle:
     def fit(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None, seed: int = 0) -> History:
         """Fit both stages on the deliveries ``train`` (:meth:`InputEncoders.rows`): the hurdle (conversion), then the
         amount, each stopping early on its rows of ``valid`` when there are any; then the smearing factor. Returns one
-        record per stage (trees kept, validation loss) and the factor."""
+        record per stage (trees kept, validation loss; the conversion's validation AUC too) and the factor."""
         n = self.nodes
         categorical = list(range(n.user_cat.shape[1] + n.fund_cat.shape[1] + train["ctx_cat"].shape[1]))
         sets = [(self._batch_matrix(rows), rows["convert"].numpy() > 0, rows["v"].numpy().astype(np.float64))
@@ -130,6 +131,8 @@ class Hurdle:
             record = {"stage": stage, "trees": booster.best_iteration or booster.num_trees(), "chosen": True}
             if valid_sets:
                 record["valid_loss"] = float(booster.best_score["valid_0"][metric])
+            if valid_sets and stage == "convert":  # what the label-leak guard reads (promokit.value.leaks)
+                record["valid_auc"] = auc(data[1][1], booster.predict(data[1][0], num_iteration=record["trees"]))
             records.append(record)
         # held-out residuals where the validation rows hold conversions, else the training residuals
         x, convert, v = sets[-1] if sets[-1][1].any() else sets[0]
