@@ -18,7 +18,7 @@ def pytest_configure(config):
 
 
 #: test modules that import an extra's libraries when collected: left out, and said so, where it is missing
-EXTRA_MODULES = {"serve": ["test_serve*.py", "test_campaign_export.py"]}
+EXTRA_MODULES = {"serve": ["test_serve*.py", "test_campaign_export.py", "test_campaign_build_parts.py", "test_uri_outputs.py"]}
 
 
 def _missing_extras() -> dict[str, str]:

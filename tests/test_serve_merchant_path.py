@@ -18,7 +18,8 @@ from promokit.campaign import build as build_campaign
 from promokit.cli import app
 from promokit.data import DataError
 from promokit.serve.app import create_app
-from promokit.serve.campaign import _check_table, load_campaign
+from promokit.serve.campaign import load_campaign
+from promokit.serve.lookup import check_table
 
 runner = CliRunner()
 TOKEN = "t"
@@ -188,7 +189,7 @@ def test_merchant_shares_negative_or_not_finite_are_refused_in_one_line(tmp_path
 
     table = BudgetTable(np.array(["m0", "m1", "m2"], dtype=object), np.array(LEVELS), values, None, None, "wide")
     with pytest.raises(DataError) as error:  # and the campaign's own check, should a table get past the reader
-        _check_table("merchant", table, LEVELS)
+        check_table("merchant", table, LEVELS)
     message = str(error.value)
     assert message == (f"the merchant score table has 1 rows with a share that is missing, infinite or negative, "
                        f"e.g. score_5 = {float(bad)!r} for user_id 'm1'")
@@ -204,7 +205,7 @@ def test_customer_scores_must_still_be_probabilities(tmp_path, plan):
     table = BudgetTable(np.array(["c0", "c1", "c2"], dtype=object), np.array(LEVELS),
                         np.where(customers > 1, math.nan, customers), None, None, "wide")
     with pytest.raises(DataError, match="1 rows with a response probability outside"):
-        _check_table("customer", table, LEVELS)
+        check_table("customer", table, LEVELS)
 
 
 def test_campaign_build_cli_refuses_a_negative_merchant_share_in_one_line(tmp_path, plan):

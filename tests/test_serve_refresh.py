@@ -237,7 +237,8 @@ def test_the_cli_builds_beside_switches_and_refuses_in_one_line(tmp_path):
                    tmp_path / "plan2", "--cap", "1000", "--model-version", "v3")
     assert built.exit_code == 0 and "beside the live version v1" in " ".join(built.output.split()), built.output
     switched = invoke("campaign", "switch", "--campaign", root, "--version", "v3")
-    assert switched.exit_code == 0 and "version v3 is live (was v1)" in switched.output, switched.output
+    assert switched.exit_code == 0 and "version v3 is live (was v1)" in " ".join(switched.output.split()), \
+        switched.output
     assert load_campaign(root).config.model_version == "v3"
     built = invoke("campaign", "build", "--out", root, "--scores", tmp_path / "scores.parquet", "--budget-plan",
                    tmp_path / "plan1", "--cap", "1000", "--model-version", "v4", "--activate")

@@ -51,6 +51,9 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", help="Torch thre
                                                    "cores free now: the cores it may run on minus the busy ones, by "
                                                    "the load average or the tasks running now, at least 1; "
                                                    "OMP_NUM_THREADS, when set, instead).")]
+DeviceOpt = Annotated[Optional[str], typer.Option("--device", show_default="auto", help="Where the neural model "
+                                                  "trains and predicts: auto (CUDA when torch finds a GPU, else the "
+                                                  "CPU) | cpu | cuda | cuda:<n>.")]
 
 WideOpt = Annotated[Optional[str], typer.Option("--wide", help="The linear floor's term in every logit of a neural "
                                                 "model: none | joint (trained with it) | offset (the solved lr, "
@@ -313,6 +316,13 @@ def training_options(base, params: str | None, min_count: int | None = None, wid
     return config, model_params
 
 
+def set_device(device: str | None) -> None:
+    """``--device`` of a command that loads a model: where it predicts (``auto`` when not given), checked at once."""
+    from promokit.training.device import set_device as choose
+
+    choose(device)
+
+
 def bench_training(base, params: str | None, **flags):
     """:func:`training_options` for a bench: the same, without the per-epoch progress display."""
     from dataclasses import replace
@@ -326,6 +336,10 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
     """An ``evaluate`` command's output: ``report.md`` / ``report.json`` in ``out`` with the metrics and the
     evaluation's ``tables`` (calibration by decile …), and the metrics on screen."""
     import pandas as pd
+
+    from promokit.data.uris import local_dir
+
+    out = local_dir(out, "--out")
 
     from promokit.report import Report
 

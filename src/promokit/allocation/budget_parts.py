@@ -62,7 +62,7 @@ from promokit.allocation.budget import (
 from promokit.allocation.tables import AUTO, DEFAULT_PREFIX, LEVEL, SCORE, USER, VALUE, BudgetTable, read_budget_table
 from promokit.data.errors import DataError
 from promokit.data.io import write_parquet
-from promokit.data.parts import parquet_rows
+from promokit.data.parts import parquet, parquet_rows
 
 MapParts = Callable[[Callable, Iterable], Iterable]
 
@@ -251,7 +251,7 @@ def _read_part(path: str, layout: str, prefix: str, levels: tuple[float, ...], s
     """A part's table (``stamp``: the file's mtime and size, so a rewritten file is read again); a Parquet part
     without rows is an empty table over ``levels``."""
     if stamp is not None and Path(path).suffix.lower() in (".parquet", ".pq") and parquet_rows(path) == 0:
-        frame = pd.read_parquet(path)
+        frame = parquet(path)
         user_ids = frame[key].to_numpy() if key in frame else np.empty(0, object)
         return BudgetTable(user_ids, np.asarray(levels, np.float64), np.empty((0, len(levels))), None, None, layout,
                            key)

@@ -26,6 +26,7 @@ from promokit.allocation.result import Allocation, relative_gap
 from promokit.allocation.sources import (Progress, Source, TableSource, check_unique_users, drop_stale_parts,
                                          in_parts, source, step)
 from promokit.allocation.tables import LEVEL, BudgetTable, key_column, read_budget_table
+from promokit.data.uris import local_dir
 from promokit.data.errors import DataError
 
 METHODS = ("lagrange", "lp", "milp")
@@ -94,6 +95,7 @@ def plan_budget(scores: TableSource, *, ratio: float | None = None, budget: floa
     sources = {"customer": source(scores, "scores")}
     if merchants is not None:
         sources["merchant"] = source(merchants, "merchants")
+    out = None if out is None else local_dir(out)  # the plan and its report: a local folder
     partitioned = in_parts(list(sources.values()), out)
     if partitioned and method != BUDGET_METHOD:
         raise DataError(f"`method` {method} needs the whole table in one file; a directory or glob of parts is "
@@ -101,8 +103,8 @@ def plan_budget(scores: TableSource, *, ratio: float | None = None, budget: floa
     run = _Run(ratio, budget, {"customer": "response", "merchant": merchant_paid_on}, method, seed, layout, columns,
                key_column(sources["customer"].first, key), map_parts, progress,
                "reading " + " and ".join(s.name for s in sources.values()))
-    solved = _in_parts(sources, Path(out), run) if partitioned else _in_one(sources, run)
-    allocation = _allocation(solved, run, sources["customer"], Path(out) if partitioned else None)
+    solved = _in_parts(sources, out, run) if partitioned else _in_one(sources, run)
+    allocation = _allocation(solved, run, sources["customer"], out if partitioned else None)
     if out is not None:
         with step(progress, f"writing {out}") if solved.plan is not None else nullcontext():
             allocation.write(out)

@@ -64,7 +64,7 @@ from promokit.allocation.tables import (AUTO, DEFAULT_PREFIX, FUND, RISK, SCORE,
                                         read_quota_table)
 from promokit.data.errors import DataError
 from promokit.data.io import write_parquet
-from promokit.data.parts import parquet_rows
+from promokit.data.parts import parquet, parquet_rows
 
 MapParts = Callable[[Callable, Iterable], Iterable]
 HISTOGRAM_BINS = 2048  # gap histogram bins per pass: the threshold's bin holds about N / 2048 users
@@ -95,7 +95,7 @@ class QuotaPart:
 
     def table(self) -> QuotaTable:
         if Path(self.path).suffix.lower() in (".parquet", ".pq") and parquet_rows(self.path) == 0:
-            frame = pd.read_parquet(self.path)
+            frame = parquet(self.path)
             user_ids = frame[self.key].to_numpy() if self.key in frame else np.empty(0, object)
             return QuotaTable(user_ids, list(self.funds), np.empty((0, len(self.funds))), np.empty(0, np.int64),
                               self.key)

@@ -25,6 +25,7 @@ from promokit.allocation.sources import (Progress, Source, TableSource, check_un
                                          in_parts, source, step)
 from promokit.allocation.tables import (FUND, MAX, MIN, QUOTA, RISK, SCORE, FundQuotas, key_column, read_quota_table,
                                         read_quotas)
+from promokit.data.uris import local_dir
 from promokit.data.errors import DataError
 
 
@@ -80,14 +81,15 @@ def plan_quota(scores: TableSource, quotas: TableSource, *, method: str = QUOTA_
     if method not in METHODS:
         raise DataError(f"`method` must be one of {list(METHODS)}, got {method!r}")
     scores_source, quotas_source = source(scores, "scores"), source(quotas, "quotas")
+    out = None if out is None else local_dir(out)  # the plan and its report: a local folder
     partitioned = in_parts([scores_source], out)
     if partitioned and method != QUOTA_METHOD:
         raise DataError(f"`method` {method} needs the whole table in one file; a directory or glob of parts is "
                         f"solved with `method` {QUOTA_METHOD}")
     run = _Run(scores_source, quotas_source, method, tolerance_column, seed, layout, columns,
                key_column(scores_source.first, key), map_parts, progress)
-    solved = _in_parts(Path(out), run) if partitioned else _in_one(run)
-    allocation = _allocation(solved, run, Path(out) if partitioned else None)
+    solved = _in_parts(out, run) if partitioned else _in_one(run)
+    allocation = _allocation(solved, run, out if partitioned else None)
     if out is not None:
         with step(progress, f"writing {out}") if solved.plan is not None else nullcontext():
             allocation.write(out)

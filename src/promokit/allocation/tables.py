@@ -28,6 +28,7 @@ import pandas as pd
 from promokit.allocation.options import AUTO, DEFAULT_PREFIX, LONG, TOLERANCE, WIDE
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import read_table
+from promokit.data.parts import parquet_schema
 from promokit.data.spec import missing_column_message
 
 USER, SCORE, LEVEL, FUND, VALUE, COST = "user_id", "score", "level", "fund", "value", "cost"
@@ -129,11 +130,9 @@ def key_column(source: str | os.PathLike | pd.DataFrame, key: str | None = None)
 
 def _columns(path: str | os.PathLike) -> list[str]:
     """The column names of a CSV or Parquet file, from its header or schema (what the reader reports on errors)."""
-    import pyarrow.parquet as pq
-
     try:
         if str(path).lower().endswith((".parquet", ".pq")):
-            return [str(c) for c in pq.read_schema(path).names if not str(c).startswith("__index_level_")]
+            return [str(c) for c in parquet_schema(path).names if not str(c).startswith("__index_level_")]
         return [str(c) for c in pd.read_csv(path, nrows=0).columns]
     except (OSError, ValueError, pd.errors.EmptyDataError):
         return [str(c) for c in read_table(path).columns]

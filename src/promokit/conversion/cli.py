@@ -43,7 +43,7 @@ def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAUL
           micro_behaviors: opt.MicroOpt = None, wide: cs.WideOpt = None, categorical: cs.CategoricalOpt = None,
           numeric: cs.NumericOpt = None, allow_leaky: AllowLeakyOpt = None, executor: cs.ExecutorOpt = "local",
           address: cs.AddressOpt = None, workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None,
-          engine: cs.EngineOpt = None):
+          engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
     """Fit a model on an impression table, less the --test-fraction held out for evaluate, and write it as a model
     directory.
 
@@ -67,7 +67,7 @@ def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAUL
         config, model_params = cs.training_options(DEFAULT_TRAIN, params, min_count, epochs=epochs,
                                                    batch_size=batch_size, lr=lr, patience=patience, monitor=monitor,
                                                    weight_decay=weight_decay, embedding_decay=embedding_decay,
-                                                   seed=seed, wide=wide)
+                                                   seed=seed, wide=wide, device=device)
         given = conversion_spec(spec, micro_behaviors=micro_behaviors, types=cs.types_option(categorical, numeric),
                                 labels=cs.label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
         estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction)
@@ -119,12 +119,13 @@ def tune(data: DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL
 @app.command()
 def predict(model: opt.ModelDirOpt, data: DataOpt, out: opt.PredictOutOpt, keep: opt.KeepOpt = None,
             executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None):
+            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
     with the input's key columns (a recalibrated model: also the model's own p_ctr_raw, p_cvr_raw, p_ctcvr_raw)."""
     with cs.user_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
+        cs.set_device(device)
         from promokit.conversion.workflows import predict as predict_table
 
         summary, written = predict_table(model, data, out, cs.deferred_executor(executor, address, workers), keep=keep,

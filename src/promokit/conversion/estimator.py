@@ -582,7 +582,7 @@ class ConversionModel(Estimator):
     def load(cls, path: str | os.PathLike) -> ConversionModel:
         config = read_model_config(path, "conversion")
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
-                    TrainConfig(**config["train"]),
+                    TrainConfig.loaded(config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"],
                     # directories written before the hold-out was kept held nothing out
                     (config.get("holdout") or {}).get("test_fraction", 0.0))

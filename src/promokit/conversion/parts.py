@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -81,7 +80,7 @@ def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: fl
          valid_split: str | None = None) -> TrainJob:
     """Scan and count the parts of ``data`` (and of ``valid``) on ``executor``; fit the estimator's encoder from the
     counts; cut the shards of ``workers`` workers."""
-    paths = [str(Path(p).resolve()) for p in list_parts(data)]
+    paths = [str(p.resolve()) for p in list_parts(data)]
     items = list(enumerate(paths))
     spec = estimator.declared_spec
     cfg = estimator.train_config
@@ -117,7 +116,7 @@ def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: fl
     valid_counts = [c.valid_labels for c in counts]
     valid_sizes = [c.valid_rows for c in counts]
     if valid is not None:
-        valid_paths = [str(Path(p).resolve()) for p in list_parts(valid)]
+        valid_paths = [str(p.resolve()) for p in list_parts(valid)]
         counted = executor.map(_count_part, [(estimator, Holdout("all"), False, k, path)
                                            for k, path in enumerate(valid_paths)], label="checking validation parts")
         valid_counts, valid_sizes = [c.valid_labels for c in counted], [c.valid_rows for c in counted]

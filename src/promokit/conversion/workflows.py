@@ -10,6 +10,7 @@ from pathlib import Path
 from promokit.conversion.parts import predict_parts
 from promokit.data import write_json
 from promokit.data.parts import is_partitioned
+from promokit.data.uris import as_path
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibrations
 
 
@@ -20,9 +21,10 @@ def predict(model: str | os.PathLike, data, out: str | os.PathLike, executor, *,
     ``predictions/``, part *k* from input part *k*) with the key columns or ``keep``, and ``summary.json``; in the
     deprecated form, the predictions into ``file`` and the summary beside it. Returns the summary and where the
     predictions are."""
-    written = Path(file) if file else Path(out) / ("predictions" if is_partitioned(data) else "predictions.parquet")
+    written = as_path(file) if file else as_path(out) / ("predictions" if is_partitioned(data) else
+                                                         "predictions.parquet")
     summary = predict_parts(model, data, written, executor, keep)
-    write_json(summary, written.with_suffix(".json") if file else Path(out) / "summary.json")
+    write_json(summary, written.with_suffix(".json") if file else as_path(out) / "summary.json")
     return summary, written
 
 

@@ -1,5 +1,5 @@
 """Reading a table whole (one file, or every part of a table in parts) with clear errors, and writing files
-atomically."""
+atomically (to a URI: :mod:`promokit.data.uris`, each object whole or not at all)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.parts import is_partitioned, list_parts, naming, part_name, read_file, read_part
+from promokit.data.uris import as_path, is_uri, write_bytes, write_frame
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
@@ -63,6 +64,8 @@ def _umask() -> int:
 
 
 def write_parquet(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
+    if is_uri(path):
+        return write_frame(frame, as_path(path))
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)
     return Path(path)
@@ -77,6 +80,8 @@ def write_npy(array: np.ndarray, path: str | os.PathLike) -> Path:
 
 def write_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
     """A table as CSV or Parquet by the suffix of ``path``, written atomically, without the index."""
+    if is_uri(path):
+        return write_frame(frame, as_path(path))
     path = Path(path)
     with atomic_path(path) as tmp:
         if path.suffix == ".csv":
@@ -87,6 +92,8 @@ def write_table(frame: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 
 def write_text(text: str, path: str | os.PathLike) -> Path:
+    if is_uri(path):
+        return write_bytes(text.encode("utf-8"), as_path(path))
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
@@ -106,4 +113,4 @@ def _json_default(value):
 
 def write_part(frame: pd.DataFrame, directory: str | os.PathLike, index: int) -> Path:
     """Part ``index`` of a table written in parts: ``directory/part-NNNNN.parquet``, atomically, index reset."""
-    return write_parquet(frame.reset_index(drop=True), Path(directory) / part_name(index))
+    return write_parquet(frame.reset_index(drop=True), as_path(directory) / part_name(index))

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
+from promokit.data.parts import parquet
 
 MapParts = Callable[[Callable, Iterable], Iterable]
 #: A bucket holds about as many hashes as this many parts have keys; each bucket opens every part's file, so
@@ -47,7 +48,7 @@ def check_unique_keys(paths: list, column: str, scratch: str | Path, map_parts: 
 def _keys(path: str, column: str) -> pd.Series:
     """The part's keys (:func:`canonical`)."""
     try:
-        keys = pd.read_parquet(path, columns=[column])[column]
+        keys = parquet(path, columns=[column])[column]
     except (OSError, ValueError, KeyError) as exc:
         raise DataError(f"{path}: cannot read its {column!r} column: "
                         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None

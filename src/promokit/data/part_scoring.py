@@ -3,7 +3,8 @@ input part *k* → output part *k*, keys in the input's row order.
 
 The domain supplies two module-level callables: ``load()``, run once per worker (loads the model directory), and
 ``score(model, frame)``, the domain's own predict on one partition's rows. Workers read their part, score it
-and write their output part themselves; only a few numbers per part (rows, column sums) travel back.
+and write their output part themselves; only a few numbers per part (rows, column sums) travel back. Source and
+``out`` may be URIs (:mod:`promokit.data.uris`): a directory written there is marked ``_SUCCESS`` last.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 
 from promokit.data.io import write_parquet
 from promokit.data.parts import is_partitioned, list_parts, naming, part_name, read_part
+from promokit.data.uris import as_path, begin_parts, finish_parts
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,14 @@ def score_parts(executor, load: Callable, score: Callable, source: str | Path, o
     """Score every part of ``source`` into ``out/part-NNNNN.parquet`` on ``executor``; a one-file ``source`` (a
     table of one part, which must have rows) is scored into the file ``out``."""
     if not is_partitioned(source):
-        jobs = [(Path(source), Path(out), False)]
-    else:
-        jobs = [(part, Path(out) / part_name(k), True) for k, part in enumerate(list_parts(source))]
-        Path(out).mkdir(parents=True, exist_ok=True)
-    return executor.map(partial(_score_part, score), jobs, setup=load, label=label)
+        return executor.map(partial(_score_part, score), [(as_path(source), as_path(out), False)], setup=load,
+                            label=label)
+    jobs = [(part, as_path(out) / part_name(k), True) for k, part in enumerate(list_parts(source))]
+    as_path(out).mkdir(parents=True, exist_ok=True)
+    begin_parts(out)
+    scores = executor.map(partial(_score_part, score), jobs, setup=load, label=label)
+    finish_parts(out, [target.name for _, target, _ in jobs], [s.rows for s in scores])
+    return scores
 
 
 def means(scores: list[PartScore]) -> dict:

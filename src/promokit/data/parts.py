@@ -6,11 +6,14 @@ input part, in the input's order (:func:`part_name`, :func:`promokit.data.io.wri
 A directory is read recursively (Hive-style ``key=value/`` folders included) in sorted path order; files and
 folders whose name starts with ``.`` or ``_`` (``_SUCCESS``, ``_temporary/``, temporaries) are skipped, as Spark,
 pyarrow and Ray Data do. A part is a Parquet file: a CSV in a directory or matched by a glob is not one.
+
+Each of these paths may also be a URI (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``): :mod:`promokit.data.uris`.
 """
 
 from __future__ import annotations
 
 import glob
+import io
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from promokit.data.errors import DataError
+from promokit.data.uris import as_path, glob_files, is_uri, list_files, parquet_metadata, read_bytes, read_parquet
 
 TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
 GLOB_CHARACTERS = frozenset("*?[")
@@ -27,22 +31,29 @@ SKIPPED_PREFIXES = (".", "_")
 
 def is_partitioned(path: str | os.PathLike) -> bool:
     """True for a directory or a glob (a table in parts), False for one file."""
-    return Path(path).is_dir() or bool(GLOB_CHARACTERS & set(str(path)))
+    return bool(GLOB_CHARACTERS & set(str(path))) or as_path(path).is_dir()
 
 
 def list_parts(path: str | os.PathLike) -> list[Path]:
-    """The files of the table at ``path``, in the order their rows are read (one file: itself)."""
+    """The files of the table at ``path``, in the order their rows are read (one file: itself); for a URI,
+    :class:`~promokit.data.uris.StoragePath` objects."""
+    path = as_path(path) if is_uri(path) else path
     text = str(path)
     if GLOB_CHARACTERS & set(text):
-        files = [Path(p) for p in sorted(glob.glob(text, recursive=True)) if Path(p).is_file()]
+        files = (glob_files(text) if is_uri(path) else
+                 [Path(p) for p in sorted(glob.glob(text, recursive=True)) if Path(p).is_file()])
         if not files:
             raise DataError(f"{path}: no file matches this pattern")
         files = [p for p in files if not p.name.startswith(SKIPPED_PREFIXES)]
+    elif is_uri(path):
+        if not path.is_dir():
+            return [path]
+        files = list_files(path, SKIPPED_PREFIXES)
     elif Path(path).is_dir():
         files = sorted(p for p in Path(path).rglob("*") if p.is_file()
                        and not any(name.startswith(SKIPPED_PREFIXES) for name in p.relative_to(path).parts))
     else:
-        return [Path(path)]
+        return [as_path(path)]
     parts = [p for p in files if p.suffix.lower() in PARQUET_SUFFIXES]
     if not parts:
         csvs = [p for p in files if p.suffix.lower() == ".csv"]
@@ -60,20 +71,21 @@ def part_name(index: int) -> str:
 def read_part(path: str | os.PathLike, allow_empty: bool = True) -> pd.DataFrame:
     """One part; a Parquet part may have no rows (a partition can be empty), a CSV file (a table of one part)
     must have some. Errors name the file."""
-    return read_file(path, allow_empty=allow_empty and Path(path).suffix.lower() in PARQUET_SUFFIXES)
+    return read_file(path, allow_empty=allow_empty and as_path(path).suffix.lower() in PARQUET_SUFFIXES)
 
 
 def read_file(path: str | os.PathLike, allow_empty: bool = False) -> pd.DataFrame:
     """Read one CSV or Parquet file; fail with a one-line message for a missing, unknown, unreadable or (unless
     ``allow_empty``) empty file."""
-    path = Path(path)
+    path = as_path(path)
     if not path.exists():
         raise DataError(f"{path}: no such file")
     kind = TABLE_SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise DataError(f"{path}: unknown table format {path.suffix!r}; use .csv or .parquet")
+    source = io.BytesIO(read_bytes(path)) if is_uri(path) and kind == "csv" else path
     try:
-        frame = pd.read_csv(path) if kind == "csv" else pd.read_parquet(path)
+        frame = pd.read_csv(source) if kind == "csv" else parquet(path)
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
     except (OSError, ValueError, KeyError) as exc:
@@ -82,7 +94,9 @@ def read_file(path: str | os.PathLike, allow_empty: bool = False) -> pd.DataFram
     if frame.empty and not allow_empty:
         raise DataError(f"{path}: the table has no rows (columns: {list(frame.columns)})")
     if kind == "csv":  # pandas renames a repeated header "x" to "x.1": check the header as written
-        header = [str(c) for c in pd.read_csv(path, nrows=1, header=None, dtype=str).iloc[0]]
+        if is_uri(path):
+            source.seek(0)
+        header = [str(c) for c in pd.read_csv(source, nrows=1, header=None, dtype=str).iloc[0]]
         repeated = sorted({c for c in header if header.count(c) > 1})
         if repeated:
             raise DataError(f"{path}: column names {repeated} appear more than once in the header of its "
@@ -95,9 +109,21 @@ def parquet_rows(path: str | os.PathLike) -> int | None:
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_metadata(path).num_rows
+        return (parquet_metadata(as_path(path)) if is_uri(path) else pq.read_metadata(path)).num_rows
     except (OSError, ValueError):  # pyarrow raises both for a file that is not Parquet
         return None
+
+
+def parquet(path: str | os.PathLike, columns: list[str] | None = None) -> pd.DataFrame:
+    """A Parquet file read whole (or its ``columns``), local or at a URI."""
+    return read_parquet(as_path(path), columns) if is_uri(path) else pd.read_parquet(path, columns=columns)
+
+
+def parquet_schema(path: str | os.PathLike):
+    """A Parquet file's schema (from its footer), local or at a URI."""
+    import pyarrow.parquet as pq
+
+    return parquet_metadata(as_path(path)).schema.to_arrow_schema() if is_uri(path) else pq.read_schema(path)
 
 
 @contextmanager

@@ -101,7 +101,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
           patience: TRAIN.patience = None, monitor: MonitorOpt = None, seed: SeedOpt = DEFAULT_TRAIN.seed,
           params: cs.ParamsOpt = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
           resume: cs.ResumeOpt = False, threads: cs.ThreadsOpt = None,
-          allow_leaky: AllowLeakyOpt = None):
+          allow_leaky: AllowLeakyOpt = None, device: cs.DeviceOpt = None):
     """Fit a response model on an incentive experiment and write it as a model directory.
 
     The other columns of customers and merchants are features, their types inferred (printed at the end and kept
@@ -114,7 +114,8 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         from promokit.incentive.workflows import train as train_model
 
         config, model_params = cs.training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
-                                                lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed)
+                                                lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed,
+                                                device=device)
         trained = train_model(IncentiveModel(model, model_params, config, test_fraction, allow_leaky),
                               _graph(customers, merchants, edges, items, item_edges, customer_edges),
                               levels=_levels(levels),
@@ -144,7 +145,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
             items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
             out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json; with --customers in parts, customers/ and merchants/ (a part per input part).")],
             executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None):
+            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
     """Score every customer and merchant at every value: score tables in the allocate budget wide layout (a model
     trained on customers only: --customers alone, customers.parquet only; on a customer–item or customer–customer
     graph: --item-edges [--items] or --customer-edges with --customers, customers.parquet only). With
@@ -153,7 +154,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
     with cs.user_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
-
+        cs.set_device(device)
         from promokit.incentive.workflows import predict as predict_graph
 
         written = predict_graph(model, customers, merchants, edges, out,

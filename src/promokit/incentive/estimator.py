@@ -444,7 +444,7 @@ class IncentiveModel(Estimator):
     def load(cls, path: str | os.PathLike) -> IncentiveModel:
         config = read_model_config(path, "incentive")
         holdout = config["split"]
-        model = cls(config["model"], config["params"], TrainConfig(**config["train"]), holdout["test_fraction"],
+        model = cls(config["model"], config["params"], TrainConfig.loaded(config["train"]), holdout["test_fraction"],
                     config["customer_spec"].get("allow_leaky") or None)
         model.levels = np.asarray(config["levels"], dtype=np.float64)
         model.labels = config.get("labels")  # absent in model directories written before it was kept

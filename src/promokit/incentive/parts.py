@@ -47,6 +47,7 @@ from promokit.incentive.estimator import IncentiveModel, wide_scores
 from promokit.incentive.inputs import InputEncoders, NodeInputs, neighbour_mean, own_inputs, structure_frame
 from promokit.incentive.models.network import WITH_HISTORY
 from promokit.training import read_json, read_model_config
+from promokit.training.device import run_on
 
 SIDE = {LEFT: "customer", RIGHT: "merchant"}
 HEAD_ROWS = 65_536  # rows through the towers and heads at a time
@@ -184,7 +185,12 @@ def _inputs(reader: PartReader, out: Path, model: IncentiveModel, shard: Shard) 
     if model.net.representation in WITH_HISTORY:
         graph_shards.save_state(layout, shard, "aggregated", own.aggregated.numpy())
         return None
-    return _advance(layout, out, model, shard, model.net.node_features(side, own))
+    return _advance(layout, out, model, shard, _on_device(model, model.net.node_features, side, own))
+
+
+def _on_device(model: IncentiveModel, fn, *args):
+    """``fn(*args)``, a step of the model's network, on the model's device (the result on the CPU)."""
+    return run_on(model.net, model.train_config.device, fn, *args)
 
 
 def _history(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard) -> ShardScores | None:
@@ -207,7 +213,7 @@ def _own(layout: GraphLayout, shard: Shard) -> NodeInputs:
 def _advance(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, x: torch.Tensor
              ) -> ShardScores | None:
     """From x: the GNN's first states, kept for its layers; or, without a GNN, the scores."""
-    states = model.net.first_states(SIDE[shard.side], x)
+    states = _on_device(model, model.net.first_states, SIDE[shard.side], x)
     if model.net.representation != "gnn":
         return _score(layout, out, model, shard, states)
     graph_shards.save_state(layout, shard, "h0", states.numpy())
@@ -220,8 +226,9 @@ def _layer(layout: GraphLayout, out: Path, layer: int, model: IncentiveModel, sh
     own = torch.from_numpy(graph_shards.load_state(layout, shard, f"h{layer}"))
     shard_graph = graph_shards.shard_graph(layout, shard)
     source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, f"h{layer}", own.shape[1]))
-    states = model.net.gnn.layer(layer, SIDE[shard.side], source, own, torch.from_numpy(shard_graph.ptr),
-                                 torch.from_numpy(shard_graph.neighbour), torch.from_numpy(shard_graph.weight))
+    states = _on_device(model, model.net.gnn.layer, layer, SIDE[shard.side], source, own,
+                        torch.from_numpy(shard_graph.ptr), torch.from_numpy(shard_graph.neighbour),
+                        torch.from_numpy(shard_graph.weight))
     if layer == len(model.net.gnn.to_customer) - 1:
         return _score(layout, out, model, shard, states)
     graph_shards.save_state(layout, shard, f"h{layer + 1}", states.numpy())
@@ -232,7 +239,11 @@ def _layer(layout: GraphLayout, out: Path, layer: int, model: IncentiveModel, sh
 def _score(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, states: torch.Tensor) -> ShardScores:
     """The heads on the shard's final states, written as score rows of the wide layout."""
     side = SIDE[shard.side]
-    pieces = [model.net.heads(side, states[i:i + HEAD_ROWS])["response"] for i in range(0, len(states), HEAD_ROWS)]
+
+    def responses(states: torch.Tensor) -> list[torch.Tensor]:
+        return [model.net.heads(side, states[i:i + HEAD_ROWS])["response"] for i in range(0, len(states), HEAD_ROWS)]
+
+    pieces = _on_device(model, responses, states)
     response = (torch.cat(pieces) if pieces else states.new_zeros(0, len(model.levels))).numpy().astype(np.float64)
     if shard.side == LEFT and model.recalibration is not None:  # as IncentiveModel.responses applies it
         response = model.recalibration.apply(response).reshape(response.shape)

@@ -13,6 +13,7 @@ from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_parquet
 from promokit.data.parts import is_partitioned
 from promokit.data.spec import map_labels
+from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER, CUSTOMER_LABELS, read_tables
 from promokit.incentive.estimator import IncentiveModel, validation_fraction, wide_scores
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
@@ -64,7 +65,7 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
     shard by shard on ``executor``, into ``customers/`` and ``merchants/``, a part per input part. A model fit on customers only scores ``customers`` alone (``merchants``
     and ``edges`` None) into ``customers.parquet``; one fit on another graph takes its tables as ``graph`` (name →
     path: ``item_edges`` and ``items``, or ``customer_edges``) and scores the customers alone."""
-    out = Path(out)
+    out = local_dir(out)
     graph = {name: table for name, table in (graph or {}).items() if table is not None}
     if is_partitioned(customers):
         if graph:

@@ -1,5 +1,5 @@
 """Training a planned job (:class:`~promokit.training.shards.TrainJob`) data-parallel on Ray Train: DDP over gloo,
-one CPU per worker, each worker running the trainer's loop on its shard
+one CPU per worker (over NCCL, one GPU per worker, when the job's ``device`` resolves to CUDA), each worker running the trainer's loop on its shard
 (:func:`promokit.training.shard_loop.run_shard`). The Ray executor's ``train``
 (:meth:`promokit.scale.executor.RayExecutor.train`) calls :func:`train_on_ray`.
 
@@ -30,6 +30,7 @@ import torch
 
 from promokit.data.errors import DataError
 from promokit.scale.executor import RETRIES
+from promokit.training.device import CPU, ddp_backend, resolve_device
 from promokit.training.shard_loop import fresh_checkpoint_dir, run_shard
 from promokit.training.shards import TrainJob
 from promokit.training.trainer import CHECKPOINT, History, latest_state
@@ -59,10 +60,18 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
     from ray.train.torch import TorchConfig, TorchTrainer
 
     begun_here = latest_state(storage) if resume and (storage / CHECKPOINT).exists() else None  # continues on Ray
+    device = resolve_device(job.estimator.train_config.device)
+    gpu = device.type == "cuda"
+    gpus = int(ray.cluster_resources().get("GPU", 0)) if gpu and ray.is_initialized() else workers
+    if workers > gpus:  # NCCL runs one worker per GPU
+        fewer = f"at most {gpus} workers, or " if gpus else ""
+        raise DataError(f"workers: {workers} workers on device {str(device)!r} need a GPU each and the Ray cluster has "
+                        f"{gpus}; use {fewer}device 'cpu'")
     trainer = TorchTrainer(
-        _ray_worker, train_loop_config={"job": ray.put(job), "initial": ray.put(begun_here)},
-        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": 1}),
-        torch_config=TorchConfig(backend="gloo"),
+        _ray_worker, train_loop_config={"job": ray.put(job), "initial": ray.put(begun_here), "gpu": gpu},
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=gpu,
+                                     resources_per_worker={"CPU": 1, **({"GPU": 1} if gpu else {})}),
+        torch_config=TorchConfig(backend=ddp_backend(device)),
         run_config=RunConfig(name=storage.name, storage_path=str(storage.parent),
                              checkpoint_config=CheckpointConfig(num_to_keep=1),
                              failure_config=FailureConfig(max_failures=RETRIES)))
@@ -95,22 +104,27 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
 
 class _RayWorker:
     """The communicator of one worker of a Ray Train run (:func:`promokit.training.trainer.train_epochs`): DDP over
-    the process group Ray Train set up (gloo), checkpoints reported to Ray Train by rank 0; a run with no Ray Train
-    checkpoint yet starts from ``initial`` (a run begun in this process), if any."""
+    the process group Ray Train set up (gloo; NCCL with ``gpu``, each worker on the GPU Ray Train gave it),
+    checkpoints reported to Ray Train by rank 0; a run with no Ray Train checkpoint yet starts from ``initial`` (a run
+    begun in this process), if any."""
 
     interactive = False
 
-    def __init__(self, initial: dict | None = None):
+    def __init__(self, initial: dict | None = None, gpu: bool = False):
         import ray.train
+        import ray.train.torch
 
         context = ray.train.get_context()
         self.rank, self.world = context.get_world_rank(), context.get_world_size()
         self.initial = initial
+        self.device = ray.train.torch.get_device() if gpu else CPU
 
     def wrap(self, net):
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(net) if self.world > 1 else net
+        if self.world == 1:
+            return net
+        return DistributedDataParallel(net, device_ids=[self.device] if self.device.type == "cuda" else None)
 
     def sum(self, values: list[float]) -> list[float]:
         import torch.distributed as dist
@@ -140,7 +154,7 @@ class _RayWorker:
         if checkpoint is None:
             return self.initial
         with checkpoint.as_directory() as folder:
-            return torch.load(Path(folder) / CHECKPOINT, weights_only=True)
+            return torch.load(Path(folder) / CHECKPOINT, weights_only=True, map_location="cpu")
 
     def save(self, state, record: dict) -> None:
         import ray.train
@@ -157,7 +171,7 @@ class _RayWorker:
 def _ray_worker(config: dict) -> None:
     import ray
 
-    run_shard(ray.get(config["job"]), _RayWorker(ray.get(config["initial"])))
+    run_shard(ray.get(config["job"]), _RayWorker(ray.get(config["initial"]), config["gpu"]))
 
 
 def _data_error(exc: Exception) -> DataError | None:

@@ -6,7 +6,7 @@ Layout (every file written atomically; nothing is unpickled when it is read back
                          lifetime, what to answer when the cap is reached, the exploration share and its seed,
                          pacing settings, model version
     customers.parquet    the customers' score table, wide layout (``user_id``, ``score_<level>`` …) as written by
-                         ``incentive predict`` and read by ``allocate budget --scores``
+                         ``incentive predict`` and read by ``allocate budget --scores``: a row group per part
     merchants.parquet    optional, the merchants' score table (``allocate budget --merchants``)
     assignments.parquet  optional, ``user_id, fund`` from an ``allocate quota`` plan
     lookup/<population>/ ids.npy (the ids as sorted UTF-8 bytes), scores.npy (their rows, in that order),
@@ -16,7 +16,8 @@ Layout (every file written atomically; nothing is unpickled when it is read back
     ledger.sqlite        the ledger, when the service keeps its own: shared by every version
 
 :func:`build` checks that the score tables offer the levels the budget plan was solved for and that
-the plan's λ* and B are there; :func:`load_campaign` memory-maps each population's lookup: the service starts at
+the plan's λ* and B are there, reading the tables part by part (:mod:`promokit.serve.lookup`: memory bounded by
+a few parts); :func:`load_campaign` memory-maps each population's lookup: the service starts at
 once whatever the population's size, and the workers of one machine share one copy of it in the page cache
 (a dictionary of 10⁶ ids took 1.4 s and 530 MB per worker; 10⁸ would not fit).
 """
@@ -28,6 +29,8 @@ import json
 import math
 import os
 import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -36,10 +39,12 @@ import numpy as np
 import pandas as pd
 
 from promokit import __version__
-from promokit.allocation.tables import FUND, USER, BudgetTable, key_column, read_budget_table
+from promokit.allocation.tables import FUND, USER, read_budget_table
 from promokit.data.durations import parse_duration
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_npy, write_parquet
+from promokit.data.uris import local_dir
+from promokit.serve.lookup import WIDE, add_rows, check_table, encode_ids, spill, write_lookup
 from promokit.serve.money import EXPONENTS, to_minor
 from promokit.serve.options import (
     COLD_START,
@@ -160,14 +165,10 @@ class Population:
     @classmethod
     def of(cls, ids: np.ndarray, scores: np.ndarray) -> Population:
         """From ids in any order (unique, as a score table's are) and their rows of scores."""
-        text = pd.Series(np.asarray(ids, dtype=object)).astype(str)
-        trailing = text.str.endswith("\x00").to_numpy(dtype=bool)
-        if trailing.any():  # numpy's fixed-width strings drop trailing NULs: "a\x00" would answer as "a"
-            raise DataError(f"user_id {text[trailing].iloc[0]!r} ends with a NUL character; ids must not")
-        encoded = np.char.encode(text.to_numpy(dtype=str), "utf-8") if len(text) else np.zeros(0, dtype="S1")
+        encoded = encode_ids(ids)
         order = np.argsort(encoded, kind="stable")
         scores = np.asarray(scores, dtype=np.float64)
-        return cls(encoded[order], scores[order], scores.mean(axis=0) if len(scores) else scores.sum(axis=0))
+        return cls(encoded[order], scores[order], add_rows(None, scores) / max(len(scores), 1))
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -216,7 +217,7 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
           pacing: Pacing | None = None, model_version: str | None = None, activate: bool = False) -> Campaign:
     """Write a campaign directory at ``out`` (``promokit campaign build``; :func:`promokit.campaign.build`) from
     ``incentive predict``'s score tables (``customers``, optional ``merchants``: frames, or paths of a file or of a
-    directory/glob of Parquet parts, read into one frame; keyed by ``user_id``, else their only ``*_id`` column, as
+    directory/glob of Parquet parts, read part by part: each id in one part, empty parts skipped; keyed by ``user_id``, else their only ``*_id`` column, as
     ``IncentiveModel.predict``'s ``customer_id``), the folder (or ``report.json``) ``allocate budget``
     wrote for them (``budget_report``), a ``cap`` on money at risk (a number, or a decimal as text) and an optional
     quota plan (a frame, ``plan.parquet`` or ``plan/`` of parts). ``coupon_ttl`` is a coupon's lifetime, a duration
@@ -232,17 +233,13 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
     ``merchant_paid_on`` defaults to the cost model the plan's λ* was solved under (its report says, when it was
     solved with merchants; else ``response``); another one is refused, as it would serve λ* under other costs.
     """
+    out = local_dir(out)
     report = _read_report(Path(budget_report))
     planned = report.get("merchant_paid_on")
     if merchant_paid_on is not None and planned is not None and merchant_paid_on != planned:
         raise DataError(f"the budget plan was solved with merchants paid on {planned!r}; merchant_paid_on "
                         f"{merchant_paid_on!r} would serve its λ* under another cost (eq. 16 vs eq. 20)")
     merchant_paid_on = merchant_paid_on or planned or "response"
-    tables = {"customer": read_budget_table(customers, key=key_column(customers))}
-    if merchants is not None:
-        tables["merchant"] = read_budget_table(merchants, key=key_column(merchants))
-    for population, table in tables.items():
-        _check_table(population, table, report["levels"])
     config = CampaignConfig(levels=[float(x) for x in report["levels"]], form=report["form"], B=float(report["B"]),
                             lam=float(report["lam"]), cap=_decimal_number(cap),
                             coupon_ttl_seconds=parse_duration(coupon_ttl, "coupon_ttl").total_seconds(),
@@ -251,34 +248,57 @@ def build(out: str | os.PathLike, customers, budget_report: str | os.PathLike, c
                             currency_exponent=currency_exponent, explore=explore, explore_seed=explore_seed,
                             pacing=pacing or Pacing())
     config.check()
-    frames = {population: _wide(table) for population, table in tables.items()}
     plan = None if quota_plan is None else _read_assignments(quota_plan)
-    config.model_version = model_version or _fingerprint(frames)
-    out = Path(out)
-    live = live_version(out)
-    if live is None:
-        folder = out
-    elif config.model_version == live:
-        return _same_as_live(out, config, plan)
-    else:
-        folder = new_folder(out, config.model_version)
-        _remove_versions(out, keep={live, config.model_version})
-    _write_version(folder, config, frames, tables, plan)
+    sources = {"customer": customers, **({} if merchants is None else {"merchant": merchants})}
+    with _scratch(out) as scratch:
+        digest = None if model_version else hashlib.sha256()
+        built = {}
+        for population in sorted(sources):  # the fingerprint hashes them in this order
+            built[population] = scratch / population
+            write_lookup(spill(population, sources[population], report["levels"], built[population], digest),
+                         built[population] / LOOKUP)
+        config.model_version = model_version or digest.hexdigest()[:12]
+        live = live_version(out)
+        if live is None:
+            folder = out
+        elif config.model_version == live:
+            return _same_as_live(out, config, plan)
+        else:
+            folder = new_folder(out, config.model_version)
+            _remove_versions(out, keep={live, config.model_version})
+        _write_version(folder, config, built, plan)
     if live is not None and activate:
         return activate_version(out, config.model_version)
     return load_campaign(out, version=config.model_version)
 
 
-def _write_version(folder: Path, config: CampaignConfig, frames: dict, tables: dict, plan) -> None:
+@contextmanager
+def _scratch(out: Path):
+    """A scratch folder inside ``out`` where each population's files are made before any is moved into place,
+    removed afterwards (with ``out`` if the build made it and fails)."""
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix=".build-", dir=out) as scratch:
+            yield Path(scratch)
+    except BaseException:
+        if made and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def _write_version(folder: Path, config: CampaignConfig, built: dict[str, Path], plan) -> None:
+    """Move each population's files from its scratch folder (``built``) into the version's ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     for population in TABLES:
-        if population not in frames and (folder / TABLES[population]).exists():
+        if population not in built and (folder / TABLES[population]).exists():
             (folder / TABLES[population]).unlink()  # a rebuilt campaign without merchants must not keep old ones
             shutil.rmtree(folder / LOOKUP / population, ignore_errors=True)
-    for population, frame in frames.items():
-        write_parquet(frame, folder / TABLES[population])
-        table = tables[population]
-        Population.of(table.user_ids, table.scores).save(folder / LOOKUP / population)
+    for population, scratch in built.items():
+        os.replace(scratch / WIDE, folder / TABLES[population])
+        (folder / LOOKUP / population).mkdir(parents=True, exist_ok=True)
+        for file in (scratch / LOOKUP).iterdir():
+            os.replace(file, folder / LOOKUP / population / file.name)
     if plan is not None:
         write_parquet(plan, folder / ASSIGNMENTS)
     elif (folder / ASSIGNMENTS).exists():
@@ -356,7 +376,7 @@ def load_campaign(path: str | os.PathLike, explore: float | None = None, version
             populations[population] = Population.load(path / LOOKUP / population)
         elif (path / name).is_file():  # a campaign built before the lookup existed
             table = read_budget_table(path / name)
-            _check_table(population, table, config.levels)
+            check_table(population, table, config.levels)
             populations[population] = Population.of(table.user_ids, table.scores)
     if "customer" not in populations:
         raise DataError(f"{path} holds no {TABLES['customer']}")
@@ -381,34 +401,6 @@ def _read_report(path: Path) -> dict:
     return report
 
 
-def _check_table(population: str, table: BudgetTable, levels) -> None:
-    """Levels as the plan's and scores on the population's scale: a customer's f_j is a redemption probability
-    in [0, 1] (eq. 19); a merchant's is a normalised share count, shares / max(prior shares, 1), finite and
-    ≥ 0 but not bounded by 1 (``incentive predict``'s merchant head; eq. 20 prices it as such)."""
-    if table.value is not None or table.cost is not None:
-        raise DataError(f"the {population} score table has value_/cost_ columns; the service prices levels itself "
-                        f"(value f, cost r·f) and takes score tables without them")
-    if table.levels.tolist() != [float(x) for x in levels]:
-        raise DataError(f"the {population} score table offers levels {table.levels.tolist()} but the budget plan "
-                        f"was solved for {list(levels)}")
-    scores = np.asarray(table.scores, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
-        if population == "merchant":
-            bad, what = ~np.isfinite(scores) | (scores < 0), "a share that is missing, infinite or negative"
-        else:
-            bad, what = ~((scores >= 0) & (scores <= 1)), "a response probability outside [0, 1] or missing"
-    if bad.any():
-        row, col = (int(i) for i in np.argwhere(bad)[0])
-        raise DataError(f"the {population} score table has {int(bad.any(axis=1).sum())} rows with {what}, e.g. "
-                        f"score_{table.levels[col]:g} = {float(scores[row, col])!r} for user_id "
-                        f"{table.user_ids[row]!r}")
-
-
-def _wide(table: BudgetTable) -> pd.DataFrame:
-    columns = {f"score_{level:g}": table.scores[:, j] for j, level in enumerate(table.levels)}
-    return pd.DataFrame({USER: table.user_ids.astype(str), **columns})
-
-
 def _read_assignments(source) -> pd.DataFrame:
     frame = source if isinstance(source, pd.DataFrame) else read_table(source)
     missing = [c for c in (USER, FUND) if c not in frame.columns]
@@ -421,16 +413,6 @@ def _read_assignments(source) -> pd.DataFrame:
         raise DataError(f"the quota plan gives {int(repeated.sum())} users more than one fund, e.g. user_id "
                         f"{plan[USER][repeated].iloc[0]!r}")
     return plan
-
-
-def _fingerprint(frames: dict[str, pd.DataFrame]) -> str:
-    digest = hashlib.sha256()
-    for population in sorted(frames):
-        frame = frames[population]
-        digest.update(population.encode())
-        digest.update(frame[USER].str.cat(sep="\n").encode())
-        digest.update(np.ascontiguousarray(frame.drop(columns=USER).to_numpy(np.float64)).tobytes())
-    return digest.hexdigest()[:12]
 
 
 def _decimal_number(value):

@@ -131,9 +131,12 @@ class LiveVersion:
                 continue
             if version is None or version == self.version or (how == "pointer" and self._refused_last(version)):
                 continue
-            # refused: logged and in the status; the ledger down while setting the cap: the next poll tries again
-            with contextlib.suppress(DataError, *UNAVAILABLE):
+            try:
                 await self.switch(version, how, run, set_cap)
+            except (DataError, *UNAVAILABLE):  # refused (logged, in the status), or the ledger down: try again later
+                pass
+            except Exception:  # noqa: BLE001 - a follower that died would stop every later refresh in silence
+                log.exception("campaign version %s: the switch failed; still serving %s", version, self.version)
 
     def poke(self) -> None:
         """Read ``live.json`` now (SIGHUP)."""

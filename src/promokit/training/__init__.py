@@ -25,6 +25,7 @@ _EXPORTS = {
     "read_model_config": "promokit.training.artifact",
     "read_training_ids": "promokit.training.artifact",
     "read_weights": "promokit.training.artifact",
+    "resolve_device": "promokit.training.device",
     "Recalibration": "promokit.training.recalibration",
     "seed_everything": "promokit.training.seed",
     "set_epoch_lr": "promokit.training.trainer",

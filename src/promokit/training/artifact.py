@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from promokit.data.errors import DataError
 from promokit.data.io import write_npy
+from promokit.data.uris import local_dir
 
 CONFIG = "config.json"
 WEIGHTS = "weights.safetensors"
@@ -34,7 +35,7 @@ class ModelDirWriter:
     """Collect files in a temporary directory and move it onto the target only when all are written."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = local_dir(path, "path")
 
     def __enter__(self) -> ModelDirWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,7 +52,8 @@ class ModelDirWriter:
         write_npy(array, self.tmp / name)
 
     def weights(self, state_dict: dict[str, torch.Tensor], name: str = WEIGHTS) -> None:
-        save_file({k: v.detach().contiguous() for k, v in state_dict.items()}, str(self.tmp / name))
+        # from CPU tensors: a model trained on one device loads on any (read_weights loads to the CPU)
+        save_file({k: v.detach().cpu().contiguous() for k, v in state_dict.items()}, str(self.tmp / name))
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:
@@ -129,7 +131,7 @@ def read_weights(model_dir: str | os.PathLike, name: str = WEIGHTS) -> dict[str,
     path = Path(model_dir) / name
     if not path.exists():
         raise DataError(f"{model_dir}: {name} is missing")
-    return load_file(str(path))
+    return load_file(str(path), device="cpu")
 
 
 def load_weights(net: torch.nn.Module, model_dir: str | os.PathLike, name: str = WEIGHTS) -> None:

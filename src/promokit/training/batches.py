@@ -26,7 +26,7 @@ def iterate_batches(tensors: Batch, batch_size: int, generator: torch.Generator 
         for start in range(0, n, batch_size):
             yield {name: t[start:start + batch_size] for name, t in tensors.items()}
         return
-    order = torch.randperm(n, generator=generator)
+    order = torch.randperm(n, generator=generator, device=generator.device)  # batches are cut on the CPU
     starts = list(range(0, n, batch_size))
     if len(starts) > 1 and n - starts[-1] == 1:  # a one-row batch breaks batch normalisation: join the previous
         starts.pop()
@@ -44,7 +44,7 @@ def stream_batches(chunks: Iterable[Batch], batch_size: int, generator: torch.Ge
     for chunk in chunks:
         if n_rows(chunk) == 0:
             continue
-        chunk = take(chunk, torch.randperm(n_rows(chunk), generator=generator))
+        chunk = take(chunk, torch.randperm(n_rows(chunk), generator=generator, device=generator.device))
         if carry is not None:
             chunk = {name: torch.cat([carry[name], t]) for name, t in chunk.items()}
         n = n_rows(chunk)

@@ -3,6 +3,7 @@ domain's defaults in ``--help`` without loading torch."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -19,6 +20,11 @@ class TrainConfig:
 
     ``monitor`` is what early stopping and the kept epoch follow on the validation rows: ``"loss"`` (lowest
     validation loss) or the name of a metric passed to :meth:`Trainer.fit` (highest value, e.g. ``"auc"``).
+
+    ``device`` is where training and prediction run: ``"auto"`` (CUDA when torch finds a CUDA device, else the CPU),
+    ``"cpu"``, ``"cuda"`` or ``"cuda:<n>"`` (:func:`check_device`; resolved by
+    :func:`promokit.training.device.resolve_device`). A saved model records it, and loads on any device
+    (:meth:`loaded`).
 
     ``decay_rows`` > 0 makes ``embedding_decay`` follow the table's size: it is the decay at ``decay_rows`` training
     rows, and a table of n > ``decay_rows`` rows gets ``embedding_decay · decay_rows / n``
@@ -37,6 +43,13 @@ class TrainConfig:
     progress: bool = True
     monitor: str = "loss"
     decay_rows: int = 0
+    device: str = "auto"
+
+    @classmethod
+    def loaded(cls, saved: Mapping) -> TrainConfig:
+        """The settings a model directory recorded, with the device ``auto``: a model trained on one device runs on
+        whichever the loading machine has (its weights are saved from CPU tensors)."""
+        return cls(**{**saved, "device": "auto"})
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -48,3 +61,19 @@ class TrainConfig:
         names = set(self.to_dict())
         return (TrainConfig(**{**self.to_dict(), **{k: v for k, v in params.items() if k in names}}),
                 {k: v for k, v in params.items() if k not in names})
+
+
+#: The forms of the ``device`` setting, for messages.
+DEVICE_FORMS = "'auto', 'cpu', 'cuda' or 'cuda:<n>'"
+
+
+def check_device(value) -> str:
+    """``value`` as a device setting (:class:`TrainConfig`'s ``device``, lower case), or a one-line DataError listing
+    the forms. Whether the machine has that device is checked where it is used
+    (:func:`promokit.training.device.resolve_device`): a model saved on one machine loads on another."""
+    from promokit.data.errors import DataError
+
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text is None or not re.fullmatch(r"auto|cpu|cuda(:\d+)?", text):
+        raise DataError(f"device must be {DEVICE_FORMS}, got {value!r}")
+    return text

@@ -22,6 +22,7 @@ from sklearn.base import BaseEstimator
 
 from promokit.data.errors import DataError
 from promokit.report import Report, json_safe
+from promokit.training.device import resolve_device
 from promokit.training.trainer import TrainConfig
 
 
@@ -141,7 +142,8 @@ def check_common_params(model: str, params, train, *, models: Mapping, monitors:
     """The checks every estimator makes of its ``model`` (a name of ``models``), ``params`` (a mapping or None) and
     ``train``; returns the TrainConfig to use: ``train`` itself, the domain's ``default_train`` when it is None, or
     ``default_train`` with the settings of a mapping replaced (``train={"epochs": 3, "progress": False}``). Its
-    ``monitor`` must be one of ``monitors``."""
+    ``monitor`` must be one of ``monitors``, its ``device`` one this machine has
+    (:func:`~promokit.training.device.resolve_device`)."""
     if model not in models:
         raise DataError(f"model: unknown model {model!r}; choose one of {sorted(models)}")
     if params is not None and not isinstance(params, Mapping):
@@ -163,6 +165,10 @@ def check_common_params(model: str, params, train, *, models: Mapping, monitors:
         raise DataError(f"train: lr must be a finite number > 0, got {train.lr!r}")
     if train.monitor not in monitors:
         raise DataError(f"train: monitor must be one of {list(monitors)}, got {train.monitor!r}")
+    try:  # here, before any data is read: a device this machine lacks is a one-line error
+        resolve_device(train.device)
+    except DataError as exc:
+        raise DataError(f"train: {exc}") from None
     return train
 
 

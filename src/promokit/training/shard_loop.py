@@ -67,7 +67,7 @@ class ShardBatches:
 
     def train(self, generator: torch.Generator):
         segments = self.job.train[self.rank]
-        order = torch.randperm(len(segments), generator=generator).tolist()
+        order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
         chunks = (self.job.train_rows.load(self.job.estimator, segments[k]) for k in order)
         return stream_batches(chunks, self.job.batch_size, generator)
 

@@ -22,7 +22,6 @@ best weights, stops early and checkpoints each epoch, whatever the batches' sour
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +44,7 @@ from promokit.data.io import atomic_path
 from promokit.metrics import auc
 from promokit.training.batches import Batch, iterate_batches, n_rows
 from promokit.training.config import TrainConfig
+from promokit.training.device import net_device, resolve_device, running_on, to_cpu, to_device
 from promokit.training.logistic import solve_wide
 from promokit.training.optim import LazyWeightDecay, make_optimizers
 from promokit.training.threads import training_threads
@@ -133,7 +133,9 @@ class Trainer:
         """Mean loss and loss parts over a whole table, in evaluation mode."""
         model.eval()
         total, parts, seen = 0.0, {}, 0
+        device = net_device(model)
         for batch in iterate_batches(tensors, self.config.eval_batch_size):
+            batch = to_device(batch, device)
             loss, named = model.loss(model(batch), batch)
             size = n_rows(batch)
             total += loss.item() * size
@@ -143,23 +145,25 @@ class Trainer:
         return total / seen, {k: v / seen for k, v in parts.items()}
 
     def predict(self, model: nn.Module, tensors: Batch) -> dict[str, Tensor]:
-        """Named outputs over a whole table, concatenated in row order (:func:`predict`), on the cores free now unless
+        """Named outputs over a whole table, concatenated in row order (:func:`predict`), on ``config.device``
+        (:func:`~promokit.training.device.running_on`; the outputs on the CPU) and, there, the cores free now unless
         the user chose a thread count (:func:`~promokit.training.threads.training_threads`)."""
-        with training_threads():
+        with training_threads(), running_on(model, resolve_device(self.config.device)):
             return predict(model, tensors, self.config.eval_batch_size)
 
 
 @torch.no_grad()
 def predict(model: nn.Module, tensors: Batch, batch_size: int) -> dict[str, Tensor]:
-    """Named outputs of ``model`` (evaluation mode) over a whole table, ``batch_size`` rows at a time, concatenated
-    in row order."""
+    """Named outputs of ``model`` (evaluation mode) over a whole table, ``batch_size`` rows at a time on the model's
+    device, concatenated in row order on the CPU."""
     model.eval()
+    device = net_device(model)
     chunks: dict[str, list[Tensor]] = {}
     for batch in iterate_batches(tensors, batch_size):
-        for name, value in model(batch).items():
+        for name, value in to_cpu(model(to_device(batch, device))).items():
             chunks.setdefault(name, []).append(value)
     if not chunks:  # a table without rows (an empty partition): one pass over it still names every output
-        chunks = {name: [value] for name, value in model(tensors).items()}
+        chunks = {name: [value] for name, value in to_cpu(model(to_device(tensors, device))).items()}
     return {name: torch.cat(values) for name, values in chunks.items()}
 
 
@@ -220,7 +224,7 @@ def latest_state(folder: Path) -> dict | None:
     """The checkpoint of the latest epoch under ``folder``: this process's ``checkpoint.pt`` or a Ray Train
     checkpoint's (``checkpoint_*/checkpoint.pt``, a run begun on Ray that continues here)."""
     found = [p for p in [folder / CHECKPOINT, *folder.glob(f"checkpoint_*/{CHECKPOINT}")] if p.exists()]
-    states = [torch.load(p, weights_only=True) for p in found]
+    states = [torch.load(p, weights_only=True, map_location="cpu") for p in found]
     return max(states, key=lambda s: s["epoch"], default=None)
 
 
@@ -230,49 +234,61 @@ def train_epochs(net: nn.Module, batches, config: TrainConfig, comm,
     ``comm.load()`` when it gives a checkpoint, else solve ``batches.wide`` first; each epoch seeded from ``(seed,
     epoch, rank)``, at ``lr · lr_decay**epoch``, validated, filed by :class:`EpochLoop` (``on_epoch(epoch, record)``
     sees each record) and checkpointed by ``comm.save``. Ctrl-C ends training as ``interrupted``. Returns the history,
-    with ``net`` holding the kept epoch's weights (evaluation mode). Torch runs on the cores free now unless the user
-    chose a thread count (:func:`~promokit.training.threads.training_threads`)."""
+    with ``net`` holding the kept epoch's weights (evaluation mode). The network and each batch are on the device
+    ``comm.device`` gives (a worker's GPU), else ``config.device`` (:func:`~promokit.training.device.running_on`);
+    on the CPU torch runs on the cores free now unless the user chose a thread count
+    (:func:`~promokit.training.threads.training_threads`)."""
     with training_threads():  # the cores free now, unless the user chose a count
-        forward = comm.wrap(net)  # DDP broadcasts rank 0's initial weights
-        decay = embedding_decay_for(config, batches.rows)
-        optimizers = make_optimizers(net, config.lr, config.weight_decay, decay)
-        loop = EpochLoop(config, validated=batches.validated)
-        try:
-            state = comm.load()
-            if state is not None:
-                loop.restore(state, net, optimizers)
-            else:
-                loop.history.wide = batches.wide(net)
-            loop.history.embedding_decay = decay
-            with progress_display(config.progress and comm.interactive) as progress:
-                try:
-                    for epoch in loop.epochs():
-                        record = _train_epoch(net, forward, optimizers, batches, config, comm, epoch, progress)
-                        if batches.validated:
-                            record.update(batches.validate(net, comm))
-                        stop = loop.end_epoch(record, net, on_epoch)
-                        if progress is not None:
-                            progress.end_epoch(record, config.epochs)
-                        comm.save(partial(loop.checkpoint, net, optimizers, epoch), record)
-                        if stop:
-                            break
-                except KeyboardInterrupt:  # in one process only: Ray Train handles Ctrl-C on the driver
-                    loop.history.stopped = "interrupted"
-                    # a half-done epoch's rows, for a model interrupted before its first best
-                    flush_optimizers(optimizers)
-            return loop.finish(net)
-        finally:
-            for opt in optimizers:
-                if isinstance(opt, LazyWeightDecay):
-                    opt.remove_hooks()
+        state = comm.load()
+        wide = batches.wide(net) if state is None else []  # solved on the CPU, before the network moves
+        device = getattr(comm, "device", None) or resolve_device(config.device)
+        with running_on(net, device):
+            return _train_placed(net, batches, config, comm, on_epoch, state, wide)
+
+
+def _train_placed(net: nn.Module, batches, config: TrainConfig, comm, on_epoch, state: dict | None,
+                  wide: list[dict]) -> History:
+    """:func:`train_epochs` once the network is on its device."""
+    forward = comm.wrap(net)  # DDP broadcasts rank 0's initial weights
+    decay = embedding_decay_for(config, batches.rows)
+    optimizers = make_optimizers(net, config.lr, config.weight_decay, decay)
+    loop = EpochLoop(config, validated=batches.validated)
+    try:
+        if state is not None:
+            loop.restore(state, net, optimizers)
+        else:
+            loop.history.wide = wide
+        loop.history.embedding_decay = decay
+        with progress_display(config.progress and comm.interactive) as progress:
+            try:
+                for epoch in loop.epochs():
+                    record = _train_epoch(net, forward, optimizers, batches, config, comm, epoch, progress)
+                    if batches.validated:
+                        record.update(batches.validate(net, comm))
+                    stop = loop.end_epoch(record, net, on_epoch)
+                    if progress is not None:
+                        progress.end_epoch(record, config.epochs)
+                    comm.save(partial(loop.checkpoint, net, optimizers, epoch), record)
+                    if stop:
+                        break
+            except KeyboardInterrupt:  # in one process only: Ray Train handles Ctrl-C on the driver
+                loop.history.stopped = "interrupted"
+                # a half-done epoch's rows, for a model interrupted before its first best
+                flush_optimizers(optimizers)
+        return loop.finish(net)
+    finally:
+        for opt in optimizers:
+            if isinstance(opt, LazyWeightDecay):
+                opt.remove_hooks()
 
 
 def _train_epoch(net: nn.Module, forward, optimizers, batches, config: TrainConfig, comm, epoch: int,
                  progress) -> dict:
     """One optimisation step per batch: ``net.loss(forward(batch), batch)``, backward, every optimiser's step.
     ``forward`` is the network or its DDP wrapper, which averages the gradients over the workers in backward. The
-    record's ``train_loss`` is the mean over every worker's rows."""
+    record's ``train_loss`` is the mean over every worker's rows. Each batch goes where the network is."""
     net.train()
+    device = net_device(net)
     set_epoch_lr(optimizers, config, epoch)
     generator = seed_epoch(config, epoch, comm.rank)
     epoch_batches = batches.train(generator)
@@ -280,6 +296,7 @@ def _train_epoch(net: nn.Module, forward, optimizers, batches, config: TrainConf
     started = time.perf_counter()
     total, seen = torch.zeros(()), 0
     for step, batch in enumerate(epoch_batches):
+        batch = to_device(batch, device)
         value, _ = net.loss(forward(batch), batch)
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
@@ -342,7 +359,7 @@ class EpochLoop:
             on_epoch(epoch, record)
         if self.history.best_epoch < 0 or self.sign * record[self.key] > self.sign * self.history.best_score:
             self.history.best_score, self.history.best_epoch, self.bad_epochs = record[self.key], epoch, 0
-            self.best_state = copy.deepcopy(model.state_dict())
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
         else:
             self.bad_epochs += 1
         if self.validated and self.bad_epochs >= self.config.patience:
@@ -351,7 +368,7 @@ class EpochLoop:
         return False
 
     def checkpoint(self, model: nn.Module, optimizers, epoch: int) -> dict:
-        return {"model": model.state_dict(), "optimizers": [o.state_dict() for o in optimizers],
+        return {"model": to_cpu(model.state_dict()), "optimizers": [o.state_dict() for o in optimizers],
                 "history": self.history.to_dict(), "best_state": self.best_state, "bad_epochs": self.bad_epochs,
                 "epoch": epoch}
 
@@ -395,7 +412,8 @@ def validation_record(model: nn.Module, outputs: dict[str, Tensor], batch: Batch
                       metrics: Mapping[str, Metric]) -> dict[str, float]:
     """``valid_loss``, ``valid_<part>`` and ``valid_<metric>`` of a whole validation table from its outputs (the
     loss reads only the outputs and the labels of ``batch``)."""
-    loss, parts = model.loss(outputs, batch)
+    device = net_device(model)  # a loss may read the weights (a penalty)
+    loss, parts = model.loss(to_device(outputs, device), to_device(batch, device))
     record = {"valid_loss": float(loss), **{f"valid_{k}": float(v) for k, v in parts.items()}}
     record.update({f"valid_{name}": float(metric(outputs, batch)) for name, metric in metrics.items()})
     return record

@@ -100,7 +100,8 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
           monitor: opt.MonitorOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: cs.ParamsOpt = None,
           categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None, wide: cs.WideOpt = None,
           resume: cs.ResumeOpt = False, executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None,
-          workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None):
+          workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None,
+          device: cs.DeviceOpt = None):
     """Fit a value model on the earlier deliveries and write it as a model directory.
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
@@ -118,7 +119,8 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
         from promokit.value.workflows import train as train_model
 
         config, model_params = cs.training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
-                                                patience=patience, monitor=monitor, seed=seed, wide=wide)
+                                                patience=patience, monitor=monitor, seed=seed, wide=wide,
+                                                device=device)
         estimator = ValueModel(_renamed("--model", model), model_params, config, split=split,
                                test_fraction=test_fraction, labels=cs.label_options(label, opt.LABEL_ROLES),
                                allow_leaky=allow_leaky)
@@ -142,13 +144,14 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
 def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutOpt, at: opt.AtOpt = None,
             contexts: opt.ContextsOpt = SCORE_CONTEXTS, users_list: opt.UsersListOpt = None,
             executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None):
+            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
     dataset in parts is scored part by part on --executor (the model loaded once per worker). Without a deliveries
     table, users × funds are scored alone, in contexts the model kept from its training deliveries."""
     with cs.user_errors(), _flag_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
+        cs.set_device(device)
         from promokit.value.workflows import predict as predict_dataset
 
         prediction = predict_dataset(model, data, out, cs.deferred_executor(executor, address, workers),

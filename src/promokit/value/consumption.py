@@ -24,6 +24,7 @@ from promokit.data import graph_shards
 from promokit.data.encoders import TableEncoder
 from promokit.data.graph_shards import LEFT, NODE, GraphLayout, Shard
 from promokit.data.parts import naming, parquet_rows, read_part
+from promokit.training.device import run_on
 from promokit.value.contract import AMOUNT, MERCHANT
 from promokit.value.estimator import ValueModel
 from promokit.value.part_tables import read_part_tables
@@ -88,9 +89,10 @@ def _inputs(layout: GraphLayout, model: ValueModel, shard: Shard) -> None:
         n, structure_encoder = len(names), encoders.merchant_structure
     structure = _structure(structure_encoder, edges, n)
     for e, encoder in enumerate(_gnn_encoders(model)):
-        x = encoder.graph_input(side, features, structure)
         first = encoder.gnn.customer_in if side == "user" else encoder.gnn.merchant_in
-        graph_shards.save_state(layout, shard, f"e{e}h0", first(x).numpy())
+        states = run_on(model.net, model.train_config.device,
+                        lambda own, edges: first(encoder.graph_input(side, own, edges)), features, structure)  # noqa: B023
+        graph_shards.save_state(layout, shard, f"e{e}h0", states.numpy())
 
 
 def _structure(encoder: TableEncoder, edges: pd.DataFrame, n: int) -> torch.Tensor:
@@ -107,5 +109,6 @@ def _layer(layout: GraphLayout, layer: int, model: ValueModel, shard: Shard) -> 
     for e, encoder in enumerate(_gnn_encoders(model)):
         own = torch.from_numpy(graph_shards.load_state(layout, shard, f"e{e}h{layer}"))
         source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, f"e{e}h{layer}", own.shape[1]))
-        states = encoder.gnn.layer(layer, into, source, own, ptr, neighbour, weight)
+        states = run_on(model.net, model.train_config.device, encoder.gnn.layer, layer, into, source, own, ptr,
+                        neighbour, weight)
         graph_shards.save_state(layout, shard, f"e{e}h{layer + 1}", states.numpy())

@@ -33,6 +33,7 @@ from promokit.training import (
     read_model_config,
     write_model_dir,
 )
+from promokit.training.device import resolve_device, running_on, to_cpu, to_device
 from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_same_data
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
 from promokit.training.seed import seed_everything
@@ -495,12 +496,14 @@ class ValueModel(Estimator):
         self.net.eval()
         scores = np.empty((n_users, n_funds))
         sequences = self.encoders.sequences(_at(tables, users, at), np.arange(n_users))
-        for start in range(0, n_users, chunk):
-            part = users[start:start + chunk]
-            seq = torch.from_numpy(sequences[start:start + chunk])
-            out = self.net.pair_outputs(torch.from_numpy(part), seq, ctx_cat, ctx_num, n_funds)
-            etv = self.recalibrated(*(out[k].numpy().astype(np.float64) for k in ("p_ctcvr", "etv")))[1]
-            scores[start:start + len(part)] = etv.reshape(len(part), n_funds, -1).mean(axis=2)
+        with running_on(self.net, resolve_device(self.train_config.device)) as device:
+            for start in range(0, n_users, chunk):
+                part = users[start:start + chunk]
+                inputs = to_device((torch.from_numpy(part), torch.from_numpy(sequences[start:start + chunk]), ctx_cat,
+                                    ctx_num), device)
+                out = to_cpu(self.net.pair_outputs(*inputs, n_funds))
+                etv = self.recalibrated(*(out[k].numpy().astype(np.float64) for k in ("p_ctcvr", "etv")))[1]
+                scores[start:start + len(part)] = etv.reshape(len(part), n_funds, -1).mean(axis=2)
         return scores
 
     def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0,
@@ -559,7 +562,7 @@ class ValueModel(Estimator):
         loads as the model it is now (``hurdle``)."""
         config = read_model_config(path, "value")
         holdout = config["split"]
-        model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig(**config["train"]),
+        model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig.loaded(config["train"]),
                     split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"),
                     allow_leaky=config.get("allow_leaky"))
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}

@@ -18,6 +18,7 @@ import pandas as pd
 
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
+from promokit.data.uris import local_dir
 from promokit.report import Report
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.value.contract import read_folder, table_paths
@@ -85,7 +86,7 @@ def predict(model, data, out, executor, *, at=None, contexts: int = SCORE_CONTEX
     dataset in parts is scored part by part on ``executor`` into ``scores/`` and ``deliveries/``; without
     deliveries, users × funds are scored in the contexts the model kept from its training deliveries."""
     check_contexts(contexts)
-    out = Path(out)
+    out = local_dir(out)
     paths = table_paths(data, deliveries_optional=True)
     if in_parts(paths):
         if users_list is not None or "deliveries" not in paths:

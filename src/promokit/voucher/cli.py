@@ -8,6 +8,7 @@ from promokit.cli_support import (
     RUNS,
     AddressOpt,
     AllRowsOpt,
+    DeviceOpt,
     EngineOpt,
     ExecutorOpt,
     MinCountOpt,
@@ -38,6 +39,7 @@ from promokit.cli_support import (
     run_tune,
     runs_out_option,
     seeds_option,
+    set_device,
     set_threads,
     test_fraction_option,
     training_options,
@@ -77,7 +79,7 @@ def train(sessions: options.Sessions, items: options.Items, out: options.TrainOu
           weight_decay: TRAIN.weight_decay = None, min_count: MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
           params: ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
           freeze_items: options.FreezeItems = False, wide: WideOpt = None, allow_leaky: AllowLeakyOpt = None,
-          threads: options.Threads = 1, resume: ResumeOpt = False):
+          threads: options.Threads = 1, resume: ResumeOpt = False, device: DeviceOpt = None):
     """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
     from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on). A feature
     that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky)."""
@@ -89,7 +91,8 @@ def train(sessions: options.Sessions, items: options.Items, out: options.TrainOu
 
         config, model_params = training_options(DEFAULT_TRAIN, params, min_count, epochs=epochs, batch_size=batch_size,
                                                 lr=lr, patience=patience, monitor=monitor, seed=seed, wide=wide,
-                                                embedding_decay=embedding_decay, weight_decay=weight_decay)
+                                                embedding_decay=embedding_decay, weight_decay=weight_decay,
+                                                device=device)
         estimator = VoucherModel(model, {**model_params, **options.item_params(item_embeddings, freeze_items)}, config,
                                  test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky)
         train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=valid_from,
@@ -143,13 +146,14 @@ def predict(model: options.ModelDir, sessions: options.PartsSessions, items: opt
             validity: options.Validity = None, terms: options.SavedTerms = None,
             item_features: options.SavedItemFeatures = None, start: options.PredictFrom = None,
             executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: options.Threads = 1, engine: EngineOpt = None):
+            threads: options.Threads = 1, engine: EngineOpt = None, device: DeviceOpt = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
     the users' histories. With --sessions in parts, each part is scored alone (--executor local | ray), the model
     loaded once per worker."""
     with user_errors(), flags_in_errors(options.FLAGS):
         executor = executor_option(executor, engine)
         set_threads(threads)
+        set_device(device)
         from promokit.voucher.workflows import predict as predict_sessions
 
         rows, written = predict_sessions(model, sessions, items, out, events=events, voucher_items=voucher_items,

@@ -466,7 +466,7 @@ class VoucherModel(Estimator):
         result = pretrain_uvg(self.store, train_rows, labels, **{k: v for k, v in self.net_params.items() if k in shared},
                               item_embeddings=item_embeddings, epochs=int(self.model_params["pretrain"]),
                               batch_size=self.train_config.batch_size, lr=self.train_config.lr,
-                              seed=self.train_config.seed)
+                              seed=self.train_config.seed, device=self.train_config.device)
         return result.state
 
     def _build_net(self, pretrained=None, item_embeddings: torch.Tensor | None = None) -> nn.Module:
@@ -590,7 +590,7 @@ class VoucherModel(Estimator):
         config = read_model_config(path, "voucher")
         holdout = config.get("holdout") or {}  # directories written before the hold-out was kept held nothing out
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
-                    TrainConfig(**config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
+                    TrainConfig.loaded(config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
                     holdout.get("test_from"), config["spec"].get("allow_leaky") or None)
         model.holdout, model.labels = config.get("holdout"), config.get("labels")
         model.feature_spec = FeatureSpec.from_dict(config["spec"])

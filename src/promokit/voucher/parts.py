@@ -27,7 +27,7 @@ from promokit.data import DataError, read_table
 from promokit.data.io import write_part
 from promokit.data.part_keys import check_unique_keys
 from promokit.data.part_scoring import PartScore
-from promokit.data.parts import is_partitioned, list_parts, read_part
+from promokit.data.parts import is_partitioned, list_parts, parquet_schema, read_part
 from promokit.voucher.contract import check_tables
 
 
@@ -93,10 +93,8 @@ def check_users(executor, pairs: list[tuple[Path, Path | None]], scratch: Path) 
 
 def _user_log(path: Path) -> bool:
     """Whether an events part is a user-level log (``user_id``, no ``session_id``), from its Parquet schema."""
-    import pyarrow.parquet as pq
-
     try:
-        columns = pq.read_schema(path).names
+        columns = parquet_schema(path).names
     except (OSError, ValueError):
         columns = list(read_part(path).columns)  # a part that cannot be read: its one-line error
     return "session_id" not in columns and "user_id" in columns

@@ -25,6 +25,7 @@ from torch import Tensor
 from promokit.data import DataError
 from promokit.nn import binary_log_loss
 from promokit.training import make_optimizers, seed_everything
+from promokit.training.device import resolve_device, running_on, to_device
 from promokit.voucher.graph import UVGStore
 from promokit.voucher.models.dmbgn import UVGEncoder
 
@@ -43,10 +44,12 @@ class PretrainedUVG:
 def pretrain_uvg(store: UVGStore, rows, redeemed, *, emb_dim: int = 16, uvg_dim: int = 32, gnn_layers: int = 2,
                  ratio: float = 0.9, encoder: str = "gnn", directed: bool = True,
                  item_embeddings: Tensor | None = None, freeze_items: bool = False, item_dim: int | None = None,
-                 epochs: int = 3, batch_size: int = 1024, lr: float = 1e-3, seed: int = 0) -> PretrainedUVG:
+                 epochs: int = 3, batch_size: int = 1024, lr: float = 1e-3, seed: int = 0,
+                 device: str = "auto") -> PretrainedUVG:
     """Train a UVG encoder on eq. (6) over the session ``rows`` (training sessions only) with their 0/1
-    ``redeemed`` labels, Adam at ``lr`` (SparseAdam for the embeddings), seeded. ``item_embeddings``,
-    ``freeze_items``, ``item_dim`` as in :class:`UVGEncoder`."""
+    ``redeemed`` labels, Adam at ``lr`` (SparseAdam for the embeddings), seeded, on ``device`` (a
+    :class:`~promokit.training.TrainConfig` ``device`` setting). ``item_embeddings``, ``freeze_items``,
+    ``item_dim`` as in :class:`UVGEncoder`."""
     rows = torch.as_tensor(np.asarray(rows), dtype=torch.long)
     labels = torch.as_tensor(np.asarray(redeemed), dtype=torch.float32)
     if rows.shape != labels.shape:
@@ -60,16 +63,26 @@ def pretrain_uvg(store: UVGStore, rows, redeemed, *, emb_dim: int = 16, uvg_dim:
     params = {"emb_dim": emb_dim, "uvg_dim": uvg_dim, "gnn_layers": gnn_layers, "ratio": ratio,
               "encoder": encoder, "directed": directed, "freeze_items": freeze_items,
               "item_dim": model.item.embedding_dim}
+    with running_on(model, resolve_device(device)) as placed:
+        losses = _epochs(model, store, rows, labels, epochs, batch_size, lr, seed, placed)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return PretrainedUVG(state=state, params=params, losses=losses)
+
+
+def _epochs(model: UVGEncoder, store: UVGStore, rows: Tensor, labels: Tensor, epochs: int, batch_size: int,
+            lr: float, seed: int, device: torch.device) -> list[float]:
+    """The epochs of :func:`pretrain_uvg` with ``model`` on ``device``: each epoch's mean eq. (6) loss."""
     optimizers = make_optimizers(model, lr)
     generator = torch.Generator().manual_seed(seed)
     losses = []
     model.train()
     for _ in range(epochs):
-        order = torch.randperm(len(rows), generator=generator)
+        order = torch.randperm(len(rows), generator=generator, device=generator.device)
         total = 0.0
         for start in range(0, len(rows), batch_size):
             chunk = order[start:start + batch_size]
-            loss = binary_log_loss(model(store.batch(rows[chunk])).score, labels[chunk])  # eq. (6)
+            graphs = to_device(store.batch(rows[chunk]), device)
+            loss = binary_log_loss(model(graphs).score, labels[chunk].to(device))  # eq. (6)
             for opt in optimizers:
                 opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -78,5 +91,4 @@ def pretrain_uvg(store: UVGStore, rows, redeemed, *, emb_dim: int = 16, uvg_dim:
             total += loss.item() * len(chunk)
         losses.append(total / max(len(rows), 1) if len(rows) else math.nan)
     model.eval()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return PretrainedUVG(state=state, params=params, losses=losses)
+    return losses

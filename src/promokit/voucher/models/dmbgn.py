@@ -14,6 +14,7 @@ from torch_geometric.utils import scatter
 from promokit.data import DataError
 from promokit.nn import MLP, WIDE_L2, AttentionUnit, FeatureEmbedding, FieldEmbedding, binary_log_loss, drop_to_oov
 from promokit.nn.losses import EPS
+from promokit.training.device import net_device, to_device
 from promokit.voucher.graph import UVGStore
 from promokit.voucher.models.base import FieldLayout, RedeemModel
 
@@ -242,7 +243,8 @@ class DMBGN(RedeemModel):
         """The UVGs of session ``rows``, each distinct graph run through the encoder once (a history session recurs
         in many later sessions of its user; without a behaviour log every session of a voucher shares its graph)."""
         first, position = self.store.distinct(rows)
-        return self.uvg(self.store.batch(first, zones)).take(position)
+        device = net_device(self)
+        return self.uvg(to_device(self.store.batch(first, zones), device)).take(position.to(device))
 
     def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
         target = binary_log_loss(out["p_redeem"], batch["redeemed"])  # eq. (8)
