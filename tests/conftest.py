@@ -1,3 +1,4 @@
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +113,39 @@ def ledger_url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ledger.sqlite'}"
     return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """An S3-compatible server (moto) on a free local port, started once for the whole test session."""
+    import logging
+    import socket
+
+    moto_server = pytest.importorskip("moto.server")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+BUCKETS = itertools.count()
+
+
+@pytest.fixture
+def bucket(s3_endpoint, monkeypatch):
+    """A fresh bucket; the endpoint and dummy credentials in the environment, as the AWS SDKs read them."""
+    boto3 = pytest.importorskip("boto3")
+    for name, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                        "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    name = f"promokit-{next(BUCKETS)}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return f"s3://{name}"
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,6 @@
 
 import itertools
 import json
-import logging
-import socket
 
 import numpy as np
 import pandas as pd
@@ -14,33 +12,8 @@ from promokit.data.io import read_table, write_part
 from promokit.data.parts import is_partitioned, list_parts, parquet_rows
 from promokit.data.uris import SUCCESS, as_path, begin_parts, finish_parts
 
-moto_server = pytest.importorskip("moto.server")
+pytest.importorskip("moto.server")
 boto3 = pytest.importorskip("boto3")
-BUCKETS = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def bucket(s3_endpoint, monkeypatch):
-    """A fresh bucket; the endpoint and dummy credentials in the environment, as the AWS SDKs read them."""
-    for name, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
-                        "AWS_SECRET_ACCESS_KEY": "testing-secret", "AWS_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    name = f"promokit-{next(BUCKETS)}"
-    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
-    return f"s3://{name}"
 
 
 def _table(rows: int = 10) -> pd.DataFrame:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
+from promokit.data.uris import as_path
 
 
 def as_table(data, argument: str) -> pd.DataFrame:
@@ -27,8 +28,8 @@ def as_table(data, argument: str) -> pd.DataFrame:
 def table_paths(folder, names: Sequence[str], required: Sequence[str], what: str) -> dict[str, Path]:
     """Where each table of ``names`` is in ``folder`` (``<name>.parquet``, ``<name>.csv`` or a directory
     ``<name>/`` of parts); a one-line error for a missing folder, a missing ``required`` table or one given
-    twice. ``what`` names the data in messages ("voucher data")."""
-    folder = Path(folder)
+    twice. ``what`` names the data in messages ("voucher data"); ``folder`` may be a URI."""
+    folder = as_path(folder)
     if not folder.is_dir():
         raise DataError(f"data: {folder} is not a folder; {what} is a folder of {_listing(names, required)} "
                         "tables (.parquet, .csv or a directory of parts)")

@@ -42,6 +42,7 @@ from promokit.data.errors import DataError
 from promokit.data.io import atomic_path, write_npy, write_parquet, write_part
 from promokit.data.part_keys import bucket_of, canonical
 from promokit.data.parts import part_name
+from promokit.data.uris import as_path, begin_parts, finish_parts
 
 LEFT, RIGHT = "left", "right"
 #: right-node columns the routing adds: the right table's part and the row in it
@@ -301,16 +302,20 @@ def write_right_output(layout: GraphLayout, b: int, nodes: pd.DataFrame, frame: 
 
 def collect_right(executor, layout: GraphLayout, out: str | os.PathLike, empty: pd.DataFrame) -> None:
     """Write ``out/part-q.parquet``: right part q's output rows in its row order (``empty``: the columns of a part
-    with no rows)."""
-    Path(out).mkdir(parents=True, exist_ok=True)
-    executor.map(partial(_collect, layout, str(out), empty), range(len(layout.right)), label="writing right parts")
+    with no rows); ``out`` may be a URI (marked as :func:`~promokit.data.uris.begin_parts` says)."""
+    as_path(out).mkdir(parents=True, exist_ok=True)
+    begin_parts(out)
+    rows = executor.map(partial(_collect, layout, str(out), empty), range(len(layout.right)),
+                        label="writing right parts")
+    finish_parts(out, [part_name(q) for q in range(len(layout.right))], rows)
 
 
-def _collect(layout: GraphLayout, out: str, empty: pd.DataFrame, q: int) -> None:
+def _collect(layout: GraphLayout, out: str, empty: pd.DataFrame, q: int) -> int:
     folder = Path(layout.scratch) / "out" / f"{q:05d}"
     pieces = [pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))] if folder.exists() else []
     frame = pd.concat(pieces, ignore_index=True).sort_values(ROW).drop(columns=ROW) if pieces else empty
     write_part(frame, out, q)
+    return len(frame)
 
 
 def remove(layout: GraphLayout) -> None:

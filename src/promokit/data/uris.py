@@ -20,6 +20,8 @@ import io
 import json
 import os
 import re
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path, PurePath, PurePosixPath
 from urllib.parse import urlsplit
 
@@ -55,6 +57,17 @@ def local_dir(path, argument: str = "out") -> Path:
         raise DataError(f"`{argument}` is {uri}: this writes to a local folder only (copy it to object storage "
                         f"afterwards); tables in parts are read from and written to URIs")
     return Path(path)
+
+
+@contextmanager
+def scratch_dir(out, name: str):
+    """A folder for a job's scratch files: ``out/name`` beside a local ``out`` (the job removes it); for a URI
+    ``out``, a local temporary folder, removed afterwards (object stores hold results, not working files)."""
+    if not is_uri(out):
+        yield Path(out) / name
+        return
+    with tempfile.TemporaryDirectory(prefix=f"promokit-{name.lstrip('.')}-") as folder:
+        yield Path(folder) / name
 
 
 def as_path(path):

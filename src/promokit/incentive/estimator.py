@@ -265,7 +265,9 @@ class IncentiveModel(Estimator):
 
     def prepare(self, tables: IncentiveTables) -> GraphInputs:
         """What :meth:`fit` sets before it trains: the value list, the feature specs, the label mapping and the input
-        encoders of ``tables``, and an untrained network with their encoded inputs attached. Returns those inputs."""
+        encoders of ``tables``, and an untrained network with their encoded inputs attached, its weights drawn from the
+        training seed. Returns those inputs."""
+        seed_everything(self.train_config.seed)
         self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
         self.labels, self.customers_only = tables.labels or None, tables.customers_only
         self.graph, self.item_spec = tables.graph, tables.item_spec

@@ -20,7 +20,9 @@ scores are that graph's, written part by part:
 Each node's state reads exactly its own edges, in the same order, and its neighbours' states, so the scores are
 the one-folder predict's (the tests compare them to 1e-6). The model is loaded once per worker in every map that
 needs it. The shards' files live in ``OUT/.graph`` (removed at the end, also on failure): with ``--executor ray`` on
-several machines, ``OUT`` must be on storage every worker reaches.
+several machines, ``OUT`` must be on storage every worker reaches. For an ``OUT`` URI they live in a local temporary
+folder (so its workers share this machine's disk), and the output parts go to ``OUT`` marked as
+:func:`~promokit.data.uris.begin_parts` says.
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ from promokit.data.errors import DataError
 from promokit.data.graph_shards import LEFT, NODE, RIGHT, GraphLayout, Shard
 from promokit.data.io import write_parquet, write_part
 from promokit.data.part_keys import check_unique_keys
-from promokit.data.parts import list_parts, naming, parquet_rows, read_file, read_part
+from promokit.data.parts import list_parts, naming, parquet_rows, part_name, read_file, read_part
 from promokit.data.spec import FeatureSpec
+from promokit.data.uris import begin_parts, finish_parts, scratch_dir
 from promokit.incentive.contract import CUSTOMER, MERCHANT, check_customer_part, check_merchant_part, \
     prior_shares
 from promokit.incentive.estimator import IncentiveModel, wide_scores
@@ -106,29 +109,34 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
         kind = config["graph"].removesuffix("s")
         raise DataError(f"the model {model} was fit on a customer–{kind} graph; scoring in parts serves "
                         "customer–merchant graphs: score its customers as one table")
-    layout = _layout(customers, merchants, edges, out)
-    encoders = InputEncoders.from_dict(read_json(model, "encoder.json"))
-    reader = PartReader(layout, tuple(config["levels"]), FeatureSpec.from_dict(config["customer_spec"]),
-                        FeatureSpec.from_dict(config["merchant_spec"]), tuple(encoders.edge_features()),
-                        encoders.merchants)
-    try:
-        check_unique_keys(list(layout.left), CUSTOMER, Path(layout.scratch) / "keys", map_parts=executor.map)
-        counts = graph_shards.prepare(executor, reader.customers, reader.merchants, layout)
-        load = partial(IncentiveModel.load, model)
-        shards = layout.shards()
-        scored = executor.map(partial(_inputs, reader, out), shards, setup=load, label="encoding shards")
-        params = config["params"]
-        if params["representation"] in WITH_HISTORY:
-            scored = executor.map(partial(_history, layout, out), shards, setup=load, label="neighbour history")
-        if params["representation"] == "gnn":
-            for layer in range(params["depth"]):
-                scored = executor.map(partial(_layer, layout, out, layer), shards, setup=load,
-                                    label=f"graph layer {layer + 1} of {params['depth']}")
-        empty = wide_scores(pd.Series([], dtype=object), np.zeros((0, len(reader.levels))), np.array(reader.levels))
-        graph_shards.collect_right(executor, layout, out / "merchants", empty)
-    finally:
-        executor.release()
-        graph_shards.remove(layout)
+    with scratch_dir(out, ".graph") as scratch:
+        layout = _layout(customers, merchants, edges, scratch.parent)  # scratch: out/.graph, or a local one
+        encoders = InputEncoders.from_dict(read_json(model, "encoder.json"))
+        reader = PartReader(layout, tuple(config["levels"]), FeatureSpec.from_dict(config["customer_spec"]),
+                            FeatureSpec.from_dict(config["merchant_spec"]), tuple(encoders.edge_features()),
+                            encoders.merchants)
+        try:
+            check_unique_keys(list(layout.left), CUSTOMER, Path(layout.scratch) / "keys", map_parts=executor.map)
+            counts = graph_shards.prepare(executor, reader.customers, reader.merchants, layout)
+            load = partial(IncentiveModel.load, model)
+            shards = layout.shards()
+            begin_parts(out / "customers")
+            scored = executor.map(partial(_inputs, reader, out), shards, setup=load, label="encoding shards")
+            params = config["params"]
+            if params["representation"] in WITH_HISTORY:
+                scored = executor.map(partial(_history, layout, out), shards, setup=load, label="neighbour history")
+            if params["representation"] == "gnn":
+                for layer in range(params["depth"]):
+                    scored = executor.map(partial(_layer, layout, out, layer), shards, setup=load,
+                                          label=f"graph layer {layer + 1} of {params['depth']}")
+            finish_parts(out / "customers", [part_name(k) for k in range(len(layout.left))],
+                         [s.rows for s in scored if s.side == LEFT])
+            empty = wide_scores(pd.Series([], dtype=object), np.zeros((0, len(reader.levels))),
+                                np.array(reader.levels))
+            graph_shards.collect_right(executor, layout, out / "merchants", empty)
+        finally:
+            executor.release()
+            graph_shards.remove(layout)
     return {"model": config["model"], "levels": list(reader.levels), "customers": counts["left"],
             "merchants": counts["right"], "isolated_customers": counts["isolated_left"],
             "isolated_merchants": counts["isolated_right"], "edges": counts["edges"],

@@ -13,7 +13,7 @@ from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_parquet
 from promokit.data.parts import is_partitioned
 from promokit.data.spec import map_labels
-from promokit.data.uris import local_dir
+from promokit.data.uris import as_path
 from promokit.incentive.contract import CUSTOMER, CUSTOMER_LABELS, read_tables
 from promokit.incentive.estimator import IncentiveModel, validation_fraction, wide_scores
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
@@ -64,8 +64,9 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
     directory or glob; ``edges`` co-partitioned with them, ``merchants`` one table or parts), the graph is scored
     shard by shard on ``executor``, into ``customers/`` and ``merchants/``, a part per input part. A model fit on customers only scores ``customers`` alone (``merchants``
     and ``edges`` None) into ``customers.parquet``; one fit on another graph takes its tables as ``graph`` (name →
-    path: ``item_edges`` and ``items``, or ``customer_edges``) and scores the customers alone."""
-    out = local_dir(out)
+    path: ``item_edges`` and ``items``, or ``customer_edges``) and scores the customers alone. The tables and
+    ``out`` may be URIs (:mod:`promokit.data.uris`)."""
+    out = as_path(out)
     graph = {name: table for name, table in (graph or {}).items() if table is not None}
     if is_partitioned(customers):
         if graph:
@@ -78,7 +79,7 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
             raise DataError(f"`customers` {customers} is a graph in parts: give the `executor` that scores it")
         from promokit.incentive.parts import predict_parts
 
-        summary = predict_parts(Path(model), Path(customers), Path(merchants), Path(edges), out,
+        summary = predict_parts(Path(model), as_path(customers), as_path(merchants), as_path(edges), out,
                                 executor)
         written = WrittenScores(out / "customers", out / "merchants", summary, in_parts=True)
     else:

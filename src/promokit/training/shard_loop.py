@@ -65,7 +65,7 @@ class ShardBatches:
     def wide(self, net) -> list[dict]:
         return []
 
-    def train(self, generator: torch.Generator):
+    def train(self, generator: torch.Generator, epoch: int):
         segments = self.job.train[self.rank]
         order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
         chunks = (self.job.train_rows.load(self.job.estimator, segments[k]) for k in order)

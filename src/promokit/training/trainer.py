@@ -10,9 +10,9 @@ best weights, stops early and checkpoints each epoch, whatever the batches' sour
 
 - the batches (:class:`TableBatches` for a table in memory, ``promokit.training.shard_loop.ShardBatches`` for a
   worker's shard of a table's parts) give ``rows`` (the training rows an epoch covers, for the embedding decay),
-  ``steps`` (per epoch), ``validated``, ``wide(net)`` (what a fresh run solves first), ``train(generator)`` (an
-  epoch's batches, shuffled by ``generator``) and ``validate(net, comm)`` (the validation record, the same on every
-  worker);
+  ``steps`` (per epoch), ``validated``, ``wide(net)`` (what a fresh run solves first), ``train(generator, epoch)``
+  (epoch ``epoch``'s batches, shuffled by ``generator``) and ``validate(net, comm)`` (the validation record, the
+  same on every worker);
 - the communicator (:class:`LocalComm` for one process, ``promokit.scale.train``'s for a worker of a Ray Train run)
   gives the worker's ``rank`` and ``world`` and whether it shows progress (``interactive``), wraps the network
   (DDP, or nothing), sums, gathers and broadcasts, and loads (``load()``) and saves (``save(state, record)``) the
@@ -182,7 +182,7 @@ class TableBatches:
     def wide(self, net: nn.Module) -> list[dict]:
         return solve_wide(net, self.table, self.valid)
 
-    def train(self, generator: torch.Generator):
+    def train(self, generator: torch.Generator, epoch: int):
         return iterate_batches(self.table, self.config.batch_size, generator)
 
     def validate(self, net: nn.Module, comm) -> dict[str, float]:
@@ -291,7 +291,7 @@ def _train_epoch(net: nn.Module, forward, optimizers, batches, config: TrainConf
     device = net_device(net)
     set_epoch_lr(optimizers, config, epoch)
     generator = seed_epoch(config, epoch, comm.rank)
-    epoch_batches = batches.train(generator)
+    epoch_batches = batches.train(generator, epoch)
     task = progress.add_task(f"epoch {epoch + 1}/{config.epochs}", total=batches.steps, loss="") if progress else None
     started = time.perf_counter()
     total, seen = torch.zeros(()), 0

@@ -33,13 +33,13 @@ from promokit.value.inputs import payment_structure
 SIDE = {"left": "user", "right": "merchant"}
 
 
-def consumption_states(parts: list, specs: dict, depth: int, out: Path, executor, load) -> GraphLayout:
+def consumption_states(parts: list, specs: dict, depth: int, scratch: Path, executor, load) -> GraphLayout:
     """Every user's e_c for each GNN (of ``depth`` layers) of the model ``load()`` returns, written per users part
-    into the layout's scratch (``out/.graph``, which the caller removes with :func:`promokit.data.graph_shards.remove`);
+    into the layout's folder ``scratch`` (local, which the caller removes with :func:`promokit.data.graph_shards.remove`);
     read a part's with :func:`part_states`. ``specs`` are the model's feature specs, which the parts are checked
     against."""
     payments = [p.files["consumption"] for p in parts]
-    layout = GraphLayout(str(out / ".graph"), tuple(p.files["users"] for p in parts), tuple(payments), (),
+    layout = GraphLayout(str(scratch), tuple(p.files["users"] for p in parts), tuple(payments), (),
                          graph_shards.bucket_count(0, sum(parquet_rows(path) or 0 for path in payments)), MERCHANT,
                          "merchants")
     graph_shards.prepare(executor, partial(_read_payments, parts, specs), None, layout)

@@ -59,8 +59,9 @@ from promokit.data.errors import DataError
 from promokit.data.io import write_part
 from promokit.data.part_keys import check_unique_keys
 from promokit.data.part_scoring import PartScore, part_score
-from promokit.data.parts import naming, part_name, read_part
+from promokit.data.parts import naming, parquet, part_name, read_part
 from promokit.data.spec import FeatureSpec, require_columns
+from promokit.data.uris import as_path, begin_parts, finish_parts, is_uri, scratch_dir
 from promokit.value.contract import TIME, USER, ValueTables, parse_times
 from promokit.value.leaks import warn_leaks, warn_validation_leak
 from promokit.value.part_tables import USER_KEYED, ValuePart, dataset_parts, read_part_tables
@@ -114,29 +115,37 @@ def predict_parts(model: Path, paths: dict[str, Path], out: Path, executor, at, 
 
     config = read_model_config(model, "value")
     parts = dataset_parts(paths, out)
-    check_unique_keys([p.files["users"] for p in parts], USER, out / ".user-keys", map_parts=executor.map)
+    with scratch_dir(out, ".user-keys") as scratch:
+        check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=executor.map)
     times = executor.map(_times, parts, label="reading delivery times")
     load = partial(ValueModel.load, model)  # one setup for every map: each worker loads the model once
     layout = None
-    try:
-        if config["params"].get("graph"):  # the floor hurdle has no graph setting
-            from promokit.value.consumption import consumption_states
+    with scratch_dir(out, ".graph") as graph_scratch:
+        try:
+            if config["params"].get("graph"):  # the floor hurdle has no graph setting
+                from promokit.value.consumption import consumption_states
 
-            if "consumption" not in paths:
-                raise DataError(f"{model}: model {config['model']!r} reads the consumption graph: give the "
-                                "consumption/ parts")
-            specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
-            layout = consumption_states(parts, specs, len(config["params"]["fanouts"]), out, executor, load)
-        score = partial(_score_part, _when(paths["deliveries"], parts, times, at), _contexts(parts, times, contexts),
-                        layout)
-        values = executor.map(score, parts, setup=load, label="scoring parts")
-    finally:
-        executor.release()
-        if layout is not None:
-            graph_shards.remove(layout)
-    for folder in OUTPUTS:  # parts an earlier run with more input parts left there
-        for stale in set((out / folder).glob("part-*.parquet")) - {out / folder / part_name(p.index) for p in parts}:
-            stale.unlink()
+                if "consumption" not in paths:
+                    raise DataError(f"{model}: model {config['model']!r} reads the consumption graph: give the "
+                                    "consumption/ parts")
+                specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
+                layout = consumption_states(parts, specs, len(config["params"]["fanouts"]), graph_scratch,
+                                            executor, load)
+            score = partial(_score_part, _when(paths["deliveries"], parts, times, at),
+                            _contexts(parts, times, contexts), layout)
+            for folder in OUTPUTS:
+                begin_parts(out / folder)
+            values = executor.map(score, parts, setup=load, label="scoring parts")
+        finally:
+            executor.release()
+            if layout is not None:
+                graph_shards.remove(layout)
+    names = [part_name(p.index) for p in parts]
+    for folder, rows in zip(OUTPUTS, ([v.etv.rows for v in values], [v.deliveries for v in values])):
+        finish_parts(out / folder, names, rows)  # a URI's manifest: an earlier run's other parts are not read
+        if not is_uri(out):  # parts an earlier run with more input parts left there
+            for stale in set((out / folder).glob("part-*.parquet")) - {out / folder / name for name in names}:
+                stale.unlink()
     return RENAMED.get(config["model"], config["model"]), values
 
 
@@ -144,7 +153,7 @@ def _times(part: ValuePart) -> PartTimes:
     """A part's delivery times, its ``time`` column alone read."""
     path = part.files["deliveries"]
     try:
-        frame = pd.read_parquet(path, columns=[TIME])
+        frame = parquet(path, columns=[TIME])
     except (OSError, ValueError, KeyError) as exc:
         raise DataError(f"{path}: cannot read its 'time' column: "
                         f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
@@ -201,7 +210,7 @@ def _score_part(when, context: pd.DataFrame, layout, model: ValueModel, part: Va
     scores = model.score_table(tables, when, context_rows=context)
     deliveries = model.predict(tables)
     for folder, frame in zip(OUTPUTS, (scores, deliveries)):
-        write_part(frame, Path(part.out) / folder, part.index)
+        write_part(frame, as_path(part.out) / folder, part.index)
     return score_stats(scores, len(deliveries))
 
 

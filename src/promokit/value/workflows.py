@@ -18,7 +18,7 @@ import pandas as pd
 
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
-from promokit.data.uris import local_dir
+from promokit.data.uris import as_path
 from promokit.report import Report
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.value.contract import read_folder, table_paths
@@ -84,9 +84,10 @@ def predict(model, data, out, executor, *, at=None, contexts: int = SCORE_CONTEX
     user × fund (or of the users of the table ``users_list``, in its order) as of ``at`` (None: just after the
     latest delivery) in ``contexts`` drawn delivery contexts, the outputs of every delivery, and summary.json. A
     dataset in parts is scored part by part on ``executor`` into ``scores/`` and ``deliveries/``; without
-    deliveries, users × funds are scored in the contexts the model kept from its training deliveries."""
+    deliveries, users × funds are scored in the contexts the model kept from its training deliveries. ``data`` and
+    ``out`` may be URIs (:mod:`promokit.data.uris`)."""
     check_contexts(contexts)
-    out = local_dir(out)
+    out = as_path(out)
     paths = table_paths(data, deliveries_optional=True)
     if in_parts(paths):
         if users_list is not None or "deliveries" not in paths:

@@ -27,7 +27,8 @@ from promokit.data import DataError, read_table
 from promokit.data.io import write_part
 from promokit.data.part_keys import check_unique_keys
 from promokit.data.part_scoring import PartScore
-from promokit.data.parts import is_partitioned, list_parts, parquet_schema, read_part
+from promokit.data.parts import is_partitioned, list_parts, parquet_schema, part_name, read_part
+from promokit.data.uris import begin_parts, finish_parts, scratch_dir
 from promokit.voucher.contract import check_tables
 
 
@@ -102,13 +103,18 @@ def _user_log(path: Path) -> bool:
 
 def predict_parts(executor, reading: Reading, sessions: Path, events: Path | None, out: Path) -> list[PartScore]:
     """Score every (sessions, events) part pair into ``out/part-NNNNN.parquet`` on ``executor``, after checking the
-    pairing, the users' partitioning and that the reference tables read."""
+    pairing, the users' partitioning and that the reference tables read (``out`` a URI: written part by part,
+    :func:`~promokit.data.uris.begin_parts`, the users' hashes in a local temporary folder)."""
     pairs = pair_parts(sessions, events)
     reference_tables(reading)  # a missing or unreadable items table fails here, not in every worker's setup
     out.mkdir(parents=True, exist_ok=True)
-    check_users(executor, pairs, out / ".user-keys")
+    with scratch_dir(out, ".user-keys") as scratch:
+        check_users(executor, pairs, scratch)
     jobs = [(k, sessions_part, events_part, out) for k, (sessions_part, events_part) in enumerate(pairs)]
-    return executor.map(score_part, jobs, setup=partial(load, reading), label="scoring parts")
+    begin_parts(out)
+    scores = executor.map(score_part, jobs, setup=partial(load, reading), label="scoring parts")
+    finish_parts(out, [part_name(k) for k in range(len(jobs))], [s.rows for s in scores])
+    return scores
 
 
 def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> PartScore:

@@ -9,7 +9,7 @@ from pathlib import Path
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
 from promokit.data.parts import is_partitioned
-from promokit.data.uris import local_dir
+from promokit.data.uris import as_path
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.voucher.contract import agreed_options, read_tables
 from promokit.voucher.history import as_time, sessions_from
@@ -36,10 +36,11 @@ def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path
     model directory ``model``, from ``start`` on (a time; None: every session), the tables read as its training
     tables were (``options`` given must agree: :meth:`VoucherModel.read`). Writes ``predictions.parquet`` (in
     parts: ``predictions/``, part *k* from sessions part *k*) and ``summary.json`` into the folder ``out``, or, in
-    the deprecated form, the predictions into ``file`` (in parts: that folder, with the summary beside it). A table
+    the deprecated form, the predictions into ``file`` (in parts: that folder, with the summary beside it); ``out``
+    and the tables in parts may be URIs (:mod:`promokit.data.uris`). A table
     in parts is scored on ``executor`` (``promokit.scale.make_executor``; made by the caller); one table in this
     process. Returns the predictions' count and where they were written."""
-    out = local_dir(out)
+    out = as_path(out)
     from promokit.voucher.estimator import VoucherModel
 
     estimator = VoucherModel.load(model)

@@ -54,7 +54,9 @@ class IncentiveNet(nn.Module):
     ``level`` (index of the offered value) and ``label`` (redeemed, or the normalised shares). Outputs per row:
     ``response`` ``(B, K)`` and, for customer rows, ``log_response`` / ``log_no_response`` (and ``hazard`` for
     the hazard heads); merchant rows hold zeros there. The node inputs are attached with :meth:`attach`; they
-    are data, not weights, so a saved model scores any graph with the same feature columns.
+    are data, not weights, so a saved model scores any graph with the same feature columns. A batch of training
+    records (:mod:`promokit.incentive.record_training`) holds customer rows alone and, as ``record``, their
+    neighbourhoods and inputs: the GNN runs on those, with no inputs attached.
 
     The "merchant" side is the other end of the customers' edges: merchants, items (which have no labels, so no
     merchant row ever trains or is scored), or, with ``merchant_cardinalities`` None, the customers themselves on a
@@ -142,6 +144,12 @@ class IncentiveNet(nn.Module):
         x_m = self._node_features(inputs.merchants, sub.merchants, self.merchant_features)
         return self.gnn(x_c, x_m, sub)
 
+    def _record_states(self, record) -> NodeStates:
+        """GNN states of a :class:`~promokit.incentive.record_batches.RecordBatch`'s seeds, on the sampled
+        neighbourhoods the records hold (training or not)."""
+        return self.gnn(self.node_features("customer", record.customers),
+                        self.node_features("merchant", record.merchants), record.sub)
+
     @torch.no_grad()
     def _all_states(self) -> NodeStates:
         """GNN states of every node, full neighbourhoods, computed once per evaluation."""
@@ -173,7 +181,10 @@ class IncentiveNet(nn.Module):
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         is_customer = batch["customer"].bool()
         nodes = batch["node"]
-        states = self._represent(nodes[is_customer], nodes[~is_customer])
+        if "record" in batch:  # customers with their neighbourhoods read from training records
+            states = self._record_states(batch["record"])
+        else:
+            states = self._represent(nodes[is_customer], nodes[~is_customer])
         customer = self.heads("customer", states.customers)
         merchant = self.heads("merchant", states.merchants)
         rows, k = len(nodes), self.n_levels
