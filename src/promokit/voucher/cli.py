@@ -4,50 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from promokit.cli_support import (
-    RUNS,
-    AddressOpt,
-    AllRowsOpt,
-    DeviceOpt,
-    EngineOpt,
-    ExecutorOpt,
-    MinCountOpt,
-    ParamsOpt,
-    ResumeOpt,
-    StorageOpt,
-    TimeoutOpt,
-    TrainingFlags,
-    TrialsOpt,
-    TunedOpt,
-    WideOpt,
-    WorkersOpt,
-    allow_leaky_option,
-    bench_models,
-    bench_training,
-    checkpoint_dir,
-    convention_errors,
-    deferred_executor,
-    executor_option,
-    finish_training,
-    flags_in_errors,
-    held_out_rows,
-    label_option,
-    label_options,
-    predictions_folder,
-    print_held_out,
-    recalibration_method_option,
-    run_tune,
-    runs_out_option,
-    seeds_option,
-    set_device,
-    set_threads,
-    test_fraction_option,
-    training_options,
-    tuned_params,
-    user_errors,
-    write_bench_report,
-    write_metrics_report,
-)
+from promokit import cli_support as cs
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.experiments.voucher.settings import DEMO_TRAIN
@@ -56,13 +13,13 @@ from promokit.voucher import options
 from promokit.voucher.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
 
 #: The training flags, showing the defaults the estimator trains with.
-TRAIN = TrainingFlags(DEFAULT_TRAIN)
+TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
 #: bench trains with the demo's settings (fewer epochs, patience 1).
-BENCH_TRAIN = TrainingFlags(DEMO_TRAIN)
-LabelOpt = label_option(options.LABEL_ROLES)
-AllowLeakyOpt = allow_leaky_option(label="redeemed")
-MethodOpt = recalibration_method_option("p_redeem")
-TestFractionOpt = test_fraction_option("the sessions collected latest; --test-from overrides it")
+BENCH_TRAIN = cs.TrainingFlags(DEMO_TRAIN)
+LabelOpt = cs.label_option(options.LABEL_ROLES)
+AllowLeakyOpt = cs.allow_leaky_option(label="redeemed")
+MethodOpt = cs.recalibration_method_option("p_redeem")
+TestFractionOpt = cs.test_fraction_option("the sessions collected latest; --test-from overrides it")
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -76,30 +33,30 @@ def train(sessions: options.Sessions, items: options.Items, out: options.TrainOu
           test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None, epochs: TRAIN.epochs = None,
           batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
           monitor: options.Monitor = None, embedding_decay: TRAIN.embedding_decay = None,
-          weight_decay: TRAIN.weight_decay = None, min_count: MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
-          params: ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
-          freeze_items: options.FreezeItems = False, wide: WideOpt = None, allow_leaky: AllowLeakyOpt = None,
-          threads: options.Threads = 1, resume: ResumeOpt = False, device: DeviceOpt = None):
+          weight_decay: TRAIN.weight_decay = None, min_count: cs.MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
+          params: cs.ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
+          freeze_items: options.FreezeItems = False, wide: cs.WideOpt = None, allow_leaky: AllowLeakyOpt = None,
+          threads: options.Threads = 1, resume: cs.ResumeOpt = False, device: cs.DeviceOpt = None):
     """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
     from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on). A feature
     that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky)."""
-    with user_errors(), flags_in_errors(options.FLAGS), convention_errors():
-        set_threads(threads)
+    with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
+        cs.set_threads(threads)
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import describe_holdout
         from promokit.voucher.workflows import train as train_model
 
-        config, model_params = training_options(DEFAULT_TRAIN, params, min_count, epochs=epochs, batch_size=batch_size,
+        config, model_params = cs.training_options(DEFAULT_TRAIN, params, min_count, epochs=epochs, batch_size=batch_size,
                                                 lr=lr, patience=patience, monitor=monitor, seed=seed, wide=wide,
                                                 embedding_decay=embedding_decay, weight_decay=weight_decay,
                                                 device=device)
         estimator = VoucherModel(model, {**model_params, **options.item_params(item_embeddings, freeze_items)}, config,
                                  test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky)
         train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=valid_from,
-                    labels=label_options(label, options.LABEL_ROLES), checkpoint_dir=checkpoint_dir(out), resume=resume,
+                    labels=cs.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                     **options.table_options(categorical, numeric, validity, terms, item_features))
-        finish_training(out, estimator.report.history)
-        print_held_out(describe_holdout(estimator.holdout), "session")
+        cs.finish_training(out, estimator.report.history)
+        cs.print_held_out(describe_holdout(estimator.holdout), "session")
         get_console().print(f"model written to {out} ({estimator.report.n_train} training sessions, "
                             f"{estimator.report.n_valid} validation sessions)", soft_wrap=True)
 
@@ -110,20 +67,20 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
          numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
          item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
          valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
-         test_fraction: TestFractionOpt = TEST_FRACTION, trials: TrialsOpt = 30, timeout: TimeoutOpt = None,
-         storage: StorageOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
+         test_fraction: TestFractionOpt = TEST_FRACTION, trials: cs.TrialsOpt = 30, timeout: cs.TimeoutOpt = None,
+         storage: cs.StorageOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
          patience: TRAIN.patience = None, seed: int = DEFAULT_TRAIN.seed, params: options.FixedParams = None,
          threads: options.Threads = 1):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) for the best validation AUC;
     write the best as params.json for train --params. The sessions train would hold out (--test-fraction,
     --test-from) are never scored."""
-    with user_errors(), flags_in_errors({**options.FLAGS, "trials": "--trials"}), convention_errors():
-        set_threads(threads)
+    with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "trials": "--trials"}), cs.convention_errors():
+        cs.set_threads(threads)
         from promokit.experiments.voucher.tune import tune_voucher
         from promokit.voucher.contract import read_tables
         from promokit.voucher.estimator import VoucherModel
 
-        config, fixed = training_options(DEFAULT_TRAIN, params, None, epochs=epochs, batch_size=batch_size,
+        config, fixed = cs.training_options(DEFAULT_TRAIN, params, None, epochs=epochs, batch_size=batch_size,
                                          patience=patience, seed=seed)
         estimator = VoucherModel(model, fixed, config, test_fraction=test_fraction, test_from=test_from)
         tables = read_tables(options.table_files(sessions, events, items, voucher_items), require_labels=True,
@@ -134,7 +91,7 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
             return tune_voucher(model, tables, train, valid, config, fixed, trials, timeout, str(path),
                                 on_trial=on_trial)
 
-        run_tune(out, storage, f"promokit voucher tune: {model}",
+        cs.run_tune(out, storage, f"promokit voucher tune: {model}",
                  f"sessions: {sessions}; model {model}; {len(train)} training sessions, {len(valid)} validation "
                  f"sessions, {len(test)} held out; maximise validation AUC; {trials} trials; seed {seed}", search)
 
@@ -145,20 +102,20 @@ def predict(model: options.ModelDir, sessions: options.PartsSessions, items: opt
             categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
             validity: options.Validity = None, terms: options.SavedTerms = None,
             item_features: options.SavedItemFeatures = None, start: options.PredictFrom = None,
-            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
-            threads: options.Threads = 1, engine: EngineOpt = None, device: DeviceOpt = None):
+            executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
+            threads: options.Threads = 1, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
     the users' histories. With --sessions in parts, each part is scored alone (--executor local | ray), the model
     loaded once per worker."""
-    with user_errors(), flags_in_errors(options.FLAGS):
-        executor = executor_option(executor, engine)
-        set_threads(threads)
-        set_device(device)
+    with cs.user_errors(), cs.flags_in_errors(options.FLAGS):
+        executor = cs.executor_option(executor, engine)
+        cs.set_threads(threads)
+        cs.set_device(device)
         from promokit.voucher.workflows import predict as predict_sessions
 
         rows, written = predict_sessions(model, sessions, items, out, events=events, voucher_items=voucher_items,
-                                         start=start, executor=deferred_executor(executor, address, workers),
-                                         file=predictions_folder(out),
+                                         start=start, executor=cs.deferred_executor(executor, address, workers),
+                                         file=cs.predictions_folder(out),
                                          **options.saved_options(categorical, numeric, validity, terms, item_features))
         get_console().print(f"{rows} predictions written to {written}")
 
@@ -169,22 +126,22 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
              categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
              validity: options.Validity = None, terms: options.SavedTerms = None,
              item_features: options.SavedItemFeatures = None, start: options.EvaluateFrom = None,
-             all_rows: AllRowsOpt = False, gauc_by: options.GaucBy = None, label: LabelOpt = None):
+             all_rows: cs.AllRowsOpt = False, gauc_by: options.GaucBy = None, label: LabelOpt = None):
     """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on the labelled sessions train held
     out (those collected from its cut on; --from: from another time; --all: every session of new data). The label
     is read from the column train mapped with --label, unless --label maps another."""
-    with user_errors(), flags_in_errors(options.FLAGS), convention_errors():
+    with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import sessions_from
 
         estimator = VoucherModel.load(model)
         tables = estimator.read(options.table_files(sessions, events, items, voucher_items), require_labels=True,
-                                labels=label_options(label, options.LABEL_ROLES),
+                                labels=cs.label_options(label, options.LABEL_ROLES),
                                 **options.saved_options(categorical, numeric, validity, terms, item_features))
         rows = (sessions_from(tables.sessions, start) if start is not None or all_rows else
-                held_out_rows(estimator, tables))
+                cs.held_out_rows(estimator, tables))
         evaluation = estimator.evaluate(tables, rows=rows, group_by=gauc_by)
-        write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
+        cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
                              f"{estimator.model} on {len(rows):,} sessions of {sessions.name}", evaluation.tables)
 
 
@@ -198,11 +155,11 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
     """Fit a recalibration of a trained model's p_redeem on labelled sessions (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict and evaluate then apply it, predict
     keeping the model's own score as p_redeem_raw."""
-    with user_errors(), flags_in_errors({**options.FLAGS, "method": "--method"}), convention_errors():
+    with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "method": "--method"}), cs.convention_errors():
         from promokit.voucher.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, sessions, items, events=events, voucher_items=voucher_items, start=start,
-                                   method=method, labels=label_options(label, options.LABEL_ROLES),
+                                   method=method, labels=cs.label_options(label, options.LABEL_ROLES),
                                    **options.saved_options(categorical, numeric, validity, terms, item_features))
         get_console().print(f"{method} recalibration written to {model / 'recalibration.json'}: on {fitted['rows']:,} "
                             f"sessions ({fitted['positives']:,} redeemed, observed rate {fitted['rate']:.4f}) the mean "
@@ -211,12 +168,12 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
 
 
 @app.command()
-def demo(out: runs_out_option("results.csv (rewritten as each model finishes) and the report") = RUNS / "voucher-demo",
+def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes) and the report") = cs.RUNS / "voucher-demo",
          users: int = 3000, vouchers: int = 120, items: int = 1000, sessions: int = 20_000, seed: int = 0,
          models: options.BenchModels = options.DEMO_MODELS, threads: options.Threads = 1):
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
-    with user_errors():
-        set_threads(threads)
+    with cs.user_errors():
+        cs.set_threads(threads)
         from promokit.experiments.finished_rows import FinishedRows
         from promokit.experiments.voucher.demo import run_demo
 
@@ -230,7 +187,7 @@ def demo(out: runs_out_option("results.csv (rewritten as each model finishes) an
 
         world = {"n_users": users, "n_vouchers": vouchers, "n_items": items, "n_sessions": sessions}
         with FinishedRows(out, "promokit voucher demo", on_result=done) as finished:
-            summary, report = run_demo(world, seed, bench_models(models), on_result=finished.add)
+            summary, report = run_demo(world, seed, cs.bench_models(models), on_result=finished.add)
         report.write(out)
         print_table("test metrics", summary)
         console.print(f"report written to {out}/report.md (+ report.json, results.csv, auc_vs_oracle.png)")
@@ -240,7 +197,7 @@ def demo(out: runs_out_option("results.csv (rewritten as each model finishes) an
 def synth(out: options.SynthOut, users: int = 3000, sessions: int = 20_000, vouchers: int = 120, items: int = 1000,
           seed: int = 0, truth: options.Truth = False):
     """Write the synthetic voucher world as tables to try train / predict / evaluate on."""
-    with user_errors():
+    with cs.user_errors():
         from promokit.experiments.voucher.world import make_world, write_world
 
         world = make_world(n_users=users, n_vouchers=vouchers, n_items=items, n_sessions=sessions, seed=seed)
@@ -254,7 +211,7 @@ def synth(out: options.SynthOut, users: int = 3000, sessions: int = 20_000, vouc
 def amexpert(src: options.AmexpertSrc, out: options.AmexpertOut):
     """Map AmExpert 2019 to the voucher contract (see docs/voucher.md) and write it as tables, with the load report
     (amexpert.json)."""
-    with user_errors():
+    with cs.user_errors():
         from promokit.voucher.amexpert import convert_amexpert
 
         tables, report, files = convert_amexpert(src, out)
@@ -269,23 +226,23 @@ def amexpert(src: options.AmexpertSrc, out: options.AmexpertOut):
 def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchModels = "lr,gbdt,dnn,wdl,din,dmbgn",
           seeds: options.Seeds = "0,1,2", epochs: BENCH_TRAIN.epochs = None, batch_size: BENCH_TRAIN.batch_size = None,
           lr: BENCH_TRAIN.lr = None, patience: BENCH_TRAIN.patience = None, monitor: options.Monitor = None,
-          embedding_decay: BENCH_TRAIN.embedding_decay = None, min_count: MinCountOpt = None,
-          params: options.BenchParams = None, tuned: TunedOpt = None, wide: WideOpt = None,
+          embedding_decay: BENCH_TRAIN.embedding_decay = None, min_count: cs.MinCountOpt = None,
+          params: options.BenchParams = None, tuned: cs.TunedOpt = None, wide: cs.WideOpt = None,
           out: options.BenchOut = None, gauc_by: options.BenchGaucBy = None, threads: options.Threads = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
-    with user_errors():
-        set_threads(threads)
+    with cs.user_errors():
+        cs.set_threads(threads)
         from promokit.experiments.finished_rows import FinishedRows
         from promokit.experiments.voucher import bench as runner
 
-        config, net = bench_training(DEMO_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
+        config, net = cs.bench_training(DEMO_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                      patience=patience, monitor=monitor, embedding_decay=embedding_decay, wide=wide)
         console = get_console()
         data = runner.bench_data(data_dir)
         if data.report is not None:
             console.print(data.report.summary(), highlight=False)
-        names = bench_models(models)
-        per_model = runner.bench_params(names, net, min_count, tuned_params(tuned, names))
+        names = cs.bench_models(models)
+        per_model = runner.bench_params(names, net, min_count, cs.tuned_params(tuned, names))
 
         def done(row):
             grouped = f"  GAUC {row['gauc']:.4f}" if "gauc" in row else ""
@@ -293,10 +250,10 @@ def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchMod
                           f"{row['logloss']:.4f}  ({row['fit_seconds']:.0f} s)")
 
         with FinishedRows(out, "promokit voucher bench", on_result=done) as finished:
-            run = runner.run_bench(data, names, seeds_option(seeds), per_model, config, gauc_by, on_result=finished.add)
+            run = runner.run_bench(data, names, cs.seeds_option(seeds), per_model, config, gauc_by, on_result=finished.add)
         print_table("mean ± std over seeds (test split)", run.summary)
         if out is not None:
             split = data.split
-            write_bench_report(out, "promokit voucher bench", run.results, run.oracle, f"data: {data_dir}; time "
+            cs.write_bench_report(out, "promokit voucher bench", run.results, run.oracle, f"data: {data_dir}; time "
                                f"split; seeds: {seeds}; {len(split.train)}/{len(split.valid)}/{len(split.test)} "
                                "sessions", run.summary, floor=("lr", ("auc",)))
