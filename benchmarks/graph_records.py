@@ -9,20 +9,34 @@ world with the same columns. Then the records of every customer (the paper's fan
 - **per epoch**: one draw (``draws=(0,)``), the pass a trainer that resamples runs before every epoch;
 - **fixed × 3**: three draws written once (``draws=(0, 1, 2)``), cycled by the trainer.
 
-Reported per mode and executor: wall seconds, records/s, records size (MB and bytes per record), the part times
-(mean and max of the growth map, one customer part each), and the peak RSS of the driver and of the process that
-grew each part (the largest). ``--executor ray`` runs on a local Ray cluster with ``--workers`` CPUs.
+Reported per mode and executor: wall seconds, records/s, records size (MB and bytes per record), the seconds of
+each step (sharding the graph, exporting the shards' inputs, growing the neighbourhoods), the part times (mean and
+max of the growth map, one customer part each), and the peak RSS of the driver and of the process that grew each
+part (the largest; the graph is written by another process, so the driver's is the pass's own). ``--executor ray`` runs on a local Ray cluster with ``--workers`` CPUs. ``--labelled`` keeps
+that share of the customers' labels (the rest pass messages only; the paper's graph has 1.85·10⁶ labelled records
+among 99.73·10⁶ customers, 1.9 %).
+
+**Cost model** (``--train-rate``, the training records per second of one worker measured by
+``benchmarks/records_training.py``): from the per-step rates of the first mode's run (graph items — customers,
+merchants and edges — per core-second while sharding and exporting; seeds per core-second while growing), the
+time of one epoch on the paper's graph (Table 1: 112.59·10⁶ vertices, 133.64·10⁶ edges, 1.85·10⁶ labelled
+records) on N nodes of ``--cores`` cores: a records pass (what resampling pays each epoch, a fixed draw once) and
+the training pass, assuming every step scales linearly with the cores (the maps are independent per part; DDP's
+efficiency at 2 workers is what ``records_training.py`` measured, beyond 2 it is assumed, not measured).
 
 Usage::
 
     .venv/bin/python benchmarks/graph_records.py                                  # 10⁵ customers in 10 parts
     .venv/bin/python benchmarks/graph_records.py --customers 1000000 --parts 100 --modes per-epoch
     .venv/bin/python benchmarks/graph_records.py --executor ray --workers 2
+    .venv/bin/python benchmarks/graph_records.py --customers 10000000 --parts 100 --labelled 0.02 \
+        --modes per-epoch --train-rate 700      # the issue's 10⁷ graph, with the paper's share of labels
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import resource
 import shutil
 import tempfile
@@ -46,12 +60,14 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def write_graph(folder: Path, customers: int, parts: int) -> None:
+def write_graph(folder: Path, customers: int, parts: int, labelled: float = 1.0) -> None:
     merchants = max(1, customers // 10)
     for name in ("customers", "edges", "merchants"):
         (folder / name).mkdir(parents=True)
     for k, size in enumerate(np.diff(np.linspace(0, customers, parts + 1).astype(int))):
         world = make_world(int(size), merchants, seed=1000 + k)
+        unlabelled = np.random.default_rng(k).random(len(world.customers)) >= labelled
+        world.customers.loc[unlabelled, ["level", "redeemed"]] = np.nan
         prefix = f"p{k:05d}-"
         world.customers.assign(customer_id=prefix + world.customers.customer_id).to_parquet(
             folder / "customers" / part_name(k), index=False)
@@ -60,6 +76,23 @@ def write_graph(folder: Path, customers: int, parts: int) -> None:
     table = make_world(merchants, merchants, seed=999).merchants
     for q, rows in enumerate(np.array_split(np.arange(merchants), MERCHANT_PARTS)):
         table.iloc[rows].to_parquet(folder / "merchants" / part_name(q), index=False)
+
+
+#: The paper's Table 1: vertices, edges, labelled records.
+PAPER = (112.59e6, 133.64e6, 1.85e6)
+
+
+def project(items_rate: float, seeds_rate: float, train_rate: float, efficiency: float, cores: int) -> None:
+    """Print the cost model (module docstring) for 1 to 64 nodes."""
+    vertices, edges, seeds = PAPER
+    print(f"\ncost model: {items_rate:,.0f} graph items and {seeds_rate:,.0f} seeds per core-second measured; "
+          f"{train_rate:,.0f} training records/s per worker, DDP efficiency {efficiency:.2f}; {cores} cores a node")
+    print(f"{'nodes':>5} {'records pass s':>14} {'train epoch s':>13} {'epoch, resampled s':>18}")
+    for nodes in (1, 4, 16, 64):
+        n = nodes * cores
+        records = (vertices + edges) / (items_rate * n) + seeds / (seeds_rate * n)
+        train = seeds / (train_rate * n * (efficiency if n > 1 else 1.0))
+        print(f"{nodes:>5} {records:>14,.0f} {train:>13,.0f} {records + train:>18,.0f}")
 
 
 def main() -> None:
@@ -71,20 +104,31 @@ def main() -> None:
     p.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 25])
     p.add_argument("--scratch", type=Path, default=None, help="folder for the parts and records (default: a temp dir)")
+    p.add_argument("--labelled", type=float, default=1.0, help="share of the customers with a label (seeds)")
+    p.add_argument("--train-rate", type=float, default=None, help="training records/s of one worker, for the cost model")
+    p.add_argument("--train-efficiency", type=float, default=1.0, help="DDP efficiency (2 workers' rate / twice one's)")
+    p.add_argument("--cores", type=int, default=16, help="cores per node in the cost model")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="graph-records-", dir=args.scratch))
     try:
         started = time.perf_counter()
-        write_graph(root / "graph", args.customers, args.parts)
+        writer = multiprocessing.get_context("spawn").Process(  # the driver's peak RSS is then the pass's own
+            target=write_graph, args=(root / "graph", args.customers, args.parts, args.labelled))
+        writer.start()
+        writer.join()
+        if writer.exitcode:
+            raise SystemExit(f"writing the graph failed (exit code {writer.exitcode})")
         print(f"graph: {args.customers:,} customers, {args.customers // 10:,} merchants in {args.parts} parts, "
-              f"written in {time.perf_counter() - started:.1f} s (driver peak RSS {peak_mb():.0f} MB)", flush=True)
+              f"written in {time.perf_counter() - started:.1f} s by another process (driver peak RSS "
+              f"{peak_mb():.0f} MB)", flush=True)
         sample = make_world(20_000, 2_000, seed=0)
         tables = check_tables(sample.customers, sample.merchants, sample.edges)
         encoders = InputEncoders.fit(tables)
         executor = make_executor(args.executor, workers=args.workers if args.executor == "ray" else None)
         header = (f"{'mode':<10} {'executor':<8} {'records':>10} {'seconds':>8} {'rec/s':>8} {'MB':>8} {'B/rec':>7} "
+                  f"{'shard s':>7} {'export s':>8} {'grow s':>7} "
                   f"{'part s mean':>11} {'part s max':>10} {'driver MB':>9} {'worker MB':>9}")
-        rows = []
+        rows, rates = [], None
         for mode in args.modes:
             spec = RecordSpec(tuple(tables.levels), tables.customer_spec, tables.merchant_spec, tuple(args.fanouts),
                               draws=MODES[mode])
@@ -96,14 +140,23 @@ def main() -> None:
             part_seconds = [part["seconds"] for part in summary["parts"]]
             rows.append(f"{mode:<10} {args.executor:<8} {summary['records']:>10,} {seconds:>8.1f} "
                         f"{summary['records'] / seconds:>8.0f} {summary['bytes'] / 2**20:>8.1f} "
-                        f"{summary['bytes'] / max(summary['records'], 1):>7.0f} {np.mean(part_seconds):>11.2f} "
+                        f"{summary['bytes'] / max(summary['records'], 1):>7.0f} "
+                        f"{summary['phases']['shard']:>7.1f} {summary['phases']['export']:>8.1f} "
+                        f"{summary['phases']['grow']:>7.1f} {np.mean(part_seconds):>11.2f} "
                         f"{max(part_seconds):>10.2f} {peak_mb():>9.0f} "
                         f"{max(part['peak_rss_mb'] for part in summary['parts']):>9.0f}")
             print(rows[-1], flush=True)
+            if rates is None:
+                cores = args.workers if args.executor == "ray" else 1
+                items = summary["customers"] + summary["merchants"] + summary["edges"]
+                rates = (items / ((summary["phases"]["shard"] + summary["phases"]["export"]) * cores),
+                         summary["records"] / len(MODES[mode]) / (summary["phases"]["grow"] * cores))
             shutil.rmtree(out)
         print()
         print(header)
         print("\n".join(rows))
+        if args.train_rate:
+            project(*rates, args.train_rate, args.train_efficiency, args.cores)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

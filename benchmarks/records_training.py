@@ -7,16 +7,21 @@ draw) are written from the world as one part, then both models are scored on the
 the offered value against the redemption) and curve MAE (f_c against the true curve at every value), with the
 epochs run and the training seconds. The in-memory path samples with ``sample_neighbours`` (a fresh draw per
 step), the records path reads the keyed draws written: the neighbourhoods differ, the network and loss do not.
+With ``--workers``, the records path also trains data-parallel on that many Ray Train workers (DDP over gloo, one
+CPU each, the same global batch); ``samples/s`` is the mean over epochs of the training records per second of the
+epoch loop (every worker's together), ``seconds`` the whole fit (with Ray Train's start for the Ray rows).
 
 Usage::
 
     .venv/bin/python benchmarks/records_training.py                       # 20,000 customers, seeds 0 1 2
     .venv/bin/python benchmarks/records_training.py --customers 5000 --seeds 0
+    .venv/bin/python benchmarks/records_training.py --workers 1 2     # also on Ray Train, 1 and 2 workers
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +35,7 @@ from promokit.incentive.estimator import IncentiveModel
 from promokit.incentive.record_training import fit_from_records
 from promokit.incentive.records import RecordSpec, write_records
 from promokit.metrics import auc
-from promokit.scale.executor import LocalExecutor
+from promokit.scale.executor import LocalExecutor, RayExecutor
 from promokit.training import TrainConfig
 
 PARAMS = {"width": 32, "hidden": [64, 32], "fanouts": [5, 10]}
@@ -58,11 +63,13 @@ def write_split_records(model: IncentiveModel, world, root: Path, draws: tuple[i
 
 def scores(model: IncentiveModel, tables, truth: np.ndarray, rows: np.ndarray) -> dict:
     f_c = model.responses(tables).customers[rows]
+    epochs = model.history.epochs
     return {"auc_c": auc(tables.redeemed[rows], f_c[np.arange(len(rows)), tables.customer_level[rows]]),
-            "curve_mae": float(np.abs(f_c - truth[rows]).mean()), "epochs": len(model.history.epochs)}
+            "curve_mae": float(np.abs(f_c - truth[rows]).mean()), "epochs": len(epochs),
+            "samples/s": float(np.mean([e["samples_per_second"] for e in epochs]))}
 
 
-def run(customers: int, seed: int, epochs: int, draws: int) -> list[dict]:
+def run(customers: int, seed: int, epochs: int, draws: int, workers: list[int]) -> list[dict]:
     world = make_world(customers, customers // 10, seed=seed)
     tables = check_tables(world.customers, world.merchants, world.edges)
     train = TrainConfig(epochs=epochs, batch_size=512, lr=1e-3, lr_decay=0.95, patience=3,
@@ -79,10 +86,14 @@ def run(customers: int, seed: int, epochs: int, draws: int) -> list[dict]:
         started = time.perf_counter()
         records, valid = write_split_records(model, world, Path(tmp), tuple(range(draws)))
         written = time.perf_counter() - started
-        started = time.perf_counter()
-        fit_from_records(model, records, valid)
-        rows.append({"seed": seed, "path": f"records ×{draws}", **scores(model, tables, world.customer_truth, test),
-                     "seconds": time.perf_counter() - started, "records_seconds": written})
+        for n in [0, *workers]:  # 0: in this process
+            model = IncentiveModel("gnn-hazard", PARAMS, train)
+            model.prepare(tables)
+            started = time.perf_counter()
+            fit_from_records(model, records, valid, executor=RayExecutor(workers=n) if n else None)
+            rows.append({"seed": seed, "path": f"records ×{draws}" + (f", ray {n}" if n else ""),
+                         **scores(model, tables, world.customer_truth, test),
+                         "seconds": time.perf_counter() - started, "records_seconds": written})
     return rows
 
 
@@ -92,11 +103,18 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--draws", type=int, default=3, help="draws written for the training customers")
+    parser.add_argument("--workers", type=int, nargs="*", default=[], help="Ray Train workers to train with too")
     args = parser.parse_args()
-    table = pd.DataFrame([row for seed in args.seeds for row in run(args.customers, seed, args.epochs, args.draws)])
+    if args.workers:
+        import ray
+
+        ray.init(address="local", num_cpus=max(args.workers), include_dashboard=False, log_to_driver=False)
+    print(f"uptime: {os.getloadavg()[0]:.2f} (load average, 1 min)")
+    table = pd.DataFrame([row for seed in args.seeds
+                          for row in run(args.customers, seed, args.epochs, args.draws, args.workers)])
     print(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
-    print(table.groupby("path")[["auc_c", "curve_mae", "epochs", "seconds"]].mean().to_string(
-        float_format=lambda v: f"{v:.4f}"))
+    summary = table.groupby("path", sort=False)[["auc_c", "curve_mae", "epochs", "samples/s", "seconds"]]
+    print(summary.agg(["mean", "std"]).to_string(float_format=lambda v: f"{v:.4f}"))
 
 
 if __name__ == "__main__":

@@ -106,10 +106,14 @@ def test_a_model_from_records_saves_loads_and_predicts(world, trained, tmp_path)
 
 def test_epochs_cycle_the_draws_written(trained):
     """Epoch e trains on draw e mod S: epochs 0 and 3 of three draws read the same neighbourhoods."""
-    from promokit.incentive.record_training import RecordBatches, RecordParts, input_widths
+    import copy
 
-    parts = RecordParts(trained[2], "records", PARAMS["fanouts"], input_widths(trained[0]))
-    batches = RecordBatches(10_000, 10_000, parts, None)
+    from promokit.incentive.record_training import RecordJob, RecordParts, input_widths
+
+    model = copy.copy(trained[0])
+    model.train_config = replace(model.train_config, batch_size=10_000)
+    parts = RecordParts(trained[2], "records", PARAMS["fanouts"], input_widths(model))
+    batches = RecordJob(model, parts, None).batches(0, 1)
     first, fourth, second = (next(iter(batches.train(torch.Generator().manual_seed(0), e))) for e in (0, 3, 1))
     assert torch.equal(first["record"].sub.merchants, fourth["record"].sub.merchants)
     assert not torch.equal(first["record"].sub.merchants, second["record"].sub.merchants)

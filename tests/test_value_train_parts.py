@@ -138,11 +138,14 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
     assert result.exit_code == 0, result.output
 
 
-def test_a_graph_model_in_parts_is_a_one_line_error(data, tmp_path):
-    result = _invoke("value", "train", "--data", data / "parts", "--model", "esdpm", "--out", tmp_path / "m")
+def test_a_graph_model_without_payments_in_parts_is_a_one_line_error(data, tmp_path):
+    """(esdpm over parts with the payments: tests/test_value_graph_parts.py.)"""
+    shutil.copytree(data / "parts", tmp_path / "parts", ignore=shutil.ignore_patterns("consumption"))
+    result = _invoke("value", "train", "--data", tmp_path / "parts", "--model", "esdpm", "--out", tmp_path / "m")
     assert result.exit_code == 2 and "Traceback" not in result.output
     line = " ".join(result.output.split())
-    assert line.startswith("error: model 'esdpm' reads the consumption graph") and "esdpm-ncg" in line
+    assert line.startswith("error: model 'esdpm' reads the consumption graph: give the consumption/ parts") and \
+        "esdpm-ncg" in line
     assert len(result.output.strip().splitlines()) <= 3  # one line, wrapped at the terminal's width
     result = _invoke("value", "train", "--data", data / "parts", "--model", "hurdle", "--out", tmp_path / "m")
     assert result.exit_code == 2 and "does not train over parts" in " ".join(result.output.split())

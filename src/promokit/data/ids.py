@@ -21,3 +21,10 @@ def share_in(ids, hashes: np.ndarray) -> float:
         return 0.0
     position = np.searchsorted(hashes, mine).clip(max=max(len(hashes) - 1, 0))
     return float(np.mean(hashes[position] == mine)) if len(hashes) else 0.0
+
+
+def id_fractions(ids, seed: int) -> np.ndarray:
+    """A number in [0, 1) for each of ``ids`` (read as text), from its hash with ``seed``: a random split that any
+    process draws for the ids it holds, the same for an id wherever it is (a table's parts never meet)."""
+    text = pd.Series(np.asarray(ids, dtype=object)).astype(str) + f"\x1f{seed}"
+    return (pd.util.hash_pandas_object(text, index=False).to_numpy() >> np.uint64(11)) / float(1 << 53)

@@ -11,6 +11,10 @@ _EXPORTS = {
     "MODELS": "promokit.incentive.estimator",
     "check_tables": "promokit.incentive.contract",
     "evaluate": "promokit.incentive.evaluate",
+    "train_parts": "promokit.incentive.train_parts",
+    "RecordSpec": "promokit.incentive.records",
+    "write_records": "promokit.incentive.records",
+    "fit_from_records": "promokit.incentive.record_training",
 }
 
 __all__ = list(_EXPORTS)

@@ -101,8 +101,14 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
           patience: TRAIN.patience = None, monitor: MonitorOpt = None, seed: SeedOpt = DEFAULT_TRAIN.seed,
           params: cs.ParamsOpt = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
           resume: cs.ResumeOpt = False, threads: cs.ThreadsOpt = None,
-          allow_leaky: AllowLeakyOpt = None, device: cs.DeviceOpt = None):
+          allow_leaky: AllowLeakyOpt = None, device: cs.DeviceOpt = None,
+          executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
+          draws: Annotated[int, typer.Option(help="With the graph in parts: neighbourhood draws written per training customer, cycled by epoch.")] = 1):
     """Fit a response model on an incentive experiment and write it as a model directory.
+
+    With --customers, --edges (co-partitioned) and --merchants in parts, a GNN trains over them (docs/scale.md):
+    records of the labelled customers' sampled neighbourhoods, then training from them part by part in this process
+    (--executor local) or data-parallel on --workers Ray Train workers (--executor ray).
 
     The other columns of customers and merchants are features, their types inferred (printed at the end and kept
     in config.json): --categorical / --numeric set the type of some. A customer feature that alone predicts the
@@ -120,10 +126,21 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
                               _graph(customers, merchants, edges, items, item_edges, customer_edges),
                               levels=_levels(levels),
                               types=cs.types_option(categorical, numeric), labels=cs.label_options(label, LABEL_ROLES),
-                              validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume)
+                              validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
+                              executor=cs.deferred_executor(executor, address, workers), draws=draws)
         estimator, counts, held = trained.model, trained.counts, trained.model.holdout
         estimator.save(out)
         cs.finish_training(out, estimator.history)
+        if trained.parts:
+            seeds = counts["seeds"]
+            get_console().print(f"trained over {trained.parts} parts: records of {seeds['train']:,} training and "
+                                f"{seeds['valid']:,} validation customers ({counts['bytes'] / 2**20:,.1f} MiB); "
+                                f"{seeds['test']:,} of {held['rows']:,} labelled customers held out (by id, seed "
+                                f"{held['seed']}); model written to {out}")
+            return
+        if executor != "local" or address or workers or draws != 1:
+            get_console().print(f"note: {customers} is one table, not parts: trained in this process (--executor, "
+                                "--address, --workers and --draws serve a graph in parts)")
         specs = {"customers": estimator.customer_spec}
         if estimator.graph == "merchants":
             specs["merchants"] = estimator.merchant_spec

@@ -14,7 +14,7 @@ import torch
 from promokit import __version__
 from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.data.errors import DataError
-from promokit.data.ids import id_hashes
+from promokit.data.ids import id_fractions, id_hashes
 from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
 from promokit.data.spec import FeatureSpec
 from promokit.data.split import TEST_FRACTION, random_split
@@ -81,6 +81,20 @@ def node_split(n_customers: int, n_merchants: int, test_fraction: float = TEST_F
             raise DataError(f"{name} must be in [0, 1), got {value}")
     fractions = ((1 - test_fraction) * (1 - valid_fraction), (1 - test_fraction) * valid_fraction, test_fraction)
     return NodeSplit(*random_split(n_customers, fractions, seed), *random_split(n_merchants, fractions, seed + 1))
+
+
+#: ``holdout["rule"]`` of a model trained over a graph in parts: its customers' roles drawn by :func:`hashed_roles`
+HASHED = "hashed"
+TRAIN, VALID, TEST = 0, 1, 2
+
+
+def hashed_roles(ids, test_fraction: float, valid_fraction: float, seed: int) -> np.ndarray:
+    """Each customer's role (:data:`TRAIN`, :data:`VALID` or :data:`TEST`) in the split of :func:`node_split`'s
+    fractions drawn from a hash of its id and ``seed`` (:func:`~promokit.data.ids.id_fractions`): the split of a
+    graph in parts, drawn in each part alone."""
+    u = id_fractions(ids, seed)
+    return np.where(u < test_fraction, TEST, np.where(u < test_fraction + (1 - test_fraction) * valid_fraction,
+                                                       VALID, TRAIN))
 
 
 @dataclass
@@ -273,17 +287,39 @@ class IncentiveModel(Estimator):
         self.graph, self.item_spec = tables.graph, tables.item_spec
         self.encoders = InputEncoders.fit(tables)
         inputs = self.encoders.transform(tables)
-        c, m = inputs.customers, inputs.merchants
-        self.net = IncentiveNet(self.encoders.customers.cardinalities, c.num.shape[1], c.structure.shape[1],
-                                partner_cardinalities(self.encoders, self.graph), m.num.shape[1], m.structure.shape[1],
-                                self.levels.tolist(), **network_params(self.model_params)).attach(inputs)
+        self.net = self.build_net().attach(inputs)
         return inputs
+
+    def prepare_encoded(self, levels, customer_spec: FeatureSpec, merchant_spec: FeatureSpec,
+                        encoders: InputEncoders) -> IncentiveModel:
+        """What :meth:`prepare` sets, from a customer–merchant graph's value list, feature specs and encoders fitted
+        elsewhere (over a graph in parts, :mod:`promokit.incentive.train_parts`): no inputs attached."""
+        seed_everything(self.train_config.seed)
+        self.levels, self.customer_spec, self.merchant_spec = np.asarray(levels, np.float64), customer_spec, \
+            merchant_spec
+        self.labels, self.customers_only, self.graph, self.item_spec = None, False, "merchants", None
+        self.encoders = encoders
+        self.net = self.build_net()
+        return self
+
+    def build_net(self) -> IncentiveNet:
+        """An untrained :class:`IncentiveNet` of the encoders' widths (weights from torch's generator as it is)."""
+        encoders = self.encoders
+        return IncentiveNet(encoders.customers.cardinalities, encoders.customers.numeric_width,
+                            encoders.customer_structure.numeric_width, partner_cardinalities(encoders, self.graph),
+                            encoders.merchants.numeric_width, encoders.merchant_structure.numeric_width,
+                            self.levels.tolist(), **network_params(self.model_params))
 
     def split(self, data) -> NodeSplit:
         """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
         customers (all of them when every customer has a label) and the merchants."""
         tables = self.read(data)
         labelled = tables.labelled_customers
+        if (self.holdout or {}).get("rule") == HASHED:  # trained over parts: customers only
+            roles = hashed_roles(tables.customers[CUSTOMER].to_numpy()[labelled], self.test_fraction,
+                                 self.valid_fraction, self.train_config.seed)
+            none = np.empty(0, np.int64)
+            return NodeSplit(*(labelled[roles == role] for role in (TRAIN, VALID, TEST)), none, none, none)
         split = node_split(len(labelled), len(tables.merchants), self.test_fraction, self.valid_fraction,
                            self.train_config.seed)
         split.train_customers, split.valid_customers, split.test_customers = (
@@ -458,12 +494,7 @@ class IncentiveModel(Estimator):
         model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
         model.recalibration = read_recalibration(path)
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
-        widths = {name: enc.numeric_width for name, enc in (("c", model.encoders.customer_structure),
-                                                            ("m", model.encoders.merchant_structure))}
-        model.net = IncentiveNet(model.encoders.customers.cardinalities, model.encoders.customers.numeric_width,
-                                 widths["c"], partner_cardinalities(model.encoders, model.graph),
-                                 model.encoders.merchants.numeric_width, widths["m"], config["levels"],
-                                 **network_params(model.model_params))
+        model.net = model.build_net()
         load_weights(model.net, path)
         model.net.eval()
         return model

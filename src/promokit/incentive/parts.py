@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from promokit.data import graph_shards
-from promokit.data.encoders import TableEncoder
+from promokit.data.encoders import TableEncoder, check_numeric_columns
 from promokit.data.errors import DataError
 from promokit.data.graph_shards import LEFT, NODE, RIGHT, GraphLayout, Shard
 from promokit.data.io import write_parquet, write_part
@@ -59,20 +59,21 @@ HEAD_ROWS = 65_536  # rows through the towers and heads at a time
 @dataclass(frozen=True)
 class PartReader:
     """Reads and checks part k of the customers with its edges, or part q of the merchants, against the model's
-    value list and feature columns."""
+    value list, feature columns and merchant encoder (None: encoders not fitted yet, training over parts)."""
 
     layout: GraphLayout
     levels: tuple[float, ...]
     customer_spec: FeatureSpec
     merchant_spec: FeatureSpec
     edge_features: tuple[str, ...]
-    merchant_encoder: TableEncoder
+    merchant_encoder: TableEncoder | None
 
     def customers(self, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
         """Part k's customers and its edges, checked together."""
         customers, edges = self.layout.left[k], self.layout.edges[k]
         with naming(customers):
             table = read_part(customers)
+            check_numeric_columns(table, [c for c in self.customer_spec.numeric if c in table])
         with naming(edges):
             edge_table = read_part(edges)
         with naming(f"{customers} with {edges}"):
@@ -88,7 +89,9 @@ class PartReader:
         path = self.layout.right[q]
         with naming(path):
             merchants = check_merchant_part(read_part(path), levels=self.levels, merchant_features=self.merchant_spec)
-            self.merchant_encoder.transform(merchants)  # its errors name this part's row; a bucket mixes parts
+            check_numeric_columns(merchants, self.merchant_spec.numeric)
+            if self.merchant_encoder is not None:
+                self.merchant_encoder.transform(merchants)  # its errors name this part's row; a bucket mixes parts
             return merchants
 
 

@@ -1,20 +1,31 @@
-"""Training the incentive GNN from training records (:mod:`promokit.incentive.records`) in bounded memory: the
-trainer's one epoch loop (:func:`~promokit.training.trainer.train_epochs`) over mini-batches read from the records
-parts row group by row group, so that no process holds the graph, only one row group of records at a time.
+"""Training the incentive GNN from training records (:mod:`promokit.incentive.records`) in bounded memory, in this
+process or data-parallel on N workers (AGL's trainer, Zhang et al. VLDB 2020): the trainer's one epoch loop
+(:func:`~promokit.training.trainer.train_epochs`, through :func:`~promokit.training.shard_loop.run_shard`) over
+mini-batches read from the records parts row group by row group, so that no process holds the graph, only a row
+group or two of records at a time.
 
-Epoch e trains on draw ``draws[e mod S]`` of the S draws written (one draw: the same neighbourhoods every epoch),
-its row groups in a new order each epoch and their records shuffled, cut in ``batch_size`` records; each batch is
+Epoch e trains on draw ``draws[e mod S]`` of the S draws written (one draw: the same neighbourhoods every epoch).
+Each worker's shard of a draw is a contiguous range of its records (row groups in file order), of equal length on
+every worker (the last padded by wrapping around, as :func:`promokit.training.shards.shards` cuts a table's parts);
+each epoch a worker visits its row groups in a new order, shuffles each one's records and cuts ``ceil(batch_size /
+N)`` records at a time across row-group boundaries (:func:`~promokit.training.batches.stream_batches`), so every
+worker takes the same number of steps and N workers take the steps of one process. Each batch is
 :func:`~promokit.incentive.record_batches.read_batch` of its rows, on which :class:`IncentiveNet` runs its GNN,
-towers and customer head with the loss of eq. 7 (customer term: the records hold customers only). Validation,
-for early stopping and the monitored metric, reads the validation records' first draw the same way, in evaluation
-mode (sampled neighbourhoods, where the in-memory path validates on full ones).
+towers and customer head with the loss of eq. 7 (customer term: the records hold customers only). Validation, for
+early stopping and the monitored metric, reads the validation records' first draw, each worker its share, in
+evaluation mode (sampled neighbourhoods, where the in-memory path validates on full ones).
+
+The job (:class:`RecordJob`) carries only the folders and counts: each worker opens the parts itself, so on a
+cluster the records must be on storage every node reads (a shared file system).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,68 +37,77 @@ from promokit.incentive.contract import CUSTOMER
 from promokit.incentive.estimator import IncentiveModel, validation_metrics
 from promokit.incentive.record_batches import read_batch
 from promokit.incentive.records import META
+from promokit.training.batches import stream_batches
 from promokit.training.device import net_device, to_cpu, to_device
-from promokit.training.trainer import LocalComm, train_epochs, validation_record
+from promokit.training.shard_loop import gathered_record, train_in_process
+from promokit.training.shards import Segment, shards
 
 LABELS = ("node", "customer", "level", "label")
 
 
 class RecordParts:
     """The records parts of one folder (``name``: the argument it came from, for errors), checked against the
-    network's fanouts and its input ``widths`` (:func:`input_widths`); their row groups and the records of each draw
-    in each."""
+    network's fanouts and its input ``widths`` (:func:`input_widths`): their row groups and how many records of each
+    draw each holds. Pickles as its folder and counts; the files open where they are read."""
 
     def __init__(self, folder: str | os.PathLike, name: str, fanouts: list[int], widths: dict[str, int]):
-        import pyarrow.parquet as pq
-
         folder = Path(folder)
-        paths = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
-        if not paths:
+        self.paths = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+        if not self.paths:
             raise DataError(f"{name}: no records parts (part-*.parquet) in {folder}; write them with "
                             "promokit.incentive.records.write_records")
-        self.files = [pq.ParquetFile(p) for p in paths]
         meta = _meta(self.files[0])
-        for path, file in zip(paths, self.files):
+        for path, file in zip(self.paths, self.files):
             written = _meta(file)["fanouts"]
             if list(written) != list(fanouts):
                 raise DataError(f"{name}: {path} holds records drawn with fanouts {written}, but the model's fanouts "
                                 f"are {list(fanouts)}; write the records with the model's fanouts")
         written = {key: meta[key] for key in widths}
         if written != widths:
-            raise DataError(f"{name}: {paths[0]} holds inputs of widths {written}, but the model's encoders give "
+            raise DataError(f"{name}: {self.paths[0]} holds inputs of widths {written}, but the model's encoders give "
                             f"{widths}; write the records with the model's encoders")
         self.draws = [int(d) for d in meta["draws"]]
         self.groups = [(f, g) for f in range(len(self.files)) for g in range(self.files[f].num_row_groups)]
-        draws = [self.files[f].read_row_group(g, columns=["draw"]).column("draw").to_numpy() for f, g in self.groups]
+        draws = [self._group(k, ["draw"]).column("draw").to_numpy() for k in range(len(self.groups))]
         self.sizes = np.array([[np.sum(d == draw) for draw in self.draws] for d in draws]).reshape(-1, len(self.draws))
         self.seeds = int(self.sizes[:, 0].sum()) if len(self.groups) else 0
         if not self.seeds:
-            raise DataError(f"{name}: the {len(paths)} records parts in {folder} hold no records (no labelled "
+            raise DataError(f"{name}: the {len(self.paths)} records parts in {folder} hold no records (no labelled "
                             "customer)")
+
+    @property
+    def files(self) -> list:
+        if getattr(self, "_files", None) is None:
+            import pyarrow.parquet as pq
+
+            self._files = [pq.ParquetFile(p) for p in self.paths]
+        return self._files
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_files"}
+
+    def _group(self, k: int, columns: list[str] | None = None):
+        f, g = self.groups[k]
+        return self.files[f].read_row_group(g, columns=columns)
 
     def customer_ids(self) -> np.ndarray:
         """The seeds' ids (one column read part by part)."""
         return np.unique(np.concatenate([f.read(columns=[CUSTOMER]).column(CUSTOMER).to_numpy(zero_copy_only=False)
                                          for f in self.files]))
 
-    def batches(self, draw_index: int, batch_size: int, generator: torch.Generator | None = None):
-        """The records of draw ``draws[draw_index]`` as trainer batches of ``batch_size`` records, row group by row
-        group; shuffled by ``generator`` (None: in file order)."""
+    def shards(self, draw_index: int, workers: int, pad: bool) -> list[list[Segment]]:
+        """The records of draw ``draws[draw_index]`` cut into ``workers`` contiguous ranges
+        (:func:`promokit.training.shards.shards`), as segments (row group, first, end) of the draw's records in
+        each row group."""
+        return shards(self.sizes[:, draw_index].tolist(), workers, pad)
+
+    def read(self, draw_index: int, segment: Segment):
+        """A segment's records (an Arrow table)."""
         import pyarrow.compute as pc
 
-        order = range(len(self.groups)) if generator is None else torch.randperm(len(self.groups),
-                                                                                 generator=generator).tolist()
-        for k in order:
-            if not self.sizes[k, draw_index]:
-                continue
-            f, g = self.groups[k]
-            table = self.files[f].read_row_group(g)
-            table = table.filter(pc.equal(table.column("draw"), self.draws[draw_index]))
-            rows = torch.arange(table.num_rows) if generator is None else torch.randperm(table.num_rows,
-                                                                                         generator=generator)
-            for chunk in rows.split(batch_size):
-                record = read_batch(table.take(chunk.numpy()))
-                yield {**record.labels(), "record": record}
+        k, first, end = segment
+        table = self._group(k)
+        return table.filter(pc.equal(table.column("draw"), self.draws[draw_index])).slice(first, end - first)
 
 
 def input_widths(model: IncentiveModel) -> dict[str, int]:
@@ -105,47 +125,112 @@ def _meta(file) -> dict:
     return json.loads(file.schema_arrow.metadata[META])
 
 
-class RecordBatches:
-    """The trainer's batches (:func:`~promokit.training.trainer.train_epochs`) of training records and, optionally,
-    validation records."""
+def record_stream(tables, batch_size: int, generator: torch.Generator):
+    """Trainer batches of ``batch_size`` records from a stream of record tables, shuffled and cut across the
+    tables' boundaries as :func:`~promokit.training.batches.stream_batches` cuts tensors: the stream carries each
+    record's (table, row) and a batch reads its rows from the tables it spans; a table is dropped once no later
+    batch can reach it (the stream keeps table order)."""
+    import pyarrow as pa
 
-    def __init__(self, batch_size: int, eval_batch_size: int, train: RecordParts, valid: RecordParts | None):
-        self.batch_size, self.eval_batch_size, self.train_parts, self.valid = batch_size, eval_batch_size, train, valid
+    held: dict[int, object] = {}
+
+    def positions():
+        for k, table in enumerate(tables):
+            held[k] = table
+            yield {"table": torch.full((table.num_rows,), k), "row": torch.arange(table.num_rows)}
+
+    for batch in stream_batches(positions(), batch_size, generator):
+        which, rows = batch["table"].numpy(), batch["row"].numpy()
+        for k in [k for k in held if k < which.min()]:
+            del held[k]
+        picked = pa.concat_tables([held[k].take(rows[which == k]) for k in np.unique(which)])
+        order = np.argsort(np.argsort(which, kind="stable"), kind="stable")  # back to the batch's shuffled order
+        record = read_batch(picked.take(order))
+        yield {**record.labels(), "record": record}
+
+
+class RecordBatches:
+    """Worker ``rank``'s batches of ``world`` (:func:`~promokit.training.trainer.train_epochs`) of a
+    :class:`RecordJob` (module docstring)."""
+
+    def __init__(self, job: RecordJob, rank: int, world: int):
+        self.job, self.rank = job, rank
+        train = job.train
+        self.shards = [train.shards(d, world, pad=True) for d in range(len(train.draws))]
+        self.valid = job.valid.shards(0, world, pad=False)[rank] if job.valid is not None else []
         self.rows = train.seeds
-        self.steps = int(np.ceil(train.sizes[:, 0] / batch_size).sum())
-        self.validated = valid is not None
+        self.batch_size = math.ceil(job.batch_size / world)
+        self.steps = math.ceil(math.ceil(train.seeds / world) / self.batch_size)
+        self.validated = job.valid is not None
 
     def wide(self, net) -> list[dict]:
         return []  # the incentive network has no wide term
 
     def train(self, generator: torch.Generator, epoch: int):
-        return self.train_parts.batches(epoch % len(self.train_parts.draws), self.batch_size, generator)
+        draw = epoch % len(self.job.train.draws)
+        segments = self.shards[draw][self.rank]
+        order = torch.randperm(len(segments), generator=generator).tolist()
+        return record_stream((self.job.train.read(draw, segments[k]) for k in order), self.batch_size, generator)
 
     @torch.no_grad()
     def validate(self, net, comm) -> dict[str, float]:
         net.eval()
         device = net_device(net)
-        outputs, labels = {}, {}
-        for batch in self.valid.batches(0, self.eval_batch_size):
-            for name, value in to_cpu(net(to_device(batch, device))).items():
-                outputs.setdefault(name, []).append(value)
-            for name in LABELS:
-                labels.setdefault(name, []).append(batch[name])
-        outputs = {k: torch.cat(v) for k, v in outputs.items()}
-        labels = {k: torch.cat(v) for k, v in labels.items()}
-        return validation_record(net, outputs, labels, validation_metrics())
+        pieces = []
+        for segment in self.valid:
+            table = self.job.valid.read(0, segment)
+            for lo in range(0, table.num_rows, self.job.eval_batch_size):
+                record = read_batch(table.slice(lo, self.job.eval_batch_size))
+                batch = {**record.labels(), "record": record}
+                pieces.append((to_cpu(net(to_device(batch, device))), {k: batch[k] for k in LABELS}))
+        return gathered_record(net, comm, pieces, lambda labels: validation_metrics())
+
+
+@dataclass
+class RecordJob:
+    """A training job over records (:func:`promokit.training.shard_loop.run_shard`, on any executor's ``train``):
+    the prepared model, whose network every worker copies, and the records of training and of validation."""
+
+    model: IncentiveModel
+    train: RecordParts
+    valid: RecordParts | None
+
+    @property
+    def estimator(self) -> RecordJob:
+        return self
+
+    @property
+    def train_config(self):
+        return self.model.train_config if self.valid is not None else replace(self.model.train_config,
+                                                                               monitor="loss")
+
+    @property
+    def batch_size(self) -> int:
+        return self.train_config.batch_size
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self.train_config.eval_batch_size
+
+    def build_net(self):
+        """A copy of the prepared model's network (the same weights on every worker)."""
+        return copy.deepcopy(self.model.net)
+
+    def batches(self, rank: int, world: int) -> RecordBatches:
+        return RecordBatches(self, rank, world)
 
 
 def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validation: str | os.PathLike | None = None,
-                     *, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
-                     on_epoch=None) -> IncentiveModel:
+                     *, executor=None, checkpoint_dir: str | os.PathLike | None = None,
+                     resume: bool = False) -> IncentiveModel:
     """Train ``model``'s GNN (a ``gnn`` representation) on the training records in the folder ``records``, its
     epoch picked on the records in ``validation`` (None: the epochs run to the end), as :meth:`IncentiveModel.fit`
     trains on tables (same network, loss, optimisers, learning rates, seeds, early stopping, checkpoints; module
-    docstring for what differs). ``model`` is prepared (:meth:`IncentiveModel.prepare`) with the encoders that wrote
-    the records, which must be drawn with its fanouts. Returns the model, which saves, loads, predicts and evaluates
-    as a fitted one (:meth:`~IncentiveModel.evaluate` with ``held_out=False`` on customers kept out of the
-    records)."""
+    docstring for what differs), on ``executor`` (its ``train``: ``promokit.scale.LocalExecutor`` in this process,
+    ``RayExecutor`` data-parallel on its workers; None: in this process). ``model`` is prepared
+    (:meth:`IncentiveModel.prepare`) with the encoders that wrote the records, which must be drawn with its fanouts.
+    Returns the model, which saves, loads, predicts and evaluates as a fitted one (:meth:`~IncentiveModel.evaluate`
+    with ``held_out=False`` on customers kept out of the records)."""
     if model.net is None or model.encoders is None:
         raise DataError("model: prepare it (IncentiveModel.prepare) with the encoders that wrote the records before "
                         "training from records")
@@ -155,15 +240,14 @@ def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validati
     widths = input_widths(model)
     train = RecordParts(records, "records", fanouts, widths)
     valid = RecordParts(validation, "validation", fanouts, widths) if validation is not None else None
-    cfg = model.train_config if valid is not None else replace(model.train_config, monitor="loss")
     model.net.attach(None)  # the records carry their inputs; prediction attaches the graph's again
-    batches = RecordBatches(cfg.batch_size, cfg.eval_batch_size, train, valid)
-    model.history = train_epochs(model.net, batches, cfg, LocalComm(Path(checkpoint_dir) if checkpoint_dir else None,
-                                                                     resume), on_epoch)
+    job = RecordJob(model, train, valid)
+    train_job = executor.train if executor is not None else train_in_process
+    model.net, model.history = train_job(job, checkpoint_dir, resume)
     model.recalibration = None
     model.training_ids = id_hashes(train.customer_ids())
     valid_seeds = valid.seeds if valid is not None else 0
     model.test_fraction, model.valid_fraction = 0.0, valid_seeds / (train.seeds + valid_seeds)
-    model.holdout = {"test_fraction": 0.0, "valid_fraction": model.valid_fraction, "seed": cfg.seed,
+    model.holdout = {"test_fraction": 0.0, "valid_fraction": model.valid_fraction, "seed": job.train_config.seed,
                      "rows": train.seeds + valid_seeds, "held_out": 0, "records": str(records)}
     return model

@@ -22,24 +22,51 @@ from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 @dataclass(frozen=True)
 class Training:
     """What :func:`train` did: the fitted ``model``, the graph's ``counts``
-    (:attr:`~promokit.incentive.contract.IncentiveTables.counts`) and the customers and merchants it trained on."""
+    (:attr:`~promokit.incentive.contract.IncentiveTables.counts`; over parts, :func:`train_parts`'s) and the
+    customers and merchants it trained on; ``parts``: the customer parts trained over (0: tables read whole)."""
 
     model: IncentiveModel
-    counts: dict[str, int]
+    counts: dict
     customers: int
     merchants: int
+    parts: int = 0
 
 
 def train(model: IncentiveModel, data, *, levels=None, types: dict[str, str] | None = None,
           labels: dict[str, str] | None = None, validation: float | None = None,
-          checkpoint_dir: str | os.PathLike | None = None, resume: bool = False) -> Training:
+          checkpoint_dir: str | os.PathLike | None = None, resume: bool = False, executor=None,
+          draws: int = 1) -> Training:
     """Read ``data`` with ``levels``, ``types`` and ``labels`` (:func:`~promokit.incentive.contract.read_tables`) and
-    fit ``model`` on it with ``validation``, ``checkpoint_dir`` and ``resume`` (:meth:`IncentiveModel.fit`)."""
+    fit ``model`` on it with ``validation``, ``checkpoint_dir`` and ``resume`` (:meth:`IncentiveModel.fit`). With
+    customers, edges and merchants in parts, train over them on ``executor`` with ``draws`` neighbourhood draws
+    (:func:`~promokit.incentive.train_parts.train_parts`, records in a scratch folder beside the checkpoint)."""
     validation_fraction(validation)  # refused before the tables are read
+    if isinstance(data, dict) and data.get("customers") is not None and is_partitioned(data["customers"]):
+        return _train_parts(model, data, levels, types, labels, validation, checkpoint_dir, resume, executor, draws)
     tables = read_tables(data, levels=levels, types=types, labels=labels)
     model.fit(tables, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
     split = model.split(tables)
     return Training(model, tables.counts, len(split.train_customers), len(split.train_merchants))
+
+
+def _train_parts(model, data, levels, types, labels, validation, checkpoint_dir, resume, executor,
+                 draws) -> Training:
+    import tempfile
+
+    from promokit.data.parts import list_parts
+    from promokit.incentive.train_parts import train_parts
+
+    given = [name for name in ("items", "item_edges", "customer_edges") if data.get(name) is not None]
+    if given or labels or data.get("merchants") is None or data.get("edges") is None:
+        raise DataError(f"customers: {data['customers']} is in parts; training over parts takes a customer–merchant "
+                        "graph (merchants and edges in parts) with its own label columns, without items, item_edges, "
+                        "customer_edges or labels")
+    with tempfile.TemporaryDirectory(prefix="promokit-records-",
+                                     dir=Path(checkpoint_dir).parent if checkpoint_dir else None) as scratch:
+        counts = train_parts(model, data["customers"], data["merchants"], data["edges"], scratch, executor,
+                             levels=levels, types=types, validation=validation, draws=draws,
+                             checkpoint_dir=checkpoint_dir, resume=resume)
+    return Training(model, counts, counts["seeds"]["train"], 0, len(list_parts(data["customers"])))
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,16 @@ def fresh_checkpoint_dir(checkpoint_dir: str | os.PathLike | None, resume: bool)
     return checkpoint_dir
 
 
-def run_shard(job: TrainJob, comm) -> tuple[torch.nn.Module, History]:
+def run_shard(job, comm) -> tuple[torch.nn.Module, History]:
     """One worker's training (``comm``: its communicator): the network built and seeded as every other worker's,
-    then the trainer's loop over the worker's shard (:class:`ShardBatches`)."""
+    then the trainer's loop over the worker's batches, ``job.batches(rank, world)`` (a :class:`TrainJob`'s:
+    :class:`ShardBatches`). A job is anything with an ``estimator`` (``train_config``, ``build_net()``) and that
+    ``batches``, which :func:`~promokit.training.trainer.train_epochs` reads (e.g.
+    ``promokit.incentive.record_training.RecordJob``)."""
     config = job.estimator.train_config
     seed_everything(config.seed)
     net = job.estimator.build_net()
-    return net, train_epochs(net, ShardBatches(job, comm.rank), config, comm)
+    return net, train_epochs(net, job.batches(comm.rank, comm.world), config, comm)
 
 
 class ShardBatches:
@@ -79,19 +82,27 @@ class ShardBatches:
         for segment in self.job.valid[self.rank]:
             tensors = self.job.valid_rows.load(estimator, segment)
             outputs = predict(net, tensors, estimator.train_config.eval_batch_size)
-            pieces.append(({k: v.numpy() for k, v in outputs.items()},
-                           {k: v.numpy() for k, v in tensors.items() if k in net.labels}))
-        gathered = comm.gather(pieces)
-        record = None
-        if comm.rank == 0:
-            everything = [piece for worker in gathered for piece in worker]
-            outputs = {k: torch.from_numpy(np.concatenate([p[0][k] for p in everything])) for k in everything[0][0]}
-            labels = {k: torch.from_numpy(np.concatenate([p[1][k] for p in everything])) for k in everything[0][1]}
-            try:
-                record = validation_record(net, outputs, labels, estimator.validation_metrics(labels))
-            except DataError as exc:
-                record = {"error": str(exc)}
-        record = comm.broadcast(record)
-        if "error" in record:
-            raise DataError(record["error"])
-        return record
+            pieces.append((outputs, {k: v for k, v in tensors.items() if k in net.labels}))
+        return gathered_record(net, comm, pieces, estimator.validation_metrics)
+
+
+def gathered_record(net, comm, pieces: list[tuple[dict, dict]], metrics) -> dict:
+    """The validation record of every worker's ``pieces`` (outputs and labels, dicts of CPU tensors, of its share of
+    the validation rows) together: rank 0 gathers them, computes the loss and ``metrics(labels)`` and broadcasts the
+    record, so that every worker stops at the same epoch."""
+    pieces = [({k: v.numpy() for k, v in outputs.items()}, {k: v.numpy() for k, v in labels.items()})
+              for outputs, labels in pieces]
+    gathered = comm.gather(pieces)
+    record = None
+    if comm.rank == 0:
+        everything = [piece for worker in gathered for piece in worker]
+        outputs = {k: torch.from_numpy(np.concatenate([p[0][k] for p in everything])) for k in everything[0][0]}
+        labels = {k: torch.from_numpy(np.concatenate([p[1][k] for p in everything])) for k in everything[0][1]}
+        try:
+            record = validation_record(net, outputs, labels, metrics(labels))
+        except DataError as exc:
+            record = {"error": str(exc)}
+    record = comm.broadcast(record)
+    if "error" in record:
+        raise DataError(record["error"])
+    return record

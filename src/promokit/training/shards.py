@@ -67,6 +67,12 @@ class TrainJob:
     def validated(self) -> bool:
         return self.valid_rows is not None
 
+    def batches(self, rank: int, world: int):
+        """Worker ``rank``'s batches (:class:`promokit.training.shard_loop.ShardBatches`)."""
+        from promokit.training.shard_loop import ShardBatches
+
+        return ShardBatches(self, rank)
+
 
 def shards(sizes: list[int], workers: int, pad: bool) -> list[list[Segment]]:
     """Cut the rows of parts of ``sizes`` (in part order) into ``workers`` contiguous ranges of ``ceil(n /

@@ -38,17 +38,23 @@ def consumption_states(parts: list, specs: dict, depth: int, scratch: Path, exec
     into the layout's folder ``scratch`` (local, which the caller removes with :func:`promokit.data.graph_shards.remove`);
     read a part's with :func:`part_states`. ``specs`` are the model's feature specs, which the parts are checked
     against."""
-    payments = [p.files["consumption"] for p in parts]
-    layout = GraphLayout(str(scratch), tuple(p.files["users"] for p in parts), tuple(payments), (),
-                         graph_shards.bucket_count(0, sum(parquet_rows(path) or 0 for path in payments)), MERCHANT,
-                         "merchants")
-    graph_shards.prepare(executor, partial(_read_payments, parts, specs), None, layout)
+    layout = payment_layout(parts, scratch)
+    graph_shards.prepare(executor, partial(read_payments, parts, specs), None, layout)
     shards = layout.shards()
     executor.map(partial(_inputs, layout), shards, setup=load, label="graph inputs")
     for layer in range(depth):
         todo = shards if layer < depth - 1 else [s for s in shards if s.side == LEFT]  # e_c is the users' states
         executor.map(partial(_layer, layout, layer), todo, setup=load, label=f"graph layer {layer + 1} of {depth}")
     return layout
+
+
+def payment_layout(parts: list, scratch: Path) -> GraphLayout:
+    """The graph in shards of the parts' payments: users parts on the left, merchants (the ids the payments name)
+    hashed into buckets on the right, in the folder ``scratch``."""
+    payments = [p.files["consumption"] for p in parts]
+    return GraphLayout(str(scratch), tuple(p.files["users"] for p in parts), tuple(payments), (),
+                       graph_shards.bucket_count(0, sum(parquet_rows(path) or 0 for path in payments)), MERCHANT,
+                       "merchants")
 
 
 def part_states(layout: GraphLayout, model: ValueModel, k: int) -> list[torch.Tensor]:
@@ -62,7 +68,7 @@ def _gnn_encoders(model: ValueModel) -> list:
     return [encoder for encoder in model.net.encoders if encoder.graph]
 
 
-def _read_payments(parts: list, specs: dict, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_payments(parts: list, specs: dict, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Users part k and its payments as edges (``node``: the user's row in the part, ``right_key``: the merchant),
     checked as the part is checked for scoring."""
     tables = read_part_tables(parts[k], specs)

@@ -24,7 +24,7 @@ from torch import Tensor
 from promokit.data.encoders import CategoryEncoder, TableEncoder
 from promokit.data.history import last_events_before
 from promokit.data.spec import FeatureSpec
-from promokit.nn.bipartite import BipartiteGraph
+from promokit.nn.bipartite import BipartiteGraph, Subgraph
 from promokit.value.contract import ACTION, AMOUNT, FUND, MERCHANT, TIME, ValueTables
 
 STRUCTURE = ("log_payments", "log_total_amount", "mean_log_amount")
@@ -43,6 +43,21 @@ class NodeInputs:
     merchant_code: Tensor | None = None
     merchant_structure: Tensor | None = None
     graph: BipartiteGraph | None = None
+
+
+@dataclass
+class GraphBatch:
+    """The consumption graph of a batch of deliveries trained over parts (:mod:`promokit.value.graph_training`):
+    the :class:`~promokit.nn.bipartite.Subgraph` of its users' records (seeds first), the inputs of its users
+    (features and structure) and merchants (id codes and structure), and each delivery's ``seed``."""
+
+    sub: Subgraph
+    user_cat: Tensor
+    user_num: Tensor
+    user_structure: Tensor
+    merchant_code: Tensor
+    merchant_structure: Tensor
+    seed: Tensor
 
 
 @dataclass
@@ -93,6 +108,14 @@ class InputEncoders:
         return cls(TableEncoder.from_counts([s["context"] for s in shares], specs["context"]),
                    TableEncoder.from_counts([s["users"] for s in shares], specs["users"]),
                    TableEncoder.fit(funds, specs["funds"]), actions, _sequence_length(actions, max_len))
+
+    def fit_graph_counts(self, merchants: list, user_structure: list[dict], merchant_structure: list[dict]) -> None:
+        """Add the consumption graph's encoders :meth:`fit` builds on a dataset's concatenation, from the shares of
+        its shards (a graph in shards, :mod:`promokit.value.graph_records`): each merchant shard's
+        :meth:`CategoryEncoder.count` of its payments' merchants and every shard's :func:`structure_count`."""
+        self.merchants = CategoryEncoder.from_counts(merchants, MERCHANT_MIN_COUNT)
+        self.user_structure = TableEncoder.from_counts(user_structure, _structure_spec(), squash_numeric=False)
+        self.merchant_structure = TableEncoder.from_counts(merchant_structure, _structure_spec(), squash_numeric=False)
 
     @property
     def has_graph(self) -> bool:
@@ -212,5 +235,15 @@ def payment_structure(node: np.ndarray, amount: np.ndarray, n: int) -> pd.DataFr
     return pd.DataFrame(dict(zip(STRUCTURE, (np.log1p(payments), np.log1p(total), mean_log))))
 
 
+def _structure_spec() -> FeatureSpec:
+    return FeatureSpec(numeric=list(STRUCTURE), group_key=None)
+
+
 def _numeric_encoder(frame: pd.DataFrame) -> TableEncoder:
-    return TableEncoder.fit(frame, FeatureSpec(numeric=list(frame.columns), group_key=None), squash_numeric=False)
+    return TableEncoder.fit(frame, _structure_spec(), squash_numeric=False)
+
+
+def structure_count(frame: pd.DataFrame) -> dict:
+    """One shard's share of a structure encoder (its nodes' :func:`payment_structure`), for
+    :meth:`InputEncoders.fit_graph_counts`."""
+    return TableEncoder.count(frame, _structure_spec())

@@ -40,12 +40,15 @@ Train (:func:`train_parts`; the training deliveries are the examples):
 
 A model that reads the consumption graph (``esdpm``) needs every user's e_c, and a merchant joins users of different
 parts: predict first computes e_c over the whole payment graph in shards (:mod:`promokit.value.consumption`), then
-scores each part with its users' e_c given. Training such a model over parts (neighbourhoods sampled across parts)
-is refused.
+scores each part with its users' e_c given. Training such a model first writes, on the executor, each users part's
+records — its users' sampled neighbourhoods with the GNN's inputs joined (:mod:`promokit.value.graph_records`, which
+also counts the graph's encoders) — then trains with each delivery's e_c computed on its user's record
+(:mod:`promokit.value.graph_training`).
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -252,38 +255,60 @@ class DeliveryRows:
     role: int
     repair: bool
     labels: dict | None = None
+    user_rows: bool = False
 
     def load(self, estimator: ValueModel, segment: tuple[int, int, int]) -> dict:
         """The tensors of rows ``start:stop`` of this role's deliveries of part ``index``, each carrying its user's
-        and fund's features (a batch mixes parts)."""
+        and fund's features (a batch mixes parts) and, with ``user_rows``, its user's row in the part
+        (``user_row``: where its consumption-graph record is, :mod:`promokit.value.graph_training`)."""
         index, start, stop = segment
         tables = read_part_tables(self.parts[index], self.specs, True, self.repair, labels=self.labels)
         roles = self.split.roles(tables.time, self.offsets[index])
-        return estimator.encoders.rows(tables, np.flatnonzero(roles == self.role)[start:stop], carry_nodes=True)
+        rows = np.flatnonzero(roles == self.role)[start:stop]
+        tensors = estimator.encoders.rows(tables, rows, carry_nodes=True)
+        if self.user_rows:
+            import torch
+
+            tensors["user_row"] = torch.from_numpy(tables.user[rows].astype(np.int64))
+        return tensors
 
 
 def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path,
                 validation: float | None = None, checkpoint_dir: Path | None = None, resume: bool = False,
-                repair: bool = False, types: dict[str, str] | None = None) -> dict:
+                repair: bool = False, types: dict[str, str] | None = None, graph_draws: int = 1) -> dict:
     """Fit ``estimator`` on the dataset in parts at ``paths`` without holding it whole (module docstring): part by
     part in this process on the local ``executor``, else data-parallel on ``executor.workers`` Ray Train workers,
     holding out the deliveries :meth:`ValueModel.fit` holds out of one folder, validating on the fraction
     ``validation`` of the rest (None: ``fit``'s default), with the checkpoint in ``checkpoint_dir``; ``scratch``
-    holds the user-key check's hashes. Returns the deliveries per role (``train``, ``valid``, ``test``) and the
-    tables' counts summed over the parts (repaired labels). ``types``: the types of inferred features
-    (:func:`~promokit.value.contract.check_tables`)."""
+    holds the user-key check's hashes. A model that reads the consumption graph first writes its records
+    (``graph_draws`` neighbourhoods per user, :mod:`promokit.value.graph_training`) in a folder beside
+    ``checkpoint_dir`` (or the scratch folder), removed after training. Returns the deliveries per role
+    (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels). ``types``: the
+    types of inferred features (:func:`~promokit.value.contract.check_tables`)."""
     from promokit.training.shards import wide_over_parts
 
     wide_over_parts(estimator.model_params)
-    if estimator.reads_graph:
-        raise DataError(f"model {estimator.model!r} reads the consumption graph, whose merchants join users of "
-                        "different parts, so a part cannot train alone; train esdpm-ncg (the same model without the "
-                        "graph), or give the tables as one folder")
     if not estimator.is_neural:
         raise DataError(f"model {estimator.model!r} boosts its trees on the whole training table in one process, so "
                         "it does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
+    if estimator.reads_graph and "consumption" not in paths:
+        raise DataError(f"model {estimator.model!r} reads the consumption graph: give the consumption/ parts (or "
+                        "train esdpm-ncg, the same model without it)")
     job, counts = _plan(estimator, paths, executor, scratch, repair, types, validation)
-    estimator.net, estimator.history = executor.train(job, checkpoint_dir, resume)
+    # out of the checkpoint folder, which a fresh run empties
+    records = Path(f"{checkpoint_dir}.graph-records") if checkpoint_dir is not None else \
+        Path(scratch).parent / "graph-records"
+    try:
+        if estimator.reads_graph:
+            from promokit.value.graph_records import write_records
+            from promokit.value.graph_training import GraphJob
+
+            write_records(dataset_parts(paths), job.train_rows.specs, estimator.encoders, records,
+                          estimator.model_params["fanouts"], estimator.train_config.seed, range(graph_draws), executor)
+            job = GraphJob(job, str(records), graph_draws)
+        estimator.net, estimator.history = executor.train(job, checkpoint_dir, resume)
+    finally:
+        shutil.rmtree(records, ignore_errors=True)
     warn_validation_leak(estimator.history)
     return counts
 
@@ -327,7 +352,8 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
     warn_leaks(sample, trained, specs, estimator.allowed_leaky, estimator.labels)
     training_parts = tuple(replace(p, files={k: v for k, v in p.files.items() if k != "consumption"}) for p in parts)
     rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
-    reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair, labels=estimator.labels)
+    reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair, labels=estimator.labels,
+                     user_rows=estimator.reads_graph)
     job = TrainJob.cut(estimator, reader(TRAIN), reader(VALID) if rows[VALID].sum() else None, rows[TRAIN].tolist(),
                        rows[VALID].tolist(), executor.workers)
     counts = {name: int(r.sum()) for name, r in zip(("train", "valid", "test"), rows)}

@@ -25,10 +25,10 @@ app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DN
 
 
 @app.command()
-def train(sessions: options.Sessions, items: options.Items, out: options.TrainOut, events: options.Events = None,
-          voucher_items: options.VoucherItems = None, categorical: options.Categorical = None,
-          numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
-          item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
+def train(sessions: options.TrainSessions, items: options.Items, out: options.TrainOut,
+          events: options.PartsEvents = None, voucher_items: options.VoucherItems = None,
+          categorical: options.Categorical = None, numeric: options.Numeric = None, validity: options.Validity = None,
+          terms: options.Terms = True, item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
           valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
           test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None, epochs: TRAIN.epochs = None,
           batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
@@ -36,10 +36,13 @@ def train(sessions: options.Sessions, items: options.Items, out: options.TrainOu
           weight_decay: TRAIN.weight_decay = None, min_count: cs.MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
           params: cs.ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
           freeze_items: options.FreezeItems = False, wide: cs.WideOpt = None, allow_leaky: AllowLeakyOpt = None,
-          threads: options.Threads = 1, resume: cs.ResumeOpt = False, device: cs.DeviceOpt = None):
+          threads: options.Threads = 1, resume: cs.ResumeOpt = False, device: cs.DeviceOpt = None,
+          executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None):
     """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
     from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on). A feature
-    that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky)."""
+    that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky).
+    With --sessions and --events in parts, a network trains over them part by part (--executor local) or
+    data-parallel on --workers Ray Train workers (--executor ray), holding out the sessions one file would."""
     with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
         cs.set_threads(threads)
         from promokit.voucher.estimator import VoucherModel
@@ -54,6 +57,7 @@ def train(sessions: options.Sessions, items: options.Items, out: options.TrainOu
                                  test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky)
         train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=valid_from,
                     labels=cs.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
+                    executor=cs.deferred_executor(executor, address, workers),
                     **options.table_options(categorical, numeric, validity, terms, item_features))
         cs.finish_training(out, estimator.report.history)
         cs.print_held_out(describe_holdout(estimator.holdout), "session")

@@ -82,6 +82,8 @@ GRAPH_VOCABULARY = "graph_vocabulary.json"
 GRAPH_PARAMS = ("z", "max_pre_events")
 #: Parameters the estimator uses itself rather than passing to the model class (see ``net_params``).
 ESTIMATOR_OWN = ("pretrain", "min_count", *ESTIMATOR_KEYS, *GRAPH_PARAMS)
+#: DMBGN's parameters of the UVG encoder, which its pre-training (eq. 6) shares.
+UVG_PARAMS = ("emb_dim", "uvg_dim", "gnn_layers", "ratio", "encoder", "directed", "freeze_items", "item_dim")
 #: What picks the epoch on the validation sessions: AUC (the paper's metric, default) or the logloss.
 MONITORS = ("auc", "loss")
 
@@ -184,6 +186,11 @@ class VoucherModel(Estimator):
         MetaPath2Vec options) and the graph settings :data:`GRAPH_PARAMS`."""
         return {k: v for k, v in self.model_params.items() if k not in ESTIMATOR_OWN}
 
+    @property
+    def uvg_params(self) -> dict:
+        """The parameters of DMBGN's UVG encoder that its pre-training (eq. 6, :func:`pretrain_uvg`) shares."""
+        return {k: v for k, v in self.net_params.items() if k in UVG_PARAMS}
+
     # ---- features -------------------------------------------------------------------------------------
     def _feature_spec(self, tables) -> FeatureSpec:
         features = [*tables.categorical, *tables.numeric]
@@ -221,6 +228,16 @@ class VoucherModel(Estimator):
         ``fit_rows`` (training only): the sessions DMBGN's graph vocabulary is fitted on."""
         if self._cache is not None and self._cache[0] is tables:
             return self._cache[1]
+        tensors = self.tensors(tables)
+        if self.uses_graphs:
+            self._attach_store(tables, fit_rows)
+        self._cache = (tables, tensors)
+        return tensors
+
+    def tensors(self, tables) -> dict[str, torch.Tensor]:
+        """The batch dict of every session of ``tables`` (row order = session index) with the fitted encoder: the
+        encoded features, the redeemed history (row positions, :func:`redeemed_history`) and its voucher fields,
+        the labels; DMBGN reads the graphs of ``session`` and ``history`` from its store."""
         sessions = tables.sessions
         x = self.encoder.transform(sessions)
         layout = self.layout()
@@ -236,9 +253,6 @@ class VoucherModel(Estimator):
                    "hist_cat": torch.from_numpy(np.ascontiguousarray(hist_cat)),
                    "hist_num": torch.from_numpy(np.ascontiguousarray(hist_num))}
         tensors["redeemed"] = torch.from_numpy(_labels(sessions).copy())
-        if self.uses_graphs:
-            self._attach_store(tables, fit_rows)
-        self._cache = (tables, tensors)
         return tensors
 
     def _attach_store(self, tables, fit_rows=None) -> None:
@@ -319,7 +333,7 @@ class VoucherModel(Estimator):
         valid = None if valid_rows is None else take(inputs, torch.from_numpy(valid_rows))
         if self.is_neural:
             items = self._item_embeddings(tables, train_rows)
-            self.net = self._build_net(self._pretrained(tables, train_rows, items), items)
+            self.net = self.build_net(self._pretrained(tables, train_rows, items), items)
             if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
                 self.report.history = self.net.solve(train, valid)
                 self.model_params.update(self.net.chosen_params)
@@ -461,15 +475,16 @@ class VoucherModel(Estimator):
             return None
         from promokit.voucher.pretrain import pretrain_uvg
 
-        shared = ("emb_dim", "uvg_dim", "gnn_layers", "ratio", "encoder", "directed", "freeze_items", "item_dim")
         labels = _labels(tables.sessions)[train_rows]
-        result = pretrain_uvg(self.store, train_rows, labels, **{k: v for k, v in self.net_params.items() if k in shared},
+        result = pretrain_uvg(self.store, train_rows, labels, **self.uvg_params,
                               item_embeddings=item_embeddings, epochs=int(self.model_params["pretrain"]),
                               batch_size=self.train_config.batch_size, lr=self.train_config.lr,
                               seed=self.train_config.seed, device=self.train_config.device)
         return result.state
 
-    def _build_net(self, pretrained=None, item_embeddings: torch.Tensor | None = None) -> nn.Module:
+    def build_net(self, pretrained=None, item_embeddings: torch.Tensor | None = None) -> nn.Module:
+        """A new network of this model sized by the fitted encoder (and DMBGN's by its store), from the pre-trained UVG
+        encoder's state ``pretrained`` and the initial ``item_embeddings`` when given; initialised by the torch seed."""
         if self.uses_graphs:
             return self.model_class(self.layout(), self.store, history_len=self.max_history, pretrained=pretrained,
                                     item_embeddings=item_embeddings, **self.net_params)
@@ -606,7 +621,7 @@ class VoucherModel(Estimator):
 
             model.store = UVGStore.empty(vocabulary)
         if model.is_neural:
-            model.net = model._build_net()
+            model.net = model.build_net()
             load_weights(model.net, path)
             model.net.eval()
         else:

@@ -397,7 +397,7 @@ def _vocabulary(vocabulary: dict | None, zones: tuple[str, ...], target_zones: t
         return vocab
     features = _item_features(items, item_features)
     columns = tuple(c for c in SCHEMA_COLUMNS if c in sessions)
-    terms = _voucher_terms(sessions, columns)[fit]
+    terms = voucher_terms(sessions, columns)[fit]
     std = np.nanstd(terms, axis=0)
     encoders = {"item": CategoryEncoder.fit(pd.Series(fit_item_ids, name="item_id")),
                 "voucher": CategoryEncoder.fit(sessions["voucher_id"][fit]),
@@ -427,13 +427,13 @@ def _item_codes(vocab: dict, items: pd.DataFrame, item_ids: np.ndarray):
     return item, feature_codes.astype(np.int64)
 
 
-def _voucher_terms(sessions: pd.DataFrame, columns) -> np.ndarray:
+def voucher_terms(sessions: pd.DataFrame, columns) -> np.ndarray:
     return sessions[list(columns)].apply(pd.to_numeric, errors="coerce").to_numpy(np.float64).reshape(len(sessions), -1)
 
 
 def _voucher_features(vocab: dict, sessions: pd.DataFrame) -> dict[str, np.ndarray]:
     """Session voucher codes and voucher terms (min_spend, discount) standardised with the vocabulary's mean / std."""
     stats = vocab["schema_stats"]
-    terms = (_voucher_terms(sessions, vocab["schema_columns"]) - np.asarray(stats["mean"])) / np.asarray(stats["std"])
+    terms = (voucher_terms(sessions, vocab["schema_columns"]) - np.asarray(stats["mean"])) / np.asarray(stats["std"])
     return {"session_voucher": vocab["encoders"]["voucher"].transform(sessions["voucher_id"]).astype(np.int64),
             "session_schema": np.nan_to_num(terms).astype(np.float32)}

@@ -67,6 +67,9 @@ PredictOut = Annotated[Path, typer.Option("--out", help="Folder for predictions.
 PartsSessions = Annotated[Path, typer.Option("--sessions", help="Sessions table: a CSV/Parquet file, or a directory/glob "
                                              "of Parquet parts partitioned by user (every session of a user in one "
                                              "part), each part scored alone.")]
+TrainSessions = Annotated[Path, typer.Option("--sessions", help="Sessions table: a CSV/Parquet file, or a directory/glob "
+                                             "of Parquet parts partitioned by user (every session of a user in one "
+                                             "part), trained over part by part (--executor).")]
 PartsEvents = Annotated[Optional[Path], typer.Option("--events", help="Behaviour events: session_id (or user_id), "
                                                      "item_id, action, action_time. With --sessions in parts, in as "
                                                      "many parts: part k holds the events of sessions part k.")]

@@ -123,8 +123,8 @@ def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> Part
     k, sessions, events, out = job
     reading = scorer.reading
     session_frame, event_frame = read_part(sessions), read_part(events) if events else None
-    with _naming({"sessions": sessions, "events": events, "items": reading.items,
-                  "voucher_items": reading.voucher_items}):
+    with naming_parts({"sessions": sessions, "events": events, "items": reading.items,
+                       "voucher_items": reading.voucher_items}):
         tables = check_tables(session_frame, event_frame, scorer.items, **reading.options, require_labels=False,
                               voucher_items=scorer.voucher_items)
     if scorer.model.uses_graphs and scorer.model.store.zones != ("items",):
@@ -145,7 +145,7 @@ def output_columns(predictions: pd.DataFrame) -> list[str]:
 
 
 @contextmanager
-def _naming(files: dict[str, Path | None]):
+def naming_parts(files: dict[str, Path | None]):
     """Prefix a contract error with the file of the table it names (``events: …`` → the events part, followed by
     its sessions part), else with the sessions part."""
     try:

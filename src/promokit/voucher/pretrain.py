@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from promokit.data import DataError
 from promokit.nn import binary_log_loss
 from promokit.training import make_optimizers, seed_everything
-from promokit.training.device import resolve_device, running_on, to_device
+from promokit.training.device import net_device, resolve_device, running_on, to_device
 from promokit.voucher.graph import UVGStore
 from promokit.voucher.models.dmbgn import UVGEncoder
 
@@ -92,3 +92,35 @@ def _epochs(model: UVGEncoder, store: UVGStore, rows: Tensor, labels: Tensor, ep
         losses.append(total / max(len(rows), 1) if len(rows) else math.nan)
     model.eval()
     return losses
+
+
+class UVGScoring(nn.Module):
+    """Eq. (6) as a network the trainer's loop trains (training over parts, ``promokit.voucher.train_parts``): the UVG
+    score s_UVG (eq. 5) of each ``batch["session"]``'s graph, all zones, read from ``store``, against its
+    ``redeemed`` label. ``params``: :func:`pretrain_uvg`'s encoder settings; :attr:`state` is what it returns."""
+
+    labels = ("redeemed",)
+    outputs = ("p_redeem",)
+
+    def __init__(self, store, params: dict, item_embeddings: Tensor | None = None):
+        super().__init__()
+        self.store = store
+        self.uvg = UVGEncoder(store, **_encoder_args(params), item_embeddings=item_embeddings)
+
+    def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
+        graphs = to_device(self.store.batch(batch["session"]), net_device(self))
+        return {"p_redeem": self.uvg(graphs).score}
+
+    def loss(self, out: dict[str, Tensor], batch: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+        loss = binary_log_loss(out["p_redeem"], batch["redeemed"])  # eq. (6)
+        return loss, {"pretrain": loss.detach()}
+
+    @property
+    def state(self) -> dict[str, Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in self.uvg.state_dict().items()}
+
+
+def _encoder_args(params: dict) -> dict:
+    """:func:`pretrain_uvg`'s encoder settings (DMBGN's names) as :class:`UVGEncoder`'s arguments."""
+    names = {"uvg_dim": "dim", "gnn_layers": "layers"}
+    return {names.get(k, k): v for k, v in params.items()}

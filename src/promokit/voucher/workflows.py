@@ -4,6 +4,7 @@ model on tables read from files and write its directory; score sessions (one tab
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from promokit.data import DataError, write_json, write_parquet
@@ -17,14 +18,31 @@ from promokit.voucher.parts import Reading, output_columns, predict_parts
 
 
 def train(estimator, files: dict, out: Path, *, validation=None, labels: dict | None = None, checkpoint_dir=None,
-          resume: bool = False, **options):
+          resume: bool = False, executor=None, **options):
     """Fit ``estimator`` (a :class:`~promokit.voucher.estimator.VoucherModel`) on the labelled tables of ``files``
     (table name → path) read with ``options`` and the label's column ``labels``
     (:func:`~promokit.voucher.contract.read_tables`), validating on ``validation`` and keeping the epoch checkpoint
     in ``checkpoint_dir`` (``resume``: continue from it), as :meth:`~VoucherModel.fit` does; write it as the model
-    directory ``out``. Returns the fitted estimator."""
-    tables = read_tables(files, require_labels=True, labels=labels, **options)
-    estimator.fit(tables, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
+    directory ``out``. Sessions in parts (a directory or glob of Parquet parts, the events in as many) train part by
+    part on ``executor`` (:func:`~promokit.voucher.train_parts.train_parts`; made by the caller). Returns the fitted
+    estimator."""
+    if is_partitioned(files["sessions"]):
+        from promokit.voucher.train_parts import check_trains_over_parts, train_parts
+
+        check_trains_over_parts(estimator)  # before a Ray cluster starts
+        if executor is None:
+            raise DataError(f"`sessions` {files['sessions']} is a table in parts: give the `executor` that trains "
+                            "over it (promokit.scale.make_executor())")
+        with tempfile.TemporaryDirectory(prefix="promokit-user-keys-") as scratch:
+            train_parts(estimator, files["sessions"], files["events"], files["items"], files.get("voucher_items"),
+                        executor, Path(scratch) / "keys", options={**options, "labels": labels},
+                        validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
+    else:
+        if executor is not None and executor.name != "local":
+            raise DataError(f"`executor` {executor.name} trains over a table in parts: give `sessions` as a directory "
+                            "or glob of Parquet parts (and `events` in as many parts)")
+        tables = read_tables(files, require_labels=True, labels=labels, **options)
+        estimator.fit(tables, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
     estimator.save(out)
     return estimator
 

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from promokit.nn import FeatureEmbedding
 from promokit.nn.bipartite import BipartiteGNN, NodeStates, sample_neighbours
 from promokit.nn.sequence import BehaviourEncoder
-from promokit.value.inputs import NodeInputs
+from promokit.value.inputs import GraphBatch, NodeInputs
 
 
 class DeliveryEncoder(nn.Module):
@@ -27,6 +27,8 @@ class DeliveryEncoder(nn.Module):
       merchants first gathered from their own customers. Users enter with their feature embedding and payment
       structure, merchants with an id embedding and their structure. Training samples ``fanouts`` neighbours per
       hop; evaluation runs every user's full neighbourhood once per evaluation (cached until training resumes).
+      A batch trained over parts carries its users' sampled neighbourhoods instead (``graph``, a
+      :class:`~promokit.value.inputs.GraphBatch` of records, :mod:`promokit.value.graph_training`).
 
     The node tensors (users, funds, merchants, graph) are attached with :meth:`attach`: they are data. A batch
     names its deliveries' users and funds by row of those tensors (``user``, ``fund``), or carries their features
@@ -52,6 +54,9 @@ class DeliveryEncoder(nn.Module):
             self.merchant = nn.Embedding(merchant_cardinality, emb_dim)
             self.gnn = BipartiteGNN(self.user.output_dim + structure, emb_dim + structure, width=width,
                                     depth=len(fanouts), conv=conv, dropout=dropout)
+            # the last layer's user → merchant convolution feeds no user's state: frozen (it never has a gradient),
+            # so that data-parallel training, whose DDP expects one for every trainable weight, takes the network
+            self.gnn.to_merchant[-1].requires_grad_(False)
             self.output_dim += width
         self.inputs: NodeInputs | None = None
         self._states: NodeStates | None = None
@@ -95,7 +100,11 @@ class DeliveryEncoder(nn.Module):
         embedded = self.user(features) if side == "user" else self.merchant(features)
         return torch.cat([embedded, structure], dim=1)
 
-    def _consumption(self, users: Tensor) -> Tensor:
+    def _consumption(self, users: Tensor, graph: GraphBatch | None = None) -> Tensor:
+        if graph is not None:  # the batch carries its users' records (training over parts), in either mode
+            x = (self.graph_input("user", {"cat": graph.user_cat, "num": graph.user_num}, graph.user_structure),
+                 self.graph_input("merchant", graph.merchant_code, graph.merchant_structure))
+            return self.gnn(*x, graph.sub).customers[graph.seed]
         if not self.training:
             if self._given is not None:
                 return self._given[users]
@@ -109,12 +118,13 @@ class DeliveryEncoder(nn.Module):
         sub = sample_neighbours(self.inputs.graph, seeds, torch.empty(0, dtype=torch.long), self.fanouts)
         return self.gnn(*self._node_features(sub.customers, sub.merchants), sub).customers[inverse]
 
-    def user_part(self, features: dict[str, Tensor], seq: Tensor, user: Tensor | None = None) -> Tensor:
+    def user_part(self, features: dict[str, Tensor], seq: Tensor, user: Tensor | None = None,
+                  graph: GraphBatch | None = None) -> Tensor:
         """[e_u ‖ e_b ‖ e_c] of deliveries to users of ``features`` with behaviour tokens ``seq``: what does not
-        depend on the fund; e_c reads the graph at the users' rows ``user``."""
+        depend on the fund; e_c reads the graph at the users' rows ``user``, or the users' records ``graph``."""
         parts = [self.user(features)] + ([self.behaviour(seq)] if self.behaviour is not None else [])
         if self.graph:
-            parts.append(self._consumption(user))
+            parts.append(self._consumption(user, graph))
         return torch.cat(parts, dim=1)
 
     def item_part(self, features: dict[str, Tensor], ctx_cat: Tensor, ctx_num: Tensor) -> Tensor:
@@ -124,6 +134,7 @@ class DeliveryEncoder(nn.Module):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """e of each delivery, its parts in the order user, behaviour, graph, fund, context (the dense layers that
         follow do not care about the order of eq. 14)."""
-        return torch.cat([self.user_part(self._batch_features(batch, "user"), batch["seq"], batch.get("user")),
+        return torch.cat([self.user_part(self._batch_features(batch, "user"), batch["seq"], batch.get("user"),
+                                         batch.get("graph")),
                           self.item_part(self._batch_features(batch, "fund"), batch["ctx_cat"], batch["ctx_num"])],
                          dim=1)

@@ -180,6 +180,8 @@ class DMBGN(RedeemModel):
     """
 
     outputs = ("p_redeem", "s_uvg", "s_history")
+    #: the batch keys the loss reads: the label, and which history entries are real (eq. 9)
+    labels = ("redeemed", "history")
 
     def __init__(self, layout: FieldLayout, store: UVGStore, emb_dim: int = 16, uvg_dim: int = 32,
                  gnn_layers: int = 2, ratio: float = 0.9, encoder: str = "gnn", history_pooling: str = "attention",

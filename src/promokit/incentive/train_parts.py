@@ -1,0 +1,125 @@
+"""Training an incentive GNN on a graph in parts (``incentive train --customers DIR --edges DIR --merchants FILE|DIR
+--executor local|ray``), as AGL trains (Zhang et al., VLDB 2020): no process ever holds the graph.
+
+1. **scan**: each customer and merchant part's integer columns (:func:`~promokit.training.shards.integer_levels`)
+   and offered values. The driver infers the feature columns on the first parts
+   (:func:`~promokit.incentive.contract.check_tables`), classifies the integer columns as on the parts'
+   concatenation (:func:`~promokit.training.shards.classify_integers`) and takes the value list of every part;
+2. **records** (:func:`~promokit.incentive.records.write_records`): the graph in shards, the input encoders fitted
+   from the shards' counts (:func:`~promokit.incentive.records.fit_encoders`), each labelled customer's role drawn
+   from its id (:func:`~promokit.incentive.estimator.hashed_roles`, the fractions :meth:`IncentiveModel.fit` holds
+   out, though not its draw), then the training customers' neighbourhoods in ``draws`` draws and the validation
+   customers' in one, none for the test customers;
+3. **train** (:func:`~promokit.incentive.record_training.fit_from_records`) on the executor: in this process, or
+   data-parallel on Ray Train.
+
+Over parts the seeds are the customers: the loss is eq. 7's customer term (merchant labels, where the merchants have
+them, are not trained on). The model saves, predicts (one table or in parts) and evaluates as one trained on a table;
+its held-out customers are those whose role is test (:meth:`IncentiveModel.held_out`).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from promokit.data.errors import DataError
+from promokit.data.parts import list_parts, naming, read_part
+from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, MERCHANT_LABELS, REDEEMED, check_tables
+from promokit.incentive.estimator import HASHED, IncentiveModel, validation_fraction
+from promokit.incentive.record_training import fit_from_records
+from promokit.incentive.records import RecordSpec, write_records
+from promokit.training.shards import classify_integers, integer_levels
+
+#: the customers' contract columns, which are no features
+CUSTOMER_CONTRACT = (CUSTOMER, LEVEL, REDEEMED)
+
+
+def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str | os.PathLike, executor, *,
+                levels=None, types: dict[str, str] | None = None, validation: float | None = None, draws: int = 1,
+                checkpoint_dir: str | os.PathLike | None = None, resume: bool = False) -> dict:
+    """Fit ``model`` (a ``gnn`` model) on the graph whose ``customers`` and co-partitioned ``edges`` are parts and
+    whose ``merchants`` are one table or parts (module docstring), on ``executor``, holding out the model's
+    ``test_fraction`` of the labelled customers and validating on the fraction ``validation`` of the rest (None:
+    :meth:`IncentiveModel.fit`'s default); ``draws`` neighbourhood draws of each training customer are written and
+    cycled by epoch. ``scratch`` (local, removed by the caller) holds the records; ``levels`` and ``types`` as
+    :func:`~promokit.incentive.contract.read_tables` takes them. Returns the counts (graph, seeds per role, records
+    and their bytes)."""
+    if model.model_params["representation"] != "gnn":
+        raise DataError(f"model {model.model!r} reads no graph, so it trains on the tables read whole "
+                        "(IncentiveModel.fit); over parts, train one of the gnn models")
+    if not isinstance(draws, int) or draws < 1:
+        raise DataError(f"draws must be a whole number ≥ 1, got {draws!r}")
+    valid_fraction = validation_fraction(validation)
+    grid, customer_spec, merchant_spec, edge_features = _plan(customers, merchants, edges, executor, levels, types)
+    spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model.model_params["fanouts"]),
+                      model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction))
+    scratch = Path(scratch)
+    written = write_records(customers, merchants, edges, scratch, None, spec, executor, edge_features)
+    seeds = written["seeds"]
+    for role, name in (("train", "training"), ("valid", "validation")):
+        redeemed = written["redeemed"][role]
+        if (role == "train" or valid_fraction) and not 0 < redeemed < seeds[role]:
+            raise DataError(f"customers: the {seeds[role]:,} {name} customers (drawn by id among "
+                            f"{sum(seeds.values()):,} labelled) need redemptions and non-redemptions; label more "
+                            "customers or use other fractions")
+    model.prepare_encoded(grid, customer_spec, merchant_spec, written["encoders"])
+    test_fraction = model.test_fraction
+    fit_from_records(model, scratch / "train", scratch / "valid" if seeds["valid"] else None, executor=executor,
+                     checkpoint_dir=checkpoint_dir, resume=resume)
+    model.test_fraction, model.valid_fraction = test_fraction, valid_fraction
+    model.holdout = {"rule": HASHED, "test_fraction": float(test_fraction), "valid_fraction": valid_fraction,
+                     "seed": model.train_config.seed, "rows": sum(seeds.values()), "held_out": seeds["test"],
+                     "merchants": None, "held_out_merchants": 0}
+    return {"customers": written["customers"], "merchants": written["merchants"], "edges": written["edges"],
+            "seeds": seeds, "records": written["records"], "bytes": written["bytes"]}
+
+
+def _plan(customers, merchants, edges, executor, levels, types):
+    """Step 1 (module docstring): the value list, the customer and merchant feature specs and the edge features."""
+    left, right, edge_parts = list_parts(customers), list_parts(merchants), list_parts(edges)
+    if len(edge_parts) != len(left):
+        raise DataError(f"{edges}: {len(edge_parts)} parts, but {customers} has {len(left)}: in parts, the edges are "
+                        "co-partitioned with the customers (part k of the edges holds the edges of part k's customers)")
+    scans = executor.map(partial(_scan, CUSTOMER_CONTRACT), left, label="scanning customers")
+    merchant_scans = executor.map(partial(_scan, (MERCHANT, *MERCHANT_LABELS)), right, label="scanning merchants")
+    offered = np.concatenate([s["levels"] for s in scans + merchant_scans])
+    grid = np.unique(offered) if levels is None else np.asarray(levels, dtype=np.float64)
+    k, q = _first_rows(customers, scans), _first_rows(merchants, merchant_scans)  # where the columns are inferred
+    first = {"customers": _read(left[k]), "merchants": _read(right[q]), "edges": _read(edge_parts[k])}
+    known = first["edges"][MERCHANT].isin(first["merchants"][MERCHANT])  # its edges into that merchants part
+    with naming(f"{left[k]}, {right[q]} and {edge_parts[k]}"):
+        tables = check_tables(first["customers"], first["merchants"], first["edges"][known], levels=grid,
+                              require_labels=False, types=types)
+    customer_spec = classify_integers(tables.customer_spec, [s["integers"] for s in scans],
+                                      list(first["customers"].columns))
+    merchant_spec = classify_integers(tables.merchant_spec, [s["integers"] for s in merchant_scans],
+                                      list(first["merchants"].columns))
+    return grid, customer_spec, merchant_spec, tuple(tables.edge_features)
+
+
+def _first_rows(folder, scans: list[dict]) -> int:
+    """The first part with rows."""
+    rows = [s["rows"] for s in scans]
+    if not sum(rows):
+        raise DataError(f"{folder}: the table has no rows in its {len(rows)} parts")
+    return int(np.flatnonzero(rows)[0])
+
+
+def _read(path) -> pd.DataFrame:
+    with naming(path):
+        return read_part(path)
+
+
+def _scan(contract: tuple[str, ...], path) -> dict:
+    """A part's integer columns (no contract column) and its offered values (a customer's where it has a label)."""
+    frame = _read(path)
+    level = pd.to_numeric(frame[LEVEL], errors="coerce") if LEVEL in frame else pd.Series(dtype=float)
+    if REDEEMED in frame:
+        level = level[frame[REDEEMED].notna()]
+    return {"rows": len(frame), "integers": integer_levels(frame.drop(columns=[c for c in contract if c in frame])),
+            "levels": np.unique(level.dropna().to_numpy(np.float64))}
