@@ -146,6 +146,8 @@ def main() -> None:
                         f"{max(part_seconds):>10.2f} {peak_mb():>9.0f} "
                         f"{max(part['peak_rss_mb'] for part in summary['parts']):>9.0f}")
             print(rows[-1], flush=True)
+            print("driver peak RSS after each step (MB): " + ", ".join(
+                f"{name} {summary['phases'][f'{name}_peak_rss_mb']:.0f}" for name in ("shard", "export", "grow")))
             if rates is None:
                 cores = args.workers if args.executor == "ray" else 1
                 items = summary["customers"] + summary["merchants"] + summary["edges"]

@@ -55,7 +55,7 @@ from promokit.incentive.inputs import InputEncoders, own_inputs, structure_frame
 from promokit.incentive.parts import PartReader, _layout, _rows
 
 # META: record_training reads it from here
-from promokit.nn.graph_records import FEATURES, META, export_shard, write_part  # noqa: F401
+from promokit.nn.graph_records import FEATURES, META, export_shard, peak_rss_mb, write_part  # noqa: F401
 from promokit.nn.keyed_sampling import node_keys
 
 ROLES = ("train", "valid", "test")
@@ -91,14 +91,15 @@ def write_records(customers: Path, merchants: Path, edges: Path, out: Path, enco
     ``spec.holdout``, in ``out/train`` and ``out/valid``), on ``executor``, the inputs encoded by ``encoders`` (None:
     fitted over the shards as :meth:`InputEncoders.fit` fits them on the one-folder graph, :func:`fit_encoders`,
     with the ``edge_features`` columns). Returns the counts (of the seeds and their redemptions per role), the
-    encoders, the seconds of each step (``phases``) and, per part, its records, bytes, seconds and its process's peak
-    RSS."""
+    encoders, the seconds of each step and this process's peak RSS after it (``phases``) and, per part, its records,
+    bytes, seconds and its process's peak RSS."""
     out = Path(out)
     clock, phases = time.perf_counter(), {}
 
     def lap(name: str) -> None:
         nonlocal clock
         phases[name], clock = round(time.perf_counter() - clock, 3), time.perf_counter()
+        phases[f"{name}_peak_rss_mb"] = peak_rss_mb()  # this process's, so far
 
     layout = _layout(customers, merchants, edges, out)
     if encoders is not None:
