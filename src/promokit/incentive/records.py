@@ -149,9 +149,9 @@ def fit_encoders(executor, reader: PartReader) -> InputEncoders:
                          fitted(RIGHT, "structure", structure(RIGHT), False))
 
 
-def _nodes_and_structure(reader: PartReader, shard: Shard) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A shard's nodes and their structure frame (:func:`~promokit.incentive.inputs.structure_frame`)."""
-    edges = graph_shards.shard_edges(reader.layout, shard)
+def _nodes_and_structure(reader: PartReader, shard: Shard, edges: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A shard's nodes and their structure frame (:func:`~promokit.incentive.inputs.structure_frame`) from its
+    ``edges``."""
     if shard.side == LEFT:
         nodes = reader.customer_nodes(shard.index)
         return nodes, structure_frame(edges, NODE, len(nodes), reader.edge_features)
@@ -161,7 +161,7 @@ def _nodes_and_structure(reader: PartReader, shard: Shard) -> tuple[pd.DataFrame
 
 def _count(reader: PartReader, shard: Shard) -> dict:
     """A shard's share of :func:`fit_encoders`."""
-    nodes, structure = _nodes_and_structure(reader, shard)
+    nodes, structure = _nodes_and_structure(reader, shard, graph_shards.shard_edges(reader.layout, shard))
     spec = reader.customer_spec if shard.side == LEFT else reader.merchant_spec
     return {"features": TableEncoder.count(nodes, spec), "columns": list(structure.columns),
             "structure": TableEncoder.count(structure, FeatureSpec(numeric=list(structure.columns), group_key=None))}
@@ -176,7 +176,7 @@ def _export(reader: PartReader, encoders: InputEncoders, offsets: dict, shard: S
     """The shard's files of step 2 (module docstring)."""
     layout = reader.layout
     edges = graph_shards.shard_edges(layout, shard)
-    nodes, structure = _nodes_and_structure(reader, shard)
+    nodes, structure = _nodes_and_structure(reader, shard, edges)
     if shard.side == LEFT:
         key, side = CUSTOMER, "customer"
         gid = offsets[LEFT][shard.index] + np.arange(len(nodes))
