@@ -12,9 +12,17 @@ world with the same columns. Then the records of every customer (the paper's fan
 Reported per mode and executor: wall seconds, records/s, records size (MB and bytes per record), the seconds of
 each step (sharding the graph, exporting the shards' inputs, growing the neighbourhoods), the part times (mean and
 max of the growth map, one customer part each), and the peak RSS of the driver and of the process that grew each
-part (the largest; the graph is written by another process, so the driver's is the pass's own). ``--executor ray`` runs on a local Ray cluster with ``--workers`` CPUs. ``--labelled`` keeps
-that share of the customers' labels (the rest pass messages only; the paper's graph has 1.85·10⁶ labelled records
-among 99.73·10⁶ customers, 1.9 %).
+part (the largest over the customer parts and merchant shards that grow records; the graph is written by another
+process, so the driver's is the pass's own). The RSS counts the file pages a process has mapped in (the libraries,
+the shard files while a gather reads one: page cache the kernel may drop) as well as its anonymous memory (the heap),
+so both are reported apart (``RssAnon`` / ``RssFile``, :func:`~promokit.nn.graph_records.resident_mb`): the
+driver's after each step, and the largest over the parts of each one's largest after a row group (``anon MB`` /
+``file MB``; with the local executor the parts grow in the driver). ``--executor ray`` runs on a local Ray cluster
+with ``--workers`` CPUs. ``--labelled`` keeps that share of the customers' labels (the rest pass messages only; the
+paper's graph has 1.85·10⁶ labelled records among 99.73·10⁶ customers, 1.9 %); every merchant is labelled, so each
+gets a merchant record too. ``--train-epochs E`` then trains ``gnn-hazard`` from the first mode's records in a fresh
+process (one torch thread) and reports its records per second and its peak RSS, RssAnon and RssFile: the memory of a
+training worker, which holds a row group or two of records and the network.
 
 **Cost model** (``--train-rate``, the training records per second of one worker measured by
 ``benchmarks/records_training.py``): from the per-step rates of the first mode's run (graph items — customers,
@@ -58,6 +66,30 @@ MERCHANT_PARTS = 4
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def largest(parts: list[dict], key: str) -> float:
+    """The largest ``key`` over the parts (NaN where unknown)."""
+    return float(np.nanmax([part[key] for part in parts])) if parts else float("nan")
+
+
+def train_from(records: Path, tables, fanouts: list[int], epochs: int, results) -> None:
+    """Train ``gnn-hazard`` from ``records`` (prepared on ``tables``, whose encoders wrote them) in this process, a
+    fresh one: its training records per second (mean over the epochs) and its peak RSS, RssAnon and RssFile, put on
+    the queue ``results``."""
+    import torch
+
+    from promokit.incentive.estimator import IncentiveModel
+    from promokit.incentive.record_training import fit_from_records
+    from promokit.nn.graph_records import peak_rss_mb, resident_mb
+    from promokit.training import TrainConfig
+
+    torch.set_num_threads(1)
+    model = IncentiveModel("gnn-hazard", {"fanouts": fanouts}, TrainConfig(epochs=epochs, progress=False))
+    model.prepare(tables)
+    fit_from_records(model, records)
+    rate = float(np.mean([e["samples_per_second"] for e in model.history.epochs]))
+    results.put({"rate": rate, "peak_rss_mb": peak_rss_mb(), **resident_mb()})
 
 
 def write_graph(folder: Path, customers: int, parts: int, labelled: float = 1.0) -> None:
@@ -108,6 +140,8 @@ def main() -> None:
     p.add_argument("--train-rate", type=float, default=None, help="training records/s of one worker, for the cost model")
     p.add_argument("--train-efficiency", type=float, default=1.0, help="DDP efficiency (2 workers' rate / twice one's)")
     p.add_argument("--cores", type=int, default=16, help="cores per node in the cost model")
+    p.add_argument("--train-epochs", type=int, default=0,
+                   help="also train gnn-hazard from the first mode's records in a fresh process, reporting its memory")
     args = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="graph-records-", dir=args.scratch))
     try:
@@ -127,7 +161,8 @@ def main() -> None:
         executor = make_executor(args.executor, workers=args.workers if args.executor == "ray" else None)
         header = (f"{'mode':<10} {'executor':<8} {'records':>10} {'seconds':>8} {'rec/s':>8} {'MB':>8} {'B/rec':>7} "
                   f"{'shard s':>7} {'export s':>8} {'grow s':>7} "
-                  f"{'part s mean':>11} {'part s max':>10} {'driver MB':>9} {'worker MB':>9}")
+                  f"{'part s mean':>11} {'part s max':>10} {'driver MB':>9} {'worker MB':>9} {'anon MB':>7} "
+                  f"{'file MB':>7}")
         rows, rates = [], None
         for mode in args.modes:
             spec = RecordSpec(tuple(tables.levels), tables.customer_spec, tables.merchant_spec, tuple(args.fanouts),
@@ -138,16 +173,31 @@ def main() -> None:
                                     root / "graph" / "edges", out, encoders, spec, executor)
             seconds = time.perf_counter() - started
             part_seconds = [part["seconds"] for part in summary["parts"]]
+            grown = summary["parts"] + summary.get("buckets", [])  # customer parts, merchant shards with seeds
             rows.append(f"{mode:<10} {args.executor:<8} {summary['records']:>10,} {seconds:>8.1f} "
                         f"{summary['records'] / seconds:>8.0f} {summary['bytes'] / 2**20:>8.1f} "
                         f"{summary['bytes'] / max(summary['records'], 1):>7.0f} "
                         f"{summary['phases']['shard']:>7.1f} {summary['phases']['export']:>8.1f} "
                         f"{summary['phases']['grow']:>7.1f} {np.mean(part_seconds):>11.2f} "
                         f"{max(part_seconds):>10.2f} {peak_mb():>9.0f} "
-                        f"{max(part['peak_rss_mb'] for part in summary['parts']):>9.0f}")
+                        f"{largest(grown, 'peak_rss_mb'):>9.0f} {largest(grown, 'rss_anon_mb'):>7.0f} "
+                        f"{largest(grown, 'rss_file_mb'):>7.0f}")
             print(rows[-1], flush=True)
-            print("driver peak RSS after each step (MB): " + ", ".join(
-                f"{name} {summary['phases'][f'{name}_peak_rss_mb']:.0f}" for name in ("shard", "export", "grow")))
+            phases = summary["phases"]
+            print("driver after each step, MB (peak RSS / RssAnon / RssFile now): " + ", ".join(
+                f"{name} {phases[f'{name}_peak_rss_mb']:.0f} / {phases[f'{name}_rss_anon_mb']:.0f} / "
+                f"{phases[f'{name}_rss_file_mb']:.0f}" for name in ("shard", "export", "grow")))
+            if args.train_epochs and rates is None:
+                context = multiprocessing.get_context("spawn")
+                results = context.Queue()
+                trainer = context.Process(target=train_from, args=(out, tables, args.fanouts, args.train_epochs,
+                                                                   results))
+                trainer.start()
+                got = results.get()
+                trainer.join()
+                print(f"training from these records in a fresh process, one thread, {args.train_epochs} epoch(s): "
+                      f"{got['rate']:,.0f} records/s; peak RSS {got['peak_rss_mb']:.0f} MB, RssAnon "
+                      f"{got['rss_anon_mb']:.0f} MB, RssFile {got['rss_file_mb']:.0f} MB", flush=True)
             if rates is None:
                 cores = args.workers if args.executor == "ray" else 1
                 items = summary["customers"] + summary["merchants"] + summary["edges"]

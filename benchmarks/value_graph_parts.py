@@ -15,6 +15,7 @@ Usage::
     .venv/bin/python benchmarks/value_graph_parts.py                  # 3,000 users, seeds 0 1 2: ~24 min, 2 busy cores
     .venv/bin/python benchmarks/value_graph_parts.py --quick          # 1,500 users, one seed, no Ray
     .venv/bin/python benchmarks/value_graph_parts.py --model esdpm-ncg --paths one,local   # the control
+    python benchmarks/value_graph_parts.py --quick --device cuda      # on a GPU machine
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main() -> None:
     p.add_argument("--paths", default="one,local,ray1,ray2", help="comma-separated: one, local, ray1, ray2")
     p.add_argument("--model", default="esdpm", help="esdpm-ncg: the control without the graph")
     p.add_argument("--quick", action="store_true", help="1,500 users, seed 0, no Ray")
+    p.add_argument("--device", default="auto", help="the TrainConfig device: auto, cpu, cuda, cuda:<n>")
     args = p.parse_args()
     if args.quick:
         args.users, args.seeds, args.paths = 1500, [0], "one,local"
@@ -94,7 +96,7 @@ def main() -> None:
               flush=True)
         for seed in args.seeds:
             config = TrainConfig(epochs=args.epochs, batch_size=512, lr=3e-3, patience=args.epochs, progress=False,
-                                 seed=seed)
+                                 seed=seed, device=args.device)
             for path in paths_run:
                 model = ValueModel(args.model, PARAMS, config)
                 records_seconds.clear()

@@ -24,6 +24,7 @@ Usage::
     .venv/bin/python benchmarks/voucher_parts.py                               # 15,000 sessions in 4 parts, 3 seeds
     .venv/bin/python benchmarks/voucher_parts.py --quick                       # 1 seed, no Ray
     .venv/bin/python benchmarks/voucher_parts.py --models dnn --runs one,local --seeds 0
+    python benchmarks/voucher_parts.py --quick --models dmbgn --device cuda    # on a GPU machine
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def write_world(folder: Path, users: int, sessions: int, parts: int) -> dict:
     return {"sessions": len(tables.sessions), "events": len(frames["events"])}
 
 
-def run(model_name: str, how: str, seed: int, folder: Path, tables, epochs: int) -> dict:
+def run(model_name: str, how: str, seed: int, folder: Path, tables, epochs: int, device: str) -> dict:
     from promokit.scale.executor import LocalExecutor, make_executor
     from promokit.training import TrainConfig
     from promokit.voucher.estimator import VoucherModel
@@ -71,7 +72,7 @@ def run(model_name: str, how: str, seed: int, folder: Path, tables, epochs: int)
 
     params = {"wide": "none", **({"pretrain": 1} if model_name == "dmbgn" else {})}
     config = TrainConfig(epochs=epochs, batch_size=1000, lr=0.003, patience=epochs, monitor="auc", seed=seed,
-                         progress=False)
+                         progress=False, device=device)
     model = VoucherModel(model_name, params, config)
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--models", default="dmbgn,dnn")
     parser.add_argument("--runs", default=",".join(RUNS))
     parser.add_argument("--quick", action="store_true", help="seed 0, no Ray runs")
+    parser.add_argument("--device", default="auto", help="the TrainConfig device: auto, cpu, cuda, cuda:<n>")
     args = parser.parse_args()
     seeds = [0] if args.quick else [int(s) for s in args.seeds.split(",")]
     runs = ["one", "local"] if args.quick else args.runs.split(",")
@@ -127,7 +129,8 @@ def main() -> None:
         for model_name in args.models.split(","):
             for seed in seeds:
                 for how in runs:
-                    results[model_name, how, seed] = r = run(model_name, how, seed, folder, tables, args.epochs)
+                    results[model_name, how, seed] = r = run(model_name, how, seed, folder, tables, args.epochs,
+                                                             args.device)
                     print(f"  {model_name} {RUNS[how]} seed {seed}: test AUC {r['test']:.4f}, valid AUC "
                           f"{r['valid']:.4f}, {r['rate']:,.0f} samples/s, {r['wall']:.0f} s", flush=True)
     first = next(iter(results.values()))

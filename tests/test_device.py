@@ -14,7 +14,7 @@ from promokit.cli import app
 from promokit.data.errors import DataError
 from promokit.training import TrainConfig
 from promokit.training.config import check_device
-from promokit.training.device import CPU, ddp_backend, place, resolve_device, set_device, to_device
+from promokit.training.device import CPU, ddp_backend, made_on_cpu, on_cpu, place, resolve_device, set_device, to_device
 
 FORMS = "device must be 'auto', 'cpu', 'cuda' or 'cuda:<n>'"
 
@@ -108,6 +108,22 @@ def test_the_cpu_moves_nothing_and_another_device_moves_every_tensor():
     assert ddp_backend(CPU) == "gloo" and ddp_backend(torch.device("cuda")) == "nccl"
 
 
+def test_batches_are_made_on_the_cpu_inside_another_device_scope():
+    """Batches are read and assembled on the CPU while the network's block makes tensors on its device (``meta``
+    standing in for a GPU), then moved whole."""
+    def batches():
+        for k in range(2):
+            yield {"rows": torch.arange(3) + k, "ptr": torch.cat([torch.zeros(1), torch.ones(2)])}
+
+    with torch.device("meta"):
+        made = list(made_on_cpu(batches()))
+        with on_cpu():
+            assert torch.zeros(1).device == CPU
+        assert torch.zeros(1).device.type == "meta"
+    assert [b["rows"].tolist() for b in made] == [[0, 1, 2], [1, 2, 3]]
+    assert {t.device for b in made for t in b.values()} == {CPU}
+
+
 def test_a_network_takes_its_attached_graph_with_it():
     """``place`` moves the node inputs an incentive network holds, not only its weights (``meta``: a device
     without data, here only to see where the tensors go)."""
@@ -188,10 +204,28 @@ def test_the_cpu_keeps_every_paper_model_as_it_was(domain, tmp_path):
     model.save(tmp_path / "model")
     loaded = type(model).load(tmp_path / "model")
     assert loaded.train_config.device == "auto"
+    set_device("cpu")  # auto is CUDA on a GPU machine: the CPU's predictions compared to the bit
     assert np.array_equal(loaded.predict(data).select_dtypes("number").to_numpy(), predictions)
     if not torch.cuda.is_available():  # auto is the CPU here: the same run, to the bit
         auto, data = paper_model(domain, "auto")
         assert _figures(auto.fit(data), data)[0] == epochs
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("domain", list(PINNED))
+def test_a_model_trained_on_cuda_learns_as_on_the_cpu_and_loads_on_the_cpu(domain, tmp_path):
+    """On a GPU: the same seeds and initial weights as the CPU run, other kernels (and CUDA's dropout stream), so the
+    epochs' losses stay near the CPU's pinned ones; saved weights load on the CPU and predict what the GPU did."""
+    model, data = paper_model(domain, "cuda")
+    epochs, predictions = _figures(model.fit(data), data)
+    assert next(model.net.parameters()).device.type == "cpu"  # back on the CPU after training
+    pinned = np.array(PINNED[domain][0])
+    print(domain, "largest relative difference from the CPU's losses:", np.abs(np.array(epochs) / pinned - 1).max())
+    assert np.allclose(epochs, pinned, rtol=0.03, atol=0)
+    model.save(tmp_path / "model")
+    set_device("cpu")
+    on_cpu = type(model).load(tmp_path / "model").predict(data).select_dtypes("number").to_numpy()
+    assert np.allclose(on_cpu, predictions, rtol=1e-3, atol=1e-5)
 
 
 # ---- the commands ------------------------------------------------------------------------------------------------

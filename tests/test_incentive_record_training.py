@@ -3,6 +3,7 @@ near the in-memory model's on the same split and seed), is deterministic, saves,
 model; records of other fanouts, an empty folder and a non-GNN model are one-line errors."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,8 @@ def write_split_records(model: IncentiveModel, world, root, draws=(0, 1, 2)) -> 
     world.merchants.to_parquet(root / "merchants" / "part-00000.parquet", index=False)
     world.edges.to_parquet(root / "edges" / "part-00000.parquet", index=False)
     out = []
-    for name, rows, kept_draws in (("train", split.train_customers, draws), ("valid", split.valid_customers, (0,))):
+    for name, rows, merchants, kept_draws in (("train", split.train_customers, split.train_merchants, draws),
+                                              ("valid", split.valid_customers, split.valid_merchants, (0,))):
         customers = world.customers.copy()
         unlabelled = ~np.isin(np.arange(len(customers)), rows)
         customers.loc[unlabelled, ["level", "redeemed"]] = np.nan
@@ -48,8 +50,21 @@ def write_split_records(model: IncentiveModel, world, root, draws=(0, 1, 2)) -> 
                           tuple(model.model_params["fanouts"]), seed=model.train_config.seed, draws=tuple(kept_draws))
         write_records(root / f"{name}_customers", root / "merchants", root / "edges", root / name, model.encoders,
                       spec, LocalExecutor())
+        keep_merchants(root / name / "merchants", world.merchants.merchant_id.to_numpy()[merchants])
         out.append(root / name)
     return split, *out
+
+
+def keep_merchants(folder, ids) -> None:
+    """Keep only the records of the merchants ``ids`` (the split's merchants of a role) in ``folder``: merchant
+    labels are all or none in a table, so the others' records are dropped after writing."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for path in sorted(Path(folder).glob("part-*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table.filter(pc.is_in(table.column("merchant_id"), pa.array(ids))), path)
 
 
 def held_out_auc(model: IncentiveModel, tables, rows: np.ndarray) -> float:

@@ -2,6 +2,8 @@
 they are the in-memory keyed sampler's neighbourhoods, node and edge features joined; read back, a BipartiteGNN
 computes the same seed states; a dangling edge names its file and row; Ray gives the local records."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -10,6 +12,7 @@ import pytest
 import torch
 
 from promokit.data.errors import DataError
+from promokit.data.graph_shards import LEFT
 from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.inputs import InputEncoders
@@ -17,7 +20,8 @@ from promokit.incentive.models.network import IncentiveNet
 from promokit.incentive.record_batches import read_batch
 from promokit.incentive.records import RecordSpec, write_records
 from promokit.nn.bipartite import BipartiteGNN, sample_neighbours
-from promokit.nn.keyed_sampling import keyed_offsets, node_keys, sample_keyed
+from promokit.nn.graph_records import ShardAdjacency, resident_mb
+from promokit.nn.keyed_sampling import MERCHANT, keyed_offsets, node_keys, sample_keyed
 from promokit.scale.executor import LocalExecutor, make_executor
 
 torch.set_num_threads(1)
@@ -98,7 +102,8 @@ def test_records_equal_the_in_memory_neighbourhoods(whole, records):
     tables, _, inputs = whole
     summary, table = records
     labelled = tables.labelled_customers
-    assert summary["records"] == table.num_rows == len(labelled) * len(DRAWS)
+    assert table.num_rows == len(labelled) * len(DRAWS)
+    assert summary["records"] == table.num_rows + len(tables.merchants) * len(DRAWS)  # every merchant is labelled
     assert sorted(set(table.column("customer_id").to_pylist())) == sorted(tables.customers.customer_id[labelled])
     batch, expected = read_batch(table), _in_memory(whole, table)
     for name in expected._fields:
@@ -127,6 +132,32 @@ def test_records_equal_the_in_memory_neighbourhoods(whole, records):
     torch.testing.assert_close(batch.into_customer_edge[:, 0], sub.merchant_to_customer_weight)
     np.testing.assert_array_equal(batch.level.numpy(), tables.customer_level[
         pd.Index(customer_ids).get_indexer(table.column("customer_id").to_pylist())])
+
+
+def test_merchant_records_equal_the_in_memory_neighbourhoods_of_merchant_seeds(data, whole, tmp_path):
+    """The labelled merchants' records (``merchants/`` beside the customers' parts): each its merchant seed's keyed
+    neighbourhood (hop 1 reaches customers), with y^m = shares / max(prior_shares, 1) as its label."""
+    tables, _, inputs = whole
+    summary, _ = _generate(data, whole, tmp_path / "out")
+    assert summary["merchant_seeds"] == {"train": len(tables.merchants), "valid": 0, "test": 0}
+    table = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out" / "merchants").glob("part-*"))])
+    assert table.num_rows == len(tables.merchants) * len(DRAWS)
+    row = pd.Index(tables.merchants.merchant_id).get_indexer(table.column("merchant_id").to_pylist())
+    want = sample_keyed(inputs.graph, node_keys(tables.customers.customer_id), node_keys(tables.merchants.merchant_id),
+                        row, FANOUTS, seed=7, epoch=np.asarray(table.column("draw")), seed_side=MERCHANT)
+    batch = read_batch(table)
+    for name in want._fields:
+        got, expected = getattr(batch.sub, name), getattr(want, name)
+        assert torch.equal(got, expected) if isinstance(expected, torch.Tensor) else got == expected, name
+    assert batch.sub.n_seed_customers == 0 and batch.sub.n_seed_merchants == table.num_rows
+    assert batch.sub.customers_per_hop[1] > 0  # hop 1 reaches the merchants' customers
+    assert not batch.seeds_are_customers and batch.labels()["customer"].sum() == 0
+    np.testing.assert_allclose(batch.label.numpy(), tables.merchant_target()[row], rtol=1e-6)
+    np.testing.assert_array_equal(batch.level.numpy(), tables.merchant_level[row])
+    for got, nodes, index in ((batch.customers, inputs.customers, batch.sub.customers),
+                              (batch.merchants, inputs.merchants, batch.sub.merchants)):
+        for name in ("cat", "num", "structure"):
+            assert torch.equal(getattr(got, name), getattr(nodes, name)[index]), name
 
 
 def test_draws_differ_by_epoch_and_respect_fanouts(records):
@@ -251,6 +282,23 @@ def test_parts_without_seeds_give_empty_record_parts(world, whole, tmp_path):
     assert tables[2].num_rows == 0
     assert read_batch(tables[1]).sub.customers.shape == (0,)
     assert read_batch(tables[0]).sub.n_seed_customers == 40
+
+
+def test_gathered_shard_pages_are_unmapped(tmp_path):
+    """A gather reads its rows and leaves none of the shard file's pages mapped in (resident) in the process: its
+    mapped set is one shard's reads, whatever the graph's size."""
+    values = np.arange(2**22, dtype=np.int64).reshape(-1, 8)  # 32 MiB
+    (tmp_path / "left" / "00000").mkdir(parents=True)
+    np.save(tmp_path / "left" / "00000" / "gid.npy", values)
+    adjacency = ShardAdjacency(SimpleNamespace(folder=lambda shard: tmp_path / shard.side / f"{shard.index:05d}"),
+                               LEFT, len(values))
+    before = resident_mb()["rss_file_mb"]
+    if np.isnan(before):
+        pytest.skip("no /proc/self/status")
+    rows = np.arange(len(values))[::-1]
+    got = adjacency.gather(np.zeros(len(rows), np.int64), rows, LEFT, ("gid",))[0]
+    np.testing.assert_array_equal(got, values[rows])
+    assert resident_mb()["rss_file_mb"] - before < 8
 
 
 @pytest.mark.parametrize("settings, message", [

@@ -3,6 +3,8 @@ drawn from the ids, training from the records): the encoders equal those fitted 
 partition the labelled customers, and the model learns as the in-memory model does, saves, predicts in parts and
 evaluates on the customers it held out; the command trains over parts; bad calls are one-line errors."""
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,7 +15,8 @@ from promokit.cli import app
 from promokit.data.errors import DataError
 from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
-from promokit.incentive.estimator import TEST, IncentiveModel, hashed_roles
+from promokit.incentive.estimator import TEST, VALID, IncentiveModel, hashed_roles
+from promokit.incentive.estimator import TRAIN as TRAIN_ROLE
 from promokit.incentive.inputs import InputEncoders
 from promokit.incentive.train_parts import train_parts
 from promokit.scale.executor import LocalExecutor
@@ -95,7 +98,11 @@ def test_roles_partition_the_labelled_customers_by_their_ids(world, trained):
     roles = hashed_roles(tables.customers.customer_id.to_numpy()[labelled], 0.2, model.valid_fraction, TRAIN.seed)
     assert counts["seeds"]["test"] == np.sum(roles == TEST) == len(model.held_out(tables)[0])
     assert 0.15 < counts["seeds"]["test"] / len(labelled) < 0.25
-    assert counts["records"] == counts["seeds"]["train"] + counts["seeds"]["valid"]  # one draw each
+    merchant_roles = hashed_roles(tables.merchants.merchant_id.to_numpy(), 0.2, model.valid_fraction, TRAIN.seed)
+    assert counts["merchant_seeds"] == {name: int(np.sum(merchant_roles == role))
+                                        for name, role in (("train", TRAIN_ROLE), ("valid", VALID), ("test", TEST))}
+    assert counts["merchant_seeds"]["test"] == len(model.held_out(tables)[1]) == model.holdout["held_out_merchants"]
+    assert counts["records"] == sum(counts[s]["train"] + counts[s]["valid"] for s in ("seeds", "merchant_seeds"))
 
 
 def test_the_model_learns_like_the_in_memory_model_and_serves(world, trained, tmp_path):
@@ -108,6 +115,50 @@ def test_the_model_learns_like_the_in_memory_model_and_serves(world, trained, tm
     loaded = IncentiveModel.load(tmp_path / "model")
     pd.testing.assert_frame_equal(loaded.predict(tables), model.predict(tables))
     assert loaded.evaluate(tables).metrics["customers"] == model.holdout["held_out"]
+
+
+def test_the_merchant_term_trains_from_merchant_records(world, trained):
+    """Labelled merchants get records of their own: the merchant term of eq. 7 trains the merchant head, whose f_m
+    at the offered commission is nearer y^m than the mean is, as near as the in-memory model's (every merchant: the
+    two hold out different ones)."""
+    _, tables = world
+    model, _ = trained
+    in_memory = _model().fit(tables)
+    assert model.merchants_trained and in_memory.merchants_trained
+    assert "mae_m" in model.evaluate(tables).metrics
+    target, rows = tables.merchant_target(), np.arange(len(tables.merchants))
+    mae = {name: float(np.abs(m.responses(tables).merchants[rows, tables.merchant_level] - target).mean())
+           for name, m in (("parts", model), ("memory", in_memory))}
+    mae["mean"] = float(np.abs(target - target.mean()).mean())
+    assert mae["parts"] < 0.95 * mae["mean"] and mae["parts"] < 1.1 * mae["memory"], mae
+
+
+def test_without_labelled_merchants_the_merchant_responses_are_nan(world, tmp_path):
+    """Merchant parts without labels give no merchant records: the merchant head never trains, so f_m is NaN in
+    memory and over parts, and evaluation reports no merchant metric."""
+    root, tables = world
+    unlabelled = tmp_path / "merchants"
+    unlabelled.mkdir()
+    for path in sorted((root / "merchants").glob("*.parquet")):
+        pd.read_parquet(path).drop(columns=["level", "shares"]).to_parquet(unlabelled / path.name)
+    model = _model()
+    model.train_config = replace(model.train_config, epochs=1)
+    counts = train_parts(model, root / "customers", unlabelled, root / "edges", tmp_path / "scratch", LocalExecutor())
+    assert sum(counts["merchant_seeds"].values()) == 0 and not model.merchants_trained
+    responses = model.responses(tables)
+    assert np.isnan(responses.merchants).all() and np.isfinite(responses.customers).all()
+    metrics = model.evaluate(tables, held_out=False).metrics
+    assert "mae_m" not in metrics and metrics["auc_c"] > 0.5
+    model.save(tmp_path / "model")
+    assert not IncentiveModel.load(tmp_path / "model").merchants_trained
+    from promokit.incentive.parts import predict_parts
+
+    predict_parts(tmp_path / "model", root / "customers", unlabelled, root / "edges", tmp_path / "scores",
+                  LocalExecutor())
+    merchants = pd.concat([pd.read_parquet(p) for p in sorted((tmp_path / "scores" / "merchants").glob("*.parquet"))])
+    customers = pd.concat([pd.read_parquet(p) for p in sorted((tmp_path / "scores" / "customers").glob("*.parquet"))])
+    assert len(merchants) == 100 and merchants.filter(like="score_").isna().all().all()
+    assert customers.filter(like="score_").notna().all().all()
 
 
 def test_the_command_trains_over_parts(world, tmp_path):

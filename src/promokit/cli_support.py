@@ -408,7 +408,11 @@ def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) ->
 
 
 def checkpoint_dir(out: Path) -> Path:
-    """Where ``train --out OUT`` keeps its per-epoch checkpoint: ``.OUT.checkpoint`` beside OUT."""
+    """Where ``train --out OUT`` keeps its per-epoch checkpoint: ``.OUT.checkpoint`` beside OUT (a local folder: a URI
+    is a one-line error naming ``--out``)."""
+    from promokit.data.uris import local_dir
+
+    out = local_dir(out, "--out")
     return out.parent / f".{out.name}.checkpoint"
 
 

@@ -132,11 +132,12 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         estimator.save(out)
         cs.finish_training(out, estimator.history)
         if trained.parts:
-            seeds = counts["seeds"]
+            seeds, merchants = counts["seeds"], counts["merchant_seeds"]
             get_console().print(f"trained over {trained.parts} parts: records of {seeds['train']:,} training and "
-                                f"{seeds['valid']:,} validation customers ({counts['bytes'] / 2**20:,.1f} MiB); "
-                                f"{seeds['test']:,} of {held['rows']:,} labelled customers held out (by id, seed "
-                                f"{held['seed']}); model written to {out}")
+                                f"{seeds['valid']:,} validation customers, {merchants['train']:,} and "
+                                f"{merchants['valid']:,} merchants ({counts['bytes'] / 2**20:,.1f} MiB); "
+                                f"{seeds['test']:,} of {held['rows']:,} labelled customers and {merchants['test']:,} "
+                                f"merchants held out (by id, seed {held['seed']}); model written to {out}")
             return
         if executor != "local" or address or workers or draws != 1:
             get_console().print(f"note: {customers} is one table, not parts: trained in this process (--executor, "

@@ -315,11 +315,13 @@ class IncentiveModel(Estimator):
         customers (all of them when every customer has a label) and the merchants."""
         tables = self.read(data)
         labelled = tables.labelled_customers
-        if (self.holdout or {}).get("rule") == HASHED:  # trained over parts: customers only
-            roles = hashed_roles(tables.customers[CUSTOMER].to_numpy()[labelled], self.test_fraction,
-                                 self.valid_fraction, self.train_config.seed)
-            none = np.empty(0, np.int64)
-            return NodeSplit(*(labelled[roles == role] for role in (TRAIN, VALID, TEST)), none, none, none)
+        if (self.holdout or {}).get("rule") == HASHED:  # trained over parts: roles drawn from the ids
+            fractions = self.test_fraction, self.valid_fraction, self.train_config.seed
+            roles = hashed_roles(tables.customers[CUSTOMER].to_numpy()[labelled], *fractions)
+            merchants = np.arange(len(tables.merchants)) if self.merchants_trained else np.empty(0, np.int64)
+            merchant_roles = hashed_roles(tables.merchants[MERCHANT].to_numpy()[merchants], *fractions)
+            return NodeSplit(*(labelled[roles == role] for role in (TRAIN, VALID, TEST)),
+                             *(merchants[merchant_roles == role] for role in (TRAIN, VALID, TEST)))
         split = node_split(len(labelled), len(tables.merchants), self.test_fraction, self.valid_fraction,
                            self.train_config.seed)
         split.train_customers, split.valid_customers, split.test_customers = (
@@ -360,6 +362,14 @@ class IncentiveModel(Estimator):
         curves = self.recalibration.apply(raw.customers).reshape(raw.customers.shape)
         return replace(raw, customers=curves, customers_raw=raw.customers)
 
+    @property
+    def merchants_trained(self) -> bool:
+        """Whether the merchant term of eq. 7 trained the merchant head. False for a model trained from training
+        records without merchant records (no labelled merchant in the parts): its f_m is NaN, not an untrained
+        head's output."""
+        holdout = self.holdout or {}
+        return holdout.get("merchants_trained", holdout.get("records") is None and holdout.get("rule") != HASHED)
+
     def _raw_responses(self, data) -> Responses:
         """The model's own responses (:meth:`responses` before any recalibration)."""
         self._check_fitted()
@@ -371,6 +381,8 @@ class IncentiveModel(Estimator):
                 "customer": torch.cat([torch.ones(n_c), torch.zeros(n_m)])}
         out = Trainer(self.train_config).predict(self.net, rows)
         response = out["response"].numpy().astype(np.float64)
+        if not self.merchants_trained:
+            response[n_c:] = np.nan
         hazard = out["hazard"][:n_c].numpy().astype(np.float64) if "hazard" in out else None
         return Responses(self.levels, response[:n_c], response[n_c:], hazard)
 
@@ -428,6 +440,8 @@ class IncentiveModel(Estimator):
             customer_rows, merchant_rows = self.held_out(tables)
         else:
             customer_rows, merchant_rows = tables.labelled_customers, np.arange(len(tables.merchants))
+        if not self.merchants_trained:
+            merchant_rows = merchant_rows[:0]
         if truth is not None:
             truth = np.asarray(truth, dtype=np.float64)
             if truth.shape != (len(tables.customers), len(self.levels)):

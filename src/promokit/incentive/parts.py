@@ -258,6 +258,8 @@ def _score(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, 
     response = (torch.cat(pieces) if pieces else states.new_zeros(0, len(model.levels))).numpy().astype(np.float64)
     if shard.side == LEFT and model.recalibration is not None:  # as IncentiveModel.responses applies it
         response = model.recalibration.apply(response).reshape(response.shape)
+    if shard.side == RIGHT and not model.merchants_trained:
+        response[:] = np.nan
     keys = pd.read_parquet(layout.folder(shard) / "keys.parquet").iloc[:, 0]
     scores = wide_scores(keys, response, model.levels)
     if shard.side == LEFT:

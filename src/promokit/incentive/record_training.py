@@ -4,6 +4,9 @@ process or data-parallel on N workers (AGL's trainer, Zhang et al. VLDB 2020): t
 mini-batches read from the records parts row group by row group, so that no process holds the graph, only a row
 group or two of records at a time.
 
+The merchants' records (``merchants/`` in the records folder, when the merchants are labelled) train the merchant
+term of eq. 7: each step's batch takes customers' and merchants' records in the proportion of their seeds, and the
+network runs its GNN on each group's subgraph (the customers' states from theirs, the merchants' from theirs).
 Epoch e trains on draw ``draws[e mod S]`` of the S draws written (one draw: the same neighbourhoods every epoch).
 Each worker's shard of a draw is a contiguous range of its records (row groups in file order), of equal length on
 every worker (the last padded by wrapping around, as :func:`promokit.training.shards.shards` cuts a table's parts);
@@ -11,7 +14,7 @@ each epoch a worker visits its row groups in a new order, shuffles each one's re
 N)`` records at a time across row-group boundaries (:func:`~promokit.training.batches.stream_batches`), so every
 worker takes the same number of steps and N workers take the steps of one process. Each batch is
 :func:`~promokit.incentive.record_batches.read_batch` of its rows, on which :class:`IncentiveNet` runs its GNN,
-towers and customer head with the loss of eq. 7 (customer term: the records hold customers only). Validation, for
+towers and heads with the loss of eq. 7. Validation, for
 early stopping and the monitored metric, reads the validation records' first draw, each worker its share, in
 evaluation mode (sampled neighbourhoods, where the in-memory path validates on full ones).
 
@@ -36,9 +39,9 @@ from promokit.data.ids import id_hashes
 from promokit.incentive.contract import CUSTOMER
 from promokit.incentive.estimator import IncentiveModel, validation_metrics
 from promokit.incentive.record_batches import read_batch
-from promokit.incentive.records import META
+from promokit.incentive.records import MERCHANT_RECORDS, META
 from promokit.training.batches import stream_batches
-from promokit.training.device import net_device, to_cpu, to_device
+from promokit.training.device import made_on_cpu, net_device, to_cpu, to_device
 from promokit.training.shard_loop import gathered_record, train_in_process
 from promokit.training.shards import Segment, shards
 
@@ -151,39 +154,66 @@ def record_stream(tables, batch_size: int, generator: torch.Generator):
 
 class RecordBatches:
     """Worker ``rank``'s batches of ``world`` (:func:`~promokit.training.trainer.train_epochs`) of a
-    :class:`RecordJob` (module docstring)."""
+    :class:`RecordJob` (module docstring): each step ``batch_size / world`` records, customers' and merchants' in
+    the proportion of their seeds."""
 
     def __init__(self, job: RecordJob, rank: int, world: int):
         self.job, self.rank = job, rank
-        train = job.train
+        train, merchants = job.train, job.merchants
+        share = train.seeds / (train.seeds + (merchants.seeds if merchants is not None else 0))
         self.shards = [train.shards(d, world, pad=True) for d in range(len(train.draws))]
-        self.valid = job.valid.shards(0, world, pad=False)[rank] if job.valid is not None else []
-        self.rows = train.seeds
-        self.batch_size = math.ceil(job.batch_size / world)
+        self.rows = train.seeds + (merchants.seeds if merchants is not None else 0)
+        self.batch_size = max(1, round(math.ceil(job.batch_size / world) * share))
         self.steps = math.ceil(math.ceil(train.seeds / world) / self.batch_size)
+        if merchants is not None:
+            self.merchant_shards = [merchants.shards(d, world, pad=True) for d in range(len(merchants.draws))]
+            self.merchant_batch_size = math.ceil(math.ceil(merchants.seeds / world) / self.steps)
+        self.valid = [(parts, parts.shards(0, world, pad=False)[rank]) for parts in (job.valid, job.valid_merchants)
+                      if parts is not None]
         self.validated = job.valid is not None
 
     def wide(self, net) -> list[dict]:
         return []  # the incentive network has no wide term
 
     def train(self, generator: torch.Generator, epoch: int):
-        draw = epoch % len(self.job.train.draws)
-        segments = self.shards[draw][self.rank]
-        order = torch.randperm(len(segments), generator=generator).tolist()
-        return record_stream((self.job.train.read(draw, segments[k]) for k in order), self.batch_size, generator)
+        customers = self._stream(self.job.train, self.shards, self.batch_size, generator, epoch)
+        if self.job.merchants is None:
+            return customers
+        merchants = self._stream(self.job.merchants, self.merchant_shards, self.merchant_batch_size, generator, epoch)
+        return _with_merchants(customers, merchants)
+
+    def _stream(self, parts: RecordParts, shards: list, batch_size: int, generator: torch.Generator, epoch: int):
+        draw = epoch % len(parts.draws)
+        segments = shards[draw][self.rank]
+        order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
+        return record_stream((parts.read(draw, segments[k]) for k in order), batch_size, generator)
 
     @torch.no_grad()
     def validate(self, net, comm) -> dict[str, float]:
         net.eval()
         device = net_device(net)
-        pieces = []
-        for segment in self.valid:
-            table = self.job.valid.read(0, segment)
-            for lo in range(0, table.num_rows, self.job.eval_batch_size):
-                record = read_batch(table.slice(lo, self.job.eval_batch_size))
-                batch = {**record.labels(), "record": record}
-                pieces.append((to_cpu(net(to_device(batch, device))), {k: batch[k] for k in LABELS}))
+        pieces = [(to_cpu(net(to_device(batch, device))), {k: batch[k] for k in LABELS})
+                  for batch in made_on_cpu(self._valid_batches())]
         return gathered_record(net, comm, pieces, lambda labels: validation_metrics())
+
+    def _valid_batches(self):
+        for parts, segments in self.valid:
+            for segment in segments:
+                table = parts.read(0, segment)
+                for lo in range(0, table.num_rows, self.job.eval_batch_size):
+                    record = read_batch(table.slice(lo, self.job.eval_batch_size))
+                    yield {**record.labels(), "record": record}
+
+
+def _with_merchants(customers, merchants):
+    """Each customers' batch with the next merchants' batch, if any left, as one step's rows (customers first)."""
+    for batch in customers:
+        extra = next(merchants, None)
+        if extra is None:
+            yield batch
+            continue
+        yield {**{k: torch.cat([batch[k], extra[k]]) for k in LABELS}, "record": batch["record"],
+               "merchant_record": extra["record"]}
 
 
 @dataclass
@@ -194,6 +224,8 @@ class RecordJob:
     model: IncentiveModel
     train: RecordParts
     valid: RecordParts | None
+    merchants: RecordParts | None = None
+    valid_merchants: RecordParts | None = None
 
     @property
     def estimator(self) -> RecordJob:
@@ -240,8 +272,12 @@ def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validati
     widths = input_widths(model)
     train = RecordParts(records, "records", fanouts, widths)
     valid = RecordParts(validation, "validation", fanouts, widths) if validation is not None else None
+    merchants, valid_merchants = (
+        RecordParts(Path(folder) / MERCHANT_RECORDS, name, fanouts, widths)
+        if folder is not None and any((Path(folder) / MERCHANT_RECORDS).glob("part-*.parquet")) else None
+        for folder, name in ((records, "records"), (validation, "validation")))
     model.net.attach(None)  # the records carry their inputs; prediction attaches the graph's again
-    job = RecordJob(model, train, valid)
+    job = RecordJob(model, train, valid, merchants, valid_merchants)
     train_job = executor.train if executor is not None else train_in_process
     model.net, model.history = train_job(job, checkpoint_dir, resume)
     model.recalibration = None
@@ -249,5 +285,6 @@ def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validati
     valid_seeds = valid.seeds if valid is not None else 0
     model.test_fraction, model.valid_fraction = 0.0, valid_seeds / (train.seeds + valid_seeds)
     model.holdout = {"test_fraction": 0.0, "valid_fraction": model.valid_fraction, "seed": job.train_config.seed,
-                     "rows": train.seeds + valid_seeds, "held_out": 0, "records": str(records)}
+                     "rows": train.seeds + valid_seeds, "held_out": 0, "records": str(records),
+                     "merchants_trained": merchants is not None}
     return model

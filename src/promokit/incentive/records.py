@@ -11,11 +11,12 @@ graph in one process:
 2. one map over the shards: each writes its nodes' CSR (neighbours as (shard, row)), edge weights and features,
    the keys of its node ids, their row in the one-table graph, and their inputs encoded with ``encoders``
    (features and structure, :func:`~promokit.incentive.inputs.own_inputs`) as ``.npy`` files;
-3. one map over the customer parts: each grows its labelled customers' neighbourhoods
+3. one map over the shards: each customer part grows its labelled customers' neighbourhoods and each merchant
+   bucket its labelled merchants' (merchant seeds: hop 1 reaches customers; the merchant term of eq. 7)
    (:func:`promokit.nn.keyed_sampling.grow`, reading the other shards' files memory-mapped, as the layer-wise
-   inference pulls states), gathers the features and writes ``OUT/part-k.parquet`` in row groups of
-   :data:`~promokit.nn.graph_records.SEEDS_PER_GROUP` seeds (:mod:`promokit.nn.graph_records`, which value's
-   consumption-graph records share).
+   inference pulls states), gathers the features and writes ``OUT/part-k.parquet`` (``OUT/merchants/part-q.parquet``)
+   in row groups of :data:`~promokit.nn.graph_records.SEEDS_PER_GROUP` seeds (:mod:`promokit.nn.graph_records`,
+   which value's consumption-graph records share).
 
 Each draw is keyed by (seed, epoch, hop, node id), so the records are the in-memory
 :func:`~promokit.nn.keyed_sampling.sample_keyed` neighbourhoods whatever the partitioning, and
@@ -27,8 +28,9 @@ fresh draw each epoch (the pass runs again before epoch e: one set of records on
 the records). ``benchmarks/graph_records.py`` measures both.
 
 Layout of a records part (one row per seed and draw): ``customer_id``, ``draw``, ``level`` (index in the value
-list), ``redeemed`` — the seed and its label — then the neighbourhood's columns of :mod:`promokit.nn.graph_records`
-(the edge inputs: the weight, then the edge features).
+list), ``redeemed`` — the seed and its label; a merchants' part ``merchant_id``, ``draw``, ``level`` and ``target``
+(y^m = shares / max(prior_shares, 1), section 4) — then the neighbourhood's columns of
+:mod:`promokit.nn.graph_records` (the edge inputs: the weight, then the edge features).
 """
 
 from __future__ import annotations
@@ -49,16 +51,18 @@ from promokit.data.io import write_parquet
 from promokit.data.part_keys import check_unique_keys
 from promokit.data.parts import part_name
 from promokit.data.spec import FeatureSpec
-from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, REDEEMED, prior_shares
+from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, PRIOR_SHARES, REDEEMED, SHARES, prior_shares
 from promokit.incentive.estimator import TEST, TRAIN, VALID, hashed_roles
 from promokit.incentive.inputs import InputEncoders, own_inputs, structure_frame
 from promokit.incentive.parts import PartReader, _layout, _rows
 
 # META: record_training reads it from here
-from promokit.nn.graph_records import FEATURES, META, export_shard, peak_rss_mb, write_part  # noqa: F401
+from promokit.nn.graph_records import FEATURES, META, export_shard, peak_rss_mb, resident_mb, write_part  # noqa: F401
 from promokit.nn.keyed_sampling import node_keys
 
 ROLES = ("train", "valid", "test")
+TARGET = "target"  # a merchant record's label: y^m = shares / max(prior_shares, 1) (section 4)
+MERCHANT_RECORDS = "merchants"  # the folder of the merchants' records, beside the customers' parts
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,14 @@ class RecordSpec:
 
 def write_records(customers: Path, merchants: Path, edges: Path, out: Path, encoders: InputEncoders | None,
                   spec: RecordSpec, executor, edge_features: tuple[str, ...] = ()) -> dict:
-    """The records of the graph in parts (module docstring) in ``out/part-k.parquet`` (k: the customer part; with
-    ``spec.holdout``, in ``out/train`` and ``out/valid``), on ``executor``, the inputs encoded by ``encoders`` (None:
-    fitted over the shards as :meth:`InputEncoders.fit` fits them on the one-folder graph, :func:`fit_encoders`,
-    with the ``edge_features`` columns). Returns the counts (of the seeds and their redemptions per role), the
-    encoders, the seconds of each step and this process's peak RSS after it (``phases``) and, per part, its records,
-    bytes, seconds and its process's peak RSS."""
+    """The records of the graph in parts (module docstring) in ``out/part-k.parquet`` (k: the customer part) and
+    ``out/merchants/part-q.parquet`` (q: the merchant bucket; with ``spec.holdout``, both in ``out/train`` and
+    ``out/valid``), on ``executor``, the inputs encoded by ``encoders`` (None: fitted over the shards as
+    :meth:`InputEncoders.fit` fits them on the one-folder graph, :func:`fit_encoders`, with the ``edge_features``
+    columns). Returns the counts (of the customer seeds and their redemptions per role, ``merchant_seeds``), the
+    encoders, the seconds of each step and this process's peak RSS and anonymous and file-backed resident memory after
+    it (``phases``, :func:`~promokit.nn.graph_records.resident_mb`) and, per part, its records, bytes, seconds, its
+    process's peak RSS and largest anonymous and file-backed resident memory while growing it."""
     out = Path(out)
     clock, phases = time.perf_counter(), {}
 
@@ -100,6 +106,7 @@ def write_records(customers: Path, merchants: Path, edges: Path, out: Path, enco
         nonlocal clock
         phases[name], clock = round(time.perf_counter() - clock, 3), time.perf_counter()
         phases[f"{name}_peak_rss_mb"] = peak_rss_mb()  # this process's, so far
+        phases.update({f"{name}_{key}": mb for key, mb in resident_mb().items()})  # now
 
     layout = _layout(customers, merchants, edges, out)
     if encoders is not None:
@@ -116,18 +123,19 @@ def write_records(customers: Path, merchants: Path, edges: Path, out: Path, enco
             lap("encoders")
         executor.map(partial(_export, reader, encoders, offsets), layout.shards(), label="exporting shards")
         lap("export")
-        parts = executor.map(partial(_grow_part, layout, spec, (counts["left"], counts["right"]), encoders),
-                             range(len(layout.left)),
-                             label="growing neighbourhoods")
+        grown = executor.map(partial(_grow, layout, spec, (counts["left"], counts["right"]), encoders),
+                             layout.shards(), label="growing neighbourhoods")
+        parts, buckets = [g for g in grown if g["side"] == LEFT], [g for g in grown if g["side"] == RIGHT]
         lap("grow")
     finally:
         executor.release()
         graph_shards.remove(layout)
     return {"customers": counts["left"], "merchants": counts["right"], "edges": counts["edges"],
-            "records": sum(p["records"] for p in parts), "bytes": sum(p["bytes"] for p in parts),
+            "records": sum(p["records"] for p in grown), "bytes": sum(p["bytes"] for p in grown),
             "seeds": {role: sum(p["seeds"][role] for p in parts) for role in ROLES},
-            "redeemed": {role: sum(p["redeemed"][role] for p in parts) for role in ROLES}, "encoders": encoders,
-            "phases": phases, "parts": parts}
+            "redeemed": {role: sum(p["redeemed"][role] for p in parts) for role in ROLES},
+            "merchant_seeds": {role: sum(b["seeds"][role] for b in buckets) for role in ROLES}, "encoders": encoders,
+            "phases": phases, "parts": parts, "buckets": buckets}
 
 
 def fit_encoders(executor, reader: PartReader) -> InputEncoders:
@@ -190,6 +198,14 @@ def _export(reader: PartReader, encoders: InputEncoders, offsets: dict, shard: S
     else:
         key, side = MERCHANT, "merchant"
         gid = np.asarray(offsets[RIGHT], dtype=np.int64)[nodes[PART].to_numpy()] + nodes[ROW].to_numpy()
+        labels = [pd.to_numeric(nodes[c]).to_numpy(np.float64) if c in nodes else np.full(len(nodes), np.nan)
+                  for c in (LEVEL, SHARES, PRIOR_SHARES)]
+        labelled = ~np.isnan(np.column_stack(labels)).any(axis=1)
+        level, shares, prior = (values[labelled] for values in labels)
+        seeds = pd.DataFrame({"row": np.flatnonzero(labelled), MERCHANT: nodes[MERCHANT].to_numpy()[labelled],
+                              LEVEL: np.searchsorted(reader.levels, level),
+                              TARGET: (shares / np.maximum(prior, 1.0)).astype(np.float32)})  # y^m, section 4
+        write_parquet(seeds, layout.folder(shard) / "seeds.parquet")
     own = own_inputs(getattr(encoders, f"{side}s"), nodes, getattr(encoders, f"{side}_structure"), structure)
     edge = np.column_stack([edges["weight"].to_numpy(np.float32)]
                            + [edges[c].to_numpy(np.float32) for c in reader.edge_features])
@@ -197,37 +213,45 @@ def _export(reader: PartReader, encoders: InputEncoders, offsets: dict, shard: S
                  edge)
 
 
-def _grow_part(layout: GraphLayout, spec: RecordSpec, sizes: tuple[int, int], encoders: InputEncoders, k: int) -> dict:
-    """Step 3 for customer part ``k`` (``sizes``: the customers and merchants of the graph): its records, written in
-    row groups (by role, with ``spec.holdout``); what :func:`write_records` reports of the part."""
-    seeds = pd.read_parquet(layout.folder(Shard(LEFT, k)) / "seeds.parquet")
-    id_type = _id_type(layout.left, k)
+def _grow(layout: GraphLayout, spec: RecordSpec, sizes: tuple[int, int], encoders: InputEncoders,
+          shard: Shard) -> dict:
+    """Step 3 for a shard: the records of a customer part's labelled customers, or of a merchant bucket's labelled
+    merchants (in ``merchants/``, beside the customers' parts), written in row groups (by role, with
+    ``spec.holdout``; ``sizes``: the customers and merchants of the graph); what :func:`write_records` reports of
+    it."""
+    seeds = pd.read_parquet(layout.folder(shard) / "seeds.parquet")
+    key, label = (CUSTOMER, REDEEMED) if shard.side == LEFT else (MERCHANT, TARGET)
+    id_type = _id_type(layout.left, shard.index) if shard.side == LEFT else None
     out = Path(layout.scratch).parent
-    roles = hashed_roles(seeds[CUSTOMER].to_numpy(), *spec.holdout, spec.seed) if any(spec.holdout) else \
+    roles = hashed_roles(seeds[key].to_numpy(), *spec.holdout, spec.seed) if any(spec.holdout) else \
         np.full(len(seeds), TRAIN)
-    written = {"part": k, "records": 0, "bytes": 0, "seconds": 0.0, "seeds": {}, "redeemed": {}}
+    written = {"side": shard.side, "part": shard.index, "records": 0, "bytes": 0, "seconds": 0.0, "seeds": {},
+               "redeemed": {}, "rss_anon_mb": float("nan"), "rss_file_mb": float("nan")}
     for role, name, draws in ((TRAIN, "train", spec.draws), (VALID, "valid", spec.draws[:1])):
         mine = seeds[roles == role]
-        written["seeds"][name], written["redeemed"][name] = len(mine), float(mine[REDEEMED].sum())
-        if role == VALID and not any(spec.holdout):
+        written["seeds"][name], written["redeemed"][name] = len(mine), float(mine[label].sum())
+        if role == VALID and not any(spec.holdout) or (shard.side == RIGHT and not len(mine)):
             continue
 
         def seed_columns(index: np.ndarray, epoch: np.ndarray, mine=mine) -> dict:
             import pyarrow as pa
 
             chosen = mine.iloc[index]
-            return {CUSTOMER: pa.array(chosen[CUSTOMER].to_numpy(), type=id_type),
+            return {key: pa.array(chosen[key].to_numpy(), type=id_type),
                     "draw": pa.array(epoch.astype(np.int32)), LEVEL: pa.array(chosen[LEVEL].to_numpy(np.int64)),
-                    REDEEMED: pa.array(chosen[REDEEMED].to_numpy(np.float32))}
+                    label: pa.array(chosen[label].to_numpy(np.float32))}
 
-        path = out / name / part_name(k) if any(spec.holdout) else out / part_name(k)
+        folder = out / name if any(spec.holdout) else out
+        path = (folder if shard.side == LEFT else folder / MERCHANT_RECORDS) / part_name(shard.index)
         path.parent.mkdir(parents=True, exist_ok=True)
-        part = write_part(layout, k, path, mine["row"].to_numpy(), seed_columns, sizes, spec.fanouts, spec.seed,
-                          draws, {"edge_features": encoders.edge_features()})
-        written.update({key: written[key] + part[key] for key in ("records", "bytes", "seconds")},
-                       peak_rss_mb=part["peak_rss_mb"])
+        part = write_part(layout, shard.index, path, mine["row"].to_numpy(), seed_columns, sizes, spec.fanouts,
+                          spec.seed, draws, {"edge_features": encoders.edge_features()}, side=shard.side)
+        written.update({field: written[field] + part[field] for field in ("records", "bytes", "seconds")},
+                       peak_rss_mb=part["peak_rss_mb"],
+                       **{field: float(np.fmax(written[field], part[field]))
+                          for field in ("rss_anon_mb", "rss_file_mb")})
     written["seeds"]["test"] = int(np.sum(roles == TEST))
-    written["redeemed"]["test"] = float(seeds[REDEEMED][roles == TEST].sum())
+    written["redeemed"]["test"] = float(seeds[label][roles == TEST].sum())
     return written
 
 

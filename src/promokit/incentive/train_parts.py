@@ -6,29 +6,29 @@
    (:func:`~promokit.incentive.contract.check_tables`), classifies the integer columns as on the parts'
    concatenation (:func:`~promokit.training.shards.classify_integers`) and takes the value list of every part;
 2. **records** (:func:`~promokit.incentive.records.write_records`): the graph in shards, the input encoders fitted
-   from the shards' counts (:func:`~promokit.incentive.records.fit_encoders`), each labelled customer's role drawn
-   from its id (:func:`~promokit.incentive.estimator.hashed_roles`, the fractions :meth:`IncentiveModel.fit` holds
-   out, though not its draw), then the training customers' neighbourhoods in ``draws`` draws and the validation
-   customers' in one, none for the test customers;
+   from the shards' counts (:func:`~promokit.incentive.records.fit_encoders`), each labelled customer's and
+   merchant's role drawn from its id (:func:`~promokit.incentive.estimator.hashed_roles`, the fractions
+   :meth:`IncentiveModel.fit` holds out, though not its draw), then the training nodes' neighbourhoods in ``draws``
+   draws and the validation nodes' in one, none for the test nodes;
 3. **train** (:func:`~promokit.incentive.record_training.fit_from_records`) on the executor: in this process, or
    data-parallel on Ray Train.
 
-Over parts the seeds are the customers: the loss is eq. 7's customer term (merchant labels, where the merchants have
-them, are not trained on). The model saves, predicts (one table or in parts) and evaluates as one trained on a table;
-its held-out customers are those whose role is test (:meth:`IncentiveModel.held_out`).
+The loss is eq. 7's, both terms where the merchants are labelled (else the customer term, and the merchants' f_m
+is NaN: :attr:`IncentiveModel.merchants_trained`). The model saves, predicts (one table or in parts) and evaluates as
+one trained on a table; its held-out nodes are those whose role is test (:meth:`IncentiveModel.held_out`).
 """
 
 from __future__ import annotations
 
 import os
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.parts import list_parts, naming, read_part
+from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, MERCHANT_LABELS, REDEEMED, check_tables
 from promokit.incentive.estimator import HASHED, IncentiveModel, validation_fraction
 from promokit.incentive.record_training import fit_from_records
@@ -47,18 +47,20 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
     ``test_fraction`` of the labelled customers and validating on the fraction ``validation`` of the rest (None:
     :meth:`IncentiveModel.fit`'s default); ``draws`` neighbourhood draws of each training customer are written and
     cycled by epoch. ``scratch`` (local, removed by the caller) holds the records; ``levels`` and ``types`` as
-    :func:`~promokit.incentive.contract.read_tables` takes them. Returns the counts (graph, seeds per role, records
+    :func:`~promokit.incentive.contract.read_tables` takes them. The parts may be URIs, ``scratch`` and
+    ``checkpoint_dir`` not (a one-line error). Returns the counts (graph, seeds per role, records
     and their bytes)."""
     if model.model_params["representation"] != "gnn":
         raise DataError(f"model {model.model!r} reads no graph, so it trains on the tables read whole "
                         "(IncentiveModel.fit); over parts, train one of the gnn models")
     if not isinstance(draws, int) or draws < 1:
         raise DataError(f"draws must be a whole number ≥ 1, got {draws!r}")
+    scratch = local_dir(scratch, "scratch")
+    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
     valid_fraction = validation_fraction(validation)
     grid, customer_spec, merchant_spec, edge_features = _plan(customers, merchants, edges, executor, levels, types)
     spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model.model_params["fanouts"]),
                       model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction))
-    scratch = Path(scratch)
     written = write_records(customers, merchants, edges, scratch, None, spec, executor, edge_features)
     seeds = written["seeds"]
     for role, name in (("train", "training"), ("valid", "validation")):
@@ -72,11 +74,15 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
     fit_from_records(model, scratch / "train", scratch / "valid" if seeds["valid"] else None, executor=executor,
                      checkpoint_dir=checkpoint_dir, resume=resume)
     model.test_fraction, model.valid_fraction = test_fraction, valid_fraction
+    trained = model.merchants_trained
     model.holdout = {"rule": HASHED, "test_fraction": float(test_fraction), "valid_fraction": valid_fraction,
                      "seed": model.train_config.seed, "rows": sum(seeds.values()), "held_out": seeds["test"],
-                     "merchants": None, "held_out_merchants": 0}
+                     "merchants": written["merchants"] if trained else None,
+                     "held_out_merchants": written["merchant_seeds"]["test"] if trained else 0,
+                     "merchants_trained": trained}
     return {"customers": written["customers"], "merchants": written["merchants"], "edges": written["edges"],
-            "seeds": seeds, "records": written["records"], "bytes": written["bytes"]}
+            "seeds": seeds, "merchant_seeds": written["merchant_seeds"], "records": written["records"],
+            "bytes": written["bytes"]}
 
 
 def _plan(customers, merchants, edges, executor, levels, types):

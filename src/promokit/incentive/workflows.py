@@ -13,7 +13,7 @@ from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_parquet
 from promokit.data.parts import is_partitioned
 from promokit.data.spec import map_labels
-from promokit.data.uris import as_path
+from promokit.data.uris import as_path, local_dir
 from promokit.incentive.contract import CUSTOMER, CUSTOMER_LABELS, read_tables
 from promokit.incentive.estimator import IncentiveModel, validation_fraction, wide_scores
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
@@ -39,8 +39,10 @@ def train(model: IncentiveModel, data, *, levels=None, types: dict[str, str] | N
     """Read ``data`` with ``levels``, ``types`` and ``labels`` (:func:`~promokit.incentive.contract.read_tables`) and
     fit ``model`` on it with ``validation``, ``checkpoint_dir`` and ``resume`` (:meth:`IncentiveModel.fit`). With
     customers, edges and merchants in parts, train over them on ``executor`` with ``draws`` neighbourhood draws
-    (:func:`~promokit.incentive.train_parts.train_parts`, records in a scratch folder beside the checkpoint)."""
+    (:func:`~promokit.incentive.train_parts.train_parts`, records in a scratch folder beside the checkpoint). The
+    checkpoint is local: a URI there is a one-line error, before the tables are read."""
     validation_fraction(validation)  # refused before the tables are read
+    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
     if isinstance(data, dict) and data.get("customers") is not None and is_partitioned(data["customers"]):
         return _train_parts(model, data, levels, types, labels, validation, checkpoint_dir, resume, executor, draws)
     tables = read_tables(data, levels=levels, types=types, labels=labels)

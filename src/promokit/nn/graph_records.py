@@ -28,6 +28,7 @@ merchants of the neighbourhood):
 from __future__ import annotations
 
 import json
+import mmap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ import numpy as np
 from promokit.data import graph_shards
 from promokit.data.graph_shards import LEFT, RIGHT, GraphLayout, Shard
 from promokit.data.io import atomic_path, write_npy
-from promokit.nn.keyed_sampling import Collated, Edges, Neighbourhoods, Nodes, grow, to_subgraph
+from promokit.nn.keyed_sampling import CUSTOMER, MERCHANT, Collated, Edges, Neighbourhoods, Nodes, grow, to_subgraph
 
 SEEDS_PER_GROUP = 4096  # seeds grown and written at a time: bounds a part's memory whatever its size
 FEATURES = ("cat", "num", "structure")
@@ -65,7 +66,8 @@ def export_shard(layout: GraphLayout, shard: Shard, key: np.ndarray, gid: np.nda
 
 
 class ShardAdjacency:
-    """An :class:`~promokit.nn.keyed_sampling.Adjacency` over one side's shard files, memory-mapped on demand."""
+    """An :class:`~promokit.nn.keyed_sampling.Adjacency` over one side's shard files, memory-mapped on demand; a
+    gather unmaps the pages it read of a shard before the next (:func:`_drop_pages`)."""
 
     def __init__(self, layout: GraphLayout, side: str, size: int):
         self.layout, self.side, self.size = layout, side, size
@@ -85,7 +87,9 @@ class ShardAdjacency:
         bounds = np.flatnonzero(np.diff(shard[order])) + 1
         for at in np.split(order, bounds) if len(order) else []:
             for i, name in enumerate(names):
-                out[i][at] = self.array(side, int(shard[at[0]]), name)[index[at]]
+                values = self.array(side, int(shard[at[0]]), name)
+                out[i][at] = values[index[at]]
+                _drop_pages(values)
         return out
 
     def nodes(self, shard, row):
@@ -100,13 +104,23 @@ class ShardAdjacency:
         return nb_shard.astype(np.int64), nb_row, gid
 
 
+def _drop_pages(values: np.ndarray) -> None:
+    """Unmap the file pages of memory-mapped ``values`` from this process (``MADV_DONTNEED``; they stay in the page
+    cache and map in again when read): what a process holds mapped is then one shard's reads, not every page it has
+    read of every shard, whatever the graph's size."""
+    if isinstance(values.base, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):  # not on Windows
+        values.base.madvise(mmap.MADV_DONTNEED)
+
+
 def write_part(layout: GraphLayout, k: int, path: Path, seed_rows: np.ndarray, seed_columns: Callable,
-               sizes: tuple[int, int], fanouts: Sequence[int], seed: int, draws: Sequence[int], meta: dict) -> dict:
-    """The records of left part ``k``'s seeds (its rows ``seed_rows``) at each epoch of ``draws``, seed-major, in
+               sizes: tuple[int, int], fanouts: Sequence[int], seed: int, draws: Sequence[int], meta: dict,
+               side: str = LEFT) -> dict:
+    """The records of ``side``'s shard ``k``'s seeds (its rows ``seed_rows``; a left part, or a right shard: then the
+    seed of each record is on the right, first of its right nodes) at each epoch of ``draws``, seed-major, in
     ``path``: each row group's ``seed_columns(index, epoch)`` (``index``: positions in ``seed_rows``; a dict of Arrow
     arrays) then the graph's; ``meta`` joins the fanouts, seed, draws and input widths in the file's metadata
-    (``sizes``: the left and right nodes of the graph). Returns the part's records, bytes, seconds and its process's
-    peak RSS."""
+    (``sizes``: the left and right nodes of the graph). Returns the part's records, bytes, seconds, its process's
+    peak RSS and the largest anonymous and file-backed resident memory after a row group (:func:`resident_mb`)."""
     import pyarrow.parquet as pq
 
     started = time.perf_counter()
@@ -114,13 +128,14 @@ def write_part(layout: GraphLayout, k: int, path: Path, seed_rows: np.ndarray, s
     draws = np.asarray(draws, dtype=np.int64)
     index = np.repeat(np.arange(len(seed_rows)), len(draws))
     epoch = np.tile(draws, len(seed_rows))
-    writer = None
+    writer, resident = None, {}
     with atomic_path(path) as tmp:
         for lo in range(0, max(len(index), 1), SEEDS_PER_GROUP):
             at, at_epoch = index[lo:lo + SEEDS_PER_GROUP], epoch[lo:lo + SEEDS_PER_GROUP]
             rows = np.asarray(seed_rows)[at]
-            gid = customers.array(LEFT, k, "gid")[rows] if len(rows) else rows
-            hoods = grow(customers, merchants, np.full(len(rows), k), rows, gid, fanouts, seed, at_epoch)
+            gid = customers.array(side, k, "gid")[rows] if len(rows) else rows
+            hoods = grow(customers, merchants, np.full(len(rows), k), rows, gid, fanouts, seed, at_epoch,
+                         CUSTOMER if side == LEFT else MERCHANT)
             table = _table({**seed_columns(at, at_epoch), **graph_columns(customers, merchants, hoods)})
             if writer is None:
                 widths = {f"{name}_{f}": int(customers.array(side, 0, f).shape[1]) for name, side in SIDES
@@ -128,9 +143,10 @@ def write_part(layout: GraphLayout, k: int, path: Path, seed_rows: np.ndarray, s
                 full = {"fanouts": list(fanouts), "seed": seed, "draws": draws.tolist(), **meta, **widths}
                 writer = pq.ParquetWriter(tmp, table.schema.with_metadata({META: json.dumps(full).encode()}))
             writer.write_table(table)
+            resident = {name: max(resident.get(name, mb), mb) for name, mb in resident_mb().items()}
         writer.close()
     return {"part": k, "records": len(index), "bytes": path.stat().st_size,
-            "seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": peak_rss_mb()}
+            "seconds": round(time.perf_counter() - started, 3), "peak_rss_mb": peak_rss_mb(), **resident}
 
 
 def _table(columns: dict):
@@ -146,6 +162,23 @@ def peak_rss_mb() -> float:
     except ImportError:  # not on Windows
         return float("nan")
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def resident_mb() -> dict[str, float]:
+    """This process's resident memory now, in MiB: ``rss_anon_mb`` (anonymous: the heap, what it must keep) and
+    ``rss_file_mb`` (file pages mapped in, e.g. the memory-mapped shard files: page cache the kernel may drop), as
+    ``RssAnon`` / ``RssFile`` of ``/proc/self/status``; NaN where that file is absent."""
+    fields = {"RssAnon:": "rss_anon_mb", "RssFile:": "rss_file_mb"}
+    found = dict.fromkeys(fields.values(), float("nan"))
+    try:
+        with open("/proc/self/status") as status:
+            lines = status.read().splitlines()
+    except OSError:  # not Linux
+        lines = []
+    for name, *value in map(str.split, lines):
+        if name in fields:
+            found[fields[name]] = round(int(value[0]) / 1024, 1)  # kB
+    return found
 
 
 def _lists(values: np.ndarray, rec: np.ndarray, records: int):

@@ -142,13 +142,15 @@ class Neighbourhoods:
 
 
 def grow(customers: Adjacency, merchants: Adjacency, seed_shard: np.ndarray, seed_row: np.ndarray,
-         seed_gid: np.ndarray, fanouts: Sequence[int], seed: int = 0, epoch: np.ndarray | int = 0) -> Neighbourhoods:
-    """The neighbourhood of each customer seed (record r: seed r, drawn at ``epoch[r]``), see the module docstring.
-    A seed may repeat (two epochs of one customer are two records)."""
+         seed_gid: np.ndarray, fanouts: Sequence[int], seed: int = 0, epoch: np.ndarray | int = 0,
+         seed_side: int = CUSTOMER) -> Neighbourhoods:
+    """The neighbourhood of each seed (record r: seed r, drawn at ``epoch[r]``), see the module docstring; the seeds
+    are customers, or merchants with ``seed_side`` :data:`MERCHANT` (hop 1 then reaches customers). A seed may repeat
+    (two epochs of one customer are two records)."""
     n = len(seed_gid)
     epoch = np.broadcast_to(np.asarray(epoch, dtype=np.int64), (n,))
     sides = [_Side(customers, n), _Side(merchants, n)]
-    sides[CUSTOMER].add(np.arange(n), seed_gid, seed_shard, seed_row, 0)
+    sides[seed_side].add(np.arange(n), seed_gid, seed_shard, seed_row, 0)
     edges: list[list[tuple]] = [[], []]
     for hop, fanout in enumerate(fanouts, start=1):
         drawn = [sides[s].draw(fanout, seed, epoch, hop, s) for s in (CUSTOMER, MERCHANT)]
@@ -241,7 +243,8 @@ class Collated:
 def to_subgraph(hoods: Neighbourhoods, weight_into_customers: np.ndarray | None = None,
                 weight_into_merchants: np.ndarray | None = None) -> Collated:
     """The records as one :class:`Subgraph`: the disjoint union, nodes by (hop, record, local order), edges by (hop,
-    record, drawn order), seeds first; the weights are aligned with the flat edges."""
+    record, drawn order), seeds first (the records' customer seeds, then on the merchant side their merchant seeds);
+    the weights are aligned with the flat edges."""
     hops = hoods.depth + 1
     customer_rows, customer_batch, customers_per_hop = _hop_major(hoods.customers.rec, hoods.customers.hop, hops)
     merchant_rows, merchant_batch, merchants_per_hop = _hop_major(hoods.merchants.rec, hoods.merchants.hop, hops)
@@ -258,8 +261,8 @@ def to_subgraph(hoods: Neighbourhoods, weight_into_customers: np.ndarray | None 
     m2c = edges(hoods.into_customers, m_start, merchant_batch, c_start, customer_batch, weight_into_customers)
     c2m = edges(hoods.into_merchants, c_start, customer_batch, m_start, merchant_batch, weight_into_merchants)
     sub = Subgraph(torch.from_numpy(hoods.customers.gid[customer_rows]), torch.from_numpy(hoods.merchants.gid[merchant_rows]),
-                   m2c[1], c2m[1], m2c[2], c2m[2], hoods.records, 0, customers_per_hop, merchants_per_hop, m2c[3],
-                   c2m[3])
+                   m2c[1], c2m[1], m2c[2], c2m[2], customers_per_hop[0], merchants_per_hop[0], customers_per_hop,
+                   merchants_per_hop, m2c[3], c2m[3])
     return Collated(sub, customer_rows, merchant_rows, m2c[0], c2m[0])
 
 
@@ -276,13 +279,14 @@ def _starts(rec: np.ndarray, records: int) -> np.ndarray:
 
 
 def sample_keyed(graph: BipartiteGraph, customer_keys: np.ndarray, merchant_keys: np.ndarray,
-                 customer_seeds: torch.Tensor | np.ndarray, fanouts: Sequence[int], seed: int = 0,
-                 epoch: int | np.ndarray = 0) -> Subgraph:
-    """The in-memory batch of the records of ``customer_seeds`` (:func:`grow` on the whole graph, then
-    :func:`to_subgraph`) at ``epoch`` (one, or one per seed): what the records of these seeds give, read back."""
-    seeds = np.asarray(customer_seeds, dtype=np.int64)
+                 seeds: torch.Tensor | np.ndarray, fanouts: Sequence[int], seed: int = 0,
+                 epoch: int | np.ndarray = 0, seed_side: int = CUSTOMER) -> Subgraph:
+    """The in-memory batch of the records of ``seeds`` (customers, or merchants with ``seed_side`` :data:`MERCHANT`;
+    :func:`grow` on the whole graph, then :func:`to_subgraph`) at ``epoch`` (one, or one per seed): what the records
+    of these seeds give, read back."""
+    seeds = np.asarray(seeds, dtype=np.int64)
     hoods = grow(WholeAdjacency.of(graph, CUSTOMER, customer_keys), WholeAdjacency.of(graph, MERCHANT, merchant_keys),
-                 np.zeros_like(seeds), seeds, seeds, fanouts, seed, epoch)
+                 np.zeros_like(seeds), seeds, seeds, fanouts, seed, epoch, seed_side)
     weights = [None if w is None else w.numpy()[e.position]
                for w, e in ((graph.merchant_of_weight, hoods.into_customers),
                             (graph.customer_of_weight, hoods.into_merchants))]

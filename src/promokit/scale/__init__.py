@@ -10,6 +10,7 @@ _EXPORTS = {
     "make_executor": "promokit.scale.executor",
     "LocalExecutor": "promokit.scale.executor",
     "RayExecutor": "promokit.scale.executor",
+    "ProcessGroupExecutor": "promokit.scale.process_group",
 }
 
 __all__ = list(_EXPORTS)

@@ -31,6 +31,7 @@ import torch
 from promokit.data.errors import DataError
 from promokit.scale.executor import RETRIES
 from promokit.training.device import CPU, ddp_backend, resolve_device
+from promokit.training.process_group import ProcessGroupComm
 from promokit.training.shard_loop import fresh_checkpoint_dir, run_shard
 from promokit.training.shards import TrainJob
 from promokit.training.trainer import CHECKPOINT, History, latest_state
@@ -102,50 +103,16 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
     return net, history
 
 
-class _RayWorker:
-    """The communicator of one worker of a Ray Train run (:func:`promokit.training.trainer.train_epochs`): DDP over
-    the process group Ray Train set up (gloo; NCCL with ``gpu``, each worker on the GPU Ray Train gave it),
-    checkpoints reported to Ray Train by rank 0; a run with no Ray Train checkpoint yet starts from ``initial`` (a run
-    begun in this process), if any."""
-
-    interactive = False
+class _RayWorker(ProcessGroupComm):
+    """The communicator of one worker of a Ray Train run: DDP over the process group Ray Train set up (gloo; NCCL
+    with ``gpu``, each worker on the GPU Ray Train gave it), checkpoints reported to Ray Train by rank 0; a run with
+    no Ray Train checkpoint yet starts from ``initial`` (a run begun in this process), if any."""
 
     def __init__(self, initial: dict | None = None, gpu: bool = False):
-        import ray.train
         import ray.train.torch
 
-        context = ray.train.get_context()
-        self.rank, self.world = context.get_world_rank(), context.get_world_size()
+        super().__init__(ray.train.torch.get_device() if gpu else CPU)
         self.initial = initial
-        self.device = ray.train.torch.get_device() if gpu else CPU
-
-    def wrap(self, net):
-        from torch.nn.parallel import DistributedDataParallel
-
-        if self.world == 1:
-            return net
-        return DistributedDataParallel(net, device_ids=[self.device] if self.device.type == "cuda" else None)
-
-    def sum(self, values: list[float]) -> list[float]:
-        import torch.distributed as dist
-
-        tensor = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(tensor)
-        return tensor.tolist()
-
-    def gather(self, obj) -> list | None:
-        import torch.distributed as dist
-
-        out = [None] * self.world if self.rank == 0 else None
-        dist.gather_object(obj, out, dst=0)
-        return out
-
-    def broadcast(self, obj):
-        import torch.distributed as dist
-
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
 
     def load(self) -> dict | None:
         import ray.train

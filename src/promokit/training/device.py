@@ -127,6 +127,28 @@ def device_scope(device: torch.device):
     return contextlib.nullcontext() if device.type == "cpu" else torch.device(device)
 
 
+def on_cpu():
+    """A context in which the tensors code creates are made on the CPU whatever :func:`device_scope` the block runs
+    in: for the code that reads and assembles batches, which then move to the network's device whole
+    (:func:`to_device`). Nothing where the CPU is the default device already."""
+    return contextlib.nullcontext() if torch.get_default_device().type == "cpu" else torch.device("cpu")
+
+
+_END = object()
+
+
+def made_on_cpu(items):
+    """The items of the iterable ``items`` (e.g. a generator of batches), each made under :func:`on_cpu`."""
+    with on_cpu():
+        iterator = iter(items)
+    while True:
+        with on_cpu():
+            item = next(iterator, _END)
+        if item is _END:
+            return
+        yield item
+
+
 @contextlib.contextmanager
 def running_on(net: nn.Module, device: torch.device):
     """Run ``net`` on ``device`` (:func:`resolve_device`) for the block: the network placed there (:func:`place`),

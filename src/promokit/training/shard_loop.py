@@ -21,6 +21,7 @@ import torch
 
 from promokit.data.errors import DataError
 from promokit.training.batches import stream_batches
+from promokit.training.device import on_cpu
 from promokit.training.seed import seed_everything
 from promokit.training.shards import TrainJob
 from promokit.training.trainer import History, LocalComm, predict, train_epochs, validation_record
@@ -80,7 +81,8 @@ class ShardBatches:
         estimator = self.job.estimator
         pieces = []
         for segment in self.job.valid[self.rank]:
-            tensors = self.job.valid_rows.load(estimator, segment)
+            with on_cpu():
+                tensors = self.job.valid_rows.load(estimator, segment)
             outputs = predict(net, tensors, estimator.train_config.eval_batch_size)
             pieces.append((outputs, {k: v for k, v in tensors.items() if k in net.labels}))
         return gathered_record(net, comm, pieces, estimator.validation_metrics)

@@ -44,7 +44,7 @@ from promokit.data.io import atomic_path
 from promokit.metrics import auc
 from promokit.training.batches import Batch, iterate_batches, n_rows
 from promokit.training.config import TrainConfig
-from promokit.training.device import net_device, resolve_device, running_on, to_cpu, to_device
+from promokit.training.device import made_on_cpu, net_device, on_cpu, resolve_device, running_on, to_cpu, to_device
 from promokit.training.logistic import solve_wide
 from promokit.training.optim import LazyWeightDecay, make_optimizers
 from promokit.training.threads import training_threads
@@ -291,7 +291,8 @@ def _train_epoch(net: nn.Module, forward, optimizers, batches, config: TrainConf
     device = net_device(net)
     set_epoch_lr(optimizers, config, epoch)
     generator = seed_epoch(config, epoch, comm.rank)
-    epoch_batches = batches.train(generator, epoch)
+    with on_cpu():  # batches are read and assembled on the CPU, then moved whole
+        epoch_batches = made_on_cpu(batches.train(generator, epoch))
     task = progress.add_task(f"epoch {epoch + 1}/{config.epochs}", total=batches.steps, loss="") if progress else None
     started = time.perf_counter()
     total, seen = torch.zeros(()), 0

@@ -29,7 +29,7 @@ import torch
 from promokit.data.parts import part_name
 from promokit.nn.graph_records import read_records
 from promokit.training.batches import iterate_batches, stream_batches
-from promokit.training.device import net_device, to_cpu, to_device
+from promokit.training.device import made_on_cpu, net_device, on_cpu, to_cpu, to_device
 from promokit.training.shard_loop import gathered_record
 from promokit.training.shards import TrainJob
 from promokit.value.inputs import GraphBatch
@@ -126,12 +126,15 @@ class RecordedBatches:
         device, estimator = net_device(net), self.job.estimator
         pieces = []
         for segment in self.job.valid[self.rank]:
-            tensors = self.job.valid_rows.load(estimator, segment)
-            records = {0: self._records(segment[0], 0)}
+            with on_cpu():
+                tensors = self.job.valid_rows.load(estimator, segment)
+                records = {0: self._records(segment[0], 0)}
+                rows = {**tensors, CHUNK: torch.zeros(len(tensors["user_row"]), dtype=torch.long)}
+                size = estimator.train_config.eval_batch_size
+                batches = (graph_batch(b, records) for b in iterate_batches(rows, size))
             outputs: dict[str, list] = {}
-            for batch in iterate_batches({**tensors, CHUNK: torch.zeros(len(tensors["user_row"]), dtype=torch.long)},
-                                         estimator.train_config.eval_batch_size):
-                for name, value in to_cpu(net(to_device(graph_batch(batch, records), device))).items():
+            for batch in made_on_cpu(batches):
+                for name, value in to_cpu(net(to_device(batch, device))).items():
                     outputs.setdefault(name, []).append(value)
             pieces.append(({k: torch.cat(v) for k, v in outputs.items()},
                            {k: v for k, v in tensors.items() if k in net.labels}))

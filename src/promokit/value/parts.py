@@ -64,7 +64,7 @@ from promokit.data.part_keys import check_unique_keys
 from promokit.data.part_scoring import PartScore, part_score
 from promokit.data.parts import naming, parquet, part_name, read_part
 from promokit.data.spec import FeatureSpec, require_columns
-from promokit.data.uris import as_path, begin_parts, finish_parts, is_uri, scratch_dir
+from promokit.data.uris import as_path, begin_parts, finish_parts, is_uri, local_dir, scratch_dir
 from promokit.value.contract import TIME, USER, ValueTables, parse_times
 from promokit.value.leaks import warn_leaks, warn_validation_leak
 from promokit.value.part_tables import USER_KEYED, ValuePart, dataset_parts, read_part_tables
@@ -284,9 +284,12 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
     (``graph_draws`` neighbourhoods per user, :mod:`promokit.value.graph_training`) in a folder beside
     ``checkpoint_dir`` (or the scratch folder), removed after training. Returns the deliveries per role
     (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels). ``types``: the
-    types of inferred features (:func:`~promokit.value.contract.check_tables`)."""
+    types of inferred features (:func:`~promokit.value.contract.check_tables`). The parts may be URIs,
+    ``checkpoint_dir`` and ``scratch`` not (a one-line error)."""
     from promokit.training.shards import wide_over_parts
 
+    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
+    scratch = local_dir(scratch, "scratch")
     wide_over_parts(estimator.model_params)
     if not estimator.is_neural:
         raise DataError(f"model {estimator.model!r} boosts its trees on the whole training table in one process, so "

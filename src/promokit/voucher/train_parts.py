@@ -50,7 +50,9 @@ from promokit.data.encoders import NumericEncoder, combine_moments
 from promokit.data.ids import id_hashes
 from promokit.data.leakage import validation_leak_warning
 from promokit.data.parts import read_part
+from promokit.data.uris import local_dir
 from promokit.training import TrainConfig, auc_metric, take
+from promokit.training.device import on_cpu
 from promokit.training.shards import TrainJob, summed_time_counts, time_counts, wide_over_parts
 from promokit.voucher.contract import VoucherTables, check_tables
 from promokit.voucher.graph import SCHEMA_COLUMNS, UVGStore, voucher_terms
@@ -163,11 +165,14 @@ class PartStores:
         return torch.from_numpy(picked), torch.from_numpy(position.reshape(-1))
 
     def batch(self, rows, zones: tuple[str, ...] | None = None):
-        """:meth:`UVGStore.batch` over the parts: each run of rows of one part batched by its store, joined in order."""
+        """:meth:`UVGStore.batch` over the parts: each run of rows of one part batched by its store, joined in order,
+        on the CPU (the network moves the batch to its device)."""
         parts, local = self._split(rows)
         starts = np.flatnonzero(np.diff(parts, prepend=-1)) if len(parts) else np.zeros(0, np.int64)
-        runs = [self._store(int(parts[s])).batch(local[s:e], zones) for s, e in zip(starts, [*starts[1:], len(parts)])]
-        return runs[0] if len(runs) == 1 else _join(runs)
+        with on_cpu():
+            runs = [self._store(int(parts[s])).batch(local[s:e], zones)
+                    for s, e in zip(starts, [*starts[1:], len(parts)])]
+            return runs[0] if len(runs) == 1 else _join(runs)
 
 
 def _join(batches: list):
@@ -268,8 +273,11 @@ def train_parts(model, sessions: Path, events: Path | None, items: Path, voucher
     workers. ``validation``: None (the latest 10 % of the sessions not held out), a fraction or a time;
     ``checkpoint_dir`` / ``resume`` as in :meth:`VoucherModel.fit` (the pre-training is not checkpointed: a resumed
     run pre-trains again, then continues from the checkpoint); ``scratch``: a folder for the users' hashes. The
-    model comes back fitted, as :meth:`VoucherModel.fit` leaves it."""
+    parts may be URIs, ``checkpoint_dir`` and ``scratch`` not (a one-line error). The model comes back fitted, as
+    :meth:`VoucherModel.fit` leaves it."""
     check_trains_over_parts(model)
+    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
+    scratch = local_dir(scratch, "scratch")
     model._configure()
     wide_over_parts(model.model_params)
     job, vocabulary = _plan(model, Source(tuple(pair_parts(sessions, events)), items, voucher_items, options),

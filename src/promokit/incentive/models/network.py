@@ -144,11 +144,17 @@ class IncentiveNet(nn.Module):
         x_m = self._node_features(inputs.merchants, sub.merchants, self.merchant_features)
         return self.gnn(x_c, x_m, sub)
 
-    def _record_states(self, record) -> NodeStates:
+    def _record_states(self, record, merchant_record=None) -> NodeStates:
         """GNN states of a :class:`~promokit.incentive.record_batches.RecordBatch`'s seeds, on the sampled
-        neighbourhoods the records hold (training or not)."""
-        return self.gnn(self.node_features("customer", record.customers),
-                        self.node_features("merchant", record.merchants), record.sub)
+        neighbourhoods the records hold (training or not); with ``merchant_record`` (a batch of merchant seeds'
+        records), the merchants' states are its seeds'."""
+        states = self.gnn(self.node_features("customer", record.customers),
+                          self.node_features("merchant", record.merchants), record.sub)
+        if merchant_record is None:
+            return states
+        merchants = self.gnn(self.node_features("customer", merchant_record.customers),
+                             self.node_features("merchant", merchant_record.merchants), merchant_record.sub)
+        return NodeStates(states.customers, merchants.merchants)
 
     @torch.no_grad()
     def _all_states(self) -> NodeStates:
@@ -181,8 +187,8 @@ class IncentiveNet(nn.Module):
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         is_customer = batch["customer"].bool()
         nodes = batch["node"]
-        if "record" in batch:  # customers with their neighbourhoods read from training records
-            states = self._record_states(batch["record"])
+        if "record" in batch:  # seeds with their neighbourhoods read from training records
+            states = self._record_states(batch["record"], batch.get("merchant_record"))
         else:
             states = self._represent(nodes[is_customer], nodes[~is_customer])
         customer = self.heads("customer", states.customers)
