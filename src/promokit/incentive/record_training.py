@@ -51,7 +51,8 @@ LABELS = ("node", "customer", "level", "label")
 class RecordParts:
     """The records parts of one folder (``name``: the argument it came from, for errors), checked against the
     network's fanouts and its input ``widths`` (:func:`input_widths`): their row groups and how many records of each
-    draw each holds. Pickles as its folder and counts; the files open where they are read."""
+    draw each holds. Pickles as its folder and counts; a file is opened for each read and closed after it (a
+    ``ParquetFile`` kept open holds buffers of what it read: a worker's heap then grew with the number of files)."""
 
     def __init__(self, folder: str | os.PathLike, name: str, fanouts: list[int], widths: dict[str, int]):
         folder = Path(folder)
@@ -59,9 +60,17 @@ class RecordParts:
         if not self.paths:
             raise DataError(f"{name}: no records parts (part-*.parquet) in {folder}; write them with "
                             "promokit.incentive.records.write_records")
-        meta = _meta(self.files[0])
-        for path, file in zip(self.paths, self.files):
-            written = _meta(file)["fanouts"]
+        import pyarrow.parquet as pq
+
+        metas, row_groups = [], []
+        for path in self.paths:
+            file = pq.ParquetFile(path)
+            metas.append(_meta(file))
+            row_groups.append(file.num_row_groups)
+            file.close()
+        meta = metas[0]
+        for path, file_meta in zip(self.paths, metas):
+            written = file_meta["fanouts"]
             if list(written) != list(fanouts):
                 raise DataError(f"{name}: {path} holds records drawn with fanouts {written}, but the model's fanouts "
                                 f"are {list(fanouts)}; write the records with the model's fanouts")
@@ -70,7 +79,7 @@ class RecordParts:
             raise DataError(f"{name}: {self.paths[0]} holds inputs of widths {written}, but the model's encoders give "
                             f"{widths}; write the records with the model's encoders")
         self.draws = [int(d) for d in meta["draws"]]
-        self.groups = [(f, g) for f in range(len(self.files)) for g in range(self.files[f].num_row_groups)]
+        self.groups = [(f, g) for f, count in enumerate(row_groups) for g in range(count)]
         draws = [self._group(k, ["draw"]).column("draw").to_numpy() for k in range(len(self.groups))]
         self.sizes = np.array([[np.sum(d == draw) for draw in self.draws] for d in draws]).reshape(-1, len(self.draws))
         self.seeds = int(self.sizes[:, 0].sum()) if len(self.groups) else 0
@@ -78,25 +87,19 @@ class RecordParts:
             raise DataError(f"{name}: the {len(self.paths)} records parts in {folder} hold no records (no labelled "
                             "customer)")
 
-    @property
-    def files(self) -> list:
-        if getattr(self, "_files", None) is None:
-            import pyarrow.parquet as pq
-
-            self._files = [pq.ParquetFile(p) for p in self.paths]
-        return self._files
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_files"}
-
     def _group(self, k: int, columns: list[str] | None = None):
+        import pyarrow.parquet as pq
+
         f, g = self.groups[k]
-        return self.files[f].read_row_group(g, columns=columns)
+        with pq.ParquetFile(self.paths[f]) as file:
+            return file.read_row_group(g, columns=columns)
 
     def customer_ids(self) -> np.ndarray:
         """The seeds' ids (one column read part by part)."""
-        return np.unique(np.concatenate([f.read(columns=[CUSTOMER]).column(CUSTOMER).to_numpy(zero_copy_only=False)
-                                         for f in self.files]))
+        import pyarrow.parquet as pq
+
+        return np.unique(np.concatenate([pq.read_table(p, columns=[CUSTOMER]).column(CUSTOMER)
+                                         .to_numpy(zero_copy_only=False) for p in self.paths]))
 
     def shards(self, draw_index: int, workers: int, pad: bool) -> list[list[Segment]]:
         """The records of draw ``draws[draw_index]`` cut into ``workers`` contiguous ranges
