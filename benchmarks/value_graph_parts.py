@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from promokit.experiments.value.world import USER_KEYED, make_world, write_world_parts
+from promokit.experiments.value.world import make_world, write_world_folders
 from promokit.scale.executor import make_executor
 from promokit.training import TrainConfig
 from promokit.value import graph_records
@@ -42,16 +42,8 @@ PARAMS = {"expert_hidden": [64], "expert_dim": 32, "tower_hidden": [16], "emb_di
 
 def write_dataset(users: int, parts: int, root: Path):
     """The world in ``parts`` equal parts under ``root/parts`` and as one folder under ``root/whole``."""
-    import pandas as pd
-
-    world = make_world(users, seed=0)
     sizes = [users // parts + (k < users % parts) for k in range(parts)]
-    write_world_parts(world, root / "parts", sizes)
-    (root / "whole").mkdir()
-    for name in USER_KEYED:
-        pd.concat([pd.read_parquet(p) for p in sorted((root / "parts" / name).glob("*.parquet"))],
-                  ignore_index=True).to_parquet(root / "whole" / f"{name}.parquet", index=False)
-    world.funds.to_parquet(root / "whole" / "funds.parquet", index=False)
+    write_world_folders(make_world(users, seed=0), root, sizes)
 
 
 def main() -> None:

@@ -188,14 +188,8 @@ def write_parts(table: pd.DataFrame, folder: Path, sizes: list[int]) -> Path:
 
 
 def write_value_parts(world, root: Path, part_users: list[int]) -> Path:
-    """A value ``world`` as a dataset in parts, ``root/parts`` (:func:`promokit.experiments.value.world.write_world_parts`),
-    and as the one-folder dataset it means, ``root/whole`` (each user-keyed table its parts concatenated)."""
-    from promokit.experiments.value.world import USER_KEYED, write_world_parts
+    """A value ``world`` as a dataset in parts, ``root/parts``, and as the one-folder dataset it means, ``root/whole``
+    (:func:`promokit.experiments.value.world.write_world_folders`)."""
+    from promokit.experiments.value.world import write_world_folders
 
-    write_world_parts(world, root / "parts", part_users)
-    (root / "whole").mkdir()
-    for name in USER_KEYED:
-        pd.concat([pd.read_parquet(p) for p in sorted((root / "parts" / name).glob("*.parquet"))],
-                  ignore_index=True).to_parquet(root / "whole" / f"{name}.parquet", index=False)
-    world.funds.to_parquet(root / "whole" / "funds.parquet", index=False)
-    return root
+    return write_world_folders(world, root, part_users)

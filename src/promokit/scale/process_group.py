@@ -11,6 +11,7 @@ records are written first (by one process or on Ray) and read by every worker fr
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 
@@ -56,10 +57,9 @@ class ProcessGroupExecutor:
                 raise DataError(f"executor: no torch.distributed process group and {', '.join(missing)} unset; "
                                 "launch with torchrun or call torch.distributed.init_process_group first")
             dist.init_process_group(backend=ddp_backend(device), device_id=device if device.type == "cuda" else None)
-        if dist.get_rank() == 0:
-            fresh_checkpoint_dir(checkpoint_dir, resume)
+        folder = fresh_checkpoint_dir(checkpoint_dir, resume) if dist.get_rank() == 0 else \
+            (Path(checkpoint_dir) if checkpoint_dir is not None else None)  # emptied by rank 0 alone
         dist.barrier()
-        folder = fresh_checkpoint_dir(checkpoint_dir, resume=True)  # the path, emptied by rank 0 alone
         return run_shard(job, ProcessGroupComm(device, folder, resume))
 
     def release(self) -> None:

@@ -441,6 +441,20 @@ def write_world_parts(world: ValueWorld, out_dir: str | os.PathLike, part_users:
     return out
 
 
+def write_world_folders(world: ValueWorld, root: str | os.PathLike, part_users: list[int]) -> Path:
+    """``world`` as a dataset in parts, ``root/parts`` (:func:`write_world_parts`), and as the one-folder dataset it
+    means, ``root/whole`` (each user-keyed table its parts concatenated): the same data both ways, for comparing
+    training over parts with training on one folder."""
+    root = Path(root)
+    write_world_parts(world, root / "parts", part_users)
+    for name in USER_KEYED:
+        whole = pd.concat([pd.read_parquet(p) for p in sorted((root / "parts" / name).glob("*.parquet"))],
+                          ignore_index=True)
+        write_parquet(whole, root / "whole" / f"{name}.parquet")
+    write_parquet(world.funds, root / "whole" / "funds.parquet")
+    return root
+
+
 def write_synthetic(out_dir: str | os.PathLike, n_users: int = 20_000, n_funds: int = 8,
                     deliveries_per_user: float = 5.0, seed: int = 0) -> tuple[ValueWorld, dict[str, Path]]:
     """``promokit value synth``: the world of :func:`make_world` written by :func:`write_world`, with
