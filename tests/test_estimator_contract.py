@@ -103,7 +103,7 @@ def test_train_settings_given_as_a_dict_replace_only_those_of_the_domain_default
     settings = {"epochs": 1, "progress": False}
     model = ConversionModel("esmm", train=settings)
     assert model.train_config == replace(DEFAULT_TRAIN, epochs=1, progress=False)
-    assert clone(model).train == settings
+    assert clone(model).train_config == model.train_config == model.get_params()["train"]
     for train, message in (({"epoch": 2}, r"^train: no setting 'epoch'; the settings are \['epochs'"),
                            ({"batch_size": 0}, r"^train: batch_size must be a whole number ≥ 1, got 0$"),
                            ({"lr": float("nan")}, r"^train: lr must be a finite number > 0, got nan$"),

@@ -67,7 +67,7 @@ from promokit.training.seed import seed_everything
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
 #: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
-PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2)
+PAPER_TRAIN = TrainConfig(epochs=10, batch_size=1000, lr=5e-4, patience=2, embedding_decay=0.0, decay_rows=0)
 #: What can pick the epoch on the validation rows: the loss, or an AUC (output, label, rows given).
 MONITORS = {"loss": None, "ctr_auc": ("p_ctr", "click", None), "cvr_auc": ("p_cvr", "purchase", "click"),
             "ctcvr_auc": ("p_ctcvr", "purchase", None)}

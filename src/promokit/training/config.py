@@ -3,14 +3,18 @@ domain's defaults in ``--help`` without loading torch."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass
 class TrainConfig:
     """Optimisation settings; the defaults are ESM²'s Table 2 (Adam, lr 0.0005, batch 1000).
+
+    A config remembers which settings its constructor was given (:meth:`given`): an estimator merges exactly those
+    over its domain's defaults (:meth:`over`), so ``TrainConfig(epochs=3)`` changes the epochs and nothing else.
 
     ``weight_decay`` is decoupled L2 on the dense parameters (AdamW); ``embedding_decay`` the same on the rows
     of sparse embedding tables, applied lazily to the rows a batch touches (:class:`LazyWeightDecay`).
@@ -45,6 +49,17 @@ class TrainConfig:
     decay_rows: int = 0
     device: str = "auto"
 
+    def given(self) -> dict:
+        """The settings this config's constructor was given, by name (``TrainConfig(epochs=3).given()`` is
+        ``{"epochs": 3}``); a config made by :func:`dataclasses.replace` or :meth:`loaded` was given every one."""
+        return {name: getattr(self, name) for name in self.to_dict() if name in self._given}
+
+    def over(self, defaults: TrainConfig) -> TrainConfig:
+        """``defaults`` with the settings this config was given, as a new config given every setting; ``self`` when
+        it was given every setting already (a merged config merges into itself, as scikit-learn's ``clone``
+        requires)."""
+        return self if len(self._given) == len(fields(self)) else replace(defaults, **self.given())
+
     @classmethod
     def loaded(cls, saved: Mapping) -> TrainConfig:
         """The settings a model directory recorded, with the device ``auto``: a model trained on one device runs on
@@ -62,6 +77,20 @@ class TrainConfig:
         return (TrainConfig(**{**self.to_dict(), **{k: v for k, v in params.items() if k in names}}),
                 {k: v for k, v in params.items() if k not in names})
 
+
+def _recording_given(init):
+    """The dataclass's ``__init__``, recording the names of the settings it is given (:meth:`TrainConfig.given`)."""
+    names = [f.name for f in fields(TrainConfig)]
+
+    def __init__(self, *args, **kwargs):
+        self._given = frozenset(names[:len(args)]) | frozenset(kwargs)
+        init(self, *args, **kwargs)
+
+    __init__.__doc__, __init__.__signature__ = init.__doc__, inspect.signature(init)
+    return __init__
+
+
+TrainConfig.__init__ = _recording_given(TrainConfig.__init__)
 
 #: The forms of the ``device`` setting, for messages.
 DEVICE_FORMS = "'auto', 'cpu', 'cuda' or 'cuda:<n>'"

@@ -1,8 +1,9 @@
 """The contract every model of every domain follows, with scikit-learn's habits.
 
-An estimator is constructed from its parameters, stored exactly as given (so :func:`sklearn.base.clone`,
-pipelines and search tools work), and checked once by :meth:`Estimator._configure`, which derives what they
-imply. ``fit(data, *, validation=…)`` returns the estimator; ``predict(data)`` a DataFrame of the data's keys and
+An estimator is constructed from its parameters, stored exactly as given, and checked once by
+:meth:`Estimator._configure`, which derives what they imply; ``get_params`` shows the training settings as the model
+will use them (the user's over the domain's defaults), so :func:`sklearn.base.clone`, pipelines and search tools
+rebuild the same model. ``fit(data, *, validation=…)`` returns the estimator; ``predict(data)`` a DataFrame of the data's keys and
 named outputs; ``evaluate(data)`` an :class:`Evaluation`; ``save(path)`` writes a model directory and
 ``load(path)`` reads one back. ``data`` is the domain's own contract: a table, or a named set of tables.
 """
@@ -88,6 +89,18 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
         """Check the parameters (a one-line error naming the argument and its value) and derive what they imply.
         Never modifies a parameter."""
 
+    #: Parameters that :meth:`_configure` resolves against the domain's defaults, by the attribute holding what they
+    #: resolve to: :meth:`get_params` shows what the model will use (``train``: every training setting, the user's
+    #: over the domain's), and constructing from that gives the same model, so :func:`sklearn.base.clone` works.
+    resolved_params = {"train": "train_config"}
+
+    def get_params(self, deep: bool = True) -> dict:
+        params = super().get_params(deep)
+        for name, attribute in self.resolved_params.items():
+            if name in params and hasattr(self, attribute):
+                params[name] = getattr(self, attribute)
+        return params
+
     def set_params(self, **params) -> Estimator:
         old = self.get_params(deep=False)
         super().set_params(**params)
@@ -140,8 +153,10 @@ def check_same_data(holdout: dict | None, n: int, what: str) -> None:
 def check_common_params(model: str, params, train, *, models: Mapping, monitors: Mapping,
                         default_train: TrainConfig) -> TrainConfig:
     """The checks every estimator makes of its ``model`` (a name of ``models``), ``params`` (a mapping or None) and
-    ``train``; returns the TrainConfig to use: ``train`` itself, the domain's ``default_train`` when it is None, or
-    ``default_train`` with the settings of a mapping replaced (``train={"epochs": 3, "progress": False}``). Its
+    ``train``; returns the TrainConfig to use: ``default_train`` with the settings ``train`` sets replaced and every
+    other kept, whether ``train`` is a mapping (``train={"epochs": 3, "progress": False}``) or a TrainConfig
+    (``TrainConfig(epochs=3)``: the settings its constructor was given, :meth:`TrainConfig.over`); a copy of
+    ``default_train`` when it is None. Its
     ``monitor`` must be one of ``monitors``, its ``device`` one this machine has
     (:func:`~promokit.training.device.resolve_device`)."""
     if model not in models:
@@ -154,9 +169,12 @@ def check_common_params(model: str, params, train, *, models: Mapping, monitors:
         if unknown:
             raise DataError(f"train: no setting {unknown[0]!r}; the settings are {settings}")
         train = replace(default_train, **train)
-    elif train is not None and not isinstance(train, TrainConfig):
+    elif isinstance(train, TrainConfig):
+        train = train.over(default_train)
+    elif train is None:
+        train = replace(default_train)
+    else:
         raise DataError(f"train must be a TrainConfig, a dict of its settings or None, got {type(train).__name__}")
-    train = train or default_train
     for name, least in (("epochs", 0), ("batch_size", 1)):  # 0 epochs: the network as initialised
         value = getattr(train, name)
         if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < least:
