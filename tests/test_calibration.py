@@ -15,6 +15,7 @@ from promokit.metrics import (
     calibration_table,
     calibration_warning,
     expected_calibration_error,
+    worst_first,
 )
 
 
@@ -48,6 +49,23 @@ def test_calibration_by_group_in_key_order():
     assert np.isnan(table["ratio"].iloc[0]) and table["ratio"].iloc[1] == pytest.approx(0.3)
     unkeyed = calibration_by([0.1, 0.2, 0.3], [0, 1, 1], pd.Series(["a", None, None]))
     assert unkeyed["rows"].tolist() == [1, 2] and unkeyed["group"].isna().tolist() == [False, True]
+    np.testing.assert_allclose(table["ece"], [0.35, 0.45])  # one row per bin: a off by 0.4, 0.3; b by 0.1, 0.8
+
+
+def test_the_report_lists_the_worst_group_first_with_its_ece_and_new_groups():
+    p = np.r_[np.full(10, 0.1), np.full(10, 0.1), np.full(10, 0.1), np.full(10, 0.1)]
+    y = np.r_[np.ones(1), np.zeros(9),   # ratio 1
+              np.ones(4), np.zeros(6),   # predicted a quarter of the observed: ratio 0.25
+              np.zeros(10),              # nothing observed: no ratio
+              np.ones(2), np.zeros(8)]   # ratio 0.5
+    groups = np.repeat(["fine", "quarter", "none", "half"], 10)
+    report = calibration_report(p, y, "p", groups=groups, by="campaign", bins=1, new_groups=["half", "elsewhere"])
+    table = report.tables["calibration_by_campaign"]
+    assert table["campaign"].tolist() == ["quarter", "half", "fine", "none"] and table["rows"].tolist() == [10] * 4
+    np.testing.assert_allclose(table["ece"], [0.3, 0.1, 0.0, 0.1], atol=1e-12)
+    assert table["new"].tolist() == [False, True, False, False]
+    high = worst_first(calibration_by([0.4, 0.1, 0.0], [0.1, 0.2, 0.3], ["4x high", "2x low", "zero"]))
+    assert high["group"].tolist() == ["zero", "4x high", "2x low"]
 
 
 def test_the_warning_fires_at_seven_times_low_and_is_silent_when_calibrated():

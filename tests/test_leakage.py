@@ -1,6 +1,7 @@
 """The label-leak guard (promokit.data.leakage) and its wiring into conversion training and evaluation."""
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -9,9 +10,10 @@ import pytest
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec
-from promokit.data.leakage import LEAK_AUC, feature_auc, find_leaks, leak_warning
+from promokit.data.leakage import LEAK_AUC, SUSPECT_AUC, Leak, feature_auc, find_leaks, leak_warning
 from promokit.training import TrainConfig
 
+SMOKE = Path(__file__).resolve().parents[2] / "shared" / "data" / "kuairand_pure" / "kuairand_pure_smoke_2000.parquet"
 SMALL = {"emb_dim": 4, "hidden": (16,), "dropout": 0.0}
 FAST = TrainConfig(epochs=2, batch_size=200, lr=0.01, progress=False)
 
@@ -45,6 +47,68 @@ def test_a_categorical_leak_fires_by_its_levels_label_rate_and_ids_with_few_rows
     ids = pd.Series(rng.integers(0, 5_000, len(y)))  # 4 rows per id: memorised on its rows, AUC 1 there
     assert feature_auc(ids, y, categorical=True) < 0.6
     assert feature_auc(pd.Series(-y + rng.normal(0, 0.01, len(y))), y, categorical=False) > 0.99  # either direction
+
+
+def _rare(n: int = 2000, positives: int = 5) -> tuple[pd.DataFrame, np.ndarray]:
+    """A label with a few ``positives`` among ``n`` rows, its copies and the columns that must not be called leaks."""
+    rng = np.random.default_rng(1)
+    y = np.zeros(n, dtype=int)
+    y[rng.choice(n, positives, replace=False)] = 1
+    return pd.DataFrame({
+        "copy": y, "negation": 1 - y, "spelled": np.where(y == 1, "liked", "not liked"),
+        "row_id": np.arange(n),  # a level per row: every level holds a single class, as chance would have it
+        "user_id": rng.integers(0, n // 2, n),  # about two rows per level
+        "noise": rng.normal(size=n),
+    }), y
+
+
+def test_a_copy_of_a_rare_label_is_named_whatever_the_class_counts():
+    table, y = _rare()
+    leaks = find_leaks(table, ["spelled", "row_id", "user_id"], ["copy", "negation", "noise"],
+                       {"like": (y, None)})
+    assert leaks == [Leak("spelled", "like", 1.0), Leak("copy", "like", 1.0), Leak("negation", "like", 1.0)]
+    assert "feature 'copy' alone has AUC 1.000 for like" in leak_warning(leaks)
+    table, y = _rare(positives=1)  # a single positive: a level of its own by chance once in 2,000 draws
+    assert feature_auc(table["copy"], y, categorical=True) == 1.0
+    assert np.isnan(feature_auc(table.row_id, y, categorical=True))
+    table, y = _rare(n=500, positives=1)  # once in 500 draws: chance enough
+    assert np.isnan(feature_auc(table["copy"], y, categorical=True))
+    assert np.isnan(feature_auc(table.noise.where(y == 0, 9.0), y, categorical=False))  # the maximum
+
+
+def test_a_label_with_a_single_class_gives_no_verdict():
+    table, y = _rare(positives=0)
+    assert find_leaks(table, ["spelled"], ["copy", "negation"], {"like": (y, None)}) == []
+    assert np.isnan(feature_auc(table["copy"], y, categorical=False))
+
+
+def test_a_column_short_of_a_leak_is_a_suspect_to_check_and_allow_leaky_silences_both(impressions):
+    rng = np.random.default_rng(2)
+    table = _leaky(impressions).assign(long_view=impressions.purchase + rng.normal(0, 0.55, len(impressions)))
+    clicked = table.click.to_numpy() == 1
+    labels = {"purchase": (table.purchase.to_numpy(), clicked)}
+    leaks = find_leaks(table, [], ["price", "long_view"], labels)
+    assert [(leak.feature, leak.suspect) for leak in leaks] == [("long_view", True)]
+    assert SUSPECT_AUC < leaks[0].auc < LEAK_AUC
+    assert leak_warning(leaks) == (f"check these: 'long_view' {leaks[0].auc:.3f} for purchase (alone above "
+                                   f"{SUSPECT_AUC}, short of a leak's {LEAK_AUC}: measured after the outcome? allow "
+                                   "them with `allow_leaky` long_view)")
+    both = leak_warning(find_leaks(table, [], ["watch_ratio", "long_view"], labels))
+    assert both.startswith("feature 'watch_ratio' alone has AUC 1.000 for purchase (above 0.95)")
+    assert "allow it with `allow_leaky` watch_ratio; check these: 'long_view' 0." in both
+    assert find_leaks(table, [], ["watch_ratio", "long_view"], labels, allow=["watch_ratio", "long_view"]) == []
+
+
+@pytest.mark.skipif(not SMOKE.is_file(), reason=f"no {SMOKE}")
+@pytest.mark.filterwarnings("ignore:validation auc")
+def test_fit_names_a_copy_of_kuairands_rare_like():
+    raw = pd.read_parquet(SMOKE)  # 806 clicks; 16 of them liked, too few for an AUC
+    table = raw[["user_id", "video_id", "author_id", "tab", "date", "is_click", "is_like", "watch_ratio"]]
+    spec = FeatureSpec(labels={"click": "is_click", "purchase": "is_like"}, time_key="date")
+    model = ConversionModel("lr", train={"progress": False}, spec=spec, repair_labels=True)
+    with pytest.warns(UserWarning, match=r"feature 'like' alone has AUC 1.000 for is_like \(on clicked rows\).*"
+                                         r"check these: 'watch_ratio' 0.9\d\d for is_click"):
+        model.fit(table.assign(like=raw.is_like))
 
 
 def test_the_synthetic_world_with_its_default_features_is_silent():

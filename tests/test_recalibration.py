@@ -11,6 +11,7 @@ from promokit.experiments.voucher.world import PROFILE_CATEGORICAL, make_world
 from promokit.training.recalibration import (
     METHODS,
     RECALIBRATION_FILE,
+    GroupRecalibration,
     Recalibration,
     read_recalibration,
     write_recalibration,
@@ -99,6 +100,108 @@ def test_errors_are_one_line(call, message):
 def test_unfitted_recalibration_refuses_to_apply():
     with pytest.raises(RuntimeError, match="not fitted"):
         Recalibration().apply([0.5])
+
+
+# ---- by group -------------------------------------------------------------------------------------------------
+def test_group_weight_and_shrunk_map_hand_computed():
+    """Every score 0.2; group a redeems 40 of 100, b 10 of 100 (overall 0.25). Bühlmann–Straub: σ² = (100·0.4·0.6 +
+    100·0.1·0.9) / 198 = 1/6, τ² = (2·100·0.15² − σ²) / (200 − 100) = 13/300, k = σ²/τ² = 50/13 rows, w = 26/27.
+    Prior shift maps 0.2 to each rate it saw (the base rate is the mean score, 0.2)."""
+    y = np.r_[np.ones(40), np.zeros(60), np.ones(10), np.zeros(90)]
+    groups = ["a"] * 100 + ["b"] * 100
+    fitted = GroupRecalibration("prior-shift").fit(np.full(200, 0.2), y, groups)
+    assert fitted.k == pytest.approx(50 / 13) and fitted.weight("a") == pytest.approx(26 / 27)
+    w = 26 / 27
+    np.testing.assert_allclose(fitted.apply([0.2, 0.2], ["a", "b"]), [w * 0.4 + (1 - w) * 0.25,
+                                                                       w * 0.1 + (1 - w) * 0.25])
+    assert fitted.fitted_on["groups"] == 2 and fitted.fitted_on["own_maps"] == 2
+    fixed = GroupRecalibration("prior-shift", shrinkage=50).fit(np.full(200, 0.2), y, groups)
+    assert fixed.k == 50 and fixed.weight("b") == pytest.approx(100 / 150)
+    alike = np.r_[np.ones(20), np.zeros(80), np.ones(20), np.zeros(80)]  # equal rates: τ² < 0, pooled
+    pooled = GroupRecalibration("prior-shift").fit(np.full(200, 0.2), alike, groups)
+    assert pooled.k is None and pooled.weight("a") == 0
+    np.testing.assert_allclose(pooled.apply([0.2], ["a"]), [0.2])
+
+
+@pytest.fixture(scope="module")
+def opposite():
+    """Scores p of two groups: a redeems at 1.8 p, b at p / 1.8, so a map of both is wrong for each."""
+    rng = np.random.default_rng(1)
+    p = rng.uniform(0.02, 0.3, 20_000)
+    groups = np.where(np.arange(len(p)) % 2 == 0, "a", "b")
+    y = (rng.random(len(p)) < np.where(groups == "a", 1.8 * p, p / 1.8)).astype(float)
+    return p, y, groups
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_group_maps_fix_two_groups_miscalibrated_in_opposite_directions(method, opposite):
+    p, y, groups = opposite
+    fitted = GroupRecalibration(method).fit(p, y, groups)
+    overall, by_group = fitted.overall.apply(p), fitted.apply(p, groups)
+    for group in ("a", "b"):
+        rows = groups == group
+        assert not 0.8 < overall[rows].mean() / y[rows].mean() < 1.25  # the overall map leaves each group wrong
+        assert by_group[rows].mean() / y[rows].mean() == pytest.approx(1, abs=0.05)  # prior shift: 0.96
+    assert overall.mean() == pytest.approx(y.mean(), rel=0.03)  # right on average only
+
+
+def test_a_small_group_leans_on_the_overall_map_and_unseen_or_one_outcome_groups_get_it(opposite):
+    p, y, groups = opposite
+    groups = groups.astype(object)
+    groups[:40] = "small"
+    groups[40:60] = "no redemption"
+    y = y.copy()
+    y[40:60] = 0
+    fitted = GroupRecalibration("platt", shrinkage=200).fit(p, y, groups)
+    own = fitted.groups["small"]["map"].apply(p[:40])
+    w = fitted.weight("small")
+    assert w == pytest.approx(40 / 240) and fitted.weight("a") > 0.95
+    np.testing.assert_allclose(fitted.apply(p[:40], groups[:40]), w * own + (1 - w) * fitted.overall.apply(p[:40]))
+    assert fitted.groups["no redemption"]["map"] is None and fitted.weight("no redemption") == 0
+    np.testing.assert_array_equal(fitted.apply(p[40:60], groups[40:60]), fitted.overall.apply(p[40:60]))
+    np.testing.assert_array_equal(fitted.apply(p[:5], ["new"] * 5), fitted.overall.apply(p[:5]))
+    assert fitted.new_groups(["a", "new", "later", "new"]) == {"new": 2, "later": 1}
+    assert fitted.new_groups(groups) == {}
+
+
+def test_group_keys_numpy_numbers_and_missing_ones_round_trip_through_json(opposite, tmp_path):
+    p, y, groups = opposite
+    keys = np.where(groups == "a", 27, 13).astype(object)
+    keys[:500] = None
+    keys[500:1000] = np.nan  # one group with the None keys: missing
+    fitted = GroupRecalibration("isotonic", by="campaign_id").fit(p, y, keys)
+    assert set(fitted.groups) == {27, 13, None} and fitted.groups[None]["rows"] == 1000
+    numbers = np.r_[np.full(10, np.int64(27)), np.full(10, 13.0), [np.nan]]
+    write_recalibration(tmp_path, fitted)
+    again = read_recalibration(tmp_path)
+    assert isinstance(again, GroupRecalibration) and again.by == "campaign_id" and again.k == fitted.k
+    np.testing.assert_array_equal(again.apply(p[:21], numbers), fitted.apply(p[:21], numbers))
+    np.testing.assert_array_equal(again.apply(p, keys), fitted.apply(p, keys))
+    assert again.fitted_on == json.loads(json.dumps(fitted.fitted_on)) and again.new_groups(numbers) == {}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: GroupRecalibration("beta"), "`method` must be one of isotonic, platt, prior-shift; got 'beta'"),
+    (lambda: GroupRecalibration(shrinkage=-1), "`shrinkage` must be a number of rows ≥ 0 or None; got -1"),
+    (lambda: GroupRecalibration().fit(np.full(20, 0.1), np.r_[1, np.zeros(19)], ["a"] * 19),
+     "groups must have one key per row of p; got 19 keys for 20 rows"),
+    (lambda: GroupRecalibration().fit(np.full(20, 0.1), np.r_[1, np.zeros(19)], [(1, 2)] * 20),
+     "groups: a key must be a string or a number; got tuple (1, 2)"),
+    (lambda: GroupRecalibration().fit(np.full(20, 0.1), np.zeros(20), ["a"] * 20), "needs both outcomes"),
+    (lambda: GroupRecalibration.from_dict({"method": "platt", "groups": []}), "not a group recalibration: expected"),
+    (lambda: GroupRecalibration.from_dict({"method": "platt", "k": 1.0, "groups": [{"key": 1}],
+                                           "overall": {"method": "platt", "params": {"a": 1, "b": 0}}}),
+     "each of its groups must hold key, rows and map"),
+])
+def test_group_errors_are_one_line(call, message):
+    with pytest.raises(DataError) as raised:
+        call()
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_unfitted_group_recalibration_refuses_to_apply():
+    with pytest.raises(RuntimeError, match="not fitted"):
+        GroupRecalibration().apply([0.5], ["a"])
 
 
 # ---- the voucher model ----------------------------------------------------------------------------------------

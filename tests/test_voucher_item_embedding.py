@@ -22,7 +22,8 @@ from promokit.voucher.item_embedding import co_occurrence_graph, pretrain_item_e
 #: A few seconds' worth of MetaPath2Vec on the small worlds below.
 FAST = {"dim": 8, "walk_length": 8, "context_size": 3, "walks_per_node": 2, "epochs": 2, "progress": False}
 TINY_GRAPH = {"emb_dim": 4, "hidden": [16], "dropout": 0.0, "uvg_dim": 8, "attention_units": 8, "gnn_layers": 1}
-TINY_TRAIN = TrainConfig(epochs=2, batch_size=256, lr=0.003, patience=1, progress=False)
+TINY_TRAIN = TrainConfig(epochs=2, batch_size=256, lr=0.003, patience=1, progress=False, monitor="loss",
+                         embedding_decay=0.0, decay_rows=0)
 
 
 @pytest.fixture(scope="module")

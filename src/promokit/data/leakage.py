@@ -11,17 +11,25 @@ where the label is defined (the clicked rows for a conversion), before any train
   Scored on the rows it was not learnt on, an id with a few rows per level (user_id, item_id) gains nothing from
   memorising its rows and stays near its true predictive power.
 
-Features known before the outcome stay far below :data:`LEAK_AUC`: on KuaiRand-Pure's log the best (video_id,
+An AUC needs both classes in numbers: when the rows judged hold fewer than :data:`MIN_CLASS_ROWS` of a class (a rare
+label, five likes in 2,000 rows), a feature is judged only by whether it separates the classes on every row
+(:func:`separation_auc`), so a copy of the label, or of its negation, is named whatever the class counts, unless
+chance alone would separate them as well once in a thousand draws (an id with a row per level; a single positive
+among fewer than 1,000 rows). A label with a single class gets no verdict.
+
+Features known before the outcome stay far below :data:`SUSPECT_AUC`: on KuaiRand-Pure's log the best (video_id,
 author_id, user_id) reach 0.60–0.66 for the click and the like, on the synthetic conversion world 0.65, and whole
-trained models reach 0.7–0.9. A column above 0.95 orders 95 % of the (positive, negative) pairs by itself, which a
-measurement of the outcome does: KuaiRand's play_time_ms has 0.978 for the click, and its ``like`` column 1.0 for
-``is_like``. (watch_ratio, 0.91, and long_view, 0.85, are leaks the guard misses alone; the validation AUC above
-:data:`VALIDATION_LEAK_AUC` then speaks.)
+trained models reach 0.7–0.9. A column above :data:`LEAK_AUC` (0.95) orders 95 % of the (positive, negative) pairs by
+itself, which a measurement of the outcome does: KuaiRand's play_time_ms has 0.978 for the click, and its ``like``
+column 1.0 for ``is_like``; it is called a leak. A column between :data:`SUSPECT_AUC` and :data:`LEAK_AUC` is a
+suspect, listed to be checked: KuaiRand's watch_ratio (0.92 for the click), long_view and is_positive (about 0.85).
+A leak that only a combination of features makes is left to the validation AUC above :data:`VALIDATION_LEAK_AUC`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import comb
 
 import numpy as np
 import pandas as pd
@@ -31,55 +39,125 @@ from promokit.metrics.ranking import auc
 
 #: A single feature whose univariate AUC against a label exceeds this is reported as a probable label leak.
 LEAK_AUC = 0.95
+#: A single feature whose univariate AUC against a label exceeds this (but not :data:`LEAK_AUC`) is a suspect.
+SUSPECT_AUC = 0.85
 #: A validation AUC above this after training is reported as a probable label leak.
 VALIDATION_LEAK_AUC = 0.99
 #: The guard judges at most this many rows per label (a seeded sample): its AUCs' error is then about 0.002.
 MAX_ROWS = 200_000
-#: The guard needs at least this many rows of each class of a label to judge it (fewer: no verdict).
+#: With fewer rows than this of a class, a feature is judged only by whether it separates the classes.
 MIN_CLASS_ROWS = 20
+#: A numeric feature separates the classes when its AUC on every row is at least this.
+SEPARATION_AUC = 0.999
+#: A separation is named only when a random draw of the classes would make one as good less often than this.
+SEPARATION_CHANCE = 1e-3
 _SEED = 20240601
 
 
 @dataclass(frozen=True)
 class Leak:
-    """A feature whose univariate ``auc`` against ``label`` is above the threshold."""
+    """A feature whose univariate ``auc`` against ``label`` is above the leak threshold, or, when ``suspect``, only
+    above the suspect one."""
 
     feature: str
     label: str
     auc: float
+    suspect: bool = False
 
 
 def feature_auc(values: pd.Series, y: np.ndarray, categorical: bool, rng: np.random.Generator | None = None) -> float:
     """The univariate AUC of one feature column against the 0/1 labels ``y`` (same length), in the better
     direction (in [0.5, 1]): by value for a numeric column (missing values below every other), by the level's
-    label rate learnt on a random half and scored on the other half for a ``categorical`` one. NaN when ``y`` (or
-    the scored half) holds a single class."""
+    label rate learnt on a random half and scored on the other half for a ``categorical`` one. When the rows scored
+    hold fewer than :data:`MIN_CLASS_ROWS` of a class, :func:`separation_auc` on every row; NaN when ``y`` holds a
+    single class."""
     y = np.asarray(y, dtype=np.float64)
     if categorical:
-        rng = rng or np.random.default_rng(_SEED)
-        codes = pd.factorize(values, use_na_sentinel=False)[0]
-        learn = rng.random(len(y)) < 0.5
-        rows, hits = (np.bincount(codes[learn], weights=w, minlength=codes.max() + 1) for w in (None, y[learn]))
-        prior = y[learn].mean() if learn.any() else 0.5
-        rate = np.divide(hits, rows, out=np.full(len(rows), prior), where=rows > 0)
-        scores, y = rate[codes[~learn]], y[~learn]
+        scores, scored = _half_encoded(values, y, rng or np.random.default_rng(_SEED))
     else:
-        numbers = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
-        scores = numbers.rank(na_option="top").to_numpy()  # ranks: finite, and missing values below the rest
-    positives = int(y.sum())
-    if min(positives, len(y) - positives) < MIN_CLASS_ROWS:
+        scores, scored = _ranks(values), y
+    if _minority(scored) < MIN_CLASS_ROWS:
+        return separation_auc(values, y, categorical)
+    return _better_auc(scored, scores)
+
+
+def separation_auc(values: pd.Series, y: np.ndarray, categorical: bool) -> float:
+    """The in-sample AUC of a feature that separates the 0/1 labels ``y``: 1 for a ``categorical`` column whose every
+    level holds a single class, the AUC by value (better direction) of a numeric one when at least
+    :data:`SEPARATION_AUC`; only when a random draw of the classes would separate them as well with a chance under
+    :data:`SEPARATION_CHANCE` (so an id with a row per level is no separator). NaN otherwise, and when ``y`` holds a
+    single class."""
+    y = np.asarray(y, dtype=np.float64)
+    minority = _minority(y)
+    if minority == 0:
         return float("nan")
+    if categorical:
+        codes = pd.factorize(values, use_na_sentinel=False)[0]
+        rows, hits = np.bincount(codes), np.bincount(codes, weights=y)
+        if not np.all((hits == 0) | (hits == rows)):
+            return float("nan")
+        value, chance = 1.0, _purity_chance(rows, minority)
+    else:
+        value = _better_auc(y, _ranks(values))
+        if value < SEPARATION_AUC:
+            return float("nan")
+        chance = _order_chance(value, minority, len(y))
+    return value if chance < SEPARATION_CHANCE else float("nan")
+
+
+def _purity_chance(sizes: np.ndarray, k: int) -> float:
+    """The chance that ``k`` rows drawn at random fill whole levels of the given ``sizes`` (rows per level): the
+    number of sets of levels holding ``k`` rows in all over the number of draws."""
+    ways = [1] + [0] * k  # ways[j]: the sets of levels (of the sizes seen so far) holding j rows
+    for size, count in zip(*np.unique(sizes[sizes <= k], return_counts=True)):
+        size, count = int(size), int(count)
+        ways = [sum(ways[j - size * i] * comb(count, i) for i in range(j // size + 1)) for j in range(k + 1)]
+    return ways[k] / comb(int(sizes.sum()), k)
+
+
+def _order_chance(value: float, k: int, n: int) -> float:
+    """A bound on the chance that ``k`` rows drawn at random out of ``n`` reach an AUC of ``value`` (in either
+    direction): each then has at most the (1 - value)·k·(n - k) discordant pairs beyond it, so all lie among the
+    k + that many most extreme rows."""
+    discordant = int((1.0 - value) * k * (n - k) + 1e-6)
+    return 2 * comb(k + discordant, k) / comb(n, k)
+
+
+def _half_encoded(values: pd.Series, y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The level's label rate learnt on a random half of the rows, and the labels, of the other half's rows."""
+    codes = pd.factorize(values, use_na_sentinel=False)[0]
+    learn = rng.random(len(y)) < 0.5
+    rows, hits = (np.bincount(codes[learn], weights=w, minlength=codes.max() + 1) for w in (None, y[learn]))
+    prior = y[learn].mean() if learn.any() else 0.5
+    rate = np.divide(hits, rows, out=np.full(len(rows), prior), where=rows > 0)
+    return rate[codes[~learn]], y[~learn]
+
+
+def _ranks(values: pd.Series) -> np.ndarray:
+    """A numeric column's ranks: finite, and missing (or non-numeric) values below the rest."""
+    numbers = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
+    return numbers.rank(na_option="top").to_numpy()
+
+
+def _minority(y: np.ndarray) -> int:
+    """The rows of the smaller class of the 0/1 labels ``y``."""
+    positives = int(y.sum())
+    return min(positives, len(y) - positives)
+
+
+def _better_auc(y: np.ndarray, scores: np.ndarray) -> float:
+    """The AUC of ``scores`` against ``y`` (both classes present) in the better direction."""
     value = auc(y, scores)
     return max(value, 1.0 - value)
 
 
 def find_leaks(frame: pd.DataFrame, categorical: list[str], numeric: list[str], labels: dict[str, tuple],
-               allow=(), threshold: float = LEAK_AUC) -> list[Leak]:
+               allow=(), threshold: float = LEAK_AUC, suspect: float = SUSPECT_AUC) -> list[Leak]:
     """The features of ``frame`` (its ``categorical`` and ``numeric`` columns, less those of ``allow``) whose
-    :func:`feature_auc` against a label exceeds ``threshold``. ``labels`` maps a label's name to ``(y, rows)``: its
-    0/1 array over the rows of ``frame`` and a boolean mask of the rows where it is defined (None: every row).
-    Judged on at most :data:`MAX_ROWS` rows per label, drawn with a fixed seed (the global random state is left
-    alone)."""
+    :func:`feature_auc` against a label exceeds ``threshold``, and, marked ``suspect``, those whose AUC exceeds only
+    ``suspect``. ``labels`` maps a label's name to ``(y, rows)``: its 0/1 array over the rows of ``frame`` and a
+    boolean mask of the rows where it is defined (None: every row). Judged on at most :data:`MAX_ROWS` rows per
+    label, drawn with a fixed seed (the global random state is left alone)."""
     allowed = set(allow)
     leaks = []
     for name, (y, rows) in labels.items():
@@ -92,19 +170,30 @@ def find_leaks(frame: pd.DataFrame, categorical: list[str], numeric: list[str], 
             if column in allowed:
                 continue
             value = feature_auc(frame[column].iloc[positions], y_rows, column in categorical, rng)
-            if value > threshold:
-                leaks.append(Leak(column, name, value))
+            if value > suspect:
+                leaks.append(Leak(column, name, value, suspect=value <= threshold))
     return leaks
 
 
-def leak_warning(leaks: list[Leak], threshold: float = LEAK_AUC) -> str | None:
-    """One line naming each leaky feature with its AUC and how to drop or allow it; None when there is none."""
-    if not leaks:
-        return None
-    found = "; ".join(f"feature {leak.feature!r} alone has AUC {leak.auc:.3f} for {leak.label}" for leak in leaks)
-    names = list(dict.fromkeys(str(leak.feature) for leak in leaks))
-    return (f"{found} (above {threshold}): a label leak, a column measured after the outcome? Drop it from the "
-            f"features, or allow it with `allow_leaky` {','.join(names)}")
+def leak_warning(leaks: list[Leak], threshold: float = LEAK_AUC, suspect: float = SUSPECT_AUC) -> str | None:
+    """One line naming each leaky feature with its AUC and how to drop or allow it, then the suspects (``check
+    these: …``), or the suspects alone; None when there is neither."""
+    sure, doubtful = [leak for leak in leaks if not leak.suspect], [leak for leak in leaks if leak.suspect]
+    parts = []
+    if sure:
+        found = "; ".join(f"feature {leak.feature!r} alone has AUC {leak.auc:.3f} for {leak.label}" for leak in sure)
+        parts.append(f"{found} (above {threshold}): a label leak, a column measured after the outcome? Drop it from "
+                     f"the features, or allow it with `allow_leaky` {_names(sure)}")
+    if doubtful:
+        listed = ", ".join(f"{leak.feature!r} {leak.auc:.3f} for {leak.label}" for leak in doubtful)
+        parts.append(f"check these: {listed} (alone above {suspect}, short of a leak's {threshold}: measured after "
+                     f"the outcome? allow them with `allow_leaky` {_names(doubtful)})")
+    return "; ".join(parts) or None
+
+
+def _names(leaks: list[Leak]) -> str:
+    """The features of ``leaks``, each once, comma-separated."""
+    return ",".join(dict.fromkeys(str(leak.feature) for leak in leaks))
 
 
 def validation_leak_warning(aucs: dict[str, float], threshold: float = VALIDATION_LEAK_AUC) -> str | None:

@@ -9,6 +9,7 @@ from promokit.metrics.calibration import (
     calibration_table,
     calibration_warning,
     expected_calibration_error,
+    worst_first,
 )
 from promokit.metrics.compare import rela_impr, relative_improvement_permille
 from promokit.metrics.probabilistic import logloss, mse
@@ -77,4 +78,5 @@ __all__ = [
     "uplift_auc_score",
     "uplift_by_quantile",
     "uplift_curve",
+    "worst_first",
 ]

@@ -5,7 +5,8 @@ spends by the predictions (a budget, an expected count of redemptions) is then o
 ``evaluate`` reports it with :func:`calibration_report`:
 
 * :func:`calibration_table` — mean predicted against mean observed per decile of the prediction;
-* :func:`calibration_by` — the same per group (campaign, fund, incentive level);
+* :func:`calibration_by` — the same per group (campaign, fund, incentive level), with each group's ECE;
+  :func:`worst_first` orders it from the group furthest off;
 * :func:`expected_calibration_error` — the row-weighted mean gap between the two over equal-count bins;
 * :func:`calibration_warning` — one line when the overall means differ by more than :data:`CALIBRATION_RATIO`.
 
@@ -58,10 +59,12 @@ def calibration_table(p, y, bins: int = 10) -> pd.DataFrame:
     return decile_table(y, p, bins)
 
 
-def calibration_by(p, y, groups, name: str = "group") -> pd.DataFrame:
+def calibration_by(p, y, groups, name: str = "group", bins: int = 10) -> pd.DataFrame:
     """Per group of ``groups`` (one key per row: a campaign, a fund, an incentive level), in sorted key order: the
-    key (column ``name``), ``rows``, ``mean_predicted``, ``mean_observed`` and ``ratio`` = mean_predicted /
-    mean_observed (NaN where the group observed nothing). Rows without a key form a group of their own, last."""
+    key (column ``name``), ``rows``, ``mean_predicted``, ``mean_observed``, ``ratio`` = mean_predicted /
+    mean_observed (NaN where the group observed nothing) and ``ece``, the group's
+    :func:`expected_calibration_error` over ``bins`` equal-count bins (one per row in a smaller group). Rows without
+    a key form a group of their own, last. :func:`worst_first` orders it by the ratio instead."""
     p, y = _checked(p, y)
     codes, keys = pd.factorize(pd.Series(groups, copy=False), sort=True, use_na_sentinel=False)
     if len(codes) != len(p):
@@ -69,8 +72,20 @@ def calibration_by(p, y, groups, name: str = "group") -> pd.DataFrame:
     rows = np.bincount(codes, minlength=len(keys))
     mean_predicted = np.bincount(codes, weights=p, minlength=len(keys)) / rows
     mean_observed = np.bincount(codes, weights=y, minlength=len(keys)) / rows
+    members = np.split(np.argsort(codes, kind="stable"), np.cumsum(rows)[:-1])
+    ece = [expected_calibration_error(p[m], y[m], min(bins, len(m))) for m in members]
     return pd.DataFrame({name: keys, "rows": rows, "mean_predicted": mean_predicted, "mean_observed": mean_observed,
-                         "ratio": _ratio(mean_predicted, mean_observed)})
+                         "ratio": _ratio(mean_predicted, mean_observed), "ece": ece})
+
+
+def worst_first(table: pd.DataFrame) -> pd.DataFrame:
+    """The groups of a :func:`calibration_by` table, the furthest from calibrated first: by |log ratio|, so that a
+    group predicted at half its observed mean ranks with one predicted at twice it (a ratio of 0 first of all);
+    groups without a ratio (nothing observed) last, ties in the table's order. The rows are renumbered."""
+    with np.errstate(divide="ignore"):
+        distance = np.abs(np.log(table["ratio"].to_numpy(dtype=np.float64)))
+    order = np.lexsort((np.arange(len(table)), -np.nan_to_num(distance, nan=-1.0)))
+    return table.iloc[order].reset_index(drop=True)
 
 
 def expected_calibration_error(p, y, bins: int = 10) -> float:
@@ -109,15 +124,17 @@ def calibration_warning(mean_p: float, mean_y: float, what: str, limit: float = 
             f"{limit:g}×); it ranks, but expected counts and spend computed from it are off by as much")
 
 
-def calibration_report(p, y, what: str, *, groups=None, by: str = "group", bins: int = 10,
-                       prefix: str = "") -> CalibrationReport:
+def calibration_report(p, y, what: str, *, groups=None, by: str = "group", bins: int = 10, prefix: str = "",
+                       new_groups=None) -> CalibrationReport:
     """The calibration of the prediction ``p`` against the outcome ``y`` that an ``evaluate`` reports, named with
     ``prefix`` (e.g. ``"ctr_"``): metrics ``mean_predicted``, ``mean_observed``, ``calibration_ratio`` (their ratio,
     NaN when nothing was observed) and ``ece`` (:func:`expected_calibration_error`, over ``bins`` equal-count bins or
     one per row with fewer rows); tables ``calibration`` (:func:`calibration_table`) and, with ``groups`` (one key
-    per row), ``calibration_by_<by>`` (:func:`calibration_by`). Beyond :data:`CALIBRATION_RATIO` it warns
-    (:class:`CalibrationWarning`, the :func:`calibration_warning` line naming ``what``). No rows: NaN metrics and
-    no tables."""
+    per row), ``calibration_by_<by>`` (:func:`calibration_by`, each group's ECE over ``bins`` bins, the worst group
+    first: :func:`worst_first`), with a column ``new`` when ``new_groups`` is given: True for the groups among those
+    keys (e.g. those a recalibration by group did not see, so they had the overall map). Beyond
+    :data:`CALIBRATION_RATIO` it warns (:class:`CalibrationWarning`, the :func:`calibration_warning` line naming
+    ``what``). No rows: NaN metrics and no tables."""
     p, y = _checked(p, y)
     if not len(p):
         return CalibrationReport(dict.fromkeys((f"{prefix}{name}" for name in
@@ -130,7 +147,10 @@ def calibration_report(p, y, what: str, *, groups=None, by: str = "group", bins:
                f"{prefix}ece": expected_calibration_error(p, y, bins)}
     tables = {f"{prefix}calibration": calibration_table(p, y, bins)}
     if groups is not None:
-        tables[f"{prefix}calibration_by_{by}"] = calibration_by(p, y, groups, by)
+        table = calibration_by(p, y, groups, by, bins)
+        if new_groups is not None:
+            table["new"] = table[by].isin(list(new_groups))
+        tables[f"{prefix}calibration_by_{by}"] = worst_first(table)
     warning = calibration_warning(mean_p, mean_y, what, events=int((y > 0).sum()))
     if warning:
         warnings.warn(warning, CalibrationWarning, stacklevel=2)

@@ -26,6 +26,7 @@ _EXPORTS = {
     "read_training_ids": "promokit.training.artifact",
     "read_weights": "promokit.training.artifact",
     "resolve_device": "promokit.training.device",
+    "GroupRecalibration": "promokit.training.recalibration",
     "Recalibration": "promokit.training.recalibration",
     "seed_everything": "promokit.training.seed",
     "set_epoch_lr": "promokit.training.trainer",

@@ -18,16 +18,43 @@ Methods:
   and ``π`` the training base rate (``base_rate``; default: the mean of ``p`` on those rows, the rate the model
   believes there). One number, so it needs the fewest labels; it is monotone too.
 
+Per group (:class:`GroupRecalibration`: a campaign, a fund, an incentive level): one overall map fitted on every row
+and one map per group fitted on that group's rows, each by ``method``. The overall map can be right on average only
+because the groups' errors cancel (one campaign predicted half its rate, another twice it), so a budget spent per
+group is wrong both ways; a group's own map fixes its level, but a small group's map is noise. A row of group ``g``
+gets the two maps' probabilities mixed by the credibility weight of Bühlmann & Straub (1970, "Glaubwürdigkeit für
+Schadensätze"), the linear empirical-Bayes estimate of a group's mean from its own rows and the pooled ones:
+
+    p' = w_g · map_g(p) + (1 − w_g) · map(p),   w_g = n_g / (n_g + k),   k = σ² / τ²,
+
+with ``n_g`` the group's rows, σ² the variance of one row's outcome within its group and τ² the variance of the
+groups' rates, both estimated from the rows fitted on (Bühlmann–Straub's unbiased estimators, with ``r_g`` a group's
+observed rate, ``r`` the overall one, ``n`` the rows and ``G`` the groups):
+
+    σ² = Σ_g n_g r_g (1 − r_g) / (n − G),   τ² = (Σ_g n_g (r_g − r)² − (G − 1) σ²) / (n − Σ_g n_g² / n).
+
+So ``k`` rows is the group size at which the group's own map and the overall one weigh equally: groups whose rates
+differ far beyond their noise get a small ``k`` (each leans on its own map), groups that differ no more than noise
+(τ² ≤ 0, or a single group) get none (``k`` infinite, stored as None: every row has the overall map). ``shrinkage``
+fixes ``k`` instead. A group with fewer than :data:`MIN_ROWS` rows or a single outcome has no map of its own (w =
+0), nor has a group unseen at fit time: both get the overall map, and :meth:`GroupRecalibration.new_groups` names the
+unseen ones with their rows. Group keys are strings or numbers (numpy scalars are read as Python ones, so 27 and
+27.0 are one key); missing keys (None, NaN) form a group of their own, as in
+:func:`promokit.metrics.calibration.calibration_by`.
+
 The module is domain-free (numpy and scipy/scikit-learn only): a domain's estimator passes its probabilities.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import write_json
@@ -116,7 +143,113 @@ class Recalibration:
         return f"Recalibration({self.method!r}, fitted={self.params is not None})"
 
 
-def write_recalibration(model_dir: str | os.PathLike, recalibration: Recalibration | None) -> None:
+class GroupRecalibration:
+    """An overall :class:`Recalibration` and one per group of rows by ``method`` (:data:`METHODS`), each group's
+    shrunk toward the overall one by ``k`` rows: estimated from the groups (``shrinkage`` None) or ``shrinkage``
+    (module docstring, "Per group"). ``by`` names the grouping (e.g. a column) for the caller; the maps do not
+    read it."""
+
+    def __init__(self, method: str = DEFAULT_METHOD, *, by: str | None = None, shrinkage: float | None = None):
+        self.overall = Recalibration(method)
+        if shrinkage is not None and (not isinstance(shrinkage, numbers.Real) or isinstance(shrinkage, bool)
+                                      or not 0 <= shrinkage < math.inf):
+            raise DataError(f"`shrinkage` must be a number of rows ≥ 0 or None; got {shrinkage!r}")
+        self.method, self.by, self.shrinkage = method, by, shrinkage
+        #: key → {"rows", "positives", "map"} of each group fitted on ("map": its Recalibration, None without one)
+        self.groups: dict | None = None
+        #: the rows at which a group's map and the overall one weigh equally (None: infinite, no group's map counts)
+        self.k: float | None = None
+        #: the overall map's fitted_on, with ``groups``, ``own_maps`` and ``mean_p_after`` of the group maps
+        self.fitted_on: dict | None = None
+
+    def fit(self, p, y, groups, *, base_rate: float | None = None) -> GroupRecalibration:
+        """Fit on the probabilities ``p``, the 0/1 outcomes ``y`` and the group keys ``groups`` of the same rows;
+        ``base_rate``: the training base rate of every map (``"prior-shift"`` only; None: the mean of ``p`` on the
+        rows each map is fitted on)."""
+        self.overall.fit(p, y, base_rate=base_rate)
+        p, y = _probabilities(p, "p"), np.asarray(y, dtype=np.float64).ravel()
+        codes, keys = _group_keys(groups, len(p))
+        self.k = _credibility_rows(codes, y) if self.shrinkage is None else float(self.shrinkage)
+        self.groups = {key: _group_map(self.method, p[codes == i], y[codes == i], base_rate)
+                       for i, key in enumerate(keys)}
+        own = sum(entry["map"] is not None for entry in self.groups.values())
+        self.fitted_on = {**self.overall.fitted_on, "groups": len(keys), "own_maps": own,
+                          "mean_p_after": float(self.apply(p, groups).mean())}
+        return self
+
+    def weight(self, key) -> float:
+        """The weight ``n_g / (n_g + k)`` of the group ``key``'s own map; 0 for a group without one or unseen."""
+        self._check_fitted()
+        entry = self.groups.get(_key(key))
+        if entry is None or entry["map"] is None or self.k is None:
+            return 0.0
+        return entry["rows"] / (entry["rows"] + self.k)
+
+    def apply(self, p, groups) -> np.ndarray:
+        """The recalibrated probabilities of ``p`` (returned flat as float64), each row by its key in ``groups``:
+        ``w_g · map_g(p) + (1 − w_g) · map(p)``; the overall map for a group without a map of its own or unseen."""
+        self._check_fitted()
+        p = _probabilities(p, "p")
+        codes, keys = _group_keys(groups, len(p))
+        out = self.overall.apply(p)
+        for i, key in enumerate(keys):
+            w = self.weight(key)
+            if w > 0:
+                rows = codes == i
+                out[rows] = w * self.groups[key]["map"].apply(p[rows]) + (1 - w) * out[rows]
+        return out
+
+    def new_groups(self, groups) -> dict:
+        """The distinct keys of ``groups`` the recalibration was not fitted on (they get the overall map), each with
+        its count of rows, in the order they first occur."""
+        self._check_fitted()
+        codes, keys = _group_keys(groups)
+        rows = np.bincount(codes, minlength=len(keys))
+        return {key: int(rows[i]) for i, key in enumerate(keys) if key not in self.groups}
+
+    def to_dict(self) -> dict:
+        """Plain JSON: the method, ``by``, ``shrinkage``, ``k``, the overall map and each group's key, rows, positives
+        and map (:meth:`Recalibration.to_dict`; None without one), and what it was fitted on."""
+        self._check_fitted()
+        return {"method": self.method, "by": self.by, "shrinkage": self.shrinkage, "k": self.k,
+                "overall": self.overall.to_dict(), "fitted_on": self.fitted_on,
+                "groups": [{"key": key, "rows": entry["rows"], "positives": entry["positives"],
+                            "map": None if entry["map"] is None else entry["map"].to_dict()}
+                           for key, entry in self.groups.items()]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GroupRecalibration:
+        """The group recalibration :meth:`to_dict` wrote; a DataError when ``data`` is not one."""
+        fields = ("method", "k", "overall", "groups")
+        if not isinstance(data, dict) or any(f not in data for f in fields) or not isinstance(data["groups"], list):
+            raise DataError(f"not a group recalibration: expected {', '.join(fields)} (groups a list)")
+        out = cls(data["method"], by=data.get("by"), shrinkage=data.get("shrinkage"))
+        out.overall, out.k, out.fitted_on = Recalibration.from_dict(data["overall"]), data["k"], data.get("fitted_on")
+        if any(not isinstance(g, dict) or any(f not in g for f in ("key", "rows", "map")) for g in data["groups"]):
+            raise DataError("group recalibration: each of its groups must hold key, rows and map")
+        out.groups = {_key(g["key"]): {"rows": g["rows"], "positives": g.get("positives"),
+                                       "map": None if g["map"] is None else Recalibration.from_dict(g["map"])}
+                      for g in data["groups"]}
+        return out
+
+    def _check_fitted(self) -> None:
+        if self.groups is None:
+            raise RuntimeError("the group recalibration is not fitted: call fit() or GroupRecalibration.from_dict()")
+
+    def __repr__(self) -> str:
+        groups = "unfitted" if self.groups is None else f"{len(self.groups)} groups"
+        return f"GroupRecalibration({self.method!r}, by={self.by!r}, {groups})"
+
+
+def recalibration_from_dict(data: dict) -> Recalibration | GroupRecalibration:
+    """The :class:`Recalibration` or :class:`GroupRecalibration` (a dict with ``groups``) ``to_dict`` wrote."""
+    if isinstance(data, dict) and "groups" in data:
+        return GroupRecalibration.from_dict(data)
+    return Recalibration.from_dict(data)
+
+
+def write_recalibration(model_dir: str | os.PathLike,
+                        recalibration: Recalibration | GroupRecalibration | None) -> None:
     """Write ``recalibration`` into the model directory ``model_dir`` as :data:`RECALIBRATION_FILE`, atomically
     (None: remove the file, so the directory scores raw again). The rest of the directory is left as it is."""
     path = Path(model_dir) / RECALIBRATION_FILE
@@ -126,9 +259,10 @@ def write_recalibration(model_dir: str | os.PathLike, recalibration: Recalibrati
         write_json(recalibration.to_dict(), path)
 
 
-def read_recalibration(model_dir: str | os.PathLike) -> Recalibration | None:
-    """The recalibration of the model directory ``model_dir`` (:data:`RECALIBRATION_FILE`), or None without one."""
-    return _read(model_dir, Recalibration.from_dict)
+def read_recalibration(model_dir: str | os.PathLike) -> Recalibration | GroupRecalibration | None:
+    """The recalibration, overall or by group, of the model directory ``model_dir`` (:data:`RECALIBRATION_FILE`), or
+    None without one."""
+    return _read(model_dir, recalibration_from_dict)
 
 
 def write_recalibrations(model_dir: str | os.PathLike, recalibrations: dict[str, Recalibration]) -> None:
@@ -161,6 +295,50 @@ def _by_name(data) -> dict[str, Recalibration]:
     if not isinstance(data, dict) or not data or "method" in data:
         raise DataError("expected one recalibration per probability, by name")
     return {name: Recalibration.from_dict(entry) for name, entry in data.items()}
+
+
+def _group_map(method: str, p: np.ndarray, y: np.ndarray, base_rate: float | None) -> dict:
+    """A group's rows, positives and own map (None with fewer than :data:`MIN_ROWS` rows or a single outcome)."""
+    positives = int(y.sum())
+    fits = len(y) >= MIN_ROWS and 0 < positives < len(y)
+    return {"rows": len(y), "positives": positives,
+            "map": Recalibration(method).fit(p, y, base_rate=base_rate) if fits else None}
+
+
+def _credibility_rows(codes: np.ndarray, y: np.ndarray) -> float | None:
+    """Bühlmann–Straub's ``k = σ² / τ²`` of the 0/1 outcomes ``y`` in the groups ``codes`` (module docstring); None
+    (infinite) when the groups' rates differ no more than their noise (τ² ≤ 0), or with one group or one row per
+    group."""
+    rows = np.bincount(codes).astype(np.float64)
+    n, count = rows.sum(), len(rows)
+    if count < 2 or n <= count:
+        return None
+    rates = np.bincount(codes, weights=y) / rows
+    within = float(np.sum(rows * rates * (1 - rates)) / (n - count))
+    between = float((np.sum(rows * (rates - y.mean()) ** 2) - (count - 1) * within) / (n - np.sum(rows ** 2) / n))
+    return within / between if between > 0 else None
+
+
+def _group_keys(groups, n: int | None = None) -> tuple[np.ndarray, list]:
+    """Each row's code into the distinct keys of ``groups`` (Python scalars, None for a missing key), in the order
+    they first occur; a one-line DataError when ``n`` (the rows) differs from the keys given or a key is neither a
+    string nor a number."""
+    keys = groups if isinstance(groups, (np.ndarray, pd.Series)) else list(groups)
+    codes, uniques = pd.factorize(pd.Series(keys, copy=False), use_na_sentinel=False)
+    if n is not None and len(codes) != n:
+        raise DataError(f"groups must have one key per row of p; got {len(codes)} keys for {n} rows")
+    return codes, [_key(key) for key in uniques]
+
+
+def _key(key):
+    """``key`` as a JSON scalar: a numpy scalar as its Python value, a missing key (None, NaN) as None."""
+    if isinstance(key, np.generic):
+        key = key.item()
+    if key is None or (isinstance(key, float) and math.isnan(key)):
+        return None
+    if not isinstance(key, (str, numbers.Real)):
+        raise DataError(f"groups: a key must be a string or a number; got {type(key).__name__} {key!r}")
+    return key
 
 
 def _probabilities(p, name: str) -> np.ndarray:

@@ -56,7 +56,8 @@ def calibration(amount: np.ndarray, etv: np.ndarray, bins: int = 10) -> pd.DataF
 def fund_calibration(fund_names, fund: np.ndarray, predicted: np.ndarray, observed: np.ndarray) -> pd.DataFrame:
     """Per fund with deliveries (``fund``: each delivery's row in ``fund_names``): ``deliveries``, the mean
     ``predicted`` ETV, the mean ``observed`` value (the amount, or a synthetic world's true ETV) and ``ratio`` =
-    predicted / observed (NaN where the fund's deliveries bought nothing), in the order of ``fund_names``."""
+    predicted / observed (NaN where the fund's deliveries bought nothing) and the fund's ``ece``
+    (:func:`~promokit.metrics.calibration.calibration_by`), in the order of ``fund_names``."""
     table = calibration_by(predicted, observed, fund, name="fund").rename(columns={"rows": "deliveries"})
     table["fund"] = np.asarray(list(fund_names), dtype=object)[table["fund"].to_numpy()]
     return table

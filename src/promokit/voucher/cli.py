@@ -155,20 +155,23 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
                 categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
                 validity: options.Validity = None, terms: options.SavedTerms = None,
                 item_features: options.SavedItemFeatures = None, start: options.RecalibrateFrom = None,
-                method: MethodOpt = DEFAULT_METHOD, label: LabelOpt = None):
+                method: MethodOpt = DEFAULT_METHOD, by: options.RecalibrateBy = None, label: LabelOpt = None):
     """Fit a recalibration of a trained model's p_redeem on labelled sessions (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict and evaluate then apply it, predict
     keeping the model's own score as p_redeem_raw."""
-    with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "method": "--method"}), cs.convention_errors():
+    with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "method": "--method", "by": "--by"}), \
+            cs.convention_errors():
         from promokit.voucher.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, sessions, items, events=events, voucher_items=voucher_items, start=start,
-                                   method=method, labels=cs.label_options(label, options.LABEL_ROLES),
+                                   method=method, by=by, labels=cs.label_options(label, options.LABEL_ROLES),
                                    **options.saved_options(categorical, numeric, validity, terms, item_features))
-        get_console().print(f"{method} recalibration written to {model / 'recalibration.json'}: on {fitted['rows']:,} "
-                            f"sessions ({fitted['positives']:,} redeemed, observed rate {fitted['rate']:.4f}) the mean "
-                            f"predicted p_redeem was {fitted['mean_p']:.4f}, recalibrated {fitted['mean_p_after']:.4f}",
-                            highlight=False, soft_wrap=True)
+        groups = "" if by is None else (f" by {by} ({fitted['groups']:,} values, {fitted['own_maps']:,} with a map "
+                                         "of their own)")
+        get_console().print(f"{method} recalibration{groups} written to {model / 'recalibration.json'}: on "
+                            f"{fitted['rows']:,} sessions ({fitted['positives']:,} redeemed, observed rate "
+                            f"{fitted['rate']:.4f}) the mean predicted p_redeem was {fitted['mean_p']:.4f}, "
+                            f"recalibrated {fitted['mean_p_after']:.4f}", highlight=False, soft_wrap=True)
 
 
 @app.command()

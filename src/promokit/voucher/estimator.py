@@ -47,6 +47,7 @@ from promokit.training.params import saved_params
 from promokit.training.recalibration import (
     DEFAULT_METHOD,
     RECALIBRATION_FILE,
+    GroupRecalibration,
     Recalibration,
     read_recalibration,
 )
@@ -146,8 +147,9 @@ class VoucherModel(Estimator):
         self._cache: tuple[object, dict[str, torch.Tensor]] | None = None
         #: the hashes of the ids of the users of the training sessions (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
-        #: the map of p_redeem fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`
-        self.recalibration: Recalibration | None = None
+        #: the map of p_redeem fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`;
+        #: by group with ``by``
+        self.recalibration: Recalibration | GroupRecalibration | None = None
 
     def _configure(self) -> None:
         train_config = check_common_params(self.model, self.params, self.train, models=MODELS, monitors=MONITORS,
@@ -493,7 +495,9 @@ class VoucherModel(Estimator):
     def predict(self, data, *, rows=None) -> pd.DataFrame:
         """The key columns the sessions carry (:data:`KEYS`: ``session_id``, ``user_id``, ``voucher_id`` [,
         ``campaign_id``]) and ``p_redeem``, for the sessions ``rows`` of ``data`` (all when omitted); with a
-        :meth:`recalibrate`-d model, ``p_redeem`` recalibrated and the model's own score as ``p_redeem_raw``.
+        :meth:`recalibrate`-d model, ``p_redeem`` recalibrated and the model's own score as ``p_redeem_raw``; a
+        recalibration by group maps each session by its value of the column it was fitted by, and warns (one line)
+        of the sessions whose value it did not see, which get its overall map.
         ``data``: :class:`~promokit.voucher.contract.VoucherTables`, or tables read as the training tables were
         (their profile columns, terms and item features; labels may be missing)."""
         self._check_fitted()
@@ -506,8 +510,29 @@ class VoucherModel(Estimator):
         if self.recalibration is None:
             out["p_redeem"] = p
         else:
-            out["p_redeem"], out["p_redeem_raw"] = self.recalibration.apply(p), p
+            out["p_redeem"], out["p_redeem_raw"] = self._recalibrated(tables, rows, p), p
         return out
+
+    def _recalibrated(self, tables: VoucherTables, rows: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """The scores ``p`` of the sessions ``rows`` through the recalibration; one by group maps each by its group."""
+        if not isinstance(self.recalibration, GroupRecalibration):
+            return self.recalibration.apply(p)
+        keys = self._recalibration_groups(tables, rows)
+        new = self.recalibration.new_groups(keys)
+        if new:
+            shown = ", ".join(map(repr, list(new)[:3])) + (", …" if len(new) > 3 else "")
+            warnings.warn(f"{sum(new.values()):,} of {len(rows):,} sessions are in {len(new)} "
+                          f"{self.recalibration.by} values the recalibration was not fitted on ({shown}): they get its "
+                          "overall map", stacklevel=3)
+        return self.recalibration.apply(p, keys)
+
+    def _recalibration_groups(self, tables: VoucherTables, rows: np.ndarray) -> np.ndarray:
+        """The sessions ``rows``' values of the column the recalibration is by."""
+        by = self.recalibration.by
+        if by not in tables.sessions.columns:
+            raise DataError(f"the recalibration is by {by!r}, a column the sessions lack; columns are "
+                            f"{list(tables.sessions.columns)}")
+        return tables.sessions[by].to_numpy()[rows]
 
     def _scores(self, tables: VoucherTables, rows: np.ndarray) -> np.ndarray:
         """The model's own p_redeem of the sessions ``rows`` of ``tables``, before any recalibration."""
@@ -520,24 +545,34 @@ class VoucherModel(Estimator):
             p = self.net.predict(_arrays(batch)[0])["p_redeem"]
         return np.asarray(p, dtype=np.float64)
 
-    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None,
-                    base_rate: float | None = None) -> VoucherModel:
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None, base_rate: float | None = None,
+                    by: str | None = None) -> VoucherModel:
         """Fit a :class:`~promokit.training.recalibration.Recalibration` of the model's scores on the labelled
         sessions ``rows`` of ``data`` (read as in :meth:`predict`, labels required; default: every session) — the
         latest labelled period, after the training one — and keep it: :meth:`predict` and :meth:`evaluate` apply
         it, :meth:`save` writes it (``recalibration.json``). ``method``: ``isotonic`` (default), ``platt`` or
-        ``prior-shift`` (``base_rate``: the training base rate; None: the model's mean score on ``rows``). It
-        replaces an earlier recalibration; :meth:`fit` drops it. Returns the model."""
+        ``prior-shift`` (``base_rate``: the training base rate; None: the model's mean score on ``rows``). ``by``:
+        a sessions column the tables keep (an id or a feature, e.g. AmExpert's ``campaign_id``) to fit a
+        :class:`~promokit.training.recalibration.GroupRecalibration` by instead, one map per value shrunk toward
+        the overall one (a value with few sessions leans on the overall map, an unseen one gets it). It replaces
+        an earlier recalibration; :meth:`fit` drops it. Returns the model."""
         self._check_fitted()
-        recalibration = Recalibration(method)
+        recalibration = Recalibration(method) if by is None else GroupRecalibration(method, by=by)
         tables = self.read(data, require_labels=True)
+        if by is not None and by not in tables.sessions.columns:
+            raise DataError(f"`by`: no column {by!r} in sessions (they keep the ids, times, label and features); "
+                            f"columns are {list(tables.sessions.columns)}")
         n = len(tables.sessions)
         rows = np.arange(n) if rows is None else _rows(rows, n, "rows")
         y = _labels(tables.sessions)[rows]
         if np.isnan(y).any():
             raise DataError(f"{int(np.isnan(y).sum())} of the {len(y)} sessions to recalibrate on have no 'redeemed' "
                             "label")
-        self.recalibration = recalibration.fit(self._scores(tables, rows), y, base_rate=base_rate)
+        scores = self._scores(tables, rows)
+        if by is None:
+            self.recalibration = recalibration.fit(scores, y, base_rate=base_rate)
+        else:
+            self.recalibration = recalibration.fit(scores, y, tables.sessions[by].to_numpy()[rows], base_rate=base_rate)
         return self
 
     def evaluate(self, data, *, rows=None, group_by: str | None = None) -> Evaluation:
@@ -548,7 +583,9 @@ class VoucherModel(Estimator):
         ``gauc_groups`` / ``gauc_skipped_groups``, the groups scored and those with one class. The calibration of
         ``p_redeem`` (:func:`~promokit.metrics.calibration.calibration_report`, which warns beyond its ratio):
         ``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece`` and the tables ``calibration`` (by
-        decile) and ``calibration_by_<group_by>``, by default by ``campaign_id`` when the sessions have it."""
+        decile) and ``calibration_by_<group_by>``, by default by ``campaign_id`` when the sessions have it, the
+        worst group first, with a column ``new`` when the model is recalibrated by that column (True for the values
+        the recalibration did not see)."""
         self._check_fitted()
         tables = self.read(data, require_labels=True)
         if group_by is not None and group_by not in tables.sessions.columns:
@@ -565,8 +602,10 @@ class VoucherModel(Estimator):
             grouped = gauc(y, p, tables.sessions[group_by].to_numpy()[rows])
             metrics.update(gauc=grouped.value, gauc_groups=grouped.n_scored, gauc_skipped_groups=grouped.n_skipped)
         by = group_by or ("campaign_id" if "campaign_id" in tables.sessions.columns else None)
-        calibration = calibration_report(p, y, f"voucher model {self.model} p_redeem", by=by,
-                                         groups=None if by is None else tables.sessions[by].to_numpy()[rows])
+        groups = None if by is None else tables.sessions[by].to_numpy()[rows]
+        by_group = isinstance(self.recalibration, GroupRecalibration) and self.recalibration.by == by
+        calibration = calibration_report(p, y, f"voucher model {self.model} p_redeem", by=by, groups=groups,
+                                         new_groups=list(self.recalibration.new_groups(groups)) if by_group else None)
         metrics.update(calibration.metrics)
         return Evaluation(f"voucher model {self.model}", metrics, tables=calibration.tables)
 

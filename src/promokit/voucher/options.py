@@ -78,6 +78,7 @@ ReportOut = Annotated[Path, typer.Option("--out", help="Folder for report.md / r
 EvaluateFrom = Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on, in place of those train held out.")]
 GaucBy = Annotated[Optional[str], typer.Option("--gauc-by", help="Sessions column to also report GAUC within, e.g. campaign_id.")]
 RecalibrateFrom = Annotated[Optional[str], typer.Option("--from", help="Only sessions collected from this time on: the latest labelled period (default: every session).")]
+RecalibrateBy = Annotated[Optional[str], typer.Option("--by", help="A sessions column (e.g. campaign_id): one map per value, shrunk toward the overall map where a value has few sessions; values it did not see get the overall map (default: one map for every session).")]
 
 # ---- demo, synth, amexpert, bench
 BenchModels = Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")]

@@ -92,18 +92,20 @@ def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path
 
 def recalibrate(model: Path, sessions: Path, items: Path, *, events: Path | None = None,
                 voucher_items: Path | None = None, validity=None, start=None, method: str = DEFAULT_METHOD,
-                labels: dict | None = None, **options) -> dict:
-    """Recalibrate the model directory ``model`` (:meth:`VoucherModel.recalibrate`, ``method``) on the labelled
-    sessions of the files ``sessions`` collected from ``start`` on (a time: the latest labelled period; None: every
-    session), the tables read as its training tables were (``labels``: the label's column, as in ``evaluate``).
-    Writes ``recalibration.json`` into ``model`` atomically, leaving the rest of the directory as it is, so
-    ``predict`` and ``evaluate`` apply it. Returns what it was fitted on (:attr:`Recalibration.fitted_on`: ``rows``,
-    ``positives``, ``rate`` observed, ``mean_p`` before and ``mean_p_after``) with the ``method``."""
+                by: str | None = None, labels: dict | None = None, **options) -> dict:
+    """Recalibrate the model directory ``model`` (:meth:`VoucherModel.recalibrate`, ``method``; by the sessions
+    column ``by``, one map per value, when given) on the labelled sessions of the files ``sessions`` collected from
+    ``start`` on (a time: the latest labelled period; None: every session), the tables read as its training tables
+    were (``labels``: the label's column, as in ``evaluate``). Writes ``recalibration.json`` into ``model``
+    atomically, leaving the rest of the directory as it is, so ``predict`` and ``evaluate`` apply it. Returns what it
+    was fitted on (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before
+    and ``mean_p_after``; by group also ``groups`` and ``own_maps``, the groups with a map of their own) with the
+    ``method`` and ``by``."""
     from promokit.voucher.estimator import VoucherModel
 
     estimator = VoucherModel.load(model)
     files = {"sessions": sessions, "events": events, "items": items, "voucher_items": voucher_items}
     tables = estimator.read(files, require_labels=True, validity=validity, labels=labels, **options)
-    estimator.recalibrate(tables, method=method, rows=sessions_from(tables.sessions, start))
+    estimator.recalibrate(tables, method=method, rows=sessions_from(tables.sessions, start), by=by)
     write_recalibration(model, estimator.recalibration)
-    return {"method": method, **estimator.recalibration.fitted_on}
+    return {"method": method, "by": by, **estimator.recalibration.fitted_on}
