@@ -34,9 +34,9 @@ import math
 import sys
 import time
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
@@ -50,7 +50,7 @@ from promokit.conversion.kuairand import (
     load_kuairand,
 )
 from promokit.data import DataError
-from promokit.metrics import auc
+from promokit.metrics import auc, paired_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = (REPO / ".." / "shared" / "data" / "kuairand_pure").resolve()
@@ -118,28 +118,6 @@ def auc_standard_error(auc: float, n_pos: int, n_neg: int) -> float:
     q1, q2 = auc / (2 - auc), 2 * auc ** 2 / (1 + auc)
     var = (auc * (1 - auc) + (n_pos - 1) * (q1 - auc ** 2) + (n_neg - 1) * (q2 - auc ** 2)) / (n_pos * n_neg)
     return math.sqrt(max(var, 0.0))
-
-
-def paired_bootstrap(labels: np.ndarray, scores: dict[str, list[np.ndarray]], a: str, b: str, n_boot: int,
-                     seed: int = 0) -> dict[str, float]:
-    """Difference of the seed-averaged AUC of model ``a`` minus model ``b`` on ``n_boot`` resamples of the rows
-    (both models scored on the same resample): mean, 95 % interval and the share of resamples where a > b."""
-    rng = np.random.default_rng(seed)
-    n, diffs = len(labels), []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for _ in range(n_boot):
-            rows = rng.integers(0, n, n)
-            y = labels[rows]
-            if y.min() == y.max():
-                continue
-            mean_auc = {m: np.mean([auc(y, p[rows]) for p in scores[m]]) for m in (a, b)}
-            diffs.append(mean_auc[a] - mean_auc[b])
-    diffs = np.asarray(diffs)
-    observed = np.mean([auc(labels, p) for p in scores[a]]) - np.mean([auc(labels, p) for p in scores[b]])
-    return {"observed": float(observed), "low": float(np.quantile(diffs, 0.025)),
-            "high": float(np.quantile(diffs, 0.975)), "share_a_better": float((diffs > 0).mean()),
-            "resamples": len(diffs)}
 
 
 def main(argv=None) -> int:
@@ -236,10 +214,10 @@ def main(argv=None) -> int:
             for label in (v[0] for v in variants if v[0] not in references[:k + 1] and v[0] in predictions):
                 for metric, rows, column in (("cvr_auc", click, "p_cvr"), ("ctcvr_auc", slice(None), "p_ctcvr")):
                     scores = {m: [p[column].to_numpy()[rows] for p in predictions[m]] for m in (label, reference)}
-                    b = boot[f"{label} − {reference} {metric}"] = paired_bootstrap(purchase[rows], scores, label,
-                                                                                     reference, args.bootstrap)
+                    b = boot[f"{label} − {reference} {metric}"] = asdict(paired_bootstrap(
+                        auc, purchase[rows], scores[label], scores[reference], resamples=args.bootstrap))
                     lines.append(f"  {label:>11} − {reference:<5} {metric:>9}: {b['observed']:+.4f}  95 % interval "
-                                 f"[{b['low']:+.4f}, {b['high']:+.4f}]  ahead in {100 * b['share_a_better']:.0f} % "
+                                 f"[{b['low']:+.4f}, {b['high']:+.4f}]  ahead in {100 * b['share_ahead']:.0f} % "
                                  "of resamples")
         boot_text = (f"paired bootstrap of the {part} day ({args.bootstrap} row resamples, seed-averaged AUC), "
                      f"model − {' / '.join(references)}:\n" + "\n".join(lines))

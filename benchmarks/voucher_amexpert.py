@@ -3,7 +3,7 @@
 The bench's time split and settings (``promokit voucher bench --data-dir …``): each model with its defaults over
 ``--seeds`` (LR is solved: one fit), scored on the test sessions; then, for each model, the test AUC of its
 seed-averaged score minus LR's on ``--bootstrap`` resamples of the test sessions (both scored on the same
-resample: ``conversion_kuairand.paired_bootstrap``), and the GAUC by campaign.
+resample: ``promokit.metrics.paired_bootstrap``), and the GAUC by campaign.
 
 AmExpert 2019 is competition data: the script reads a local copy and writes only metrics.
 
@@ -21,10 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from conversion_kuairand import paired_bootstrap
 
 from promokit.experiments.voucher.demo import DEMO_TRAIN, time_split
-from promokit.metrics import auc, gauc
+from promokit.metrics import auc, gauc, paired_bootstrap
 from promokit.voucher.amexpert import load_amexpert
 from promokit.voucher.estimator import VoucherModel
 
@@ -58,10 +57,10 @@ def main(argv=None) -> int:
     print(f"\ntest: {len(y):,} sessions, {int(y.sum())} redeemed, {len(np.unique(campaigns))} campaigns")
     print(f"paired bootstrap ({args.bootstrap} resamples of the test sessions, seed-averaged AUC), model − lr:")
     for name in (m for m in scores if m != "lr"):
-        b = paired_bootstrap(y, scores, name, "lr", args.bootstrap)
+        b = paired_bootstrap(auc, y, scores[name], scores["lr"], resamples=args.bootstrap)
         mean = np.mean(scores[name], axis=0)
-        print(f"  {name:>6} − lr: {b['observed']:+.4f}  95 % interval [{b['low']:+.4f}, {b['high']:+.4f}]  ahead in "
-              f"{100 * b['share_a_better']:.0f} % of resamples; seed-averaged AUC {auc(y, mean):.4f}, GAUC "
+        print(f"  {name:>6} − lr: {b.observed:+.4f}  95 % interval [{b.low:+.4f}, {b.high:+.4f}]  ahead in "
+              f"{100 * b.share_ahead:.0f} % of resamples; seed-averaged AUC {auc(y, mean):.4f}, GAUC "
               f"{gauc(y, mean, campaigns).value:.4f} (lr {gauc(y, scores['lr'][0], campaigns).value:.4f})")
     print(f"total {(time.perf_counter() - started) / 60:.1f} min")
     return 0

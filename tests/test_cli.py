@@ -32,6 +32,7 @@ def test_train_predict_evaluate_round_trip_in_a_new_process(tmp_path, table_path
     assert (model_dir / "weights.safetensors").exists()
 
     assert "held out for evaluate: 3" in result.output and "of 4,000 rows (each row drawn" in result.output
+    assert "refit on all 4,000 rows with" in " ".join(result.output.split())
 
     out = tmp_path / "pred"
     # predict in a fresh interpreter: the model directory is all it needs; --out is a folder
@@ -48,7 +49,8 @@ def test_train_predict_evaluate_round_trip_in_a_new_process(tmp_path, table_path
 
     result = _invoke("conversion", "evaluate", "--model", model_dir, "--data", table_path, "--out", tmp_path / "ev")
     assert result.exit_code == 0, result.output
-    assert "rows held out by train" in " ".join(result.output.split())  # the table's title, wrapped
+    output = " ".join(result.output.split())  # the table's title, wrapped
+    assert "held-out rows, scored before the refit" in output  # the selected model's, kept by train
     metrics = json.loads((tmp_path / "ev" / "report.json").read_text())["metrics"]
     assert 0.5 < metrics["ctr_auc"] < 1 and "ctcvr_gauc" in metrics
     every = _invoke("conversion", "evaluate", "--model", model_dir, "--data", table_path, "--out", tmp_path / "ev", "--all")
@@ -142,7 +144,7 @@ def test_a_bad_table_is_a_one_line_error(tmp_path, impressions, how, message):
 def test_predict_refuses_an_infinite_feature_and_evaluate_warns_on_one_class(tmp_path, table_path, impressions):
     model_dir = tmp_path / "m"
     assert _invoke("conversion", "train", "--data", table_path, "--out", model_dir, "--model", "esmm", "--epochs", 2,
-                   "--lr", 0.01, "--params", NET).exit_code == 0
+                   "--lr", 0.01, "--params", NET, "--no-refit").exit_code == 0  # evaluate scores the rows it is given
     bad = tmp_path / "bad.csv"
     bad.write_text(_spoil(impressions, "infinite"))
     result = _invoke("conversion", "predict", "--model", model_dir, "--data", bad, "--out", tmp_path / "p")

@@ -10,7 +10,7 @@ from promokit.metrics import auc
 from promokit.training import TrainConfig
 
 SMALL = {"emb_dim": 4, "hidden": (16,), "dropout": 0.0}
-FAST = TrainConfig(epochs=4, batch_size=200, lr=0.01, progress=False)
+FAST = TrainConfig(epochs=4, batch_size=200, lr=0.01, progress=False, embedding_decay=0.0, decay_rows=0)
 LABELS = {"click": "click", "daction": "daction", "purchase": "purchase"}
 
 
@@ -162,7 +162,7 @@ def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
 
 def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
     params = {**SMALL, "min_count": 100}
-    model = ConversionModel("esmm", params, FAST).fit(impressions)
+    model = ConversionModel("esmm", params, FAST, refit=False).fit(impressions)
     assert model.feature_spec.min_count == 100 and "min_count" not in model.model_params
     assert model.params is params and params["min_count"] == 100 and model.spec is None  # parameters kept as given
     # 50 users of ~80 rows each: none reaches 100, so the user field is its OOV row alone
@@ -235,7 +235,7 @@ def test_the_estimator_contract_clone_and_set_params(impressions):
     assert model.get_params()["model"] == "esmm" and model.model_params["emb_dim"] == 4
     with pytest.raises(DataError, match="^train: monitor must be one of"):
         model.set_params(train=TrainConfig(monitor="auc"))
-    assert model.train_config is FAST
+    assert model.train_config == FAST
     with pytest.raises(DataError, match="^repair_labels must be True or False, got 'yes'"):
         ConversionModel("esmm", repair_labels="yes")
     assert model.set_params(params={**SMALL, "min_count": 7}) is model and model.declared_spec.min_count == 7
@@ -272,7 +272,11 @@ def test_fit_holds_out_a_seeded_random_share_that_held_out_finds_again_in_the_ta
 
     model = _model("esmm").fit(impressions)
     held = model.held_out(impressions)
-    assert model.holdout == {"test_fraction": 0.1, "how": "random", "seed": 0, "rows": 4000, "held_out": len(held)}
+    rule = {k: v for k, v in model.holdout.items() if k != "refit"}  # then fit again on all 4,000 rows
+    assert rule == {"test_fraction": 0.1, "how": "random", "seed": 0, "rows": 4000, "held_out": len(held)}
+    refit = model.holdout["refit"]
+    assert refit["rows"] == 4000 and refit["evaluation"]["ctr_auc"] == model.held_out_evaluation(impressions)["ctr_auc"] > 0.6
+    assert model.held_out_evaluation(impressions.assign(click=0)) is None  # not the rows it scored
     assert 300 < len(held) < 500 and model.report.n_train + model.report.n_valid + len(held) == 4000
     assert np.array_equal(model.evaluate(impressions, rows=held)["ctr_auc"], model.evaluate(impressions.iloc[held])["ctr_auc"])
     impressions.to_parquet(tmp_path / "table.parquet")

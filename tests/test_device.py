@@ -84,7 +84,7 @@ def test_the_estimators_check_the_device_and_carry_it(no_cuda):
     with pytest.raises(DataError, match=f"^train: {FORMS}, got 'gpu'$"):
         ConversionModel("esm2", train={"device": "gpu"})
     model = ConversionModel("esm2", train={"device": "cpu"})
-    assert model.get_params()["train"] == {"device": "cpu"} and model.train_config.device == "cpu"
+    assert model.get_params()["train"].device == "cpu" == model.train_config.device
     with pytest.raises(DataError, match="device"):
         model.set_params(train=replace(model.train_config, device="cuda:x"))
     assert model.train_config.device == "cpu"  # the refused value is not kept
@@ -140,12 +140,14 @@ def test_a_network_takes_its_attached_graph_with_it():
 # ---- every domain's paper model on the CPU ---------------------------------------------------------------------
 
 #: Per epoch (train_loss, valid_loss) and the last output of the first two predicted rows of each paper model below,
-#: recorded before the device setting existed: on the CPU every figure must stay (to float32 rounding across CPUs).
+#: recorded before the device setting existed (conversion and voucher again when the floor their wide offset starts
+#: from came to be solved by Newton-CG: losses moved by under 1 %): on the CPU every figure must stay (to float32
+#: rounding across CPUs).
 PINNED = {
-    "conversion": ([(0.41607807381082385, 0.49181535840034485), (0.4131387883402961, 0.49103206396102905)],
-                   [0.016333457082509995, 0.042782511562108994]),
-    "voucher": ([(0.7037688770933014, 0.7850161790847778), (0.6262794604141746, 0.6533270478248596)],
-                [0.09475133568048477, 0.10752217471599579]),
+    "conversion": ([(0.4195205459067706, 0.4886835217475891), (0.416603903710382, 0.4877530038356781)],
+                   [0.016990454867482185, 0.042840104550123215]),
+    "voucher": ([(0.7037670080741627, 0.7850137948989868), (0.6262694144363038, 0.6532962918281555)],
+                [0.0947716236114502, 0.10757028311491013]),
     "incentive": ([(0.5225934543459771, 0.49945929646492004), (0.5201503012985761, 0.49773281812667847)],
                   [0.6214460730552673, 0.6215066313743591]),
     "value": ([(1.540439245475688, 1.4301159381866455), (1.1734666472453485, 1.2549105882644653)],
@@ -155,19 +157,22 @@ PINNED = {
 
 def paper_model(domain: str, device: str):
     """The domain's paper model, small, unfitted, with its small synthetic world."""
-    settings = TrainConfig(epochs=2, batch_size=256, lr=3e-3, patience=2, progress=False, device=device)
+    # every setting given (TrainConfig's own defaults for the rest), so no domain default merges in: the pinned
+    # figures are the training loop's, and the selected model's (refit=False)
+    settings = replace(TrainConfig(), epochs=2, batch_size=256, lr=3e-3, patience=2, progress=False, device=device)
     if domain == "conversion":
         from promokit.conversion.estimator import ConversionModel
         from promokit.experiments.conversion.world import make_world
 
-        return ConversionModel("esm2", {"emb_dim": 4, "hidden": (16,)}, settings), make_world(200, 80, 3000, seed=1).table
+        return (ConversionModel("esm2", {"emb_dim": 4, "hidden": (16,)}, settings, refit=False),
+                make_world(200, 80, 3000, seed=1).table)
     if domain == "voucher":
         from promokit.experiments.voucher.world import make_world
         from promokit.voucher.estimator import VoucherModel
 
         params = {"emb_dim": 4, "hidden": [16], "uvg_dim": 8, "attention_units": 8, "gnn_layers": 1, "pretrain": 1}
         world = make_world(n_users=200, n_vouchers=20, n_items=200, n_sessions=1500, seed=1)
-        return VoucherModel("dmbgn", params, settings), world.tables
+        return VoucherModel("dmbgn", params, settings, refit=False), world.tables
     if domain == "incentive":
         from promokit.experiments.incentive.world import make_world
         from promokit.incentive.contract import check_tables
@@ -175,8 +180,8 @@ def paper_model(domain: str, device: str):
 
         world = make_world(1000, 100, seed=3)
         params = {"width": 16, "hidden": [32, 16], "fanouts": [5, 5]}
-        return IncentiveModel("gnn-hazard", params, settings), check_tables(world.customers, world.merchants,
-                                                                             world.edges)
+        return IncentiveModel("gnn-hazard", params, settings, refit=False), check_tables(world.customers,
+                                                                                          world.merchants, world.edges)
     from promokit.experiments.value.world import make_world
     from promokit.value.contract import check_tables
     from promokit.value.estimator import ValueModel
@@ -184,7 +189,7 @@ def paper_model(domain: str, device: str):
     world = make_world(400, seed=3)
     params = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "fanouts": [4, 4],
               "max_len": 12}
-    return ValueModel("esdpm", params, settings), check_tables(world.deliveries, world.users, world.funds,
+    return ValueModel("esdpm", params, settings, refit=False), check_tables(world.deliveries, world.users, world.funds,
                                                                world.behaviors, world.consumption)
 
 

@@ -11,6 +11,7 @@ from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, labelled_rows
 from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective
+from promokit.training.logistic import L2_GRID, prior_l2
 
 
 def _theta_customers(net) -> np.ndarray:
@@ -49,12 +50,13 @@ def test_the_gradients_are_the_objectives_derivatives(objective, k):
 
 def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
     tables, model = solved
-    split = model.split(tables)
-    train = labelled_rows(tables, split.train_customers, split.train_merchants)
+    # refit on every labelled customer and merchant at the strengths chosen on the validation nodes
+    train = labelled_rows(tables, tables.labelled_customers, np.arange(len(tables.merchants)))
     net, levels = model.net, model.net.customer_head.values
     chosen = {r["part"]: r["l2"] for r in model.history.epochs if r["chosen"]}
     assert model.model_params["l2_customers"] == chosen["customers"]
     assert model.model_params["l2_merchants"] == chosen["merchants"]
+    assert model.holdout["refit"]["params"] == {f"l2_{part}": l2 for part, l2 in chosen.items()}
     assert model.params is None  # what fit chose is in model_params, not the parameter
     for side, objective, theta, extra in (
             ("customers", customer_objective, _theta_customers(net), levels.width.double().numpy()),
@@ -65,9 +67,10 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
 
 
 def test_the_strength_is_chosen_on_the_validation_customers(solved):
-    _, model = solved
+    tables, model = solved
     path = [r for r in model.history.epochs if r["part"] == "customers"]
-    assert [r["l2"] for r in path] == sorted((r["l2"] for r in path), reverse=True)
+    rows = len(model.split(tables).train_customers)  # the search starts at the grid's strength nearest the prior
+    assert path[0]["l2"] == min(L2_GRID, key=lambda s: abs(np.log(s / prior_l2(rows))))
     best = max(path, key=lambda r: r["valid_customer_loglik"])
     assert best["chosen"] and sum(r["chosen"] for r in path) == 1
     assert model.history.unit == "l2 strength" and "chosen: part customers" in model.history.summary()

@@ -145,7 +145,9 @@ def _plan(scores, levels, truth, budget) -> dict:
 def test_a_budget_plan_expects_what_the_shifted_world_delivers():
     world = make_world(5000, 500, seed=3)
     train = TrainConfig(epochs=6, batch_size=256, lr=3e-3, lr_decay=0.95, patience=3, progress=False)
-    model = IncentiveModel("gnn-hazard", NET, train).fit(check_tables(world.customers, world.merchants, world.edges))
+    # the selected model (no refit): the 10 % tolerances below were set on it, and the plan's point is recalibration
+    model = IncentiveModel("gnn-hazard", NET, train, refit=False).fit(check_tables(world.customers, world.merchants,
+                                                                                   world.edges))
     tables, truth = _shifted(world)
     budget = 0.3 * float((world.levels[3] * truth[:, 3]).sum())  # a third of offering 80 cents to everyone
     raw = _plan(model.responses(tables).customers, world.levels, truth, budget)

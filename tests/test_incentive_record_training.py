@@ -27,7 +27,8 @@ TRAIN = TrainConfig(epochs=8, batch_size=128, lr=3e-3, lr_decay=0.95, patience=3
 
 
 def _model(**params) -> IncentiveModel:
-    return IncentiveModel("gnn-hazard", {**PARAMS, **params}, TRAIN, test_fraction=0.2)
+    # no refit: the in-memory model is compared on the held-out customers with one trained from records (never refit)
+    return IncentiveModel("gnn-hazard", {**PARAMS, **params}, TRAIN, test_fraction=0.2, refit=False)
 
 
 def write_split_records(model: IncentiveModel, world, root, draws=(0, 1, 2)) -> tuple:

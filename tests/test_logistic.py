@@ -8,7 +8,8 @@ from sklearn.linear_model import LogisticRegression
 from promokit.conversion import ConversionModel
 from promokit.nn import LinearLogit
 from promokit.training import fit_logistic
-from promokit.training.logistic import design_matrix
+from promokit.metrics import auc
+from promokit.training.logistic import L2_GRID, design_matrix, prior_l2, search_l2
 
 
 def _data(n, seed, cards=(6, 4)):
@@ -39,13 +40,38 @@ def test_fit_logistic_reaches_the_scikit_learn_optimum():
     np.testing.assert_allclose(ours, reference.predict_proba(design_matrix(cat, num, [6, 4]))[:, 1], atol=2e-3)
 
 
-def test_fit_logistic_chooses_the_l2_strength_on_validation_auc():
+def test_fit_logistic_finds_the_grid_strength_with_the_best_validation_auc():
     train, valid = _data(300, 0), _data(2000, 1)
-    path = fit_logistic(LinearLogit([6, 4], 2), *train, valid=valid, patience=20)
-    assert len(path) == 9 and sum(r["chosen"] for r in path) == 1
-    best = max(path, key=lambda r: r["valid_auc"])
-    assert best["chosen"]
-    assert path[0]["valid_auc"] < best["valid_auc"]  # the strongest penalty flattens the weights
+    path = fit_logistic(LinearLogit([6, 4], 2), *train, valid=valid)
+    assert sum(r["chosen"] for r in path) == 1 and len(path) < len(L2_GRID)
+    every = {}
+    for strength in L2_GRID:  # the whole grid, each strength solved alone
+        model = LinearLogit([6, 4], 2)
+        fit_logistic(model, *train, l2=strength)
+        every[strength] = auc(valid[2].numpy(), model(*valid[:2]).detach().numpy())
+    chosen = next(r for r in path if r["chosen"])
+    assert every[chosen["l2"]] == pytest.approx(max(every.values()), abs=1e-3)
+
+
+@pytest.mark.parametrize("peak, solved", [
+    (3e-5, [3e-5, 1e-5, 1e-4]),                        # the prior's neighbour on each side is worse
+    (1e-6, [3e-5, 1e-5, 3e-6, 1e-6]),                  # weaker until the grid ends
+    (3e-4, [3e-5, 1e-5, 1e-4, 3e-4, 1e-3]),            # the first weaker step is worse: stronger from the start
+])
+def test_the_search_starts_at_the_prior_and_steps_toward_the_better_score(peak, solved):
+    def solve(strength, start):  # a score peaked at ``peak``, unimodal in log strength
+        return strength, -abs(np.log10(strength) - np.log10(peak))
+
+    assert prior_l2(100_000) == 3e-5
+    solution, records = search_l2(solve, 100_000)
+    assert [r["l2"] for r in records] == pytest.approx(solved) and solution == pytest.approx(peak)
+    assert [r["l2"] for r in records if r["chosen"]] == pytest.approx([peak])
+
+
+def test_without_validation_the_prior_strength_is_solved_alone():
+    calls = []
+    _, records = search_l2(lambda s, start: calls.append(s) or (s, np.nan), 300, validated=False)
+    assert calls == [prior_l2(300)] == [0.01] and records[0]["chosen"]
 
 
 def test_fit_logistic_needs_both_classes():

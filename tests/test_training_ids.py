@@ -33,7 +33,8 @@ VALUE_NET = {"expert_hidden": [8], "expert_dim": 8, "tower_hidden": [4], "emb_di
 def incentive_model(tmp_path_factory):
     world = make_incentive_world(600, 60, seed=2)
     tables = check_tables(world.customers, world.merchants, world.edges)
-    model = IncentiveModel("lr", None, ONE_EPOCH).fit(tables)
+    # the selected model: a refit on every node records them all (tests/test_refit.py)
+    model = IncentiveModel("lr", None, ONE_EPOCH, refit=False).fit(tables)
     folder = tmp_path_factory.mktemp("incentive") / "model"
     model.save(folder)
     return model, tables, folder
@@ -83,7 +84,7 @@ def value_data(tmp_path_factory):
 
 def test_a_value_model_records_its_training_deliveries_users_in_one_folder_and_in_parts(value_data, tmp_path):
     tables = read_folder(value_data / "whole")
-    model = ValueModel("dnn", VALUE_NET, ONE_EPOCH).fit(tables)
+    model = ValueModel("dnn", VALUE_NET, ONE_EPOCH, refit=False).fit(tables)  # parts do not refit yet
     train = model.split_rows(tables)[0]
     model.save(tmp_path / "model")
     expected = id_hashes(tables.deliveries["user_id"].to_numpy()[train])

@@ -32,7 +32,8 @@ def tables(world):
 
 @pytest.fixture(scope="module")
 def fitted(tables):
-    model = ValueModel("esdpm", SMALL, QUICK).fit(tables)
+    # the selected model, not refit: the tests below score it on the deliveries it held out
+    model = ValueModel("esdpm", SMALL, QUICK, refit=False).fit(tables)
     return model, model.split_rows(tables)[2]
 
 
@@ -261,7 +262,7 @@ def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "esdpm", "params": SMALL, "train": QUICK,
                                                        "split": "time", "test_fraction": 0.1, "labels": None,
-                                                       "allow_leaky": None}
+                                                       "allow_leaky": None, "refit": False}
     assert copy.net is None and copy.encoders is None and copy.holdout is None and model.net is not None
     assert copy.model_params == model.model_params and copy.max_len == SMALL["max_len"]
 
@@ -320,8 +321,10 @@ def test_fit_reads_a_folder_or_a_mapping_of_tables_and_evaluate_reports(tmp_path
                "behaviors": str(tmp_path / "world" / "behaviors.parquet")}
     from_mapping = ValueModel("esdpm-ncg", SMALL, one_epoch).fit(mapping, validation=0.2)
     held_out = from_folder.held_out(tmp_path / "world")
-    assert from_folder.holdout == {"test_fraction": 0.1, "valid_fraction": 0.2, "how": "time", "seed": 0,
-                                   "rows": len(small.deliveries), "held_out": len(held_out)}
+    split = {k: v for k, v in from_folder.holdout.items() if k != "refit"}  # then refit on every delivery
+    assert split == {"test_fraction": 0.1, "valid_fraction": 0.2, "how": "time", "seed": 0,
+                     "rows": len(small.deliveries), "held_out": len(held_out)}
+    assert from_folder.holdout["refit"]["rows"] == len(small.deliveries)
     assert np.array_equal(held_out, from_folder.split_rows(tables)[2])
     with pytest.raises(DataError, match=rf"^held_out: the model held out {len(held_out)} of the "
                                         rf"{len(small.deliveries):,} deliveries it was fitted on, and these data have"):

@@ -239,7 +239,7 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
     model.save(tmp_path / "dmbgn")
     assert (tmp_path / "dmbgn" / "graph_vocabulary.json").exists()
     config = json.loads((tmp_path / "dmbgn" / "config.json").read_text())
-    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history", "holdout",
+    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history", "refit", "holdout",
                            "labels"}
     assert config["tables"] == world.tables.options  # the options that read the tables: column names, no data
     loaded = VoucherModel.load(tmp_path / "dmbgn")
@@ -315,7 +315,8 @@ def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph
 def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):
     assert VoucherModel("dnn").train_config.monitor == "auc"
     config = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc", "epochs": 3, "patience": 3})
-    model = VoucherModel("dnn", TINY_NET, config, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
+    model = VoucherModel("dnn", TINY_NET, config, test_fraction=0, refit=False).fit(world.tables, rows=split.train,
+                                                                                   validation=split.valid)
     history = model.report.history
     aucs = [e["valid_auc"] for e in history.epochs]
     assert history.best_epoch == int(np.argmax(aucs)) and history.best_score == max(aucs)
@@ -374,7 +375,7 @@ def test_parameters_are_kept_as_given_and_clone_gives_an_unfitted_copy(world, sp
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "lr", "params": params, "train": TINY_TRAIN,
                                                        "max_history": 6, "test_fraction": 0, "test_from": None,
-                                                       "allow_leaky": None}
+                                                       "allow_leaky": None, "refit": True}
     assert copy.net is None and copy.model_params == {"ids": True}
     with pytest.raises(RuntimeError, match="not fitted"):
         copy.predict(world.tables)
@@ -392,7 +393,7 @@ def test_a_bad_parameter_is_one_line_and_set_params_keeps_the_old_values():
     with pytest.raises(DataError, match="model 'dnn' has no parameter 'droput'"):
         model.set_params(params={"droput": 0.1})
     assert model.get_params() == {"model": "dnn", "params": TINY_NET, "train": TINY_TRAIN, "max_history": 3,
-                                  "test_fraction": 0.1, "test_from": None, "allow_leaky": None}
+                                  "test_fraction": 0.1, "test_from": None, "allow_leaky": None, "refit": True}
     with pytest.raises(DataError, match=r"^test_fraction must be a number in \[0, 1\) \(0: hold nothing out\), got 2$"):
         model.set_params(test_fraction=2)
     with pytest.raises(DataError, match=r"^`test_from` 'soon' is not a time; use e.g. '2024-06-01'"):

@@ -8,6 +8,7 @@
     scores = model.predict(test)                                     # keys, then p_ctr, p_cvr, p_ctcvr …
     report = model.evaluate(test)                                    # an Evaluation: metrics, to_markdown()
     plan = pk.plan_budget(incentive_scores, ratio=10)                # who gets which incentive level
+    board = pk.compare(table, ["gbdt", "esm2"], domain="conversion")  # each model against the floor, with intervals
 
 Every model follows one contract (:class:`Estimator`); each domain is a subpackage (``pk.conversion``,
 ``pk.voucher``, ``pk.incentive``, ``pk.value``) and so is each use case (``pk.allocation``, ``pk.policy``,
@@ -41,6 +42,7 @@ _EXPORTS = {
     "plan_quota": "promokit.allocation.quota_plan",
     "Allocation": "promokit.allocation.result",
     "PolicyEvaluation": "promokit.policy.report",
+    "compare": "promokit.experiments.compare",
 }
 _SUBPACKAGES = ("conversion", "voucher", "incentive", "value", "allocation", "policy", "campaign", "serve",
                 "scale", "experiments", "data", "metrics", "nn", "training")

@@ -478,6 +478,47 @@ def test_fraction_option(rule: str):
 
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="Score every row of the data (new data), not what train held "
                                           "out.")]
+RefitOpt = Annotated[bool, typer.Option("--refit/--no-refit", help="After choosing the epoch (the L2 strength, the "
+                                        "trees) on the validation rows, fit again on every row with it fixed, "
+                                        "held-out and validation rows too, as scikit-learn's refit=True; evaluate "
+                                        "then reports the held-out metrics scored before the refit. --no-refit keeps "
+                                        "the selected model.")]
+
+
+def print_refit(holdout: dict | None, what: str) -> None:
+    """train's line saying what the refit learnt from, and the held-out metrics scored before it (nothing without a
+    refit)."""
+    refit = (holdout or {}).get("refit")
+    if not refit:
+        return
+    chosen = [f"{refit['epochs']} epochs"] if refit.get("epochs") else []
+    chosen += [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in refit["params"].items()
+               if k.startswith(("l2", "n_trees"))]
+    plural = what[:-1] + "ies" if what.endswith("y") else what + "s"  # a delivery, deliveries
+    text = f"refit on all {refit['rows']:,} {plural}" + (f" with {', '.join(chosen)}" if chosen else "")
+    scores = {k: v for k, v in (refit.get("evaluation") or {}).items() if "auc" in k and isinstance(v, float)}
+    if scores:
+        text += "; held out before the refit: " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+    get_console().print(text, highlight=False, soft_wrap=True)
+
+
+def held_out_evaluation(model, data, all_rows: bool, options: str | None = None):
+    """What ``evaluate`` reports of a refit model's held-out rows: its metrics scored before the refit
+    (``model.held_out_evaluation``), after checking ``data`` is what train was given; None with ``--all``, without
+    a refit, or when the held-out rows of ``data`` are not those train scored (score the rows). With ``options`` (the flags given that ask for other metrics than train scored) the
+    rows are scored again, by the refit model, and a warning says that it learnt from them."""
+    if all_rows or not (model.holdout or {}).get("refit"):
+        return None
+    held_out_rows(model, data)
+    stored = model.held_out_evaluation(data)
+    if stored is None:  # other rows than train held out and scored: score them
+        return None
+    if options:
+        warnings.warn(f"{options}: scored by the refit model, which learnt from these held-out rows, so the metrics "
+                      "flatter it; without them evaluate reports the held-out metrics scored before the refit "
+                      "(train with --no-refit to keep the selected model)", stacklevel=2)
+        return None
+    return stored
 
 
 def label_option(roles: tuple[str, ...]):
@@ -556,3 +597,31 @@ def predictions_folder(out: Path, flag: str = "--out") -> Path | None:
     warnings.warn(f"{flag} {out}: a file is deprecated and will be refused in the next release; {flag} is a folder "
                   f"(predictions.parquet and summary.json are written in it)", FutureWarning, stacklevel=2)
     return out
+
+
+# ---- compare: every domain's `compare` command
+from promokit.metrics.bootstrap import RESAMPLES  # noqa: E402 - NumPy alone, as the domains' options load
+
+CompareModelsOpt = Annotated[str, typer.Option("--models", help="Comma-separated models to compare; the floor is always added, first.")]
+CompareOutOpt = Annotated[Path, typer.Option("--out", help="Folder for leaderboard.parquet, report.md and report.json (results.csv holds each model's row as it finishes).")]
+CompareSeedsOpt = Annotated[str, typer.Option("--seeds", help="Comma-separated training seeds; the models of one seed hold out the same rows.")]
+ResamplesOpt = Annotated[int, typer.Option("--resamples", min=1, help="Paired bootstrap resamples of the held-out rows, seeded by the training seed.")]
+
+
+def run_compare(domain: str, data, models: str, seeds: str, out: Path, resamples: int = RESAMPLES, *, options: dict | None = None,
+                validation=None, **training) -> None:
+    """A ``compare`` command: :func:`promokit.experiments.compare.compare` with the training flags given (the
+    domain's defaults for the others; no per-epoch display), then the leaderboard, the verdicts and the model it
+    recommends on screen."""
+    from promokit.experiments.compare import compare
+
+    train = {"progress": False, **{name: value for name, value in training.items() if value is not None}}
+    comparison = compare(data, models, domain=domain, seeds=seeds_option(seeds), train=train, options=options,
+                         validation=validation, resamples=resamples, out=out)
+    print_table(f"{domain}: held-out metrics against the floor {comparison.floor}", comparison.table())
+    console = get_console()
+    for line in comparison.verdicts():
+        console.print(line, highlight=False, soft_wrap=True)
+    choice = comparison.best()
+    console.print(f"which model? {choice.model}: {choice.reason}", highlight=False, soft_wrap=True)
+    console.print(f"leaderboard written to {out / 'leaderboard.parquet'} (report: {out / 'report.md'}, report.json)")

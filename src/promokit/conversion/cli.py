@@ -13,6 +13,7 @@ from promokit.conversion import options as opt
 from promokit.conversion.contract import LABEL_ROLES
 from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
 from promokit.data.split import TEST_FRACTION
+from promokit.training.refit import REFIT
 from promokit.training.recalibration import DEFAULT_METHOD
 
 #: The training flags, showing the defaults the estimator trains with.
@@ -43,9 +44,10 @@ def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAUL
           micro_behaviors: opt.MicroOpt = None, wide: cs.WideOpt = None, categorical: cs.CategoricalOpt = None,
           numeric: cs.NumericOpt = None, allow_leaky: AllowLeakyOpt = None, executor: cs.ExecutorOpt = "local",
           address: cs.AddressOpt = None, workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None,
-          engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
-    """Fit a model on an impression table, less the --test-fraction held out for evaluate, and write it as a model
-    directory.
+          engine: cs.EngineOpt = None, device: cs.DeviceOpt = None, refit: cs.RefitOpt = REFIT):
+    """Fit a model on an impression table, less the --test-fraction held out for evaluate, choose its epoch (or L2
+    strength, or trees) on the validation rows, then fit it again on every row with that choice (--no-refit: keep
+    the selected model), and write it as a model directory.
 
     With --data a directory or glob of Parquet parts, or with --executor ray, the network trains over the parts
     without reading the table whole: the vocabulary is counted part by part, then the model trains part by part in
@@ -70,7 +72,7 @@ def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAUL
                                                    seed=seed, wide=wide, device=device)
         given = conversion_spec(spec, micro_behaviors=micro_behaviors, types=cs.types_option(categorical, numeric),
                                 labels=cs.label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
-        estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction)
+        estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction, refit)
         estimator.fit(data, validation=valid or valid_fraction, validation_split=valid_split,
                       executor=cs.deferred_executor(executor, address, workers),
                       checkpoint_dir=cs.checkpoint_dir(out), resume=resume)
@@ -82,6 +84,7 @@ def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAUL
         cs.finish_training(out, report.history)
         cs.print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
         cs.print_held_out(describe_holdout(estimator.holdout), "row")
+        cs.print_refit(estimator.holdout, "row")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 
@@ -144,6 +147,15 @@ def evaluate(model: opt.ModelDirOpt, data: DataOpt, out: opt.ReportOutOpt,
         from promokit.conversion import ConversionModel
 
         estimator = ConversionModel.load(model)
+        relabelled = any(estimator.feature_spec.labels.get(role, role) != column
+                         for role, column in (cs.label_options(label, LABEL_ROLES) or {}).items())
+        asked = " and ".join(flag for flag, given in (("--micro-behaviors", micro_behaviors), ("--label", relabelled),
+                                                     ("--gauc-weight", gauc_weight != "impressions")) if given)
+        stored = cs.held_out_evaluation(estimator, data, all_rows, asked)
+        if stored is not None:
+            cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
+                                    stored.tables)
+            return
         rows = None if all_rows else cs.held_out_rows(estimator, data)
         evaluation = estimator.evaluate(data, rows=rows, gauc_weight=gauc_weight, micro_behaviors=micro_behaviors,
                                         labels=cs.label_options(label, LABEL_ROLES))
@@ -272,3 +284,25 @@ def kuairand(src: opt.KuaiSrcOpt, out: opt.KuaiOutOpt, log: opt.KuaiLogOpt = Non
         get_console().print(report.summary(), highlight=False)
         get_console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
                             f"--spec {spec_path}  (train on the earlier days, test on the latest)")
+
+
+@app.command()
+def compare(data: DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,gbdt,esmm,esm2",
+            spec: opt.SpecOpt = None, seeds: cs.CompareSeedsOpt = "0", test_fraction: TestFractionOpt = TEST_FRACTION,
+            valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION, micro_behaviors: opt.MicroOpt = None,
+            label: LabelOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
+            lr: TRAIN.lr = None, patience: TRAIN.patience = None, resamples: cs.ResamplesOpt = cs.RESAMPLES,
+            threads: cs.ThreadsOpt = None):
+    """Fit the floor lr and --models on the same split with the same training budget, and write one leaderboard:
+    the held-out CTCVR and CVR AUCs, each against lr with a paired bootstrap interval, the calibration ratio, fit
+    and predict seconds and a verdict per model."""
+    flags = {**opt.MICRO_FLAG, "models": "--models", "seeds": "--seeds", "test_fraction": "--test-fraction",
+             "validation": "--valid-fraction"}
+    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.set_threads(threads)
+        from promokit.conversion.contract import conversion_spec
+
+        given = conversion_spec(spec, micro_behaviors=micro_behaviors, labels=cs.label_options(label, LABEL_ROLES))
+        cs.run_compare("conversion", data, models, seeds, out, resamples,
+                       options={"spec": given, "test_fraction": test_fraction}, validation=valid_fraction,
+                       epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

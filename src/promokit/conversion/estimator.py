@@ -58,10 +58,12 @@ from promokit.training.estimator import (
     Estimator,
     Evaluation,
     check_common_params,
+    check_refit,
     check_same_data,
     check_test_fraction,
 )
 from promokit.training.params import saved_params
+from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibrations
 from promokit.training.seed import seed_everything
 
@@ -95,7 +97,10 @@ class ConversionModel(Estimator):
     ``repair_labels`` (zero post-click labels on unclicked rows instead of failing) and ``test_fraction``, the
     share of the rows :meth:`fit` holds out for evaluation, never trained or validated on (:data:`TEST_FRACTION`;
     0: none): the latest by the spec's ``time_key`` when it names one, else each row with that probability,
-    seeded by the training seed. What they imply: ``model_params``, ``train_config`` and ``declared_spec``; what
+    seeded by the training seed; ``refit`` (:data:`~promokit.training.refit.REFIT`): once the epoch, the L2 strength
+    or the trees are chosen, fit again on every row with them fixed (:mod:`promokit.training.refit`; the held-out
+    metrics of the selected model, scored before, are ``held_out_evaluation(data)``). What they imply: ``model_params``,
+    ``train_config`` and ``declared_spec``; what
     fitting learns: ``feature_spec`` (the spec resolved against the training table), ``encoder``, ``net``,
     ``pmg``, ``report``, ``holdout`` (what it held out) and ``training_ids``; :meth:`recalibrate`,
     ``recalibrations``.
@@ -111,13 +116,14 @@ class ConversionModel(Estimator):
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
                  spec: FeatureSpec | None = None, repair_labels: bool = REPAIR_LABELS,
-                 test_fraction: float = TEST_FRACTION):
+                 test_fraction: float = TEST_FRACTION, refit: bool = REFIT):
         self.model = model
         self.params = params
         self.train = train
         self.spec = spec
         self.repair_labels = repair_labels
         self.test_fraction = test_fraction
+        self.refit = refit
         self._configure()
         self.feature_spec: FeatureSpec | None = None
         self.encoder: TableEncoder | None = None
@@ -140,6 +146,7 @@ class ConversionModel(Estimator):
         if not isinstance(self.repair_labels, (bool, np.bool_)):
             raise DataError(f"repair_labels must be True or False, got {self.repair_labels!r}")
         check_test_fraction(self.test_fraction)
+        check_refit(self.refit)
         params = {**MODELS[self.model][1], **(self.params or {})}
         spec = self.spec or FeatureSpec()
         if "min_count" in params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
@@ -187,8 +194,9 @@ class ConversionModel(Estimator):
 
             fit_parts(self, data, executor, valid, fraction, validation_split, checkpoint_dir, resume)
             self.warn_validation_leak()
-            return self
-        table = as_table(data, "data")
+            held = self.held_out(data) if self.report.n_test else None
+            return refit_after_selection(self, data, held, executor=executor)
+        table = whole = as_table(data, "data")
         valid = None if valid is None else as_table(valid, "validation")
         spec = self.feature_spec = self.resolve_spec(table)
         seed_everything(self.train_config.seed)
@@ -232,7 +240,7 @@ class ConversionModel(Estimator):
             train_tensors = _tensors(train_x, labels)
             valid_tensors = None if valid_part is None else _tensors(*valid_part)
             if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
-                self.report.history = self.net.solve(train_tensors, valid_tensors)
+                self.report.history = self.net.solve(train_tensors, valid_tensors, self.train_config.progress)
                 self.model_params.update(self.net.chosen_params)
             else:
                 trainer = Trainer(self.train_config, checkpoint_dir)
@@ -242,7 +250,13 @@ class ConversionModel(Estimator):
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
             self.net.fit(train_x, labels, valid_part)
         self.warn_validation_leak()
-        return self
+        return refit_after_selection(self, whole, held, validation_split=validation_split)
+
+    #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
+    FITTED = ("feature_spec", "encoder", "pmg", "net", "training_ids", "model_params")
+
+    def held_out_frame(self, data) -> pd.DataFrame:
+        return as_table(data, "data").iloc[self.held_out(data)]
 
     def warn_leaks(self, table: pd.DataFrame, labels: dict[str, np.ndarray] | None = None) -> None:
         """Warn of the features of ``feature_spec`` (less its ``allow_leaky``) that alone predict a label of the
@@ -571,7 +585,7 @@ class ConversionModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "conversion", "model": self.model, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "train": self.train_config.to_dict(),
-                  "repair_labels": self.repair_labels, "holdout": self.holdout,
+                  "repair_labels": self.repair_labels, "refit": self.refit, "holdout": self.holdout,
                   "pmg": None if self.pmg is None else self.pmg.tolist()}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {RECALIBRATION_FILE: {name: r.to_dict() for name, r in self.recalibrations.items()}}
@@ -585,7 +599,7 @@ class ConversionModel(Estimator):
                     TrainConfig.loaded(config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"],
                     # directories written before the hold-out was kept held nothing out
-                    (config.get("holdout") or {}).get("test_fraction", 0.0))
+                    (config.get("holdout") or {}).get("test_fraction", 0.0), config.get("refit", False))
         model.holdout = config.get("holdout")
         model.feature_spec = model.declared_spec  # the saved spec was resolved when the model was fitted
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))

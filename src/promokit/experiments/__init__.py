@@ -6,7 +6,9 @@ One subpackage per domain or use case, each with the same names: ``make_world`` 
 (``pk.experiments.conversion.make_world(...)`` → :class:`~promokit.experiments.conversion.ConversionWorld`, likewise
 ``voucher``, ``incentive``, ``value``), ``run_demo`` where a demo has one; ``allocation`` holds synthetic score
 tables and the simulations, ``campaign`` the end-to-end demo. :func:`tune` is the Optuna search the ``tune``
-commands share.
+commands share. :func:`promokit.compare` (``pk.compare``, module ``promokit.experiments.compare``) fits a domain's
+floor, LightGBM and paper models on one split and writes one leaderboard against the floor (:class:`Comparison`);
+:func:`best_model` names the model a leaderboard recommends.
 
 Exports load lazily (PEP 562) so that ``promokit --help`` does not import torch.
 """
@@ -17,6 +19,8 @@ _EXPORTS = {
     "tune": "promokit.experiments.tuning",
     "TuneResult": "promokit.experiments.tuning",
     "FinishedRows": "promokit.experiments.finished_rows",
+    "Comparison": "promokit.experiments.compare",
+    "best_model": "promokit.experiments.compare",
 }
 _SUBPACKAGES = ("conversion", "voucher", "incentive", "value", "allocation", "campaign")
 

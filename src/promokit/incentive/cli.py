@@ -12,6 +12,7 @@ from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.training.recalibration import DEFAULT_METHOD
+from promokit.training.refit import REFIT
 
 #: The training flags, showing the defaults the estimator trains with.
 TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
@@ -103,12 +104,16 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
           resume: cs.ResumeOpt = False, threads: cs.ThreadsOpt = None,
           allow_leaky: AllowLeakyOpt = None, device: cs.DeviceOpt = None,
           executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-          draws: Annotated[int, typer.Option(help="With the graph in parts: neighbourhood draws written per training customer, cycled by epoch.")] = 1):
-    """Fit a response model on an incentive experiment and write it as a model directory.
+          draws: Annotated[int, typer.Option(help="With the graph in parts: neighbourhood draws written per training customer, cycled by epoch.")] = 1,
+          refit: cs.RefitOpt = REFIT):
+    """Fit a response model on an incentive experiment, less the --test-fraction of the nodes held out for evaluate,
+    choose its epoch (lr: its L2 strengths) on the validation nodes, then fit it again on every labelled node with
+    that choice (--no-refit: keep the selected model), and write it as a model directory.
 
     With --customers, --edges (co-partitioned) and --merchants in parts, a GNN trains over them (docs/scale.md):
     records of the labelled customers' sampled neighbourhoods, then training from them part by part in this process
-    (--executor local) or data-parallel on --workers Ray Train workers (--executor ray).
+    (--executor local) or data-parallel on --workers Ray Train workers (--executor ray); it keeps the selected model
+    (no refit over parts yet).
 
     The other columns of customers and merchants are features, their types inferred (printed at the end and kept
     in config.json): --categorical / --numeric set the type of some. A customer feature that alone predicts the
@@ -122,7 +127,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         config, model_params = cs.training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed,
                                                 device=device)
-        trained = train_model(IncentiveModel(model, model_params, config, test_fraction, allow_leaky),
+        trained = train_model(IncentiveModel(model, model_params, config, test_fraction, allow_leaky, refit),
                               _graph(customers, merchants, edges, items, item_edges, customer_edges),
                               levels=_levels(levels),
                               types=cs.types_option(categorical, numeric), labels=cs.label_options(label, LABEL_ROLES),
@@ -155,7 +160,10 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         cs.print_held_out(held["held_out"] + held["held_out_merchants"] and
                        f"{held['held_out']:,} of {held['rows']:,} labelled customers{held_merchants} (drawn at "
                        f"random, seed {held['seed']})", "labelled node")
-        get_console().print(f"model written to {out} (trained on {trained.customers:,} customers{trained_merchants})")
+        cs.print_refit(held, "labelled customer")
+        how = "selected on {}, then refit on every labelled node" if held.get("refit") else "trained on {}"
+        trained_on = f"{trained.customers:,} customers{trained_merchants}"
+        get_console().print(f"model written to {out} ({how.format(trained_on)})")
 
 
 @app.command()
@@ -200,7 +208,9 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
     """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5), and
     each value's uplift and Qini curves against the lowest with their AUUC and Qini coefficient (scikit-uplift's),
     on the nodes train held out (--all: every labelled node of a new experiment). The label columns are those
-    train was given (--label: others)."""
+    train was given (--label: others). A model refit on every node (train's default) has learnt the held-out nodes
+    too: evaluate reports the metrics they gave the selected model, scored by train before the refit (--truth or
+    --label score them again, by the refit model, with a warning)."""
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
         from promokit.experiments.incentive.world import customer_truth
         from promokit.incentive.estimator import IncentiveModel
@@ -209,6 +219,14 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
         estimator = IncentiveModel.load(model)
         tables = estimator.read(_graph(customers, merchants, edges, items, item_edges, customer_edges),
                                 labels=cs.label_options(label, LABEL_ROLES))
+        relabelled = any((estimator.labels or {}).get(role, role) != column
+                         for role, column in (cs.label_options(label, LABEL_ROLES) or {}).items())
+        asked = " and ".join(flag for flag, given in (("--truth", truth is not None), ("--label", relabelled))
+                             if given)
+        stored = cs.held_out_evaluation(estimator, tables, all_rows, asked)
+        if stored is not None:  # a refit model: what the held-out nodes said of the selected model
+            cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title)
+            return
         if not all_rows:
             cs.held_out_rows(estimator, tables)  # what evaluate scores: its errors say --all
         evaluation = estimator.evaluate(tables, held_out=not all_rows,
@@ -294,3 +312,26 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
 
         run_and_report(cs.bench_models(models), [seed], {"n_customers": customers, "n_merchants": merchants},
                        (DEMO_TRAIN, {}), None, out)
+
+
+@app.command()
+def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
+            items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
+            out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,dnn,gnn-hazard", seeds: cs.CompareSeedsOpt = "0",
+            levels: LevelsOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
+            valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = DEFAULT_VALIDATION,
+            epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
+            patience: TRAIN.patience = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
+            resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: cs.ThreadsOpt = None):
+    """Fit the floor lr and --models on the same nodes with the same training budget, and write one leaderboard:
+    AUC_c of the held-out customers against lr with a paired bootstrap interval, the calibration ratio, fit and
+    predict seconds and a verdict per model. A GNN model on customers-only data is skipped, with the reason."""
+    with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors({**FLAGS, "models": "--models", "seeds": "--seeds"}):
+        cs.set_threads(threads)
+        from promokit.incentive.contract import read_tables
+
+        tables = read_tables(_graph(customers, merchants, edges, items, item_edges, customer_edges),
+                             levels=_levels(levels), types=cs.types_option(categorical, numeric),
+                             labels=cs.label_options(label, LABEL_ROLES))
+        cs.run_compare("incentive", tables, models, seeds, out, resamples, options={"test_fraction": test_fraction},
+                       validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

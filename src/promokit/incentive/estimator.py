@@ -22,7 +22,7 @@ from promokit.incentive.contract import CUSTOMER, GRAPH_TABLES, MERCHANT, Incent
 from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses, off_pyplot
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
-from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, chosen_strengths, solve_floor
+from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, solve_floor
 from promokit.incentive.models.network import IncentiveNet
 from promokit.metrics import auc
 from promokit.metrics.uplift import uplift_figure
@@ -41,10 +41,12 @@ from promokit.training.estimator import (
     Estimator,
     Evaluation,
     check_common_params,
+    check_refit,
     check_same_data,
     check_test_fraction,
 )
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
+from promokit.training.refit import REFIT, refit_after_selection
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -98,6 +100,17 @@ def hashed_roles(ids, test_fraction: float, valid_fraction: float, seed: int) ->
 
 
 @dataclass
+class FitReport:
+    """What :meth:`IncentiveModel.fit` counted: the labelled customers it trained on, validated on (picked the epoch
+    or the strengths) and held out for evaluation, and its ``history`` (the model's ``history``)."""
+
+    n_train: int = 0
+    n_valid: int = 0
+    n_test: int = 0
+    history: History | None = None
+
+
+@dataclass
 class Responses:
     """Every node's predicted response at every value: ``customers`` ``(N_c, K)`` f_c, ``merchants``
     ``(N_m, K)`` f_m, and the customers' hazard per unit of r / r_K for the hazard heads (else ``None``). For a
@@ -119,12 +132,15 @@ class IncentiveModel(Estimator):
     ``l2_merchants``), ``train`` (a :class:`TrainConfig`, default :data:`DEFAULT_TRAIN`) and ``test_fraction``,
     the share of the labelled customers and of the merchants :meth:`fit` holds out for evaluation, drawn at random
     with the training seed (:data:`~promokit.data.split.TEST_FRACTION`; 0: none), and ``allow_leaky``, customer
-    feature columns (a list, or comma-separated names) the label-leak guard of :meth:`fit` leaves alone. What they imply:
+    feature columns (a list, or comma-separated names) the label-leak guard of :meth:`fit` leaves alone, and ``refit``
+    (:data:`~promokit.training.refit.REFIT`): once the epoch (``lr``: the L2 strengths) is chosen, fit again on every
+    labelled customer and merchant with it fixed (:mod:`promokit.training.refit`; the held-out metrics of the
+    selected model, scored before, are ``held_out_evaluation(data)``). What they imply:
     ``model_params`` (every network setting, written to the model directory so that a later change of a default
     cannot change what a saved model is) and ``train_config``. What fitting learns: ``levels`` (the value list),
     ``customer_spec``, ``merchant_spec``, ``labels`` (the label mapping the tables were read with, which reading
-    tables again applies), ``encoders``, ``net``, ``history``, ``training_ids``, the split's ``valid_fraction`` and
-    ``holdout`` (what it held out).
+    tables again applies), ``encoders``, ``net``, ``history`` and ``report`` (of the selection, before a refit),
+    ``training_ids``, the split's ``valid_fraction`` and ``holdout`` (what it held out, and the refit).
 
     ``data`` is :class:`IncentiveTables`, a mapping of ``customers``, ``merchants`` and ``edges`` to DataFrames or
     table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`; ``item_edges`` with
@@ -132,9 +148,10 @@ class IncentiveModel(Estimator):
     whose customers alone are scored); a fitted model reads tables with its own value list, feature columns, label
     mapping and kind of graph (:meth:`read`). Example::
 
-        model = IncentiveModel("gnn-hazard").fit(tables)   # 90 % of the nodes; model.held_out(tables)
+        model = IncentiveModel("gnn-hazard").fit(tables)   # selects on 90 % of the nodes, then refits on all
         scores = model.predict(tables)              # customer_id, score_<level>: f_c at every value
-        report = model.evaluate(tables)             # AUC_c, MAE_c, … on the held-out nodes
+        report = model.held_out_evaluation(tables)  # AUC_c, MAE_c, … on the held-out nodes, before the refit
+        later_report = model.evaluate(later, held_out=False)   # every labelled node of a new experiment
         model.recalibrate(later)                    # f_c's level fitted on a later experiment (predict applies it)
         responses = model.responses(tables)         # f_c, f_m (and the hazard) as arrays
         customers, merchants = model.score_tables(tables)   # both sides in the `allocate budget` layout
@@ -142,12 +159,13 @@ class IncentiveModel(Estimator):
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
-                 test_fraction: float = TEST_FRACTION, allow_leaky=None):
+                 test_fraction: float = TEST_FRACTION, allow_leaky=None, refit: bool = REFIT):
         self.model = model
         self.params = params
         self.train = train
         self.test_fraction = test_fraction
         self.allow_leaky = allow_leaky
+        self.refit = refit
         self._configure()
         self.levels: np.ndarray | None = None
         self.encoders: InputEncoders | None = None
@@ -157,6 +175,8 @@ class IncentiveModel(Estimator):
         self.labels: dict[str, str] | None = None
         self.net: IncentiveNet | None = None
         self.history: History | None = None
+        #: the labelled customers fit trained on, validated on and held out (of the selection, before a refit)
+        self.report = FitReport()
         self.valid_fraction = DEFAULT_VALIDATION
         #: what fit held out for evaluation (:meth:`held_out`): the fractions, the nodes counted and held out
         self.holdout: dict | None = None
@@ -173,6 +193,7 @@ class IncentiveModel(Estimator):
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
                                                 monitors=MONITORS, default_train=DEFAULT_TRAIN)
         check_test_fraction(self.test_fraction)
+        check_refit(self.refit)
         self.allowed_leaks = allowed_columns(self.allow_leaky)
         representation, head = MODELS[self.model]
         given = dict(self.params or {})
@@ -198,7 +219,14 @@ class IncentiveModel(Estimator):
         (a label leak: a column measured after the response, such as the amount redeemed) is warned of, naming it
         with its univariate AUC (:func:`~promokit.data.leakage.find_leaks`, above
         :data:`~promokit.data.leakage.LEAK_AUC`), unless ``allow_leaky`` names it; after training, so is an AUC_c on
-        the validation customers above :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`."""
+        the validation customers above :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`.
+
+        With ``refit`` (the default) and nodes held out for validation or evaluation, the held-out customers and
+        merchants are then scored (:meth:`held_out_evaluation` gives it back) and the model fit again on every
+        labelled customer and merchant with the epochs (``lr``: the L2 strengths) it chose
+        (:func:`~promokit.training.refit.refit_after_selection`): ``history`` and ``report`` stay the selection's,
+        ``holdout["refit"]`` says what the refit learnt from. Training over a graph in parts
+        (:mod:`promokit.incentive.train_parts`) does not refit yet: it keeps the selected model."""
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
         self.recalibration = None
         valid_fraction = validation_fraction(validation)
@@ -235,14 +263,31 @@ class IncentiveModel(Estimator):
         if self.model_params["representation"] == "linear":
             self.history = solve_floor(self.net, train_rows, valid_rows, cfg.monitor,
                                        **{k: self.model_params[k] for k in FLOOR_PARAMS})
-            self.model_params.update(chosen_strengths(self.history))
+            self.model_params.update(self.net.chosen_params)
         else:
             metrics = validation_metrics() if valid_rows else None
             self.history = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
                 self.net, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
+        self.report = FitReport(len(split.train_customers), len(split.valid_customers) if valid_fraction else 0,
+                                len(split.test_customers), self.history)
         if valid_rows:
             self.warn_validation_leak(tables, split.valid_customers)
-        return self
+        held = (split.test_customers, split.test_merchants) if len(split.test_customers) else None
+        return refit_after_selection(self, tables, held)
+
+    #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model);
+    #: ``history``, ``report``, ``valid_fraction`` and ``holdout`` stay the selection's.
+    FITTED = ("levels", "customer_spec", "merchant_spec", "labels", "customers_only", "graph", "item_spec",
+              "encoders", "net", "training_ids", "model_params")
+
+    def held_out_frame(self, data) -> pd.DataFrame:
+        """The rows of the customers and then of the merchants of ``data`` that :meth:`fit` held out for evaluation,
+        in one table, each table's columns under its name (``customers.level``, ``merchants.shares`` …): what
+        :meth:`held_out_evaluation` knows them by."""
+        tables = self.read(data)
+        customers, merchants = self.held_out(tables)
+        return pd.concat([tables.customers.iloc[customers].add_prefix("customers."),
+                          tables.merchants.iloc[merchants].add_prefix("merchants.")], ignore_index=True)
 
     def _allowed_leaks(self, tables: IncentiveTables) -> list[str]:
         """``allow_leaky``'s columns, each a customer feature of ``tables``, else a one-line error."""
@@ -423,12 +468,15 @@ class IncentiveModel(Estimator):
         return self
 
     # ---- evaluate ---------------------------------------------------------------------------------------
-    def evaluate(self, data, *, held_out: bool = True, truth: np.ndarray | None = None) -> Evaluation:
+    def evaluate(self, data, *, held_out: bool = True, truth: np.ndarray | None = None, rows=None) -> Evaluation:
         """The paper's offline metrics on labelled ``data`` (:func:`~promokit.incentive.evaluate.evaluate`):
         ``auc_c``, ``mae_c``, ``mse_c``, ``mae_m``, ``mse_m``, ``monotone_violations``, ``auuc``, ``qini`` and, with
         ``truth`` (a synthetic world's true response curves, one row per customer of ``data`` in its order × the
-        model's values), ``curve_mae_c``. Scored on the nodes :meth:`split` held out of training, or with
-        ``held_out=False`` on every labelled node (a new experiment). Tables: ``response_curve`` (Figure 5),
+        model's values), ``curve_mae_c``. Scored on the nodes :meth:`split` held out of training, with
+        ``held_out=False`` on every labelled node (a new experiment), or on ``rows``: the customer and merchant rows
+        as :meth:`held_out` gives them, a pair of arrays. A refit model has learnt from the held-out nodes too:
+        :meth:`held_out_evaluation` gives what they said of the selected model, scored before the refit. Tables:
+        ``response_curve`` (Figure 5),
         ``uplift_by_quintile`` (Figure 4), ``uplift_by_level`` (each value against the lowest) and the calibration of
         f_c at the offered value (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; tables
         ``calibration`` and ``calibration_by_level``, a warning beyond the ratio), of the recalibrated f_c for a
@@ -436,7 +484,9 @@ class IncentiveModel(Estimator):
         ``response_curves`` and ``uplift_curves``."""
         self._check_fitted()
         tables = self.read(data)
-        if held_out:
+        if rows is not None:
+            customer_rows, merchant_rows = _node_rows(rows, tables)
+        elif held_out:
             customer_rows, merchant_rows = self.held_out(tables)
         else:
             customer_rows, merchant_rows = tables.labelled_customers, np.arange(len(tables.merchants))
@@ -485,7 +535,8 @@ class IncentiveModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
-                  "split": self.holdout, "labels": self.labels, "customers_only": self.customers_only,
+                  "split": self.holdout, "refit": self.refit, "labels": self.labels,
+                  "customers_only": self.customers_only,
                   "graph": self.graph, "item_spec": None if self.item_spec is None else self.item_spec.to_dict(),
                   "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
         history = None if self.history is None else self.history.to_dict()
@@ -497,7 +548,8 @@ class IncentiveModel(Estimator):
         config = read_model_config(path, "incentive")
         holdout = config["split"]
         model = cls(config["model"], config["params"], TrainConfig.loaded(config["train"]), holdout["test_fraction"],
-                    config["customer_spec"].get("allow_leaky") or None)
+                    config["customer_spec"].get("allow_leaky") or None,
+                    config.get("refit", False))  # directories written before the refit were not refit
         model.levels = np.asarray(config["levels"], dtype=np.float64)
         model.labels = config.get("labels")  # absent in model directories written before it was kept
         model.customers_only = config.get("customers_only", False)
@@ -512,6 +564,21 @@ class IncentiveModel(Estimator):
         load_weights(model.net, path)
         model.net.eval()
         return model
+
+
+def _node_rows(rows, tables: IncentiveTables) -> tuple[np.ndarray, np.ndarray]:
+    """``evaluate(rows=…)``: the customer and merchant rows (a pair of integer arrays, as ``held_out`` gives them)
+    checked against ``tables``, else a one-line error."""
+    if not isinstance(rows, (tuple, list)) or len(rows) != 2:
+        raise DataError("rows: give the customer rows and the merchant rows, a pair of arrays (as held_out(data) "
+                        f"gives them), got {type(rows).__name__}")
+    checked = []
+    for name, given, n in (("customer", rows[0], len(tables.customers)), ("merchant", rows[1], len(tables.merchants))):
+        given = np.asarray(given)
+        if given.size and (given.dtype.kind not in "iu" or given.min() < 0 or given.max() >= n):
+            raise DataError(f"rows: the {name} rows must be row positions in [0, {n}), got {given[:5].tolist()}…")
+        checked.append(given.astype(np.int64).reshape(-1))
+    return checked[0], checked[1]
 
 
 def partner_cardinalities(encoders: InputEncoders, graph: str) -> list[int] | None:

@@ -112,6 +112,32 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
             raise
         return self
 
+    def adopt(self, twin: Estimator, fitted) -> None:
+        """Take what ``twin`` learnt, its attributes named in ``fitted``: ``twin`` is this estimator refit on every
+        row with the selection fixed (:func:`~promokit.training.refit.refit_twin`); the parameters, and what they
+        imply, stay this estimator's."""
+        for name in fitted:
+            setattr(self, name, getattr(twin, name))
+
+    def held_out_evaluation(self, data) -> Evaluation | None:
+        """The metrics of the selected model on the rows of ``data`` that ``fit`` held out for evaluation, scored
+        before the model was refit on them (:mod:`promokit.training.refit`): ``data`` must be what fit was given (its
+        held-out rows as they were then). None when the model was not refit, held nothing out, or the held-out rows
+        of ``data`` are not those it scored: then score them with ``evaluate``."""
+        from promokit.training.refit import fingerprint
+
+        refit = (getattr(self, "holdout", None) or {}).get("refit") or {}
+        if not refit.get("evaluation") or refit.get("fingerprint") != fingerprint(self.held_out_frame(data)):
+            return None
+        return Evaluation(f"{getattr(self, 'model', type(self).__name__)} on the {self.holdout.get('held_out') or 0:,} "
+                          "held-out rows, scored before the refit on every row", dict(refit["evaluation"]),
+                          tables={name: pd.DataFrame(rows) for name, rows in (refit.get("tables") or {}).items()})
+
+    def held_out_frame(self, data) -> pd.DataFrame:
+        """The rows of ``data`` that ``fit`` held out for evaluation, as a table (what :meth:`held_out_evaluation`
+        knows them by); a domain whose fit can refit says how its data are read."""
+        raise NotImplementedError(f"{type(self).__name__} does not refit")
+
     @abstractmethod
     def fit(self, data, *, validation=None) -> Estimator:
         """Learn from ``data``; choose the epoch (or the regularisation) on ``validation``. Returns ``self``."""
@@ -138,6 +164,12 @@ def check_test_fraction(value) -> None:
     """``test_fraction``: a number in [0, 1) (0 holds nothing out), or a one-line error."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 <= value < 1:
         raise DataError(f"test_fraction must be a number in [0, 1) (0: hold nothing out), got {value!r}")
+
+
+def check_refit(value) -> None:
+    """``refit``: True (refit on every row after selection, :mod:`promokit.training.refit`) or False."""
+    if not isinstance(value, bool):
+        raise DataError(f"refit must be True or False, got {value!r}")
 
 
 def check_same_data(holdout: dict | None, n: int, what: str) -> None:

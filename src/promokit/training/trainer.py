@@ -180,7 +180,7 @@ class TableBatches:
         self.validated = valid is not None
 
     def wide(self, net: nn.Module) -> list[dict]:
-        return solve_wide(net, self.table, self.valid)
+        return solve_wide(net, self.table, self.valid, progress=self.config.progress)
 
     def train(self, generator: torch.Generator, epoch: int):
         return iterate_batches(self.table, self.config.batch_size, generator)

@@ -12,6 +12,7 @@ from promokit import cli_support as cs
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.training.recalibration import DEFAULT_METHOD
+from promokit.training.refit import REFIT
 from promokit.value import options as opt
 from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS
 from promokit.value.transactions import AMOUNT as AMOUNT_COLUMN
@@ -101,12 +102,15 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
           categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None, wide: cs.WideOpt = None,
           resume: cs.ResumeOpt = False, executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None,
           workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None,
-          device: cs.DeviceOpt = None):
-    """Fit a value model on the earlier deliveries and write it as a model directory.
+          device: cs.DeviceOpt = None, refit: cs.RefitOpt = REFIT):
+    """Fit a value model on the earlier deliveries, less the --test-fraction held out for evaluate, choose its epoch
+    (hurdle: its trees and smearing factor) on the validation deliveries, then fit it again on every delivery with
+    that choice (--no-refit: keep the selected model), and write it as a model directory.
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
     trains part by part in this process (--executor local) or data-parallel on --workers Ray Train workers
-    (--executor ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would.
+    (--executor ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would; it
+    keeps the selected model (no refit over parts yet).
 
     The other columns of deliveries, users and funds are features, their types inferred (printed at the end and
     kept in config.json): --categorical / --numeric set the type of some. The --label mapping is kept with the
@@ -123,7 +127,7 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
                                                 device=device)
         estimator = ValueModel(_renamed("--model", model), model_params, config, split=split,
                                test_fraction=test_fraction, labels=cs.label_options(label, opt.LABEL_ROLES),
-                               allow_leaky=allow_leaky)
+                               allow_leaky=allow_leaky, refit=refit)
         trained = train_model(estimator, data, cs.deferred_executor(executor, address, workers),
                               validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                               repair_labels=repair_labels, types=cs.types_option(categorical, numeric))
@@ -136,8 +140,10 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
         for what, count in trained.counts.items():
             get_console().print(f"{what}: {count:,}")
         cs.print_held_out(trained.held_out, "delivery")
+        cs.print_refit(estimator.holdout, "delivery")
+        refit_note = ", then refit on every delivery" if (estimator.holdout or {}).get("refit") else ""
         get_console().print(f"model written to {out} (trained on {trained.rows['train']:,} deliveries, validated on "
-                            f"{trained.rows['valid']:,})")
+                            f"{trained.rows['valid']:,}{refit_note})")
 
 
 @app.command()
@@ -171,13 +177,22 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt,
              repair_labels: opt.RepairOpt = False, label: LabelOpt = None, floor: opt.FloorOpt = None):
     """AUC, logloss, MSE, MAE, normalised Gini, THC, THA, how much the ETV personalises the fund, the decile and the
     per-fund calibration of a trained model, beside the floor's (hurdle). The labels are read from the columns
-    train was told (--label), unless --label says otherwise."""
+    train was told (--label), unless --label says otherwise. A model refit on every delivery (train's default) has
+    learnt the held-out deliveries too: evaluate reports the metrics they gave the selected model, scored by train
+    before the refit (the metrics alone; --label scores them again, by the refit model, with a warning)."""
     with cs.user_errors(), _flag_errors(), cs.convention_errors():
         from promokit.value.evaluate import FLOOR
         from promokit.value.workflows import evaluate as evaluate_model
 
-        result = evaluate_model(model, data, all_rows=all_rows, repair_labels=repair_labels,
-                                labels=cs.label_options(label, opt.LABEL_ROLES), floor=floor)
+        labels = cs.label_options(label, opt.LABEL_ROLES)
+
+        def stored(estimator, tables):  # a refit model: what the held-out deliveries said before the refit
+            relabelled = any((estimator.labels or {}).get(role, role) != column
+                             for role, column in (labels or {}).items())
+            return cs.held_out_evaluation(estimator, tables, all_rows, "--label" if relabelled else None)
+
+        result = evaluate_model(model, data, all_rows=all_rows, repair_labels=repair_labels, labels=labels,
+                                floor=floor, held_out_evaluation=stored)
         if result.floor_missing:
             get_console().print(f"note: with --all there are no training deliveries to fit the floor on; give "
                                 f"--floor DIR (promokit value train --model {FLOOR}) to show it beside")
@@ -272,3 +287,26 @@ def _renamed(flag: str, name: str) -> str:
         return name
     warnings.warn(f"{flag} {name} is deprecated: the same model is now {RENAMED[name]}", FutureWarning, stacklevel=2)
     return RENAMED[name]
+
+
+@app.command()
+def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "hurdle,esdpm-ncg,esdpm",
+            seeds: cs.CompareSeedsOpt = "0", test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
+            valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
+            repair_labels: opt.RepairOpt = False, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
+            lr: TRAIN.lr = None, patience: TRAIN.patience = None, categorical: cs.CategoricalOpt = None,
+            numeric: cs.NumericOpt = None, resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: cs.ThreadsOpt = None):
+    """Fit the floor hurdle and --models on the same deliveries with the same training budget, and write one
+    leaderboard: the held-out AUC of pCTCVR and normalised Gini of the ETV, each against hurdle with a paired
+    bootstrap interval, the calibration ratio, fit and predict seconds and a verdict per model. A model that reads
+    the consumption graph is skipped, with the reason, when the dataset has none."""
+    flags = {"models": "--models", "seeds": "--seeds"}
+    with cs.user_errors(), _flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.set_threads(threads)
+        from promokit.value.contract import read_folder
+
+        labels = cs.label_options(label, opt.LABEL_ROLES)
+        tables = read_folder(data, True, repair_labels, types=cs.types_option(categorical, numeric), labels=labels)
+        cs.run_compare("value", tables, models, seeds, out, resamples,
+                       options={"split": split, "test_fraction": test_fraction, "labels": labels},
+                       validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -34,8 +34,9 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training.device import resolve_device, running_on, to_cpu, to_device
-from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_same_data
+from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_refit, check_same_data
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
+from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.seed import seed_everything
 from promokit.training.shards import time_threshold
 from promokit.value.contract import FUND, LABELS, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
@@ -158,6 +159,17 @@ class DeliverySplit:
 _cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
 
 
+@dataclass
+class FitReport:
+    """What :meth:`ValueModel.fit` counted: the deliveries it trained on, validated on (picked the epoch or the
+    trees) and held out for evaluation, and its ``history`` (the model's ``history``)."""
+
+    n_train: int = 0
+    n_valid: int = 0
+    n_test: int = 0
+    history: History | None = None
+
+
 class ValueModel(Estimator):
     """A value model by name (:data:`~promokit.value.models.MODELS`: the floor ``hurdle``, ``esdpm``,
     ``esdpm-ncg``, ``mtl-ziln``, ``mtl-mse``, ``esmm``, ``mmoe``, ``shared-bottom``, ``dnn``) with its encoders.
@@ -173,16 +185,19 @@ class ValueModel(Estimator):
     :meth:`fit` and :meth:`evaluate` and kept in the model directory; and ``allow_leaky``, feature columns (a list,
     or comma-separated names) the label-leak guard leaves alone (:mod:`promokit.value.leaks`: before training,
     :meth:`fit` warns of a feature that alone predicts the conversion almost perfectly, and after, of a validation
-    AUC above 0.99). What they imply: ``model_params`` (every setting of the network, written to the model
-    directory), ``max_len`` and ``train_config``. What fitting learns: ``specs``, ``encoders``, ``net``,
-    ``history``, ``holdout`` (the split it made), ``training_ids``, ``trained_until`` and ``kept_contexts``;
-    :meth:`recalibrate` adds ``recalibration``.
+    AUC above 0.99); ``refit`` (:data:`~promokit.training.refit.REFIT`): once the epoch (the floor: its trees and
+    smearing factor) is chosen, fit again on every delivery with it fixed (:mod:`promokit.training.refit`; the
+    held-out metrics of the selected model, scored before, are ``held_out_evaluation(data)``). What they imply:
+    ``model_params`` (every setting of the network, written to the model directory), ``max_len`` and
+    ``train_config``. What fitting learns: ``specs``, ``encoders``, ``net``, ``history`` and ``report`` (of the
+    selection, before a refit), ``holdout`` (the split it made, and the refit), ``training_ids``,
+    ``trained_until`` and ``kept_contexts``; :meth:`recalibrate` adds ``recalibration``.
 
     Example::
 
         model = ValueModel("esdpm").fit(tables)      # ValueTables, a dataset folder, or {"deliveries": frame, …}
         test = model.held_out(tables)                # the deliveries fit held out
-        model.evaluate(tables, rows=test)            # auc, logloss, mse, gini, thc, tha …
+        model.held_out_evaluation(tables)            # auc, logloss, mse, gini, thc, tha … before the refit
         model.predict(tables)                        # user_id, fund, p_ctcvr, mu, sigma, etv … per delivery
         model.score_table(tables)                    # user_id, score_<fund> …, tolerance
         model.save("model/"); ValueModel.load("model/")
@@ -190,7 +205,7 @@ class ValueModel(Estimator):
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None, *,
                  split: str = DEFAULT_SPLIT, test_fraction: float = TEST_FRACTION, labels: dict | None = None,
-                 allow_leaky=None):
+                 allow_leaky=None, refit: bool = REFIT):
         self.model = model
         self.params = params
         self.train = train
@@ -198,11 +213,14 @@ class ValueModel(Estimator):
         self.test_fraction = test_fraction
         self.labels = labels
         self.allow_leaky = allow_leaky
+        self.refit = refit
         self._configure()
         self.encoders: InputEncoders | None = None
         self.specs: dict[str, FeatureSpec] | None = None
         self.net: ESDPM | Hurdle | None = None
         self.history: History | None = None
+        #: the deliveries fit trained on, validated on and held out (of the selection, before a refit)
+        self.report = FitReport()
         self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
         self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
         #: the split fit made (:func:`delivery_split`'s arguments; ``valid_fraction`` None for rows given)
@@ -221,6 +239,7 @@ class ValueModel(Estimator):
                                                 monitors=MONITORS, default_train=DEFAULT_TRAIN)
         check_split(self.test_fraction, 0.0, self.split)
         check_label_roles(self.labels, LABELS)
+        check_refit(self.refit)
         self.allowed_leaky = allowed_columns(self.allow_leaky)
         params = dict(self.params or {})
         max_len = params.pop("max_len", 50)
@@ -308,7 +327,15 @@ class ValueModel(Estimator):
         keeps the network's epoch checkpoint there (``resume``: continue from it); ``on_epoch`` is passed to
         :meth:`Trainer.fit`. Before training it warns of a feature that alone predicts the conversion almost
         perfectly, after it of a validation AUC above 0.99 (a label leak; ``allow_leaky`` silences the first); it
-        drops a :meth:`recalibrate`-d map."""
+        drops a :meth:`recalibrate`-d map.
+
+        With ``refit`` (the default) and deliveries held out for validation or evaluation, the held-out deliveries
+        are then scored (:meth:`held_out_evaluation` gives it back) and the model fit again on every delivery with
+        the epochs (the floor: its trees and smearing factor) it chose
+        (:func:`~promokit.training.refit.refit_after_selection`; no checkpoint): ``history`` and ``report`` stay the
+        selection's, ``holdout["refit"]`` says what the refit learnt from. Training over a dataset in parts
+        (:func:`~promokit.value.parts.train_parts`) does not refit yet: it keeps the selected model."""
+        self._configure()  # model_params afresh: the trees an earlier refit of the floor fixed are no parameter
         tables = value_tables(data, labels=self.labels)
         if not tables.has_labels:
             raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
@@ -341,8 +368,19 @@ class ValueModel(Estimator):
             self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
                                                                metrics=self.validation_metrics(valid_rows),
                                                                on_epoch=on_epoch)
+        self.report = FitReport(len(train), len(valid), len(test), self.history)
         warn_validation_leak(self.history)
-        return self
+        return refit_after_selection(self, tables, test)
+
+    #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model);
+    #: ``history``, ``report`` and ``holdout`` stay the selection's.
+    FITTED = ("specs", "encoders", "amount_start", "net", "_attached", "training_ids", "trained_until",
+              "kept_contexts", "model_params")
+
+    def held_out_frame(self, data) -> pd.DataFrame:
+        """The deliveries of ``data`` that :meth:`fit` held out for evaluation, as a table (what
+        :meth:`held_out_evaluation` knows them by)."""
+        return self._tables(data, require_labels=False).deliveries.iloc[self.held_out(data)]
 
     def build_net(self) -> ESDPM | Hurdle:
         """A new network for the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor's
@@ -549,7 +587,7 @@ class ValueModel(Estimator):
                   "params": {**self.model_params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
                   "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.holdout,
                   "trained_until": self.trained_until, "contexts": self.kept_contexts, "labels": self.labels,
-                  "allow_leaky": self.allow_leaky}
+                  "allow_leaky": self.allow_leaky, "refit": self.refit}
         history = None if self.history is None else self.history.to_dict()
         extra = {} if self.recalibration is None else {RECALIBRATION_FILE: self.recalibration.to_dict()}
         write_model_dir(path, config, self.encoders.to_dict(), self.net, history, extra,
@@ -564,7 +602,8 @@ class ValueModel(Estimator):
         holdout = config["split"]
         model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig.loaded(config["train"]),
                     split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"),
-                    allow_leaky=config.get("allow_leaky"))
+                    allow_leaky=config.get("allow_leaky"),
+                    refit=config.get("refit", False))  # directories written before the refit were not refit
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.holdout = holdout
         model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")

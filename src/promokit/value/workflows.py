@@ -141,8 +141,8 @@ def prediction_summary(model: str, values: list[PartValues]) -> dict:
 @dataclass
 class FloorEvaluation:
     """What :func:`evaluate` gives: the report to write (report.md, report.json, deciles.png), its title line, the
-    metrics beside the floor's, the calibration per fund, and whether the floor is missing because every delivery
-    was evaluated (none is left to fit it on)."""
+    metrics beside the floor's, the calibration per fund, and whether the floor is missing because every delivery was evaluated (none is
+    left to fit it on)."""
 
     report: Report
     title: str
@@ -152,23 +152,37 @@ class FloorEvaluation:
 
 
 def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False,
-             labels: dict[str, str] | None = None, floor=None) -> FloorEvaluation:
+             labels: dict[str, str] | None = None, floor=None, held_out_evaluation=None) -> FloorEvaluation:
     """Evaluate the model directory (or :class:`ValueModel`) ``model`` on the dataset folder ``data``: on the
     deliveries it held out (every one with ``all_rows``), read with the label columns ``labels`` (default: those it
     was trained with), beside the floor (:data:`~promokit.value.evaluate.FLOOR`) — the model directory ``floor``,
-    else one fitted on the deliveries the model trained and validated on (none for the floor itself, or with
-    ``all_rows``)."""
+    else one fitted on the deliveries the model trained and validated on, without a refit (none for the floor
+    itself, or with ``all_rows``).
+
+    A model refit on every delivery (:mod:`promokit.training.refit`) has learnt the held-out deliveries too: its
+    held-out metrics and tables are those train scored before the refit (:meth:`ValueModel.held_out_evaluation`),
+    found by ``held_out_evaluation(model, tables)`` (default: the model's own, for
+    the label columns it was trained with); None from it scores the deliveries with the model. So is a refit floor
+    directory ``floor``'s."""
     from promokit.metrics.value import decile_figure
 
     estimator = model if isinstance(model, ValueModel) else ValueModel.load(model)
     tables = read_folder(data, True, repair_labels, estimator.specs,
                          labels=estimator.labels if labels is None else labels)
     rows = None if all_rows else _held_out(estimator, tables)
-    evaluation = estimator.evaluate(tables, rows=rows)
+    if held_out_evaluation is None:
+        def held_out_evaluation(fitted, read):
+            return fitted.held_out_evaluation(read) if labels in (None, fitted.labels) else None
+    stored = None if all_rows else held_out_evaluation(estimator, tables)
+    floor_model = _floor(estimator, tables, floor, all_rows)
+    floor_metrics = None
+    if floor_model is not None:
+        floor_stored = None if all_rows or not (floor_model.holdout or {}).get("refit") else \
+            _stored_floor(floor_model, tables, rows)
+        floor_metrics = dict(floor_stored if floor_stored is not None else floor_model.evaluate(tables, rows=rows))
+    evaluation = stored if stored is not None else estimator.evaluate(tables, rows=rows)
     metrics = dict(evaluation)
     deciles, funds = evaluation.tables["decile_calibration"], evaluation.tables["calibration_per_fund"]
-    floor_model = _floor(estimator, tables, floor, all_rows)
-    floor_metrics = None if floor_model is None else dict(floor_model.evaluate(tables, rows=rows))
     table = beside_floor(metrics, floor_metrics)
     report = Report(evaluation.title, data={
         "model": estimator.model, "metrics": metrics, "floor": floor_metrics,
@@ -180,8 +194,21 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
             report.add(f"pCTCVR {name.replace('_', ' ')}", other)
             report.data[name] = other.to_dict(orient="records")
     report.figures["deciles"] = decile_figure(deciles, f"{estimator.model}: mean ETV and amount per decile")
-    return FloorEvaluation(report, f"{estimator.model} on {metrics['deliveries']:,} deliveries", table, funds,
+    title = f"{estimator.model} on {metrics['deliveries']:,} " + (
+        "held-out deliveries, scored before the refit on every delivery" if stored is not None else "deliveries")
+    return FloorEvaluation(report, title, table, funds,
                            floor_missing=all_rows and floor is None and estimator.model != FLOOR)
+
+
+def _stored_floor(floor: ValueModel, tables, rows: np.ndarray):
+    """A refit floor directory's held-out metrics scored before its refit, when it held out these deliveries
+    (``rows`` of ``tables``, the model's); else None."""
+    try:
+        if not np.array_equal(floor.held_out(tables), rows):
+            return None
+        return floor.held_out_evaluation(tables)
+    except DataError:  # fitted on other data: score it
+        return None
 
 
 def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair_labels: bool = False,
@@ -220,7 +247,7 @@ def _held_out(estimator: ValueModel, tables):
 
 def _floor(estimator: ValueModel, tables, path, all_rows: bool) -> ValueModel | None:
     """The floor shown beside ``estimator``: the model directory ``path``, else one fitted on the deliveries
-    ``estimator`` trained and validated on (none with ``all_rows``, or for the floor itself)."""
+    ``estimator`` trained and validated on, not refit (none with ``all_rows``, or for the floor itself)."""
     if path is not None:
         floor = ValueModel.load(path)
         if floor.model != FLOOR:
@@ -229,7 +256,7 @@ def _floor(estimator: ValueModel, tables, path, all_rows: bool) -> ValueModel | 
     if estimator.model == FLOOR or all_rows:
         return None
     floor = ValueModel(FLOOR, train=replace(DEFAULT_TRAIN, seed=estimator.train_config.seed), split=estimator.split,
-                       test_fraction=estimator.test_fraction)
+                       test_fraction=estimator.test_fraction, refit=False)  # scored on the held-out rows: unseen
     return floor.fit(tables, validation=estimator.holdout["valid_fraction"])
 
 

@@ -9,6 +9,7 @@ from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.experiments.voucher.settings import DEMO_TRAIN
 from promokit.training.recalibration import DEFAULT_METHOD
+from promokit.training.refit import REFIT
 from promokit.voucher import options
 from promokit.voucher.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
 
@@ -37,9 +38,11 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
           params: cs.ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
           freeze_items: options.FreezeItems = False, wide: cs.WideOpt = None, allow_leaky: AllowLeakyOpt = None,
           threads: options.Threads = 1, resume: cs.ResumeOpt = False, device: cs.DeviceOpt = None,
-          executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None):
+          executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
+          refit: cs.RefitOpt = REFIT):
     """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
-    from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on). A feature
+    from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on), then fit
+    it again on every session with that choice (--no-refit: keep the selected model). A feature
     that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky).
     With --sessions and --events in parts, a network trains over them part by part (--executor local) or
     data-parallel on --workers Ray Train workers (--executor ray), holding out the sessions one file would."""
@@ -54,13 +57,14 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
                                                 embedding_decay=embedding_decay, weight_decay=weight_decay,
                                                 device=device)
         estimator = VoucherModel(model, {**model_params, **options.item_params(item_embeddings, freeze_items)}, config,
-                                 test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky)
+                                 test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky, refit=refit)
         train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=valid_from,
                     labels=cs.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                     executor=cs.deferred_executor(executor, address, workers),
                     **options.table_options(categorical, numeric, validity, terms, item_features))
         cs.finish_training(out, estimator.report.history)
         cs.print_held_out(describe_holdout(estimator.holdout), "session")
+        cs.print_refit(estimator.holdout, "session")
         get_console().print(f"model written to {out} ({estimator.report.n_train} training sessions, "
                             f"{estimator.report.n_valid} validation sessions)", soft_wrap=True)
 
@@ -142,6 +146,14 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
         tables = estimator.read(options.table_files(sessions, events, items, voucher_items), require_labels=True,
                                 labels=cs.label_options(label, options.LABEL_ROLES),
                                 **options.saved_options(categorical, numeric, validity, terms, item_features))
+        relabelled = any((estimator.labels or {}).get(role, role) != column
+                         for role, column in (cs.label_options(label, options.LABEL_ROLES) or {}).items())
+        asked = " and ".join(flag for flag, given in (("--gauc-by", gauc_by), ("--label", relabelled)) if given)
+        stored = None if start is not None else cs.held_out_evaluation(estimator, tables, all_rows, asked)
+        if stored is not None:
+            cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
+                                    stored.tables)
+            return
         rows = (sessions_from(tables.sessions, start) if start is not None or all_rows else
                 cs.held_out_rows(estimator, tables))
         evaluation = estimator.evaluate(tables, rows=rows, group_by=gauc_by)
@@ -264,3 +276,27 @@ def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchMod
             cs.write_bench_report(out, "promokit voucher bench", run.results, run.oracle, f"data: {data_dir}; time "
                                f"split; seeds: {seeds}; {len(split.train)}/{len(split.valid)}/{len(split.test)} "
                                "sessions", run.summary, floor=("lr", ("auc",)))
+
+
+@app.command()
+def compare(sessions: options.Sessions, items: options.Items, out: cs.CompareOutOpt, events: options.Events = None,
+            voucher_items: options.VoucherItems = None, categorical: options.Categorical = None,
+            numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
+            item_features: options.ItemFeatures = None, models: cs.CompareModelsOpt = "lr,gbdt,din,dmbgn",
+            seeds: cs.CompareSeedsOpt = "0", valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
+            test_fraction: TestFractionOpt = TEST_FRACTION, epochs: TRAIN.epochs = None,
+            batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
+            resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: options.Threads = 1):
+    """Fit the floor lr and --models on the same sessions with the same training budget, and write one leaderboard:
+    the AUC of the held-out sessions against lr with a paired bootstrap interval, the calibration ratio, fit and
+    predict seconds and a verdict per model."""
+    flags = {**options.FLAGS, "models": "--models", "seeds": "--seeds"}
+    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.set_threads(threads)
+        from promokit.voucher.contract import read_tables
+
+        tables = read_tables(options.table_files(sessions, events, items, voucher_items), require_labels=True,
+                             **options.table_options(categorical, numeric, validity, terms, item_features))
+        cs.run_compare("voucher", tables, models, seeds, out, resamples,
+                       options={"test_fraction": test_fraction, "test_from": test_from}, validation=valid_from,
+                       epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -40,10 +40,12 @@ from promokit.training.estimator import (
     Estimator,
     Evaluation,
     check_common_params,
+    check_refit,
     check_same_data,
     check_test_fraction,
 )
 from promokit.training.params import saved_params
+from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.recalibration import (
     DEFAULT_METHOD,
     RECALIBRATION_FILE,
@@ -116,7 +118,9 @@ class VoucherModel(Estimator):
     (the share of the sessions :meth:`fit` holds out for evaluation, the latest by ``collect_time``:
     :data:`TEST_FRACTION`; 0: none), ``test_from`` (a time: hold out the sessions collected from it on instead) and
     ``allow_leaky`` (feature columns, a list or comma-separated names, the label-leak guard leaves alone: see
-    :meth:`fit`). They are stored as given; ``model_params`` (the model's defaults merged with ``params``) and
+    :meth:`fit`) and ``refit`` (:data:`~promokit.training.refit.REFIT`: once the epoch, the trees or LR's strength
+    are chosen, fit again on every session with them fixed, :mod:`promokit.training.refit`; the held-out metrics
+    of the selected model, scored before, are ``held_out_evaluation(data)``). They are stored as given; ``model_params`` (the model's defaults merged with ``params``) and
     ``train_config`` are derived.
 
     Features are the tables' whitelist (``VoucherTables.categorical`` / ``numeric``: user_id, voucher_id,
@@ -126,7 +130,8 @@ class VoucherModel(Estimator):
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, params: dict | None = None, train: TrainConfig | None = None,
-                 max_history: int = 6, test_fraction: float = TEST_FRACTION, test_from=None, allow_leaky=None):
+                 max_history: int = 6, test_fraction: float = TEST_FRACTION, test_from=None, allow_leaky=None,
+                 refit: bool = REFIT):
         self.model = model
         self.params = params
         self.train = train
@@ -134,6 +139,7 @@ class VoucherModel(Estimator):
         self.test_fraction = test_fraction
         self.test_from = test_from
         self.allow_leaky = allow_leaky
+        self.refit = refit
         self._configure()
         self.feature_spec: FeatureSpec | None = None
         self.table_options: dict | None = None  # VoucherTables.options of the training tables
@@ -158,6 +164,7 @@ class VoucherModel(Estimator):
         if not whole or self.max_history < 1:
             raise DataError(f"max_history must be a whole number ≥ 1, got {self.max_history!r}")
         check_test_fraction(self.test_fraction)
+        check_refit(self.refit)
         self.test_cut = None if self.test_from is None else as_time("test_from", self.test_from)
         self.allowed_leaks = allowed_columns(self.allow_leaky)
         merged = check_item_params({**MODELS[self.model][1], **(self.params or {})}, self.uses_graphs, self.model)
@@ -337,7 +344,7 @@ class VoucherModel(Estimator):
             items = self._item_embeddings(tables, train_rows)
             self.net = self.build_net(self._pretrained(tables, train_rows, items), items)
             if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
-                self.report.history = self.net.solve(train, valid)
+                self.report.history = self.net.solve(train, valid, self.train_config.progress)
                 self.model_params.update(self.net.chosen_params)
             else:
                 self.report.history = Trainer(self.train_config, checkpoint_dir).fit(
@@ -348,7 +355,15 @@ class VoucherModel(Estimator):
             self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
         if valid_rows is not None:
             self.warn_validation_leak(inputs["redeemed"].numpy()[valid_rows], self._scores(tables, valid_rows))
-        return self
+        return refit_after_selection(self, tables, test_rows, rows=rows)
+
+    #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
+    FITTED = ("feature_spec", "table_options", "labels", "encoder", "training_ids", "net", "store", "_cache",
+              "model_params")
+
+    def held_out_frame(self, data) -> pd.DataFrame:
+        tables = self.read(data)
+        return tables.sessions.iloc[self.held_out(tables)]
 
     def warn_leaks(self, sessions: pd.DataFrame, redeemed: np.ndarray) -> None:
         """Warn of the features of ``feature_spec`` (less its ``allow_leaky``) that alone predict ``redeemed`` (0/1,
@@ -629,7 +644,7 @@ class VoucherModel(Estimator):
         self._check_fitted()
         config = {"promokit": __version__, "task": "voucher", "model": self.model, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
-                  "max_history": self.max_history, "holdout": self.holdout, "labels": self.labels}
+                  "max_history": self.max_history, "refit": self.refit, "holdout": self.holdout, "labels": self.labels}
         history = None if self.report.history is None else self.report.history.to_dict()
         extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else {}
         if self.recalibration is not None:
@@ -645,7 +660,7 @@ class VoucherModel(Estimator):
         holdout = config.get("holdout") or {}  # directories written before the hold-out was kept held nothing out
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig.loaded(config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
-                    holdout.get("test_from"), config["spec"].get("allow_leaky") or None)
+                    holdout.get("test_from"), config["spec"].get("allow_leaky") or None, config.get("refit", False))
         model.holdout, model.labels = config.get("holdout"), config.get("labels")
         model.feature_spec = FeatureSpec.from_dict(config["spec"])
         model.recalibration = read_recalibration(path)

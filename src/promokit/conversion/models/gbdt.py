@@ -15,7 +15,9 @@ class GBDT:
     """Two gradient-boosted tree models composed like DNN: p_ctcvr = p_ctr · p_cvr.
 
     Defaults are the paper's section 4.1.4: 150 trees of depth 8, at least 20 rows per leaf, row and
-    feature sampling 0.6, logistic loss. Categorical fields are LightGBM categorical features.
+    feature sampling 0.6, logistic loss. Categorical fields are LightGBM categorical features. With validation rows
+    each task stops early; ``n_trees_cvr`` sets the CVR task's trees apart from ``n_trees`` (a refit keeps each
+    task's).
     Models are stored as LightGBM's text format (no pickle).
     """
 
@@ -25,8 +27,8 @@ class GBDT:
 
     def __init__(self, n_trees: int = 150, max_depth: int = 8, num_leaves: int = 63, min_child_samples: int = 20,
                  subsample: float = 0.6, colsample: float = 0.6, learning_rate: float = 0.1,
-                 early_stopping_rounds: int = 20, seed: int = 0, threads: int = 0):
-        self.params = dict(n_trees=n_trees, max_depth=max_depth, num_leaves=num_leaves,
+                 early_stopping_rounds: int = 20, seed: int = 0, threads: int = 0, n_trees_cvr: int | None = None):
+        self.params = dict(n_trees=n_trees, n_trees_cvr=n_trees_cvr, max_depth=max_depth, num_leaves=num_leaves,
                            min_child_samples=min_child_samples, subsample=subsample, colsample=colsample,
                            learning_rate=learning_rate, early_stopping_rounds=early_stopping_rounds, seed=seed,
                            threads=threads)
@@ -57,9 +59,16 @@ class GBDT:
                 vrows = slice(None) if task == "ctr" else vl["click"] == 1
                 valid_sets = [lgb.Dataset(self._matrix(vx)[vrows], vl[label][vrows], reference=train)]
                 callbacks = [lgb.early_stopping(self.params["early_stopping_rounds"], verbose=False)]
-            self.boosters[task] = lgb.train(self._lgb_params(), train, num_boost_round=self.params["n_trees"],
+            trees = (task == "cvr" and self.params["n_trees_cvr"]) or self.params["n_trees"]
+            self.boosters[task] = lgb.train(self._lgb_params(), train, num_boost_round=trees,
                                             valid_sets=valid_sets, callbacks=callbacks)
         return self
+
+    @property
+    def chosen_params(self) -> dict:
+        """The trees each task kept (early stopping on the validation rows), to refit with."""
+        kept = {task: booster.best_iteration or booster.num_trees() for task, booster in self.boosters.items()}
+        return {"n_trees": kept["ctr"], "n_trees_cvr": kept["cvr"]}
 
     def predict(self, x: EncodedFeatures) -> dict[str, np.ndarray]:
         matrix = self._matrix(x)

@@ -41,12 +41,15 @@ class LR(nn.Module):
                  "cvr": binary_log_loss(out["p_cvr"], batch["purchase"], batch["click"])}
         return parts["ctr"] + parts["cvr"], {k: v.detach() for k, v in parts.items()}
 
-    def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None) -> History:
-        """Fit both regressions; returns the L2 path as a :class:`History` (one record per strength tried)."""
+    def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None,
+              progress: bool = False) -> History:
+        """Fit both regressions; returns the L2 path as a :class:`History` (one record per strength tried).
+        ``progress``: a line per strength solved."""
         records = []
         for task, label, rows in (("ctr", "click", None), ("cvr", "purchase", "click")):
             path = fit_logistic(getattr(self, task), *_part(train, label, rows),
-                                None if valid is None else _part(valid, label, rows), self.l2[task])
+                                None if valid is None else _part(valid, label, rows), self.l2[task],
+                                progress=progress, name=f"lr {task}")
             self.l2[task] = next(r["l2"] for r in path if r["chosen"])
             records += [{"task": task, **r} for r in path]
         self.eval()

@@ -193,7 +193,7 @@ def _train(world: IncentiveWorld, tables, config: DemoConfig, out: Path, stages)
     for name in (PAPER, BASELINE):
         stage = f"train and score {name}"
         with stages(stage):
-            model = IncentiveModel(name, train=train).fit(tables)
+            model = IncentiveModel(name, train=train, refit=False).fit(tables)  # scored on the held-out customers
             model.save(out / "models" / name)
             responses[name] = model.responses(tables)
             write_parquet(wide_scores(tables.customers[CUSTOMER], responses[name].customers, world.levels),

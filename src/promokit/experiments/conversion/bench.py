@@ -161,7 +161,7 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
     for seed in seeds:
         for name in models:
             config, model_params = replace(train, seed=seed).merged((params or {}).get(name))
-            model = ConversionModel(name, model_params, config, spec, repair_labels, test_fraction=0)
+            model = ConversionModel(name, model_params, config, spec, repair_labels, test_fraction=0, refit=False)
             started = time.perf_counter()
             model.fit(split.train, validation=split.valid)
             seconds = time.perf_counter() - started

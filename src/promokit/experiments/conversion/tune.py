@@ -36,7 +36,7 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
     space = space_for(model)
     if space is NEURAL_SPACE:
         train = replace(train, monitor=metric)
-    estimator = ConversionModel(model, None, train, spec, repair_labels)  # a bad model name fails before any search
+    estimator = ConversionModel(model, None, train, spec, repair_labels, refit=False)  # a bad model name fails before any search
     if valid is None:
         how = valid_split or (f"time:{spec.time_key}" if spec.time_key else "random")
         kept, held = holdout_split(table, valid_fraction, how, train.seed)

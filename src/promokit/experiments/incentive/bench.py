@@ -66,7 +66,8 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 responses, epochs = truth, 0
             else:
                 config = TrainConfig(**{**(train or _default_train()).to_dict(), "seed": seed})
-                model = IncentiveModel(name, (params or {}).get(name), config, test_fraction=PAPER_TEST_FRACTION)
+                model = IncentiveModel(name, (params or {}).get(name), config, test_fraction=PAPER_TEST_FRACTION,
+                                       refit=False)
                 model.fit(tables)
                 # the floor is solved, not trained by epochs: its history holds the L2 strengths it tried
                 epochs = len(model.history.epochs) if model.history.unit == "epoch" else 0

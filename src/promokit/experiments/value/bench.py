@@ -81,7 +81,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 scores, epochs, amount = truth, 0, True
             else:
                 config = TrainConfig(**{**(train or DEFAULT_TRAIN).to_dict(), "seed": seed, "progress": False})
-                model = ValueModel(name, (params or {}).get(name), config).fit(tables)
+                model = ValueModel(name, (params or {}).get(name), config, refit=False).fit(tables)  # the selected
                 predictions = model.predict(tables, rows=test_rows)
                 p_ctcvr, etv = predictions["p_ctcvr"].to_numpy(), predictions["etv"].to_numpy()
                 amount = model.predicts_amount

@@ -109,7 +109,7 @@ def run(tables, split: Split, models: list[str], seeds: list[int], params: dict[
     for seed in seeds:
         for name in models:
             config, model_params = replace(train, seed=seed).merged((params or {}).get(name))
-            model = VoucherModel(name, model_params, config, test_fraction=0)
+            model = VoucherModel(name, model_params, config, test_fraction=0, refit=False)
             started = time.perf_counter()
             model.fit(tables, rows=split.train, validation=split.valid)
             seconds = time.perf_counter() - started

@@ -18,7 +18,7 @@ def tune_voucher(model: str, tables, train_rows, valid_rows, train: TrainConfig 
     are pruned on it epoch by epoch. The best parameters are flat — ``params``, model parameters, ``min_count``,
     training fields (``lr``, ``embedding_decay``) — as ``train --params`` reads them."""
     train = replace(train or DEFAULT_TRAIN, progress=False, monitor="auc")
-    estimator = VoucherModel(model, params, train, test_fraction=0)  # the caller's rows; a bad name fails here
+    estimator = VoucherModel(model, params, train, test_fraction=0, refit=False)  # the caller's rows; a bad name fails here
     return tune(estimator, space_for(model), tables, validation=valid_rows, metric="auc",
                 trials=trials, timeout=timeout, storage=storage, study_name=study or f"voucher-{model}-auc",
                 seed=train.seed, fit_params={"rows": train_rows},

@@ -16,7 +16,7 @@ from promokit.data.errors import DataError
 from promokit.incentive.models._curve import MAX_LOG_HAZARD
 from promokit.metrics import auc
 from promokit.training import History
-from promokit.training.logistic import DEFAULT_L2, L2_GRID, design_matrix
+from promokit.training.logistic import design_matrix, search_l2
 
 #: The floor's own parameters: the L2 strengths of its customer and merchant heads (``None``: chosen on validation).
 FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
@@ -61,7 +61,8 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     ``valid`` as :func:`~promokit.training.fit_logistic` chooses it (:func:`_l2_path`): the customers' on AUC_c
     with ``monitor="auc_c"``, else on their log-likelihood; the merchants' on their squared error. The merchant
     objective is not convex (softplus of a linear map): L-BFGS finds a stationary point. Returns the paths as a
-    :class:`History` (one record per strength, the kept ones ``chosen``)."""
+    :class:`History` (one record per strength, the kept ones ``chosen``), and sets the strengths kept as the
+    network's ``chosen_params`` (:func:`chosen_strengths`)."""
     values = net.customer_head.values
     width, scaled = values.width.double().numpy(), values.scaled.double().numpy()
     score = customer_auc if monitor == "auc_c" else customer_loglik
@@ -77,30 +78,27 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
         _assign(side, head, theta, rows[0].shape[1], len(extra))
         records += path
     net.eval()
-    return History(epochs=records, best_epoch=-1, monitor=monitor, unit="l2 strength")
+    history = History(epochs=records, best_epoch=-1, monitor=monitor, unit="l2 strength")
+    net.chosen_params = chosen_strengths(history)  # what a refit on every row fixes (promokit.training.refit)
+    return history
 
 
-def _l2_path(objective, metric, rows, held, extra, fixed: float | None, side: str, grid=L2_GRID, patience: int = 2):
-    """The solution kept and the path: ``fixed`` alone, else :data:`L2_GRID` from the strongest down (each solution
-    warm-starting the next) until ``patience`` strengths bring no better validation ``metric`` (the largest AUC or
-    log-likelihood, the smallest squared error); :data:`DEFAULT_L2` without validation rows."""
-    strengths = [fixed] if fixed is not None else list(grid) if held is not None else [DEFAULT_L2]
+def _l2_path(objective, metric, rows, held, extra, fixed: float | None, side: str):
+    """The solution kept and the path: the strengths :func:`~promokit.training.logistic.search_l2` searches (from
+    the prior strength for the side's rows, each solution warm-starting the next) by the validation ``metric`` (the
+    largest AUC or log-likelihood, the smallest squared error); ``fixed`` alone, or the prior strength without
+    validation rows."""
     sign = -1.0 if metric is merchant_mse else 1.0
-    theta = np.zeros(_size(side, rows[0].shape[1], len(extra)))
-    path, best, bad = [], None, 0
-    for strength in strengths:
+    name = f"valid_{metric.__name__}"
+
+    def solve(strength, start):
+        theta = np.zeros(_size(side, rows[0].shape[1], len(extra))) if start is None else start
         theta = minimize(objective, theta, args=(*rows, extra, strength), jac=True, method="L-BFGS-B",
                          options={"maxiter": 5000, "ftol": 1e-13, "gtol": 1e-8}).x
-        value = metric(theta, *held, extra) if held is not None else np.nan
-        path.append({"part": side, "l2": strength, f"valid_{metric.__name__}": float(value), "chosen": False})
-        if best is None or sign * value > sign * best[1]:
-            best, bad = (theta, value, len(path) - 1), 0
-        else:
-            bad += 1
-            if bad >= patience:
-                break
-    path[best[2]]["chosen"] = True
-    return best[0], path
+        return theta, sign * metric(theta, *held, extra) if held is not None else np.nan
+
+    theta, records = search_l2(solve, rows[0].shape[0], fixed=fixed, validated=held is not None)
+    return theta, [{"part": side, "l2": r["l2"], name: sign * r["score"], "chosen": r["chosen"]} for r in records]
 
 
 def chosen_strengths(history: History) -> dict[str, float]:

@@ -78,6 +78,9 @@ class IncentiveNet(nn.Module):
         if len(fanouts) != depth:
             raise ValueError(f"fanouts {list(fanouts)} need one entry per GNN layer (depth {depth})")
         self.representation, self.fanouts, self.merchant_weight = representation, list(fanouts), merchant_weight
+        #: what validation chose that is a model parameter (the floor's L2 strengths, set by ``solve_floor``): what
+        #: a refit on every row fixes (:mod:`promokit.training.refit`); none for a network trained by epochs
+        self.chosen_params: dict = {}
         self.n_levels = len(levels)
         features = OneHotFeatures if representation == "linear" else partial(FeatureEmbedding, dim=emb_dim)
         homogeneous = merchant_cardinalities is None

@@ -26,6 +26,8 @@ FORMER_PREFIX = "two_part"
 #: the least value of each whole-number setting; the fractions are in (0, 1], the learning rate above 0
 LEAST = {"n_trees": 1, "num_leaves": 2, "min_child_samples": 1, "early_stopping_rounds": 1, "threads": 1}
 FRACTIONS = ("subsample", "colsample")
+#: the settings that may be None, and what None means
+OPTIONAL = {"n_trees_amount": " (or null: n_trees)", "smearing": " (or null: estimated)"}
 
 
 class Hurdle:
@@ -46,6 +48,12 @@ class Hurdle:
     attend over (the user's last ``max_len`` events strictly before the delivery), the number of events of each
     action and of each action on the delivered fund.
 
+    ``n_trees`` caps both stages' trees, ``n_trees_amount`` the amount stage's apart (None: ``n_trees``); each
+    stage stops early on the validation rows. ``smearing`` fixes S instead of estimating it (None). A refit on every
+    delivery (:mod:`promokit.training.refit`) fixes all three at what the validation rows chose
+    (:attr:`chosen_params`): the trees each stage kept, and S from the held-out residuals, which a refit without
+    validation rows would otherwise take from its too small training residuals.
+
     ``threads`` is LightGBM's: one by default, the same trees on every machine and no spinning threads on a busy one
     (two took ten times longer on a loaded 2-core machine); more for tables of millions of deliveries.
 
@@ -56,29 +64,38 @@ class Hurdle:
 
     def __init__(self, encoders: InputEncoders, n_trees: int = 500, learning_rate: float = 0.05,
                  num_leaves: int = 31, min_child_samples: int = 20, subsample: float = 0.8, colsample: float = 0.8,
-                 early_stopping_rounds: int = 30, threads: int = 1):
+                 early_stopping_rounds: int = 30, threads: int = 1, n_trees_amount: int | None = None,
+                 smearing: float | None = None):
         self.params = dict(n_trees=n_trees, learning_rate=learning_rate, num_leaves=num_leaves,
                            min_child_samples=min_child_samples, subsample=subsample, colsample=colsample,
-                           early_stopping_rounds=early_stopping_rounds, threads=threads)
+                           early_stopping_rounds=early_stopping_rounds, threads=threads,
+                           n_trees_amount=n_trees_amount, smearing=smearing)
         self.check_params(self.params)
         self.fund_key = list(encoders.funds.categorical).index(FUND)
         self.n_actions = encoders.actions.cardinality
         self.boosters: dict[str, lgb.Booster] = {}
         self.smearing: float | None = None
+        #: what the last :meth:`fit` chose on validation rows (:attr:`chosen_params`)
+        self._chosen: dict = {}
         self.nodes: NodeInputs | None = None
 
     @staticmethod
     def check_params(params: dict) -> None:
         """A one-line :class:`DataError` for a setting (of :meth:`__init__`'s) LightGBM would reject or misread."""
-        for name, least in LEAST.items():
-            value = params[name]
+        for name, least in {**LEAST, "n_trees_amount": 1}.items():
+            value = params.get(name)
+            if name in OPTIONAL and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise DataError(f"hurdle: {name} must be a whole number ≥ {least}, got {value!r}")
-        for name in (*FRACTIONS, "learning_rate"):
-            value, most = params[name], 1 if name in FRACTIONS else np.finfo(float).max
+                raise DataError(f"hurdle: {name} must be a whole number ≥ {least}{OPTIONAL.get(name, '')}, "
+                                f"got {value!r}")
+        for name in (*FRACTIONS, "learning_rate", "smearing"):
+            value, most = params.get(name), 1 if name in FRACTIONS else np.finfo(float).max
+            if name in OPTIONAL and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= most:
                 bounds = "in (0, 1]" if name in FRACTIONS else "a finite number > 0"
-                raise DataError(f"hurdle: {name} must be {bounds}, got {value!r}")
+                raise DataError(f"hurdle: {name} must be {bounds}{OPTIONAL.get(name, '')}, got {value!r}")
 
     # ---- the matrix the boosters read
 
@@ -117,7 +134,8 @@ class Hurdle:
         categorical = list(range(n.user_cat.shape[1] + n.fund_cat.shape[1] + train["ctx_cat"].shape[1]))
         sets = [(self._batch_matrix(rows), rows["convert"].numpy() > 0, rows["v"].numpy().astype(np.float64))
                 for rows in ((train, valid) if valid is not None else (train,))]
-        records = []
+        records, trees = [], {"convert": self.params["n_trees"],
+                              "amount": self.params["n_trees_amount"] or self.params["n_trees"]}
         for stage, objective, metric in (("convert", "binary", "binary_logloss"), ("amount", "regression", "l2")):
             # the conversion on every delivery, the log amount on the converted ones
             data = [(x, convert.astype(np.float64)) if stage == "convert" else (x[convert], v[convert])
@@ -125,7 +143,7 @@ class Hurdle:
             train_set = lgb.Dataset(*data[0], categorical_feature=categorical, free_raw_data=False)
             valid_sets = [lgb.Dataset(*d, reference=train_set) for d in data[1:] if len(d[1])]
             callbacks = [lgb.early_stopping(self.params["early_stopping_rounds"], verbose=False)] if valid_sets else []
-            booster = lgb.train(self._lgb_params(objective, seed), train_set, num_boost_round=self.params["n_trees"],
+            booster = lgb.train(self._lgb_params(objective, seed), train_set, num_boost_round=trees[stage],
                                 valid_sets=valid_sets, callbacks=callbacks)
             self.boosters[stage] = booster
             record = {"stage": stage, "trees": booster.best_iteration or booster.num_trees(), "chosen": True}
@@ -135,11 +153,24 @@ class Hurdle:
                 record["valid_auc"] = auc(data[1][1], booster.predict(data[1][0], num_iteration=record["trees"]))
             records.append(record)
         # held-out residuals where the validation rows hold conversions, else the training residuals
-        x, convert, v = sets[-1] if sets[-1][1].any() else sets[0]
-        residual = v[convert] - self.boosters["amount"].predict(x[convert])
-        self.smearing = float(np.mean(np.exp(residual)))
+        held_out = len(sets) > 1 and sets[-1][1].any()
+        if self.params["smearing"] is not None:
+            self.smearing = float(self.params["smearing"])
+        else:
+            x, convert, v = sets[-1] if held_out else sets[0]
+            residual = v[convert] - self.boosters["amount"].predict(x[convert])
+            self.smearing = float(np.mean(np.exp(residual)))
         records.append({"stage": "smearing", "factor": self.smearing, "chosen": True})
+        self._chosen = {"n_trees": records[0]["trees"], "n_trees_amount": records[1]["trees"],
+                        **({"smearing": self.smearing} if held_out and self.params["smearing"] is None else {})}
         return History(epochs=records, best_epoch=-1, monitor="loss", unit="boosted stage")
+
+    @property
+    def chosen_params(self) -> dict:
+        """What the last :meth:`fit` chose, to refit every delivery with (:mod:`promokit.training.refit`): the trees
+        each stage kept (``n_trees``: the conversion's, ``n_trees_amount``) and, when it was estimated on the
+        validation rows' residuals, the smearing factor (``smearing``)."""
+        return dict(self._chosen)
 
     def _lgb_params(self, objective: str, seed: int) -> dict:
         p = self.params

@@ -61,6 +61,11 @@ class GBDT:
                                  valid_sets=valid_sets, callbacks=callbacks)
         return self
 
+    @property
+    def chosen_params(self) -> dict:
+        """The trees kept by early stopping on the validation rows, to refit with."""
+        return {"n_trees": self.booster.best_iteration or self.booster.num_trees()}
+
     def predict(self, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"p_redeem": self.booster.predict(self._matrix(x), num_iteration=self.booster.best_iteration or None)}
 

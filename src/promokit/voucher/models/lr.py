@@ -36,12 +36,15 @@ class LR(RedeemModel):
     def forward(self, batch: dict[str, Tensor]) -> dict[str, Tensor]:
         return {"p_redeem": torch.sigmoid(self.logit(batch))}
 
-    def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None) -> History:
-        """Fit to the optimum; returns the L2 path as a :class:`History` (one record per strength tried)."""
+    def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None,
+              progress: bool = False) -> History:
+        """Fit to the optimum; returns the L2 path as a :class:`History` (one record per strength tried).
+        ``progress``: a line per strength solved."""
         def part(tensors):
             return tensors["cat"][:, self.fields], tensors["num"], tensors["redeemed"]
 
-        path = fit_logistic(self.linear, *part(train), None if valid is None else part(valid), self.l2)
+        path = fit_logistic(self.linear, *part(train), None if valid is None else part(valid), self.l2,
+                           progress=progress, name="lr")
         self.l2 = next(r["l2"] for r in path if r["chosen"])
         self.eval()
         return History(epochs=path, best_epoch=-1, monitor="auc", unit="l2 strength")

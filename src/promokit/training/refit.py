@@ -1,0 +1,116 @@
+"""Refit after selection: the final model learns from every row ``fit`` was given.
+
+``fit`` holds rows out twice: the test hold-out (``test_fraction``, scored by ``evaluate``) and the validation rows
+that choose the epoch, the L2 strength or the trees. Both are usually the latest rows, the most like the rows the
+model will score, and a model that never learns from them loses more than the paper models gain over the floor
+(KuaiRand-Pure, AmExpert: benchmarks/README.md#refit). So, as scikit-learn's search tools do with ``refit=True``,
+once the settings are chosen the estimator fits again on every row with them fixed: the epochs kept
+(:func:`refit_train`), the strengths or trees chosen (the domain's ``model_params``), no validation and no test
+hold-out. What the held-out rows said of the selected model is scored before the refit and kept
+(:func:`refit_record`): the refit model has learnt from them, so scoring it there again would flatter it, and
+``held_out_evaluation(data)`` gives those metrics back for the same held-out rows.
+
+Each domain's estimator ends its ``fit`` with :func:`refit_after_selection`; the model directory records the hold-out,
+the selection and the refit under one key, ``holdout``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+import warnings
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from promokit.data.errors import DataError
+from promokit.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from promokit.training.trainer import History
+
+#: ``refit``'s default in every domain: the final model is refit on every row.
+REFIT = True
+
+
+def refit_train(config: TrainConfig, history: History | None) -> TrainConfig:
+    """The settings a refit trains with: ``config`` with the epochs the selected model was kept at (a history by
+    epochs: its best epoch + 1; else ``config``'s) and the loss monitored (there are no validation rows to score a
+    metric on)."""
+    epochs = config.epochs
+    if history is not None and history.unit == "epoch" and history.best_epoch >= 0:
+        epochs = history.best_epoch + 1
+    return replace(config, epochs=epochs, monitor="loss")
+
+
+def refit_twin(estimator, data, *, params: dict, history: History | None, **fit_args):
+    """A clone of ``estimator`` fitted on every row of ``data`` with what its fit selected fixed: ``params`` (the
+    model parameters chosen, e.g. an L2 strength), the epochs of ``history`` (:func:`refit_train`), no test hold-out
+    (``test_fraction`` 0, and ``test_from`` None where the estimator has one) and no validation. ``fit_args`` go to its ``fit`` as they went to the selecting fit (an executor, for a table in
+    parts)."""
+    from sklearn.base import clone
+
+    no_holdout = {"test_fraction": 0.0, **({"test_from": None} if "test_from" in estimator.get_params() else {})}
+    twin = clone(estimator).set_params(params=params, train=refit_train(estimator.train_config, history),
+                                       refit=False, **no_holdout)
+    return twin.fit(data, validation=0.0, **fit_args)
+
+
+def refit_after_selection(estimator, data, held, **fit_args):
+    """``estimator`` (just fitted on ``data``, its ``report`` counting the validation and test rows held out) refit
+    on every row when its ``refit`` is on and it held rows out: the held-out rows ``held`` scored first (its
+    ``evaluate(data, rows=held)``, kept with their :func:`fingerprint`), then :func:`refit_twin`'s model adopted
+    (the estimator's ``FITTED`` attributes) and the refit recorded in ``holdout["refit"]``. A refit that fails (an
+    executor gone, a table changed under it) warns in one line and keeps the selected model. Returns
+    ``estimator``."""
+    report = estimator.report
+    if not estimator.refit or not (report.n_valid or report.n_test):
+        return estimator
+    evaluation = None
+    if held is not None and len(held):
+        with warnings.catch_warnings():  # calibration warnings belong to evaluate, not to fit
+            warnings.simplefilter("ignore")
+            evaluation = estimator.evaluate(data, rows=held)
+    chosen = dict(getattr(estimator.net, "chosen_params", {}))  # an L2 strength, trees: what validation chose
+    try:
+        with warnings.catch_warnings():  # the selecting fit warned of these data already
+            warnings.simplefilter("ignore")
+            twin = refit_twin(estimator, data, params={**(estimator.params or {}), **chosen}, history=report.history,
+                              **fit_args)
+    except (DataError, OSError, RuntimeError, ValueError) as exc:
+        warnings.warn(f"the refit on every row failed, so the selected model is kept: {exc}", stacklevel=3)
+        return estimator
+    estimator.adopt(twin, estimator.FITTED)
+    estimator.holdout["refit"] = refit_record(twin.report.n_train, report.history, chosen, evaluation,
+                                              estimator.held_out_frame(data) if evaluation else None)
+    return estimator
+
+
+def refit_record(rows: int, history: History | None, params: dict, evaluation, held_out: pd.DataFrame | None) -> dict:
+    """What the ``holdout`` record keeps of a refit: the rows it learnt from, what the selection chose (``epochs``
+    for a network, the model ``params`` validation chose), the held-out ``evaluation`` of the selected model (an
+    :class:`~promokit.training.estimator.Evaluation`: its metrics and tables), made before the refit (None when
+    nothing was held out for evaluation), and the :func:`fingerprint` of the rows it scored
+    (``held_out``), by which ``held_out_evaluation`` knows them again."""
+    epochs = history.best_epoch + 1 if history is not None and history.unit == "epoch" else None
+    return {"rows": rows, "epochs": epochs, "params": params,
+            "evaluation": None if evaluation is None else {k: _plain(v) for k, v in evaluation.items()},
+            "tables": {} if evaluation is None else {name: json.loads(table.to_json(orient="records"))
+                                                     for name, table in evaluation.tables.items()},
+            "fingerprint": None if held_out is None else fingerprint(held_out)}
+
+
+def fingerprint(frame: pd.DataFrame) -> str:
+    """A digest of a table's columns and values (not its index): equal for the same rows read again."""
+    digest = hashlib.blake2b(repr(list(frame.columns)).encode(), digest_size=16)
+    digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _plain(value):
+    """A metric as JSON keeps it: a count as an int, any other number as a float."""
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return float(value) if isinstance(value, numbers.Real) else value
