@@ -28,7 +28,7 @@ def true_value(etv, name):  # plan by these ETVs (fund risk ≤ user tolerance, 
 
 
 for name in ("hurdle", "esdpm"):
-    model = pk.ValueModel(name)
+    model = pk.ValueModel(name, refit=False)  # the selected model: the held-out deliveries stay unseen
     model.set_params(train=replace(model.train_config, epochs=3, progress=False))  # shorter, no epoch lines
     model.fit(tables)  # holds the latest 10 % of the deliveries out
     metrics = model.evaluate(tables, rows=model.split_rows(tables)[2])

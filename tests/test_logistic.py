@@ -54,9 +54,9 @@ def test_fit_logistic_finds_the_grid_strength_with_the_best_validation_auc():
 
 
 @pytest.mark.parametrize("peak, solved", [
-    (3e-5, [3e-5, 1e-5, 1e-4]),                        # the prior's neighbour on each side is worse
-    (1e-6, [3e-5, 1e-5, 3e-6, 1e-6]),                  # weaker until the grid ends
-    (3e-4, [3e-5, 1e-5, 1e-4, 3e-4, 1e-3]),            # the first weaker step is worse: stronger from the start
+    (3e-5, [3e-5, 1e-4, 1e-5]),                        # the prior's neighbour on each side is worse
+    (3e-4, [3e-5, 1e-4, 3e-4, 1e-3]),                  # stronger while it improves
+    (1e-6, [3e-5, 1e-4, 1e-5, 3e-6, 1e-6]),            # the first stronger step is worse: weaker to the grid's end
 ])
 def test_the_search_starts_at_the_prior_and_steps_toward_the_better_score(peak, solved):
     def solve(strength, start):  # a score peaked at ``peak``, unimodal in log strength

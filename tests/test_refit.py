@@ -40,6 +40,13 @@ def test_lr_refits_every_row_at_the_chosen_strength(impressions):
     assert selected.held_out_evaluation(impressions) is None and "refit" not in selected.holdout
 
 
+def test_a_validation_table_given_apart_is_refit_on_too(impressions):
+    train, valid = impressions.iloc[:3000], impressions.iloc[3000:]
+    model = ConversionModel("lr", train=QUIET, test_fraction=0.0).fit(train, validation=valid)
+    assert model.holdout["refit"]["rows"] == 4000 and model.holdout["refit"]["evaluation"] is None
+    assert model.held_out_evaluation(train) is None  # nothing was held out of train for evaluation
+
+
 def test_a_network_refits_with_the_epochs_it_kept_and_saves_the_record(impressions, tmp_path):
     model = ConversionModel("esmm", NET, {"epochs": 3, "lr": 0.01, **QUIET}).fit(impressions)
     record = model.holdout["refit"]

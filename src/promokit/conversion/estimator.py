@@ -250,7 +250,8 @@ class ConversionModel(Estimator):
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
             self.net.fit(train_x, labels, valid_part)
         self.warn_validation_leak()
-        return refit_after_selection(self, whole, held, validation_split=validation_split)
+        every = None if valid_labels is None or fraction else pd.concat([whole, valid], ignore_index=True)
+        return refit_after_selection(self, whole, held, every=every, validation_split=validation_split)
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
     FITTED = ("feature_spec", "encoder", "pmg", "net", "training_ids", "model_params")

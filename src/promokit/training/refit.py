@@ -58,11 +58,12 @@ def refit_twin(estimator, data, *, params: dict, history: History | None, **fit_
     return twin.fit(data, validation=0.0, **fit_args)
 
 
-def refit_after_selection(estimator, data, held, **fit_args):
+def refit_after_selection(estimator, data, held, *, every=None, **fit_args):
     """``estimator`` (just fitted on ``data``, its ``report`` counting the validation and test rows held out) refit
     on every row when its ``refit`` is on and it held rows out: the held-out rows ``held`` scored first (its
-    ``evaluate(data, rows=held)``, kept with their :func:`fingerprint`), then :func:`refit_twin`'s model adopted
-    (the estimator's ``FITTED`` attributes) and the refit recorded in ``holdout["refit"]``. A refit that fails (an
+    ``evaluate(data, rows=held)``, kept with their :func:`fingerprint`), then :func:`refit_twin`'s model, fitted on
+    ``every`` (every row fit was given, when that is more than ``data``: a validation table given apart; default
+    ``data``), adopted (the estimator's ``FITTED`` attributes) and the refit recorded in ``holdout["refit"]``. A refit that fails (an
     executor gone, a table changed under it) warns in one line and keeps the selected model. Returns
     ``estimator``."""
     report = estimator.report
@@ -77,8 +78,8 @@ def refit_after_selection(estimator, data, held, **fit_args):
     try:
         with warnings.catch_warnings():  # the selecting fit warned of these data already
             warnings.simplefilter("ignore")
-            twin = refit_twin(estimator, data, params={**(estimator.params or {}), **chosen}, history=report.history,
-                              **fit_args)
+            twin = refit_twin(estimator, data if every is None else every, params={**(estimator.params or {}), **chosen},
+                              history=report.history, **fit_args)
     except (DataError, OSError, RuntimeError, ValueError) as exc:
         warnings.warn(f"the refit on every row failed, so the selected model is kept: {exc}", stacklevel=3)
         return estimator
