@@ -202,10 +202,13 @@ def test_the_command_line(model, world, later, tmp_path):
     assert result.exit_code == 2 and "--label redeemed=answered: column 'answered' is missing" in result.output
 
 
-def test_predict_over_parts_applies_it(model, world, later, tmp_path):
+@pytest.mark.parametrize("by", [None, "level"])
+def test_predict_over_parts_applies_it(model, world, later, tmp_path, by):
     from promokit.scale import make_executor
 
-    model.recalibrate(later[0], method="platt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # by level, the maps may cross
+        model.recalibrate(later[0], method="platt", by=by)
     model.save(tmp_path / "m")
     owner = np.arange(len(world.customers)) % 2
     for name, table, part in (("customers", world.customers, owner),
@@ -218,4 +221,95 @@ def test_predict_over_parts_applies_it(model, world, later, tmp_path):
             tmp_path / "parts" / "edges", tmp_path / "scores", make_executor("local"))
     scored = pd.read_parquet(tmp_path / "scores" / "customers").set_index("user_id")
     expected = model.predict(later[0]).set_index("customer_id").loc[scored.index]
-    np.testing.assert_allclose(scored.to_numpy(), expected.to_numpy(), atol=1e-6)
+    # by level, the top value's steeper map magnifies the parts' float32 noise a little
+    np.testing.assert_allclose(scored.to_numpy(), expected.to_numpy(), atol=1e-6 if by is None else 1e-5)
+
+
+# ---- by level (issue 38, item 6): one map per offered value, shrunk toward the overall one -----------------------
+
+def _opposite(world, seed: int = 12):
+    """A later experiment whose hazard is tripled at the four lowest values and cut to a third at the four highest:
+    the values are miscalibrated in opposite directions, which one map for every value cannot mend."""
+    rng = np.random.default_rng(seed)
+    low = np.arange(len(world.levels)) < len(world.levels) // 2
+    truth = 1.0 - (1.0 - world.customer_truth) ** np.where(low, 3.0, 1 / 3)
+    offered = rng.integers(0, len(world.levels), len(truth))
+    redeemed = rng.random(len(truth)) < truth[np.arange(len(truth)), offered]
+    customers = world.customers.assign(level=world.levels[offered], redeemed=redeemed.astype(np.int64))
+    return check_tables(customers, world.merchants, world.edges)
+
+
+def _by_offered(curves, tables):
+    """Each offered value's mean f_c at that value and its observed redemption rate."""
+    rows = tables.labelled_customers
+    offered, at = tables.customer_level[rows], curves[rows, tables.customer_level[rows]]
+    return ({j: at[offered == j].mean() for j in np.unique(offered)},
+            {j: tables.redeemed[rows][offered == j].mean() for j in np.unique(offered)})
+
+
+def test_by_level_each_value_reaches_its_rate_where_one_map_cannot(model, world):
+    tables = _opposite(world)
+    model.recalibrate(tables, method="isotonic")
+    overall, observed = _by_offered(model.responses(tables).customers, tables)
+    with pytest.warns(UserWarning, match=r"^recalibrated by level, the curves of .*% of the 2,500 customers fitted on "
+                                         r"fall somewhere as the value rises \(the values' maps cross\)$"):
+        model.recalibrate(tables, method="isotonic", by="level")
+    recalibration = model.recalibration
+    assert recalibration.by == "level" and set(recalibration.groups) == set(world.levels.tolist())
+    assert recalibration.fitted_on["own_maps"] == len(world.levels)
+    responses = model.responses(tables)
+    by_level, _ = _by_offered(responses.customers, tables)
+    for j, rate in observed.items():
+        assert abs(by_level[j] - rate) < 0.02 + 0.1 * rate, (j, by_level[j], rate)
+    assert max(abs(overall[j] - rate) for j, rate in observed.items()) > 0.1  # one map misses both ways
+    # each value's column by its own map: the customers' order at each value is kept
+    for j, level in enumerate(model.levels):
+        np.testing.assert_allclose(responses.customers[:, j],
+                                   recalibration.apply(responses.customers_raw[:, j], [level] * len(tables.customers)))
+
+
+def test_by_level_a_value_offered_to_none_gets_the_overall_map_and_the_directory_keeps_it(model, world, tmp_path):
+    tables = _opposite(world)
+    top = float(model.levels[-1])
+    customers = tables.customers.copy()
+    customers.loc[customers["level"] == top, ["level", "redeemed"]] = np.nan  # nobody was offered the top value
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the maps cross
+        model.recalibrate({"customers": customers, "merchants": world.merchants, "edges": world.edges}, by="level")
+    assert top not in model.recalibration.groups
+    n, k = len(tables.customers), len(model.levels)
+    with pytest.warns(UserWarning, match=rf"^{n:,} of {n * k:,} customer × level scores are in 1 level values the "
+                                         rf"recalibration was not fitted on \({top!r}\): they get its overall map$"):
+        responses = model.responses(tables)
+    np.testing.assert_allclose(responses.customers[:, -1],
+                               model.recalibration.overall.apply(responses.customers_raw[:, -1]))
+    with pytest.warns(UserWarning, match="not fitted on"):
+        table = model.evaluate(tables, held_out=False).tables["calibration_by_level"]
+    assert table.set_index("level")["new"].to_dict() == {level: level == top for level in model.levels.tolist()}
+    model.save(tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / RECALIBRATION_FILE).read_text())
+    assert saved["by"] == "level" and sorted(g["key"] for g in saved["groups"]) == model.levels[:-1].tolist()
+    loaded = IncentiveModel.load(tmp_path / "m")
+    with pytest.warns(UserWarning, match="not fitted on"):
+        np.testing.assert_allclose(loaded.responses(tables).customers, responses.customers)
+
+
+def test_by_level_on_the_command_line(model, world, tmp_path):
+    folder = tmp_path / "world"
+    write_world(world, folder)
+    _opposite(world).customers.to_parquet(folder / "later.parquet")
+    model.save(tmp_path / "m")
+    args = ["incentive", "recalibrate", "--model", tmp_path / "m", "--customers", folder / "later.parquet",
+            "--merchants", folder / "merchants.parquet", "--edges", folder / "edges.parquet"]
+    runner = CliRunner()
+    result = runner.invoke(app, [str(a) for a in [*args, "--by", "level"]])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    levels = len(world.levels)
+    assert f"isotonic recalibration by level ({levels} values, {levels} with a map of their own) written to " \
+           f"{tmp_path / 'm' / RECALIBRATION_FILE}" in said
+    saved = json.loads((tmp_path / "m" / RECALIBRATION_FILE).read_text())
+    assert saved["by"] == "level"
+    result = runner.invoke(app, [str(a) for a in [*args, "--by", "merchant"]])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "--by: an incentive model recalibrates by 'level'" in said

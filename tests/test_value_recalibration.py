@@ -2,6 +2,8 @@
 to the observed, the ETV that multiplies pCTCVR (eq. 13) follows it, the model's own are kept as ``*_raw``, the model
 directory keeps the map and ``fit`` drops it; ``promokit value recalibrate``; errors in one line."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,7 +13,12 @@ from promokit.cli import app
 from promokit.data import DataError
 from promokit.experiments.value.world import make_world, write_world
 from promokit.training import TrainConfig
-from promokit.training.recalibration import RECALIBRATION_FILE, Recalibration
+from promokit.training.recalibration import (
+    RECALIBRATION_FILE,
+    GroupRecalibration,
+    Recalibration,
+    read_recalibration,
+)
 from promokit.value.contract import check_tables
 from promokit.value.estimator import ValueModel
 from promokit.value.workflows import recalibrate
@@ -155,3 +162,95 @@ def test_a_network_recalibrates_too(tables, later):
     got = model.recalibrate(later, method="platt").predict(later)
     assert got.p_ctcvr.mean() == pytest.approx(later.convert.mean(), rel=1e-2)
     np.testing.assert_allclose(got.etv / got.etv_raw, got.p_ctcvr / got.p_ctcvr_raw, rtol=1e-6)
+
+
+# ---- by fund (issue 38, item 6): one map per fund, shrunk toward the overall one --------------------------------
+
+@pytest.fixture(scope="module")
+def three_funds():
+    """A world of three funds and a later period (its latest half) in which F1 converts about four times as often as
+    in training and F2 a quarter as often: the funds are miscalibrated in opposite directions."""
+    world = make_world(1500, n_funds=3, seed=5)
+    tables = check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
+    fund = world.deliveries["fund"].to_numpy()
+    latest, every_fourth = tables.time >= np.median(tables.time), np.arange(len(fund)) % 4 == 0
+    keep = latest & np.where(fund == "F1", (tables.convert == 1) | every_fourth,
+                             np.where(fund == "F2", (tables.convert == 0) | every_fourth, True))
+    deliveries = world.deliveries.iloc[np.flatnonzero(keep)].reset_index(drop=True)
+    later = check_tables(deliveries, world.users, world.funds, world.behaviors, world.consumption)
+    return world, tables, later, ValueModel("hurdle", FLOOR, refit=False).fit(tables)
+
+
+def _mean_by_fund(values, tables) -> dict:
+    return {name: float(np.mean(np.asarray(values)[tables.fund == j])) for j, name in enumerate(tables.fund_names)}
+
+
+def test_by_fund_each_fund_reaches_its_rate_where_one_map_cannot(three_funds):
+    _, _, later, model = three_funds
+    observed = _mean_by_fund(later.convert, later)
+    assert observed["F1"] > 2 * observed["F2"]
+    try:
+        overall = _mean_by_fund(model.recalibrate(later).predict(later).p_ctcvr, later)
+        got = model.recalibrate(later, by="fund").predict(later)
+    finally:
+        model.recalibration = None
+    by_fund = _mean_by_fund(got.p_ctcvr, later)
+    for fund in ("F1", "F2"):
+        assert by_fund[fund] == pytest.approx(observed[fund], rel=0.1), fund
+        assert overall[fund] != pytest.approx(observed[fund], rel=0.3), fund  # one map misses both ways
+    np.testing.assert_allclose(got.etv, got.p_ctcvr * got.amount_if_convert, rtol=1e-9)
+
+
+def test_by_fund_a_new_fund_gets_the_overall_map_with_a_warning_and_the_directory_keeps_it(three_funds, tmp_path):
+    _, tables, later, model = three_funds
+    seen = np.flatnonzero(later.fund != 2)  # F3 has no delivery to fit on
+    try:
+        model.recalibrate(later, rows=seen, by="fund", method="platt")
+        recalibration = model.recalibration
+        assert isinstance(recalibration, GroupRecalibration) and set(recalibration.groups) == {"F1", "F2"}
+        new, n = int((later.fund == 2).sum()), len(later.fund)
+        with pytest.warns(UserWarning, match=rf"^{new:,} of {n:,} deliveries are in 1 fund values the recalibration "
+                                             r"was not fitted on \('F3'\): they get its overall map$"):
+            got = model.predict(later)
+        f3 = later.fund == 2
+        np.testing.assert_allclose(got.p_ctcvr[f3], recalibration.overall.apply(got.p_ctcvr_raw[f3]))
+        users = len(tables.users)
+        with pytest.warns(UserWarning, match=rf"^{users:,} of {3 * users:,} user × fund scores are in 1 fund values"):
+            scores = model.score_matrix(tables)
+        model.recalibration = recalibration.overall
+        overall = model.score_matrix(tables)
+        np.testing.assert_allclose(scores[:, 2], overall[:, 2])  # F3: the overall map
+        assert scores[:, 0].mean() > overall[:, 0].mean() and scores[:, 1].mean() < overall[:, 1].mean()
+        model.recalibration = recalibration
+        with pytest.warns(UserWarning, match="not fitted on"):
+            table = model.evaluate(later).tables["calibration_by_fund"]
+        assert table.set_index("fund")["new"].to_dict() == {"F1": False, "F2": False, "F3": True}
+        model.save(tmp_path / "m")
+    finally:
+        model.recalibration = None
+    saved = json.loads((tmp_path / "m" / RECALIBRATION_FILE).read_text())
+    assert saved["by"] == "fund" and sorted(g["key"] for g in saved["groups"]) == ["F1", "F2"]
+    loaded = ValueModel.load(tmp_path / "m")
+    assert loaded.recalibration.to_dict() == recalibration.to_dict()
+    with pytest.warns(UserWarning, match="not fitted on"):
+        pd.testing.assert_frame_equal(loaded.predict(later), got)
+    with pytest.raises(DataError, match=r"^`by`: a value model recalibrates by 'fund' \(one map per fund\) or not by "
+                                        r"group; got 'channel'$"):
+        loaded.recalibrate(later, by="channel")
+
+
+def test_by_fund_on_the_command_line(three_funds, tmp_path):
+    world, tables, _, model = three_funds
+    data, directory = tmp_path / "world", tmp_path / "model"
+    write_world(world, data)
+    model.save(directory)
+    start = str(pd.Timestamp(np.quantile(tables.time, 0.5)).date())
+    args = ["value", "recalibrate", "--model", str(directory), "--data", str(data), "--from", start]
+    result = runner.invoke(app, [*args, "--by", "fund"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "isotonic recalibration by fund (3 values, 3 with a map of their own) written to" in said
+    saved = read_recalibration(directory)
+    assert isinstance(saved, GroupRecalibration) and saved.by == "fund" and set(saved.groups) == {"F1", "F2", "F3"}
+    result = runner.invoke(app, [*args, "--by", "channel"])
+    assert result.exit_code == 2 and "--by: a value model recalibrates by 'fund'" in " ".join(result.output.split())

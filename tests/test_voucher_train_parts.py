@@ -118,7 +118,7 @@ def test_sessions_sharing_one_time_are_refused_rather_than_drawn():
 @pytest.mark.parametrize("name, params", [("dnn", NET), ("dmbgn", GRAPH)])
 def test_one_part_trains_exactly_as_one_file(data, name, params):
     tables = read_tables(_files(data), require_labels=True)
-    one = VoucherModel(name, params, QUICK, refit=False).fit(tables)  # training over parts does not refit yet
+    one = VoucherModel(name, params, QUICK, refit=False).fit(tables)  # train_parts is the selection alone
     parts = _over_parts(data, VoucherModel(name, params, QUICK), "one")
     for (key, a), b in zip(one.net.state_dict().items(), parts.net.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=key)
@@ -131,7 +131,7 @@ def test_dmbgn_over_parts_with_pretraining_reaches_the_auc_of_one_file(data, tmp
     the same training: the held-out AUC agrees; the saved model scores the one file as it did when trained."""
     params = {**GRAPH, "pretrain": 1}
     tables = read_tables(_files(data), require_labels=True)
-    one = VoucherModel("dmbgn", params, LEARN, refit=False).fit(tables)  # as over parts, which does not refit
+    one = VoucherModel("dmbgn", params, LEARN, refit=False).fit(tables)  # train_parts is the selection alone
     parts = _over_parts(data, VoucherModel("dmbgn", params, LEARN))
     test = one.held_out(tables)
     auc = {"one": one.evaluate(tables, rows=test)["auc"], "parts": parts.evaluate(tables, rows=test)["auc"]}
@@ -193,3 +193,21 @@ def test_two_ddp_workers_on_ray_train_like_one_process(ray_cluster, data, tmp_pa
         assert report["metrics"]["n"] == config["holdout"]["held_out"]
         auc[name] = report["metrics"]["auc"]
     assert auc["local"] > 0.65 and abs(auc["ray"] - auc["local"]) < 0.05, auc
+
+
+def test_sessions_in_parts_are_refit_over_the_parts_and_evaluate_says_what_that_means(data, tmp_path):
+    from promokit.voucher.workflows import train
+
+    parts = {"sessions": data / "parts" / "sessions", "events": data / "parts" / "events",
+             "items": data / "items.parquet"}
+    model = train(VoucherModel("dnn", NET, QUICK), parts, tmp_path / "m", executor=LocalExecutor())
+    refit = model.holdout["refit"]
+    report = model.report  # the selection's, kept
+    assert refit["rows"] == report.n_train + report.n_valid + report.n_test > report.n_train
+    assert refit["evaluation"] is None and refit["epochs"] >= 1
+    args = ["--sessions", data / "sessions.parquet", "--events", data / "events.parquet", "--items",
+            data / "items.parquet"]
+    evaluated = _invoke("voucher", "evaluate", "--model", tmp_path / "m", *args, "--out", tmp_path / "ev")
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "refit on every row, the held-out ones too, over parts" in " ".join(evaluated.output.split())
+

@@ -510,6 +510,10 @@ def held_out_evaluation(model, data, all_rows: bool, options: str | None = None)
     if all_rows or not (model.holdout or {}).get("refit"):
         return None
     held_out_rows(model, data)
+    if not model.holdout["refit"].get("evaluation"):
+        warnings.warn("the model was refit on every row, the held-out ones too, over parts that were not read whole to "
+                      "score them first: these metrics flatter it (train with --no-refit to score them)", stacklevel=2)
+        return None
     stored = model.held_out_evaluation(data)
     if stored is None:  # other rows than train held out and scored: score them
         return None

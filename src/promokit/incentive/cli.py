@@ -26,6 +26,7 @@ EdgesOpt = Annotated[Optional[Path], typer.Option("--edges", help=f"edges table 
 ItemsOpt = Annotated[Optional[Path], typer.Option("--items", help=f"items table ({cs.TABLE_HELP}): item_id, features; with --item-edges (left out: the items are the ids of --item-edges).")]
 ItemEdgesOpt = Annotated[Optional[Path], typer.Option("--item-edges", help=f"customer–item edges table ({cs.TABLE_HELP}): customer_id, item_id[, weight, edge features]: the graph of the GNN models instead of --merchants and --edges.")]
 CustomerEdgesOpt = Annotated[Optional[Path], typer.Option("--customer-edges", help=f"customer–customer edges table ({cs.TABLE_HELP}): customer_id, neighbour_id[, weight, edge features], undirected: the graph of the GNN models instead of --merchants and --edges.")]
+RecalibrateByOpt = Annotated[Optional[str], typer.Option("--by", help="level: one map per offered value, shrunk toward the overall map where a value was offered to few customers, each applied at its own value; values offered to none get the overall map (default: one map for every value).")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
 ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c")]
@@ -34,7 +35,8 @@ RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of 
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation nodes: customer_loglik | auc_c | loss (eq. 7, merchants included).", show_default=DEFAULT_TRAIN.monitor)]
 LrDecayOpt = Annotated[Optional[float], typer.Option("--lr-decay", help="Learning rate multiplied by this each epoch (section 5: 0.95).", show_default=f"{DEFAULT_TRAIN.lr_decay:g}")]
 #: The library's arguments that options give, named as those options in its errors.
-FLAGS = {"validation": "--valid-fraction", "truth": "--truth", "allow_leaky": "--allow-leaky", "method": "--method"}
+FLAGS = {"validation": "--valid-fraction", "truth": "--truth", "allow_leaky": "--allow-leaky", "method": "--method",
+         "by": "--by"}
 
 
 def _levels(text: Optional[str]):
@@ -243,11 +245,11 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
 @app.command()
 def recalibrate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
                 items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
-                method: MethodOpt = DEFAULT_METHOD,
-                label: LabelOpt = None):
+                method: MethodOpt = DEFAULT_METHOD, by: RecalibrateByOpt = None, label: LabelOpt = None):
     """Fit a recalibration of a trained model's response f_c on a later experiment (each labelled customer with the
     value offered and the response) and write it into the model directory (recalibration.json): one monotone map of
-    f_c at the offered value, applied at every value, so the curves still rise with the value. predict and evaluate
+    f_c at the offered value, applied at every value, so the curves still rise with the value (--by level: one map per
+    value, each applied at its own). predict and evaluate
     then apply it; predict writes the model's own curves as customers_raw.parquet. The label columns are those train
     was given (--label: others)."""
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
@@ -255,10 +257,14 @@ def recalibrate(model: ModelDirOpt, customers: CustomersOpt, merchants: Merchant
 
         fitted = recalibrate_model(model, customers, merchants, edges, method=method,
                                    labels=cs.label_options(label, LABEL_ROLES),
-                                   graph={"items": items, "item_edges": item_edges, "customer_edges": customer_edges})
-        get_console().print(f"{method} recalibration written to {model / 'recalibration.json'}: on {fitted['rows']:,} "
-                            f"customers ({fitted['positives']:,} redeemed, observed rate {fitted['rate']:.4f}) the mean "
-                            f"predicted response at the offered value was {fitted['mean_p']:.4f}, recalibrated "
+                                   graph={"items": items, "item_edges": item_edges, "customer_edges": customer_edges},
+                                   by=by)
+        groups = "" if by is None else (f" by {by} ({fitted['groups']:,} values, {fitted['own_maps']:,} with a map "
+                                         "of their own)")
+        get_console().print(f"{method} recalibration{groups} written to {model / 'recalibration.json'}: on "
+                            f"{fitted['rows']:,} customers ({fitted['positives']:,} redeemed, observed rate "
+                            f"{fitted['rate']:.4f}) the mean predicted response at the offered value was "
+                            f"{fitted['mean_p']:.4f}, recalibrated "
                             f"{fitted['mean_p_after']:.4f}", highlight=False, soft_wrap=True)
 
 

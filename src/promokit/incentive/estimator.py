@@ -45,7 +45,14 @@ from promokit.training.estimator import (
     check_same_data,
     check_test_fraction,
 )
-from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
+from promokit.training.recalibration import (
+    DEFAULT_METHOD,
+    RECALIBRATION_FILE,
+    GroupRecalibration,
+    Recalibration,
+    new_groups_warning,
+    read_recalibration,
+)
 from promokit.training.refit import REFIT, refit_after_selection
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
@@ -186,8 +193,9 @@ class IncentiveModel(Estimator):
         self.customers_only = False
         #: the graph fit read (``merchants``, ``items``, ``customers`` or ``none``) and the items' features
         self.graph, self.item_spec = "merchants", None
-        #: the map of f_c fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`responses`
-        self.recalibration: Recalibration | None = None
+        #: the map of f_c fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`responses`; by
+        #: offered value with ``by="level"``
+        self.recalibration: Recalibration | GroupRecalibration | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -398,14 +406,34 @@ class IncentiveModel(Estimator):
 
     def responses(self, data) -> Responses:
         """f_c and f_m of every customer and merchant of ``data`` at every value of the model's list; with a
-        :meth:`recalibrate`-d model, f_c recalibrated (its one monotone map applied at every value, so each curve
-        still rises with the value) and the model's own as ``customers_raw``. f_m is never recalibrated (a share
-        ratio, not a probability)."""
+        :meth:`recalibrate`-d model, f_c recalibrated (:meth:`recalibrated`) and the model's own as
+        ``customers_raw``. f_m is never recalibrated (a share ratio, not a probability)."""
         raw = self._raw_responses(data)
         if self.recalibration is None:
             return raw
-        curves = self.recalibration.apply(raw.customers).reshape(raw.customers.shape)
-        return replace(raw, customers=curves, customers_raw=raw.customers)
+        return replace(raw, customers=self.recalibrated(raw.customers), customers_raw=raw.customers)
+
+    def recalibrated(self, f_c: np.ndarray) -> np.ndarray:
+        """The model's own f_c, ``(N_c, K)`` (every customer at every value of the model's list), through
+        :attr:`recalibration` (as it is without one): its one monotone map applied at every value, so each curve
+        still rises with the value; by level, each value's column by that value's map (a value the recalibration
+        did not see by its overall map, with a one-line warning), which keeps the customers' order at each value but
+        not every curve rising where the values' maps cross."""
+        if self.recalibration is None:
+            return f_c
+        if not isinstance(self.recalibration, GroupRecalibration):
+            return self.recalibration.apply(f_c).reshape(f_c.shape)
+        n = len(f_c)
+        message = new_groups_warning({level: n for level in self.recalibration.new_groups(self.levels)},
+                                     n * len(self.levels), "customer × level scores", self.recalibration.by)
+        if message and n:
+            warnings.warn(message, stacklevel=3)
+        return self._by_level(f_c)
+
+    def _by_level(self, f_c: np.ndarray) -> np.ndarray:
+        """``f_c`` ``(N_c, K)`` through the recalibration by level, each value's column by that value's map."""
+        return np.stack([self.recalibration.apply(f_c[:, j], np.full(len(f_c), level))
+                         for j, level in enumerate(self.levels)], axis=1).reshape(f_c.shape)
 
     @property
     def merchants_trained(self) -> bool:
@@ -440,17 +468,25 @@ class IncentiveModel(Estimator):
         return (wide_scores(tables.customers[CUSTOMER], r.customers, r.levels),
                 wide_scores(tables.merchants[MERCHANT], r.merchants, r.levels))
 
-    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, base_rate: float | None = None) -> IncentiveModel:
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, base_rate: float | None = None,
+                    by: str | None = None) -> IncentiveModel:
         """Fit a :class:`~promokit.training.recalibration.Recalibration` of f_c on the labelled customers of ``data``
         — a later experiment period, each customer with the value offered and the response — and keep it:
         :meth:`responses` (so :meth:`predict`, :meth:`score_tables` and :meth:`evaluate`) applies it, :meth:`save`
         writes it (``recalibration.json``). One map is fitted on (f_c at the offered value, redeemed) and applied at
         every value: being monotone, it keeps each curve rising with the value and the customers' order at each
         value. ``method``: ``isotonic`` (default), ``platt`` or ``prior-shift`` (``base_rate``: the training
-        redemption rate; None: the model's mean f_c at the offered values). It replaces an earlier recalibration;
-        :meth:`fit` drops it. Returns the model."""
+        redemption rate; None: the model's mean f_c at the offered values). ``by="level"``: a
+        :class:`~promokit.training.recalibration.GroupRecalibration` by the offered value instead, one map per value
+        fitted on the customers offered it and shrunk toward the overall one (a value offered to few customers leans
+        on the overall map, one offered to none gets it), each applied at its own value (:meth:`recalibrated`); it
+        warns (one line) when the values' maps cross so that some of these customers' curves no longer rise with the
+        value. It replaces an earlier recalibration; :meth:`fit` drops it. Returns the model."""
         self._check_fitted()
-        recalibration = Recalibration(method)
+        if by not in (None, "level"):
+            raise DataError(f"`by`: an incentive model recalibrates by 'level' (one map per offered value) or not by "
+                            f"group; got {by!r}")
+        recalibration = Recalibration(method) if by is None else GroupRecalibration(method, by=by)
         tables = self.read(data, require_labels=False)  # the customers' labels alone: merchants' may be absent
         rows = tables.labelled_customers
         if not len(rows):
@@ -458,13 +494,24 @@ class IncentiveModel(Estimator):
                             f"{len(tables.customers)} customers has a label")
         f_c = self._raw_responses(tables).customers[rows]
         offered = f_c[np.arange(len(rows)), tables.customer_level[rows]]
-        recalibration.fit(offered, tables.redeemed[rows], base_rate=base_rate)
-        grid = recalibration.apply(np.linspace(0.0, 1.0, 201))
-        if np.any(np.diff(grid) < 0):
+        if by is None:
+            recalibration.fit(offered, tables.redeemed[rows], base_rate=base_rate)
+            maps = [recalibration]
+        else:
+            recalibration.fit(offered, tables.redeemed[rows], self.levels[tables.customer_level[rows]],
+                              base_rate=base_rate)
+            maps = [recalibration.overall, *(g["map"] for g in recalibration.groups.values() if g["map"] is not None)]
+        if any(np.any(np.diff(m.apply(np.linspace(0.0, 1.0, 201))) < 0) for m in maps):
             raise DataError(f"the {method} map fitted on {len(rows)} customers decreases in f_c (it would bend the "
                             "response curves down): f_c ranks these customers' redemptions backwards; use isotonic or "
                             "prior-shift")
         self.recalibration = recalibration
+        if by is not None:
+            falls = [(np.diff(curves, axis=1) < -1e-6).any(axis=1) for curves in (f_c, self._by_level(f_c))]
+            falling = float((falls[1] & ~falls[0]).mean())  # curves that rose before and fall now
+            if falling > 0:
+                warnings.warn(f"recalibrated by level, the curves of {falling:.1%} of the {len(rows):,} customers "
+                              "fitted on fall somewhere as the value rises (the values' maps cross)", stacklevel=2)
         return self
 
     # ---- evaluate ---------------------------------------------------------------------------------------
@@ -479,8 +526,9 @@ class IncentiveModel(Estimator):
         ``response_curve`` (Figure 5),
         ``uplift_by_quintile`` (Figure 4), ``uplift_by_level`` (each value against the lowest) and the calibration of
         f_c at the offered value (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; tables
-        ``calibration`` and ``calibration_by_level``, a warning beyond the ratio), of the recalibrated f_c for a
-        :meth:`recalibrate`-d model; figures:
+        ``calibration`` and ``calibration_by_level``, the worst value first, a warning beyond the ratio), of the
+        recalibrated f_c for a :meth:`recalibrate`-d model (recalibrated by level: with a column ``new``, True for
+        the values its recalibration did not see); figures:
         ``response_curves`` and ``uplift_curves``."""
         self._check_fitted()
         tables = self.read(data)
@@ -497,7 +545,9 @@ class IncentiveModel(Estimator):
             if truth.shape != (len(tables.customers), len(self.levels)):
                 raise DataError(f"truth: shape {truth.shape}, but the tables have {len(tables.customers)} customers "
                                 f"and the model {len(self.levels)} values")
-        result = evaluate_responses(self.responses(tables), tables, customer_rows, merchant_rows, truth)
+        by_level = isinstance(self.recalibration, GroupRecalibration)
+        result = evaluate_responses(self.responses(tables), tables, customer_rows, merchant_rows, truth,
+                                    new_levels=list(self.recalibration.new_groups(self.levels)) if by_level else None)
         figures = {"response_curves": curve_figure({self.model: result.curve}),
                    "uplift_curves": off_pyplot(uplift_figure(result.uplift_curves, f"{self.model}: each value "
                                                              f"against {self.levels[0]:g} (dashed: random)"))}

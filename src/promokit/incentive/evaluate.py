@@ -33,7 +33,7 @@ class ResponseMetrics:
 
 
 def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.ndarray, merchant_rows: np.ndarray,
-             customer_truth: np.ndarray | None = None) -> ResponseMetrics:
+             customer_truth: np.ndarray | None = None, new_levels=None) -> ResponseMetrics:
     """Score ``responses`` on the labelled ``customer_rows`` / ``merchant_rows`` (the held-out nodes).
 
     - AUC_c, MAE_c, MSE_c: f_c at the offered value against the redemption; MAE_m, MSE_m: f_m at the offered
@@ -50,7 +50,8 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
     - the calibration of f_c at the offered value against the redemption
       (:func:`~promokit.metrics.calibration.calibration_report`, which warns beyond its ratio): ``mean_predicted``,
       ``mean_observed``, ``calibration_ratio``, ``ece`` and the tables ``calibration`` (by decile) and
-      ``calibration_by_level`` (by offered value).
+      ``calibration_by_level`` (by offered value, the worst first; with ``new_levels``, the values a recalibration
+      by level did not see, a column ``new`` marking them).
     """
     levels, f_c = responses.levels, responses.customers[customer_rows]
     offered = tables.customer_level[customer_rows]
@@ -70,7 +71,7 @@ def evaluate(responses: Responses, tables: IncentiveTables, customer_rows: np.nd
     level_uplift, curves = uplift_against_lowest(levels, offered, y, f_c, truth)
     metrics.update(auuc=float(level_uplift["auuc"].mean()), qini=float(level_uplift["qini_coefficient"].mean()))
     calibration = calibration_report(at, y, "incentive response f_c at the offered value", groups=levels[offered],
-                                     by="level")
+                                     by="level", new_groups=new_levels)
     metrics.update(calibration.metrics)
     return ResponseMetrics(metrics, response_curve(levels, offered, y, f_c, hazard, truth),
                       sensitivity_uplift(levels, offered, y, f_c, truth), level_uplift, curves, calibration.tables)

@@ -257,7 +257,7 @@ def _score(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, 
     pieces = _on_device(model, responses, states)
     response = (torch.cat(pieces) if pieces else states.new_zeros(0, len(model.levels))).numpy().astype(np.float64)
     if shard.side == LEFT and model.recalibration is not None:  # as IncentiveModel.responses applies it
-        response = model.recalibration.apply(response).reshape(response.shape)
+        response = model.recalibrated(response)
     if shard.side == RIGHT and not model.merchants_trained:
         response[:] = np.nan
     keys = pd.read_parquet(layout.folder(shard) / "keys.parquet").iloc[:, 0]

@@ -137,21 +137,23 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
 
 
 def recalibrate(model: str | os.PathLike, customers, merchants=None, edges=None, *, method: str = DEFAULT_METHOD,
-                labels: dict[str, str] | None = None, graph: dict | None = None) -> dict:
-    """Recalibrate the model directory ``model`` (:meth:`IncentiveModel.recalibrate`, ``method``) on the labelled
+                labels: dict[str, str] | None = None, graph: dict | None = None, by: str | None = None) -> dict:
+    """Recalibrate the model directory ``model`` (:meth:`IncentiveModel.recalibrate`, ``method``; by offered value
+    with ``by="level"``) on the labelled
     customers of a later experiment: the graph of ``customers``, ``merchants`` and ``edges`` (table paths; a model fit
     on customers only: ``customers`` alone; on another graph: its tables as ``graph``, as in :func:`predict`), each
     labelled customer with the value offered and the response (``labels``: the label columns' mapping, as in
     ``evaluate``). Writes ``recalibration.json`` into ``model``
     atomically, leaving the rest of the directory as it is, so ``predict`` and ``evaluate`` apply it. Returns what it
     was fitted on (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
-    ``mean_p_after``, f_c at the offered values) with the ``method``."""
+    ``mean_p_after``, f_c at the offered values; by level also ``groups`` and ``own_maps``) with the ``method`` and
+    ``by``."""
     estimator = IncentiveModel.load(model)
     if labels:  # read as for scoring, a mapped label column that is missing would be passed over
         customers = map_labels(read_table(customers), labels, CUSTOMER_LABELS, "customers")
     graph = {name: table for name, table in (graph or {}).items() if table is not None}
     tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges, **graph},
                             require_labels=False, labels=labels)
-    estimator.recalibrate(tables, method=method)
+    estimator.recalibrate(tables, method=method, by=by)
     write_recalibration(model, estimator.recalibration)
-    return {"method": method, **estimator.recalibration.fitted_on}
+    return {"method": method, "by": by, **estimator.recalibration.fitted_on}

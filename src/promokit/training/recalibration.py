@@ -38,9 +38,9 @@ differ far beyond their noise get a small ``k`` (each leans on its own map), gro
 (τ² ≤ 0, or a single group) get none (``k`` infinite, stored as None: every row has the overall map). ``shrinkage``
 fixes ``k`` instead. A group with fewer than :data:`MIN_ROWS` rows or a single outcome has no map of its own (w =
 0), nor has a group unseen at fit time: both get the overall map, and :meth:`GroupRecalibration.new_groups` names the
-unseen ones with their rows. Group keys are strings or numbers (numpy scalars are read as Python ones, so 27 and
-27.0 are one key); missing keys (None, NaN) form a group of their own, as in
-:func:`promokit.metrics.calibration.calibration_by`.
+unseen ones with their rows (:func:`new_groups_warning` words the one-line warning a domain gives for them). Group
+keys are strings or numbers (numpy scalars are read as Python ones, so 27 and 27.0 are one key); missing keys (None,
+NaN) form a group of their own, as in :func:`promokit.metrics.calibration.calibration_by`.
 
 The module is domain-free (numpy and scipy/scikit-learn only): a domain's estimator passes its probabilities.
 """
@@ -239,6 +239,18 @@ class GroupRecalibration:
     def __repr__(self) -> str:
         groups = "unfitted" if self.groups is None else f"{len(self.groups)} groups"
         return f"GroupRecalibration({self.method!r}, by={self.by!r}, {groups})"
+
+
+def new_groups_warning(new: dict, rows: int, what: str, by: str | None) -> str | None:
+    """The one line a domain warns with when some of its rows get the overall map of a :class:`GroupRecalibration`
+    because their group is new to it: ``new`` (:meth:`GroupRecalibration.new_groups`: each unseen key → its rows)
+    among ``rows`` ``what`` (e.g. ``"sessions"``) in all, the groups named by ``by`` (the recalibration's ``by``),
+    the first three keys shown; None when ``new`` is empty."""
+    if not new:
+        return None
+    shown = ", ".join(map(repr, list(new)[:3])) + (", …" if len(new) > 3 else "")
+    return (f"{sum(new.values()):,} of {rows:,} {what} are in {len(new)} {by} values the recalibration was not "
+            f"fitted on ({shown}): they get its overall map")
 
 
 def recalibration_from_dict(data: dict) -> Recalibration | GroupRecalibration:

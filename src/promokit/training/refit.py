@@ -45,25 +45,28 @@ def refit_train(config: TrainConfig, history: History | None) -> TrainConfig:
     return replace(config, epochs=epochs, monitor="loss")
 
 
-def refit_twin(estimator, data, *, params: dict, history: History | None, **fit_args):
+def refit_twin(estimator, data, *, params: dict, history: History | None, fit=None, **fit_args):
     """A clone of ``estimator`` fitted on every row of ``data`` with what its fit selected fixed: ``params`` (the
     model parameters chosen, e.g. an L2 strength), the epochs of ``history`` (:func:`refit_train`), no test hold-out
-    (``test_fraction`` 0, and ``test_from`` None where the estimator has one) and no validation. ``fit_args`` go to its ``fit`` as they went to the selecting fit (an executor, for a table in
-    parts)."""
+    (``test_fraction`` 0, and ``test_from`` None where the estimator has one) and no validation. ``fit_args`` go to
+    its ``fit`` as they went to the selecting fit (an executor, for a table in parts); ``fit(twin)``, when given,
+    fits the clone instead (a domain's training over parts, told to validate on nothing)."""
     from sklearn.base import clone
 
     no_holdout = {"test_fraction": 0.0, **({"test_from": None} if "test_from" in estimator.get_params() else {})}
     twin = clone(estimator).set_params(params=params, train=refit_train(estimator.train_config, history),
                                        refit=False, **no_holdout)
-    return twin.fit(data, validation=0.0, **fit_args)
+    return fit(twin) if fit is not None else twin.fit(data, validation=0.0, **fit_args)
 
 
-def refit_after_selection(estimator, data, held, *, every=None, **fit_args):
+def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_args):
     """``estimator`` (just fitted on ``data``, its ``report`` counting the validation and test rows held out) refit
     on every row when its ``refit`` is on and it held rows out: the held-out rows ``held`` scored first (its
     ``evaluate(data, rows=held)``, kept with their :func:`fingerprint`), then :func:`refit_twin`'s model, fitted on
     ``every`` (every row fit was given, when that is more than ``data``: a validation table given apart; default
-    ``data``), adopted (the estimator's ``FITTED`` attributes) and the refit recorded in ``holdout["refit"]``. A refit that fails (an
+    ``data``; ``fit(twin)`` fits it where the domain's ``fit`` does not, :func:`refit_twin`), adopted (the estimator's
+    ``FITTED`` attributes) and the refit recorded in ``holdout["refit"]``. With ``held`` None no held-out metrics are
+    kept (a table in parts, not read whole to score them). A refit that fails (an
     executor gone, a table changed under it) warns in one line and keeps the selected model. Returns
     ``estimator``."""
     report = estimator.report
@@ -79,7 +82,7 @@ def refit_after_selection(estimator, data, held, *, every=None, **fit_args):
         with warnings.catch_warnings():  # the selecting fit warned of these data already
             warnings.simplefilter("ignore")
             twin = refit_twin(estimator, data if every is None else every, params={**(estimator.params or {}), **chosen},
-                              history=report.history, **fit_args)
+                              history=report.history, fit=fit, **fit_args)
     except (DataError, OSError, RuntimeError, ValueError) as exc:
         warnings.warn(f"the refit on every row failed, so the selected model is kept: {exc}", stacklevel=3)
         return estimator

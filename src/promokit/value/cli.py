@@ -206,7 +206,8 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt,
 
 @app.command()
 def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, start: opt.RecalibrateFromOpt = None,
-                method: MethodOpt = DEFAULT_METHOD, repair_labels: opt.RepairOpt = False, label: LabelOpt = None):
+                method: MethodOpt = DEFAULT_METHOD, by: opt.RecalibrateByOpt = None,
+                repair_labels: opt.RepairOpt = False, label: LabelOpt = None):
     """Fit a recalibration of a trained model's pCTCVR on labelled deliveries (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict, evaluate and the ETV tables then apply
     it, predict keeping the model's own p_ctcvr and etv as p_ctcvr_raw and etv_raw."""
@@ -214,10 +215,12 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, start: opt.Recalibrat
         from promokit.value.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, start=start, method=method, repair_labels=repair_labels,
-                                   labels=cs.label_options(label, opt.LABEL_ROLES))
-        get_console().print(f"{method} recalibration written to {model / 'recalibration.json'}: on {fitted['rows']:,} "
-                            f"deliveries ({fitted['positives']:,} converted, observed rate {fitted['rate']:.4f}) the "
-                            f"mean predicted pCTCVR was {fitted['mean_p']:.4f}, recalibrated "
+                                   labels=cs.label_options(label, opt.LABEL_ROLES), by=by)
+        groups = "" if by is None else (f" by {by} ({fitted['groups']:,} values, {fitted['own_maps']:,} with a map "
+                                         "of their own)")
+        get_console().print(f"{method} recalibration{groups} written to {model / 'recalibration.json'}: on "
+                            f"{fitted['rows']:,} deliveries ({fitted['positives']:,} converted, observed rate "
+                            f"{fitted['rate']:.4f}) the mean predicted pCTCVR was {fitted['mean_p']:.4f}, recalibrated "
                             f"{fitted['mean_p_after']:.4f}", highlight=False, soft_wrap=True)
 
 

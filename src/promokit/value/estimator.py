@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -35,7 +36,14 @@ from promokit.training import (
 )
 from promokit.training.device import resolve_device, running_on, to_cpu, to_device
 from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_refit, check_same_data
-from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibration
+from promokit.training.recalibration import (
+    DEFAULT_METHOD,
+    RECALIBRATION_FILE,
+    GroupRecalibration,
+    Recalibration,
+    new_groups_warning,
+    read_recalibration,
+)
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.seed import seed_everything
 from promokit.training.shards import time_threshold
@@ -231,8 +239,9 @@ class ValueModel(Estimator):
         self.trained_until: int | float | None = None
         #: context features of training deliveries (``scoring.context_values``), to score without deliveries
         self.kept_contexts: dict[str, list] | None = None
-        #: the map of pCTCVR fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`
-        self.recalibration: Recalibration | None = None
+        #: the map of pCTCVR fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`;
+        #: by fund with ``by="fund"``
+        self.recalibration: Recalibration | GroupRecalibration | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -443,7 +452,9 @@ class ValueModel(Estimator):
         named outputs: p_ctcvr and etv, and p_ctr, p_cvr, mu, sigma, v_hat, amount_if_convert where the model has
         them. One row per delivery, in order, with a fresh RangeIndex. With a :meth:`recalibrate`-d model, p_ctcvr
         is recalibrated and so is the ETV that multiplies it (:meth:`recalibrated`), the model's own beside them as
-        ``p_ctcvr_raw`` and ``etv_raw`` (p_ctr, p_cvr and the amounts stay the model's own)."""
+        ``p_ctcvr_raw`` and ``etv_raw`` (p_ctr, p_cvr and the amounts stay the model's own); a recalibration by fund
+        maps each delivery by its fund, and warns (one line) of the deliveries of funds it did not see, which get its
+        overall map."""
         self._check_fitted()
         tables = self._tables(data, require_labels=False)
         self._attach(tables)
@@ -453,40 +464,68 @@ class ValueModel(Estimator):
         keys = {key: tables.deliveries[key].to_numpy()[chosen] for key in (USER, FUND)}
         frame = pd.DataFrame({**keys, **out})
         if self.recalibration is not None:
-            frame["p_ctcvr"], frame["etv"] = self.recalibrated(out["p_ctcvr"], out["etv"])
+            funds = np.asarray(tables.fund_names, dtype=object)[tables.fund[chosen]]
+            self._warn_new_funds(funds, "deliveries")
+            frame["p_ctcvr"], frame["etv"] = self.recalibrated(out["p_ctcvr"], out["etv"], funds)
             frame["p_ctcvr_raw"], frame["etv_raw"] = out["p_ctcvr"], out["etv"]
         return frame
 
-    def recalibrated(self, p_ctcvr: np.ndarray, etv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def recalibrated(self, p_ctcvr: np.ndarray, etv: np.ndarray,
+                     funds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The model's own ``p_ctcvr`` and ``etv`` through :attr:`recalibration` (as they are without one): p' =
         the map of p, and an ETV that is p times an amount (:attr:`etv_uses_p`; eq. 13) scaled by p' / p, so it
-        stays p' times the same amount."""
+        stays p' times the same amount. ``funds``: each value's fund (its name, as ``fund_names`` gives it), by
+        which a recalibration by fund maps it (required for one)."""
         if self.recalibration is None:
             return p_ctcvr, etv
-        recalibrated = self.recalibration.apply(p_ctcvr)
+        if isinstance(self.recalibration, GroupRecalibration):
+            if funds is None:
+                raise ValueError("the recalibration is by fund: give each value's fund")
+            recalibrated = self.recalibration.apply(p_ctcvr, funds)
+        else:
+            recalibrated = self.recalibration.apply(p_ctcvr)
         if not self.etv_uses_p:
             return recalibrated, etv
         return recalibrated, etv * np.divide(recalibrated, p_ctcvr, out=np.zeros_like(recalibrated),
                                              where=p_ctcvr > 0)
 
-    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None,
-                    base_rate: float | None = None) -> ValueModel:
+    def _warn_new_funds(self, funds, what: str, rows: int = 1) -> None:
+        """Warn (one line) of the ``funds`` (one per score, ``rows`` scores each) the recalibration by fund did not
+        see."""
+        if isinstance(self.recalibration, GroupRecalibration):
+            new = {fund: count * rows for fund, count in self.recalibration.new_groups(funds).items()}
+            message = new_groups_warning(new, len(funds) * rows, what, self.recalibration.by)
+            if message:
+                warnings.warn(message, stacklevel=3)
+
+    def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None, base_rate: float | None = None,
+                    by: str | None = None) -> ValueModel:
         """Fit a :class:`~promokit.training.recalibration.Recalibration` of the model's pCTCVR on the labelled
         deliveries ``rows`` of ``data`` (read as :meth:`evaluate` reads it; default: every delivery) — the latest
         labelled period, after the training one — against their conversions, and keep it: :meth:`predict`,
         :meth:`evaluate` and the ETV tables (:meth:`score_matrix`) apply it, :meth:`save` writes it
         (``recalibration.json``). ``method``: ``isotonic`` (default), ``platt`` or ``prior-shift`` (``base_rate``:
-        the training base rate; None: the model's mean pCTCVR on ``rows``). It replaces an earlier recalibration;
-        :meth:`fit` drops it. Returns the model."""
+        the training base rate; None: the model's mean pCTCVR on ``rows``). ``by="fund"``: a
+        :class:`~promokit.training.recalibration.GroupRecalibration` by the deliveries' fund instead, one map per fund
+        shrunk toward the overall one (a fund with few deliveries leans on the overall map, one unseen gets it). It
+        replaces an earlier recalibration; :meth:`fit` drops it. Returns the model."""
         self._check_fitted()
-        recalibration = Recalibration(method)
+        if by not in (None, FUND):
+            raise DataError(f"`by`: a value model recalibrates by {FUND!r} (one map per fund) or not by group; got "
+                            f"{by!r}")
+        recalibration = Recalibration(method) if by is None else GroupRecalibration(method, by=by)
         tables = self._tables(data, require_labels=True)
         n = len(tables.deliveries)
         rows = np.arange(n) if rows is None else check_rows(rows, n, "rows", "deliveries")
         self._attach(tables)
         p = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))["p_ctcvr"]
-        self.recalibration = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows],
-                                               base_rate=base_rate)
+        if by is None:
+            self.recalibration = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows],
+                                                   base_rate=base_rate)
+        else:
+            funds = np.asarray(tables.fund_names, dtype=object)[tables.fund[rows]]
+            self.recalibration = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows], funds,
+                                                   base_rate=base_rate)
         return self
 
     def evaluate(self, data, *, rows: np.ndarray | None = None) -> Evaluation:
@@ -496,7 +535,8 @@ class ValueModel(Estimator):
         the ETV, THC, THA, ``best_differs``, ``uplift_spread``, ``etv_bias``, ``deliveries`` and the calibration of
         pCTCVR (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; a warning beyond the ratio);
         its tables ``decile_calibration`` and ``calibration_per_fund`` (the ETV), ``calibration`` and
-        ``calibration_by_fund`` (pCTCVR)."""
+        ``calibration_by_fund`` (pCTCVR, the worst fund first; with a column ``new`` when the model is recalibrated
+        by fund: True for the funds the recalibration did not see)."""
         self._check_fitted()
         tables = self._tables(data, require_labels=True)
         rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
@@ -517,7 +557,8 @@ class ValueModel(Estimator):
 
         A pair has no delivery context yet: its ETV is the mean over ``contexts`` context rows drawn (seeded) from
         the deliveries of ``tables`` (:func:`draw_contexts`) — the ETV of showing the fund on a typical occasion;
-        with a :meth:`recalibrate`-d model, the recalibrated ETV (:meth:`recalibrated`).
+        with a :meth:`recalibrate`-d model, the recalibrated ETV (:meth:`recalibrated`; by fund: each fund's column by
+        its map, a fund the recalibration did not see by the overall one, with a one-line warning).
         ``context_rows`` gives those rows instead (a part of a dataset in parts is scored with the rows drawn from
         every part's deliveries)."""
         self._check_fitted()
@@ -533,6 +574,10 @@ class ValueModel(Estimator):
         ctx_cat, ctx_num = torch.from_numpy(context.categorical), torch.from_numpy(context.numeric)
         self.net.eval()
         scores = np.empty((n_users, n_funds))
+        funds = np.asarray(tables.fund_names, dtype=object)
+        self._warn_new_funds(funds, "user × fund scores", n_users)
+        by_fund = isinstance(self.recalibration, GroupRecalibration)
+        pair_funds = np.repeat(funds, len(context_rows))  # user-major, then fund, then context (pair_outputs)
         sequences = self.encoders.sequences(_at(tables, users, at), np.arange(n_users))
         with running_on(self.net, resolve_device(self.train_config.device)) as device:
             for start in range(0, n_users, chunk):
@@ -540,7 +585,8 @@ class ValueModel(Estimator):
                 inputs = to_device((torch.from_numpy(part), torch.from_numpy(sequences[start:start + chunk]), ctx_cat,
                                     ctx_num), device)
                 out = to_cpu(self.net.pair_outputs(*inputs, n_funds))
-                etv = self.recalibrated(*(out[k].numpy().astype(np.float64) for k in ("p_ctcvr", "etv")))[1]
+                etv = self.recalibrated(*(out[k].numpy().astype(np.float64) for k in ("p_ctcvr", "etv")),
+                                        np.tile(pair_funds, len(part)) if by_fund else None)[1]
                 scores[start:start + len(part)] = etv.reshape(len(part), n_funds, -1).mean(axis=2)
         return scores
 

@@ -66,7 +66,8 @@ def fund_calibration(fund_names, fund: np.ndarray, predicted: np.ndarray, observ
 def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, dict[str, pd.DataFrame]]:
     """Metrics of a fitted :class:`~promokit.value.estimator.ValueModel` on the delivery ``rows`` of ``tables`` and
     its tables: ``decile_calibration`` and ``calibration_per_fund`` (:func:`fund_calibration`) of the ETV against the
-    amounts, ``calibration`` (by decile) and ``calibration_by_fund`` of pCTCVR against the conversions
+    amounts, ``calibration`` (by decile) and ``calibration_by_fund`` of pCTCVR against the conversions (with a
+    column ``new`` for a model recalibrated by fund: the funds its recalibration did not see)
     (:func:`~promokit.metrics.calibration.calibration_report`, which adds ``mean_predicted``, ``mean_observed``,
     ``calibration_ratio`` and ``ece`` to the metrics and warns beyond its ratio). THC, THA and the personalisation
     (:func:`~promokit.metrics.value.fund_personalisation`: ``best_differs``, ``uplift_spread``) score every user of
@@ -86,9 +87,11 @@ def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, dict[str, pd.D
         metrics.update(fund_personalisation(scores))
     metrics["etv_bias"] = float(etv.mean() / amount.mean() - 1) if amount.mean() > 0 else float("nan")
     metrics["deliveries"] = len(rows)
+    funds = np.asarray(list(tables.fund_names), dtype=object)[tables.fund[rows]]
+    by_fund = getattr(model.recalibration, "by", None) == "fund"
     conversion = calibration_report(p_ctcvr, convert, f"value model {model.model} pCTCVR (against convert)",
-                                    groups=np.asarray(list(tables.fund_names), dtype=object)[tables.fund[rows]],
-                                    by="fund")
+                                    groups=funds, by="fund",
+                                    new_groups=list(model.recalibration.new_groups(funds)) if by_fund else None)
     metrics.update(conversion.metrics)
     return metrics, {"decile_calibration": calibration(amount, etv),
                      "calibration_per_fund": fund_calibration(tables.fund_names, tables.fund[rows], etv, amount),

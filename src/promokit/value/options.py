@@ -18,7 +18,7 @@ FLAG_WORDS = (("split='random'", "--split random"), ("repair_labels=True", "--re
 #: The value commands' flags that library errors name as `argument`.
 ARGUMENT_FLAGS = {"wide": "--wide", "contexts": "--contexts", "users_list": "--users-list", "all_rows": "--all",
                   "floor": "--floor", "models": "--model", "allow_leaky": "--allow-leaky", "method": "--method",
-                  "start": "--from"}
+                  "start": "--from", "by": "--by"}
 #: from-transactions' flags, by the argument of promokit.value.transactions.from_transactions they set.
 TRANSACTION_FLAGS = {"transactions": "--transactions", "out": "--out", "feature_window": "--feature-window",
                      "target_window": "--target-window", "customer": "--customer", "time": "--time",
@@ -51,6 +51,7 @@ EvaluateOutOpt = Annotated[Path, typer.Option("--out", help="Folder for report.m
 FloorOpt = Annotated[Optional[Path], typer.Option("--floor", help="A hurdle model directory to show beside the model; default: the floor fitted on the deliveries the model trained on (with --all: none).")]
 
 # recalibrate
+RecalibrateByOpt = Annotated[Optional[str], typer.Option("--by", help="fund: one map per fund, shrunk toward the overall map where a fund has few deliveries; funds it did not see get the overall map (default: one map for every delivery).")]
 RecalibrateFromOpt = Annotated[Optional[str], typer.Option("--from", help="Only deliveries shown from this time on (a date or a number like the deliveries' times): the latest labelled period (default: every delivery).")]
 
 # synth, bench, simulate

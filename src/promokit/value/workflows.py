@@ -212,14 +212,15 @@ def _stored_floor(floor: ValueModel, tables, rows: np.ndarray):
 
 
 def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair_labels: bool = False,
-                labels: dict[str, str] | None = None) -> dict:
-    """Recalibrate the pCTCVR of the model directory ``model`` (:meth:`ValueModel.recalibrate`, ``method``) on the
+                labels: dict[str, str] | None = None, by: str | None = None) -> dict:
+    """Recalibrate the pCTCVR of the model directory ``model`` (:meth:`ValueModel.recalibrate`, ``method``; by
+    ``fund`` with ``by="fund"``) on the
     labelled deliveries of the dataset folder ``data`` shown from ``start`` on (a time like the deliveries' — a date
     or a number: the latest labelled period; None: every delivery), read with the label columns ``labels`` (default:
     those it was trained with). Writes ``recalibration.json`` into ``model`` atomically, leaving the rest of the
     directory as it is, so ``predict`` and ``evaluate`` apply it. Returns what it was fitted on
     (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
-    ``mean_p_after``) with the ``method``."""
+    ``mean_p_after``; by fund also ``groups`` and ``own_maps``) with the ``method`` and ``by``."""
     estimator = ValueModel.load(model)
     tables = read_folder(data, True, repair_labels, estimator.specs,
                          labels=estimator.labels if labels is None else labels)
@@ -229,9 +230,9 @@ def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair
         if not len(rows):
             raise DataError(f"`start` {start}: no delivery is shown from then on; the latest is at "
                             f"{time_text(tables.time.max())}")
-    estimator.recalibrate(tables, method=method, rows=rows)
+    estimator.recalibrate(tables, method=method, rows=rows, by=by)
     write_recalibration(model, estimator.recalibration)
-    return {"method": method, **estimator.recalibration.fitted_on}
+    return {"method": method, "by": by, **estimator.recalibration.fitted_on}
 
 
 def _held_out(estimator: ValueModel, tables):

@@ -51,6 +51,7 @@ from promokit.training.recalibration import (
     RECALIBRATION_FILE,
     GroupRecalibration,
     Recalibration,
+    new_groups_warning,
     read_recalibration,
 )
 from promokit.training.seed import seed_everything
@@ -533,12 +534,9 @@ class VoucherModel(Estimator):
         if not isinstance(self.recalibration, GroupRecalibration):
             return self.recalibration.apply(p)
         keys = self._recalibration_groups(tables, rows)
-        new = self.recalibration.new_groups(keys)
-        if new:
-            shown = ", ".join(map(repr, list(new)[:3])) + (", …" if len(new) > 3 else "")
-            warnings.warn(f"{sum(new.values()):,} of {len(rows):,} sessions are in {len(new)} "
-                          f"{self.recalibration.by} values the recalibration was not fitted on ({shown}): they get its "
-                          "overall map", stacklevel=3)
+        message = new_groups_warning(self.recalibration.new_groups(keys), len(rows), "sessions", self.recalibration.by)
+        if message:
+            warnings.warn(message, stacklevel=3)
         return self.recalibration.apply(p, keys)
 
     def _recalibration_groups(self, tables: VoucherTables, rows: np.ndarray) -> np.ndarray:

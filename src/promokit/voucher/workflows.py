@@ -12,6 +12,7 @@ from promokit.data.part_scoring import means
 from promokit.data.parts import is_partitioned
 from promokit.data.uris import as_path
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
+from promokit.training.refit import refit_after_selection
 from promokit.voucher.contract import agreed_options, read_tables
 from promokit.voucher.history import as_time, sessions_from
 from promokit.voucher.parts import Reading, output_columns, predict_parts
@@ -24,7 +25,9 @@ def train(estimator, files: dict, out: Path, *, validation=None, labels: dict | 
     (:func:`~promokit.voucher.contract.read_tables`), validating on ``validation`` and keeping the epoch checkpoint
     in ``checkpoint_dir`` (``resume``: continue from it), as :meth:`~VoucherModel.fit` does; write it as the model
     directory ``out``. Sessions in parts (a directory or glob of Parquet parts, the events in as many) train part by
-    part on ``executor`` (:func:`~promokit.voucher.train_parts.train_parts`; made by the caller). Returns the fitted
+    part on ``executor`` (:func:`~promokit.voucher.train_parts.train_parts`; made by the caller), then, with the
+    estimator's ``refit``, over the parts again on every session with the epochs chosen (the held-out sessions'
+    metrics before that refit are not kept: train with ``refit=False`` to score them). Returns the fitted
     estimator."""
     if is_partitioned(files["sessions"]):
         from promokit.voucher.train_parts import check_trains_over_parts, train_parts
@@ -33,10 +36,16 @@ def train(estimator, files: dict, out: Path, *, validation=None, labels: dict | 
         if executor is None:
             raise DataError(f"`sessions` {files['sessions']} is a table in parts: give the `executor` that trains "
                             "over it (promokit.scale.make_executor())")
+        def over_parts(model, scratch, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume):
+            return train_parts(model, files["sessions"], files["events"], files["items"], files.get("voucher_items"),
+                               executor, Path(scratch) / "keys", options={**options, "labels": labels},
+                               validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
+
         with tempfile.TemporaryDirectory(prefix="promokit-user-keys-") as scratch:
-            train_parts(estimator, files["sessions"], files["events"], files["items"], files.get("voucher_items"),
-                        executor, Path(scratch) / "keys", options={**options, "labels": labels},
-                        validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
+            over_parts(estimator, scratch)
+            # over the parts again, validating on nothing; the held-out sessions are not read whole to be scored
+            # first, so no held-out metrics are kept
+            refit_after_selection(estimator, None, None, fit=lambda twin: over_parts(twin, scratch, 0.0, None, False))
     else:
         if executor is not None and executor.name != "local":
             raise DataError(f"`executor` {executor.name} trains over a table in parts: give `sessions` as a directory "
