@@ -66,8 +66,8 @@ def layer(name: str) -> str:
     parts = name.split(".")
     if name == "promokit":
         return "root"
-    if parts[-1] == "cli" or parts[1] == "cli_support":
-        return "cli"
+    if parts[-1] == "cli" or parts[1] == "cli_support" or (parts[1] in DOMAINS and parts[-1] == "options"):
+        return "cli"  # a domain's options.py: its commands' typer options, part of its CLI
     for group, members in (("core", CORES), ("domain", DOMAINS), ("executor", EXECUTORS), ("use case", USE_CASES),
                            ("experiments", EXPERIMENTS)):
         if parts[1] in members:

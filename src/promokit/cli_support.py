@@ -502,11 +502,18 @@ def print_refit(holdout: dict | None, what: str) -> None:
     get_console().print(text, highlight=False, soft_wrap=True)
 
 
-def held_out_evaluation(model, data, all_rows: bool, options: str | None = None):
+def relabelled(label: list[str] | None, roles: tuple[str, ...], trained: dict | None) -> bool:
+    """Whether ``--label`` maps a role to another column than the model was trained with (``trained``: role → column)."""
+    return any((trained or {}).get(role, role) != column for role, column in (label_options(label, roles) or {}).items())
+
+
+def held_out_evaluation(model, data, all_rows: bool, asked: dict | None = None):
     """What ``evaluate`` reports of a refit model's held-out rows: its metrics scored before the refit
     (``model.held_out_evaluation``), after checking ``data`` is what train was given; None with ``--all``, without
-    a refit, or when the held-out rows of ``data`` are not those train scored (score the rows). With ``options`` (the flags given that ask for other metrics than train scored) the
-    rows are scored again, by the refit model, and a warning says that it learnt from them."""
+    a refit, or when the held-out rows of ``data`` are not those train scored (score the rows). With ``asked`` (flag →
+    whether given) asking for other metrics than train scored, the rows are scored again, by the refit model, and a
+    warning says that it learnt from them."""
+    options = " and ".join(flag for flag, given in (asked or {}).items() if given)
     if all_rows or not (model.holdout or {}).get("refit"):
         return None
     held_out_rows(model, data)

@@ -22,27 +22,19 @@ TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT, the linear floor LR, and "
                   "GMCM (micro-behaviour graph) with its baselines and ablations.", no_args_is_help=True)
 
-DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (predict scores part by part; tune, evaluate and recalibrate read the parts into one frame).")]
-TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
-ValidOpt = Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table (early stopping; tune scores the trials on it): {cs.TABLE_HELP}.")]
-LabelOpt = cs.label_option(LABEL_ROLES)
-TestFractionOpt = cs.test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
-DemoOutOpt = cs.runs_out_option("results.csv (rewritten as each model finishes) and the report")
-AllowLeakyOpt = cs.allow_leaky_option("feature columns (added to the spec's allow_leaky)")
-MethodOpt = cs.recalibration_method_option("p_ctcvr and to p_ctr")
 
 
 @app.command()
-def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
-          valid: ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
-          valid_split: opt.ValidSplitOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
+def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
+          valid: opt.ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
+          valid_split: opt.ValidSplitOpt = None, test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
           patience: TRAIN.patience = None, monitor: opt.MonitorOpt = None,
           embedding_decay: TRAIN.embedding_decay = None, weight_decay: TRAIN.weight_decay = None,
           min_count: cs.MinCountOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: cs.ParamsOpt = None,
           repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, resume: cs.ResumeOpt = False,
           micro_behaviors: opt.MicroOpt = None, wide: cs.WideOpt = None, categorical: cs.CategoricalOpt = None,
-          numeric: cs.NumericOpt = None, allow_leaky: AllowLeakyOpt = None, executor: cs.ExecutorOpt = "local",
+          numeric: cs.NumericOpt = None, allow_leaky: opt.AllowLeakyOpt = None, executor: cs.ExecutorOpt = "local",
           address: cs.AddressOpt = None, workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None,
           engine: cs.EngineOpt = None, device: cs.DeviceOpt = None, refit: cs.RefitOpt = REFIT):
     """Fit a model on an impression table, less the --test-fraction held out for evaluate, choose its epoch (or L2
@@ -89,8 +81,8 @@ def train(data: TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAUL
 
 
 @app.command()
-def tune(data: DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
-         valid: ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
+def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
+         valid: opt.ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
          valid_split: opt.ValidSplitOpt = None, metric: opt.TuneMetricOpt = "ctcvr_auc", trials: cs.TrialsOpt = 30,
          timeout: cs.TimeoutOpt = None, storage: cs.StorageOpt = None, epochs: TRAIN.epochs = None,
          batch_size: TRAIN.batch_size = None, patience: TRAIN.patience = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed,
@@ -120,7 +112,7 @@ def tune(data: DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL
 
 
 @app.command()
-def predict(model: opt.ModelDirOpt, data: DataOpt, out: opt.PredictOutOpt, keep: opt.KeepOpt = None,
+def predict(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.PredictOutOpt, keep: opt.KeepOpt = None,
             executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
             threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
@@ -137,9 +129,9 @@ def predict(model: opt.ModelDirOpt, data: DataOpt, out: opt.PredictOutOpt, keep:
 
 
 @app.command()
-def evaluate(model: opt.ModelDirOpt, data: DataOpt, out: opt.ReportOutOpt,
+def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.ReportOutOpt,
              gauc_weight: opt.GaucWeightOpt = "impressions", micro_behaviors: opt.EvaluateMicroOpt = None,
-             all_rows: cs.AllRowsOpt = False, label: LabelOpt = None):
+             all_rows: cs.AllRowsOpt = False, label: opt.LabelOpt = None):
     """Score a trained model on the rows train held out of the labelled table (with --all: every row of new data):
     AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of a micro-behaviour model)."""
     flags = {**opt.MICRO_FLAG, "repair_labels": "--repair-labels"}
@@ -147,11 +139,9 @@ def evaluate(model: opt.ModelDirOpt, data: DataOpt, out: opt.ReportOutOpt,
         from promokit.conversion import ConversionModel
 
         estimator = ConversionModel.load(model)
-        relabelled = any(estimator.feature_spec.labels.get(role, role) != column
-                         for role, column in (cs.label_options(label, LABEL_ROLES) or {}).items())
-        asked = " and ".join(flag for flag, given in (("--micro-behaviors", micro_behaviors), ("--label", relabelled),
-                                                     ("--gauc-weight", gauc_weight != "impressions")) if given)
-        stored = cs.held_out_evaluation(estimator, data, all_rows, asked)
+        stored = cs.held_out_evaluation(estimator, data, all_rows, {
+            "--micro-behaviors": micro_behaviors, "--gauc-weight": gauc_weight != "impressions",
+            "--label": cs.relabelled(label, LABEL_ROLES, estimator.feature_spec.labels)})
         if stored is not None:
             cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
                                     stored.tables)
@@ -166,7 +156,7 @@ def evaluate(model: opt.ModelDirOpt, data: DataOpt, out: opt.ReportOutOpt,
 
 
 @app.command()
-def recalibrate(model: opt.ModelDirOpt, data: DataOpt, method: MethodOpt = DEFAULT_METHOD, label: LabelOpt = None):
+def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, method: opt.MethodOpt = DEFAULT_METHOD, label: opt.LabelOpt = None):
     """Fit a recalibration of a trained model's p_ctcvr (against click & purchase) and p_ctr (against the click) on
     every row of a labelled table of a later period, and write it into the model directory (recalibration.json):
     predict and evaluate then apply it, p_cvr following as p_ctcvr / p_ctr, and predict keeps the model's own
@@ -184,7 +174,7 @@ def recalibrate(model: opt.ModelDirOpt, data: DataOpt, method: MethodOpt = DEFAU
 
 
 @app.command()
-def demo(out: DemoOutOpt = cs.RUNS / "conversion-demo",
+def demo(out: opt.DemoOutOpt = cs.RUNS / "conversion-demo",
          users: int = 2000, items: int = 800, impressions: int = 300_000, seed: opt.SeedOpt = 0,
          models: opt.ModelsOpt = opt.MODELS, micro_behaviors: opt.DemoMicroOpt = 0):
     """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² (or --models) on the synthetic world and compare them with the
@@ -287,10 +277,10 @@ def kuairand(src: opt.KuaiSrcOpt, out: opt.KuaiOutOpt, log: opt.KuaiLogOpt = Non
 
 
 @app.command()
-def compare(data: DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,gbdt,esmm,esm2",
-            spec: opt.SpecOpt = None, seeds: cs.CompareSeedsOpt = "0", test_fraction: TestFractionOpt = TEST_FRACTION,
+def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,gbdt,esmm,esm2",
+            spec: opt.SpecOpt = None, seeds: cs.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION,
             valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION, micro_behaviors: opt.MicroOpt = None,
-            label: LabelOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
+            label: opt.LabelOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
             lr: TRAIN.lr = None, patience: TRAIN.patience = None, resamples: cs.ResamplesOpt = cs.RESAMPLES,
             threads: cs.ThreadsOpt = None):
     """Fit the floor lr and --models on the same split with the same training budget, and write one leaderboard:

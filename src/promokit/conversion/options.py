@@ -9,6 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from promokit import cli_support as cs
+from promokit.conversion.contract import LABEL_ROLES
+
 #: The library's arguments named in its errors → the options that set them.
 MICRO_FLAG = {"micro_behaviors": "--micro-behaviors"}
 TRAIN_FLAGS = {**MICRO_FLAG, "wide": "--wide", "allow_leaky": "--allow-leaky", "validation_split": "--valid-split",
@@ -60,3 +63,13 @@ KuaiIdsOpt = Annotated[bool, typer.Option("--ids/--no-ids", help="List user/item
 KuaiPurchaseOpt = Annotated[str, typer.Option("--purchase", help="Log column that is the conversion, e.g. is_follow or is_like.")]
 KuaiDactionOpt = Annotated[Optional[str], typer.Option("--daction", help="Comma-separated log columns whose OR is the DAction (default: is_like,is_comment,is_forward,is_profile_enter without the --purchase column).")]
 KuaiMicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 log columns written as micro-behaviour labels (GMCM's graph nodes, named without is_; 'none' for none). Default: is_like, is_comment, is_forward, is_profile_enter, long_view, is_hate without the --purchase column.")]
+
+# ---- the commands' data, hold-out, label and recalibration options
+DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (predict scores part by part; tune, evaluate and recalibrate read the parts into one frame).")]
+TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
+ValidOpt = Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table (early stopping; tune scores the trials on it): {cs.TABLE_HELP}.")]
+LabelOpt = cs.label_option(LABEL_ROLES)
+TestFractionOpt = cs.test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
+DemoOutOpt = cs.runs_out_option("results.csv (rewritten as each model finishes) and the report")
+AllowLeakyOpt = cs.allow_leaky_option("feature columns (added to the spec's allow_leaky)")
+MethodOpt = cs.recalibration_method_option("p_ctcvr and to p_ctr")

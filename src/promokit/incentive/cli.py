@@ -11,6 +11,11 @@ from promokit import cli_support as cs
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
+from promokit.incentive.options import (
+    AllowLeakyOpt, CustomerEdgesOpt, CustomersOpt, EdgesOpt, FLAGS, ItemEdgesOpt, ItemsOpt, LABEL_ROLES, LabelOpt,
+    LevelsOpt, LrDecayOpt, MerchantsOpt, MethodOpt, ModelDirOpt, ModelOpt, MonitorOpt, RatioOpt, RecalibrateByOpt,
+    SeedOpt, TestFractionOpt, ValidFractionOpt, graph_files, levels_option,
+)
 from promokit.training.recalibration import DEFAULT_METHOD
 from promokit.training.refit import REFIT
 
@@ -19,64 +24,6 @@ TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
 
 app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN + hazard regression and its baselines, "
                        "score tables for allocate budget.", no_args_is_help=True)
-
-CustomersOpt = Annotated[Path, typer.Option("--customers", help=f"customers table ({cs.TABLE_HELP}): customer_id, level, redeemed, features.")]
-MerchantsOpt = Annotated[Optional[Path], typer.Option("--merchants", help=f"merchants table ({cs.TABLE_HELP}): merchant_id, level, shares, prior_shares, features. Leave out with --edges for an experiment with customers only (lr, dnn, dnn-h).")]
-EdgesOpt = Annotated[Optional[Path], typer.Option("--edges", help=f"edges table ({cs.TABLE_HELP}): customer_id, merchant_id[, weight, edge features]. Leave out with --merchants for customers only.")]
-ItemsOpt = Annotated[Optional[Path], typer.Option("--items", help=f"items table ({cs.TABLE_HELP}): item_id, features; with --item-edges (left out: the items are the ids of --item-edges).")]
-ItemEdgesOpt = Annotated[Optional[Path], typer.Option("--item-edges", help=f"customer–item edges table ({cs.TABLE_HELP}): customer_id, item_id[, weight, edge features]: the graph of the GNN models instead of --merchants and --edges.")]
-CustomerEdgesOpt = Annotated[Optional[Path], typer.Option("--customer-edges", help=f"customer–customer edges table ({cs.TABLE_HELP}): customer_id, neighbour_id[, weight, edge features], undirected: the graph of the GNN models instead of --merchants and --edges.")]
-RecalibrateByOpt = Annotated[Optional[str], typer.Option("--by", help="level: one map per offered value, shrunk toward the overall map where a value was offered to few customers, each applied at its own value; values offered to none get the overall map (default: one map for every value).")]
-LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c")]
-ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
-RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected response (default: the median value).")]
-MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation nodes: customer_loglik | auc_c | loss (eq. 7, merchants included).", show_default=DEFAULT_TRAIN.monitor)]
-LrDecayOpt = Annotated[Optional[float], typer.Option("--lr-decay", help="Learning rate multiplied by this each epoch (section 5: 0.95).", show_default=f"{DEFAULT_TRAIN.lr_decay:g}")]
-#: The library's arguments that options give, named as those options in its errors.
-FLAGS = {"validation": "--valid-fraction", "truth": "--truth", "allow_leaky": "--allow-leaky", "method": "--method",
-         "by": "--by"}
-
-
-def _levels(text: Optional[str]):
-    from promokit.data import DataError
-
-    if text is None:
-        return None
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise DataError(f"--levels must be comma-separated numbers, got {text!r}") from None
-
-
-def _graph(customers: Path, merchants: Optional[Path], edges: Optional[Path], items: Optional[Path] = None,
-           item_edges: Optional[Path] = None, customer_edges: Optional[Path] = None) -> dict[str, Optional[Path]]:
-    return {"customers": customers, "merchants": merchants, "edges": edges, "items": items, "item_edges": item_edges,
-            "customer_edges": customer_edges}
-
-
-def _graph_line(graph: str, counts: dict) -> str:
-    """What ``train`` says of the graph it read (``graph``: :data:`~promokit.incentive.contract.GRAPHS`, or
-    ``none``)."""
-    if graph == "none":
-        return (f"customers only (no merchants, no edges): {counts['unlabelled_customers']:,} customers without a "
-                "label (not in the loss)")
-    kind = {"merchants": "", "items": "customer–item ", "customers": "customer–customer "}[graph]
-    others = {"merchants": f" and {counts.get('isolated_merchants', 0):,} merchants",
-              "items": f" and {counts.get('isolated_items', 0):,} of {counts.get('items', 0):,} items"}.get(graph, "")
-    return (f"graph: {counts['edges']:,} {kind}edges; {counts['isolated_customers']:,} customers{others} without "
-            f"edges; {counts['unlabelled_customers']:,} customers without a label (in the graph, not in the loss)")
-
-
-#: The label roles of the node tables (promokit.incentive.contract.LABELS).
-LABEL_ROLES = ("redeemed", "level", "shares", "prior_shares")
-LabelOpt = cs.label_option(LABEL_ROLES)
-AllowLeakyOpt = cs.allow_leaky_option("customer feature columns", "the response")
-MethodOpt = cs.recalibration_method_option("the response at the offered value (one map for every value)")
-TestFractionOpt = cs.test_fraction_option("of the labelled customers and of the merchants, drawn at random with --seed; "
-                                       "section 5 of the paper: 0.15")
-
 
 @app.command()
 def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world's tables and true curves.")],
@@ -99,7 +46,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = DEFAULT_MODEL, levels: LevelsOpt = None,
           test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
-          valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = DEFAULT_VALIDATION,
+          valid_fraction: ValidFractionOpt = DEFAULT_VALIDATION,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, lr_decay: LrDecayOpt = None,
           patience: TRAIN.patience = None, monitor: MonitorOpt = None, seed: SeedOpt = DEFAULT_TRAIN.seed,
           params: cs.ParamsOpt = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
@@ -124,14 +71,14 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
         cs.set_threads(threads)
         from promokit.incentive.estimator import IncentiveModel
-        from promokit.incentive.workflows import train as train_model
+        from promokit.incentive.workflows import graph_summary, train as train_model
 
         config, model_params = cs.training_options(DEFAULT_TRAIN, params, epochs=epochs, batch_size=batch_size, lr=lr,
                                                 lr_decay=lr_decay, patience=patience, monitor=monitor, seed=seed,
                                                 device=device)
         trained = train_model(IncentiveModel(model, model_params, config, test_fraction, allow_leaky, refit),
-                              _graph(customers, merchants, edges, items, item_edges, customer_edges),
-                              levels=_levels(levels),
+                              graph_files(customers, merchants, edges, items, item_edges, customer_edges),
+                              levels=levels_option(levels),
                               types=cs.types_option(categorical, numeric), labels=cs.label_options(label, LABEL_ROLES),
                               validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                               executor=cs.deferred_executor(executor, address, workers), draws=draws)
@@ -155,7 +102,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         if estimator.graph == "items":
             specs["items"] = estimator.item_spec
         cs.print_feature_types(specs, inferred=True)
-        get_console().print(_graph_line(estimator.graph, counts))
+        get_console().print(graph_summary(estimator.graph, counts))
         held_merchants, trained_merchants = ("", "") if estimator.graph != "merchants" else (
             f" and {held['held_out_merchants']:,} of {held['merchants']:,} merchants",
             f" and {trained.merchants:,} merchants")
@@ -219,13 +166,10 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
         from promokit.incentive.evaluate import evaluation_report
 
         estimator = IncentiveModel.load(model)
-        tables = estimator.read(_graph(customers, merchants, edges, items, item_edges, customer_edges),
+        tables = estimator.read(graph_files(customers, merchants, edges, items, item_edges, customer_edges),
                                 labels=cs.label_options(label, LABEL_ROLES))
-        relabelled = any((estimator.labels or {}).get(role, role) != column
-                         for role, column in (cs.label_options(label, LABEL_ROLES) or {}).items())
-        asked = " and ".join(flag for flag, given in (("--truth", truth is not None), ("--label", relabelled))
-                             if given)
-        stored = cs.held_out_evaluation(estimator, tables, all_rows, asked)
+        stored = cs.held_out_evaluation(estimator, tables, all_rows, {
+            "--truth": truth is not None, "--label": cs.relabelled(label, LABEL_ROLES, estimator.labels)})
         if stored is not None:  # a refit model: what the held-out nodes said of the selected model
             cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title)
             return
@@ -325,7 +269,7 @@ def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: Edge
             items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
             out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,dnn,gnn-hazard", seeds: cs.CompareSeedsOpt = "0",
             levels: LevelsOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
-            valid_fraction: Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")] = DEFAULT_VALIDATION,
+            valid_fraction: ValidFractionOpt = DEFAULT_VALIDATION,
             epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
             patience: TRAIN.patience = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
             resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: cs.ThreadsOpt = None):
@@ -336,8 +280,8 @@ def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: Edge
         cs.set_threads(threads)
         from promokit.incentive.contract import read_tables
 
-        tables = read_tables(_graph(customers, merchants, edges, items, item_edges, customer_edges),
-                             levels=_levels(levels), types=cs.types_option(categorical, numeric),
+        tables = read_tables(graph_files(customers, merchants, edges, items, item_edges, customer_edges),
+                             levels=levels_option(levels), types=cs.types_option(categorical, numeric),
                              labels=cs.label_options(label, LABEL_ROLES))
         cs.run_compare("incentive", tables, models, seeds, out, resamples, options={"test_fraction": test_fraction},
                        validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

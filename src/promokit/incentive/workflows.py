@@ -157,3 +157,16 @@ def recalibrate(model: str | os.PathLike, customers, merchants=None, edges=None,
     estimator.recalibrate(tables, method=method, by=by)
     write_recalibration(model, estimator.recalibration)
     return {"method": method, "by": by, **estimator.recalibration.fitted_on}
+
+
+def graph_summary(graph: str, counts: dict) -> str:
+    """What ``train`` says of the graph it read (``graph``: :data:`~promokit.incentive.contract.GRAPHS`, or
+    ``none``)."""
+    if graph == "none":
+        return (f"customers only (no merchants, no edges): {counts['unlabelled_customers']:,} customers without a "
+                "label (not in the loss)")
+    kind = {"merchants": "", "items": "customer–item ", "customers": "customer–customer "}[graph]
+    others = {"merchants": f" and {counts.get('isolated_merchants', 0):,} merchants",
+              "items": f" and {counts.get('isolated_items', 0):,} of {counts.get('items', 0):,} items"}.get(graph, "")
+    return (f"graph: {counts['edges']:,} {kind}edges; {counts['isolated_customers']:,} customers{others} without "
+            f"edges; {counts['unlabelled_customers']:,} customers without a label (in the graph, not in the loss)")

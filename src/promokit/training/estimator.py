@@ -122,7 +122,7 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
     def held_out_evaluation(self, data) -> Evaluation | None:
         """The metrics of the selected model on the rows of ``data`` that ``fit`` held out for evaluation, scored
         before the model was refit on them (:mod:`promokit.training.refit`): ``data`` must be what fit was given (its
-        held-out rows as they were then). None when the model was not refit, held nothing out, or the held-out rows
+        held-out rows as they were then, which the domain's ``held_out_frame(data)`` gives as one table). None when the model was not refit, held nothing out, or the held-out rows
         of ``data`` are not those it scored: then score them with ``evaluate``."""
         from promokit.training.refit import fingerprint
 
@@ -132,11 +132,6 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
         return Evaluation(f"{getattr(self, 'model', type(self).__name__)} on the {self.holdout.get('held_out') or 0:,} "
                           "held-out rows, scored before the refit on every row", dict(refit["evaluation"]),
                           tables={name: pd.DataFrame(rows) for name, rows in (refit.get("tables") or {}).items()})
-
-    def held_out_frame(self, data) -> pd.DataFrame:
-        """The rows of ``data`` that ``fit`` held out for evaluation, as a table (what :meth:`held_out_evaluation`
-        knows them by); a domain whose fit can refit says how its data are read."""
-        raise NotImplementedError(f"{type(self).__name__} does not refit")
 
     @abstractmethod
     def fit(self, data, *, validation=None) -> Estimator:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -24,27 +22,6 @@ TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
 
 app = typer.Typer(help="Expected transaction value: ESDPM with the ESJ loss and its baselines, ETV tables for "
                        "allocate quota.", no_args_is_help=True)
-
-@contextmanager
-def _flag_errors():
-    """Library errors name Python arguments; the value commands' errors name their flags."""
-    from promokit.data import DataError
-
-    try:
-        with cs.flags_in_errors(opt.ARGUMENT_FLAGS):
-            yield
-    except DataError as exc:
-        message = str(exc)
-        for argument, flag in opt.FLAG_WORDS:
-            message = re.sub(rf"(?<![\w-]){re.escape(argument)}", flag, message)
-        raise DataError(message) from None
-
-
-LabelOpt = cs.label_option(opt.LABEL_ROLES)
-AllowLeakyOpt = cs.allow_leaky_option(label="the conversion")
-MethodOpt = cs.recalibration_method_option("pCTCVR")
-TestFractionOpt = cs.test_fraction_option("the latest deliveries with --split time, drawn at random with --split random")
-
 
 def _whole_tables(data: Path, doing: str, executor: str, address: str | None, workers: int | None) -> None:
     """Say that the executor options serve a dataset in parts, when given for one folder of whole tables."""
@@ -94,9 +71,9 @@ def from_transactions(transactions: opt.TransactionsOpt, out: opt.TablesOutOpt,
 
 @app.command()
 def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DEFAULT_MODEL,
-          test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
+          test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
           valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
-          allow_leaky: AllowLeakyOpt = None, repair_labels: opt.RepairOpt = False,
+          allow_leaky: opt.AllowLeakyOpt = None, repair_labels: opt.RepairOpt = False,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
           monitor: opt.MonitorOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: cs.ParamsOpt = None,
           categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None, wide: cs.WideOpt = None,
@@ -116,7 +93,7 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
     kept in config.json): --categorical / --numeric set the type of some. The --label mapping is kept with the
     model: evaluate on the same tables needs it no more. A feature that alone predicts the conversion almost
     perfectly (a label leak) is warned of before training; drop it, or keep it with --allow-leaky."""
-    with cs.user_errors(), _flag_errors(), cs.convention_errors():
+    with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         from promokit.value.estimator import ValueModel
@@ -154,7 +131,7 @@ def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutO
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
     dataset in parts is scored part by part on --executor (the model loaded once per worker). Without a deliveries
     table, users × funds are scored alone, in contexts the model kept from its training deliveries."""
-    with cs.user_errors(), _flag_errors():
+    with cs.user_errors(), opt.flag_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         cs.set_device(device)
@@ -174,22 +151,21 @@ def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutO
 
 @app.command()
 def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt, all_rows: cs.AllRowsOpt = False,
-             repair_labels: opt.RepairOpt = False, label: LabelOpt = None, floor: opt.FloorOpt = None):
+             repair_labels: opt.RepairOpt = False, label: opt.LabelOpt = None, floor: opt.FloorOpt = None):
     """AUC, logloss, MSE, MAE, normalised Gini, THC, THA, how much the ETV personalises the fund, the decile and the
     per-fund calibration of a trained model, beside the floor's (hurdle). The labels are read from the columns
     train was told (--label), unless --label says otherwise. A model refit on every delivery (train's default) has
     learnt the held-out deliveries too: evaluate reports the metrics they gave the selected model, scored by train
     before the refit (the metrics alone; --label scores them again, by the refit model, with a warning)."""
-    with cs.user_errors(), _flag_errors(), cs.convention_errors():
+    with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
         from promokit.value.evaluate import FLOOR
         from promokit.value.workflows import evaluate as evaluate_model
 
         labels = cs.label_options(label, opt.LABEL_ROLES)
 
         def stored(estimator, tables):  # a refit model: what the held-out deliveries said before the refit
-            relabelled = any((estimator.labels or {}).get(role, role) != column
-                             for role, column in (labels or {}).items())
-            return cs.held_out_evaluation(estimator, tables, all_rows, "--label" if relabelled else None)
+            asked = {"--label": cs.relabelled(label, opt.LABEL_ROLES, estimator.labels)}
+            return cs.held_out_evaluation(estimator, tables, all_rows, asked)
 
         result = evaluate_model(model, data, all_rows=all_rows, repair_labels=repair_labels, labels=labels,
                                 floor=floor, held_out_evaluation=stored)
@@ -206,12 +182,12 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt,
 
 @app.command()
 def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, start: opt.RecalibrateFromOpt = None,
-                method: MethodOpt = DEFAULT_METHOD, by: opt.RecalibrateByOpt = None,
-                repair_labels: opt.RepairOpt = False, label: LabelOpt = None):
+                method: opt.MethodOpt = DEFAULT_METHOD, by: opt.RecalibrateByOpt = None,
+                repair_labels: opt.RepairOpt = False, label: opt.LabelOpt = None):
     """Fit a recalibration of a trained model's pCTCVR on labelled deliveries (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict, evaluate and the ETV tables then apply
     it, predict keeping the model's own p_ctcvr and etv as p_ctcvr_raw and etv_raw."""
-    with cs.user_errors(), _flag_errors(), cs.convention_errors():
+    with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
         from promokit.value.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, start=start, method=method, repair_labels=repair_labels,
@@ -248,7 +224,7 @@ def simulate(world: opt.WorldOpt, model: opt.TrainedModelsOpt, out: opt.ReportOu
              allocators: opt.AllocatorsOpt = "manual,ha,prices", seed: opt.SeedOpt = 0):
     """Allocate every user of the world one fund by each model's ETV (and the true ETV) under the quotas and the risk
     rule, then draw outcomes from the true model: CPMD and TAPMD per model and allocator (Table 3 offline)."""
-    with cs.user_errors(), _flag_errors():
+    with cs.user_errors(), opt.flag_errors():
         from promokit.experiments.value.simulate import simulate as simulate_plans
 
         report, table = simulate_plans(world, model, [p for p in allocators.split(",") if p.strip()], seed)
@@ -294,7 +270,7 @@ def _renamed(flag: str, name: str) -> str:
 
 @app.command()
 def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "hurdle,esdpm-ncg,esdpm",
-            seeds: cs.CompareSeedsOpt = "0", test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
+            seeds: cs.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
             valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
             repair_labels: opt.RepairOpt = False, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
             lr: TRAIN.lr = None, patience: TRAIN.patience = None, categorical: cs.CategoricalOpt = None,
@@ -304,7 +280,7 @@ def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOp
     bootstrap interval, the calibration ratio, fit and predict seconds and a verdict per model. A model that reads
     the consumption graph is skipped, with the reason, when the dataset has none."""
     flags = {"models": "--models", "seeds": "--seeds"}
-    with cs.user_errors(), _flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(), opt.flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
         cs.set_threads(threads)
         from promokit.value.contract import read_folder
 

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import re
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from promokit import cli_support as cs
 
 from promokit.value.defaults import VALIDATION_FRACTION
 
@@ -74,3 +78,24 @@ AmountOpt = Annotated[str, typer.Option("--amount", help="The amount column (num
 ProductOpt = Annotated[Optional[str], typer.Option("--product", help="A column whose values become the funds (default: one fund).")]
 QuantityOpt = Annotated[Optional[str], typer.Option("--quantity", help="A numeric column (units bought) summed as a feature.")]
 FundOpt = Annotated[str, typer.Option("--fund", help="The one fund's name, without --product.")]
+
+
+@contextmanager
+def flag_errors():
+    """Library errors name Python arguments; the value commands' errors name their flags."""
+    from promokit.data import DataError
+
+    try:
+        with cs.flags_in_errors(ARGUMENT_FLAGS):
+            yield
+    except DataError as exc:
+        message = str(exc)
+        for argument, flag in FLAG_WORDS:
+            message = re.sub(rf"(?<![\w-]){re.escape(argument)}", flag, message)
+        raise DataError(message) from None
+
+
+LabelOpt = cs.label_option(LABEL_ROLES)
+AllowLeakyOpt = cs.allow_leaky_option(label="the conversion")
+MethodOpt = cs.recalibration_method_option("pCTCVR")
+TestFractionOpt = cs.test_fraction_option("the latest deliveries with --split time, drawn at random with --split random")

@@ -17,10 +17,6 @@ from promokit.voucher.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
 TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
 #: bench trains with the demo's settings (fewer epochs, patience 1).
 BENCH_TRAIN = cs.TrainingFlags(DEMO_TRAIN)
-LabelOpt = cs.label_option(options.LABEL_ROLES)
-AllowLeakyOpt = cs.allow_leaky_option(label="redeemed")
-MethodOpt = cs.recalibration_method_option("p_redeem")
-TestFractionOpt = cs.test_fraction_option("the sessions collected latest; --test-from overrides it")
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -31,12 +27,12 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
           categorical: options.Categorical = None, numeric: options.Numeric = None, validity: options.Validity = None,
           terms: options.Terms = True, item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
           valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
-          test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None, epochs: TRAIN.epochs = None,
+          test_fraction: options.TestFractionOpt = TEST_FRACTION, label: options.LabelOpt = None, epochs: TRAIN.epochs = None,
           batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
           monitor: options.Monitor = None, embedding_decay: TRAIN.embedding_decay = None,
           weight_decay: TRAIN.weight_decay = None, min_count: cs.MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
           params: cs.ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
-          freeze_items: options.FreezeItems = False, wide: cs.WideOpt = None, allow_leaky: AllowLeakyOpt = None,
+          freeze_items: options.FreezeItems = False, wide: cs.WideOpt = None, allow_leaky: options.AllowLeakyOpt = None,
           threads: options.Threads = 1, resume: cs.ResumeOpt = False, device: cs.DeviceOpt = None,
           executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
           refit: cs.RefitOpt = REFIT):
@@ -75,7 +71,7 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
          numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
          item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
          valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
-         test_fraction: TestFractionOpt = TEST_FRACTION, trials: cs.TrialsOpt = 30, timeout: cs.TimeoutOpt = None,
+         test_fraction: options.TestFractionOpt = TEST_FRACTION, trials: cs.TrialsOpt = 30, timeout: cs.TimeoutOpt = None,
          storage: cs.StorageOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
          patience: TRAIN.patience = None, seed: int = DEFAULT_TRAIN.seed, params: options.FixedParams = None,
          threads: options.Threads = 1):
@@ -134,7 +130,7 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
              categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
              validity: options.Validity = None, terms: options.SavedTerms = None,
              item_features: options.SavedItemFeatures = None, start: options.EvaluateFrom = None,
-             all_rows: cs.AllRowsOpt = False, gauc_by: options.GaucBy = None, label: LabelOpt = None):
+             all_rows: cs.AllRowsOpt = False, gauc_by: options.GaucBy = None, label: options.LabelOpt = None):
     """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on the labelled sessions train held
     out (those collected from its cut on; --from: from another time; --all: every session of new data). The label
     is read from the column train mapped with --label, unless --label maps another."""
@@ -146,9 +142,7 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
         tables = estimator.read(options.table_files(sessions, events, items, voucher_items), require_labels=True,
                                 labels=cs.label_options(label, options.LABEL_ROLES),
                                 **options.saved_options(categorical, numeric, validity, terms, item_features))
-        relabelled = any((estimator.labels or {}).get(role, role) != column
-                         for role, column in (cs.label_options(label, options.LABEL_ROLES) or {}).items())
-        asked = " and ".join(flag for flag, given in (("--gauc-by", gauc_by), ("--label", relabelled)) if given)
+        asked = {"--gauc-by": gauc_by, "--label": cs.relabelled(label, options.LABEL_ROLES, estimator.labels)}
         stored = None if start is not None else cs.held_out_evaluation(estimator, tables, all_rows, asked)
         if stored is not None:
             cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
@@ -167,7 +161,7 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
                 categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
                 validity: options.Validity = None, terms: options.SavedTerms = None,
                 item_features: options.SavedItemFeatures = None, start: options.RecalibrateFrom = None,
-                method: MethodOpt = DEFAULT_METHOD, by: options.RecalibrateBy = None, label: LabelOpt = None):
+                method: options.MethodOpt = DEFAULT_METHOD, by: options.RecalibrateBy = None, label: options.LabelOpt = None):
     """Fit a recalibration of a trained model's p_redeem on labelled sessions (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict and evaluate then apply it, predict
     keeping the model's own score as p_redeem_raw."""
@@ -284,7 +278,7 @@ def compare(sessions: options.Sessions, items: options.Items, out: cs.CompareOut
             numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
             item_features: options.ItemFeatures = None, models: cs.CompareModelsOpt = "lr,gbdt,din,dmbgn",
             seeds: cs.CompareSeedsOpt = "0", valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
-            test_fraction: TestFractionOpt = TEST_FRACTION, epochs: TRAIN.epochs = None,
+            test_fraction: options.TestFractionOpt = TEST_FRACTION, epochs: TRAIN.epochs = None,
             batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
             resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: options.Threads = 1):
     """Fit the floor lr and --models on the same sessions with the same training budget, and write one leaderboard:

@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from promokit import cli_support as cs
+
 from promokit.data.durations import DURATION_FORMS
 
 #: The library's arguments named in its errors → the options that set them.
@@ -140,3 +142,8 @@ def train_command(files: dict[str, Path], options: dict) -> str:
     args += [] if options["terms"] else ["--no-terms"]
     args += [] if options["item_features"] == list(ITEM_FEATURES) else [f"--item-features {','.join(options['item_features'])}"]
     return " ".join(args)
+
+LabelOpt = cs.label_option(LABEL_ROLES)
+AllowLeakyOpt = cs.allow_leaky_option(label="redeemed")
+MethodOpt = cs.recalibration_method_option("p_redeem")
+TestFractionOpt = cs.test_fraction_option("the sessions collected latest; --test-from overrides it")
