@@ -187,7 +187,8 @@ def best_model(leaderboard: pd.DataFrame) -> Choice:
     ran = leaderboard[leaderboard["status"].isin([FLOOR, FITTED])]
     floors = ran.loc[ran["status"] == FLOOR, "model"]
     if ran.empty:
-        raise DataError("best_model: no model of the leaderboard was fitted")
+        raise DataError("no model could be fitted on these data: each was skipped or failed, and the leaderboard "
+                        "says why")
     means = ran.groupby("model", sort=False)[[metric, f"{metric}_diff"]].mean()
     if floors.empty:
         top = means[metric].idxmax()
