@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from promokit.scale.executor import LocalExecutor
 from promokit.training.threads import set_threads
 
 set_threads(1)  # the tests' own choice, which training keeps (promokit.training.threads)
@@ -193,3 +194,44 @@ def write_value_parts(world, root: Path, part_users: list[int]) -> Path:
     from promokit.experiments.value.world import write_world_folders
 
     return write_world_folders(world, root, part_users)
+
+
+@pytest.fixture(scope="session")
+def voucher_tables():
+    """A small voucher world's tables (2,500 sessions)."""
+    from promokit.experiments.voucher.world import make_world
+
+    return make_world(n_users=300, n_vouchers=30, n_items=200, n_sessions=2500, seed=1).tables
+
+
+@pytest.fixture(scope="session")
+def incentive_tables():
+    """A small incentive world's tables (400 customers, 40 merchants)."""
+    from promokit.experiments.incentive.world import make_world
+    from promokit.incentive.contract import read_tables
+
+    world = make_world(400, 40, seed=1)
+    return read_tables({"customers": world.customers, "merchants": world.merchants, "edges": world.edges})
+
+
+@pytest.fixture(scope="session")
+def value_tables():
+    """A small value world's tables (300 users)."""
+    from promokit.experiments.value.world import make_world
+    from promokit.value.contract import check_tables
+
+    world = make_world(300, seed=5)
+    return check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
+
+
+class TrainsOnce(LocalExecutor):
+    """A local executor whose trainings after the first fail, as a cluster lost once the model is selected: the
+    refit on every row (its second training) cannot run."""
+
+    trainings = 0
+
+    def train(self, job, checkpoint_dir=None, resume=False):
+        self.trainings += 1
+        if self.trainings > 1:
+            raise RuntimeError("the executor is gone")
+        return super().train(job, checkpoint_dir, resume)

@@ -88,13 +88,6 @@ def test_the_fingerprint_knows_the_rows_again_and_not_changed_ones(impressions):
     assert fingerprint(impressions) != fingerprint(impressions.assign(click=1 - impressions["click"]))
 
 
-@pytest.fixture(scope="module")
-def voucher_tables():
-    from promokit.experiments.voucher.world import make_world
-
-    return make_world(n_users=300, n_vouchers=30, n_items=200, n_sessions=2500, seed=1).tables
-
-
 def test_a_voucher_model_refits_every_session_it_was_given(voucher_tables):
     tables = voucher_tables
     with warnings.catch_warnings():
@@ -106,15 +99,6 @@ def test_a_voucher_model_refits_every_session_it_was_given(voucher_tables):
         selected.net.booster.best_iteration
     held = model.held_out(tables)
     assert model.held_out_evaluation(tables)["auc"] == pytest.approx(selected.evaluate(tables, rows=held)["auc"])
-
-
-@pytest.fixture(scope="module")
-def incentive_tables():
-    from promokit.experiments.incentive.world import make_world
-    from promokit.incentive.contract import read_tables
-
-    world = make_world(400, 40, seed=1)
-    return read_tables({"customers": world.customers, "merchants": world.merchants, "edges": world.edges})
 
 
 @pytest.mark.parametrize("name, train", [("lr", QUIET), ("dnn", {"epochs": 2, **QUIET})])
@@ -142,15 +126,6 @@ def test_an_incentive_model_refits_every_labelled_node(incentive_tables, name, t
     assert loaded.refit and loaded.holdout["refit"] == record
     assert loaded.held_out_evaluation(tables)["auc_c"] == record["evaluation"]["auc_c"]
     np.testing.assert_allclose(loaded.responses(tables).customers, model.responses(tables).customers, rtol=1e-5)
-
-
-@pytest.fixture(scope="module")
-def value_tables():
-    from promokit.experiments.value.world import make_world
-    from promokit.value.contract import check_tables
-
-    world = make_world(300, seed=5)
-    return check_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
 
 
 @pytest.mark.parametrize("name, params, train", [

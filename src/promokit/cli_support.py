@@ -486,8 +486,11 @@ RefitOpt = Annotated[bool, typer.Option("--refit/--no-refit", help="After choosi
 
 
 def print_refit(holdout: dict | None, what: str) -> None:
-    """train's line saying what the refit learnt from, and the held-out metrics scored before it (nothing without a
-    refit)."""
+    """train's lines saying which model ``--model auto`` chose and why, what the refit learnt from, and the held-out
+    metrics scored before it (nothing without a refit)."""
+    auto = (holdout or {}).get("auto")
+    if auto:
+        get_console().print(f"--model auto: {auto['reason']}", highlight=False, soft_wrap=True)
     refit = (holdout or {}).get("refit")
     if not refit:
         return
@@ -513,13 +516,15 @@ def held_out_evaluation(model, data, all_rows: bool, asked: dict | None = None):
     a refit, or when the held-out rows of ``data`` are not those train scored (score the rows). With ``asked`` (flag →
     whether given) asking for other metrics than train scored, the rows are scored again, by the refit model, and a
     warning says that it learnt from them."""
+    from promokit.training.refit import unscored_refit
+
     options = " and ".join(flag for flag, given in (asked or {}).items() if given)
     if all_rows or not (model.holdout or {}).get("refit"):
         return None
     held_out_rows(model, data)
-    if not model.holdout["refit"].get("evaluation"):
-        warnings.warn("the model was refit on every row, the held-out ones too, over parts that were not read whole to "
-                      "score them first: these metrics flatter it (train with --no-refit to score them)", stacklevel=2)
+    unscored = unscored_refit(model.holdout)
+    if unscored:
+        warnings.warn(unscored, stacklevel=2)
         return None
     stored = model.held_out_evaluation(data)
     if stored is None:  # other rows than train held out and scored: score them

@@ -63,6 +63,7 @@ from promokit.training.estimator import (
     check_test_fraction,
 )
 from promokit.training.params import saved_params
+from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibrations
 from promokit.training.seed import seed_everything
@@ -147,18 +148,18 @@ class ConversionModel(Estimator):
             raise DataError(f"repair_labels must be True or False, got {self.repair_labels!r}")
         check_test_fraction(self.test_fraction)
         check_refit(self.refit)
-        params = {**MODELS[self.model][1], **(self.params or {})}
+        params = {**MODELS[self.configured_model][1], **(self.params or {})}
         spec = self.spec or FeatureSpec()
         if "min_count" in params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
             spec = replace(spec, min_count=params.pop("min_count"))
-        check_model_params(self.model, self.model_class, params)
+        check_model_params(self.configured_model, self.model_class, params)
         self.model_params = params
         #: the spec before fitting: ``spec`` (or an empty one) with the vocabulary's ``min_count`` from ``params``
         self.declared_spec = spec
 
     @property
     def model_class(self):
-        return MODELS[self.model][0]
+        return MODELS[self.configured_model][0]
 
     @property
     def is_neural(self) -> bool:
@@ -180,6 +181,8 @@ class ConversionModel(Estimator):
         (:func:`~promokit.conversion.parts.fit_parts`, which says how the rows are held out there): always on Ray,
         and on the local executor when either table is in parts. A model not trained by epochs is fitted on the
         table read whole on the local executor (with a warning when it is in parts), and refused on Ray."""
+        if self.model == AUTO:
+            return self._fit_auto(data, validation, validation_split, executor)
         self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
         self.recalibrations = {}
         valid, fraction = _validation(validation)
@@ -255,6 +258,34 @@ class ConversionModel(Estimator):
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
     FITTED = ("feature_spec", "encoder", "pmg", "net", "training_ids", "model_params")
+    AUTO_CANDIDATES = ("lr", "gbdt", "esmm", "esm2")
+    AUTO_METRIC = "ctcvr_auc"
+
+    def _fit_auto(self, data, validation, validation_split, executor) -> ConversionModel:
+        """``model="auto"`` (:func:`~promokit.training.auto.fit_auto`) on a table read whole."""
+        valid, _ = _validation(validation)
+        in_parts = any(isinstance(t, (str, os.PathLike)) and is_partitioned(t) for t in (data, valid))
+        if in_parts or (executor is not None and executor.name != "local"):
+            raise DataError("model='auto' chooses on a table read whole; over parts or on Ray, name the model "
+                            "(pk.compare on a sample says which)")
+        every = None if valid is None else pd.concat([as_table(data, "data"), as_table(valid, "validation")],
+                                                     ignore_index=True)
+        return fit_auto(self, as_table(data, "data"), validation=validation, every=every,
+                        fit_args={} if validation_split is None else {"validation_split": validation_split})
+
+    def validation_evaluation(self, data, validation=None, validation_split: str | None = None) -> Evaluation:
+        """The fitted model's metrics on the rows :meth:`fit` validated on, given what fit was given: ``data``,
+        ``validation`` (a table: that table) and ``validation_split``. Scored as the model is now: before a refit,
+        those are rows it had not learnt from."""
+        valid, fraction = _validation(validation)
+        if valid is not None:
+            return self.evaluate(valid)
+        if not fraction:
+            raise DataError("validation: 0 leaves no validation rows to score (model='auto' chooses on them)")
+        table = as_table(data, "data")
+        kept = np.setdiff1d(np.arange(len(table)), self.held_out(table))
+        how = validation_split or (f"time:{self.feature_spec.time_key}" if self.feature_spec.time_key else "random")
+        return self.evaluate(table, rows=kept[holdout_split(table.iloc[kept], fraction, how, self.train_config.seed)[1]])
 
     def held_out_frame(self, data) -> pd.DataFrame:
         return as_table(data, "data").iloc[self.held_out(data)]
@@ -321,12 +352,12 @@ class ConversionModel(Estimator):
         spec = self.declared_spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
         check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
         if self.uses_micro and not spec.micro_behaviors:
-            raise DataError(f"model {self.model!r} learns from micro-behaviour labels, and the table of {len(table)} "
+            raise DataError(f"model {self.model_name!r} learns from micro-behaviour labels, and the table of {len(table)} "
                             "rows has none declared: name its 0/1 post-click columns with `micro_behaviors` or in the "
                             "spec (micro_behaviors: [cart, favorite, …])")
         needed = [role for role in self.model_class.labels if role not in spec.labels and role != "micro"]
         if needed:
-            raise DataError(f"model {self.model!r} needs the {needed} label(s), which the table of {len(table)} rows "
+            raise DataError(f"model {self.model_name!r} needs the {needed} label(s), which the table of {len(table)} rows "
                             f"does not have; add the column or map it in the spec (labels: {{{needed[0]}: <column>}})")
         return spec
 
@@ -349,10 +380,10 @@ class ConversionModel(Estimator):
         if self.trains_by_epochs:
             return True
         if not local:
-            raise DataError(f"model {self.model!r} is not trained by epochs of mini-batches, so it cannot train over "
+            raise DataError(f"model {self.model_name!r} is not trained by epochs of mini-batches, so it cannot train over "
                             f"a table's parts with `executor` {executor.name}: train it with `executor` local (the "
                             "table read whole), or choose a network (esmm, esm2, dnn, gmcm …)")
-        warnings.warn(f"model {self.model!r} is fitted on the whole table, not by epochs over its parts: the parts "
+        warnings.warn(f"model {self.model_name!r} is fitted on the whole table, not by epochs over its parts: the parts "
                       "are read into one frame", stacklevel=3)
         return False
 
@@ -536,8 +567,8 @@ class ConversionModel(Estimator):
         outputs = {k: v.to_numpy() for k, v in predictions.items() if str(k).startswith("p_")}
         groups = table[spec.group_key].to_numpy() if spec.group_key else None
         metrics = conversion_metrics(labels, outputs, groups, gauc_weight)
-        calibration, tables = conversion_calibration(labels, outputs, self.model)
-        return Evaluation(f"Conversion model {self.model}", {**metrics, **calibration}, tables=tables)
+        calibration, tables = conversion_calibration(labels, outputs, self.model_name)
+        return Evaluation(f"Conversion model {self.model_name}", {**metrics, **calibration}, tables=tables)
 
     def _labelled(self, data, rows, labels: dict[str, str] | None, micro_behaviors=None
                   ) -> tuple[pd.DataFrame, FeatureSpec, dict[str, np.ndarray]]:
@@ -568,13 +599,13 @@ class ConversionModel(Estimator):
         names = micro_behavior_columns(micro_behaviors)
         untrained = sorted(set(names) - set(spec.micro_behaviors))
         if self.uses_micro and untrained:
-            raise DataError(f"`micro_behaviors`: model {self.model!r} was trained on the nodes "
+            raise DataError(f"`micro_behaviors`: model {self.model_name!r} was trained on the nodes "
                             f"{list(spec.micro_behaviors)}, not {untrained}")
         for name in names:
             if name not in table.columns:
                 raise DataError(missing_column_message(name, list(table.columns), "micro-behaviour label", len(table)))
         if not self.uses_micro:
-            warnings.warn(f"model {self.model!r} predicts no micro-behaviour nodes; `micro_behaviors` adds node AUCs "
+            warnings.warn(f"model {self.model_name!r} predicts no micro-behaviour nodes; `micro_behaviors` adds node AUCs "
                           "only for gmcm / mcm-* models", stacklevel=3)
         return replace(spec, micro_behaviors=names)
 
@@ -584,7 +615,7 @@ class ConversionModel(Estimator):
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "conversion", "model": self.model, "params": self.model_params,
+        config = {"promokit": __version__, "task": "conversion", "model": self.model_name, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "train": self.train_config.to_dict(),
                   "repair_labels": self.repair_labels, "refit": self.refit, "holdout": self.holdout,
                   "pmg": None if self.pmg is None else self.pmg.tolist()}

@@ -21,7 +21,7 @@ MODELS = "lr,gbdt,dnn,dnn-os,esmm,esm2"
 _MODELS_HELP = "Comma-separated models; the linear floor lr is always added."
 
 # ---- train and tune
-ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2; with micro-behaviours: gmcm | mcm-2 | mcm-10 | mcm-gru; GMCM's baselines: base | division | resnet | dcn")]
+ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os | esmm | esm2 | auto (the best of lr, gbdt, esmm, esm2 on validation); with micro-behaviours: gmcm | mcm-2 | mcm-10 | mcm-gru; GMCM's baselines: base | division | resnet | dcn")]
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
 MicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns (post-click actions: cart, favorite, …; labels, never features), the nodes of GMCM's graph; replaces the spec's micro_behaviors.")]

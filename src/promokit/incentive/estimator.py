@@ -53,6 +53,7 @@ from promokit.training.recalibration import (
     new_groups_warning,
     read_recalibration,
 )
+from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
@@ -203,10 +204,10 @@ class IncentiveModel(Estimator):
         check_test_fraction(self.test_fraction)
         check_refit(self.refit)
         self.allowed_leaks = allowed_columns(self.allow_leaky)
-        representation, head = MODELS[self.model]
+        representation, head = MODELS[self.configured_model]
         given = dict(self.params or {})
         floor = FLOOR_PARAMS if representation == "linear" else {}
-        check_model_params(self.model, IncentiveNet, given, own=floor)
+        check_model_params(self.configured_model, IncentiveNet, given, own=floor)
         check_floor_params(given)
         self.model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
 
@@ -235,13 +236,15 @@ class IncentiveModel(Estimator):
         (:func:`~promokit.training.refit.refit_after_selection`): ``history`` and ``report`` stay the selection's,
         ``holdout["refit"]`` says what the refit learnt from. Training over a graph in parts
         (:mod:`promokit.incentive.train_parts`) does not refit yet: it keeps the selected model."""
+        if self.model == AUTO:
+            return fit_auto(self, read_tables(data), validation=validation)
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
         self.recalibration = None
         valid_fraction = validation_fraction(validation)
         tables = read_tables(data)
         self.customers_only = tables.customers_only
         if tables.customers_only and self.model_params["representation"] == "gnn":
-            raise DataError(f"model {self.model!r} needs a graph (merchants and edges, item_edges or customer_edges); "
+            raise DataError(f"model {self.model_name!r} needs a graph (merchants and edges, item_edges or customer_edges); "
                             f"with customers only, use one of {list(GRAPHLESS)}")
         if not len(tables.labelled_customers):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
@@ -287,6 +290,16 @@ class IncentiveModel(Estimator):
     #: ``history``, ``report``, ``valid_fraction`` and ``holdout`` stay the selection's.
     FITTED = ("levels", "customer_spec", "merchant_spec", "labels", "customers_only", "graph", "item_spec",
               "encoders", "net", "training_ids", "model_params")
+    AUTO_CANDIDATES = ("lr", "gnn-hazard")
+    AUTO_METRIC = "auc_c"
+
+    def validation_evaluation(self, data, validation=None) -> Evaluation:
+        """The fitted model's metrics on the customers and merchants :meth:`fit` validated on (``validation``, the
+        fraction fit was given); before a refit, nodes it had not learnt from."""
+        split = self.split(data)
+        if not validation_fraction(validation) or not len(split.valid_customers):
+            raise DataError("validation: no validation customers to score (model='auto' chooses on them)")
+        return self.evaluate(data, rows=(split.valid_customers, split.valid_merchants))
 
     def held_out_frame(self, data) -> pd.DataFrame:
         """The rows of the customers and then of the merchants of ``data`` that :meth:`fit` held out for evaluation,
@@ -548,10 +561,10 @@ class IncentiveModel(Estimator):
         by_level = isinstance(self.recalibration, GroupRecalibration)
         result = evaluate_responses(self.responses(tables), tables, customer_rows, merchant_rows, truth,
                                     new_levels=list(self.recalibration.new_groups(self.levels)) if by_level else None)
-        figures = {"response_curves": curve_figure({self.model: result.curve}),
-                   "uplift_curves": off_pyplot(uplift_figure(result.uplift_curves, f"{self.model}: each value "
+        figures = {"response_curves": curve_figure({self.model_name: result.curve}),
+                   "uplift_curves": off_pyplot(uplift_figure(result.uplift_curves, f"{self.model_name}: each value "
                                                              f"against {self.levels[0]:g} (dashed: random)"))}
-        return Evaluation(f"incentive {self.model}", result.metrics, figures=figures,
+        return Evaluation(f"incentive {self.model_name}", result.metrics, figures=figures,
                           tables={"response_curve": result.curve, "uplift_by_quintile": result.uplift,
                                   "uplift_by_level": result.level_uplift, **result.calibration})
 
@@ -583,7 +596,7 @@ class IncentiveModel(Estimator):
     # ---- model directory --------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "incentive", "model": self.model, "params": self.model_params,
+        config = {"promokit": __version__, "task": "incentive", "model": self.model_name, "params": self.model_params,
                   "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
                   "split": self.holdout, "refit": self.refit, "labels": self.labels,
                   "customers_only": self.customers_only,

@@ -22,7 +22,7 @@ RecalibrateByOpt = Annotated[Optional[str], typer.Option("--by", help="level: on
 ValidFractionOpt = Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c")]
+ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c | auto (the better of lr, gnn-hazard on validation)")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected response (default: the median value).")]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation nodes: customer_loglik | auc_c | loss (eq. 7, merchants included).", show_default=DEFAULT_TRAIN.monitor)]

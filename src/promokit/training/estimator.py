@@ -23,6 +23,7 @@ from sklearn.base import BaseEstimator
 
 from promokit.data.errors import DataError
 from promokit.report import Report, json_safe
+from promokit.training.auto import AUTO, check_auto_params
 from promokit.training.device import resolve_device
 from promokit.training.trainer import TrainConfig
 
@@ -94,6 +95,23 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
     #: over the domain's), and constructing from that gives the same model, so :func:`sklearn.base.clone` works.
     resolved_params = {"train": "train_config"}
 
+    #: With ``model="auto"``, the candidate :meth:`fit` chose (:mod:`promokit.training.auto`); else None.
+    model_choice: str | None = None
+    #: What ``model="auto"`` chooses among (the floor first) and by which validation metric (higher better).
+    AUTO_CANDIDATES: tuple[str, ...] = ()
+    AUTO_METRIC = ""
+
+    @property
+    def model_name(self) -> str:
+        """The model this estimator is: ``model``, or with ``model="auto"`` the candidate fit chose."""
+        return self.model_choice or self.model
+
+    @property
+    def configured_model(self) -> str:
+        """The model whose defaults :meth:`_configure` derives from: :attr:`model_name`, or the floor for a
+        ``model="auto"`` not fitted yet."""
+        return self.AUTO_CANDIDATES[0] if self.model_name == AUTO else self.model_name
+
     def get_params(self, deep: bool = True) -> dict:
         params = super().get_params(deep)
         for name, attribute in self.resolved_params.items():
@@ -103,6 +121,8 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
 
     def set_params(self, **params) -> Estimator:
         old = self.get_params(deep=False)
+        if "model" in params and params["model"] != old.get("model"):
+            self.model_choice = None  # what fit chose for model="auto" is no longer this model
         super().set_params(**params)
         try:
             self._configure()
@@ -129,7 +149,7 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
         refit = (getattr(self, "holdout", None) or {}).get("refit") or {}
         if not refit.get("evaluation") or refit.get("fingerprint") != fingerprint(self.held_out_frame(data)):
             return None
-        return Evaluation(f"{getattr(self, 'model', type(self).__name__)} on the {self.holdout.get('held_out') or 0:,} "
+        return Evaluation(f"{getattr(self, 'model_name', type(self).__name__)} on the {self.holdout.get('held_out') or 0:,} "
                           "held-out rows, scored before the refit on every row", dict(refit["evaluation"]),
                           tables={name: pd.DataFrame(rows) for name, rows in (refit.get("tables") or {}).items()})
 
@@ -186,8 +206,9 @@ def check_common_params(model: str, params, train, *, models: Mapping, monitors:
     ``default_train`` when it is None. Its
     ``monitor`` must be one of ``monitors``, its ``device`` one this machine has
     (:func:`~promokit.training.device.resolve_device`)."""
-    if model not in models:
-        raise DataError(f"model: unknown model {model!r}; choose one of {sorted(models)}")
+    if model not in models and model != AUTO:
+        raise DataError(f"model: unknown model {model!r}; choose one of {sorted(models)} or {AUTO!r}")
+    check_auto_params(model, params)
     if params is not None and not isinstance(params, Mapping):
         raise DataError(f"params must be a dict of model parameters or None, got {type(params).__name__}")
     if isinstance(train, Mapping):

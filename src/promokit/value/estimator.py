@@ -44,6 +44,7 @@ from promokit.training.recalibration import (
     new_groups_warning,
     read_recalibration,
 )
+from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.seed import seed_everything
 from promokit.training.shards import time_threshold
@@ -254,16 +255,16 @@ class ValueModel(Estimator):
         max_len = params.pop("max_len", 50)
         if not isinstance(max_len, Integral) or isinstance(max_len, bool) or max_len < 1:
             raise DataError(f"params: max_len must be a whole number of at least 1, got {max_len!r}")
-        check_model_params(self.model, self.net_class, params)
+        check_model_params(self.configured_model, self.net_class, params)
         self.max_len = int(max_len)
         # every setting is written to the model directory, so a later change of a default cannot change a model
-        self.model_params = {**net_defaults(self.net_class), **MODELS[self.model][1], **params}
+        self.model_params = {**net_defaults(self.net_class), **MODELS[self.configured_model][1], **params}
         if not self.is_neural:
             Hurdle.check_params(self.model_params)
 
     @property
     def net_class(self) -> type:
-        return MODELS[self.model][0]
+        return MODELS[self.configured_model][0]
 
     @property
     def is_neural(self) -> bool:
@@ -344,12 +345,14 @@ class ValueModel(Estimator):
         (:func:`~promokit.training.refit.refit_after_selection`; no checkpoint): ``history`` and ``report`` stay the
         selection's, ``holdout["refit"]`` says what the refit learnt from. Training over a dataset in parts
         (:func:`~promokit.value.parts.train_parts`) does not refit yet: it keeps the selected model."""
+        if self.model == AUTO:
+            return fit_auto(self, value_tables(data, labels=self.labels), validation=validation)
         self._configure()  # model_params afresh: the trees an earlier refit of the floor fixed are no parameter
         tables = value_tables(data, labels=self.labels)
         if not tables.has_labels:
             raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
         if self.reads_graph and tables.consumption is None:
-            raise DataError(f"model {self.model!r} reads the consumption graph: give the consumption table "
+            raise DataError(f"model {self.model_name!r} reads the consumption graph: give the consumption table "
                             "(or train esdpm-ncg, the same model without it)")
         train, valid, test = self.split_rows(tables, validation)
         for name, rows in (("training", train), ("validation", valid)):
@@ -385,6 +388,16 @@ class ValueModel(Estimator):
     #: ``history``, ``report`` and ``holdout`` stay the selection's.
     FITTED = ("specs", "encoders", "amount_start", "net", "_attached", "training_ids", "trained_until",
               "kept_contexts", "model_params")
+    AUTO_CANDIDATES = ("hurdle", "esdpm-ncg", "esdpm")
+    AUTO_METRIC = "auc"
+
+    def validation_evaluation(self, data, validation=None) -> Evaluation:
+        """The fitted model's metrics on the deliveries :meth:`fit` validated on, given what fit was given
+        (``data``, ``validation``); before a refit, deliveries it had not learnt from."""
+        valid = self.split_rows(data, validation)[1]
+        if not len(valid):
+            raise DataError("validation: no validation deliveries to score (model='auto' chooses on them)")
+        return self.evaluate(data, rows=valid)
 
     def held_out_frame(self, data) -> pd.DataFrame:
         """The deliveries of ``data`` that :meth:`fit` held out for evaluation, as a table (what
@@ -541,7 +554,7 @@ class ValueModel(Estimator):
         tables = self._tables(data, require_labels=True)
         rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
         metrics, calibration = value_metrics(self, tables, rows)
-        return Evaluation(f"Value model {self.model}", metrics, tables=calibration)
+        return Evaluation(f"Value model {self.model_name}", metrics, tables=calibration)
 
     def _tables(self, data, require_labels: bool) -> ValueTables:
         """``data`` as tables with this model's features (extra columns may be there), its labels read from the
@@ -611,7 +624,7 @@ class ValueModel(Estimator):
         if tables is self._attached:
             return
         if self.reads_graph and tables.consumption is None:
-            raise DataError(f"model {self.model!r} reads the consumption graph: give the consumption table")
+            raise DataError(f"model {self.model_name!r} reads the consumption graph: give the consumption table")
         self.net.attach(self.encoders.nodes(tables))
         self._attached = tables
 
@@ -629,7 +642,7 @@ class ValueModel(Estimator):
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "value", "model": self.model,
+        config = {"promokit": __version__, "task": "value", "model": self.model_name,
                   "params": {**self.model_params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
                   "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.holdout,
                   "trained_until": self.trained_until, "contexts": self.kept_contexts, "labels": self.labels,

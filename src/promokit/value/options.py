@@ -32,7 +32,7 @@ TRANSACTION_FLAGS = {"transactions": "--transactions", "out": "--out", "feature_
 DataOpt = Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv.")]
 PartsDataOpt = Annotated[Path, typer.Option("--data", help="Dataset folder: deliveries, users, funds [, behaviors, consumption] as .parquet or .csv; or in parts: users/, deliveries/ [, behaviors/, consumption/] directories of Parquet parts co-partitioned by user, and one funds table.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for initialisation, sampling and shuffling.")]
-ModelOpt = Annotated[str, typer.Option("--model", help="hurdle (the floor; two-part: its deprecated name) | esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn")]
+ModelOpt = Annotated[str, typer.Option("--model", help="hurdle (the floor; two-part: its deprecated name) | esdpm | esdpm-ncg | mtl-ziln | mtl-mse | esmm | mmoe | shared-bottom | dnn | auto (the best of hurdle, esdpm-ncg, esdpm on validation)")]
 ModelsOpt = Annotated[str, typer.Option(help="Comma-separated models; the floor hurdle is always added, first.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversions without a click or an amount, and amounts without a conversion, to 0 (counted) instead of failing.")]

@@ -45,6 +45,7 @@ from promokit.training.estimator import (
     check_test_fraction,
 )
 from promokit.training.params import saved_params
+from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.recalibration import (
     DEFAULT_METHOD,
@@ -168,17 +169,17 @@ class VoucherModel(Estimator):
         check_refit(self.refit)
         self.test_cut = None if self.test_from is None else as_time("test_from", self.test_from)
         self.allowed_leaks = allowed_columns(self.allow_leaky)
-        merged = check_item_params({**MODELS[self.model][1], **(self.params or {})}, self.uses_graphs, self.model)
+        merged = check_item_params({**MODELS[self.configured_model][1], **(self.params or {})}, self.uses_graphs, self.configured_model)
         graph_params = [k for k in GRAPH_PARAMS if k in merged]
         if graph_params and not self.uses_graphs:
             raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model "
-                            f"{self.model!r} has none")
-        check_model_params(self.model, self.model_class, merged, own=ESTIMATOR_OWN)
+                            f"{self.model_name!r} has none")
+        check_model_params(self.configured_model, self.model_class, merged, own=ESTIMATOR_OWN)
         self.model_params, self.train_config = merged, train_config
 
     @property
     def model_class(self):
-        return MODELS[self.model][0]
+        return MODELS[self.configured_model][0]
 
     @property
     def is_neural(self) -> bool:
@@ -305,6 +306,9 @@ class VoucherModel(Estimator):
         univariate AUC (:func:`~promokit.data.leakage.find_leaks`, above :data:`~promokit.data.leakage.LEAK_AUC`),
         unless ``allow_leaky`` names it; after training, so is a validation AUC above
         :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`."""
+        if self.model == AUTO:
+            return fit_auto(self, read_tables(data), validation=validation,
+                            fit_args={} if rows is None else {"rows": rows})
         self._configure()  # model_params afresh: a refit chooses LR's L2 and DMBGN's item_dim again
         source = self.model_params.get("item_embeddings")
         if source not in (None, METAPATH2VEC) and not os.path.exists(source):
@@ -361,6 +365,17 @@ class VoucherModel(Estimator):
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
     FITTED = ("feature_spec", "table_options", "labels", "encoder", "training_ids", "net", "store", "_cache",
               "model_params")
+    AUTO_CANDIDATES = ("lr", "gbdt", "dmbgn")
+    AUTO_METRIC = "auc"
+
+    def validation_evaluation(self, data, validation=None, rows=None) -> Evaluation:
+        """The fitted model's metrics on the sessions :meth:`fit` validated on, given what fit was given (``data``,
+        ``rows``, ``validation``); before a refit, sessions it had not learnt from."""
+        tables = self.read(data)
+        valid = self.split_rows(tables, rows, validation)[1]
+        if valid is None or not len(valid):
+            raise DataError("validation: no validation sessions to score (model='auto' chooses on them)")
+        return self.evaluate(tables, rows=valid)
 
     def held_out_frame(self, data) -> pd.DataFrame:
         tables = self.read(data)
@@ -617,10 +632,10 @@ class VoucherModel(Estimator):
         by = group_by or ("campaign_id" if "campaign_id" in tables.sessions.columns else None)
         groups = None if by is None else tables.sessions[by].to_numpy()[rows]
         by_group = isinstance(self.recalibration, GroupRecalibration) and self.recalibration.by == by
-        calibration = calibration_report(p, y, f"voucher model {self.model} p_redeem", by=by, groups=groups,
+        calibration = calibration_report(p, y, f"voucher model {self.model_name} p_redeem", by=by, groups=groups,
                                          new_groups=list(self.recalibration.new_groups(groups)) if by_group else None)
         metrics.update(calibration.metrics)
-        return Evaluation(f"voucher model {self.model}", metrics, tables=calibration.tables)
+        return Evaluation(f"voucher model {self.model_name}", metrics, tables=calibration.tables)
 
     def read(self, data, *, require_labels: bool = False, validity=None, labels: dict | None = None,
              **options) -> VoucherTables:
@@ -640,7 +655,7 @@ class VoucherModel(Estimator):
     # ---- model directory -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "voucher", "model": self.model, "params": self.model_params,
+        config = {"promokit": __version__, "task": "voucher", "model": self.model_name, "params": self.model_params,
                   "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
                   "max_history": self.max_history, "refit": self.refit, "holdout": self.holdout, "labels": self.labels}
         history = None if self.report.history is None else self.report.history.to_dict()

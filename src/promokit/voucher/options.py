@@ -19,7 +19,8 @@ FLAGS = {"test_from": "--test-from", "validation": "--valid-from", "start": "--f
          "item_embeddings": "--item-embeddings", "executor": "--executor", "sessions": "--sessions",
          "events": "--events", "allow_leaky": "--allow-leaky"}
 LABEL_ROLES = ("redeemed",)
-MODEL_NAMES = "lr | gbdt | dnn | wdl | din | dmbgn | dmbgn-avgpooling | dmbgn-pretrained"
+MODEL_NAMES = ("lr | gbdt | dnn | wdl | din | dmbgn | dmbgn-avgpooling | dmbgn-pretrained | auto (the best of lr, gbdt, "
+               "dmbgn on validation)")
 #: The models demo trains: every model of the DMBGN paper.
 DEMO_MODELS = "lr,gbdt,dnn,wdl,din,dmbgn-avgpooling,dmbgn-pretrained,dmbgn"
 
