@@ -39,6 +39,17 @@ collect_ignore_glob = [glob for extra in _missing_extras() for glob in EXTRA_MOD
 
 
 
+def pytest_collection_modifyitems(items):
+    """The ``ray`` and ``serve`` markers, from what a test uses; the Ray tests share one xdist worker
+    (``--dist loadgroup``), so the session starts one cluster."""
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.ray)
+            item.add_marker(pytest.mark.xdist_group("ray"))
+        if item.module is not None and item.module.__name__.startswith("test_serve"):
+            item.add_marker(pytest.mark.serve)
+
+
 def pytest_runtest_setup(item):
     from promokit.extras import MissingExtra, require_extra
 

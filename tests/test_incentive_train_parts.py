@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import TrainsOnce
 from typer.testing import CliRunner
 
 from promokit.cli import app
@@ -160,6 +161,62 @@ def test_without_labelled_merchants_the_merchant_responses_are_nan(world, tmp_pa
     customers = pd.concat([pd.read_parquet(p) for p in sorted((tmp_path / "scores" / "customers").glob("*.parquet"))])
     assert len(merchants) == 100 and merchants.filter(like="score_").isna().all().all()
     assert customers.filter(like="score_").notna().all().all()
+
+
+def test_over_parts_the_refit_trains_on_every_labelled_node_and_evaluate_says_so(world, trained, tmp_path):
+    """By default the selected model (``trained`` is it, with refit=False) is trained again from the records of
+    every labelled customer and merchant, training, validation and test, for the epochs it kept; no held-out metrics
+    are kept, and ``incentive evaluate`` warns that the nodes it scores were learnt."""
+    root, tables = world
+    selected, _ = trained
+    model = IncentiveModel("gnn-hazard", PARAMS, TRAIN, test_fraction=0.2)
+    counts = train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch",
+                         LocalExecutor())
+    assert model.history.epochs[-1]["valid_loss"] == selected.history.epochs[-1]["valid_loss"]  # the same selection
+    refit, report = model.holdout["refit"], model.report
+    assert refit["rows"] == report.n_train + report.n_valid + report.n_test == len(tables.labelled_customers)
+    assert refit["epochs"] == selected.history.best_epoch + 1 and refit["evaluation"] is None
+    assert counts["records"] == sum(sum(counts[side].values()) for side in ("seeds", "merchant_seeds"))
+    assert len(model.training_ids) == len(tables.labelled_customers) > len(selected.training_ids)
+    assert "refit" not in selected.holdout
+    weights = zip(model.net.state_dict().values(), selected.net.state_dict().values())
+    assert not all(torch.equal(a, b) for a, b in weights)
+    model.save(tmp_path / "model")
+    evaluated = CliRunner().invoke(app, ["incentive", "evaluate", "--model", str(tmp_path / "model"),
+                                         *(f"--{name}={root / name}" for name in ("customers", "merchants", "edges")),
+                                         "--out", str(tmp_path / "eval")])
+    assert evaluated.exit_code == 0, evaluated.output
+    assert "refit on every row, the held-out ones too, over parts" in " ".join(evaluated.output.split())
+
+
+def test_a_refit_over_parts_that_cannot_run_keeps_the_selected_model_with_one_warning(world, tmp_path):
+    root, _ = world
+    model = IncentiveModel("gnn-hazard", PARAMS, replace(TRAIN, epochs=1), test_fraction=0.2)
+    with pytest.warns(UserWarning) as caught:
+        train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch", TrainsOnce())
+    refits = [str(w.message) for w in caught if "refit" in str(w.message)]
+    assert refits == ["the refit on every row failed, so the selected model is kept: the executor is gone"]
+    assert "refit" not in model.holdout and len(model.training_ids) == model.report.n_train
+
+
+def test_with_nothing_held_out_every_labelled_customer_trains(world, tmp_path):
+    root, tables = world
+    model = IncentiveModel("gnn-hazard", PARAMS, replace(TRAIN, epochs=1), test_fraction=0.0)
+    counts = train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch",
+                         LocalExecutor(), validation=0.0)
+    assert counts["seeds"]["train"] == len(tables.labelled_customers) == model.report.n_train
+    assert "refit" not in model.holdout  # nothing held out: nothing to refit on
+
+
+def test_the_refit_over_parts_runs_on_ray_train(ray_cluster, world, tmp_path):
+    from promokit.scale import RayExecutor
+
+    root, tables = world
+    model = IncentiveModel("gnn-hazard", PARAMS, replace(TRAIN, epochs=1), test_fraction=0.2)
+    train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch",
+                RayExecutor(workers=2))
+    assert model.holdout["refit"]["rows"] == len(tables.labelled_customers) > model.report.n_train
+    assert len(model.training_ids) == len(tables.labelled_customers)
 
 
 def test_the_command_trains_over_parts(world, tmp_path):

@@ -84,7 +84,7 @@ def value_data(tmp_path_factory):
 
 def test_a_value_model_records_its_training_deliveries_users_in_one_folder_and_in_parts(value_data, tmp_path):
     tables = read_folder(value_data / "whole")
-    model = ValueModel("dnn", VALUE_NET, ONE_EPOCH, refit=False).fit(tables)  # parts do not refit yet
+    model = ValueModel("dnn", VALUE_NET, ONE_EPOCH, refit=False).fit(tables)  # _plan is the selection's
     train = model.split_rows(tables)[0]
     model.save(tmp_path / "model")
     expected = id_hashes(tables.deliveries["user_id"].to_numpy()[train])

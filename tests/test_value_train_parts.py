@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from conftest import write_value_parts
+from conftest import TrainsOnce, write_value_parts
 from promokit.cli import app
 from promokit.experiments.value.world import make_world
 from promokit.scale.executor import LocalExecutor
@@ -68,7 +68,7 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
             assert got[name]["numeric"][column] == pytest.approx(enc, rel=1e-12), (name, column)
     assert got["actions"] == expected["actions"]
 
-    one = ValueModel("esdpm-ncg", SMALL, QUICK, split=how, refit=False).fit(tables)  # parts do not refit yet
+    one = ValueModel("esdpm-ncg", SMALL, QUICK, split=how, refit=False).fit(tables)  # _plan is the selection's
     assert estimator.amount_start.converted == one.amount_start.converted
     assert (estimator.amount_start.mean, estimator.amount_start.spread, estimator.amount_start.overall) == \
         pytest.approx((one.amount_start.mean, one.amount_start.spread, one.amount_start.overall), rel=1e-5)
@@ -95,8 +95,8 @@ def _part_tables(data, estimator):
 def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
     paths = table_paths(data / "parts")
 
-    def fit(epochs, **kwargs):
-        estimator = ValueModel("esdpm-ncg", SMALL, TrainConfig(**{**QUICK.to_dict(), "epochs": epochs}))
+    def fit(epochs, **kwargs):  # the selected model, scored on the deliveries it held out
+        estimator = ValueModel("esdpm-ncg", SMALL, TrainConfig(**{**QUICK.to_dict(), "epochs": epochs}), refit=False)
         train_parts(estimator, paths, LocalExecutor(), tmp_path / "keys", **kwargs)
         return estimator
 
@@ -114,6 +114,39 @@ def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
     assert auc(tables.convert[test], straight.predict(tables, rows=test).p_ctcvr.to_numpy()) > 0.65
 
 
+def test_over_parts_the_refit_trains_on_every_delivery_and_evaluate_says_so(data, tmp_path):
+    """By default the selected model is trained over the parts again on every delivery, training, validation and
+    held-out, for the epochs it kept; refit=False keeps the selected model; no held-out metrics are kept, and
+    evaluate warns that the deliveries it scores were learnt."""
+    from promokit.data.ids import id_hashes
+    from promokit.value.workflows import evaluate
+
+    paths, tables = table_paths(data / "parts"), read_folder(data / "whole")
+    model, selected = ValueModel("esdpm-ncg", SMALL, QUICK), ValueModel("esdpm-ncg", SMALL, QUICK, refit=False)
+    counts = train_parts(model, paths, LocalExecutor(), tmp_path / "keys")
+    train_parts(selected, paths, LocalExecutor(), tmp_path / "keys")
+    assert model.history.epochs[-1]["valid_auc"] == selected.history.epochs[-1]["valid_auc"]  # the same selection
+    refit = model.holdout["refit"]
+    assert refit["rows"] == counts["train"] + counts["valid"] + counts["test"] == len(tables.deliveries)
+    assert refit["epochs"] == selected.history.best_epoch + 1 and refit["evaluation"] is None
+    assert np.array_equal(model.training_ids, id_hashes(tables.deliveries["user_id"].to_numpy()))
+    assert "refit" not in selected.holdout and len(selected.training_ids) < len(model.training_ids)
+    weights = zip(model.net.state_dict().values(), selected.net.state_dict().values())
+    assert not all(torch.equal(a, b) for a, b in weights)
+    with pytest.warns(UserWarning, match="refit on every row, the held-out ones too, over parts"):
+        result = evaluate(model, data / "whole")
+    assert result.table is not None and "before the refit" not in result.title
+
+
+def test_a_refit_over_parts_that_cannot_run_keeps_the_selected_model_with_one_warning(data, tmp_path):
+    model = ValueModel("esdpm-ncg", SMALL, TrainConfig(**{**QUICK.to_dict(), "epochs": 1}))
+    with pytest.warns(UserWarning) as caught:
+        train_parts(model, table_paths(data / "parts"), TrainsOnce(), tmp_path / "keys")
+    refits = [str(w.message) for w in caught if "refit" in str(w.message)]
+    assert refits == ["the refit on every row failed, so the selected model is kept: the executor is gone"]
+    assert "refit" not in model.holdout and model.holdout["held_out"] == model.report.n_test > 0
+
+
 def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
     """The CLI on the 2-node cluster with 2 workers against the same loop in this process; the model directories
     evaluate on the one-folder tables (the same held-out deliveries) and score a dataset in parts."""
@@ -128,6 +161,8 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
     auc = {}
     for name in ("one", "two"):
         assert len(json.loads((tmp_path / name / "history.json").read_text())["epochs"]) == 3
+        split = json.loads((tmp_path / name / "config.json").read_text())["split"]
+        assert split["refit"]["rows"] == split["rows"]  # refit over the parts, on Ray Train too
         result = _invoke("value", "evaluate", "--model", tmp_path / name, "--data", data / "whole", "--out",
                          tmp_path / f"eval-{name}")
         assert result.exit_code == 0, result.output

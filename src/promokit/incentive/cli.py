@@ -61,8 +61,9 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
 
     With --customers, --edges (co-partitioned) and --merchants in parts, a GNN trains over them (docs/scale.md):
     records of the labelled customers' sampled neighbourhoods, then training from them part by part in this process
-    (--executor local) or data-parallel on --workers Ray Train workers (--executor ray); it keeps the selected model
-    (no refit over parts yet).
+    (--executor local) or data-parallel on --workers Ray Train workers (--executor ray); the refit then trains
+    again from the records of every labelled node, without scoring the held-out ones first (evaluate scores them
+    with the refit model, and warns; --no-refit keeps the selected model).
 
     The other columns of customers and merchants are features, their types inferred (printed at the end and kept
     in config.json): --categorical / --numeric set the type of some. A customer feature that alone predicts the
@@ -92,6 +93,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
                                 f"{merchants['valid']:,} merchants ({counts['bytes'] / 2**20:,.1f} MiB); "
                                 f"{seeds['test']:,} of {held['rows']:,} labelled customers and {merchants['test']:,} "
                                 f"merchants held out (by id, seed {held['seed']}); model written to {out}")
+            cs.print_refit(held, "labelled customer")
             return
         if executor != "local" or address or workers or draws != 1:
             get_console().print(f"note: {customers} is one table, not parts: trained in this process (--executor, "

@@ -235,7 +235,8 @@ class IncentiveModel(Estimator):
         labelled customer and merchant with the epochs (``lr``: the L2 strengths) it chose
         (:func:`~promokit.training.refit.refit_after_selection`): ``history`` and ``report`` stay the selection's,
         ``holdout["refit"]`` says what the refit learnt from. Training over a graph in parts
-        (:mod:`promokit.incentive.train_parts`) does not refit yet: it keeps the selected model."""
+        (:mod:`promokit.incentive.train_parts`) refits from the records of every labelled node, keeping no held-out
+        metrics (the held-out nodes are not scored first)."""
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation)
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter

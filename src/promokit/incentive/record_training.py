@@ -37,7 +37,7 @@ import torch
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
 from promokit.incentive.contract import CUSTOMER
-from promokit.incentive.estimator import IncentiveModel, validation_metrics
+from promokit.incentive.estimator import FitReport, IncentiveModel, validation_metrics
 from promokit.incentive.record_batches import read_batch
 from promokit.incentive.records import MERCHANT_RECORDS, META
 from promokit.training.batches import stream_batches
@@ -49,14 +49,16 @@ LABELS = ("node", "customer", "level", "label")
 
 
 class RecordParts:
-    """The records parts of one folder (``name``: the argument it came from, for errors), checked against the
-    network's fanouts and its input ``widths`` (:func:`input_widths`): their row groups and how many records of each
-    draw each holds. Pickles as its folder and counts; a file is opened for each read and closed after it (a
-    ``ParquetFile`` kept open holds buffers of what it read: a worker's heap then grew with the number of files)."""
+    """The records parts of one folder, or of several read as one (``name``: the argument they came from, for
+    errors), checked against the network's fanouts and its input ``widths`` (:func:`input_widths`) and to hold the
+    same draws: their row groups and how many records of each draw each holds. Pickles as its files and counts; a
+    file is opened for each read and closed after it (a ``ParquetFile`` kept open holds buffers of what it read: a
+    worker's heap then grew with the number of files)."""
 
-    def __init__(self, folder: str | os.PathLike, name: str, fanouts: list[int], widths: dict[str, int]):
-        folder = Path(folder)
-        self.paths = sorted(folder.glob("part-*.parquet")) if folder.is_dir() else []
+    def __init__(self, folders, name: str, fanouts: list[int], widths: dict[str, int]):
+        folders = _folders(folders)
+        self.paths = [path for folder in folders if folder.is_dir() for path in sorted(folder.glob("part-*.parquet"))]
+        folder = " and ".join(map(str, folders))
         if not self.paths:
             raise DataError(f"{name}: no records parts (part-*.parquet) in {folder}; write them with "
                             "promokit.incentive.records.write_records")
@@ -74,6 +76,9 @@ class RecordParts:
             if list(written) != list(fanouts):
                 raise DataError(f"{name}: {path} holds records drawn with fanouts {written}, but the model's fanouts "
                                 f"are {list(fanouts)}; write the records with the model's fanouts")
+            if list(file_meta["draws"]) != list(meta["draws"]):
+                raise DataError(f"{name}: {path} holds the draws {list(file_meta['draws'])}, but {self.paths[0]} "
+                                f"holds {list(meta['draws'])}; train from records written together")
         written = {key: meta[key] for key in widths}
         if written != widths:
             raise DataError(f"{name}: {self.paths[0]} holds inputs of widths {written}, but the model's encoders give "
@@ -114,6 +119,11 @@ class RecordParts:
         k, first, end = segment
         table = self._group(k)
         return table.filter(pc.equal(table.column("draw"), self.draws[draw_index])).slice(first, end - first)
+
+
+def _folders(folders) -> list[Path]:
+    """One folder (a path) or several (a list) as a list of paths."""
+    return [Path(folders)] if isinstance(folders, (str, os.PathLike)) else [Path(f) for f in folders]
 
 
 def input_widths(model: IncentiveModel) -> dict[str, int]:
@@ -255,17 +265,18 @@ class RecordJob:
         return RecordBatches(self, rank, world)
 
 
-def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validation: str | os.PathLike | None = None,
+def fit_from_records(model: IncentiveModel, records, validation: str | os.PathLike | None = None,
                      *, executor=None, checkpoint_dir: str | os.PathLike | None = None,
                      resume: bool = False) -> IncentiveModel:
-    """Train ``model``'s GNN (a ``gnn`` representation) on the training records in the folder ``records``, its
-    epoch picked on the records in ``validation`` (None: the epochs run to the end), as :meth:`IncentiveModel.fit`
-    trains on tables (same network, loss, optimisers, learning rates, seeds, early stopping, checkpoints; module
-    docstring for what differs), on ``executor`` (its ``train``: ``promokit.scale.LocalExecutor`` in this process,
-    ``RayExecutor`` data-parallel on its workers; None: in this process). ``model`` is prepared
-    (:meth:`IncentiveModel.prepare`) with the encoders that wrote the records, which must be drawn with its fanouts.
-    Returns the model, which saves, loads, predicts and evaluates as a fitted one (:meth:`~IncentiveModel.evaluate`
-    with ``held_out=False`` on customers kept out of the records)."""
+    """Train ``model``'s GNN (a ``gnn`` representation) on the training records in the folder ``records`` (or in
+    each folder of a list), its epoch picked on the records in ``validation`` (None: the epochs run to the end), as
+    :meth:`IncentiveModel.fit` trains on tables (same network, loss, optimisers, learning rates, seeds, early
+    stopping, checkpoints; module docstring for what differs), on ``executor`` (its ``train``:
+    ``promokit.scale.LocalExecutor`` in this process, ``RayExecutor`` data-parallel on its workers; None: in this
+    process). ``model`` is prepared (:meth:`IncentiveModel.prepare`) with the encoders that wrote the records, which
+    must be drawn with its fanouts. Returns the model, which saves, loads, predicts and evaluates as a fitted one
+    (:meth:`~IncentiveModel.evaluate` with ``held_out=False`` on customers kept out of the records); its ``report``
+    counts the customers it trained and validated on."""
     if model.net is None or model.encoders is None:
         raise DataError("model: prepare it (IncentiveModel.prepare) with the encoders that wrote the records before "
                         "training from records")
@@ -275,10 +286,8 @@ def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validati
     widths = input_widths(model)
     train = RecordParts(records, "records", fanouts, widths)
     valid = RecordParts(validation, "validation", fanouts, widths) if validation is not None else None
-    merchants, valid_merchants = (
-        RecordParts(Path(folder) / MERCHANT_RECORDS, name, fanouts, widths)
-        if folder is not None and any((Path(folder) / MERCHANT_RECORDS).glob("part-*.parquet")) else None
-        for folder, name in ((records, "records"), (validation, "validation")))
+    merchants, valid_merchants = (_merchant_records(folders, name, fanouts, widths)
+                                  for folders, name in ((records, "records"), (validation, "validation")))
     model.net.attach(None)  # the records carry their inputs; prediction attaches the graph's again
     job = RecordJob(model, train, valid, merchants, valid_merchants)
     train_job = executor.train if executor is not None else train_in_process
@@ -288,6 +297,17 @@ def fit_from_records(model: IncentiveModel, records: str | os.PathLike, validati
     valid_seeds = valid.seeds if valid is not None else 0
     model.test_fraction, model.valid_fraction = 0.0, valid_seeds / (train.seeds + valid_seeds)
     model.holdout = {"test_fraction": 0.0, "valid_fraction": model.valid_fraction, "seed": job.train_config.seed,
-                     "rows": train.seeds + valid_seeds, "held_out": 0, "records": str(records),
-                     "merchants_trained": merchants is not None}
+                     "rows": train.seeds + valid_seeds, "held_out": 0,
+                     "records": " and ".join(map(str, _folders(records))), "merchants_trained": merchants is not None}
+    model.report = FitReport(train.seeds, valid_seeds, 0, model.history)
     return model
+
+
+def _merchant_records(folders, name: str, fanouts: list[int], widths: dict[str, int]) -> RecordParts | None:
+    """The merchants' records beside the customers' in ``folders`` (:data:`MERCHANT_RECORDS`); None without any."""
+    if folders is None:
+        return None
+    merchants = [folder / MERCHANT_RECORDS for folder in _folders(folders)]
+    if not any(any(folder.glob("part-*.parquet")) for folder in merchants):
+        return None
+    return RecordParts(merchants, name, fanouts, widths)

@@ -80,6 +80,10 @@ class RecordSpec:
     #: (:func:`~promokit.incentive.estimator.hashed_roles`): training records in ``OUT/train``, validation records
     #: (the first draw) in ``OUT/valid``, none for the test customers; else every one's in ``OUT``
     holdout: tuple[float, float] = (0.0, 0.0)
+    #: with a ``holdout``, also the records a refit on every labelled node trains from
+    #: (:mod:`promokit.training.refit`): every draw of the validation customers, and the test customers' in
+    #: ``OUT/test``
+    refit: bool = False
 
     def __post_init__(self):
         if not self.fanouts or any(int(f) != f or (f < 1 and f != -1) for f in self.fanouts):
@@ -93,12 +97,13 @@ def write_records(customers: Path, merchants: Path, edges: Path, out: Path, enco
                   spec: RecordSpec, executor, edge_features: tuple[str, ...] = ()) -> dict:
     """The records of the graph in parts (module docstring) in ``out/part-k.parquet`` (k: the customer part) and
     ``out/merchants/part-q.parquet`` (q: the merchant bucket; with ``spec.holdout``, both in ``out/train`` and
-    ``out/valid``), on ``executor``, the inputs encoded by ``encoders`` (None: fitted over the shards as
-    :meth:`InputEncoders.fit` fits them on the one-folder graph, :func:`fit_encoders`, with the ``edge_features``
-    columns). Returns the counts (of the customer seeds and their redemptions per role, ``merchant_seeds``), the
-    encoders, the seconds of each step and this process's peak RSS and anonymous and file-backed resident memory after
-    it (``phases``, :func:`~promokit.nn.graph_records.resident_mb`) and, per part, its records, bytes, seconds, its
-    process's peak RSS and largest anonymous and file-backed resident memory while growing it."""
+    ``out/valid``, and in ``out/test`` with ``spec.refit``), on ``executor``, the inputs encoded by ``encoders``
+    (None: fitted over the shards as :meth:`InputEncoders.fit` fits them on the one-folder graph,
+    :func:`fit_encoders`, with the ``edge_features`` columns). Returns the counts (of the customer seeds and their
+    redemptions per role, ``merchant_seeds``), the encoders, the seconds of each step and this process's peak RSS
+    and anonymous and file-backed resident memory after it (``phases``,
+    :func:`~promokit.nn.graph_records.resident_mb`) and, per part, its records, bytes, seconds, its process's peak
+    RSS and largest anonymous and file-backed resident memory while growing it."""
     out = Path(out)
     clock, phases = time.perf_counter(), {}
 
@@ -227,10 +232,12 @@ def _grow(layout: GraphLayout, spec: RecordSpec, sizes: tuple[int, int], encoder
         np.full(len(seeds), TRAIN)
     written = {"side": shard.side, "part": shard.index, "records": 0, "bytes": 0, "seconds": 0.0, "seeds": {},
                "redeemed": {}, "rss_anon_mb": float("nan"), "rss_file_mb": float("nan")}
-    for role, name, draws in ((TRAIN, "train", spec.draws), (VALID, "valid", spec.draws[:1])):
+    held = spec.draws if spec.refit else ()  # the held-out nodes' draws: the validation's first, unless refit
+    for role, name, draws in ((TRAIN, "train", spec.draws), (VALID, "valid", held or spec.draws[:1]),
+                              (TEST, "test", held)):
         mine = seeds[roles == role]
         written["seeds"][name], written["redeemed"][name] = len(mine), float(mine[label].sum())
-        if role == VALID and not any(spec.holdout) or (shard.side == RIGHT and not len(mine)):
+        if not draws or role != TRAIN and not any(spec.holdout) or (shard.side == RIGHT and not len(mine)):
             continue
 
         def seed_columns(index: np.ndarray, epoch: np.ndarray, mine=mine) -> dict:
@@ -250,8 +257,6 @@ def _grow(layout: GraphLayout, spec: RecordSpec, sizes: tuple[int, int], encoder
                        peak_rss_mb=part["peak_rss_mb"],
                        **{field: float(np.fmax(written[field], part[field]))
                           for field in ("rss_anon_mb", "rss_file_mb")})
-    written["seeds"]["test"] = int(np.sum(roles == TEST))
-    written["redeemed"]["test"] = float(seeds[label][roles == TEST].sum())
     return written
 
 

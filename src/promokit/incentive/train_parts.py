@@ -9,9 +9,15 @@
    from the shards' counts (:func:`~promokit.incentive.records.fit_encoders`), each labelled customer's and
    merchant's role drawn from its id (:func:`~promokit.incentive.estimator.hashed_roles`, the fractions
    :meth:`IncentiveModel.fit` holds out, though not its draw), then the training nodes' neighbourhoods in ``draws``
-   draws and the validation nodes' in one, none for the test nodes;
+   draws and the validation nodes' in one, none for the test nodes (with the model's ``refit``: every node's in
+   ``draws`` draws);
 3. **train** (:func:`~promokit.incentive.record_training.fit_from_records`) on the executor: in this process, or
-   data-parallel on Ray Train.
+   data-parallel on Ray Train;
+4. **refit** (with the model's ``refit``, the default, and nodes held out): the network trained again from its
+   initial weights on the records of every labelled customer and merchant, training, validation and test, for the
+   epochs the selection kept (:func:`~promokit.training.refit.refit_after_selection`), on the same executor. The
+   held-out nodes are not scored before it (the graph is never read whole), so no held-out metrics are kept:
+   ``refit=False`` keeps the selected model, which ``evaluate`` then scores on them.
 
 The loss is eq. 7's, both terms where the merchants are labelled (else the customer term, and the merchants' f_m
 is NaN: :attr:`IncentiveModel.merchants_trained`). The model saves, predicts (one table or in parts) and evaluates as
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import os
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,9 +37,10 @@ from promokit.data.errors import DataError
 from promokit.data.parts import list_parts, naming, read_part
 from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, MERCHANT_LABELS, REDEEMED, check_tables
-from promokit.incentive.estimator import HASHED, IncentiveModel, validation_fraction
+from promokit.incentive.estimator import HASHED, FitReport, IncentiveModel, validation_fraction
 from promokit.incentive.record_training import fit_from_records
-from promokit.incentive.records import RecordSpec, write_records
+from promokit.incentive.records import ROLES, RecordSpec, write_records
+from promokit.training.refit import refit_after_selection
 from promokit.training.shards import classify_integers, integer_levels
 
 #: the customers' contract columns, which are no features
@@ -46,7 +54,8 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
     whose ``merchants`` are one table or parts (module docstring), on ``executor``, holding out the model's
     ``test_fraction`` of the labelled customers and validating on the fraction ``validation`` of the rest (None:
     :meth:`IncentiveModel.fit`'s default); ``draws`` neighbourhood draws of each training customer are written and
-    cycled by epoch. ``scratch`` (local, removed by the caller) holds the records; ``levels`` and ``types`` as
+    cycled by epoch; with the model's ``refit`` it is then refit on every labelled node (module docstring, step 4).
+    ``scratch`` (local, removed by the caller) holds the records; ``levels`` and ``types`` as
     :func:`~promokit.incentive.contract.read_tables` takes them. The parts may be URIs, ``scratch`` and
     ``checkpoint_dir`` not (a one-line error). Returns the counts (graph, seeds per role, records
     and their bytes)."""
@@ -60,7 +69,8 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
     valid_fraction = validation_fraction(validation)
     grid, customer_spec, merchant_spec, edge_features = _plan(customers, merchants, edges, executor, levels, types)
     spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model.model_params["fanouts"]),
-                      model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction))
+                      model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction),
+                      refit=model.refit)
     written = write_records(customers, merchants, edges, scratch, None, spec, executor, edge_features)
     seeds = written["seeds"]
     for role, name in (("train", "training"), ("valid", "validation")):
@@ -71,7 +81,8 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
                             "customers or use other fractions")
     model.prepare_encoded(grid, customer_spec, merchant_spec, written["encoders"])
     test_fraction = model.test_fraction
-    fit_from_records(model, scratch / "train", scratch / "valid" if seeds["valid"] else None, executor=executor,
+    training = scratch / "train" if any(spec.holdout) else scratch  # nothing held out: no role folders
+    fit_from_records(model, training, scratch / "valid" if seeds["valid"] else None, executor=executor,
                      checkpoint_dir=checkpoint_dir, resume=resume)
     model.test_fraction, model.valid_fraction = test_fraction, valid_fraction
     trained = model.merchants_trained
@@ -80,9 +91,19 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
                      "merchants": written["merchants"] if trained else None,
                      "held_out_merchants": written["merchant_seeds"]["test"] if trained else 0,
                      "merchants_trained": trained}
+    model.report = FitReport(seeds["train"], seeds["valid"], seeds["test"], model.history)
+    refit_after_selection(model, None, None, fit=partial(_fit_on_every_record, model, scratch, executor))
     return {"customers": written["customers"], "merchants": written["merchants"], "edges": written["edges"],
             "seeds": seeds, "merchant_seeds": written["merchant_seeds"], "records": written["records"],
             "bytes": written["bytes"]}
+
+
+def _fit_on_every_record(selected: IncentiveModel, records: Path, executor, twin: IncentiveModel) -> None:
+    """Fit ``twin``, the refit of ``selected`` (:func:`~promokit.training.refit.refit_twin`): prepared with its
+    encoders, trained on ``executor`` from the training, validation and test records in ``records``, validating on
+    none."""
+    twin.prepare_encoded(selected.levels, selected.customer_spec, selected.merchant_spec, selected.encoders)
+    fit_from_records(twin, [records / role for role in ROLES], executor=executor)
 
 
 def _plan(customers, merchants, edges, executor, levels, types):

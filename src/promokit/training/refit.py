@@ -50,13 +50,16 @@ def refit_twin(estimator, data, *, params: dict, history: History | None, fit=No
     model parameters chosen, e.g. an L2 strength), the epochs of ``history`` (:func:`refit_train`), no test hold-out
     (``test_fraction`` 0, and ``test_from`` None where the estimator has one) and no validation. ``fit_args`` go to
     its ``fit`` as they went to the selecting fit (an executor, for a table in parts); ``fit(twin)``, when given,
-    fits the clone instead (a domain's training over parts, told to validate on nothing)."""
+    fits the clone in place instead (a domain's training over parts, told to validate on nothing)."""
     from sklearn.base import clone
 
     no_holdout = {"test_fraction": 0.0, **({"test_from": None} if "test_from" in estimator.get_params() else {})}
     twin = clone(estimator).set_params(params=params, train=refit_train(estimator.train_config, history),
                                        refit=False, **no_holdout)
-    return fit(twin) if fit is not None else twin.fit(data, validation=0.0, **fit_args)
+    if fit is None:
+        return twin.fit(data, validation=0.0, **fit_args)
+    fit(twin)
+    return twin
 
 
 def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_args):
@@ -90,6 +93,17 @@ def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_
     estimator.holdout["refit"] = refit_record(twin.report.n_train, report.history, chosen, evaluation,
                                               estimator.held_out_frame(data) if evaluation else None)
     return estimator
+
+
+def unscored_refit(holdout: dict | None) -> str | None:
+    """What ``evaluate`` warns of a model whose ``holdout`` says it was refit on every row without its held-out rows
+    scored first (a table in parts, not read whole to score them), since scoring them now flatters it; None for any
+    other model."""
+    refit = (holdout or {}).get("refit")
+    if not refit or refit.get("evaluation"):
+        return None
+    return ("the model was refit on every row, the held-out ones too, over parts that were not read whole to score "
+            "them first: these metrics flatter it (train with --no-refit, refit=False, to score them)")
 
 
 def refit_record(rows: int, history: History | None, params: dict, evaluation, held_out: pd.DataFrame | None) -> dict:

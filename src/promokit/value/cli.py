@@ -86,8 +86,9 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
 
     A dataset in parts trains without being read whole: its encoders are counted part by part, then the network
     trains part by part in this process (--executor local) or data-parallel on --workers Ray Train workers
-    (--executor ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would; it
-    keeps the selected model (no refit over parts yet).
+    (--executor ray; DDP, --batch-size the global batch), holding out the same deliveries as one folder would; the
+    refit then trains over the parts again on every delivery, without scoring the held-out ones first (evaluate
+    scores them with the refit model, and warns; --no-refit keeps the selected model).
 
     The other columns of deliveries, users and funds are features, their types inferred (printed at the end and
     kept in config.json): --categorical / --numeric set the type of some. The --label mapping is kept with the

@@ -344,7 +344,8 @@ class ValueModel(Estimator):
         the epochs (the floor: its trees and smearing factor) it chose
         (:func:`~promokit.training.refit.refit_after_selection`; no checkpoint): ``history`` and ``report`` stay the
         selection's, ``holdout["refit"]`` says what the refit learnt from. Training over a dataset in parts
-        (:func:`~promokit.value.parts.train_parts`) does not refit yet: it keeps the selected model."""
+        (:func:`~promokit.value.parts.train_parts`) refits over the parts on every delivery, keeping no held-out
+        metrics (the held-out deliveries are not scored first)."""
         if self.model == AUTO:
             return fit_auto(self, value_tables(data, labels=self.labels), validation=validation)
         self._configure()  # model_params afresh: the trees an earlier refit of the floor fixed are no parameter

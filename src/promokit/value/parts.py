@@ -36,7 +36,13 @@ Train (:func:`train_parts`; the training deliveries are the examples):
    shard of the training deliveries: a worker reads part k of every user-keyed table, validates it and encodes that
    part's deliveries (user and fund features, behaviour sequences strictly before each delivery, context) with
    the fitted encoders (:class:`DeliveryRows`); each delivery carries its user's and fund's features, since a batch
-   mixes parts. In this process with the local executor, data-parallel on Ray Train with ``--executor ray``.
+   mixes parts. In this process with the local executor, data-parallel on Ray Train with ``--executor ray``;
+4. **refit** (with the model's ``refit``, the default, and deliveries held out): steps 1–3 again on the same
+   executor, every delivery training and none validating or held out, for the epochs the selection kept
+   (:func:`~promokit.training.refit.refit_after_selection`): the encoders, the amount start and the network of
+   :meth:`ValueModel.fit`'s refit. The held-out deliveries are not scored before it (the dataset is never read
+   whole), so no held-out metrics are kept: ``refit=False`` keeps the selected model, which ``evaluate`` then
+   scores on them.
 
 A model that reads the consumption graph (``esdpm``) needs every user's e_c, and a merchant joins users of different
 parts: predict first computes e_c over the whole payment graph in shards (:mod:`promokit.value.consumption`), then
@@ -282,11 +288,14 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
     ``validation`` of the rest (None: ``fit``'s default), with the checkpoint in ``checkpoint_dir``; ``scratch``
     holds the user-key check's hashes. A model that reads the consumption graph first writes its records
     (``graph_draws`` neighbourhoods per user, :mod:`promokit.value.graph_training`) in a folder beside
-    ``checkpoint_dir`` (or the scratch folder), removed after training. Returns the deliveries per role
+    ``checkpoint_dir`` (or the scratch folder), removed after training. With the estimator's ``refit`` it is then
+    refit on every delivery (module docstring, step 4). Returns the deliveries per role of the selection
     (``train``, ``valid``, ``test``) and the tables' counts summed over the parts (repaired labels). ``types``: the
     types of inferred features (:func:`~promokit.value.contract.check_tables`). The parts may be URIs,
     ``checkpoint_dir`` and ``scratch`` not (a one-line error)."""
+    from promokit.training.refit import refit_after_selection
     from promokit.training.shards import wide_over_parts
+    from promokit.value.estimator import FitReport
 
     checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
     scratch = local_dir(scratch, "scratch")
@@ -313,6 +322,9 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
     finally:
         shutil.rmtree(records, ignore_errors=True)
     warn_validation_leak(estimator.history)
+    estimator.report = FitReport(counts["train"], counts["valid"], counts["test"], estimator.history)
+    refit_after_selection(estimator, None, None, fit=lambda twin: train_parts(
+        twin, paths, executor, scratch, 0.0, repair=repair, types=types, graph_draws=graph_draws))
     return counts
 
 

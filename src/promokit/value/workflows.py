@@ -9,6 +9,7 @@ A dataset in parts (:mod:`promokit.value.parts`) runs on the executor it is give
 from __future__ import annotations
 
 import tempfile
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from promokit.data.part_scoring import means
 from promokit.data.uris import as_path
 from promokit.report import Report
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
+from promokit.training.refit import unscored_refit
 from promokit.value.contract import read_folder, table_paths
 from promokit.value.defaults import DEFAULT_TRAIN, SCORE_CONTEXTS
 from promokit.value.estimator import ValueModel, check_contexts, scoring_time
@@ -163,7 +165,8 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
     held-out metrics and tables are those train scored before the refit (:meth:`ValueModel.held_out_evaluation`),
     found by ``held_out_evaluation(model, tables)`` (default: the model's own, for
     the label columns it was trained with); None from it scores the deliveries with the model. So is a refit floor
-    directory ``floor``'s."""
+    directory ``floor``'s. A model refit over parts kept none (:func:`~promokit.training.refit.unscored_refit`):
+    the default warns that the deliveries it scores were learnt."""
     from promokit.metrics.value import decile_figure
 
     estimator = model if isinstance(model, ValueModel) else ValueModel.load(model)
@@ -172,6 +175,9 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
     rows = None if all_rows else _held_out(estimator, tables)
     if held_out_evaluation is None:
         def held_out_evaluation(fitted, read):
+            unscored = unscored_refit(fitted.holdout)
+            if unscored:
+                warnings.warn(unscored, stacklevel=3)
             return fitted.held_out_evaluation(read) if labels in (None, fitted.labels) else None
     stored = None if all_rows else held_out_evaluation(estimator, tables)
     floor_model = _floor(estimator, tables, floor, all_rows)
