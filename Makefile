@@ -4,7 +4,7 @@ BIN    := $(VENV)/bin
 LOWEST := .venv-lowest
 OUT    ?= promokit-runs/campaign-demo
 
-.PHONY: install demo test test-lowest dist clean
+.PHONY: install demo test test-fast test-lowest dist clean
 
 # Everything (all extras and the test tools) at the exact versions of constraints/lock.txt.
 $(BIN)/python:
@@ -20,8 +20,15 @@ install: $(VENV)/.installed
 demo: install
 	$(BIN)/promokit campaign demo --out $(OUT)
 
+# Two workers (the machine's two cores); the tests that share the Ray cluster run on one of them.
+PYTEST := -m pytest -n 2 --dist loadgroup
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python $(PYTEST)
+
+# Without the slow, Ray and service tests: a few minutes.
+test-fast: install
+	$(BIN)/python $(PYTEST) -m "not slow and not ray and not serve"
 
 # The core alone (no extras) at the lowest versions pyproject.toml supports (constraints/lowest.txt): the tests
 # that need an extra skip.
@@ -32,7 +39,7 @@ $(LOWEST)/.installed: pyproject.toml constraints/lowest.txt
 	touch $@
 
 test-lowest: $(LOWEST)/.installed
-	$(LOWEST)/bin/python -m pytest
+	$(LOWEST)/bin/python $(PYTEST)
 
 # The wheel and sdist in dist/, checked by twine.
 dist: install

@@ -216,6 +216,7 @@ def test_the_cpu_keeps_every_paper_model_as_it_was(domain, tmp_path):
         assert _figures(auto.fit(data), data)[0] == epochs
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 @pytest.mark.parametrize("domain", list(PINNED))
 def test_a_model_trained_on_cuda_learns_as_on_the_cpu_and_loads_on_the_cpu(domain, tmp_path):
