@@ -8,7 +8,7 @@ the world's own randomized log (drawn with the world's seed, outside the replica
 ``allocate budget --ratio B`` plan (``ratio_form`` + ``solve_budget`` on the model's scores, ``--ratio``), and
 **constant**, every customer at ``--constant-level``. Replication r = 1 … R draws a new log on the same customers
 (level uniform over the 8 levels, redeemed ~ Bernoulli(true curve at that level), seeded by r), reads it with
-``read_log(..., design="uniform")`` and runs ``promokit.policy.judge.judge`` (IPS, SNIPS, DM, DR, SNDR; the
+``read_log(..., design="uniform")`` and runs ``promokit.policy.judge`` (IPS, SNIPS, DM, DR, SNDR; the
 logging policy as the reference; ``--bootstrap`` replicates seeded by r). Truths on those customers: responses =
 mean of the true curve at the plan's level, spend = mean of level × that, spend per response = their ratio.
 
@@ -68,7 +68,7 @@ import torch
 from promokit.allocation.budget import ratio_form, solve_budget
 from promokit.allocation.quota import solve_quota
 from promokit.policy.estimators import Terms, bootstrap_sums, estimate, from_sums, interval
-from promokit.policy.judge import judge, predicted_outcomes
+from promokit.policy.judging import judge, predicted_outcomes
 from promokit.policy.log import read_log
 from promokit.policy.plans import Plan, on_actions, reference_plan
 

@@ -12,7 +12,7 @@ from promokit.experiments.allocation.simulate import simulate_budget
 from promokit.experiments.incentive.world import make_world, write_world
 from promokit.incentive.contract import check_tables, read_tables
 from promokit.incentive.estimator import IncentiveModel, node_split
-from promokit.incentive.evaluate import change_point, uplift_against_lowest
+from promokit.incentive.offline_metrics import change_point, uplift_against_lowest
 from promokit.training import TrainConfig
 from promokit.training.estimator import Evaluation
 

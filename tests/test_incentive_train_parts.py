@@ -19,7 +19,7 @@ from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import TEST, VALID, IncentiveModel, hashed_roles
 from promokit.incentive.estimator import TRAIN as TRAIN_ROLE
 from promokit.incentive.inputs import InputEncoders
-from promokit.incentive.train_parts import train_parts
+from promokit.incentive.parts_training import train_parts
 from promokit.scale.executor import LocalExecutor
 from promokit.training import TrainConfig
 

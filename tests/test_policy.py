@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from promokit.cli import app
 from promokit.data import DataError
 from promokit.policy.estimators import Terms, bootstrap_sums, effective_sample_size, estimate
-from promokit.policy.judge import judge
+from promokit.policy.judging import judge
 from promokit.policy.log import read_log
 from promokit.policy.plans import Plan, read_plan, reference_plan
 

@@ -166,7 +166,7 @@ def test_a_model_directory_on_s3_is_a_one_line_error_before_training(domain, arg
 
 def test_records_on_s3_are_a_one_line_error_naming_the_argument(incentive_world, value_world, voucher_world):
     from promokit.incentive.estimator import IncentiveModel
-    from promokit.incentive.train_parts import train_parts as train_incentive
+    from promokit.incentive.parts_training import train_parts as train_incentive
     from promokit.training import TrainConfig
     from promokit.value.contract import table_paths
     from promokit.value.estimator import ValueModel

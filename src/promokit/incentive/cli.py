@@ -165,7 +165,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
         from promokit.experiments.incentive.world import customer_truth
         from promokit.incentive.estimator import IncentiveModel
-        from promokit.incentive.evaluate import evaluation_report
+        from promokit.incentive.offline_metrics import evaluation_report
 
         estimator = IncentiveModel.load(model)
         tables = estimator.read(graph_files(customers, merchants, edges, items, item_edges, customer_edges),

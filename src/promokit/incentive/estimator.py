@@ -12,18 +12,18 @@ import pandas as pd
 import torch
 
 from promokit import __version__
-from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.data.errors import DataError
 from promokit.data.ids import id_fractions, id_hashes
 from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
 from promokit.data.spec import FeatureSpec
 from promokit.data.split import TEST_FRACTION, random_split
 from promokit.incentive.contract import CUSTOMER, GRAPH_TABLES, MERCHANT, IncentiveTables, read_tables
-from promokit.incentive.evaluate import curve_figure, evaluate as evaluate_responses, off_pyplot
+from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
 from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, solve_floor
 from promokit.incentive.models.network import IncentiveNet
+from promokit.incentive.offline_metrics import curve_figure, evaluate as evaluate_responses, off_pyplot
 from promokit.metrics import auc
 from promokit.metrics.uplift import uplift_figure
 from promokit.training import (
@@ -235,7 +235,7 @@ class IncentiveModel(Estimator):
         labelled customer and merchant with the epochs (``lr``: the L2 strengths) it chose
         (:func:`~promokit.training.refit.refit_after_selection`): ``history`` and ``report`` stay the selection's,
         ``holdout["refit"]`` says what the refit learnt from. Training over a graph in parts
-        (:mod:`promokit.incentive.train_parts`) refits from the records of every labelled node, keeping no held-out
+        (:mod:`promokit.incentive.parts_training`) refits from the records of every labelled node, keeping no held-out
         metrics (the held-out nodes are not scored first)."""
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation)
@@ -360,7 +360,7 @@ class IncentiveModel(Estimator):
     def prepare_encoded(self, levels, customer_spec: FeatureSpec, merchant_spec: FeatureSpec,
                         encoders: InputEncoders) -> IncentiveModel:
         """What :meth:`prepare` sets, from a customer–merchant graph's value list, feature specs and encoders fitted
-        elsewhere (over a graph in parts, :mod:`promokit.incentive.train_parts`): no inputs attached."""
+        elsewhere (over a graph in parts, :mod:`promokit.incentive.parts_training`): no inputs attached."""
         seed_everything(self.train_config.seed)
         self.levels, self.customer_spec, self.merchant_spec = np.asarray(levels, np.float64), customer_spec, \
             merchant_spec
@@ -530,7 +530,7 @@ class IncentiveModel(Estimator):
 
     # ---- evaluate ---------------------------------------------------------------------------------------
     def evaluate(self, data, *, held_out: bool = True, truth: np.ndarray | None = None, rows=None) -> Evaluation:
-        """The paper's offline metrics on labelled ``data`` (:func:`~promokit.incentive.evaluate.evaluate`):
+        """The paper's offline metrics on labelled ``data`` (:func:`~promokit.incentive.offline_metrics.evaluate`):
         ``auc_c``, ``mae_c``, ``mse_c``, ``mae_m``, ``mse_m``, ``monotone_violations``, ``auuc``, ``qini`` and, with
         ``truth`` (a synthetic world's true response curves, one row per customer of ``data`` in its order × the
         model's values), ``curve_mae_c``. Scored on the nodes :meth:`split` held out of training, with

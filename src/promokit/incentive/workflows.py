@@ -39,7 +39,7 @@ def train(model: IncentiveModel, data, *, levels=None, types: dict[str, str] | N
     """Read ``data`` with ``levels``, ``types`` and ``labels`` (:func:`~promokit.incentive.contract.read_tables`) and
     fit ``model`` on it with ``validation``, ``checkpoint_dir`` and ``resume`` (:meth:`IncentiveModel.fit`). With
     customers, edges and merchants in parts, train over them on ``executor`` with ``draws`` neighbourhood draws
-    (:func:`~promokit.incentive.train_parts.train_parts`, records in a scratch folder beside the checkpoint). The
+    (:func:`~promokit.incentive.train_parts`, records in a scratch folder beside the checkpoint). The
     checkpoint is local: a URI there is a one-line error, before the tables are read."""
     validation_fraction(validation)  # refused before the tables are read
     checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
@@ -56,7 +56,7 @@ def _train_parts(model, data, levels, types, labels, validation, checkpoint_dir,
     import tempfile
 
     from promokit.data.parts import list_parts
-    from promokit.incentive.train_parts import train_parts
+    from promokit.incentive.parts_training import train_parts
 
     given = [name for name in ("items", "item_edges", "customer_edges") if data.get(name) is not None]
     if given or labels or data.get("merchants") is None or data.get("edges") is None:

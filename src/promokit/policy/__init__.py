@@ -9,8 +9,8 @@ from promokit.lazy import lazy_exports
 _EXPORTS = {
     "evaluate": "promokit.policy.evaluation",
     "PolicyEvaluation": "promokit.policy.report",
-    "judge": "promokit.policy.judge",
-    "read_scores": "promokit.policy.judge",
+    "judge": "promokit.policy.judging",
+    "read_scores": "promokit.policy.judging",
     "Log": "promokit.policy.log",
     "read_log": "promokit.policy.log",
     "Plan": "promokit.policy.plans",

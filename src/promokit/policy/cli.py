@@ -70,7 +70,7 @@ def uplift(log: LogOpt,
     with user_errors(), flags_in_errors(FLAGS):
         from promokit.console import print_table
         from promokit.data import read_table
-        from promokit.policy.judge import read_scores
+        from promokit.policy.judging import read_scores
         from promokit.policy.log import read_log
         from promokit.policy.uplift import uplift_by_action, uplift_report
 

@@ -1,6 +1,6 @@
 """``promokit.policy.evaluate``: judge plans on a randomized log from tables or paths, as ``promokit policy evaluate``
 does — read and check the log, its propensities, the plans, the reference and the model's scores, then judge
-(:func:`promokit.policy.judge.judge`)."""
+(:func:`promokit.policy.judge`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
-from promokit.policy.judge import judge, predicted_outcomes, read_scores, union_of_actions
+from promokit.policy.judging import judge, predicted_outcomes, read_scores, union_of_actions
 from promokit.policy.log import Log, read_log
 from promokit.policy.options import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 from promokit.policy.plans import CONSTANT, LOGGING, UNIFORM, Plan, read_plan, reference_plan

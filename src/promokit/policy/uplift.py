@@ -41,7 +41,7 @@ def uplift_by_action(log: Log, scores: np.ndarray, score_actions: np.ndarray, co
                      outcome: str | None = None) -> UpliftByAction:
     """Every logged action against ``control`` (default: the lowest level of an incentive log; a value log's
     funds have no lowest, so it is named) on the ``outcome`` (:data:`OUTCOMES`), with the scores of each row of
-    ``log`` over ``score_actions`` (:func:`~promokit.policy.judge.read_scores`): response probabilities f of an incentive log (for
+    ``log`` over ``score_actions`` (:func:`~promokit.policy.read_scores`): response probabilities f of an incentive log (for
     ``spend``, r·f), the ETV of a value log. Per action: its rows (``treated``) and the control's,
     the observed uplift (the difference of their mean outcomes), the mean predicted uplift, the AUUC, the Qini
     coefficient and the Qini area (:class:`~promokit.metrics.UpliftCurves`; NaN where the pair's outcomes are

@@ -24,7 +24,7 @@ import pandas as pd
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget, stack_populations
 from promokit.allocation.quota import solve_quota
-from promokit.incentive.evaluate import ORACLE
+from promokit.incentive.offline_metrics import ORACLE
 
 RANDOM = "random"
 

@@ -66,7 +66,7 @@ from promokit.experiments.incentive.demo import DEMO_TRAIN
 from promokit.experiments.incentive.world import IncentiveWorld, make_world, write_world
 from promokit.incentive.contract import CUSTOMER, check_tables
 from promokit.incentive.estimator import IncentiveModel, Responses, wide_scores
-from promokit.incentive.evaluate import ORACLE, evaluate
+from promokit.incentive.offline_metrics import ORACLE, evaluate
 from promokit.report import Report, count, money, percent
 from promokit.serve.campaign import build as build_campaign
 from promokit.serve.ledger import Ledger
@@ -311,7 +311,7 @@ def _judge(out: Path, world: IncentiveWorld, config: DemoConfig) -> dict:
     ledger (``campaign export --bucket explore``, with each level's propensity), judge the paper's plan against the
     baseline model's plan by off-policy evaluation (``policy evaluate``, DR on the paper's scores), beside the TRUE
     values of both plans on the same customers from the world's curves."""
-    from promokit.policy.judge import judge, predicted_outcomes, read_scores, union_of_actions
+    from promokit.policy.judging import judge, predicted_outcomes, read_scores, union_of_actions
     from promokit.policy.log import read_log
     from promokit.policy.plans import read_plan
     from promokit.serve.export import export_log

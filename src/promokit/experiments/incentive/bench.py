@@ -22,7 +22,7 @@ from promokit.experiments.incentive.world import IncentiveWorld, make_world
 from promokit.incentive.contract import IncentiveTables, check_tables
 from promokit.incentive.defaults import DEFAULT_TRAIN
 from promokit.incentive.estimator import IncentiveModel, NodeSplit, Responses, node_split
-from promokit.incentive.evaluate import ORACLE, ResponseMetrics, change_point, curve_figure, evaluate
+from promokit.incentive.offline_metrics import ORACLE, ResponseMetrics, change_point, curve_figure, evaluate
 from promokit.metrics.compare import paired_change
 from promokit.report import Report
 from promokit.training import TrainConfig
