@@ -117,6 +117,7 @@ def test_value_predict_over_parts_on_s3_equals_the_local_run(value_world, bucket
         _same_parts(f"{bucket}/out/{folder}", value_world / "out" / folder)
     local = json.loads((value_world / "out" / "summary.json").read_text())
     assert _summary(f"{bucket}/out/summary.json") == local and local["users"] == 200
+    assert f"written to {bucket}/out;" in " ".join(result.output.split())  # the URI whole
     assert not Path("s3:").exists() and not (value_world / "out" / ".graph").exists()
 
 
@@ -161,6 +162,7 @@ def test_incentive_predict_over_parts_on_s3_equals_the_local_run(incentive_world
     local = json.loads((incentive_world / "out" / "summary.json").read_text())
     assert _summary(f"{bucket}/out/summary.json") == local
     assert local["customers"] == 200 and local["customer_parts"] == 3 and local["merchant_parts"] == 2
+    assert f"written to {bucket}/out;" in " ".join(result.output.split())  # the URI whole
     assert not Path("s3:").exists() and not (incentive_world / "out" / ".graph").exists()
 
 

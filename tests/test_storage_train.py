@@ -189,3 +189,20 @@ def test_records_on_s3_are_a_one_line_error_naming_the_argument(incentive_world,
         with pytest.raises(DataError, match=rf"^`scratch` is {scratch}: this writes to a local folder only"):
             run()
     assert not Path("s3:").exists()
+
+
+def test_records_and_checkpoints_given_a_uri_are_refused_before_any_work(tmp_path, monkeypatch):
+    from promokit.incentive.estimator import IncentiveModel
+    from promokit.incentive.record_training import fit_from_records
+    from promokit.incentive.records import write_records
+    from promokit.training import Trainer
+
+    monkeypatch.chdir(tmp_path)  # a URI taken for a local path would be written here, as ./s3:/…
+    model = IncentiveModel("gnn-hazard")
+    with pytest.raises(DataError, match=r"^`checkpoint_dir` is s3://bucket/ckpt: this writes to a local folder only"):
+        fit_from_records(model, "rec/train", checkpoint_dir="s3://bucket/ckpt", executor=LocalExecutor())
+    with pytest.raises(DataError, match=r"^`checkpoint_dir` is s3://bucket/ckpt: "):
+        Trainer(checkpoint_dir="s3://bucket/ckpt")
+    with pytest.raises(DataError, match=r"^`out` is s3://bucket/records: "):
+        write_records("c", "m", "e", "s3://bucket/records", None, None, LocalExecutor())
+    assert not Path("s3:").exists()

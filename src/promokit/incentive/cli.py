@@ -132,6 +132,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         cs.set_device(device)
+        from promokit.data.uris import as_path
         from promokit.incentive.workflows import predict as predict_graph
 
         written = predict_graph(model, customers, merchants, edges, out,
@@ -144,7 +145,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
         scored = (f"{summary['customers']:,} customers" if written.merchants is None else
                   f"{summary['customers']:,} customers and {summary['merchants']:,} merchants")
         merchant_scores = "" if written.merchants is None else f" --merchants {written.merchants}"
-        get_console().print(f"scores of {scored} at {len(summary['levels'])} values written to {out}; allocate them "
+        get_console().print(f"scores of {scored} at {len(summary['levels'])} values written to {as_path(out)}; allocate them "
                             f"with: promokit allocate budget --scores {written.customers}{merchant_scores} "
                             "--ratio B --out plan/")
 

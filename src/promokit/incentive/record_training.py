@@ -36,13 +36,14 @@ import torch
 
 from promokit.data.errors import DataError
 from promokit.data.ids import id_hashes
+from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER
 from promokit.incentive.estimator import FitReport, IncentiveModel, validation_metrics
 from promokit.incentive.record_batches import read_batch
 from promokit.incentive.records import MERCHANT_RECORDS, META
 from promokit.training.batches import stream_batches
 from promokit.training.device import made_on_cpu, net_device, to_cpu, to_device
-from promokit.training.shard_loop import gathered_record, train_in_process
+from promokit.training.shard_loop import checkpoint_folder, gathered_record, train_in_process
 from promokit.training.shards import Segment, shards
 
 LABELS = ("node", "customer", "level", "label")
@@ -56,7 +57,7 @@ class RecordParts:
     worker's heap then grew with the number of files)."""
 
     def __init__(self, folders, name: str, fanouts: list[int], widths: dict[str, int]):
-        folders = _folders(folders)
+        folders = _folders(folders, name)
         self.paths = [path for folder in folders if folder.is_dir() for path in sorted(folder.glob("part-*.parquet"))]
         folder = " and ".join(map(str, folders))
         if not self.paths:
@@ -121,9 +122,10 @@ class RecordParts:
         return table.filter(pc.equal(table.column("draw"), self.draws[draw_index])).slice(first, end - first)
 
 
-def _folders(folders) -> list[Path]:
-    """One folder (a path) or several (a list) as a list of paths."""
-    return [Path(folders)] if isinstance(folders, (str, os.PathLike)) else [Path(f) for f in folders]
+def _folders(folders, name: str) -> list[Path]:
+    """One folder (a path) or several (a list) as a list of local paths (``name``: the argument, named by the
+    one-line error a URI gets: records are written to and read from local folders)."""
+    return [local_dir(f, name) for f in ([folders] if isinstance(folders, (str, os.PathLike)) else folders)]
 
 
 def input_widths(model: IncentiveModel) -> dict[str, int]:
@@ -277,6 +279,7 @@ def fit_from_records(model: IncentiveModel, records, validation: str | os.PathLi
     must be drawn with its fanouts. Returns the model, which saves, loads, predicts and evaluates as a fitted one
     (:meth:`~IncentiveModel.evaluate` with ``held_out=False`` on customers kept out of the records); its ``report``
     counts the customers it trained and validated on."""
+    checkpoint_folder(checkpoint_dir)  # a URI is refused before any work
     if model.net is None or model.encoders is None:
         raise DataError("model: prepare it (IncentiveModel.prepare) with the encoders that wrote the records before "
                         "training from records")
@@ -298,7 +301,7 @@ def fit_from_records(model: IncentiveModel, records, validation: str | os.PathLi
     model.test_fraction, model.valid_fraction = 0.0, valid_seeds / (train.seeds + valid_seeds)
     model.holdout = {"test_fraction": 0.0, "valid_fraction": model.valid_fraction, "seed": job.train_config.seed,
                      "rows": train.seeds + valid_seeds, "held_out": 0,
-                     "records": " and ".join(map(str, _folders(records))), "merchants_trained": merchants is not None}
+                     "records": " and ".join(map(str, _folders(records, "records"))), "merchants_trained": merchants is not None}
     model.report = FitReport(train.seeds, valid_seeds, 0, model.history)
     return model
 
@@ -307,7 +310,7 @@ def _merchant_records(folders, name: str, fanouts: list[int], widths: dict[str, 
     """The merchants' records beside the customers' in ``folders`` (:data:`MERCHANT_RECORDS`); None without any."""
     if folders is None:
         return None
-    merchants = [folder / MERCHANT_RECORDS for folder in _folders(folders)]
+    merchants = [folder / MERCHANT_RECORDS for folder in _folders(folders, name)]
     if not any(any(folder.glob("part-*.parquet")) for folder in merchants):
         return None
     return RecordParts(merchants, name, fanouts, widths)

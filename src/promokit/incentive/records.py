@@ -51,6 +51,7 @@ from promokit.data.io import write_parquet
 from promokit.data.part_keys import check_unique_keys
 from promokit.data.parts import part_name
 from promokit.data.spec import FeatureSpec
+from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, PRIOR_SHARES, REDEEMED, SHARES, prior_shares
 from promokit.incentive.estimator import TEST, TRAIN, VALID, hashed_roles
 from promokit.incentive.inputs import InputEncoders, own_inputs, structure_frame
@@ -104,7 +105,7 @@ def write_records(customers: Path, merchants: Path, edges: Path, out: Path, enco
     and anonymous and file-backed resident memory after it (``phases``,
     :func:`~promokit.nn.graph_records.resident_mb`) and, per part, its records, bytes, seconds, its process's peak
     RSS and largest anonymous and file-backed resident memory while growing it."""
-    out = Path(out)
+    out = local_dir(out, "out")
     clock, phases = time.perf_counter(), {}
 
     def lap(name: str) -> None:

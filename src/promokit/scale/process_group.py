@@ -11,14 +11,13 @@ records are written first (by one process or on Ray) and read by every worker fr
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 
 from promokit.data.errors import DataError
 from promokit.training.device import ddp_backend, resolve_device
 from promokit.training.process_group import ProcessGroupComm
-from promokit.training.shard_loop import fresh_checkpoint_dir, run_shard
+from promokit.training.shard_loop import checkpoint_folder, fresh_checkpoint_dir, run_shard
 
 #: What ``torch.distributed.init_process_group`` reads from the environment (``env://``), as torchrun sets it.
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -58,7 +57,7 @@ class ProcessGroupExecutor:
                                 "launch with torchrun or call torch.distributed.init_process_group first")
             dist.init_process_group(backend=ddp_backend(device), device_id=device if device.type == "cuda" else None)
         folder = fresh_checkpoint_dir(checkpoint_dir, resume) if dist.get_rank() == 0 else \
-            (Path(checkpoint_dir) if checkpoint_dir is not None else None)  # emptied by rank 0 alone
+            checkpoint_folder(checkpoint_dir)  # emptied by rank 0 alone
         dist.barrier()
         return run_shard(job, ProcessGroupComm(device, folder, resume))
 

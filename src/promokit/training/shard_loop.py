@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from promokit.data.errors import DataError
+from promokit.data.uris import local_dir
 from promokit.training.batches import stream_batches
 from promokit.training.device import on_cpu
 from promokit.training.seed import seed_everything
@@ -35,12 +36,18 @@ def train_in_process(job: TrainJob, checkpoint_dir: str | os.PathLike | None = N
 
 
 def fresh_checkpoint_dir(checkpoint_dir: str | os.PathLike | None, resume: bool) -> Path | None:
-    """``checkpoint_dir`` as a path, emptied unless the run resumes: a fresh run leaves no stale checkpoint to
-    continue later."""
-    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+    """``checkpoint_dir`` as a local path (:func:`checkpoint_folder`), emptied unless the run resumes: a fresh run
+    leaves no stale checkpoint to continue later."""
+    checkpoint_dir = checkpoint_folder(checkpoint_dir)
     if checkpoint_dir is not None and not resume:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return checkpoint_dir
+
+
+def checkpoint_folder(checkpoint_dir: str | os.PathLike | None) -> Path | None:
+    """``checkpoint_dir`` as a local path (None: no checkpoint); a URI is a one-line error naming the argument:
+    checkpoints are written to a local folder."""
+    return None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
 
 
 def run_shard(job, comm) -> tuple[torch.nn.Module, History]:

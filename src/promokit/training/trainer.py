@@ -41,6 +41,7 @@ from rich.progress import (
 from torch import Tensor, nn
 
 from promokit.data.io import atomic_path
+from promokit.data.uris import local_dir
 from promokit.metrics import auc
 from promokit.training.batches import Batch, iterate_batches, n_rows
 from promokit.training.config import TrainConfig
@@ -112,7 +113,7 @@ class Trainer:
 
     def __init__(self, config: TrainConfig | None = None, checkpoint_dir: str | Path | None = None):
         self.config = config or TrainConfig()
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.checkpoint_dir = local_dir(checkpoint_dir, "checkpoint_dir") if checkpoint_dir else None
 
     def fit(self, model: nn.Module, train: Batch, valid: Batch | None = None, resume: bool = False,
             metrics: Mapping[str, Metric] | None = None,

@@ -136,6 +136,7 @@ def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutO
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         cs.set_device(device)
+        from promokit.data.uris import as_path
         from promokit.value.workflows import predict as predict_dataset
 
         prediction = predict_dataset(model, data, out, cs.deferred_executor(executor, address, workers),
@@ -145,7 +146,7 @@ def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutO
         for note in prediction.notes:
             get_console().print(note)
         summary = prediction.summary
-        get_console().print(f"ETV of {summary['users']:,} users × {len(summary['funds'])} funds written to {out}; "
+        get_console().print(f"ETV of {summary['users']:,} users × {len(summary['funds'])} funds written to {as_path(out)}; "
                             f"allocate them with: promokit allocate quota --scores {prediction.scores} --quotas QUOTAS "
                             "--out plan/")
 
