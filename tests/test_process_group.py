@@ -6,8 +6,10 @@ says what is missing in one line."""
 import json
 import os
 import socket
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.distributed as dist
@@ -111,3 +113,65 @@ def test_without_a_group_or_torchrun_the_executor_names_what_is_missing(records,
     assert "\n" not in str(err.value)
     with pytest.raises(DataError, match="^executor: a process-group executor only trains"):
         ProcessGroupExecutor().map(len, [])
+
+
+TORCHRUN_SCRIPT = """
+import sys
+import torch
+import torch.distributed as dist
+from promokit.incentive import IncentiveModel, fit_from_records, prepare_from_records
+from promokit.scale import ProcessGroupExecutor
+from promokit.training import TrainConfig
+
+torch.set_num_threads(1)
+records, out = sys.argv[1], sys.argv[2]
+model = IncentiveModel("gnn-hazard", {params!r}, TrainConfig(**{train!r}), test_fraction=0.2, refit=False)
+prepare_from_records(model, records)
+fit_from_records(model, records + "/train", records + "/valid", executor=ProcessGroupExecutor())
+if dist.get_rank() == 0:
+    model.save(out)
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_trains_from_the_records_artifact_alone(tmp_path):
+    """The documented recipe: records and their artifact written once, the graph's tables then gone, and two
+    torchrun processes train from the records alone, as one process does."""
+    import shutil
+    import subprocess
+    import sys
+
+    from promokit.incentive import prepare_from_records, write_training_records
+    from promokit.scale import LocalExecutor
+
+    synthetic, world = _world()
+    graph = tmp_path / "graph"
+    owner = np.arange(len(synthetic.customers)) % 2
+    part_of = dict(zip(synthetic.customers.customer_id, owner))
+    for name, table in (("customers", synthetic.customers), ("edges", synthetic.edges)):
+        (graph / name).mkdir(parents=True)
+        for k in (0, 1):
+            table[table.customer_id.map(part_of) == k].to_parquet(graph / name / f"part-{k:05d}.parquet", index=False)
+    (graph / "merchants").mkdir()
+    synthetic.merchants.to_parquet(graph / "merchants" / "part-00000.parquet", index=False)
+    model = IncentiveModel("gnn-hazard", PARAMS, TRAIN, test_fraction=0.2, refit=False)
+    write_training_records(model, graph / "customers", graph / "merchants", graph / "edges", tmp_path / "records",
+                           LocalExecutor())
+    shutil.rmtree(graph)  # no process can read the graph's tables now
+    train = {k: getattr(TRAIN, k) for k in ("epochs", "batch_size", "lr", "patience", "monitor", "progress", "seed",
+                                            "device")}
+    (tmp_path / "train.py").write_text(TORCHRUN_SCRIPT.format(params=PARAMS, train=train))
+    run = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2",
+                          "--master_port", str(_free_port()), str(tmp_path / "train.py"), str(tmp_path / "records"),
+                          str(tmp_path / "two")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    one = prepare_from_records(IncentiveModel("gnn-hazard", PARAMS, TRAIN, test_fraction=0.2, refit=False),
+                               tmp_path / "records")
+    fit_from_records(one, tmp_path / "records" / "train", tmp_path / "records" / "valid")
+    two = IncentiveModel.load(tmp_path / "two")
+    recorded = np.concatenate([pd.read_parquet(part, columns=["customer_id"]).customer_id.to_numpy()
+                               for part in (tmp_path / "records").glob("*/part-*.parquet")])
+    labelled = world.labelled_customers
+    rows = labelled[~np.isin(world.customers.customer_id.to_numpy()[labelled], recorded)]  # the test customers
+    auc = {"one": held_out_auc(one, world, rows), "two": held_out_auc(two, world, rows)}
+    assert auc["one"] > 0.7 and abs(auc["two"] - auc["one"]) < 0.03, auc

@@ -15,6 +15,8 @@ _EXPORTS = {
     "RecordSpec": "promokit.incentive.records",
     "write_records": "promokit.incentive.records",
     "fit_from_records": "promokit.incentive.record_training",
+    "write_training_records": "promokit.incentive.parts_training",
+    "prepare_from_records": "promokit.incentive.parts_training",
 }
 
 __all__ = list(_EXPORTS)

@@ -26,6 +26,7 @@ one trained on a table; its held-out nodes are those whose role is test (:meth:`
 
 from __future__ import annotations
 
+import json
 import os
 from functools import partial
 from pathlib import Path
@@ -34,10 +35,13 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
+from promokit.data.io import write_json
 from promokit.data.parts import list_parts, naming, read_part
+from promokit.data.spec import FeatureSpec
 from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, MERCHANT_LABELS, REDEEMED, check_tables
 from promokit.incentive.estimator import HASHED, FitReport, IncentiveModel, validation_fraction
+from promokit.incentive.inputs import InputEncoders
 from promokit.incentive.record_training import fit_from_records
 from promokit.incentive.records import ROLES, RecordSpec, write_records
 from promokit.training.refit import refit_after_selection
@@ -47,43 +51,28 @@ from promokit.training.shards import classify_integers, integer_levels
 CUSTOMER_CONTRACT = (CUSTOMER, LEVEL, REDEEMED)
 
 
+#: What :func:`write_training_records` leaves beside the records: a process that trains from them needs nothing else.
+RECORDS_ARTIFACT = "records.json"
+
+
 def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str | os.PathLike, executor, *,
                 levels=None, types: dict[str, str] | None = None, validation: float | None = None, draws: int = 1,
                 checkpoint_dir: str | os.PathLike | None = None, resume: bool = False) -> dict:
     """Fit ``model`` (a ``gnn`` model) on the graph whose ``customers`` and co-partitioned ``edges`` are parts and
-    whose ``merchants`` are one table or parts (module docstring), on ``executor``, holding out the model's
-    ``test_fraction`` of the labelled customers and validating on the fraction ``validation`` of the rest (None:
-    :meth:`IncentiveModel.fit`'s default); ``draws`` neighbourhood draws of each training customer are written and
-    cycled by epoch; with the model's ``refit`` it is then refit on every labelled node (module docstring, step 4).
-    ``scratch`` (local, removed by the caller) holds the records; ``levels`` and ``types`` as
-    :func:`~promokit.incentive.contract.read_tables` takes them. The parts may be URIs, ``scratch`` and
-    ``checkpoint_dir`` not (a one-line error). Returns the counts (graph, seeds per role, records
-    and their bytes)."""
-    if model.model_params["representation"] != "gnn":
-        raise DataError(f"model {model.model!r} reads no graph, so it trains on the tables read whole "
-                        "(IncentiveModel.fit); over parts, train one of the gnn models")
-    if not isinstance(draws, int) or draws < 1:
-        raise DataError(f"draws must be a whole number ≥ 1, got {draws!r}")
-    scratch = local_dir(scratch, "scratch")
+    whose ``merchants`` are one table or parts (module docstring), on ``executor``: its records written to
+    ``scratch`` (local, removed by the caller) by :func:`write_training_records` (``levels``, ``types``,
+    ``validation`` and ``draws`` as it takes them), then trained from them and, with the model's ``refit``, refit on
+    every labelled node (module docstring, steps 3 and 4). ``checkpoint_dir`` is local (a URI is a one-line error).
+    Returns the counts (graph, seeds per role, records and their bytes)."""
     checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
-    valid_fraction = validation_fraction(validation)
-    grid, customer_spec, merchant_spec, edge_features = _plan(customers, merchants, edges, executor, levels, types)
-    spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model.model_params["fanouts"]),
-                      model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction),
-                      refit=model.refit)
-    written = write_records(customers, merchants, edges, scratch, None, spec, executor, edge_features)
-    seeds = written["seeds"]
-    for role, name in (("train", "training"), ("valid", "validation")):
-        redeemed = written["redeemed"][role]
-        if (role == "train" or valid_fraction) and not 0 < redeemed < seeds[role]:
-            raise DataError(f"customers: the {seeds[role]:,} {name} customers (drawn by id among "
-                            f"{sum(seeds.values()):,} labelled) need redemptions and non-redemptions; label more "
-                            "customers or use other fractions")
-    model.prepare_encoded(grid, customer_spec, merchant_spec, written["encoders"])
+    scratch = local_dir(scratch, "scratch")
+    written = write_training_records(model, customers, merchants, edges, scratch, executor, levels=levels,
+                                     types=types, validation=validation, draws=draws)
+    seeds, valid_fraction = written["seeds"], validation_fraction(validation)
     test_fraction = model.test_fraction
-    training = scratch / "train" if any(spec.holdout) else scratch  # nothing held out: no role folders
-    fit_from_records(model, training, scratch / "valid" if seeds["valid"] else None, executor=executor,
-                     checkpoint_dir=checkpoint_dir, resume=resume)
+    held = test_fraction or valid_fraction
+    fit_from_records(model, scratch / "train" if held else scratch, scratch / "valid" if seeds["valid"] else None,
+                     executor=executor, checkpoint_dir=checkpoint_dir, resume=resume)
     model.test_fraction, model.valid_fraction = test_fraction, valid_fraction
     trained = model.merchants_trained
     model.holdout = {"rule": HASHED, "test_fraction": float(test_fraction), "valid_fraction": valid_fraction,
@@ -93,9 +82,63 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
                      "merchants_trained": trained}
     model.report = FitReport(seeds["train"], seeds["valid"], seeds["test"], model.history)
     refit_after_selection(model, None, None, fit=partial(_fit_on_every_record, model, scratch, executor))
-    return {"customers": written["customers"], "merchants": written["merchants"], "edges": written["edges"],
-            "seeds": seeds, "merchant_seeds": written["merchant_seeds"], "records": written["records"],
-            "bytes": written["bytes"]}
+    return written
+
+
+def write_training_records(model: IncentiveModel, customers, merchants, edges, out: str | os.PathLike, executor, *,
+                           levels=None, types: dict[str, str] | None = None, validation: float | None = None,
+                           draws: int = 1) -> dict:
+    """Steps 1 and 2 of the module docstring for ``model`` (a ``gnn`` model: its fanouts, seed, ``test_fraction``
+    and ``refit``) on ``executor``: the records of the training customers in ``draws`` draws (cycled by epoch) and of
+    the validation customers (the fraction ``validation`` of those not held out; None: :meth:`IncentiveModel.fit`'s
+    default) in ``out/train`` and ``out/valid`` (all in ``out`` when nothing is held out), and with ``refit`` every
+    labelled node's in ``out/test`` too; ``levels`` and ``types`` as :func:`~promokit.incentive.contract.read_tables`
+    takes them. Beside them, ``out/records.json`` holds the value list, the feature specs and the encoders, which
+    :func:`prepare_from_records` gives a model: a process (a torchrun rank, a Ray worker) then trains from ``out``
+    alone with :func:`~promokit.incentive.record_training.fit_from_records`, reading no graph table. ``model`` is
+    prepared with them. ``out`` is local (a URI is a one-line error). Returns the counts (graph, seeds per role,
+    records and their bytes)."""
+    if model.model_params["representation"] != "gnn":
+        raise DataError(f"model {model.model_name!r} reads no graph, so it trains on the tables read whole "
+                        "(IncentiveModel.fit); over parts, train one of the gnn models")
+    if not isinstance(draws, int) or draws < 1:
+        raise DataError(f"draws must be a whole number ≥ 1, got {draws!r}")
+    out = local_dir(out, "out")
+    valid_fraction = validation_fraction(validation)
+    grid, customer_spec, merchant_spec, edge_features = _plan(customers, merchants, edges, executor, levels, types)
+    spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model.model_params["fanouts"]),
+                      model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction),
+                      refit=model.refit)
+    written = write_records(customers, merchants, edges, out, None, spec, executor, edge_features)
+    seeds = written["seeds"]
+    for role, name in (("train", "training"), ("valid", "validation")):
+        redeemed = written["redeemed"][role]
+        if (role == "train" or valid_fraction) and not 0 < redeemed < seeds[role]:
+            raise DataError(f"customers: the {seeds[role]:,} {name} customers (drawn by id among "
+                            f"{sum(seeds.values()):,} labelled) need redemptions and non-redemptions; label more "
+                            "customers or use other fractions")
+    model.prepare_encoded(grid, customer_spec, merchant_spec, written["encoders"])
+    write_json({"levels": [float(v) for v in grid], "customer_spec": customer_spec.to_dict(),
+                "merchant_spec": merchant_spec.to_dict(), "encoders": written["encoders"].to_dict(),
+                "fanouts": list(spec.fanouts), "draws": list(spec.draws), "seed": spec.seed,
+                "holdout": list(spec.holdout), "seeds": seeds}, out / RECORDS_ARTIFACT)
+    return {key: written[key] for key in ("customers", "merchants", "edges", "seeds", "merchant_seeds", "records",
+                                          "bytes")}
+
+
+def prepare_from_records(model: IncentiveModel, records: str | os.PathLike) -> IncentiveModel:
+    """``model`` prepared (:meth:`IncentiveModel.prepare_encoded`) with the value list, feature specs and encoders
+    that :func:`write_training_records` wrote the records in the folder ``records`` with (its ``records.json``),
+    reading no graph table: the step before :func:`~promokit.incentive.record_training.fit_from_records` in a
+    process that holds only the records. Returns ``model``."""
+    path = local_dir(records, "records") / RECORDS_ARTIFACT
+    if not path.is_file():
+        raise DataError(f"records: no {RECORDS_ARTIFACT} in {records}; write the records with "
+                        "promokit.incentive.write_training_records")
+    artifact = json.loads(path.read_text())
+    return model.prepare_encoded(artifact["levels"], FeatureSpec.from_dict(artifact["customer_spec"]),
+                                 FeatureSpec.from_dict(artifact["merchant_spec"]),
+                                 InputEncoders.from_dict(artifact["encoders"]))
 
 
 def _fit_on_every_record(selected: IncentiveModel, records: Path, executor, twin: IncentiveModel) -> None:
