@@ -113,3 +113,35 @@ def test_a_voucher_model_records_its_training_sessions_users(tmp_path):
     VoucherModel("lr", None, ONE_EPOCH).fit(world.tables, rows=split.train, validation=split.valid).save(tmp_path / "model")
     assert np.array_equal(read_training_ids(tmp_path / "model"),
                           id_hashes(sessions["user_id"].to_numpy()[split.train]))
+
+
+@pytest.mark.parametrize("domain", ["conversion", "voucher", "incentive", "value"])
+def test_a_model_loaded_and_saved_again_keeps_every_file(domain, request, tmp_path):
+    """history.json and training_ids.npy too: policy evaluate --model warns of training subjects from them."""
+    import warnings
+
+    from promokit.value.estimator import ValueModel
+    from promokit.voucher.estimator import VoucherModel
+
+    quiet = {"progress": False}
+    model, data = {"conversion": (ConversionModel("lr", train=quiet), "impressions"),
+                   "voucher": (VoucherModel("lr", train=quiet), "voucher_tables"),
+                   "incentive": (IncentiveModel("lr", train=quiet), "incentive_tables"),
+                   "value": (ValueModel("hurdle", {"n_trees": 20}, quiet), "value_tables")}[domain]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.fit(request.getfixturevalue(data)).save(tmp_path / "first")
+    type(model).load(tmp_path / "first").save(tmp_path / "again")
+    files = {p.name for p in (tmp_path / "first").iterdir()}
+    assert {"history.json", "training_ids.npy"} <= files
+    assert {p.name for p in (tmp_path / "again").iterdir()} == files
+    for name in ("history.json", "training_ids.npy"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "first" / name).read_bytes()
+
+
+def test_an_id_hashes_as_its_text_whatever_its_type():
+    """Numbers are hashed once per distinct value, as the text they read as: 17 and "17" are one id."""
+    numbers = np.array([17, 3, 17, 3, 250], dtype=np.int32)
+    assert np.array_equal(id_hashes(numbers), id_hashes(["3", "17", "250"]))
+    assert np.array_equal(id_hashes(numbers), id_hashes(np.array([17, "3", 250], dtype=object)))
+    assert len(id_hashes(numbers)) == 3

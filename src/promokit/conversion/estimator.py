@@ -52,6 +52,7 @@ from promokit.training import (
     load_weights,
     read_json,
     read_model_config,
+    read_training_ids,
     write_model_dir,
 )
 from promokit.training.estimator import (
@@ -633,6 +634,7 @@ class ConversionModel(Estimator):
                     # directories written before the hold-out was kept held nothing out
                     (config.get("holdout") or {}).get("test_fraction", 0.0), config.get("refit", False))
         model.holdout = config.get("holdout")
+        model.report.history, model.training_ids = History.read(path), read_training_ids(path)
         model.feature_spec = model.declared_spec  # the saved spec was resolved when the model was fitted
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)

@@ -34,6 +34,7 @@ from promokit.training import (
     read_json,
     load_weights,
     read_model_config,
+    read_training_ids,
     seed_everything,
     write_model_dir,
 )
@@ -620,6 +621,7 @@ class IncentiveModel(Estimator):
         model.graph = config.get("graph", "none" if model.customers_only else "merchants")
         model.item_spec = None if config.get("item_spec") is None else FeatureSpec.from_dict(config["item_spec"])
         model.valid_fraction, model.holdout = holdout["valid_fraction"], holdout
+        model.history, model.training_ids = History.read(path), read_training_ids(path)
         model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
         model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
         model.recalibration = read_recalibration(path)

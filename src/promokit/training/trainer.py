@@ -22,6 +22,7 @@ best weights, stops early and checkpoints each epoch, whatever the batches' sour
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -89,6 +90,12 @@ class History:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def read(cls, model_dir: str | Path) -> History | None:
+        """The history a model directory keeps (``history.json``), or None where it keeps none."""
+        path = Path(model_dir) / "history.json"
+        return cls(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
 
     def summary(self) -> str:
         """One line for a terminal, e.g. ``early_stopping after 5 epochs; best validation auc 0.71234 at epoch 3``."""

@@ -32,6 +32,7 @@ from promokit.training import (
     load_weights,
     read_json,
     read_model_config,
+    read_training_ids,
     write_model_dir,
 )
 from promokit.training.device import resolve_device, running_on, to_cpu, to_device
@@ -666,6 +667,7 @@ class ValueModel(Estimator):
                     refit=config.get("refit", False))  # directories written before the refit were not refit
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.holdout = holdout
+        model.history, model.training_ids = History.read(path), read_training_ids(path)
         model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
         model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
         model.recalibration = read_recalibration(path)

@@ -33,6 +33,7 @@ from promokit.training import (
     load_weights,
     read_json,
     read_model_config,
+    read_training_ids,
     take,
     write_model_dir,
 )
@@ -675,6 +676,7 @@ class VoucherModel(Estimator):
                     TrainConfig.loaded(config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
                     holdout.get("test_from"), config["spec"].get("allow_leaky") or None, config.get("refit", False))
         model.holdout, model.labels = config.get("holdout"), config.get("labels")
+        model.report.history, model.training_ids = History.read(path), read_training_ids(path)
         model.feature_spec = FeatureSpec.from_dict(config["spec"])
         model.recalibration = read_recalibration(path)
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
