@@ -77,6 +77,18 @@ def test_resume_continues_exactly_where_it_stopped(tmp_path):
         torch.testing.assert_close(pa, pb)
 
 
+def test_resume_without_a_checkpoint_says_so_and_starts_at_epoch_one(tmp_path):
+    config = TrainConfig(epochs=2, batch_size=100, lr=0.05, progress=False, patience=10)
+    fresh, _ = _fit(config)
+    with pytest.warns(UserWarning, match=rf"^resume: no checkpoint in {tmp_path}; training starts at epoch 1$"):
+        resumed, history = _fit(config, checkpoint_dir=tmp_path, resume=True)
+    assert [e["epoch"] for e in history.epochs] == [0, 1]
+    for pa, pb in zip(fresh.parameters(), resumed.parameters()):
+        torch.testing.assert_close(pa, pb)
+    with pytest.warns(UserWarning, match=r"^resume: no checkpoint without a checkpoint_dir; training starts"):
+        _fit(config, resume=True)
+
+
 def test_interrupt_keeps_the_best_model_so_far(tmp_path):
     class Interrupting(Logistic):
         calls = 0

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from promokit.data.io import atomic_path
-from promokit.training.trainer import CHECKPOINT, latest_state
+from promokit.training.trainer import CHECKPOINT, resumed_state
 
 
 class ProcessGroupComm:
@@ -65,7 +65,7 @@ class ProcessGroupComm:
         return box[0]
 
     def load(self) -> dict | None:
-        return latest_state(self.checkpoint_dir) if self.resume and self.checkpoint_dir is not None else None
+        return resumed_state(self.checkpoint_dir, self.resume)
 
     def save(self, state: Callable[[], dict], record: dict) -> None:
         if self.rank == 0 and self.checkpoint_dir is not None:

@@ -25,6 +25,7 @@ import contextlib
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -220,12 +221,24 @@ class LocalComm:
         return obj
 
     def load(self) -> dict | None:
-        return latest_state(self.checkpoint_dir) if self.resume and self.checkpoint_dir is not None else None
+        return resumed_state(self.checkpoint_dir, self.resume)
 
     def save(self, state: Callable[[], dict], record: dict) -> None:
         if self.checkpoint_dir is not None:
             with atomic_path(self.checkpoint_dir / CHECKPOINT) as tmp:
                 torch.save(state(), tmp)
+
+
+def resumed_state(folder: Path | None, resume: bool) -> dict | None:
+    """What a run continues from: with ``resume``, the latest checkpoint under ``folder`` (:func:`latest_state`).
+    Asked to resume where there is none (or no folder), it warns in one line and the run starts at epoch 1."""
+    if not resume:
+        return None
+    state = None if folder is None else latest_state(folder)
+    if state is None:
+        where = f"in {folder}" if folder is not None else "without a checkpoint_dir"
+        warnings.warn(f"resume: no checkpoint {where}; training starts at epoch 1", stacklevel=2)
+    return state
 
 
 def latest_state(folder: Path) -> dict | None:
