@@ -158,13 +158,14 @@ def test_torchrun_trains_from_the_records_artifact_alone(tmp_path):
     write_training_records(model, graph / "customers", graph / "merchants", graph / "edges", tmp_path / "records",
                            LocalExecutor())
     shutil.rmtree(graph)  # no process can read the graph's tables now
-    train = {k: getattr(TRAIN, k) for k in ("epochs", "batch_size", "lr", "patience", "monitor", "progress", "seed",
-                                            "device")}
+    train = {**{k: getattr(TRAIN, k) for k in ("epochs", "batch_size", "lr", "patience", "monitor", "seed", "device")},
+             "progress": True}
     (tmp_path / "train.py").write_text(TORCHRUN_SCRIPT.format(params=PARAMS, train=train))
     run = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2",
                           "--master_port", str(_free_port()), str(tmp_path / "train.py"), str(tmp_path / "records"),
                           str(tmp_path / "two")], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
+    assert [run.stdout.count(f"epoch {e}/3: ") for e in (1, 2, 3)] == [1, 1, 1], run.stdout  # rank 0's lines
     one = prepare_from_records(IncentiveModel("gnn-hazard", PARAMS, TRAIN, test_fraction=0.2, refit=False),
                                tmp_path / "records")
     fit_from_records(one, tmp_path / "records" / "train", tmp_path / "records" / "valid")

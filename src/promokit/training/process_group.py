@@ -23,14 +23,14 @@ from promokit.training.trainer import CHECKPOINT, resumed_state
 
 class ProcessGroupComm:
     """Worker ``torch.distributed.get_rank()`` of ``get_world_size()`` on ``device`` (its GPU, or the CPU), with its
-    checkpoint in ``checkpoint_dir`` (None: none), continued from with ``resume``."""
-
-    interactive = False
+    checkpoint in ``checkpoint_dir`` (None: none), continued from with ``resume``. Rank 0 shows the progress (a line
+    per epoch in a launcher's log); the others train silently."""
 
     def __init__(self, device: torch.device, checkpoint_dir: Path | None = None, resume: bool = False):
         import torch.distributed as dist
 
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.interactive = self.rank == 0
         self.device = device
         self.checkpoint_dir, self.resume = checkpoint_dir, resume
         if device.type == "cuda":
