@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -67,6 +68,7 @@ def test_train_predict_evaluate_round_trip(tmp_path, paths):
     assert "auc" in report and "gauc" in report
     held_out = json.loads((model_dir / "config.json").read_text())["holdout"]["held_out"]
     assert json.loads((tmp_path / "eval" / "report.json").read_text())["metrics"]["n"] == held_out > 0
+    assert f"| n | {held_out} |" in report and re.search(r"\| gauc_groups \| \d+ \|", report)  # counts as counts
 
 
 def test_label_maps_the_redeemed_column_and_the_error_names_the_option(tmp_path, paths):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 import shutil
 import warnings
 from contextlib import contextmanager
@@ -343,7 +344,8 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
 
     from promokit.report import Report
 
-    frame = pd.DataFrame({"metric": list(metrics), "value": [float(v) for v in metrics.values()]})
+    values = [int(v) if isinstance(v, numbers.Integral) else float(v) for v in metrics.values()]
+    frame = pd.DataFrame({"metric": list(metrics), "value": pd.Series(values, dtype=object)})
     tables = tables or {}
     report = Report(title, data={"model": model_name, "metrics": metrics,
                                  **{name: table.to_dict(orient="records") for name, table in tables.items()}})
