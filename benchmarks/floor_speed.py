@@ -4,16 +4,25 @@ fit wall time and AUC on later rows.
 Both learn from the same rows and are scored on the same later rows (conversion: KuaiRand-Pure's shared days, fitted
 on 04-25 … 04-29 and scored on 04-30, the click over every impression and the follow over the clicked ones, one
 regression each; voucher: AmExpert 2019, fitted on every session before the latest 10 % by collection time and
-scored on those). ``lr`` is timed whole — encoding, the L2 search on its validation rows (the latest 10 %), the
-solves — with every default (the refit on every row at the chosen strength) and as selected (``refit=False``).
-(``solves only``: the selected fit's L2 search alone, its solves' seconds summed.) scikit-learn is given the design
-``lr`` built (:func:`promokit.training.logistic.design_matrix`, in float64 as a
-one-hot encoder gives it) and timed on its fit alone: ``LogisticRegression()`` with its defaults (lbfgs, C = 1, 100
-iterations, which stop short of the optimum on these designs) and converged (``max_iter=1000``).
+scored on those; incentive: the synthetic incentive world's default size, 15 % of its customers drawn at random
+left unlabelled in the fit and scored, AUC_c of the redemption at the offered value). ``lr`` is timed whole —
+encoding, the leak guard, the L2 search on its validation rows, the solves — with every default (the refit on every
+row at the chosen strength) and as selected (``refit=False``). (``solves only``: the selected fit's L2 search alone,
+its solves' seconds summed.) scikit-learn is given the design ``lr`` built
+(:func:`promokit.training.logistic.design_matrix`, in float64 as a one-hot encoder gives it; for the incentive
+customers, the floor's customer design beside the offered value one-hot) and timed on its fit alone, on one BLAS
+thread as ``lr`` runs (with the default threads, a busy 2-core machine made its fits ten times slower):
+``LogisticRegression()`` with its defaults (lbfgs, C = 1, 100 iterations, which stop short of the optimum on these
+designs) and converged (``max_iter=1000``). The incentive ``lr`` also solves the merchants' head, which scikit-learn
+has no counterpart for; it is in ``lr``'s seconds. Every fit runs once untimed, then once in each of ``--repeats``
+rounds (a change of the machine's load falls on all of them alike); the medians are printed.
+
+The value domain's floor (``hurdle``) is gradient-boosted trees (LightGBM), not a logistic regression: no
+``LogisticRegression`` reference applies to it.
 
 Usage::
 
-    .venv/bin/python benchmarks/floor_speed.py [--domains conversion,voucher] [--repeats 3]
+    .venv/bin/python benchmarks/floor_speed.py [--domains conversion,voucher,incentive] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import pandas as pd
 import torch
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
 
 from promokit.metrics import auc
 from promokit.training.logistic import design_matrix
@@ -67,6 +77,7 @@ def conversion():
 
 
 def voucher():
+    """:func:`conversion`'s triple for AmExpert 2019."""
     from promokit.voucher.amexpert import load_amexpert
     from promokit.voucher.estimator import VoucherModel
 
@@ -88,57 +99,95 @@ def voucher():
     return "voucher (AmExpert 2019)", fit, tasks
 
 
-DOMAINS = {"conversion": conversion, "voucher": voucher}
+def incentive():
+    """:func:`conversion`'s triple for the synthetic incentive world's customers (the scores: f_c at the offered
+    value)."""
+    import scipy.sparse as sp
+
+    from promokit.experiments.incentive.world import make_world
+    from promokit.incentive.contract import check_tables
+    from promokit.incentive.estimator import IncentiveModel, labelled_rows, node_split
+    from promokit.incentive.models.linear import _rows
+
+    world = make_world()
+    later = node_split(len(world.customers), len(world.merchants), 0.15, seed=0).test_customers
+    known = np.setdiff1d(np.arange(len(world.customers)), later)
+    blank = world.customers.copy()
+    blank.loc[later, ["level", "redeemed"]] = np.nan
+    tables, whole = (check_tables(c, world.merchants, world.edges) for c in (blank, world.customers))
+
+    def fit(refit):
+        return IncentiveModel("lr", train=QUIET, test_fraction=0.0, refit=refit).fit(tables)
+
+    def tasks(model):
+        def design(customers):
+            x, level, y = _rows(model.net, labelled_rows(whole, customers, np.empty(0, dtype=np.int64)), "customers")
+            offered = sp.csr_matrix(np.eye(len(world.levels))[level])
+            return sp.hstack([x, offered], format="csr").astype(np.float64), y
+
+        curves = model.responses(whole).customers[later]
+        ours = curves[np.arange(len(later)), whole.customer_level[later]]
+        return [("redeemed", *design(known), *design(later), ours)]
+
+    return "incentive (synthetic world)", fit, tasks
 
 
-def timed(fit, repeats: int):
-    """The last fit and the median of ``repeats`` wall times."""
-    seconds = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        fitted = fit()
-        seconds.append(time.perf_counter() - began)
-    return fitted, float(np.median(seconds))
+DOMAINS = {"conversion": conversion, "voucher": voucher, "incentive": incentive}
+
+
+#: scikit-learn's fits: its defaults, and converged
+KINDS = {"sklearn default": 100, "sklearn converged": 1000}
 
 
 def sklearn_fit(x, y, max_iter):
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), threadpool_limits(1, user_api="blas"):
         warnings.simplefilter("ignore", category=ConvergenceWarning)
         return LogisticRegression(max_iter=max_iter).fit(x, y)
+
+
+def measure(fit, tasks, repeats: int) -> tuple[dict[str, float], dict[tuple[str, str], float], float]:
+    """The median wall seconds of each fit over ``repeats`` rounds, every fit once a round so that a change of the
+    machine's load falls on all of them alike (after one untimed round); the AUC on the later rows of each fit and
+    label; and the selected fit's solves, in seconds."""
+    designs = tasks(fit(True))
+    runs = {"lr": lambda: fit(True), "lr selected": lambda: fit(False),
+            **{kind: (lambda max_iter=max_iter: [sklearn_fit(x, y, max_iter) for _, x, y, *_ in designs])
+               for kind, max_iter in KINDS.items()}}
+    seconds, last = {who: [] for who in runs}, {}
+    for round_ in range(repeats + 1):
+        for who, run in runs.items():
+            began = time.perf_counter()
+            last[who] = run()
+            if round_:
+                seconds[who].append(time.perf_counter() - began)
+    aucs = {}
+    for who in ("lr", "lr selected"):
+        aucs.update({(who, label): auc(y_later, ours) for label, *_, y_later, ours in tasks(last[who])})
+    for kind in KINDS:
+        aucs.update({(kind, label): auc(y_later, model.decision_function(x_later))
+                     for (label, _, _, x_later, y_later, _), model in zip(designs, last[kind])})
+    solves = sum(r.get("seconds", 0.0) for r in last["lr selected"].report.history.epochs)
+    return {who: float(np.median(times)) for who, times in seconds.items()}, aucs, solves
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--domains", default=",".join(DOMAINS))
-    parser.add_argument("--repeats", type=int, default=3, help="timings per fit; the median is reported")
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds; the median is reported")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     print(f"load average {os.getloadavg()[0]:.1f}; torch threads {torch.get_num_threads()}")
     rows = []
     for domain in args.domains.split(","):
         name, fit, tasks = DOMAINS[domain]()
-        models, seconds = {}, {}
-        for refit in (True, False):
-            models[refit], seconds[refit] = timed(lambda: fit(refit), args.repeats)
-        kinds = {"sklearn default": 100, "sklearn converged": 1000}
-        fitted = {kind: 0.0 for kind in kinds}
-        aucs = {}
-        for refit in (True, False):
-            for label, x, y, x_later, y_later, ours in tasks(models[refit]):
-                aucs[("lr" if refit else "lr selected", label)] = auc(y_later, ours)
-                if not refit:
-                    continue
-                for kind, max_iter in kinds.items():
-                    model, took = timed(lambda: sklearn_fit(x, y, max_iter), args.repeats)
-                    fitted[kind] += took
-                    aucs[(kind, label)] = auc(y_later, model.decision_function(x_later))
+        seconds, aucs, solves = measure(fit, tasks, args.repeats)
         labels = sorted({label for _, label in aucs}, key=lambda v: v != "click")
-        solves = sum(r.get("seconds", 0.0) for r in models[False].report.history.epochs)
+        seconds = {"lr": seconds["lr"], "lr selected": seconds["lr selected"], "lr selected, solves only": solves,
+                   **{kind: seconds[kind] for kind in KINDS}}
         aucs.update({("lr selected, solves only", label): aucs[("lr selected", label)] for label in labels})
-        for who, s in (("lr", seconds[True]), ("lr selected", seconds[False]), ("lr selected, solves only", solves),
-                       *fitted.items()):
-            rows.append({"domain": name, "fit": who, "seconds": s,
-                         **{f"× {kind}": s / fitted[kind] for kind in kinds},
+        for who, took in seconds.items():
+            rows.append({"domain": name, "fit": who, "seconds": took,
+                         **{f"× {kind}": took / seconds[kind] for kind in KINDS},
                          **{f"{label} AUC": aucs[(who, label)] for label in labels}})
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}"), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")

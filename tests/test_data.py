@@ -161,6 +161,19 @@ def test_category_encoder_maps_unseen_and_missing_to_oov():
     assert CategoryEncoder.from_dict(enc.to_dict()).transform(pd.Series([2, 5])).tolist() == [2, 0]
 
 
+@pytest.mark.parametrize("dtype", ["int64", "uint16", "Int64", "object", "str", "string[pyarrow]"])
+def test_category_encoder_codes_whatever_the_column_dtype(dtype):
+    """The fast paths (NumPy integers looked up as they are, text made canonical once per distinct value) code every
+    value as the canonical one does, a missing value and a number written as text included."""
+    values = pd.Series([3, 17, 5, 17, 3, 99, 3])
+    column = values.astype(dtype) if dtype in ("int64", "uint16", "Int64") else values.astype(str).astype(dtype)
+    if dtype not in ("int64", "uint16"):
+        column.iloc[5] = None  # missing, where the dtype allows it; else 99, unseen: OOV either way
+    numbers, text = CategoryEncoder([17, 3, 5], "int"), CategoryEncoder(["3", "5", "17"], "str")
+    assert numbers.transform(column).tolist() == [2, 1, 3, 1, 2, 0, 2]
+    assert text.transform(column).tolist() == [1, 3, 2, 3, 1, 0, 1]
+
+
 def test_category_encoder_min_count_sends_rare_values_to_oov():
     enc = CategoryEncoder.fit(pd.Series(["a", "a", "b"]), min_count=2)
     assert enc.transform(pd.Series(["a", "b"])).tolist() == [1, 0]

@@ -11,7 +11,7 @@ from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, labelled_rows
 from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective
-from promokit.training.logistic import L2_GRID, prior_l2
+from promokit.training.logistic import L2_GRID, TOLERANCE, prior_l2
 
 
 def _theta_customers(net) -> np.ndarray:
@@ -62,7 +62,8 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
             ("customers", customer_objective, _theta_customers(net), levels.width.double().numpy()),
             ("merchants", merchant_objective, _theta_merchants(net), levels.scaled.double().numpy())):
         value, grad = objective(theta, *_rows(net, train, side), extra, chosen[side])
-        assert np.abs(grad).max() < 1e-5, side  # the weights are float32: the solver's 1e-8 is rounded
+        # solved to the floors' tolerance; the weights are float32, which rounds the gradient by about 1e-5
+        assert np.abs(grad).max() < min(1e-4, TOLERANCE * chosen[side]) + 1e-5, side
         assert np.isfinite(value)
 
 

@@ -10,7 +10,8 @@ import pytest
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec
-from promokit.data.leakage import LEAK_AUC, SUSPECT_AUC, Leak, feature_auc, find_leaks, leak_warning
+from promokit.data.leakage import LEAK_AUC, SUSPECT_AUC, Leak, _level_auc, feature_auc, find_leaks, leak_warning
+from promokit.metrics import auc
 from promokit.training import TrainConfig
 
 SMOKE = Path(__file__).resolve().parents[2] / "shared" / "data" / "kuairand_pure" / "kuairand_pure_smoke_2000.parquet"
@@ -47,6 +48,18 @@ def test_a_categorical_leak_fires_by_its_levels_label_rate_and_ids_with_few_rows
     ids = pd.Series(rng.integers(0, 5_000, len(y)))  # 4 rows per id: memorised on its rows, AUC 1 there
     assert feature_auc(ids, y, categorical=True) < 0.6
     assert feature_auc(pd.Series(-y + rng.normal(0, 0.01, len(y))), y, categorical=False) > 0.99  # either direction
+
+
+def test_a_levels_auc_counted_by_level_is_the_auc_of_its_rows():
+    """The guard scores a categorical column from each level's counts: the same AUC as ranking its rows, ties
+    (levels of equal rate, rows of one level) counted 1/2."""
+    rng = np.random.default_rng(4)
+    rate = np.round(rng.random(30), 1)  # 30 levels, many sharing a rate
+    codes = rng.integers(0, 30, 5000)
+    y = (rng.random(5000) < rate[codes]).astype(float)
+    positives = np.bincount(codes, weights=y, minlength=30)
+    negatives = np.bincount(codes, minlength=30) - positives
+    assert _level_auc(rate, positives, negatives) == pytest.approx(auc(y, rate[codes]), abs=1e-12)
 
 
 def _rare(n: int = 2000, positives: int = 5) -> tuple[pd.DataFrame, np.ndarray]:

@@ -9,7 +9,7 @@ from promokit.conversion import ConversionModel
 from promokit.nn import LinearLogit
 from promokit.training import fit_logistic
 from promokit.metrics import auc
-from promokit.training.logistic import L2_GRID, design_matrix, prior_l2, search_l2
+from promokit.training.logistic import L2_GRID, Logloss, _logits, design_matrix, newton_cg, prior_l2, search_l2
 
 
 def _data(n, seed, cards=(6, 4)):
@@ -38,6 +38,37 @@ def test_fit_logistic_reaches_the_scikit_learn_optimum():
         design_matrix(cat, num, [6, 4]), y.numpy())
     ours = torch.sigmoid(model(cat, num)).detach().numpy()
     np.testing.assert_allclose(ours, reference.predict_proba(design_matrix(cat, num, [6, 4]))[:, 1], atol=2e-3)
+
+
+_HESSIAN = Logloss.hessian_product  # unpatched, for counting its calls
+
+
+def test_newton_cg_reaches_the_optimum_at_a_weak_strength_in_few_hessian_products(monkeypatch):
+    """At a weak strength only the penalty curves along "a field's weights up, the intercept down"; the
+    preconditioner's correction on those directions halves the Hessian products the solve needs (83 without it)."""
+    cat, num, y = _data(3000, 2, cards=(40, 12, 5))
+    x = design_matrix(cat, num, [40, 12, 5])
+    loss = Logloss(x, y.numpy(), [40, 12, 5])
+    products = []
+    monkeypatch.setattr(Logloss, "hessian_product", lambda self, *a: products.append(1) or _HESSIAN(self, *a))
+    theta = newton_cg(loss, 1e-6, 1e-8)
+    gradient, _ = loss.gradient(_logits(x, theta), theta, 1e-6)
+    assert np.abs(gradient).max() <= 1e-8 and len(products) < 60
+    reference = LogisticRegression(C=1 / (3000 * 1e-6), tol=1e-12, max_iter=100_000).fit(x.astype(np.float64), y)
+    np.testing.assert_allclose(_logits(x, theta), reference.decision_function(x), atol=1e-3)
+
+
+def test_the_design_stores_every_numeric_entry_zeros_too():
+    x = design_matrix(torch.tensor([[1], [0]]), torch.tensor([[0.0, 2.0], [0.0, 0.0]]), [3])
+    assert x.nnz == 6 and x.toarray().tolist() == [[0, 1, 0, 0, 2], [1, 0, 0, 0, 0]]
+
+
+def test_a_given_strength_is_solved_once_and_must_be_positive():
+    train, valid = _data(300, 0), _data(300, 1)
+    path = fit_logistic(LinearLogit([6, 4], 2), *train, valid=valid, l2=1e-3)
+    assert [(r["l2"], r["chosen"]) for r in path] == [(1e-3, True)]
+    with pytest.raises(ValueError, match="must be > 0"):
+        fit_logistic(LinearLogit([6, 4], 2), *train, l2=0.0)
 
 
 def test_fit_logistic_finds_the_grid_strength_with_the_best_validation_auc():

@@ -66,6 +66,13 @@ class CategoryEncoder:
         return len(self.vocabulary) + 1
 
     def transform(self, series: pd.Series) -> np.ndarray:
+        """The code of each value: its position in the vocabulary + 1, or :data:`OOV` (missing values too)."""
+        if self.kind == "int" and _plain_integers(series):
+            return self._index.get_indexer(series.to_numpy()).astype(np.int64) + 1
+        if isinstance(series.dtype, pd.StringDtype):  # text: each distinct value made canonical and looked up once
+            codes, distinct = pd.factorize(series)
+            found = np.append(self._index.get_indexer(_canonical(pd.Series(distinct), self.kind)) + 1, OOV)
+            return found[codes].astype(np.int64)
         return self._index.get_indexer(_canonical(series, self.kind)).astype(np.int64) + 1
 
     def to_dict(self) -> dict:
@@ -74,6 +81,12 @@ class CategoryEncoder:
     @classmethod
     def from_dict(cls, data: dict) -> CategoryEncoder:
         return cls(data["vocabulary"], data["kind"])
+
+
+def _plain_integers(series: pd.Series) -> bool:
+    """Whether ``series`` holds NumPy integers that int64 holds: canonical already (no missing value), and looked up
+    three times faster as they are than as pandas' nullable integers."""
+    return isinstance(series.dtype, np.dtype) and series.dtype.kind in "iu" and np.can_cast(series.dtype, np.int64)
 
 
 def _canonical(series: pd.Series, kind: str) -> pd.Series:

@@ -10,7 +10,10 @@ import pandas as pd
 def id_hashes(ids) -> np.ndarray:
     """The sorted distinct 64-bit hashes of ``ids`` read as text (``17`` and ``"17"`` are one id), stable across
     processes and machines (pandas' ``hash_pandas_object``, whose key is fixed)."""
-    text = pd.Series(np.asarray(ids, dtype=object)).astype(str)
+    values = np.asarray(ids)
+    if values.dtype.kind in "iu":  # each distinct number read as text once
+        values = pd.unique(values)
+    text = pd.Series(np.asarray(values, dtype=object)).astype(str)
     return np.unique(pd.util.hash_pandas_object(text, index=False).to_numpy())
 
 

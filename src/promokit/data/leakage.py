@@ -71,14 +71,8 @@ def feature_auc(values: pd.Series, y: np.ndarray, categorical: bool, rng: np.ran
     label rate learnt on a random half and scored on the other half for a ``categorical`` one. When the rows scored
     hold fewer than :data:`MIN_CLASS_ROWS` of a class, :func:`separation_auc` on every row; NaN when ``y`` holds a
     single class."""
-    y = np.asarray(y, dtype=np.float64)
-    if categorical:
-        scores, scored = _half_encoded(values, y, rng or np.random.default_rng(_SEED))
-    else:
-        scores, scored = _ranks(values), y
-    if _minority(scored) < MIN_CLASS_ROWS:
-        return separation_auc(values, y, categorical)
-    return _better_auc(scored, scores)
+    return _judged_auc(_key(values, categorical), np.asarray(y, dtype=np.float64), categorical,
+                       rng or np.random.default_rng(_SEED))
 
 
 def separation_auc(values: pd.Series, y: np.ndarray, categorical: bool) -> float:
@@ -87,18 +81,49 @@ def separation_auc(values: pd.Series, y: np.ndarray, categorical: bool) -> float
     :data:`SEPARATION_AUC`; only when a random draw of the classes would separate them as well with a chance under
     :data:`SEPARATION_CHANCE` (so an id with a row per level is no separator). NaN otherwise, and when ``y`` holds a
     single class."""
-    y = np.asarray(y, dtype=np.float64)
+    return _separation(_key(values, categorical), np.asarray(y, dtype=np.float64), categorical)
+
+
+def _key(values: pd.Series, categorical: bool) -> np.ndarray:
+    """What the guard reads of a column: its levels' codes (``categorical``), or the codes of its values in
+    increasing order, missing values first. Taken at some rows, either judges the column on those rows as the
+    column itself would, so :func:`find_leaks` computes it once per column."""
+    if categorical:
+        return pd.factorize(values, use_na_sentinel=False)[0]
+    numbers = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
+    return numbers.rank(method="dense", na_option="top").to_numpy(dtype=np.int64) - 1
+
+
+def _judged_auc(key: np.ndarray, y: np.ndarray, categorical: bool, rng: np.random.Generator) -> float:
+    """:func:`feature_auc` of the column whose :func:`_key` is ``key``: counted by level (:func:`_level_auc`), the
+    numeric column's values scoring as themselves, the categorical column's levels by their rate on the half learnt."""
+    if not categorical:
+        if _minority(y) < MIN_CLASS_ROWS:
+            return _separation(key, y, categorical)
+        negatives, positives = _class_counts(key, y, _size(key)).T
+        value = _level_auc(np.arange(len(positives)), positives, negatives)
+        return max(value, 1.0 - value)
+    learn = rng.random(len(y)) < 0.5
+    counts = _class_counts(2 * key + learn, y, 2 * _size(key)).reshape(-1, 2, 2)  # level, half, class
+    scored, learnt = counts[:, 0], counts[:, 1]
+    if scored.sum(axis=0).min() < MIN_CLASS_ROWS:
+        return _separation(key, y, categorical)
+    value = _level_auc(_rates(learnt.sum(axis=1), learnt[:, 1]), scored[:, 1], scored[:, 0])
+    return max(value, 1.0 - value)
+
+
+def _separation(key: np.ndarray, y: np.ndarray, categorical: bool) -> float:
+    """:func:`separation_auc` of the column whose :func:`_key` is ``key``."""
     minority = _minority(y)
     if minority == 0:
         return float("nan")
     if categorical:
-        codes = pd.factorize(values, use_na_sentinel=False)[0]
-        rows, hits = np.bincount(codes), np.bincount(codes, weights=y)
+        rows, hits = np.bincount(key), np.bincount(key, weights=y)
         if not np.all((hits == 0) | (hits == rows)):
             return float("nan")
-        value, chance = 1.0, _purity_chance(rows, minority)
+        value, chance = 1.0, _purity_chance(rows[rows > 0], minority)
     else:
-        value = _better_auc(y, _ranks(values))
+        value = _better_auc(y, key)
         if value < SEPARATION_AUC:
             return float("nan")
         chance = _order_chance(value, minority, len(y))
@@ -123,20 +148,30 @@ def _order_chance(value: float, k: int, n: int) -> float:
     return 2 * comb(k + discordant, k) / comb(n, k)
 
 
-def _half_encoded(values: pd.Series, y: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The level's label rate learnt on a random half of the rows, and the labels, of the other half's rows."""
-    codes = pd.factorize(values, use_na_sentinel=False)[0]
-    learn = rng.random(len(y)) < 0.5
-    rows, hits = (np.bincount(codes[learn], weights=w, minlength=codes.max() + 1) for w in (None, y[learn]))
-    prior = y[learn].mean() if learn.any() else 0.5
-    rate = np.divide(hits, rows, out=np.full(len(rows), prior), where=rows > 0)
-    return rate[codes[~learn]], y[~learn]
+def _class_counts(codes: np.ndarray, y: np.ndarray, size: int) -> np.ndarray:
+    """The negatives and the positives ``(size, 2)`` of each code (below ``size``) for the 0/1 labels ``y``, in one
+    count."""
+    return np.bincount(2 * codes + (y > 0.5), minlength=2 * size).reshape(-1, 2)
 
 
-def _ranks(values: pd.Series) -> np.ndarray:
-    """A numeric column's ranks: finite, and missing (or non-numeric) values below the rest."""
-    numbers = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
-    return numbers.rank(na_option="top").to_numpy()
+def _size(codes: np.ndarray) -> int:
+    """How many codes ``codes`` (from 0) may hold."""
+    return int(codes.max()) + 1 if len(codes) else 0
+
+
+def _rates(rows: np.ndarray, hits: np.ndarray) -> np.ndarray:
+    """Each level's label rate; a level without rows gets the overall rate (0.5 without any row)."""
+    prior = hits.sum() / rows.sum() if rows.sum() else 0.5
+    return np.divide(hits, rows, out=np.full(len(rows), prior), where=rows > 0)
+
+
+def _level_auc(rate: np.ndarray, positives: np.ndarray, negatives: np.ndarray) -> float:
+    """The AUC of scoring each row by its level's ``rate``, from the ``positives`` and ``negatives`` of each level
+    (tied pairs count 1/2): the rows of a level all score the same, so none needs ranking."""
+    scores, score = np.unique(rate, return_inverse=True)
+    positives, negatives = (np.bincount(score, weights=w, minlength=len(scores)) for w in (positives, negatives))
+    below = np.cumsum(negatives) - negatives
+    return float(positives @ (below + negatives / 2) / (positives.sum() * negatives.sum()))
 
 
 def _minority(y: np.ndarray) -> int:
@@ -159,17 +194,17 @@ def find_leaks(frame: pd.DataFrame, categorical: list[str], numeric: list[str], 
     boolean mask of the rows where it is defined (None: every row). Judged on at most :data:`MAX_ROWS` rows per
     label, drawn with a fixed seed (the global random state is left alone)."""
     allowed = set(allow)
+    keys = {column: _key(frame[column], column in categorical)
+            for column in [*categorical, *numeric] if column not in allowed}
     leaks = []
     for name, (y, rows) in labels.items():
         rng = np.random.default_rng(_SEED)
         positions = np.arange(len(frame)) if rows is None else np.flatnonzero(rows)
         if len(positions) > MAX_ROWS:
             positions = np.sort(rng.choice(positions, MAX_ROWS, replace=False))
-        y_rows = np.asarray(y)[positions]
-        for column in [*categorical, *numeric]:
-            if column in allowed:
-                continue
-            value = feature_auc(frame[column].iloc[positions], y_rows, column in categorical, rng)
+        y_rows = np.asarray(y, dtype=np.float64)[positions]
+        for column, key in keys.items():
+            value = _judged_auc(key[positions], y_rows, column in categorical, rng)
             if value > suspect:
                 leaks.append(Leak(column, name, value, suspect=value <= threshold))
     return leaks

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import time
-import warnings
 from collections import OrderedDict
 from functools import partial
 
 import numpy as np
 import scipy.sparse as sp
 import torch
+from scipy.special import expit, log_expit
+from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from promokit.console import get_console
@@ -24,24 +25,31 @@ L2_GRID = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6)
 #: of variance 1 / PRIOR_L2_ROWS on each weight (scikit-learn's default C = 1 is 1 / n). It is also the strength
 #: without validation rows. On KuaiRand-Pure the chosen strengths were 2.6 / n (the click) and 3 / n (the follow).
 PRIOR_L2_ROWS = 3.0
-#: A solve stops at a gradient (max-norm) of this times its strength; the strengths a search ranks are solved to
-#: ``SEARCH_TOLERANCE`` times theirs (their validation AUCs agree to the fourth digit), the kept one then to this.
+#: A solve stops at a gradient (max-norm) of this times its strength (or 1e-4 if smaller); the strengths a search
+#: ranks are solved to ``SEARCH_TOLERANCE`` times theirs (their validation AUCs agree to the fourth digit), the kept
+#: one then to this. Stopped at ``SEARCH_TOLERANCE``, AmExpert's floor scored later rows 0.003 off its optimum's AUC.
 TOLERANCE = 0.1
 SEARCH_TOLERANCE = 1.0
+#: A Newton step's conjugate gradients stop at a residual of √‖g‖·‖g‖ for the gradient g, √‖g‖ kept within these
+#: bounds: loose far from the optimum, and never so tight that float32 products stall them near it.
+FORCING = (0.1, 0.5)
+MAX_NEWTON_STEPS, MAX_CG_STEPS = 100, 200
 
 
 def design_matrix(cat: Tensor, num: Tensor, cardinalities) -> sp.csr_matrix:
     """The one-hot design of ``cat`` (one column per category of every field, OOV included) beside ``num``,
     in the column order of :class:`~promokit.nn.LinearLogit`'s weights, in float32 (the solver's products read
-    half the memory of float64's, and the weights are float32)."""
-    n, fields = cat.shape
-    if fields == 0:
-        return sp.csr_matrix(num.numpy().astype(np.float32))
+    half the memory of float64's, and the weights are float32). Every row stores its ``num`` entries, zeros too."""
+    (n, fields), width = cat.shape, cat.shape[1] + num.shape[1]
+    n_cat = int(sum(cardinalities))
     offsets = np.concatenate([[0], np.cumsum(cardinalities)[:-1]]).astype(np.int64)
-    columns = (cat.numpy() + offsets).ravel()
-    one_hot = sp.csr_matrix((np.ones(n * fields, dtype=np.float32), columns, np.arange(0, n * fields + 1, fields)),
-                            shape=(n, int(sum(cardinalities))))
-    return sp.hstack([one_hot, sp.csr_matrix(num.numpy().astype(np.float32))], format="csr")
+    columns = np.empty((n, width), dtype=np.int32 if n_cat + width < 2**31 else np.int64)
+    columns[:, :fields] = cat.numpy() + offsets
+    columns[:, fields:] = n_cat + np.arange(width - fields)
+    values = np.ones((n, width), dtype=np.float32)
+    values[:, fields:] = num.numpy()
+    return sp.csr_matrix((values.ravel(), columns.ravel(), np.arange(0, n * width + 1, width)),
+                         shape=(n, n_cat + width - fields))
 
 
 def prior_l2(rows: int) -> float:
@@ -98,53 +106,176 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
                  valid: tuple[Tensor, Tensor, Tensor] | None = None, l2: float | None = None,
                  grid=L2_GRID, progress: bool = False, name: str = "logistic regression") -> list[dict]:
     r"""Set ``model``'s weights to the minimiser of :math:`\frac{1}{n}\sum_i \ell(y_i, z_i) + \frac{l2}{2}\lVert w
-    \rVert^2` (logloss ℓ, intercept not penalised), solved by scikit-learn's Newton-CG (``C = 1 / (n·l2)``) on the
-    sparse one-hot design (:func:`design_matrix`), to a gradient tolerance of ``l2`` × :data:`TOLERANCE`.
+    \rVert^2` (logloss ℓ, intercept not penalised), solved by :func:`newton_cg` on the sparse one-hot design
+    (:func:`design_matrix`) to a gradient tolerance of ``l2`` × :data:`TOLERANCE` (at most 1e-4), on one BLAS thread.
 
     With ``l2=None`` the strength is searched on ``grid`` by the AUC on ``valid`` (``cat, num, y``), each solve
-    warm-started from the last (:func:`search_l2`); without validation rows (or with one class among them) it is
-    :func:`prior_l2`. ``progress`` prints a line per strength solved (its AUC and seconds). Returns one record per
-    strength solved: ``l2``, ``valid_auc`` (NaN without validation), ``chosen`` and ``seconds``.
+    warm-started from the best so far (:func:`search_l2`); without validation rows (or with one class among them) it
+    is :func:`prior_l2`. A given ``l2`` (a refit's, the one its search chose) is solved alone. ``progress`` prints a
+    line per strength solved (its AUC and seconds). Returns one record per strength solved: ``l2``, ``valid_auc``
+    (NaN without validation), ``chosen`` and ``seconds``.
     """
-    from sklearn.exceptions import ConvergenceWarning
-    from sklearn.linear_model import LogisticRegression
-
     y_np = y.numpy()
     if len(np.unique(y_np)) < 2:
         raise ValueError(f"logistic regression needs both classes; the {len(y_np)} training rows have one")
+    if l2 is not None and not l2 > 0:
+        raise ValueError(f"the L2 strength must be > 0 (or None: searched), got {l2!r}")
     cardinalities = model.weights.cardinalities
-    x = design_matrix(cat, num, cardinalities)
+    loss = Logloss(design_matrix(cat, num, cardinalities), y_np, cardinalities)
     x_valid = None if valid is None else design_matrix(valid[0], valid[1], cardinalities)
     if valid is not None and len(np.unique(valid[2].numpy())) < 2:
         x_valid = None  # no AUC on one class
 
     def solve(strength, start, tolerance=TOLERANCE):
-        solver = LogisticRegression(C=1.0 / (len(y_np) * strength), solver="newton-cg",
-                                    tol=min(1e-4, strength * tolerance), max_iter=100, warm_start=start is not None)
-        if start is not None:
-            solver.coef_, solver.intercept_ = start.coef_.copy(), start.intercept_.copy()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", category=ConvergenceWarning)
-            solver.fit(x, y_np)
-        score = auc(valid[2].numpy(), solver.decision_function(x_valid)) if x_valid is not None else np.nan
-        return solver, score
+        theta = newton_cg(loss, strength, min(1e-4, strength * tolerance), start)
+        return theta, auc(valid[2].numpy(), _logits(x_valid, theta)) if x_valid is not None else np.nan
 
     def report(record):
         get_console().print(f"{name}: l2 {record['l2']:.1e}, valid AUC {record['score']:.4f} "
                             f"({record['seconds']:.1f} s)", highlight=False)
 
+    # one BLAS thread: the solver's dot products are too small to share, and on a busy machine the spinning threads
+    # made each one sixty times slower
     searched = l2 is None and x_valid is not None
-    solver, records = search_l2(partial(solve, tolerance=SEARCH_TOLERANCE) if searched else solve, len(y_np),
-                                fixed=l2, validated=x_valid is not None, grid=grid, report=report if progress else None)
-    if searched:  # the kept strength, from where the search left it, to the final tolerance
-        solver, _ = solve(next(r["l2"] for r in records if r["chosen"]), solver)
-    coef, intercept = solver.coef_[0].astype(np.float64), float(solver.intercept_[0])
+    with threadpool_limits(1, user_api="blas"):
+        theta, records = search_l2(partial(solve, tolerance=SEARCH_TOLERANCE) if searched else solve, len(y_np),
+                                   fixed=l2, validated=x_valid is not None, grid=grid,
+                                   report=report if progress else None)
+        if searched:  # the kept strength, from where the search left it, to the final tolerance
+            theta, _ = solve(next(r["l2"] for r in records if r["chosen"]), theta)
     n_cat = int(sum(cardinalities))
     with torch.no_grad():
-        model.weights.table.weight[:n_cat, 0] = torch.from_numpy(coef[:n_cat]).float()
-        model.numeric.weight[0] = torch.from_numpy(coef[n_cat:]).float()
-        model.numeric.bias.fill_(intercept)
+        model.weights.table.weight[:n_cat, 0] = torch.from_numpy(theta[:n_cat]).float()
+        model.numeric.weight[0] = torch.from_numpy(theta[n_cat:-1]).float()
+        model.numeric.bias.fill_(float(theta[-1]))
     return [{"l2": r["l2"], "valid_auc": r["score"], "chosen": r["chosen"], "seconds": r["seconds"]} for r in records]
+
+
+class Logloss:
+    """The mean logloss of a design (:func:`design_matrix`'s: one-hot fields of the given ``cardinalities``, then
+    numeric columns) with labels ``y``, and the products :func:`newton_cg` needs. Parameters are one vector θ: the
+    column weights, then the intercept. The design's products run in float32, everything else in float64."""
+
+    def __init__(self, x: sp.csr_matrix, y: np.ndarray, cardinalities):
+        self.x = x
+        #: the transposes of the design and of its entries squared, CSC views built once (scipy builds one per ``.T``)
+        self.x_t = x.T
+        self.squared_t = sp.csr_matrix((x.data * x.data, x.indices, x.indptr), shape=x.shape).T
+        self.y = np.asarray(y, dtype=np.float64)
+        self.sign = 2.0 * self.y - 1.0
+        #: the field of each one-hot column
+        self.field = np.repeat(np.arange(len(cardinalities)), cardinalities)
+        self.cardinalities = np.asarray(cardinalities, dtype=np.float64)
+
+    def start(self) -> np.ndarray:
+        """θ of the intercept alone: every weight 0, the intercept at the labels' log-odds."""
+        rate = self.y.mean()
+        return np.append(np.zeros(self.x.shape[1]), np.log(rate / (1.0 - rate)))
+
+    def value(self, z: np.ndarray, theta: np.ndarray, l2: float) -> float:
+        """The objective at θ, whose logits are ``z``."""
+        return float(-log_expit(self.sign * z).mean() + 0.5 * l2 * theta[:-1] @ theta[:-1])
+
+    def gradient(self, z: np.ndarray, theta: np.ndarray, l2: float) -> tuple[np.ndarray, np.ndarray]:
+        """The objective's gradient at θ (logits ``z``), and the rows' curvature weights p(1 − p) / n."""
+        p = expit(z)
+        return self.transposed(self.x_t, (p - self.y) / len(z)) + _penalised(theta, l2), p * (1.0 - p) / len(z)
+
+    def hessian_product(self, weights: np.ndarray, l2: float, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The design times ``s`` and the Hessian (curvature ``weights``) times ``s``."""
+        xs = _logits(self.x, s)
+        return xs, self.transposed(self.x_t, weights * xs) + _penalised(s, l2)
+
+    @staticmethod
+    def transposed(matrix_t: sp.csc_matrix, v: np.ndarray) -> np.ndarray:
+        """``matrix_t``·v (a transposed design times v), then the sum of v (the intercept's column)."""
+        return np.append(matrix_t @ v.astype(np.float32), v.sum())
+
+    def preconditioner(self, weights: np.ndarray, l2: float):
+        r"""An approximate inverse of the Hessian (curvature ``weights``), r ↦ D⁻¹r + Z E⁻¹ Zᵀr: its diagonal D, and
+        the exact inverse on the span of Z, whose columns shift one field's weights, or the intercept, together.
+
+        A field's one-hot columns sum to the intercept's column, so moving its weights up and the intercept down
+        leaves the loss unchanged: only the penalty curves along these directions, l2 against the loss's
+        curvature elsewhere, and without the correction conjugate gradients crawl along them at weak strengths.
+        Z's columns all map to ones through the design, so E = ZᵀHZ = (Σ weights)·𝟙𝟙ᵀ + l2·diag(cardinalities, 0)."""
+        diagonal = self.transposed(self.squared_t, weights) + _penalised(np.ones(self.x.shape[1] + 1), l2)
+        fields, n_cat = len(self.cardinalities), len(self.field)
+        coarse = np.linalg.inv(np.full((fields + 1, fields + 1), weights.sum())
+                               + np.diag(np.append(l2 * self.cardinalities, 0.0)))
+
+        def apply(r):
+            shift = coarse @ np.append(np.bincount(self.field, weights=r[:n_cat], minlength=fields), r[-1])
+            q = r / diagonal
+            q[:n_cat] += shift[self.field]
+            q[-1] += shift[-1]
+            return q
+
+        return apply
+
+
+def newton_cg(loss: Logloss, l2: float, tolerance: float, start: np.ndarray | None = None) -> np.ndarray:
+    """θ minimising ``loss`` + (l2 / 2)·‖w‖² to a gradient max-norm of ``tolerance``, by Newton's method from
+    ``start`` (default :meth:`Logloss.start`): each step by preconditioned conjugate gradients (:func:`_newton_step`),
+    then a backtracking line search. At most :data:`MAX_NEWTON_STEPS` steps."""
+    theta = loss.start() if start is None else start.copy()
+    z = _logits(loss.x, theta)
+    value = loss.value(z, theta, l2)
+    for _ in range(MAX_NEWTON_STEPS):
+        g, weights = loss.gradient(z, theta, l2)
+        if np.abs(g).max() <= tolerance:
+            break
+        s, xs = _newton_step(loss, weights, l2, g)
+        t, value = _line_search(loss, z, theta, l2, value, g @ s, s, xs)
+        theta += t * s
+        z += t * xs
+    return theta
+
+
+def _newton_step(loss: Logloss, weights: np.ndarray, l2: float, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """s ≈ −H⁻¹g by conjugate gradients preconditioned by :meth:`Logloss.preconditioner`, to a residual of
+    :data:`FORCING`, and the design times s (the logits' change)."""
+    precondition = loss.preconditioner(weights, l2)
+    norm = np.sqrt(g @ g)
+    stop = norm * min(max(np.sqrt(norm), FORCING[0]), FORCING[1])
+    s, xs, r = np.zeros_like(g), np.zeros(loss.x.shape[0]), -g
+    q = precondition(r)
+    d, rho = q, r @ q
+    for _ in range(MAX_CG_STEPS):
+        xd, hd = loss.hessian_product(weights, l2, d)
+        alpha = rho / (d @ hd)
+        s += alpha * d
+        xs += alpha * xd
+        r -= alpha * hd
+        if np.sqrt(r @ r) <= stop:
+            break
+        q = precondition(r)
+        rho, previous = r @ q, rho
+        d = q + (rho / previous) * d
+    return s, xs
+
+
+def _line_search(loss: Logloss, z, theta, l2, value, slope, s, xs) -> tuple[float, float]:
+    """The step along ``s`` (the logits moving by ``xs``), halved from 1 until the objective falls by a 10⁻⁴ share
+    of what its ``slope`` promises, and the objective there."""
+    t = 1.0
+    while True:
+        new = loss.value(z + t * xs, theta + t * s, l2)
+        if new <= value + 1e-4 * t * slope or t < 1e-8:
+            return t, new
+        t /= 2
+
+
+def _logits(x: sp.csr_matrix, theta: np.ndarray) -> np.ndarray:
+    """The design's logits under θ (column weights, then the intercept), in float64."""
+    return (x @ theta[:-1].astype(np.float32)).astype(np.float64) + theta[-1]
+
+
+def _penalised(theta: np.ndarray, l2: float) -> np.ndarray:
+    """l2·θ with the intercept's entry 0: the penalty's gradient, and its Hessian times θ."""
+    out = l2 * theta
+    out[-1] = 0.0
+    return out
 
 
 def solve_wide(model: torch.nn.Module, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None,

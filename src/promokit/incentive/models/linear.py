@@ -10,13 +10,14 @@ import scipy.sparse as sp
 import torch
 from scipy.optimize import minimize
 from scipy.special import expit
+from threadpoolctl import threadpool_limits
 from torch import Tensor, nn
 
 from promokit.data.errors import DataError
 from promokit.incentive.models._curve import MAX_LOG_HAZARD
 from promokit.metrics import auc
 from promokit.training import History
-from promokit.training.logistic import design_matrix, search_l2
+from promokit.training.logistic import TOLERANCE, design_matrix, search_l2
 
 #: The floor's own parameters: the L2 strengths of its customer and merchant heads (``None``: chosen on validation).
 FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
@@ -57,7 +58,9 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     - merchants: the mean squared error of f_m = softplus(w_g·x + c_g)·r_k / r_K + softplus(w_i·x + c_i) against
       the normalised shares + (l2 / 2)·(‖w_g‖² + ‖w_i‖²);
 
-    intercepts unpenalised, each by scipy's L-BFGS-B with the exact gradient. A strength not given is chosen on
+    intercepts unpenalised, each by scipy's L-BFGS-B with the exact gradient, to a gradient max-norm of the strength
+    × :data:`~promokit.training.logistic.TOLERANCE` as the logistic floors (at most 1e-4, at least 1e-8: a strength
+    of 0), on one BLAS thread as :func:`~promokit.training.fit_logistic`. A strength not given is chosen on
     ``valid`` as :func:`~promokit.training.fit_logistic` chooses it (:func:`_l2_path`): the customers' on AUC_c
     with ``monitor="auc_c"``, else on their log-likelihood; the merchants' on their squared error. The merchant
     objective is not convex (softplus of a linear map): L-BFGS finds a stationary point. Returns the paths as a
@@ -74,7 +77,8 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
         if rows is None:
             continue
         held = _rows(net, valid, side) if valid is not None else None
-        theta, path = _l2_path(objective, metric, rows, held, extra, fixed, side)
+        with threadpool_limits(1, user_api="blas"):
+            theta, path = _l2_path(objective, metric, rows, held, extra, fixed, side)
         _assign(side, head, theta, rows[0].shape[1], len(extra))
         records += path
     net.eval()
@@ -87,18 +91,20 @@ def _l2_path(objective, metric, rows, held, extra, fixed: float | None, side: st
     """The solution kept and the path: the strengths :func:`~promokit.training.logistic.search_l2` searches (from
     the prior strength for the side's rows, each solution warm-starting the next) by the validation ``metric`` (the
     largest AUC or log-likelihood, the smallest squared error); ``fixed`` alone, or the prior strength without
-    validation rows."""
+    validation rows. Each record also holds the solve's ``seconds``."""
     sign = -1.0 if metric is merchant_mse else 1.0
     name = f"valid_{metric.__name__}"
 
     def solve(strength, start):
         theta = np.zeros(_size(side, rows[0].shape[1], len(extra))) if start is None else start
         theta = minimize(objective, theta, args=(*rows, extra, strength), jac=True, method="L-BFGS-B",
-                         options={"maxiter": 5000, "ftol": 1e-13, "gtol": 1e-8}).x
+                         options={"maxiter": 5000, "ftol": 0.0,  # the gradient alone stops it
+                                  "gtol": max(min(1e-4, strength * TOLERANCE), 1e-8)}).x
         return theta, sign * metric(theta, *held, extra) if held is not None else np.nan
 
     theta, records = search_l2(solve, rows[0].shape[0], fixed=fixed, validated=held is not None)
-    return theta, [{"part": side, "l2": r["l2"], name: sign * r["score"], "chosen": r["chosen"]} for r in records]
+    return theta, [{"part": side, "l2": r["l2"], name: sign * r["score"], "chosen": r["chosen"],
+                    "seconds": r["seconds"]} for r in records]
 
 
 def chosen_strengths(history: History) -> dict[str, float]:
