@@ -20,7 +20,8 @@ ParamsOpt = Annotated[Optional[str], typer.Option("--params", help="Parameters a
                                                   "(what tune writes): model parameters, min_count and training "
                                                   "fields such as lr or embedding_decay; flags given win.")]
 MinCountOpt = Annotated[Optional[int], typer.Option("--min-count", help="Ids seen fewer times in training share "
-                                                    "the out-of-vocabulary row.")]
+                                                    "the out-of-vocabulary row.", show_default="1: every id seen "
+                                                    "in training has its own row")]
 TrialsOpt = Annotated[int, typer.Option("--trials", help="Finished trials the study should hold (a resumed study "
                                         "runs only the missing ones).")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Stop starting trials after this many "

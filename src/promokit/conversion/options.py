@@ -11,6 +11,7 @@ import typer
 
 from promokit import cli_support as cs
 from promokit.conversion.contract import LABEL_ROLES
+from promokit.conversion.defaults import DEFAULT_TRAIN
 
 #: The library's arguments named in its errors → the options that set them.
 MICRO_FLAG = {"micro_behaviors": "--micro-behaviors"}
@@ -27,7 +28,7 @@ SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialis
 MicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns (post-click actions: cart, favorite, …; labels, never features), the nodes of GMCM's graph; replaces the spec's micro_behaviors.")]
 ValidFractionOpt = Annotated[float, typer.Option("--valid-fraction", help="Share of --data that validates when --valid is not given.")]
 ValidSplitOpt = Annotated[Optional[str], typer.Option("--valid-split", help="How the validation rows are cut from --data: random, or time:<column> (the latest rows). Default: time:<the spec's time_key> when the spec names one, else random.")]
-MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation rows: loss | ctr_auc | cvr_auc | ctcvr_auc.")]
+MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation rows: loss | ctr_auc | cvr_auc | ctcvr_auc.", show_default=DEFAULT_TRAIN.monitor)]
 RepairLabelsOpt = Annotated[bool, typer.Option("--repair-labels/--no-repair-labels", help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")]
 TrainOutOpt = Annotated[Path, typer.Option("--out", help="Model directory to write.")]
 TuneOutOpt = Annotated[Path, typer.Option("--out", help="Folder for params.json (the best parameters), the report and study.db.")]

@@ -12,7 +12,7 @@ import typer
 
 from promokit import cli_support as cs
 
-from promokit.value.defaults import VALIDATION_FRACTION
+from promokit.value.defaults import DEFAULT_TRAIN, VALIDATION_FRACTION
 
 #: The deliveries' label roles (promokit.value.contract.LABELS).
 LABEL_ROLES = ("click", "convert", "amount")
@@ -36,7 +36,7 @@ ModelOpt = Annotated[str, typer.Option("--model", help="hurdle (the floor; two-p
 ModelsOpt = Annotated[str, typer.Option(help="Comma-separated models; the floor hurdle is always added, first.")]
 ModelDirOpt = Annotated[Path, typer.Option("--model", help="Model directory written by train.")]
 RepairOpt = Annotated[bool, typer.Option("--repair-labels", help="Set conversions without a click or an amount, and amounts without a conversion, to 0 (counted) instead of failing.")]
-MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (default, §5.1) | auc.")]
+MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation deliveries: loss (§5.1) | auc.", show_default=DEFAULT_TRAIN.monitor)]
 ModelOutOpt = Annotated[Path, typer.Option("--out", help="Model directory to write.")]
 ReportOutOpt = Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")]
 

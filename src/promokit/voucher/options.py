@@ -12,6 +12,7 @@ import typer
 from promokit import cli_support as cs
 
 from promokit.data.durations import DURATION_FORMS
+from promokit.voucher.defaults import DEFAULT_TRAIN
 
 #: The library's arguments named in its errors → the options that set them.
 FLAGS = {"test_from": "--test-from", "validation": "--valid-from", "start": "--from", "categorical": "--categorical",
@@ -50,7 +51,7 @@ TuneOut = Annotated[Path, typer.Option("--out", help="Folder for params.json (th
 FixedParams = Annotated[Optional[str], typer.Option("--params", help="Fixed model parameters (JSON or a JSON file) the search does not change, e.g. DMBGN's graph settings.")]
 ValidFrom = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")]
 TestFrom = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on), in place of --test-fraction.")]
-Monitor = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.")]
+Monitor = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.", show_default=DEFAULT_TRAIN.monitor)]
 Threads = Annotated[int, typer.Option("--threads", help="Torch threads; 1 (the default) is fastest for these small "
                                         "batches, especially on a shared machine.")]
 ItemEmbeddings = Annotated[Optional[str], typer.Option(
