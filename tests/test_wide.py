@@ -203,3 +203,20 @@ def test_a_model_directory_from_before_the_wide_term_loads_without_one(tmp_path,
     loaded = ConversionModel.load(tmp_path / "old")
     assert loaded.model_params["wide"] == "none"
     pd.testing.assert_frame_equal(loaded.predict(impressions), model.predict(impressions))
+
+
+def test_a_logit_whose_training_rows_are_one_class_gets_a_constant_floor():
+    """CDNOW's deliveries are all clicks: the CTR floor is the constant smoothed rate, not an error."""
+    from promokit.experiments.value.world import make_world
+    from promokit.value.contract import check_tables
+    from promokit.value.estimator import ValueModel
+
+    world = make_world(300, seed=5)
+    tables = check_tables(world.deliveries.assign(click=1), world.users, world.funds, world.behaviors,
+                          world.consumption)
+    small = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "max_len": 12}
+    model = ValueModel("esdpm-ncg", {**small, "wide": "offset"}, TrainConfig(epochs=1, batch_size=256,
+                                                                            progress=False)).fit(tables)
+    ctr = next(r for r in model.history.wide if r["logit"] == "ctr")
+    assert ctr["l2"] is None and ctr["constant"] > 0.99, ctr
+    assert np.isfinite(model.predict(tables).select_dtypes("number").to_numpy()).all()

@@ -300,6 +300,9 @@ def solve_wide(model: torch.nn.Module, train: dict[str, Tensor], valid: dict[str
         for name, (label, given) in term.targets.items():
             linear = term.logits[name]
             rows = _rows(train, label, given), None if valid is None else _rows(valid, label, given)
+            if len(torch.unique(rows[0][2])) < 2:  # every training row one class (CDNOW: every delivery a click)
+                records.append(_constant_floor(linear, name, rows[0][2]))
+                continue
             key = _fingerprint(linear, *rows[0], *(rows[1] or ()))
             if key not in _SOLVED:
                 path = fit_logistic(linear, *rows[0], rows[1], progress=progress, name=f"floor of {name}")
@@ -311,6 +314,16 @@ def solve_wide(model: torch.nn.Module, train: dict[str, Tensor], valid: dict[str
             linear.load_state_dict(weights)
             records.append({"logit": name, "l2": chosen["l2"], "valid_auc": chosen["valid_auc"]})
     return records
+
+
+def _constant_floor(linear: LinearLogit, name: str, labels: Tensor) -> dict:
+    """A logit whose training rows hold one class has no floor to solve: its offset is the constant logit of the
+    smoothed rate, (positives + ½) / (rows + 1), every weight zero."""
+    linear.reset_parameters()
+    rate = (float(labels.sum()) + 0.5) / (len(labels) + 1)
+    with torch.no_grad():
+        linear.numeric.bias.fill_(float(np.log(rate / (1 - rate))))
+    return {"logit": name, "l2": None, "valid_auc": float("nan"), "constant": rate}
 
 
 #: How many solved floors :func:`solve_wide` keeps.
