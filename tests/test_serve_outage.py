@@ -117,7 +117,7 @@ def test_a_ledger_outage_keeps_status_and_metrics_answering_and_is_logged_once(t
         outcome = post(client, "/v1/outcomes", {"request_id": "r0", "redeemed": False})
         status, metrics, page = client.get("/v1/status"), client.get("/metrics"), client.get("/")
         again = client.get("/v1/status").json()
-        assert outage_lines(caplog)[0].startswith("ledger unavailable (OperationalError: ")
+        assert outage_lines(caplog)[0].startswith("ledger down (OperationalError: ")
         assert len(outage_lines(caplog)) == 1  # four refused writes and four failed reads: one line
 
         relay.restore()
@@ -125,10 +125,10 @@ def test_a_ledger_outage_keeps_status_and_metrics_answering_and_is_logged_once(t
         after, metrics_after = client.get("/v1/status").json(), client.get("/metrics").text
 
     assert [r.status_code for r in refused] == [503] * 3 and outcome.status_code == 503
-    assert refused[0].json()["detail"].startswith("ledger unavailable")
+    assert refused[0].json()["detail"].startswith("ledger unavailable") and refused[0].headers["retry-after"] == "1"
     assert status.status_code == metrics.status_code == page.status_code == 200
     down = status.json()
-    assert down["ledger"]["up"] is False and down["ledger"]["read_ms"] is None
+    assert down["ledger"]["up"] is False and down["ledger"]["state"] == "down" and down["ledger"]["read_ms"] is None
     assert down["ledger"]["error"].startswith("OperationalError: ") and down["ledger"]["down_for_s"] >= 0
     assert down["budget"] == before["budget"] and down["levels"] == before["levels"]  # the last figures read
     assert down["campaign"] == before["campaign"]
@@ -147,7 +147,7 @@ def test_a_ledger_outage_keeps_status_and_metrics_answering_and_is_logged_once(t
     assert after["ledger"]["up"] and after["ledger"]["down_for_s"] is None and after["budget"]["decisions"] == 2
     assert metric(metrics_after, "promokit_ledger_up") == 1.0
     lines = outage_lines(caplog)
-    assert len(lines) == 2 and lines[1].startswith("ledger back after ") and lines[1].endswith(" s unavailable")
+    assert len(lines) == 2 and lines[1].startswith("ledger up after ") and lines[1].endswith(" s down")
     ledger = Ledger(direct)
     assert ledger.totals()["decisions"] == ledger.audit()["decisions"] == 2
     assert ledger.decision("r0")["redeemed"] is None  # the refused outcome wrote nothing either
@@ -163,21 +163,22 @@ def test_a_ledger_never_read_answers_a_status_without_figures(tmp_path, monkeypa
         raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed the connection"))
 
     caplog.set_level(logging.WARNING, logger="promokit.serve")
+    monkeypatch.setattr(ledger, "totals", lost)  # from the worker's start
     with TestClient(app) as client:
-        monkeypatch.setattr(ledger, "totals", lost)
         status = client.get("/v1/status").json()
         metrics = client.get("/metrics")
         monkeypatch.undo()
         back = client.get("/v1/status").json()
     assert status["budget"] == {} and status["levels"] == [] and status["campaign"]["cap"] == 1000
-    assert status["ledger"] | {"down_for_s": 0} == {"up": False, "error": "Exception: server closed the connection",
-                                                    "read_ms": None, "last_read_age_s": None, "down_for_s": 0,
-                                                    "last_commit_age_s": None}
+    assert status["ledger"] | {"down_for_s": 0, "state_for_s": 0} == {
+        "state": "down", "up": False, "why": "Exception: server closed the connection", "deadline_s": 0.5,
+        "timeouts": 0, "lock_waits": 0, "slow_commits": 0, "state_for_s": 0,
+        "error": "Exception: server closed the connection", "read_ms": None, "last_read_age_s": None, "down_for_s": 0,
+        "last_commit_age_s": None}
     assert metrics.status_code == 200 and metric(metrics.text, "promokit_ledger_up") == 0.0
     assert metric(metrics.text, "promokit_ledger_last_read_age_seconds") is None
     assert back["ledger"]["up"] and back["budget"]["cap"] == 1000
-    assert [line.split(" (")[0].split(" after")[0] for line in outage_lines(caplog)] \
-        == ["ledger unavailable", "ledger back"]
+    assert [line.split(" (")[0].split(" after")[0] for line in outage_lines(caplog)] == ["ledger down", "ledger up"]
 
 
 def test_a_server_that_stops_answering_fails_a_connection_in_seconds(postgres_url):

@@ -18,7 +18,7 @@ from promokit.campaign import build as build_campaign
 from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.campaign import activate_version, load_campaign
-from promokit.serve.ledger import Ledger
+from promokit.serve.ledger import DecisionRequest, Ledger
 from promokit.serve.replay import run_replay, running_service
 from promokit.serve.versions import LIVE, UnknownVersion, version_names
 
@@ -40,7 +40,8 @@ def test_a_build_into_a_campaign_writes_a_version_beside_the_live_one(tmp_path):
     v2 = load_campaign(root, version="v2")
     assert v2.path == root and v2.folder == root / "versions" / "v2" and v2.config.lam != load_campaign(root).config.lam
     assert activate_version(root).config.model_version == "v2"  # the newest built
-    assert json.loads((root / LIVE).read_text()) == {"version": "v2"} and load_campaign(root).folder == v2.folder
+    assert json.loads((root / LIVE).read_text()) == {"version": "v2", "seq": 1}
+    assert load_campaign(root).folder == v2.folder
     build_campaign(root, score_frame(curves(400, 2)), tmp_path / "plan2", cap="1000", model_version="v3")
     build_campaign(root, score_frame(curves(400, 3)), tmp_path / "plan2", cap="1000", model_version="v4")
     assert version_names(root) == ["v1", "v2", "v4"]  # the live one, the new one and the root's are kept
@@ -93,9 +94,9 @@ def test_the_switch_endpoint_serves_the_new_version_on_the_same_ledger(refreshed
     assert client.post("/v1/campaign/switch", json={"version": "v2"}).status_code == 401
     answer = client.post("/v1/campaign/switch", json={"version": "v2"}, headers=AUTH)
     assert answer.status_code == 200, answer.text
-    assert {k: answer.json()[k] for k in ("switched", "version", "previous", "how")} == {
-        "switched": True, "version": "v2", "previous": "v1", "how": "endpoint"}
-    assert json.loads((root / LIVE).read_text()) == {"version": "v2"}  # the other workers follow it
+    assert {k: answer.json()[k] for k in ("switched", "version", "previous", "how", "seq")} == {
+        "switched": True, "version": "v2", "previous": "v1", "how": "endpoint", "seq": 1}
+    assert json.loads((root / LIVE).read_text()) == {"version": "v2", "seq": 1}  # the other workers follow it
     assert decide(client, "r2")["model_version"] == "v2" and decide(client, "r1")["model_version"] == "v1"
     status = client.get("/v1/status").json()
     campaign, new_pacer = status["campaign"], client.app.state.service.live.rule.pacer
@@ -107,7 +108,8 @@ def test_the_switch_endpoint_serves_the_new_version_on_the_same_ledger(refreshed
     assert "promokit_campaign_switches_total 1.0" in metrics and "promokit_campaign_refused_total 0.0" in metrics
     assert 'id="model">v2<' in client.get("/").text
     same = client.post("/v1/campaign/switch", json={"version": "v2"}, headers=AUTH).json()
-    assert same["switched"] is False and same["version"] == "v2"
+    assert same["switched"] is False and same["version"] == "v2" and same["seq"] == 2  # pointed again, in order
+    assert json.loads((root / LIVE).read_text()) == {"version": "v2", "seq": 2}
 
 
 def test_a_version_that_cannot_serve_is_refused_and_the_live_one_kept(refreshed, tmp_path):
@@ -133,8 +135,9 @@ def test_a_request_in_flight_finishes_on_the_version_it_started_on(refreshed):
     service = client.app.state.service
     submit, gate = service.writer.submit, asyncio.Event()
 
-    async def held(item):
-        await gate.wait()
+    async def held(item):  # the decision waits; the switch's cap goes through
+        if isinstance(item, DecisionRequest):
+            await gate.wait()
         return await submit(item)
 
     async def scenario():

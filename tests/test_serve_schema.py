@@ -16,7 +16,7 @@ from promokit.campaign import build as build_campaign
 from promokit.serve.replay import running_service
 
 OPERATIONS = ["POST /v1/decisions", "POST /v1/outcomes", "GET /v1/assignments/{user_id}", "POST /v1/campaign/switch",
-              "GET /v1/status", "GET /metrics", "GET /"]
+              "GET /v1/status", "GET /metrics", "GET /", "GET /livez", "GET /readyz"]
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,11 @@
 ``POST /v1/decisions`` proposes a level with eq. 19/20 at the current λ (:mod:`promokit.serve.decision_rule`), then
 awaits the ledger, which issues it (or a fallback under the cap) and records it; the answer is sent only after
 that transaction commits, so every acknowledged decision is in the ledger. Requests are written in batches
-(:class:`BatchWriter`): a busy service commits hundreds of decisions per transaction and an idle one answers at
-once. What the endpoints take and answer is :mod:`promokit.serve.schema`.
+(:class:`~promokit.serve.writer.BatchWriter`), each answered within the deadline: a busy service commits hundreds
+of decisions per transaction, an idle one answers at once, and a ledger that cannot commit in time answers 503.
+The status endpoints answer from the last figures read (:mod:`promokit.serve.figures`) and the ledger's health
+(:mod:`promokit.serve.health`) whatever the ledger does. What the endpoints take and answer is
+:mod:`promokit.serve.schema`.
 """
 
 from __future__ import annotations
@@ -32,10 +35,12 @@ from promokit.data.errors import DataError
 from promokit.serve.body_limit import BodyLimit
 from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.decision_rule import level_of
-from promokit.serve.health import UNAVAILABLE, LedgerHealth, describe
-from promokit.serve.ledger import Ledger, LedgerConflict, OutcomeRequest
+from promokit.serve.figures import Figures
+from promokit.serve.health import DOWN, UNAVAILABLE, LedgerHealth
+from promokit.serve.ledger import CapRequest, Ledger, LedgerConflict, LedgerTimeout, OutcomeRequest
 from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, render_metrics, summary
 from promokit.serve.money import to_major, to_minor
+from promokit.serve.options import DEADLINE_SECONDS
 from promokit.serve.pacing import realised_ratio
 from promokit.serve.refresh import WATCH_SECONDS, LiveVersion
 from promokit.serve.schema import (
@@ -44,8 +49,10 @@ from promokit.serve.schema import (
     DecisionOut,
     Invalid,
     Key,
+    Liveness,
     OutcomeIn,
     OutcomeOut,
+    Readiness,
     SwitchIn,
     SwitchOut,
     amount_schema,
@@ -55,122 +62,33 @@ from promokit.serve.schema import (
     responses,
 )
 from promokit.serve.versions import UnknownVersion
+from promokit.serve.writer import BatchWriter
 
-MAX_BATCH = 512
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
 # what the parent tells the workers uvicorn starts (prepare_workers → app_from_environment)
 CAMPAIGN_ENV, LEDGER_ENV, EXPLORE_ENV = "PROMOKIT_CAMPAIGN", "PROMOKIT_LEDGER", "PROMOKIT_EXPLORE"
 WATCH_ENV = "PROMOKIT_WATCH_SECONDS"  # how often a worker reads live.json (promokit.serve.refresh); 0: never
+DEADLINE_ENV = "PROMOKIT_DEADLINE"  # seconds a decision or outcome may wait for the ledger (promokit.serve.writer)
+#: Seconds a client is asked to wait before it retries a 503.
+RETRY_AFTER = 1
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-class BatchWriter:
-    """Queues ledger items from the event loop and applies them in batches, in arrival order.
-
-    Each item's future gets the ledger's answer for it (a row, or the :class:`LedgerConflict` that refused it); a
-    batch the database failed gives every item of it that exception; ``health`` learns how each batch went. Two
-    ways to run a batch, both on the event loop:
-
-    - ``inline`` (SQLite): in a callback scheduled by the first item of the batch, so every request parsed in the
-      same loop iteration joins one transaction. A one-decision batch costs ≈ 0.1 ms of local I/O, less than
-      handing it to a thread and back (the hop cost ≈ 0.14 ms of latency at one client).
-    - awaited (PostgreSQL, :meth:`Ledger.apply_async`): the loop keeps parsing requests while a batch waits on the
-      network; they form the next batch. A writer thread did this before; its hand-offs and contention for the
-      GIL cost the worker more CPU per decision than the ledger's own Python.
-    """
-
-    def __init__(self, ledger: Ledger, inline: bool, health: LedgerHealth, max_batch: int = MAX_BATCH):
-        self.ledger, self.inline, self.health, self.max_batch = ledger, inline, health, max_batch
-        self.pending: list[tuple[object, asyncio.Future]] = []
-        self.last_commit: float | None = None  # this worker's
-        self._scheduled = self._in_flight = False
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        if not self.inline:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def submit(self, item):
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.pending.append((item, future))
-        if not self.inline:
-            self._wake.set()
-        elif not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        while self.pending:
-            batch = self._take()
-            try:
-                results = self._apply([item for item, _ in batch])
-            except Exception as exc:
-                results = exc
-            self._deliver(batch, results)
-
-    async def _run(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self.pending:
-                batch = self._take()
-                self._in_flight = True
-                try:
-                    results = await self.ledger.apply_async([item for item, _ in batch])
-                    self.last_commit = time.time()
-                except Exception as exc:
-                    results = exc
-                finally:
-                    self._in_flight = False
-                self._deliver(batch, results)
-
-    def _take(self) -> list:
-        batch, self.pending = self.pending[:self.max_batch], self.pending[self.max_batch:]
-        return batch
-
-    def _apply(self, items: list) -> list:
-        results = self.ledger.apply(items)
-        self.last_commit = time.time()
-        return results
-
-    def _deliver(self, batch: list, results: list | Exception) -> None:
-        if isinstance(results, Exception):  # the database is down or refused: every waiting request learns it
-            self.health.failed(results)
-        else:
-            self.health.succeeded()
-        for k, (_, future) in enumerate(batch):
-            if not future.done():
-                if isinstance(results, Exception):
-                    future.set_exception(results)
-                else:
-                    future.set_result(results[k])
-
-    async def stop(self) -> None:
-        while self.pending or self._in_flight:
-            await asyncio.sleep(0.01)
-        if self._task is not None:
-            self._task.cancel()
-        await self.ledger.close_async()
 
 
 class Service:
     """What one worker process holds: the live version of the campaign and its decision rule (with its pacer;
     :class:`~promokit.serve.refresh.LiveVersion`), ledger, its health, writer, and the ledger's figures as last
-    read."""
+    read. ``deadline``: seconds a decision or outcome may wait for the ledger."""
 
     def __init__(self, campaign: Campaign, ledger: Ledger, explore: float | None = None,
-                 watch_seconds: float = WATCH_SECONDS):
+                 watch_seconds: float = WATCH_SECONDS, deadline: float = DEADLINE_SECONDS):
         self.ledger, self.watch_seconds = ledger, watch_seconds
         self.exponent = campaign.config.currency_exponent  # the same in every version (refresh_problem)
         self.live = LiveVersion(campaign, explore)
-        self.health = LedgerHealth()
-        self.writer = BatchWriter(ledger, inline=ledger.dialect == "sqlite", health=self.health)
-        self._last_read: tuple[float, tuple[dict, list, list]] | None = None  # (time.time(), figures) of the last read
+        self.health = LedgerHealth(slow_seconds=deadline / 2)
+        self.writer = BatchWriter(ledger, self.health, deadline)
+        self.figures = Figures(ledger, self.health, deadline)
         self._pacing = ThreadPoolExecutor(1, thread_name_prefix="pacing")
-        self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")
+        self._reads = ThreadPoolExecutor(2, thread_name_prefix="reads")  # campaign versions, status answers
 
     @property
     def campaign(self) -> Campaign:
@@ -209,11 +127,15 @@ class Service:
 
     async def switch(self, version: str | None, how: str) -> dict:
         """:meth:`LiveVersion.switch` with this worker's reads executor and ledger."""
-        return await self.live.switch(version, how, self.read, self.ledger.open)
+        return await self.live.switch(version, how, self.read, self.set_cap)
 
     async def follow(self) -> None:
         """:meth:`LiveVersion.follow` with this worker's reads executor and ledger."""
-        await self.live.follow(self.read, self.ledger.open, self.watch_seconds)
+        await self.live.follow(self.read, self.set_cap, self.watch_seconds)
+
+    async def set_cap(self, cap: int) -> None:
+        """The ledger's cap (minor units), written in turn with the decisions, within the deadline."""
+        await self.writer.submit(CapRequest(cap))
 
     async def outcome(self, body: OutcomeIn) -> bytes:
         amount = None
@@ -231,21 +153,19 @@ class Service:
     async def read(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(self._reads, function, *args)
 
-    def status(self) -> dict:
-        """The service's figures. With the ledger unavailable, still an answer: the ledger's figures as last read
-        (none before a first read), ``ledger.up`` false and the age of that read."""
+    async def status(self) -> dict:
+        """The service's figures, within a small fixed time whatever the ledger does: the ledger's as last read
+        (none before a first read, :class:`~promokit.serve.figures.Figures`) with their age, and its health."""
+        figures = await self.figures.refresh()
+        state = self.health.current()
+        read = (figures.read_at, figures.totals, figures.levels, figures.timeline, figures.read_ms, figures.error)
+        ledger = {"state": state, "up": state != DOWN, "since": self.health.since, "why": self.health.error,
+                  "deadline_s": self.writer.deadline, **self.health.counts}
+        return await self.read(self._status, read, ledger)
+
+    def _status(self, read: tuple, ledger: dict) -> dict:
         config, pacer, e = self.campaign.config, self.live.rule.pacer, self.exponent
-        started, error = time.perf_counter(), None
-        try:
-            figures = self.ledger.totals(), self.ledger.per_level(), self.ledger.timeline()
-        except UNAVAILABLE as exc:
-            self.health.failed(exc)
-            error = describe(exc)
-        else:
-            self.health.succeeded()
-            self._last_read = time.time(), figures
-        read_ms = None if error else (time.perf_counter() - started) * 1e3
-        read_at, (totals, levels, timeline) = self._last_read or (None, (None, [], []))
+        read_at, totals, levels, timeline, read_ms, error = read
         money = lambda units: to_major(units, e)  # noqa: E731
         lam, target = pacer.state
         per_level = [{"population": row["population"], "level_index": level_of(row["level_index"]),
@@ -257,10 +177,11 @@ class Service:
         timeline = [{**row, "at_risk": money(row["at_risk"]), "paid": money(row["paid"])} for row in timeline]
         budget = {} if totals is None else {
             **{k: money(totals[k]) for k in ("cap", "committed", "paid", "at_risk")},
-            "remaining": money(totals["cap"] - totals["at_risk"]),
+            "remaining": money(max(totals["cap"] - totals["at_risk"], 0)),
+            "overdraft": money(max(totals["at_risk"] - totals["cap"], 0)),  # a cap lowered below the money at risk
             **{k: totals[k] for k in ("decisions", "responses", "capped", "replays", "explored", "expected_cost",
                                       "expected_responses")}}
-        now, down_since = time.time(), self.health.down_since
+        now, since = time.time(), ledger.pop("since")
         return {
             "time": now,
             "pid": os.getpid(),
@@ -276,9 +197,9 @@ class Service:
                        "trace": [vars(point) for point in pacer.trace[-500:]]},
             "levels": per_level,
             "timeline": timeline,
-            "ledger": {"up": error is None, "error": error, "read_ms": read_ms,
+            "ledger": {**ledger, "state_for_s": now - since, "error": error, "read_ms": read_ms,
                        "last_read_age_s": None if read_at is None else now - read_at,
-                       "down_for_s": None if down_since is None else now - down_since,
+                       "down_for_s": now - since if ledger["state"] == DOWN else None,
                        "last_commit_age_s": None if self.writer.last_commit is None
                        else now - self.writer.last_commit},
             "requests": summary(),
@@ -287,6 +208,7 @@ class Service:
     def close(self) -> None:
         self._pacing.shutdown(wait=True)
         self._reads.shutdown(wait=True)
+        self.figures.close()
         self.ledger.close()
 
 
@@ -303,13 +225,16 @@ class RequestRoute(APIRoute):
 
 
 def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None,
-               explore: float | None = None, watch_seconds: float | None = None) -> FastAPI:
+               explore: float | None = None, watch_seconds: float | None = None,
+               deadline: float | None = None) -> FastAPI:
     """The service for one campaign (``promokit serve`` runs it under uvicorn, a worker each). ``ledger_url``
     defaults to ``sqlite:///<campaign>/ledger.sqlite``;
     ``token`` (default ``$PROMOKIT_API_TOKEN``) is the bearer token the mutating endpoints require; ``explore``
     replaces the campaign's exploration share (its seed stays the campaign's); ``watch_seconds`` (default
     ``$PROMOKIT_WATCH_SECONDS``, else 1) is how often a worker reads ``live.json`` to follow a switch, 0 never
-    (:mod:`promokit.serve.refresh`)."""
+    (:mod:`promokit.serve.refresh`); ``deadline`` (default ``$PROMOKIT_DEADLINE``, else
+    :data:`~promokit.serve.options.DEADLINE_SECONDS`) is how long a decision or outcome may wait for the ledger
+    before it answers 503 (:mod:`promokit.serve.writer`)."""
     from promokit.serve.page import render_page
 
     token = token if token is not None else os.environ.get(TOKEN_ENV, "")
@@ -326,7 +251,8 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         # The campaign (an id index of every customer) is long-lived: left to the collector, each full collection
         # walks it and stalls every request in flight (p99 101 → 22 ms at 64 clients once frozen).
         gc.freeze()
-        service.writer.start()
+        await service.writer.start()
+        await service.figures.refresh(wait=service.writer.deadline)  # a first status has figures to show
         follower = asyncio.get_running_loop().create_task(service.follow())
         hangup = _on_hangup(service.live.poke)
         yield
@@ -335,14 +261,8 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
         await service.writer.stop()
         service.close()
 
-    given = watch_seconds if watch_seconds is not None else os.environ.get(WATCH_ENV, WATCH_SECONDS)
-    try:
-        watch = float(given)
-    except (TypeError, ValueError):
-        watch = math.nan
-    if not (math.isfinite(watch) and watch >= 0):
-        raise DataError(f"watch_seconds (${WATCH_ENV}) must be a number of seconds ≥ 0, got {given!r}")
-    service = Service(campaign, ledger, explore, watch)
+    watch = _seconds("watch_seconds", WATCH_ENV, watch_seconds, WATCH_SECONDS, least=0)
+    service = Service(campaign, ledger, explore, watch, _seconds("deadline", DEADLINE_ENV, deadline, DEADLINE_SECONDS))
     # FastAPI's OpenTelemetry hooks are off: the service exports Prometheus metrics (promokit.serve.metrics), and
     # the hooks' per-request check for a configured provider cost ≈ 5 µs of every decision.
     app = FastAPI(title="promokit decision service", version=campaign.config.model_version, lifespan=lifespan,
@@ -405,15 +325,27 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
 
     @app.get("/v1/status")
     async def status() -> JSONResponse:
-        return JSONResponse(await service.read(service.status))
+        return JSONResponse(await service.status())
 
     @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> Response:
-        return Response(render_metrics(await service.read(service.status)), media_type=CONTENT_TYPE)
+        return Response(render_metrics(await service.status()), media_type=CONTENT_TYPE)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> HTMLResponse:
-        return HTMLResponse(render_page(await service.read(service.status)))
+        return HTMLResponse(render_page(await service.status()))
+
+    @app.get("/livez", response_model=Liveness)
+    async def livez() -> Liveness:
+        return Liveness(live=True)
+
+    @app.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "the ledger "
+                                                                   "is down: decisions would answer 503"}})
+    async def readyz() -> JSONResponse:
+        await service.figures.refresh()
+        state = service.health.current()
+        return JSONResponse(Readiness(ready=state != DOWN, ledger=state).model_dump(),
+                            status_code=503 if state == DOWN else 200)
 
     @app.exception_handler(Invalid)
     async def invalid(request: Request, exc: Invalid) -> JSONResponse:
@@ -425,12 +357,27 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
                                         for e in exc.errors()]}, status_code=422)
 
     async def unavailable(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": f"ledger unavailable: {type(exc).__name__}"}, status_code=503)
+        why = f"{exc}; retry with the same request_id" if isinstance(exc, LedgerTimeout) else type(exc).__name__
+        return JSONResponse({"detail": f"ledger unavailable: {why}"}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER)})
 
     for error in UNAVAILABLE:
         app.add_exception_handler(error, unavailable)
 
     return app
+
+
+def _seconds(name: str, env: str, given, default: float, least: float | None = None) -> float:
+    """``given`` seconds, else ``$env``, else ``default``: a finite number ≥ ``least`` (None: > 0)."""
+    given = given if given is not None else os.environ.get(env, default)
+    try:
+        seconds = float(given)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and (seconds > 0 if least is None else seconds >= least)):
+        raise DataError(f"{name} (${env}) must be a number of seconds {'> 0' if least is None else f'≥ {least}'}, "
+                        f"got {given!r}")
+    return seconds
 
 
 def _on_hangup(callback):

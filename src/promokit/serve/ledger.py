@@ -14,10 +14,11 @@ Budget safety. Money at risk is ``committed`` (face value of issued coupons that
 plus ``paid`` (money paid out). Every write is one transaction that takes the budget row's lock (``SELECT … FOR
 UPDATE`` or an ``UPDATE`` of it on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so writers in any number of
 threads and processes are serialised, and issues a coupon only if ``committed + paid + face ≤ cap``, so the cap
-holds whatever the concurrency. Decisions are stamped (``created_at``, by PostgreSQL's clock on PostgreSQL) and
-numbered (``seq``) with the lock held, so both follow the commit order. ``request_id`` is the primary key of
-``decisions``: the same request seen again gets its stored answer and is written once; the same id with another
-body is refused.
+holds whatever the concurrency. A cap lowered below the money at risk (a refresh or a restart onto a lower one) is an
+overdraft, not an error: decisions answer what costs nothing until enough money has come back. Decisions are
+stamped (``created_at``, by PostgreSQL's clock on PostgreSQL) and numbered (``seq``) with the lock held, so both
+follow the commit order. ``request_id`` is the primary key of ``decisions``: the same request seen again gets its
+stored answer and is written once; the same id with another body is refused.
 
 Exploration. Each decision records its subject's ``bucket`` (:mod:`promokit.serve.explore`) and the
 ``propensity`` of the answer it got: the probability, under the service's policy as it stood at that decision,
@@ -30,10 +31,12 @@ Schema migrations are the numbered entries of :data:`MIGRATIONS`; ``schema_versi
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import json
 import re
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
@@ -47,6 +50,14 @@ from promokit.data.errors import DataError
 from promokit.serve.explore import EXPLOIT, EXPLORE
 
 NO_LEVEL = -1
+#: How long a new asynchronous write connection (its connect and set-up) may take before it is given up.
+CONNECT_SECONDS = 10.0
+#: PostgreSQL ends a write connection's transaction left idle this long (ms): its worker is gone mid-way.
+IDLE_IN_TRANSACTION_MS = 5000
+#: SQLite's busy timeout (ms) outside the service's batches (migrations, reads, a batch without a limit).
+BUSY_MS = 60_000
+#: sqlite3 error codes of a lock held by another connection.
+SQLITE_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 _V2_DECISION_COLUMNS = """request_id VARCHAR(128) PRIMARY KEY, seq BIGINT NOT NULL, population VARCHAR(16) NOT NULL,
             subject_id VARCHAR(128) NOT NULL, level_index INTEGER NOT NULL, face BIGINT NOT NULL,
@@ -170,6 +181,20 @@ class OutcomeRequest:
     amount: int | None  # minor units paid; defaults to the face value when redeemed
 
 
+@dataclass(frozen=True)
+class CapRequest:
+    """A new cap in minor units (a switch to a version with another): the decisions after it in its batch, and in
+    every later batch, are checked against it."""
+
+    cap: int
+
+
+class LedgerTimeout(Exception):
+    """The ledger did not commit in time: the transaction was rolled back. (When the connection stalled instead,
+    the worker gave it up and cannot know whether a commit already sent arrived; a retry with the same
+    request_id finds the decision or makes it, once.)"""
+
+
 class LedgerConflict(DataError):
     """A request the ledger refuses (HTTP ``status``): an unknown request, an expired coupon, an id reused with
     another body, a redemption of no coupon. A refused request changes nothing."""
@@ -225,7 +250,8 @@ class Ledger:
         self.reader = _engine(self.url, immediate=False) if self.dialect == "sqlite" else self.engine
         self._last_budget: _Budget | None = None  # as the last committed apply() left it
         self._write_connection = self._write_session = None  # see _session
-        self._async_session = None  # see apply_async
+        self._async_session: _AsyncPostgresSession | None = None  # see apply_async
+        self._connecting: asyncio.Future | None = None  # see connect_async
 
     # ---- set-up ------------------------------------------------------------------------------------------
     def migrate(self) -> int:
@@ -279,8 +305,9 @@ class Ledger:
             self.reader.dispose()
 
     # ---- writes ------------------------------------------------------------------------------------------
-    def apply(self, items: list, now: float | None = None) -> list:
-        """Decide and record a batch of :class:`DecisionRequest` / :class:`OutcomeRequest` in one transaction.
+    def apply(self, items: list, now: float | None = None, limit: float | None = None, wait: bool = True) -> list:
+        """Decide and record a batch of :class:`DecisionRequest` / :class:`OutcomeRequest` / :class:`CapRequest` in
+        one transaction.
 
         Returns, per item in order, the decision row as a dict (with ``replayed`` True when the same request was
         answered before) or the :class:`LedgerConflict` that refused it. A batch whose every item is refused
@@ -288,51 +315,100 @@ class Ledger:
         commit and a few ``executemany`` calls for the whole batch. ``now`` (tests) replaces the clock, which is
         otherwise read once the lock is held.
 
+        ``limit`` (seconds; None: no limit) bounds the transaction's waits: every statement and lock wait ends
+        after it (PostgreSQL's ``statement_timeout`` and ``lock_timeout``, SQLite's busy timeout), and a
+        transaction past it by the time it would commit rolls back instead; either raises, and a wait the
+        database cut short (:func:`gave_up`) keeps the connection. On SQLite, ``wait=False`` does not wait for the
+        write lock at all: held by another connection, it fails the batch at once (:func:`busy`), nothing done.
+
         One writer per instance, on a DBAPI connection checked out of SQLAlchemy's pool once, with statements
         written once per dialect: SQLAlchemy Core's Python cost per statement (≈ 60 µs) and per checkout were
         most of a one-decision batch, the hot path at low concurrency. On PostgreSQL a batch of new decisions is
         first tried as one statement (:meth:`_one_statement`).
         """
-        steps = self._transaction(items, now)
+        steps = self._transaction(items, now, _cutoff(limit))
         session, reply = self._session(), None
+        session.limit_ms = _ms(limit) if wait else 0
         try:
             while True:
                 step = steps.send(reply)
                 reply = getattr(session, step[0])(*step[1:])
         except StopIteration as done:
             return done.value
-        except BaseException:
-            self._write_connection, connection = None, self._write_connection
-            connection.invalidate()  # rolled back and closed: the next batch connects afresh
+        except BaseException as exc:
+            kept = isinstance(exc, Exception) and gave_up(exc)
+            if kept:
+                try:
+                    session.rollback()  # the database answered: the connection goes on
+                except Exception:  # noqa: BLE001 - it did not, after all: closed below
+                    kept = False
+            if not kept:
+                self._write_connection, connection = None, self._write_connection
+                connection.invalidate()  # rolled back and closed: the next batch connects afresh
             raise
 
-    async def apply_async(self, items: list, now: float | None = None) -> list:
+    async def apply_async(self, items: list, now: float | None = None, limit: float | None = None) -> list:
         """:meth:`apply` on the event loop, for PostgreSQL: the same transaction through psycopg's
         ``AsyncConnection``. The service's worker awaits it instead of handing each batch to a thread, whose
-        hand-offs and contention for the GIL cost more of the worker's CPU than the ledger's own work."""
-        steps = self._transaction(items, now)
-        if self._async_session is None:
-            self._async_session = await _AsyncPostgresSession.connect(self.url)
-        reply = None
+        hand-offs and contention for the GIL cost more of the worker's CPU than the ledger's own work. A caller
+        that gives up on it (a stalled connection) calls :meth:`abandon` and cancels it."""
+        steps = self._transaction(items, now, _cutoff(limit))
+        session = await self.connect_async()
+        session.limit_ms, reply = _ms(limit), None
         try:
             while True:
                 step = steps.send(reply)
-                reply = await getattr(self._async_session, step[0])(*step[1:])
+                reply = await getattr(session, step[0])(*step[1:])
         except StopIteration as done:
             return done.value
-        except BaseException:
-            self._async_session, session = None, self._async_session
-            await session.close()  # the server rolls an unfinished transaction back
+        except BaseException as exc:
+            kept = isinstance(exc, Exception) and gave_up(exc) and session is self._async_session
+            if kept:
+                try:
+                    await session.rollback()  # the server answered: the connection goes on
+                except Exception:  # noqa: BLE001 - it did not, after all: closed below
+                    kept = False
+            if not kept:
+                if self._async_session is session:
+                    self._async_session = None
+                await session.close()  # the server rolls an unfinished transaction back
             raise
 
+    async def connect_async(self) -> "_AsyncPostgresSession":
+        """The asynchronous write session, connected if need be. One connection attempt at a time, shared by the
+        batches that wait for it: a batch that gives up at its deadline leaves the attempt running (bounded by
+        :data:`CONNECT_SECONDS`), so a stalled server is not sent a connection per batch."""
+        if self._async_session is None:
+            if self._connecting is None:
+                self._connecting = asyncio.ensure_future(
+                    asyncio.wait_for(_AsyncPostgresSession.connect(self.url), CONNECT_SECONDS))
+            connecting = self._connecting
+            try:
+                session = await asyncio.shield(connecting)
+            finally:
+                if connecting.done() and self._connecting is connecting:
+                    self._connecting = None
+            self._async_session = self._async_session or session
+        return self._async_session
+
+    def abandon(self) -> None:
+        """Give up the asynchronous session a batch is stalled on: the next batch connects afresh, and the
+        stalled batch, once cancelled, closes it (the server rolls its transaction back when the close reaches
+        it)."""
+        self._async_session = None
+
     async def close_async(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
+            self._connecting = None
         if self._async_session is not None:
             await self._async_session.close()
             self._async_session = None
 
-    def _transaction(self, items: list, now: float | None):
+    def _transaction(self, items: list, now: float | None, cutoff: float | None):
         """One batch's transaction in two round trips: the budget row's lock with the lookup of the batch's ids,
-        then every write and the COMMIT together.
+        then every write and the COMMIT together; rolled back (:class:`LedgerTimeout`) rather than committed
+        once ``time.monotonic()`` has passed ``cutoff``.
 
         A generator of the session's steps (``("begin", ids)``, ``("query", name, params)``, ``("commit",
         writes)``, ``("rollback",)``), each sent back its answer, so that :meth:`apply` and :meth:`apply_async`
@@ -341,7 +417,8 @@ class Ledger:
             results = yield from self._one_statement(items, now)
             if results is not None:
                 return results
-        budget, known, clock = yield "begin", sorted({item.request_id for item in items})
+        ids = sorted({item.request_id for item in items if not isinstance(item, CapRequest)})
+        budget, known, clock = yield "begin", ids
         now = clock if now is None else now  # read with the lock held: stamps follow the commit order
         expired = 0
         if now - budget.last_sweep >= self.sweep_seconds:
@@ -354,6 +431,9 @@ class Ledger:
         for item in items:
             if isinstance(item, DecisionRequest):
                 results.append(self._decide(item, budget, known, inserted, now))
+            elif isinstance(item, CapRequest):
+                budget.cap = item.cap
+                results.append({"cap": item.cap})
             else:
                 results.append(self._outcome(item, budget, known, inserted, updates, now))
         if all(isinstance(result, LedgerConflict) for result in results):
@@ -364,6 +444,10 @@ class Ledger:
         rows = list(inserted.values())
         writes = [("insert", row) for row in rows] + [("outcome", update) for update in updates]
         writes += self._save(budget, now, rows, responses, bool(inserted or updates or expired))
+        if any(isinstance(item, CapRequest) for item in items):
+            writes.append(("save_cap", {"cap": budget.cap}))
+        if cutoff is not None and time.monotonic() > cutoff:
+            raise LedgerTimeout("the transaction passed its time limit before its commit: rolled back")
         yield "commit", writes
         self._last_budget = budget
         return results
@@ -576,6 +660,7 @@ _WRITES = {
     "outcome": "UPDATE decisions SET state = :state, redeemed = :redeemed, paid = :paid, outcome_at = :outcome_at "
                "WHERE request_id = :request_id",
     "save_budget": f"UPDATE budget SET {', '.join(f'{k} = :{k}' for k in _RUNNING)} WHERE id = 1",
+    "save_cap": "UPDATE budget SET cap = :cap WHERE id = 1",
     "save_levels": "INSERT INTO per_level VALUES (:population, :level_index, :decisions, :responses, :paid) "
                    "ON CONFLICT (population, level_index) DO UPDATE SET decisions = per_level.decisions + "
                    "excluded.decisions, responses = per_level.responses + excluded.responses, "
@@ -635,17 +720,23 @@ _LOOKUP = f"SELECT {', '.join(_DECISION_COLUMNS)} FROM decisions WHERE request_i
 
 
 class _SQLiteSession:
-    """sqlite3 on the caller's thread: ``BEGIN IMMEDIATE`` takes the database's write lock; rows of one
-    statement go through ``executemany``."""
+    """sqlite3 on the caller's thread: ``BEGIN IMMEDIATE`` takes the database's write lock, waiting for it at most
+    ``limit_ms`` (the busy timeout); rows of one statement go through ``executemany``."""
 
     def __init__(self, connection):
         self.connection = connection
+        self.limit_ms: int | None = None
+        self._busy_ms = BUSY_MS  # what the connection's busy timeout is now
 
     def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
         cursor = self.connection.cursor()
+        busy = BUSY_MS if self.limit_ms is None else self.limit_ms
+        if busy != self._busy_ms:
+            cursor.execute(f"PRAGMA busy_timeout = {busy}")
+            self._busy_ms = busy
         cursor.execute("BEGIN IMMEDIATE")
         budget = _Budget(*cursor.execute(_LOCK).fetchone())
-        rows = cursor.execute(_LOOKUP + f"({', '.join('?' * len(ids))})", ids).fetchall()
+        rows = cursor.execute(_LOOKUP + f"({', '.join('?' * len(ids)) or 'NULL'})", ids).fetchall()
         return budget, _known(rows), time.time()
 
     def query(self, name: str, params: dict) -> list:
@@ -657,7 +748,8 @@ class _SQLiteSession:
         self.connection.commit()
 
     def rollback(self) -> None:
-        self.connection.rollback()
+        if self.connection.in_transaction:
+            self.connection.rollback()
 
 
 class _PostgresText:
@@ -670,7 +762,9 @@ class _PostgresText:
     planned at every run (the previous path): about half the client CPU and a quarter less of PostgreSQL's.
     """
 
-    SETUP = "SET plan_cache_mode = auto"  # generic plans for the prepared statements (none scans a range)
+    SETUP = ("SET plan_cache_mode = auto",  # generic plans for the prepared statements (none scans a range)
+             # a worker gone mid-transaction (a cut route) must not hold the budget row's lock for the kernel's hours
+             f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_MS}")
     PREPARED = "SELECT name FROM pg_prepared_statements"
 
     def __init__(self):
@@ -685,15 +779,29 @@ class _PostgresText:
         marks = ", ".join(["%s"] * len(self.order[name]))
         return f"EXECUTE promokit_{name}({marks})" if marks else f"EXECUTE promokit_{name}"
 
-    def begin(self, ids: list[str]) -> tuple[str, list]:
-        return f"BEGIN; {self._execute('lock')}; {_CLOCK}; {_LOOKUP}({', '.join(['%s'] * len(ids))})", ids
+    @staticmethod
+    def limits(limit_ms: int | None) -> list[str]:
+        """What bounds a transaction's waits: each statement ends after ``limit_ms``, a lock wait a little sooner
+        (so that it is told apart: ``LockNotAvailable``, not ``QueryCanceled``)."""
+        return [] if limit_ms is None else [f"SET LOCAL statement_timeout = {limit_ms}",
+                                            f"SET LOCAL lock_timeout = {max(1, limit_ms * 9 // 10)}"]
+
+    def begin(self, ids: list[str], limit_ms: int | None) -> tuple[str, list, int]:
+        """The first round trip's text, parameters and how many results come before the budget row's."""
+        head = ["BEGIN", *self.limits(limit_ms)]
+        marks = ", ".join(["%s"] * len(ids)) or "NULL"  # a batch of caps alone names no request
+        return "; ".join([*head, self._execute("lock"), _CLOCK, f"{_LOOKUP}({marks})"]), ids, len(head)
 
     @staticmethod
     def query(name: str, params: dict) -> tuple[str, dict]:
         return re.sub(_PARAMETER, r"%(\1)s", _QUERIES[name]), params
 
-    def one_statement(self, params: dict) -> tuple[str, list]:
-        return self._execute("one_statement"), [params[key] for key in self.order["one_statement"]]
+    def one_statement(self, params: dict, limit_ms: int | None) -> tuple[str, list, int]:
+        """The statement's text (its limits before it: one implicit transaction), parameters and how many results
+        come before its own."""
+        head = self.limits(limit_ms)
+        return ("; ".join([*head, self._execute("one_statement")]),
+                [params[key] for key in self.order["one_statement"]], len(head))
 
     def commit(self, writes: list) -> tuple[str, list]:
         """The batch's new decisions travel as one JSON array (binding 19 literals per row cost ≈ 80 µs of the
@@ -712,9 +820,10 @@ class _PostgresSession:
     """psycopg, blocking (:meth:`Ledger.apply`): the round trips of :class:`_PostgresText`."""
 
     def __init__(self, connection):
-        self.connection = connection
+        self.connection, self.limit_ms = connection, None
         connection.autocommit = True
-        connection.execute(_PG.SETUP)
+        for setting in _PG.SETUP:
+            connection.execute(setting)
         known = {row[0] for row in connection.execute(_PG.PREPARED)}
         for name, statement in _PG.prepare.items():
             if name not in known:
@@ -722,8 +831,10 @@ class _PostgresSession:
 
     def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
         cursor = psycopg.ClientCursor(self.connection)
-        cursor.execute(*_PG.begin(ids))
-        cursor.nextset()
+        text, params, skip = _PG.begin(ids, self.limit_ms)
+        cursor.execute(text, params)
+        for _ in range(skip):
+            cursor.nextset()
         budget = _Budget(*cursor.fetchone())
         cursor.nextset()
         clock = cursor.fetchone()[0]
@@ -732,10 +843,13 @@ class _PostgresSession:
 
     def one_statement(self, params: dict) -> list:
         cursor = psycopg.ClientCursor(self.connection)
+        text, values, skip = _PG.one_statement(params, self.limit_ms)
         try:
-            cursor.execute(*_PG.one_statement(params))
+            cursor.execute(text, values)
         except psycopg.errors.UniqueViolation:  # a request_id seen before: nothing was written
             return []
+        for _ in range(skip):
+            cursor.nextset()
         return cursor.fetchall()
 
     def query(self, name: str, params: dict) -> list:
@@ -747,28 +861,30 @@ class _PostgresSession:
         psycopg.ClientCursor(self.connection).execute(*_PG.commit(writes))
 
     def rollback(self) -> None:
-        self.connection.execute("ROLLBACK")
+        if self.connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            self.connection.execute("ROLLBACK")
 
 
 class _AsyncPostgresSession:
     """psycopg's ``AsyncConnection`` (:meth:`Ledger.apply_async`): the same round trips, awaited."""
 
     def __init__(self, connection):
-        self.connection = connection
+        self.connection, self.limit_ms = connection, None
 
     @classmethod
     async def connect(cls, url: str) -> "_AsyncPostgresSession":
         connection = await psycopg.AsyncConnection.connect(url.replace("+psycopg", "", 1), autocommit=True,
                                                            **pg_settings(url))
-        await connection.execute(_PG.SETUP)
-        for statement in _PG.prepare.values():  # a new connection holds no prepared statement
+        for statement in (*_PG.SETUP, *_PG.prepare.values()):  # a new connection holds no prepared statement
             await connection.execute(statement)
         return cls(connection)
 
     async def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
         cursor = psycopg.AsyncClientCursor(self.connection)
-        await cursor.execute(*_PG.begin(ids))
-        cursor.nextset()
+        text, params, skip = _PG.begin(ids, self.limit_ms)
+        await cursor.execute(text, params)
+        for _ in range(skip):
+            cursor.nextset()
         budget = _Budget(*await cursor.fetchone())
         cursor.nextset()
         clock = (await cursor.fetchone())[0]
@@ -777,10 +893,13 @@ class _AsyncPostgresSession:
 
     async def one_statement(self, params: dict) -> list:
         cursor = psycopg.AsyncClientCursor(self.connection)
+        text, values, skip = _PG.one_statement(params, self.limit_ms)
         try:
-            await cursor.execute(*_PG.one_statement(params))
+            await cursor.execute(text, values)
         except psycopg.errors.UniqueViolation:  # a request_id seen before: nothing was written
             return []
+        for _ in range(skip):
+            cursor.nextset()
         return await cursor.fetchall()
 
     async def query(self, name: str, params: dict) -> list:
@@ -792,15 +911,18 @@ class _AsyncPostgresSession:
         await psycopg.AsyncClientCursor(self.connection).execute(*_PG.commit(writes))
 
     async def rollback(self) -> None:
-        await self.connection.execute("ROLLBACK")
+        if self.connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            await self.connection.execute("ROLLBACK")
 
     async def close(self) -> None:
         await self.connection.close()
 
 
 def _served(item: DecisionRequest, option: Option, room: int) -> Option:
-    """``option`` if its face value fits in ``room``, else the first fallback that does (the last fallback is no
-    incentive, which always fits)."""
+    """``option`` if its face value fits in ``room``, else the first fallback that does. The last fallback is no
+    incentive, which costs nothing and so always fits, even when a cap lowered below the money at risk left the
+    room negative (an overdraft: then only what costs nothing is issued)."""
+    room = max(room, 0)
     return option if option.face <= room else next(o for o in item.fallbacks if o.face <= room)
 
 
@@ -826,6 +948,30 @@ def _known(rows: list) -> dict:
 
 def no_incentive() -> Option:
     return _NONE
+
+
+def gave_up(exc: BaseException) -> bool:
+    """Whether ``exc`` is a wait cut short at its limit, the connection still answering: a lock wait or a statement
+    past PostgreSQL's ``lock_timeout`` / ``statement_timeout``, SQLite's busy timeout (the write lock held by
+    another connection), or a transaction past its limit before its commit (:class:`LedgerTimeout`)."""
+    if isinstance(exc, LedgerTimeout):
+        return True
+    if isinstance(exc, (psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)):
+        return True
+    return busy(exc)
+
+
+def _cutoff(limit: float | None) -> float | None:
+    return None if limit is None else time.monotonic() + limit
+
+
+def _ms(limit: float | None) -> int | None:
+    return None if limit is None else max(1, int(limit * 1000))
+
+
+def busy(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite's answer to a write lock held by another connection."""
+    return isinstance(exc, sqlite3.OperationalError) and getattr(exc, "sqlite_errorcode", None) in SQLITE_BUSY
 
 
 def normalise_url(url: str) -> str:
@@ -854,7 +1000,7 @@ def pg_settings(url: str) -> dict:
 def _engine(url: str, immediate: bool) -> Engine:
     if not url.startswith("sqlite"):
         return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True, connect_args=pg_settings(url))
-    engine = create_engine(url, connect_args={"timeout": 60})
+    engine = create_engine(url, connect_args={"timeout": BUSY_MS / 1000})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection, _record):
@@ -862,7 +1008,7 @@ def _engine(url: str, immediate: bool) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_MS}")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from starlette.routing import Match
 
 ENV = "PROMETHEUS_MULTIPROC_DIR"
+LEDGER_STATES = ("up", "degraded", "down")  # promokit.serve.health
 #: Content type of :func:`render_metrics` (the Prometheus text format every scraper reads).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 #: Route label of requests no route of the app matches (404s), so unknown paths cannot grow the label set.
@@ -51,6 +52,13 @@ REQUESTS = Counter("promokit_http_requests", "HTTP requests answered, by route t
 LATENCY = Histogram("promokit_http_request_duration_seconds", "Time from request to the last byte of the answer.",
                     ["route", "status_class"], buckets=BUCKETS, registry=_REGISTRY)
 LEDGER_ERRORS = Counter("promokit_ledger_errors", "Ledger transactions or reads that raised.", registry=_REGISTRY)
+LEDGER_TROUBLE = {
+    "timeouts": Counter("promokit_ledger_timeouts", "Ledger transactions or reads past the deadline.",
+                        registry=_REGISTRY),
+    "lock_waits": Counter("promokit_ledger_lock_waits", "Ledger transactions whose lock wait ran past its limit "
+                          "(another session held the budget row or the SQLite write lock).", registry=_REGISTRY),
+    "slow_commits": Counter("promokit_ledger_slow_commits", "Ledger transactions that committed slower than half "
+                            "the deadline.", registry=_REGISTRY)}
 _CHILDREN: dict[tuple[str, int], tuple] = {}  # (route, status) -> labelled children: .labels() costs µs
 
 
@@ -81,6 +89,11 @@ def multiprocess_dir(directory: str | os.PathLike | None = None) -> Iterator[Pat
 def record_ledger_error() -> None:
     """Count one ledger transaction or read that raised (summed over workers, unlike a per-worker tally)."""
     LEDGER_ERRORS.inc()
+
+
+def record_ledger_trouble(kind: str) -> None:
+    """Count one timeout, lock wait or slow commit (a key of :data:`LEDGER_TROUBLE`)."""
+    LEDGER_TROUBLE[kind].inc()
 
 
 class RequestMetrics:
@@ -205,7 +218,10 @@ class StatusCollector(Collector):
         ledger = self.status.get("ledger") or {}
         for key, help_text in (("cap", "Hard cap on money at risk."),
                                ("at_risk", "Face value of open coupons plus paid."),
-                               ("committed", "Face value of open coupons."), ("remaining", "Cap minus money at risk.")):
+                               ("committed", "Face value of open coupons."),
+                               ("remaining", "Cap minus money at risk (0 in an overdraft)."),
+                               ("overdraft", "Money at risk above a lowered cap: what must come back before a coupon "
+                                             "is issued again.")):
             yield from _single(GaugeMetricFamily, f"promokit_budget_{key}", help_text, budget.get(key))
         yield from _single(CounterMetricFamily, "promokit_paid", "Money paid for redeemed coupons.", budget.get("paid"))
         for key in ("decisions", "responses", "capped", "replays", "explored"):
@@ -238,8 +254,18 @@ class StatusCollector(Collector):
                                ("refused", "Campaign versions the answering worker refused to switch to.")):
             yield from _single(CounterMetricFamily, f"promokit_campaign_{key}", help_text, campaign.get(key))
         if "up" in ledger:
-            yield GaugeMetricFamily("promokit_ledger_up", "1 if the last ledger read succeeded.",
+            yield GaugeMetricFamily("promokit_ledger_up", "1 unless the ledger is down (the answering worker's view).",
                                     float(bool(ledger["up"])))
+        if ledger.get("state") in LEDGER_STATES:
+            family = GaugeMetricFamily("promokit_ledger_state", "1 for the ledger's state as the answering worker "
+                                       "sees it: up, degraded (slow, waiting on locks, past the deadline) or down.",
+                                       labels=["state"])
+            for state in LEDGER_STATES:
+                family.add_metric([state], float(state == ledger["state"]))
+            yield family
+        yield from _single(GaugeMetricFamily, "promokit_ledger_state_seconds",
+                           "Seconds the ledger has been in its state (the answering worker's view).",
+                           ledger.get("state_for_s"))
         yield from _single(GaugeMetricFamily, "promokit_ledger_read_seconds",
                            "Duration of the status reads of the ledger.",
                            ledger["read_ms"] / 1e3 if _finite(ledger.get("read_ms")) else None)

@@ -99,16 +99,22 @@ def fields(status: dict) -> dict[str, str]:
         "cap": money(cap), "lam": sig4(p.get("lam")), "pacing": "on" if p.get("enabled") else "off",
         "at-risk": money(at_risk), "cap-card": money(cap), "at-risk-pct": f"{pct(share)} of cap",
         "paid": money(b.get("paid")), "committed": money(b.get("committed")),
-        "remaining": money(b.get("remaining")), "decisions": count(b.get("decisions")),
+        "remaining": money(b.get("remaining")) + overdraft(b.get("overdraft")),
+        "decisions": count(b.get("decisions")),
         "responses": count(b.get("responses")), "capped": count(b.get("capped")),
         "replays": count(b.get("replays")), "explored": count(b.get("explored")),
         "lat-count": count(lat.get("count")),
         "p50": ms(lat.get("p50")), "p90": ms(lat.get("p90")), "p99": ms(lat.get("p99")),
         "req-total": count(r.get("total")), "http-4xx": count(by_class.get("4xx")),
-        "http-5xx": count(by_class.get("5xx")), "ledger-up": up(ledger.get("up")),
+        "http-5xx": count(by_class.get("5xx")), "ledger-up": ledger.get("state") or up(ledger.get("up")),
         "ledger-read": ms(ledger.get("read_ms")), "ledger-commit": ago(ledger.get("last_commit_age_s")),
         "ledger-errors": count(r.get("ledger_errors")), "updated": clock(status.get("time")),
     }
+
+
+def overdraft(x) -> str:
+    """`` (overdraft 800.00)`` after the remaining money while a lowered cap is below the money at risk, else ``""``."""
+    return f" (overdraft {money(x)})" if _num(x) and x > 0 else ""
 
 
 def _share(status: dict) -> float:
@@ -285,7 +291,7 @@ h1 { font-size: 20px; margin: 0 0 4px; }
 .meta { margin: 0 0 14px; color: var(--muted); }
 .meta b { color: var(--fg); }
 .conn { color: var(--cap); }
-#ledger-up.up { color: var(--s1); } #ledger-up.down { color: var(--cap); }
+#ledger-up.up { color: var(--s1); } #ledger-up.degraded { color: var(--s2); } #ledger-up.down { color: var(--cap); }
 .cards { display: grid; grid-template-columns: repeat(4, 1fr); gap: 10px; }
 .card, figure { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 10px 12px; margin: 0; }
 .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
@@ -360,12 +366,14 @@ SCRIPT = r"""
       "budget-b": c.form === "absolute" ? money(c.B) : sig4(c.B),
       "cap": money(c.cap), "lam": sig4(p.lam), "pacing": p.enabled ? "on" : "off",
       "at-risk": money(b.at_risk), "cap-card": money(c.cap), "at-risk-pct": pct(share) + " of cap",
-      "paid": money(b.paid), "committed": money(b.committed), "remaining": money(b.remaining),
+      "paid": money(b.paid), "committed": money(b.committed),
+      "remaining": money(b.remaining) + (num(b.overdraft) && b.overdraft > 0
+                                         ? " (overdraft " + money(b.overdraft) + ")" : ""),
       "decisions": count(b.decisions), "responses": count(b.responses), "capped": count(b.capped),
       "replays": count(b.replays), "explored": count(b.explored), "lat-count": count(lat.count),
       "p50": ms(lat.p50), "p90": ms(lat.p90), "p99": ms(lat.p99),
       "req-total": count(r.total), "http-4xx": count(byClass["4xx"]), "http-5xx": count(byClass["5xx"]),
-      "ledger-up": up(l.up), "ledger-read": ms(l.read_ms), "ledger-commit": ago(l.last_commit_age_s),
+      "ledger-up": l.state || up(l.up), "ledger-read": ms(l.read_ms), "ledger-commit": ago(l.last_commit_age_s),
       "ledger-errors": count(r.ledger_errors), "updated": clock(s.time),
     };
   }
@@ -469,7 +477,7 @@ SCRIPT = r"""
       const e = document.getElementById(id);
       if (e) e.textContent = text;
     }
-    document.getElementById("ledger-up").className = up((s.ledger || {}).up);
+    document.getElementById("ledger-up").className = (s.ledger || {}).state || up((s.ledger || {}).up);
     rates(s);
     const c = s.campaign || {}, b = s.budget || {}, tl = s.timeline || [], tr = (s.pacing || {}).trace || [];
     const share = num(b.at_risk) && num(c.cap) && c.cap > 0 ? Math.min(Math.max(b.at_risk / c.cap, 0), 1) : 0;

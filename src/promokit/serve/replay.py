@@ -36,12 +36,14 @@ NOT_SENT, FAILED = 0, -1
 @dataclass
 class ReplayResult:
     """Per request, in the order of the bodies: HTTP status (0 not sent, −1 timeout or connection error), the
-    parsed JSON answer (None when there is none) and the client-side latency (NaN when not answered)."""
+    parsed JSON answer (None when there is none), the client-side latency (NaN when not answered) and when it was
+    sent (``time.perf_counter()``; NaN when not sent)."""
 
     statuses: np.ndarray
     answers: list[dict | None]
     latency_ms: np.ndarray
     seconds: float
+    sent_at: np.ndarray | None = None
 
     @property
     def throughput(self) -> float:
@@ -95,17 +97,18 @@ class _Connection:
 
 
 async def replay(base_url: str, token: str, bodies: list[dict], concurrency: int, path: str = "/v1/decisions",
-                 timeout: float = 10.0, max_seconds: float | None = None) -> ReplayResult:
-    """POST every body once as JSON with the bearer token, ``concurrency`` at a time; stop sending after
-    ``max_seconds`` (the bodies not sent keep status 0). A request that times out after ``timeout`` seconds or
-    fails in transport gets status −1 and its connection is reopened."""
+                 timeout: float = 10.0, max_seconds: float | None = None, interval: float = 0.0) -> ReplayResult:
+    """POST every body once as JSON with the bearer token, ``concurrency`` at a time, each of the ``concurrency``
+    clients starting a request at most every ``interval`` seconds (0: at once; a steady load rather than the most
+    the server takes); stop sending after ``max_seconds`` (the bodies not sent keep status 0). A request that times
+    out after ``timeout`` seconds or fails in transport gets status −1 and its connection is reopened."""
     url = urlsplit(base_url)
     host, port = url.hostname, url.port or 80
     head = (f"POST {path} HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: ").encode()
     n = len(bodies)
     statuses = np.zeros(n, dtype=np.int64)
-    latency = np.full(n, np.nan)
+    latency, sent_at = np.full(n, np.nan), np.full(n, np.nan)
     answers: list[dict | None] = [None] * n
     order = iter(range(n))
     started = time.perf_counter()
@@ -118,7 +121,7 @@ async def replay(base_url: str, token: str, bodies: list[dict], concurrency: int
                 if time.perf_counter() >= deadline:
                     return
                 payload = json.dumps(bodies[i], separators=(",", ":")).encode()
-                sent = time.perf_counter()
+                sent = sent_at[i] = time.perf_counter()
                 try:
                     async with asyncio.timeout(timeout):
                         status, body = await connection.request(head + b"%d\r\n\r\n" % len(payload) + payload)
@@ -132,11 +135,13 @@ async def replay(base_url: str, token: str, bodies: list[dict], concurrency: int
                     answers[i] = json.loads(body)
                 except ValueError:
                     pass
+                if interval:
+                    await asyncio.sleep(sent + interval - time.perf_counter())
         finally:
             connection.close()
 
     await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, n)))))
-    return ReplayResult(statuses, answers, latency, time.perf_counter() - started)
+    return ReplayResult(statuses, answers, latency, time.perf_counter() - started, sent_at)
 
 
 def run_replay(*args, **kwargs) -> ReplayResult:
@@ -152,14 +157,17 @@ def free_port() -> int:
 
 @contextmanager
 def running_service(campaign_dir, token: str, ledger: str | None = None, workers: int = 1,
-                    port: int | None = None, startup_seconds: float = 30.0) -> Iterator[str]:
-    """Run ``promokit serve`` on 127.0.0.1 (a free port unless ``port``) in a subprocess and yield its base URL
-    once ``GET /v1/status`` answers 200; on exit send SIGTERM, then SIGKILL after 10 s. Raises RuntimeError with
-    the tail of the service's stderr if it exits or does not answer within ``startup_seconds``."""
+                    port: int | None = None, startup_seconds: float = 30.0,
+                    deadline: float | None = None) -> Iterator[str]:
+    """Run ``promokit serve`` on 127.0.0.1 (a free port unless ``port``; ``deadline`` seconds unless None, the
+    default) in a subprocess and yield its base URL once ``GET /v1/status`` answers 200; on exit send SIGTERM,
+    then SIGKILL after 10 s. Raises RuntimeError with the tail of the service's stderr if it exits or does not
+    answer within ``startup_seconds``."""
     port = port or free_port()
     base = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "promokit.cli", "serve", "--campaign", str(campaign_dir), "--host", "127.0.0.1",
-               "--port", str(port), "--workers", str(workers)] + (["--ledger", ledger] if ledger else [])
+               "--port", str(port), "--workers", str(workers)] + (["--ledger", ledger] if ledger else []) \
+        + (["--deadline", repr(deadline)] if deadline is not None else [])
     with tempfile.TemporaryFile() as stderr:
         process = subprocess.Popen(command, env={**os.environ, "PROMOKIT_API_TOKEN": token},
                                    stdout=subprocess.DEVNULL, stderr=stderr)

@@ -97,11 +97,23 @@ class SwitchIn(BaseModel):
 
 
 class SwitchOut(BaseModel):
-    switched: bool = Field(description="False when the version was live already.")
+    switched: bool = Field(description="False when the version was live already at the answering worker (live.json "
+                                        "points at it either way).")
     version: str = Field(description="The version served now.")
     previous: str = Field(description="The version served before.")
     time: float
     how: Literal["endpoint", "pointer", "signal"]
+    seq: int = Field(description="The switch's number in live.json: the pointer with the highest is live.")
+
+
+class Liveness(BaseModel):
+    live: bool = Field(description="Always true: the worker's event loop answers (the ledger is not asked).")
+
+
+class Readiness(BaseModel):
+    ready: bool = Field(description="False while the ledger is down (answered 503).")
+    ledger: Literal["up", "degraded", "down"] = Field(description="The ledger's state as the answering worker sees "
+                                                                  "it.")
 
 
 class Assignment(BaseModel):

@@ -3,8 +3,10 @@
 A campaign directory serves one version at a time, its live one. The first ``campaign build`` into a directory
 writes its files at the root; a build into a directory that already holds a campaign writes the new version beside
 the live one, in ``versions/<model_version>/``, and leaves the live one as it is. ``live.json`` names the live
-version (``{"version": …}``); without it the root's version is live. The pointer is rewritten atomically, so a
-reader sees the old name or the new one, and a service follows it (:mod:`promokit.serve.refresh`).
+version and numbers the switch that made it live (``{"version": …, "seq": n}``); without it the root's version is
+live. The pointer is rewritten atomically, so a reader sees the old pointer or the new one, and every write takes a
+lock on ``live.lock`` and numbers itself one more than the pointer it replaces: switches from any number of
+processes are ordered, the last one written is live, and a service follows it (:mod:`promokit.serve.refresh`).
 
 This module reads names and folders only; loading and checking a version is :mod:`promokit.serve.campaign`'s.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 from promokit.data.errors import DataError
@@ -21,6 +24,7 @@ from promokit.data.io import write_json
 
 CONFIG = "campaign.json"
 LIVE = "live.json"
+LOCK = "live.lock"  # serialises the writers of live.json
 VERSIONS = "versions"
 #: What a version's name may hold when it names a folder of ``versions/``.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -37,15 +41,22 @@ def root_version(root: Path) -> str | None:
 
 def live_version(root: Path) -> str | None:
     """The name of the live version of the campaign directory ``root``, or None when it holds no campaign."""
+    return live_pointer(root)[0]
+
+
+def live_pointer(root: Path) -> tuple[str | None, int | None]:
+    """The live version of ``root`` and the number of the switch that made it live: 0 without ``live.json`` (the
+    root's version), None for a pointer written without one (by hand, or by a promokit before the numbering)."""
     pointer = root / LIVE
-    if pointer.is_file():
-        try:
-            name = json.loads(pointer.read_text(encoding="utf-8"))["version"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise DataError(f"{pointer} does not name a version ({{\"version\": …}}); name one with "
-                            f"promokit.serve.campaign.activate") from None
-        return str(name)
-    return root_version(root)
+    if not pointer.is_file():
+        return root_version(root), 0
+    try:
+        data = json.loads(pointer.read_text(encoding="utf-8"))
+        name, seq = str(data["version"]), data.get("seq")
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise DataError(f"{pointer} does not name a version ({{\"version\": …}}); name one with "
+                        f"promokit.serve.campaign.activate") from None
+    return name, seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
 def version_names(root: Path) -> list[str]:
@@ -79,9 +90,30 @@ def new_folder(root: Path, name: str) -> Path:
     return root / VERSIONS / name
 
 
-def point_live(root: Path, name: str) -> None:
-    """Make ``name`` the live version of ``root`` (atomically: a reader sees the old name or this one)."""
-    write_json({"version": name}, root / LIVE)
+def point_live(root: Path, name: str) -> int:
+    """Make ``name`` the live version of ``root`` (atomically: a reader sees the old pointer or this one); returns
+    the switch's number, one more than the pointer's (a pointer that names no version is replaced, as 0)."""
+    with _locked(root / LOCK):
+        try:
+            seq = live_pointer(root)[1] or 0
+        except DataError:
+            seq = 0
+        write_json({"version": name, "seq": seq + 1}, root / LIVE)
+    return seq + 1
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` (created if missing) for the block, across processes; on a platform without
+    ``fcntl`` (Windows) the block runs unlocked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
 
 
 def _version_of(config: Path) -> str | None:
