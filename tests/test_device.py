@@ -205,7 +205,9 @@ def test_the_cpu_keeps_every_paper_model_as_it_was(domain, tmp_path):
     epochs, predictions = _figures(model.fit(data), data)
     pinned_epochs, pinned_first = PINNED[domain]
     assert [e == pytest.approx(p, rel=1e-6, abs=0) for e, p in zip(epochs, pinned_epochs)] == [True, True]
-    assert predictions[:2, -1].tolist() == pytest.approx(pinned_first, rel=1e-6, abs=0)
+    # the floor the wide offset starts from is solved in float32 to a gradient tolerance: NumPy and SciPy releases
+    # (make test-lowest) move its outputs by up to 10⁻⁴ relative
+    assert predictions[:2, -1].tolist() == pytest.approx(pinned_first, rel=1e-4, abs=0)
     model.save(tmp_path / "model")
     loaded = type(model).load(tmp_path / "model")
     assert loaded.train_config.device == "auto"

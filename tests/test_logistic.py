@@ -55,7 +55,8 @@ def test_newton_cg_reaches_the_optimum_at_a_weak_strength_in_few_hessian_product
     gradient, _ = loss.gradient(_logits(x, theta), theta, 1e-6)
     assert np.abs(gradient).max() <= 1e-8 and len(products) < 60
     reference = LogisticRegression(C=1 / (3000 * 1e-6), tol=1e-12, max_iter=100_000).fit(x.astype(np.float64), y)
-    np.testing.assert_allclose(_logits(x, theta), reference.decision_function(x), atol=1e-3)
+    # the optimum is flat at so weak a strength: scikit-learn's releases stop within 2·10⁻³ of it on logits up to 10
+    np.testing.assert_allclose(_logits(x, theta), reference.decision_function(x), rtol=2e-3, atol=1e-3)
 
 
 def test_the_design_stores_every_numeric_entry_zeros_too():
