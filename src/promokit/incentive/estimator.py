@@ -23,7 +23,7 @@ from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
 from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, solve_floor
 from promokit.incentive.models.network import IncentiveNet
-from promokit.incentive.offline_metrics import curve_figure, evaluate as evaluate_responses, off_pyplot
+from promokit.incentive.offline_metrics import Responses, curve_figure, evaluate as evaluate_responses, off_pyplot
 from promokit.metrics import auc
 from promokit.metrics.uplift import uplift_figure
 from promokit.training import (
@@ -117,20 +117,6 @@ class FitReport:
     n_valid: int = 0
     n_test: int = 0
     history: History | None = None
-
-
-@dataclass
-class Responses:
-    """Every node's predicted response at every value: ``customers`` ``(N_c, K)`` f_c, ``merchants``
-    ``(N_m, K)`` f_m, and the customers' hazard per unit of r / r_K for the hazard heads (else ``None``). For a
-    :meth:`~IncentiveModel.recalibrate`-d model, ``customers`` is recalibrated and ``customers_raw`` the model's own
-    f_c (else ``None``); the hazard stays the model's own."""
-
-    levels: np.ndarray
-    customers: np.ndarray
-    merchants: np.ndarray
-    hazard: np.ndarray | None
-    customers_raw: np.ndarray | None = None
 
 
 class IncentiveModel(Estimator):

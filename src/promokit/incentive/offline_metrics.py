@@ -15,11 +15,24 @@ from promokit.metrics import UpliftCurves, auc, calibration_report, mae, mse, sq
 from promokit.metrics.uplift import DEFINITIONS
 from promokit.report import Report
 
-if TYPE_CHECKING:  # the estimator imports this module
-    from promokit.incentive.estimator import Responses
+if TYPE_CHECKING:
     from promokit.training.estimator import Evaluation
 
 ORACLE = "oracle"  # the true curves, named as a model among the models' curves and allocations
+
+
+@dataclass
+class Responses:
+    """Every node's predicted response at every value: ``customers`` ``(N_c, K)`` f_c, ``merchants``
+    ``(N_m, K)`` f_m, and the customers' hazard per unit of r / r_K for the hazard heads (else ``None``). For a
+    :meth:`~promokit.incentive.IncentiveModel.recalibrate`-d model, ``customers`` is recalibrated and
+    ``customers_raw`` the model's own f_c (else ``None``); the hazard stays the model's own."""
+
+    levels: np.ndarray
+    customers: np.ndarray
+    merchants: np.ndarray
+    hazard: np.ndarray | None
+    customers_raw: np.ndarray | None = None
 
 
 @dataclass
