@@ -38,8 +38,16 @@ $(LOWEST)/.installed: pyproject.toml constraints/lowest.txt
 	$(LOWEST)/bin/pip install --quiet -c constraints/lowest.txt -e '.[test]'
 	touch $@
 
+# Then a notebook's stack: the lowest NumPy and pandas beside the newest PyArrow the resolver picks for them (the
+# bound in pyproject.toml keeps out the releases that refuse NumPy 1.x), reading and writing Parquet through promokit;
+# then the lowest PyArrow again.
 test-lowest: $(LOWEST)/.installed
 	$(LOWEST)/bin/python $(PYTEST)
+	grep -E '^(numpy|pandas)==' constraints/lowest.txt > $(LOWEST)/numpy-pandas.txt
+	$(LOWEST)/bin/pip install --quiet -c $(LOWEST)/numpy-pandas.txt --upgrade --upgrade-strategy only-if-needed -e . pyarrow
+	$(LOWEST)/bin/python -c "import numpy, pandas, pyarrow; print('numpy', numpy.__version__, 'pandas', pandas.__version__, 'pyarrow', pyarrow.__version__)"
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/test_data.py tests/test_data_parts.py
+	$(LOWEST)/bin/pip install --quiet -c constraints/lowest.txt pyarrow
 
 # The wheel and sdist in dist/, checked by twine.
 dist: install

@@ -244,3 +244,23 @@ def test_check_plan_names_the_broken_constraint(assignment, message):
 def test_check_plan_accepts_a_valid_plan():
     check_plan(np.array([1, 0]), [1, 1], [2, 1], [1, 2])
     check_plan(np.array([1, 0]), [1, 1])
+
+
+def test_prices_repairs_its_margins_without_or_tools(monkeypatch):
+    """Without promokit[allocation] the margin repair is SciPy's HiGHS LP: the plan is the same and certified."""
+    import importlib.util
+
+    from promokit.allocation import quota_exact
+
+    instance = make_quota_instance(2000, 5, seed=26)
+    args = (instance.etv, instance.quotas, instance.tolerance, instance.risk)
+    options = dict(base_users=100, sample_ratio=4.0, candidate_constant=0.3, max_sweeps=1, min_margin_users=1)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ortools" else find_spec(name, *a))
+    monkeypatch.setattr(quota_exact, "min_cost_flow_assignment", lambda *a: pytest.fail("OR-Tools was called"))
+    priced = solve_quota(*args, method="prices", **options)
+    assert priced.diagnostics["certified"] and abs(priced.gap) <= 1e-9 * priced.objective
+    assert any(level.get("margin_attempts", 0) for level in priced.diagnostics["levels"][1:])
+    monkeypatch.undo()
+    if find_spec("ortools") is not None:
+        assert relative(solve_quota(*args, method="prices", **options).objective, priced.objective) <= 1e-9

@@ -29,18 +29,27 @@ def pins(name: str) -> dict[str, Version]:
             for line in lines if line and not line.startswith("#")}
 
 
+#: the core's upper bounds: releases known to break a supported stack (pyarrow 26 refuses NumPy 1.x at import)
+UPPER = {"pyarrow": Version("26")}
+
+
+def lower_bound(requirement: Requirement) -> Version:
+    """The ``>=`` bound of a core requirement, checking that its only other bound is the one :data:`UPPER` names."""
+    bounds = {spec.operator: Version(spec.version) for spec in requirement.specifier}
+    assert set(bounds) == ({">=", "<"} if requirement.name in UPPER else {">="}), requirement
+    assert bounds.get("<") == UPPER.get(requirement.name), requirement
+    return bounds[">="]
+
+
 def test_core_dependencies_are_lower_bounds_and_the_lowest_set_pins_each_at_its_bound():
     lowest = pins("lowest.txt")
     for text in PROJECT["dependencies"]:
         requirement = Requirement(text)
-        (bound,) = requirement.specifier  # one specifier: a lower bound, no upper one
-        assert bound.operator == ">=", text
-        assert lowest[requirement.name.lower()] == Version(bound.version), text
+        assert lowest[requirement.name.lower()] == lower_bound(requirement), text
     assert PROJECT["requires-python"] == ">=3.11"
     assert {name: Version(v) for name, v in (("numpy", "1.26"), ("pandas", "2.2"), ("pyarrow", "15"),
                                              ("scikit-learn", "1.4"))}.items() <= {
-        Requirement(t).name: Version(next(iter(Requirement(t).specifier)).version)
-        for t in PROJECT["dependencies"]}.items()
+        Requirement(t).name: lower_bound(Requirement(t)) for t in PROJECT["dependencies"]}.items()
 
 
 def test_the_lock_pins_torch_2_13_0_and_satisfies_every_range():
@@ -75,6 +84,15 @@ def test_a_missing_extra_is_a_one_line_error_naming_it(monkeypatch):
     with pytest.raises(MissingExtra, match=r"^the Ray executor needs promokit\[scale\] \(promokit_no_such_module not "
                                            r"installed\): pip install 'promokit\[scale\]'$"):
         require_extra("scale", "the Ray executor")
+
+
+def test_the_allocation_extra_says_how_to_keep_numpy_1(monkeypatch):
+    monkeypatch.setitem(EXTRAS, "allocation", ("promokit_no_such_module",))
+    with pytest.raises(MissingExtra) as error:
+        require_extra("allocation", "the exact quota method")
+    assert str(error.value) == ("the exact quota method needs promokit[allocation] (promokit_no_such_module not "
+                                "installed): pip install 'promokit[allocation]' (add 'numpy<2' on the same line to keep "
+                                "NumPy 1.x: pip then takes OR-Tools 9.14, as OR-Tools 9.15 needs NumPy 2)")
 
 
 def test_the_cli_prints_a_missing_extra_in_one_line(monkeypatch, tmp_path):

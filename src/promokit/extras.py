@@ -15,13 +15,18 @@ EXTRAS = {
 }
 
 
+#: what an extra's install line says besides, where the extra would upgrade a package a notebook already has
+NOTES = {"allocation": " (add 'numpy<2' on the same line to keep NumPy 1.x: pip then takes OR-Tools 9.14, as OR-Tools "
+                       "9.15 needs NumPy 2)"}
+
+
 class MissingExtra(ImportError):
     """A feature's optional dependencies are not installed; the message says which extra brings them."""
 
     @classmethod
     def of(cls, extra: str, feature: str, missing: list[str]) -> MissingExtra:
         return cls(f"{feature} needs promokit[{extra}] ({', '.join(missing)} not installed): "
-                   f"pip install 'promokit[{extra}]'")
+                   f"pip install 'promokit[{extra}]'{NOTES.get(extra, '')}")
 
 
 def require_extra(extra: str, feature: str) -> None:

@@ -8,6 +8,7 @@ integral and the flow is the optimum of the 0/1 problem (eqs. 1–5).
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,8 +71,21 @@ def min_cost_flow_assignment(masked_etv: np.ndarray, min_users: np.ndarray,
     return FlowAssignment(assignment, cost_scale, n_users / cost_scale)
 
 
-def lp_assignment(masked_etv: np.ndarray, min_users: np.ndarray, max_users: np.ndarray | None = None) -> np.ndarray:
-    """The optimal assignment by HiGHS dual simplex (a vertex, hence integral).
+def margin_assignment(masked_etv: np.ndarray, min_users: np.ndarray,
+                      max_users: np.ndarray | None = None) -> np.ndarray | None:
+    """The optimal assignment of :func:`min_cost_flow_assignment` where OR-Tools is installed (promokit[allocation]),
+    else of :func:`lp_assignment` (SciPy's HiGHS: the same optimum, slower on a large margin); None if no assignment
+    meets the quotas. The ``prices`` solver repairs its margins with it, so it needs no extra."""
+    if importlib.util.find_spec("ortools") is None:
+        return lp_assignment(masked_etv, min_users, max_users)
+    flow = min_cost_flow_assignment(masked_etv, min_users, max_users)
+    return None if flow is None else flow.assignment
+
+
+def lp_assignment(masked_etv: np.ndarray, min_users: np.ndarray,
+                  max_users: np.ndarray | None = None) -> np.ndarray | None:
+    """The optimal assignment by HiGHS dual simplex (a vertex, hence integral); None if no assignment meets the
+    quotas.
 
     Quota rows are written Σ_i X_ij ≤ U_j (U = d for exact quotas): with one type per user they imply
     Σ_i X_ij ≥ N − Σ_{l≠j} U_l, so a row −Σ_i X_ij ≤ −L_j is added only where L_j is above that (never with exact
@@ -95,6 +109,8 @@ def lp_assignment(masked_etv: np.ndarray, min_users: np.ndarray, max_users: np.n
                      A_ub=csr_array((entries, (rows, np.concatenate([columns, columns[floored]]))),
                                     shape=(n_types + len(binding), len(users))),
                      b_ub=np.concatenate([upper, -lower[binding]]), bounds=(0, 1), method="highs-ds")
+    if result.status == 2:
+        return None
     if result.status != 0:
         raise RuntimeError(f"HiGHS failed: {result.message}")
     chosen = result.x > 0.5
@@ -119,6 +135,8 @@ def solve_exact(problem: QuotaProblem, backend: str = "ortools") -> QuotaPlan:
         diagnostics = {"cost_scale": flow.cost_scale, "rounding_bound": flow.rounding_bound}
     elif backend == "highs":
         assignment, diagnostics = lp_assignment(masked, problem.min_users, problem.max_users), {}
+        if assignment is None:
+            raise RuntimeError("HiGHS found the validated quotas infeasible")
     else:
         raise DataError(f"backend must be 'ortools' or 'highs', got {backend!r}")
     counts = np.bincount(assignment, minlength=problem.n_types)

@@ -42,7 +42,7 @@ import numpy as np
 from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, bound_term, exchange_matrix, finish_plan,
                                             longest_path_prices, meets_bounds, plan_prices, price_limits, row_blocks,
                                             user_term, users_at_least)
-from promokit.allocation.quota_exact import min_cost_flow_assignment
+from promokit.allocation.quota_exact import margin_assignment
 
 CERTIFY_RTOL = 1e-10  # gap / objective below which float rounding, not the plan, explains the gap
 CLEARING_ROUNDS = 3  # market-clearing rounds, candidates re-chosen at the new prices, before a margin flow
@@ -298,8 +298,8 @@ class NestedSolver:
 
     def _repair(self, users: Users, bounds: Bounds, choice, prices, fraction, log) -> PricedPlan:
         """Keep every user at its ``choice`` (its best type at ``prices``) except a margin, the ``fraction``
-        smallest gaps, that gets the remaining quotas by min-cost flow; certify; widen the margin 4× until
-        certified (a margin of every user is the exact solver, accepted as is).
+        smallest gaps, that gets the remaining quotas by min-cost flow (:func:`margin_assignment`); certify; widen
+        the margin 4× until certified (a margin of every user is the exact solver, accepted as is).
 
         The certificate first tries ``prices`` lifted just enough to suit the margin users (cheap: the others
         already prefer their type at ``prices``), then the prices of the whole plan; either within the sign
@@ -309,14 +309,14 @@ class NestedSolver:
             log["margin_attempts"] += 1
             margin = users.smallest(choice, fraction)
             rest = bounds.rest(choice.counts - margin.counts, margin.count)
-            flow = min_cost_flow_assignment(margin.masked, *rest) if rest is not None else None
-            if flow is None and margin.everyone:  # sample bounds are kept feasible, so this is a bug
+            assignment = margin_assignment(margin.masked, *rest) if rest is not None else None
+            if assignment is None and margin.everyone:  # sample bounds are kept feasible, so this is a bug
                 raise RuntimeError(f"quotas {bounds.lower.tolist()}..{bounds.upper.tolist()} are infeasible for "
                                    f"{users.n_users} users")
-            if flow is not None:
-                plan = Plan(choice, margin, flow.assignment)
+            if assignment is not None:
+                plan = Plan(choice, margin, assignment)
                 limits = price_limits(plan.counts(), *bounds)
-                result = (_certify(users, bounds, plan, plan_prices(margin.masked, flow.assignment, prices, limits),
+                result = (_certify(users, bounds, plan, plan_prices(margin.masked, assignment, prices, limits),
                                    exchange=True)
                           or _certify(users, bounds, plan, longest_path_prices(users.exchange(plan), limits=limits),
                                       accept=margin.everyone))
