@@ -150,6 +150,24 @@ def test_fit_warns_of_a_leak_before_training_and_allow_leaky_silences_it(impress
     assert FeatureSpec.from_dict({"allow_leaky": ["a"]}).allow_leaky == ["a"]
 
 
+def test_the_refit_judges_no_column_again(impressions, monkeypatch):
+    """The selecting fit judges the columns once; the refit on every row, within ``judged_already``, finds nothing."""
+    import promokit.data.leakage as leakage
+
+    table, judged = _leaky(impressions), []
+    original = leakage._judged_auc
+    monkeypatch.setattr(leakage, "_judged_auc", lambda *a: judged.append(1) or original(*a))
+    with pytest.warns(UserWarning, match="watch_ratio"):
+        model = ConversionModel("lr", None, FAST).fit(table)
+    assert "refit" in model.holdout and judged
+    once = len(judged)
+    judged.clear()
+    ConversionModel("lr", None, FAST, refit=False).fit(table)
+    assert len(judged) == once
+    with leakage.judged_already():
+        assert find_leaks(table, ["user_id"], ["watch_ratio"], {"purchase": (table["purchase"].to_numpy(), None)}) == []
+
+
 def test_allow_leaky_names_a_column_of_the_table(impressions):
     from promokit.data import DataError
 

@@ -165,7 +165,7 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, tmp_path):
     table = make_world(n_impressions=20_000, seed=1).table
     parts = write_parts(table, tmp_path / "parts", [6000, 0, 3000, 7000, 4000])
     args = ["conversion", "train", "--data", parts, "--model", "esmm", "--epochs", 3, "--batch-size", 500,
-            "--lr", 0.01, "--monitor", "ctr_auc", "--params", json.dumps(SMALL)]
+            "--lr", 0.01, "--monitor", "ctr_auc", "--params", json.dumps(SMALL), "--no-refit"]
     one = _invoke(*args, "--out", tmp_path / "one")
     assert one.exit_code == 0, one.output
     two = _invoke(*args, "--out", tmp_path / "two", "--executor", "ray", "--workers", 2)

@@ -130,7 +130,7 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
     """``value train --model esdpm`` over parts, in this process and on 2 Ray Train workers (DDP); both evaluate on
     the one-folder tables within 0.05 AUC."""
     args = ["value", "train", "--data", data / "parts", "--model", "esdpm", "--epochs", 2, "--batch-size", 256,
-            "--lr", 3e-3, "--monitor", "auc", "--params", json.dumps(SMALL)]
+            "--lr", 3e-3, "--monitor", "auc", "--params", json.dumps(SMALL), "--no-refit"]
     scores = {}
     for name, extra in (("one", []), ("two", ["--executor", "ray", "--address", ray_cluster.address,
                                               "--workers", 2])):

@@ -175,7 +175,7 @@ def test_two_ddp_workers_on_ray_train_like_one_process(ray_cluster, data, tmp_pa
     its own: benchmarks/voucher_parts.py runs it on Ray.)"""
     args = ["voucher", "train", "--sessions", data / "parts" / "sessions", "--events", data / "parts" / "events",
             "--items", data / "items.parquet", "--model", "dmbgn", "--epochs", 6, "--batch-size", 256, "--lr", 0.01,
-            "--monitor", "auc", "--params", json.dumps(GRAPH)]
+            "--monitor", "auc", "--params", json.dumps(GRAPH), "--no-refit"]
     local = _invoke(*args, "--out", tmp_path / "local")
     assert local.exit_code == 0, local.output
     ray = _invoke(*args, "--out", tmp_path / "ray", "--executor", "ray", "--address", ray_cluster.address,

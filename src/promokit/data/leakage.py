@@ -28,6 +28,9 @@ A leak that only a combination of features makes is left to the validation AUC a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from math import comb
 
@@ -186,13 +189,30 @@ def _better_auc(y: np.ndarray, scores: np.ndarray) -> float:
     return max(value, 1.0 - value)
 
 
+#: Set while a model is refit on rows its selecting fit already judged (:func:`judged_already`).
+_JUDGED = ContextVar("promokit_leaks_judged", default=False)
+
+
+@contextmanager
+def judged_already() -> Iterator[None]:
+    """Within it :func:`find_leaks` finds nothing: a refit on every row (:mod:`promokit.training.refit`) learns from
+    the columns its selecting fit was already warned of, and judging them again would only repeat the warning."""
+    token = _JUDGED.set(True)
+    try:
+        yield
+    finally:
+        _JUDGED.reset(token)
+
+
 def find_leaks(frame: pd.DataFrame, categorical: list[str], numeric: list[str], labels: dict[str, tuple],
                allow=(), threshold: float = LEAK_AUC, suspect: float = SUSPECT_AUC) -> list[Leak]:
     """The features of ``frame`` (its ``categorical`` and ``numeric`` columns, less those of ``allow``) whose
     :func:`feature_auc` against a label exceeds ``threshold``, and, marked ``suspect``, those whose AUC exceeds only
     ``suspect``. ``labels`` maps a label's name to ``(y, rows)``: its 0/1 array over the rows of ``frame`` and a
     boolean mask of the rows where it is defined (None: every row). Judged on at most :data:`MAX_ROWS` rows per
-    label, drawn with a fixed seed (the global random state is left alone)."""
+    label, drawn with a fixed seed (the global random state is left alone); nothing within :func:`judged_already`."""
+    if _JUDGED.get():
+        return []
     allowed = set(allow)
     keys = {column: _key(frame[column], column in categorical)
             for column in [*categorical, *numeric] if column not in allowed}

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from promokit.data.errors import DataError
+from promokit.data.leakage import judged_already
 from promokit.training.config import TrainConfig
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_
             evaluation = estimator.evaluate(data, rows=held)
     chosen = dict(getattr(estimator.net, "chosen_params", {}))  # an L2 strength, trees: what validation chose
     try:
-        with warnings.catch_warnings():  # the selecting fit warned of these data already
+        with warnings.catch_warnings(), judged_already():  # the selecting fit warned of these data already
             warnings.simplefilter("ignore")
             twin = refit_twin(estimator, data if every is None else every, params={**(estimator.params or {}), **chosen},
                               history=report.history, fit=fit, **fit_args)

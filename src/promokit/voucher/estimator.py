@@ -256,8 +256,8 @@ class VoucherModel(Estimator):
         history = redeemed_history(sessions, self.max_history)
         padded = history < 0
         safe = np.where(padded, 0, history)
-        hist_cat = x.categorical[safe][:, :, list(layout.voucher_fields)]
-        hist_num = x.numeric[safe][:, :, list(layout.voucher_numeric)]
+        hist_cat = x.categorical[:, list(layout.voucher_fields)][safe]
+        hist_num = x.numeric[:, list(layout.voucher_numeric)][safe]
         hist_cat[padded], hist_num[padded] = 0, 0.0
         tensors = {"cat": torch.from_numpy(x.categorical), "num": torch.from_numpy(x.numeric),
                    "session": torch.arange(len(sessions), dtype=torch.long),
