@@ -131,8 +131,8 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
         return theta, auc(valid[2].numpy(), _logits(x_valid, theta)) if x_valid is not None else np.nan
 
     def report(record):
-        get_console().print(f"{name}: l2 {record['l2']:.1e}, valid AUC {record['score']:.4f} "
-                            f"({record['seconds']:.1f} s)", highlight=False)
+        scored = "" if np.isnan(record["score"]) else f", valid AUC {record['score']:.4f}"
+        get_console().print(f"{name}: l2 {record['l2']:.1e}{scored} ({record['seconds']:.1f} s)", highlight=False)
 
     # one BLAS thread: the solver's dot products are too small to share, and on a busy machine the spinning threads
     # made each one sixty times slower
