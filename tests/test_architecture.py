@@ -15,7 +15,7 @@ EXECUTORS = {"scale"}
 USE_CASES = {"allocation", "policy", "serve", "campaign"}
 #: Synthetic worlds, benchmarks, demos, tuning studies and simulations against a world's truth, which may use every
 #: layer but the CLI.
-EXPERIMENTS = {"experiments"}
+EXPERIMENTS = {"experiments", "datasets"}
 
 
 def modules() -> dict[str, Path]:

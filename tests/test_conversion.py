@@ -1,6 +1,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.exceptions import NotFittedError
 
 from promokit.conversion.contract import check_labels
 from promokit.conversion.estimator import ConversionModel
@@ -228,7 +229,7 @@ def test_the_estimator_contract_clone_and_set_params(impressions):
     assert model.spec is spec and model.feature_spec != spec  # fit resolves into feature_spec, keeps the parameter
     copy = clone(model)
     assert copy.get_params() == model.get_params() and copy.net is None and copy.feature_spec is None
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         copy.predict(impressions)
     with pytest.raises(DataError, match=r"^model 'esm2' has no parameter 'hiden'"):
         model.set_params(model="esm2", params={"hiden": [8]})

@@ -3,6 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.exceptions import NotFittedError
 import torch
 from sklearn.base import clone
 
@@ -111,7 +112,7 @@ def test_clone_keeps_the_parameters_and_not_the_fit(fitted):
     copy = clone(fitted)
     assert copy.get_params() == fitted.get_params()
     assert copy.net is None and copy.levels is None and copy.history is None
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         copy.predict({})
 
 

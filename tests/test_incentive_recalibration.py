@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.exceptions import NotFittedError
 from typer.testing import CliRunner
 
 from promokit.allocation.budget import absolute_form, solve_budget
@@ -120,7 +121,7 @@ def test_the_errors_are_one_line(model, later, world):
     with pytest.raises(DataError, match="platt map fitted on 2500 customers decreases in f_c"):
         model.recalibrate({"customers": backwards, "merchants": world.merchants, "edges": world.edges},
                           method="platt")
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         IncentiveModel("lr").recalibrate(tables)
 
 

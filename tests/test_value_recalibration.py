@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.exceptions import NotFittedError
 from typer.testing import CliRunner
 
 from promokit.cli import app
@@ -137,7 +138,7 @@ def test_errors_are_one_line(floor, tables, later, world, tmp_path):
             call()
         assert "\n" not in str(caught.value)
     assert floor.recalibration is None
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         ValueModel("hurdle").recalibrate(tables)
     data, model = tmp_path / "world", tmp_path / "model"
     write_world(world, data)

@@ -174,3 +174,25 @@ def test_the_cli_names_its_flags(tmp_path):
                                  "--target-window", "30D", "--customer", "cust"])
     assert result.exit_code == 2
     assert "--customer names no column" in " ".join(result.output.split())
+
+
+def test_a_purchase_log_goes_to_a_quota_plan_in_a_notebook():
+    """from_transactions → ValueModel.fit → score_table → pk.plan_quota, each taking what the one before returns."""
+    import promokit as pk
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    log = pd.DataFrame({"customer_id": [f"c{i}" for i in rng.integers(0, 400, n)],
+                        "time": pd.Timestamp("2024-01-01") + pd.to_timedelta(rng.integers(0, 300, n), unit="D"),
+                        "amount": rng.gamma(2.0, 20.0, n).round(2), "product": rng.choice(["x", "y", "z"], n)})
+    tables = from_transactions(log, product="product", feature_window=(None, "2024-09-01"), target_window="60D")
+    assert tables.users is tables["users"]
+    model = ValueModel("hurdle", train={"progress": False}, split="random").fit(tables)  # one delivery time
+    scores = model.score_table(tables)
+    assert list(scores.columns) == ["user_id", "score_x", "score_y", "score_z"] and len(scores) == len(tables.users)
+    size = len(scores) // 3
+    quotas = pd.DataFrame({"fund": ["x", "y", "z"], "quota": [size, size, len(scores) - 2 * size]})
+    plan = pk.plan_quota(scores, quotas, method="prices", seed=0)
+    assert len(plan.plan) == len(scores) and plan.summary["gap"] <= 1e-9 * plan.summary["objective"]
+    with pytest.raises(AttributeError, match="no table 'user'"):
+        tables.user

@@ -4,6 +4,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from sklearn.exceptions import NotFittedError
 import torch
 from sklearn.base import clone
 
@@ -377,7 +378,7 @@ def test_parameters_are_kept_as_given_and_clone_gives_an_unfitted_copy(world, sp
                                                        "max_history": 6, "test_fraction": 0, "test_from": None,
                                                        "allow_leaky": None, "refit": True}
     assert copy.net is None and copy.model_params == {"ids": True}
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         copy.predict(world.tables)
 
 

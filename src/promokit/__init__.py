@@ -12,7 +12,8 @@
 
 Every model follows one contract (:class:`Estimator`); each domain is a subpackage (``pk.conversion``,
 ``pk.voucher``, ``pk.incentive``, ``pk.value``) and so is each use case (``pk.allocation``, ``pk.policy``,
-``pk.campaign``, ``pk.serve``); synthetic worlds, benches, demos and tuning are ``pk.experiments``. Everything
+``pk.campaign``, ``pk.serve``); synthetic worlds, benches, demos and tuning are ``pk.experiments``, the public
+real data sets' loaders ``pk.datasets``. Everything
 loads on first use (PEP 562): ``import promokit`` is instant.
 """
 
@@ -45,7 +46,7 @@ _EXPORTS = {
     "compare": "promokit.experiments.compare",
 }
 _SUBPACKAGES = ("conversion", "voucher", "incentive", "value", "allocation", "policy", "campaign", "serve",
-                "scale", "experiments", "data", "metrics", "nn", "training")
+                "scale", "experiments", "datasets", "data", "metrics", "nn", "training")
 
 __all__ = ["__version__", *_EXPORTS, *_SUBPACKAGES]
 

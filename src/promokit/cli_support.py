@@ -339,9 +339,7 @@ def write_metrics_report(out, title: str, model_name: str, metrics: dict, table_
     evaluation's ``tables`` (calibration by decile …), and the metrics on screen."""
     import pandas as pd
 
-    from promokit.data.uris import local_dir
-
-    out = local_dir(out, "--out")
+    out = local_out(out)
 
     from promokit.report import Report
 
@@ -413,10 +411,17 @@ def run_tune(out: Path, storage: Path | None, title: str, setup: str, search) ->
 def checkpoint_dir(out: Path) -> Path:
     """Where ``train --out OUT`` keeps its per-epoch checkpoint: ``.OUT.checkpoint`` beside OUT (a local folder: a URI
     is a one-line error naming ``--out``)."""
+    out = local_out(out)
+    return out.parent / f".{out.name}.checkpoint"
+
+
+def local_out(path: Path | None, flag: str = "--out") -> Path | None:
+    """A command's local-only output ``path`` (a model directory, a report, a plan, a campaign; None kept): a URI is
+    a one-line error naming ``flag`` (:func:`promokit.data.uris.local_dir`). Called first in a command, before it
+    reads or computes anything."""
     from promokit.data.uris import local_dir
 
-    out = local_dir(out, "--out")
-    return out.parent / f".{out.name}.checkpoint"
+    return None if path is None else local_dir(path, flag)
 
 
 def types_option(categorical: str | None, numeric: str | None) -> dict[str, str]:

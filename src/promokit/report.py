@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from promokit.data.io import atomic_path, write_json, write_text
+from promokit.data.uris import local_dir
 
 
 @dataclass
@@ -54,8 +55,9 @@ class Report:
                 f"<style>{_CSS}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
 
     def write(self, out_dir: str | os.PathLike, html: bool = False) -> Path:
-        """Write report.md, report.json and the PNGs into ``out_dir`` (and report.html when ``html``)."""
-        out = Path(out_dir)
+        """Write report.md, report.json and the PNGs into ``out_dir`` (and report.html when ``html``): a local folder
+        (a URI is a one-line error naming ``out_dir``)."""
+        out = local_dir(out_dir, "out_dir")
         out.mkdir(parents=True, exist_ok=True)
         for stem, figure in self.figures.items():
             with atomic_path(out / f"{stem}.png") as tmp:

@@ -92,10 +92,10 @@ def plan_budget(scores: TableSource, *, ratio: float | None = None, budget: floa
         raise DataError(f"`method` must be one of {list(METHODS)}, got {method!r}")
     if merchant_paid_on not in PAID_ON:
         raise DataError(f"`merchant_paid_on` must be one of {list(PAID_ON)}, got {merchant_paid_on!r}")
+    out = None if out is None else local_dir(out)  # the plan and its report: a local folder
     sources = {"customer": source(scores, "scores")}
     if merchants is not None:
         sources["merchant"] = source(merchants, "merchants")
-    out = None if out is None else local_dir(out)  # the plan and its report: a local folder
     partitioned = in_parts(list(sources.values()), out)
     if partitioned and method != BUDGET_METHOD:
         raise DataError(f"`method` {method} needs the whole table in one file; a directory or glob of parts is "

@@ -80,8 +80,8 @@ def plan_quota(scores: TableSource, quotas: TableSource, *, method: str = QUOTA_
     """
     if method not in METHODS:
         raise DataError(f"`method` must be one of {list(METHODS)}, got {method!r}")
-    scores_source, quotas_source = source(scores, "scores"), source(quotas, "quotas")
     out = None if out is None else local_dir(out)  # the plan and its report: a local folder
+    scores_source, quotas_source = source(scores, "scores"), source(quotas, "quotas")
     partitioned = in_parts([scores_source], out)
     if partitioned and method != QUOTA_METHOD:
         raise DataError(f"`method` {method} needs the whole table in one file; a directory or glob of parts is "

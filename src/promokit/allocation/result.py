@@ -11,6 +11,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import write_parquet
+from promokit.data.uris import local_dir
 from promokit.report import Report
 
 
@@ -47,8 +48,9 @@ class Allocation:
 
     def write(self, out_dir: str | os.PathLike) -> Path:
         """Write ``plan.parquet`` (a table in parts: its plan is already in ``out_dir/plan``), ``report.md`` and
-        ``report.json`` into ``out_dir``, each file atomically."""
-        out = Path(out_dir)
+        ``report.json`` into ``out_dir``, each file atomically: a local folder (a URI is a one-line error naming
+        ``out_dir``)."""
+        out = local_dir(out_dir, "out_dir")
         if self.plan is not None:
             write_parquet(self.plan, out / "plan.parquet")
         elif out.resolve() != self.plan_dir.parent.resolve():

@@ -90,6 +90,8 @@ def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_M
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
     with cs.user_errors(), cs.flags_in_errors({**opt.MICRO_FLAG, "trials": "--trials", "metric": "--metric"}):
+        cs.local_out(out)
+        cs.local_out(storage, "--storage")
         from promokit.conversion.contract import conversion_spec
         from promokit.data import DataError, read_table
         from promokit.experiments.conversion.tune import METRICS, tune_conversion
@@ -136,6 +138,7 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.ReportOutOpt,
     AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of a micro-behaviour model)."""
     flags = {**opt.MICRO_FLAG, "repair_labels": "--repair-labels"}
     with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.local_out(out)
         from promokit.conversion import ConversionModel
 
         estimator = ConversionModel.load(model)
@@ -163,6 +166,7 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, method: opt.MethodOpt
     probabilities as p_ctr_raw, p_cvr_raw, p_ctcvr_raw."""
     flags = {"method": "--method", "repair_labels": "--repair-labels"}
     with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.local_out(model, "--model")
         from promokit.conversion.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, method=method, labels=cs.label_options(label, LABEL_ROLES))
@@ -180,6 +184,7 @@ def demo(out: opt.DemoOutOpt = cs.RUNS / "conversion-demo",
     """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² (or --models) on the synthetic world and compare them with the
     oracle."""
     with cs.user_errors():
+        cs.local_out(out)
         from promokit.experiments.conversion.demo import run_demo
         from promokit.experiments.finished_rows import FinishedRows
 
@@ -211,6 +216,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
           micro_behaviors: opt.BenchMicroOpt = None, out: opt.BenchOutOpt = None, threads: cs.ThreadsOpt = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
     with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.experiments.conversion.bench import run_bench
         from promokit.experiments.finished_rows import FinishedRows
@@ -248,9 +254,11 @@ def synth(out: opt.SynthOutOpt, users: int = 2000, items: int = 800, impressions
     Columns: the categorical and numeric features, the labels click, daction, purchase, and with
     --micro-behaviors N the N micro-behaviour labels (plus OUT.spec.yaml, their feature spec)."""
     with cs.user_errors():
+        from promokit.data.uris import as_path
         from promokit.experiments.conversion.world import write_world
 
         world, spec_path = write_world(out, users, items, impressions, seed, truth, micro_behaviors)
+        out, spec_path = as_path(out), None if spec_path is None else as_path(spec_path)  # a URI printed whole
         console = get_console()
         console.print(f"{len(world.table):,} impressions written to {out}; categorical: {world.categorical}; "
                       f"numeric: {world.numeric}")
@@ -268,9 +276,11 @@ def kuairand(src: opt.KuaiSrcOpt, out: opt.KuaiOutOpt, log: opt.KuaiLogOpt = Non
     post-click behaviours as micro-behaviour labels (GMCM). Writes the table, a feature spec beside it
     (OUT.spec.yaml, for --spec; time_key: date; micro_behaviors: the labels) and the load report (OUT.json)."""
     with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
-        from promokit.conversion.kuairand import write_kuairand
+        from promokit.datasets import write_kuairand
+        from promokit.data.uris import as_path
 
         report, spec_path = write_kuairand(src, out, log, ids, purchase, daction, micro_behaviors)
+        out, spec_path = as_path(out), as_path(spec_path)  # a URI printed whole
         get_console().print(report.summary(), highlight=False)
         get_console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
                             f"--spec {spec_path}  (train on the earlier days, test on the latest)")
@@ -289,6 +299,7 @@ def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOp
     flags = {**opt.MICRO_FLAG, "models": "--models", "seeds": "--seeds", "test_fraction": "--test-fraction",
              "validation": "--valid-fraction"}
     with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
 

@@ -68,6 +68,7 @@ from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibrations
 from promokit.training.seed import seed_everything
+from promokit.training.shard_loop import checkpoint_folder
 
 OUTPUT_COLUMNS = ("p_ctr", "p_cvr", "p_ctavr", "p_ctcvr")
 #: The ESM² paper's Table 2 optimiser (Adam, lr 0.0005, batch 1000, no weight decay).
@@ -182,6 +183,7 @@ class ConversionModel(Estimator):
         (:func:`~promokit.conversion.parts.fit_parts`, which says how the rows are held out there): always on Ray,
         and on the local executor when either table is in parts. A model not trained by epochs is fitted on the
         table read whole on the local executor (with a warning when it is in parts), and refused on Ray."""
+        checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
         if self.model == AUTO:
             return self._fit_auto(data, validation, validation_split, executor)
         self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
@@ -609,10 +611,6 @@ class ConversionModel(Estimator):
             warnings.warn(f"model {self.model_name!r} predicts no micro-behaviour nodes; `micro_behaviors` adds node AUCs "
                           "only for gmcm / mcm-* models", stacklevel=3)
         return replace(spec, micro_behaviors=names)
-
-    def _check_fitted(self) -> None:
-        if self.net is None or self.encoder is None:
-            raise RuntimeError("the model is not fitted: call fit() or ConversionModel.load()")
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()

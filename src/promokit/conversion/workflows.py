@@ -10,7 +10,7 @@ from pathlib import Path
 from promokit.conversion.parts import predict_parts
 from promokit.data import write_json
 from promokit.data.parts import is_partitioned
-from promokit.data.uris import as_path
+from promokit.data.uris import as_path, local_dir
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibrations
 
 
@@ -36,6 +36,7 @@ def recalibrate(model: str | os.PathLike, data, *, method: str = DEFAULT_METHOD,
     ``predict`` and ``evaluate`` apply it. Returns, per probability fitted, what it was fitted on
     (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
     ``mean_p_after``)."""
+    local_dir(model, "model")  # the model directory it writes into: a local folder
     from promokit.conversion.estimator import ConversionModel
 
     estimator = ConversionModel.load(model).recalibrate(data, method=method, labels=labels)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import write_table
+from promokit.data.uris import local_dir
 from promokit.experiments.finished_rows import FinishedRows
 from promokit.metrics.bootstrap import RESAMPLES, paired_bootstrap, signed
 from promokit.report import Report
@@ -120,8 +121,9 @@ class Comparison:
         return report
 
     def write(self, out: str | os.PathLike) -> Path:
-        """``out/leaderboard.parquet`` and the report (``report.md``, ``report.json``)."""
-        out = Path(out)
+        """``out/leaderboard.parquet`` and the report (``report.md``, ``report.json``), in a local folder (a URI is a
+        one-line error naming ``out``)."""
+        out = local_dir(out, "out")
         write_table(self.leaderboard, out / "leaderboard.parquet")
         return self.report().write(out)
 
@@ -150,6 +152,7 @@ def compare(data, models: Sequence[str], *, domain: str, seeds: Sequence[int] = 
     (:class:`~promokit.experiments.finished_rows.FinishedRows`: an interrupted run keeps them) and the comparison
     is written there at the end (:meth:`Comparison.write`). An unknown model is a one-line DataError before
     anything is read."""
+    out = None if out is None else local_dir(out, "out")  # the leaderboard and the report: a local folder
     spec = domain_spec(domain)
     names = checked_models(spec, models)
     seeds = _checked_seeds(seeds)

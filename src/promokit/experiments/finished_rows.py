@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 
 from promokit.data.io import write_table
+from promokit.data.uris import local_dir
 from promokit.report import Report
 
 
@@ -28,7 +28,7 @@ class FinishedRows:
 
     def __init__(self, out: str | os.PathLike | None, title: str, on_result: Callable[[dict], None] | None = None,
                  console=None):
-        self.out = None if out is None else Path(out)
+        self.out = None if out is None else local_dir(out, "out")
         self.title, self.on_result, self.console = title, on_result, console
         self.rows: list[dict] = []
 

@@ -92,7 +92,10 @@ def tune(estimator, space: Space, data, *, validation=None, metric: str, trials:
     _check_space(estimator, space)
     url = None
     if storage is not None:
-        Path(storage).parent.mkdir(parents=True, exist_ok=True)
+        from promokit.data.uris import local_dir
+
+        storage = local_dir(storage, "storage")  # a SQLite file
+        storage.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{Path(storage).resolve()}"
     pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1) if prune else optuna.pruners.NopPruner()
     study = optuna.create_study(study_name=study_name, storage=url, direction="maximize", load_if_exists=True,

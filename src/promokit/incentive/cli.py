@@ -32,12 +32,13 @@ def synth(out: Annotated[Path, typer.Option("--out", help="Folder for the world'
           seed: SeedOpt = 0):
     """Write a synthetic experiment (customers, merchants, edges) with its true response curves."""
     with cs.user_errors():
+        from promokit.data.uris import as_path
         from promokit.experiments.incentive.world import make_world, write_world
 
         world = make_world(customers, merchants, degree, seed=seed)
         paths = write_world(world, out)
         get_console().print(f"{customers:,} customers, {merchants:,} merchants, {len(world.edges):,} edges written to "
-                            f"{out} ({', '.join(p.name for p in paths.values())})")
+                            f"{as_path(out)} ({', '.join(p.name for p in paths.values())})")
 
 
 @app.command()
@@ -164,6 +165,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
     too: evaluate reports the metrics they gave the selected model, scored by train before the refit (--truth or
     --label score them again, by the refit model, with a warning)."""
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
+        cs.local_out(out)
         from promokit.experiments.incentive.world import customer_truth
         from promokit.incentive.estimator import IncentiveModel
         from promokit.incentive.offline_metrics import evaluation_report
@@ -200,6 +202,7 @@ def recalibrate(model: ModelDirOpt, customers: CustomersOpt, merchants: Merchant
     then apply it; predict writes the model's own curves as customers_raw.parquet. The label columns are those train
     was given (--label: others)."""
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
+        cs.local_out(model, "--model")
         from promokit.incentive.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, customers, merchants, edges, method=method,
@@ -225,6 +228,7 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           threads: cs.ThreadsOpt = None):
     """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
     with cs.user_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.experiments.incentive.bench import run_and_report
 
@@ -243,6 +247,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
     """Allocate the world's held-out customers by each model's scores under one ratio budget, then score the plans
     by the true curves: expected redemptions, spend, spend per redemption (oracle and random as bounds)."""
     with cs.user_errors():
+        cs.local_out(out)
         from promokit.experiments.incentive.simulate import simulate as simulate_models
 
         result = simulate_models(world, model, ratio, seed, with_merchants)
@@ -260,6 +265,7 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
     """Train the paper's model and its baselines on a synthetic world, score the held-out nodes against the
     oracle and allocate a budget by each model's scores."""
     with cs.user_errors():
+        cs.local_out(out)
         from promokit.experiments.incentive.bench import run_and_report
         from promokit.experiments.incentive.demo import DEMO_TRAIN
 
@@ -280,6 +286,7 @@ def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: Edge
     AUC_c of the held-out customers against lr with a paired bootstrap interval, the calibration ratio, fit and
     predict seconds and a verdict per model. A GNN model on customers-only data is skipped, with the reason."""
     with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors({**FLAGS, "models": "--models", "seeds": "--seeds"}):
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.incentive.contract import read_tables
 

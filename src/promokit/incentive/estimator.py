@@ -56,6 +56,7 @@ from promokit.training.recalibration import (
 )
 from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
+from promokit.training.shard_loop import checkpoint_folder
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -224,6 +225,7 @@ class IncentiveModel(Estimator):
         ``holdout["refit"]`` says what the refit learnt from. Training over a graph in parts
         (:mod:`promokit.incentive.parts_training`) refits from the records of every labelled node, keeping no held-out
         metrics (the held-out nodes are not scored first)."""
+        checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation)
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
@@ -576,10 +578,6 @@ class IncentiveModel(Estimator):
             if len(unknown):
                 raise DataError(f"the tables offer levels {unknown.tolist()} that the model was not trained on "
                                 f"(its value list is {self.levels.tolist()})")
-
-    def _check_fitted(self) -> None:
-        if self.net is None:
-            raise RuntimeError("the model is not fitted: call fit() or IncentiveModel.load()")
 
     # ---- model directory --------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:

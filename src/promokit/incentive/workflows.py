@@ -148,6 +148,7 @@ def recalibrate(model: str | os.PathLike, customers, merchants=None, edges=None,
     was fitted on (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
     ``mean_p_after``, f_c at the offered values; by level also ``groups`` and ``own_maps``) with the ``method`` and
     ``by``."""
+    local_dir(model, "model")  # the model directory it writes into: a local folder
     estimator = IncentiveModel.load(model)
     if labels:  # read as for scoring, a mapped label column that is missing would be passed over
         customers = map_labels(read_table(customers), labels, CUSTOMER_LABELS, "customers")

@@ -134,7 +134,9 @@ class RayExecutor:
         """Train ``job`` on ``workers`` Ray Train workers (:func:`promokit.scale.train.train_on_ray`), after stopping
         the pool, whose actors hold the CPUs Ray Train's workers need: the kept network and the history."""
         from promokit.scale.train import train_on_ray
+        from promokit.training.shard_loop import checkpoint_folder
 
+        checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before the pool stops
         self.release()
         return train_on_ray(job, self.workers, checkpoint_dir, resume)
 

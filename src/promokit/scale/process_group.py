@@ -45,6 +45,7 @@ class ProcessGroupExecutor:
         it; ``resume``: every rank continues from it): the kept network (evaluation mode) and the history."""
         import torch.distributed as dist
 
+        checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before the group starts
         device = resolve_device(job.estimator.train_config.device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
+from promokit.cli_support import TABLE_HELP, flags_in_errors, local_out, user_errors
 from promokit.console import get_console
 from promokit.data.durations import DURATION_FORMS, parse_duration
 from promokit.serve.options import (
@@ -54,6 +54,7 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
     directory that holds a campaign, write a new version beside the live one (a refresh: switch to it with
     `campaign switch`, POST /v1/campaign/switch or --activate)."""
     with user_errors():
+        local_out(out)
         from promokit.campaign import build as build_campaign
         from promokit.serve.campaign import Pacing, load_campaign
 
@@ -79,6 +80,7 @@ def switch(campaign: CampaignOpt,
     """Make another version of a campaign directory live; a running service follows within a second (or at once
     on SIGHUP), keeping its ledger, cap and pacing. A version whose levels or currency differ is refused."""
     with user_errors():
+        local_out(campaign, "--campaign")
         from promokit.serve.campaign import activate_version, load_campaign
 
         previous = load_campaign(campaign).config.model_version
@@ -101,8 +103,10 @@ def export(campaign: CampaignOpt,
         from promokit.data.errors import DataError
         from promokit.data.io import write_table
         from promokit.data.parts import TABLE_SUFFIXES
+        from promokit.data.uris import as_path
         from promokit.serve.export import export_log
 
+        out = as_path(out)  # a URI whole: the log is written there
         if out.suffix not in TABLE_SUFFIXES or out.is_dir():
             raise DataError(f"--out must be a file ending in .parquet or .csv, got {out}")
         result = export_log(campaign, ledger, population=population, bucket=bucket, every_decision=every_decision,

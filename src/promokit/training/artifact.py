@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from promokit.data.errors import DataError
 from promokit.data.io import write_npy
-from promokit.data.uris import local_dir
+from promokit.data.uris import as_path, local_dir
 
 CONFIG = "config.json"
 WEIGHTS = "weights.safetensors"
@@ -95,7 +95,7 @@ def write_model_dir(path: str | os.PathLike, config: dict, encoder: dict, net, h
 def read_json(model_dir: str | os.PathLike, name: str = CONFIG) -> dict:
     path = Path(model_dir) / name
     if not path.exists():
-        raise DataError(f"{model_dir}: not a promokit model directory ({name} is missing)")
+        raise DataError(f"{as_path(model_dir)}: not a promokit model directory ({name} is missing)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -113,7 +113,7 @@ def read_training_ids(model_dir: str | os.PathLike) -> np.ndarray | None:
     directory does not record them (written before promokit did). A DataError when ``model_dir`` is not a model
     directory or its file is not such hashes."""
     if not (Path(model_dir) / CONFIG).exists():
-        raise DataError(f"{model_dir}: not a promokit model directory ({CONFIG} is missing)")
+        raise DataError(f"{as_path(model_dir)}: not a promokit model directory ({CONFIG} is missing)")
     path = Path(model_dir) / TRAINING_IDS
     if not path.exists():
         return None

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import pandas as pd
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from promokit.data.errors import DataError
 from promokit.report import Report, json_safe
@@ -131,6 +132,13 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
             self._configure()
             raise
         return self
+
+    def _check_fitted(self) -> None:
+        """scikit-learn's :class:`~sklearn.exceptions.NotFittedError` (a ``ValueError`` and an ``AttributeError``)
+        unless the model was fitted or loaded."""
+        if getattr(self, "net", None) is None:
+            name = type(self).__name__
+            raise NotFittedError(f"this {name} is not fitted: call fit() or {name}.load()")
 
     def adopt(self, twin: Estimator, fitted) -> None:
         """Take what ``twin`` learnt, its attributes named in ``fitted``: ``twin`` is this estimator refit on every

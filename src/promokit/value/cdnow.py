@@ -64,3 +64,10 @@ def cdnow_tables(log: pd.DataFrame, calibration_end: str = CALIBRATION_END,
     features = FeatureSpec(numeric=[c for c in frames["users"].columns if c != "user_id"], group_key=None)
     return check_tables(frames["deliveries"], frames["users"], frames["funds"], frames["behaviors"],
                         specs={"users": features, "context": FeatureSpec(group_key=None)})
+
+
+def load_cdnow(path: str | os.PathLike, calibration_end: str = CALIBRATION_END,
+               holdout_end: str = HOLDOUT_END) -> ValueTables:
+    """The CDNOW study's value tables from the purchase log at ``path`` (the file, or the folder holding
+    ``CDNOW_master.txt``): :func:`read_cdnow`, then :func:`cdnow_tables`."""
+    return cdnow_tables(read_cdnow(path), calibration_end, holdout_end)

@@ -35,12 +35,13 @@ def synth(out: opt.SynthOutOpt, users: int = 20_000, funds: int = 8, deliveries:
           seed: opt.SeedOpt = 0):
     """Write a synthetic fund-promotion world (deliveries, users, funds, behaviors, consumption) with its truth."""
     with cs.user_errors():
+        from promokit.data.uris import as_path
         from promokit.experiments.value.world import write_synthetic
 
         world, paths = write_synthetic(out, users, funds, deliveries, seed)
         get_console().print(f"{users:,} users, {funds} funds, {len(world.deliveries):,} deliveries, "
                             f"{len(world.behaviors):,} behaviours and {len(world.consumption):,} payments written to "
-                            f"{out} ({', '.join(p.name for p in paths.values())})")
+                            f"{as_path(out)} ({', '.join(p.name for p in paths.values())})")
 
 
 @app.command("from-transactions")
@@ -53,6 +54,7 @@ def from_transactions(transactions: opt.TransactionsOpt, out: opt.TablesOutOpt,
     fund) in the target window as the label; train on them with --split random (one delivery time)."""
     with cs.user_errors(), cs.flags_in_errors(opt.TRANSACTION_FLAGS):
         from promokit.data.io import read_table
+        from promokit.data.uris import as_path
         from promokit.value.transactions import from_transactions as value_frames
         from promokit.value.transactions import write_value_tables
 
@@ -60,6 +62,7 @@ def from_transactions(transactions: opt.TransactionsOpt, out: opt.TablesOutOpt,
                               customer=customer, time=time, time_format=time_format, amount=amount, product=product,
                               quantity=quantity, fund=fund)
         write_value_tables(tables, out)
+        out = as_path(out)  # a URI printed whole
         n = tables.summary()
         get_console().print(f"{n['customers']:,} customers, {n['funds']} fund{'s' * (n['funds'] > 1)}, "
                             f"{n['deliveries']:,} deliveries ({n['spend_share']:.1%} spend in the target window) and "
@@ -160,6 +163,7 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt,
     learnt the held-out deliveries too: evaluate reports the metrics they gave the selected model, scored by train
     before the refit (the metrics alone; --label scores them again, by the refit model, with a warning)."""
     with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
+        cs.local_out(out)
         from promokit.value.evaluate import FLOOR
         from promokit.value.workflows import evaluate as evaluate_model
 
@@ -190,6 +194,7 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, start: opt.Recalibrat
     one) and write it into the model directory (recalibration.json): predict, evaluate and the ETV tables then apply
     it, predict keeping the model's own p_ctcvr and etv as p_ctcvr_raw and etv_raw."""
     with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
+        cs.local_out(model, "--model")
         from promokit.value.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, start=start, method=method, repair_labels=repair_labels,
@@ -213,6 +218,7 @@ def bench(models: opt.ModelsOpt = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,
     """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
     how much each personalises the fund, and the delivery plans each leads to (--params go to the networks)."""
     with cs.user_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.experiments.value.bench import run_and_report
 
@@ -227,6 +233,7 @@ def simulate(world: opt.WorldOpt, model: opt.TrainedModelsOpt, out: opt.ReportOu
     """Allocate every user of the world one fund by each model's ETV (and the true ETV) under the quotas and the risk
     rule, then draw outcomes from the true model: CPMD and TAPMD per model and allocator (Table 3 offline)."""
     with cs.user_errors(), opt.flag_errors():
+        cs.local_out(out)
         from promokit.experiments.value.simulate import simulate as simulate_plans
 
         report, table = simulate_plans(world, model, [p for p in allocators.split(",") if p.strip()], seed)
@@ -243,6 +250,7 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
     """Train the floor, ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the
     oracle and allocate users to funds by each model's ETV."""
     with cs.user_errors():
+        cs.local_out(out)
         from promokit.experiments.value.bench import demo as run_demo
 
         run_demo(_models(models), users, seed, out)
@@ -283,6 +291,7 @@ def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOp
     the consumption graph is skipped, with the reason, when the dataset has none."""
     flags = {"models": "--models", "seeds": "--seeds"}
     with cs.user_errors(), opt.flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.value.contract import read_folder
 

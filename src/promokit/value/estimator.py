@@ -48,6 +48,7 @@ from promokit.training.recalibration import (
 from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.seed import seed_everything
+from promokit.training.shard_loop import checkpoint_folder
 from promokit.training.shards import time_threshold
 from promokit.value.contract import FUND, LABELS, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
 from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS, VALIDATION_FRACTION
@@ -320,8 +321,7 @@ class ValueModel(Estimator):
     def held_out(self, data) -> np.ndarray:
         """The delivery rows of ``data`` that :meth:`fit` held out for evaluation (none with ``test_fraction=0``),
         recomputed by the rule in ``holdout``: ``data`` is the data fit was given."""
-        if self.holdout is None:
-            raise RuntimeError("the model is not fitted: call fit() or ValueModel.load()")
+        self._check_fitted()
         tables = self._tables(data, require_labels=False)
         check_same_data(self.holdout, len(tables.deliveries), "deliveries")
         holdout = self.holdout
@@ -347,6 +347,7 @@ class ValueModel(Estimator):
         selection's, ``holdout["refit"]`` says what the refit learnt from. Training over a dataset in parts
         (:func:`~promokit.value.parts.train_parts`) refits over the parts on every delivery, keeping no held-out
         metrics (the held-out deliveries are not scored first)."""
+        checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
         if self.model == AUTO:
             return fit_auto(self, value_tables(data, labels=self.labels), validation=validation)
         self._configure()  # model_params afresh: the trees an earlier refit of the floor fixed are no parameter
@@ -564,7 +565,7 @@ class ValueModel(Estimator):
         return value_tables(data, require_labels=require_labels, specs=self.specs,
                             labels=self.labels if require_labels else None)
 
-    def score_matrix(self, tables: ValueTables, at=None, users: np.ndarray | None = None,
+    def score_matrix(self, tables, at=None, users: np.ndarray | None = None,
                      contexts: int = SCORE_CONTEXTS, seed: int = 0, chunk: int = 2048,
                      context_rows: pd.DataFrame | None = None) -> np.ndarray:
         """ETV of every user (or the user rows ``users``) × fund of ``tables`` as ``(n_users, n_funds)``, as if the
@@ -575,8 +576,9 @@ class ValueModel(Estimator):
         with a :meth:`recalibrate`-d model, the recalibrated ETV (:meth:`recalibrated`; by fund: each fund's column by
         its map, a fund the recalibration did not see by the overall one, with a one-line warning).
         ``context_rows`` gives those rows instead (a part of a dataset in parts is scored with the rows drawn from
-        every part's deliveries)."""
+        every part's deliveries). ``tables``: what :meth:`predict` takes (the deliveries may be absent)."""
         self._check_fitted()
+        tables = self._tables(tables, require_labels=False)
         self._attach(tables)
         users = np.arange(len(tables.users)) if users is None else np.asarray(users, dtype=np.int64)
         n_users, n_funds = len(users), len(tables.funds)
@@ -605,11 +607,13 @@ class ValueModel(Estimator):
                 scores[start:start + len(part)] = etv.reshape(len(part), n_funds, -1).mean(axis=2)
         return scores
 
-    def score_table(self, tables: ValueTables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0,
+    def score_table(self, tables, at=None, contexts: int = SCORE_CONTEXTS, seed: int = 0,
                     context_rows: pd.DataFrame | None = None, users: np.ndarray | None = None) -> pd.DataFrame:
-        """The ETV table in the wide layout ``allocate quota --scores`` reads: ``user_id``, ``score_<fund>`` per fund
-        and the users' ``tolerance`` when the users table has one, for every user or the user rows ``users`` (see
-        :meth:`score_matrix`)."""
+        """The ETV table in the wide layout ``allocate quota --scores`` (``pk.plan_quota``) reads: ``user_id``,
+        ``score_<fund>`` per fund and the users' ``tolerance`` when the users table has one, for every user or the
+        user rows ``users`` of ``tables`` (what :meth:`predict` takes; see :meth:`score_matrix`)."""
+        self._check_fitted()
+        tables = self._tables(tables, require_labels=False)
         users = np.arange(len(tables.users)) if users is None else np.asarray(users, dtype=np.int64)
         scores = self.score_matrix(tables, at, users, contexts=contexts, seed=seed, context_rows=context_rows)
         frame = pd.DataFrame({USER: tables.users[USER].to_numpy()[users]})
@@ -637,10 +641,6 @@ class ValueModel(Estimator):
         self._attach(tables)
         for encoder, users in zip([e for e in self.net.encoders if e.graph], states, strict=True):
             encoder.use_states(users)
-
-    def _check_fitted(self) -> None:
-        if self.net is None:
-            raise RuntimeError("the model is not fitted: call fit() or ValueModel.load()")
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()

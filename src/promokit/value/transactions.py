@@ -33,6 +33,7 @@ import pandas as pd
 from promokit.data.durations import parse_duration
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import write_table
+from promokit.data.uris import as_path
 from promokit.data.spec import missing_column_message
 from promokit.value.contract import ACTION, AMOUNT, CLICK, CONVERT, FUND, TIME, USER
 
@@ -49,6 +50,13 @@ class TransactionTables(dict):
     def __init__(self, tables: dict[str, pd.DataFrame], new_customers: int, target_customers: int):
         super().__init__(tables)
         self.new_customers, self.target_customers = new_customers, target_customers
+
+    def __getattr__(self, name: str) -> pd.DataFrame:
+        """A table as an attribute too (``tables.users``), as every other table bundle gives it."""
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"no table {name!r}; the tables are {list(self)}") from None
 
     def summary(self) -> dict:
         """Counts to report: customers, funds, deliveries, the share of the deliveries with a spend, the behaviours
@@ -106,8 +114,9 @@ def from_transactions(transactions: pd.DataFrame, *, feature_window, target_wind
 
 
 def write_value_tables(tables: dict[str, pd.DataFrame], folder: str | os.PathLike) -> dict[str, Path]:
-    """Write ``tables`` (:func:`from_transactions`) as ``<folder>/<name>.parquet``, a value dataset folder."""
-    folder = Path(folder)
+    """Write ``tables`` (:func:`from_transactions`) as ``<folder>/<name>.parquet``, a value dataset folder (local, or
+    a URI: :mod:`promokit.data.uris`)."""
+    folder = as_path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     taken = [f"{name}.csv" for name in tables if (folder / f"{name}.csv").exists()]
     if taken:

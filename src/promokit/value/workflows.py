@@ -19,7 +19,7 @@ import pandas as pd
 
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
-from promokit.data.uris import as_path
+from promokit.data.uris import as_path, local_dir
 from promokit.report import Report
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.training.refit import unscored_refit
@@ -227,6 +227,7 @@ def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair
     directory as it is, so ``predict`` and ``evaluate`` apply it. Returns what it was fitted on
     (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before and
     ``mean_p_after``; by fund also ``groups`` and ``own_maps``) with the ``method`` and ``by``."""
+    local_dir(model, "model")  # the model directory it writes into: a local folder
     estimator = ValueModel.load(model)
     tables = read_folder(data, True, repair_labels, estimator.specs,
                          labels=estimator.labels if labels is None else labels)

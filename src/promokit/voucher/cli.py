@@ -79,6 +79,8 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
     write the best as params.json for train --params. The sessions train would hold out (--test-fraction,
     --test-from) are never scored."""
     with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "trials": "--trials"}), cs.convention_errors():
+        cs.local_out(out)
+        cs.local_out(storage, "--storage")
         cs.set_threads(threads)
         from promokit.experiments.voucher.tune import tune_voucher
         from promokit.voucher.contract import read_tables
@@ -135,6 +137,7 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
     out (those collected from its cut on; --from: from another time; --all: every session of new data). The label
     is read from the column train mapped with --label, unless --label maps another."""
     with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
+        cs.local_out(out)
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import sessions_from
 
@@ -167,6 +170,7 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
     keeping the model's own score as p_redeem_raw."""
     with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "method": "--method", "by": "--by"}), \
             cs.convention_errors():
+        cs.local_out(model, "--model")
         from promokit.voucher.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, sessions, items, events=events, voucher_items=voucher_items, start=start,
@@ -186,6 +190,7 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
          models: options.BenchModels = options.DEMO_MODELS, threads: options.Threads = 1):
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
     with cs.user_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.experiments.finished_rows import FinishedRows
         from promokit.experiments.voucher.demo import run_demo
@@ -211,11 +216,12 @@ def synth(out: options.SynthOut, users: int = 3000, sessions: int = 20_000, vouc
           seed: int = 0, truth: options.Truth = False):
     """Write the synthetic voucher world as tables to try train / predict / evaluate on."""
     with cs.user_errors():
+        from promokit.data.uris import as_path
         from promokit.experiments.voucher.world import make_world, write_world
 
         world = make_world(n_users=users, n_vouchers=vouchers, n_items=items, n_sessions=sessions, seed=seed)
         files = write_world(world, out, truth)
-        get_console().print(f"{len(world.tables.sessions):,} sessions written to {out}; try:\npromokit voucher train "
+        get_console().print(f"{len(world.tables.sessions):,} sessions written to {as_path(out)}; try:\npromokit voucher train "
                             f"{options.train_command(files, world.tables.options)} --model dmbgn --out model",
                             highlight=False, soft_wrap=True)
 
@@ -225,12 +231,13 @@ def amexpert(src: options.AmexpertSrc, out: options.AmexpertOut):
     """Map AmExpert 2019 to the voucher contract (see docs/voucher.md) and write it as tables, with the load report
     (amexpert.json)."""
     with cs.user_errors():
-        from promokit.voucher.amexpert import convert_amexpert
+        from promokit.data.uris import as_path
+        from promokit.datasets import convert_amexpert
 
         tables, report, files = convert_amexpert(src, out)
         console = get_console()
         console.print(report.summary(), highlight=False)
-        console.print(f"tables written to {out}; try:\npromokit voucher train "
+        console.print(f"tables written to {as_path(out)}; try:\npromokit voucher train "
                       f"{options.train_command(files, tables.options)} --model dmbgn --out model [--valid-from …]\n"
                       "then: promokit voucher evaluate … --gauc-by campaign_id", highlight=False, soft_wrap=True)
 
@@ -244,6 +251,7 @@ def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchMod
           out: options.BenchOut = None, gauc_by: options.BenchGaucBy = None, threads: options.Threads = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
     with cs.user_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.experiments.finished_rows import FinishedRows
         from promokit.experiments.voucher import bench as runner
@@ -286,6 +294,7 @@ def compare(sessions: options.Sessions, items: options.Items, out: cs.CompareOut
     predict seconds and a verdict per model."""
     flags = {**options.FLAGS, "models": "--models", "seeds": "--seeds"}
     with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+        cs.local_out(out)
         cs.set_threads(threads)
         from promokit.voucher.contract import read_tables
 

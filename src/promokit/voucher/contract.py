@@ -57,6 +57,7 @@ from promokit.data.durations import parse_duration
 from promokit.data.encoders import check_numeric_columns
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import write_parquet
+from promokit.data.uris import as_path
 from promokit.data.spec import (
     FeatureSpec,
     check_label_roles,
@@ -209,7 +210,7 @@ def write_tables(tables: VoucherTables, folder) -> dict[str, Path]:
         frames["events"] = tables.events[list(EVENT_COLUMNS)]
     if tables.voucher_items is not None:
         frames["voucher_items"] = tables.voucher_items
-    files = {name: Path(folder) / f"{name}.parquet" for name in frames}
+    files = {name: as_path(folder) / f"{name}.parquet" for name in frames}  # a URI folder: its URIs, whole
     for name, frame in frames.items():
         write_parquet(frame, files[name])
     return files

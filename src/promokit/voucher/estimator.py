@@ -47,6 +47,7 @@ from promokit.training.estimator import (
 )
 from promokit.training.params import saved_params
 from promokit.training.auto import AUTO, fit_auto
+from promokit.training.shard_loop import checkpoint_folder
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.recalibration import (
     DEFAULT_METHOD,
@@ -307,6 +308,7 @@ class VoucherModel(Estimator):
         univariate AUC (:func:`~promokit.data.leakage.find_leaks`, above :data:`~promokit.data.leakage.LEAK_AUC`),
         unless ``allow_leaky`` names it; after training, so is a validation AUC above
         :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`."""
+        checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation,
                             fit_args={} if rows is None else {"rows": rows})
@@ -648,10 +650,6 @@ class VoucherModel(Estimator):
         self._check_fitted()
         return read_tables(data, require_labels=require_labels, validity=validity, labels=labels or self.labels,
                            **agreed_options(self.table_options, **options))
-
-    def _check_fitted(self) -> None:
-        if self.net is None or self.encoder is None:
-            raise RuntimeError("the model is not fitted: call fit() or VoucherModel.load()")
 
     # ---- model directory -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:

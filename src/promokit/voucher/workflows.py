@@ -10,7 +10,7 @@ from pathlib import Path
 from promokit.data import DataError, write_json, write_parquet
 from promokit.data.part_scoring import means
 from promokit.data.parts import is_partitioned
-from promokit.data.uris import as_path
+from promokit.data.uris import as_path, local_dir
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibration
 from promokit.training.refit import refit_after_selection
 from promokit.voucher.contract import agreed_options, read_tables
@@ -110,6 +110,7 @@ def recalibrate(model: Path, sessions: Path, items: Path, *, events: Path | None
     was fitted on (:attr:`Recalibration.fitted_on`: ``rows``, ``positives``, ``rate`` observed, ``mean_p`` before
     and ``mean_p_after``; by group also ``groups`` and ``own_maps``, the groups with a map of their own) with the
     ``method`` and ``by``."""
+    local_dir(model, "model")  # the model directory it writes into: a local folder
     from promokit.voucher.estimator import VoucherModel
 
     estimator = VoucherModel.load(model)

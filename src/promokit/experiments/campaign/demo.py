@@ -61,6 +61,7 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import write_json, write_parquet, write_text
+from promokit.data.uris import local_dir
 from promokit.experiments.allocation.simulate import simulate_budget
 from promokit.experiments.incentive.demo import DEMO_TRAIN
 from promokit.experiments.incentive.world import IncentiveWorld, make_world, write_world
@@ -141,7 +142,7 @@ def run_demo(out: str | Path, config: DemoConfig | None = None, console=None) ->
 
     config = config or DemoConfig()
     config.check()
-    out, console = Path(out), console or get_console()
+    out, console = local_dir(out, "out"), console or get_console()
     stages = _Stages(console, out)
     with stages("world"):
         world = make_world(config.customers, config.merchants, seed=config.seed)

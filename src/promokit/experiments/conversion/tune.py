@@ -9,6 +9,7 @@ import pandas as pd
 
 from promokit.conversion.estimator import DEFAULT_TRAIN, MONITORS, ConversionModel
 from promokit.data import DataError, FeatureSpec, holdout_split
+from promokit.data.uris import local_dir
 from promokit.experiments.tuning import NEURAL_SPACE, TuneResult, space_for, tune
 from promokit.training import TrainConfig
 
@@ -31,6 +32,8 @@ def tune_conversion(model: str, table: pd.DataFrame, valid: pd.DataFrame | None 
     """
     if metric not in METRICS:
         raise DataError(f"`metric` must be one of {list(METRICS)}, got {metric!r}")
+    if storage is not None:
+        local_dir(storage, "storage")  # a local SQLite file: a URI is refused before the table is split
     spec = spec or FeatureSpec()
     train = replace(train or DEFAULT_TRAIN, progress=False)
     space = space_for(model)
