@@ -17,6 +17,10 @@ designs) and converged (``max_iter=1000``). The incentive ``lr`` also solves the
 has no counterpart for; it is in ``lr``'s seconds. Every fit runs once untimed, then once in each of ``--repeats``
 rounds (a change of the machine's load falls on all of them alike); the medians are printed.
 
+``lr``'s defaults search the L2 strength on validation rows and refit on every row at the one chosen; scikit-learn's
+tool for that is ``LogisticRegressionCV`` with ``refit=True``, timed too (``sklearn search + refit``): the same
+strengths ``lr`` solved, validated by AUC on the same rows, the best refit on every row.
+
 The value domain's floor (``hurdle``) is gradient-boosted trees (LightGBM), not a logistic regression: no
 ``LogisticRegression`` reference applies to it.
 
@@ -37,9 +41,10 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.linear_model import LogisticRegression
+from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 from threadpoolctl import threadpool_limits
 
+from promokit.data.split import holdout_split
 from promokit.metrics import auc
 from promokit.training.logistic import design_matrix
 
@@ -73,7 +78,13 @@ def conversion():
         ours = {"click": scores["p_ctr"].to_numpy(), "purchase": scores["p_cvr"].to_numpy()[clicked]}
         return [(label, *rows["train"][label], *rows["test"][label], ours[label]) for label in ("click", "purchase")]
 
-    return "conversion (KuaiRand-Pure)", fit, tasks
+    def searches(selected):
+        valid = np.zeros(len(train), dtype=bool)
+        valid[holdout_split(train, 0.1, f"time:{spec.time_key}", selected.train_config.seed)[1]] = True
+        clicked = train["click"].to_numpy() == 1
+        return [(valid, strengths(selected, task="ctr")), (valid[clicked], strengths(selected, task="cvr"))]
+
+    return "conversion (KuaiRand-Pure)", fit, tasks, searches
 
 
 def voucher():
@@ -96,7 +107,11 @@ def voucher():
         ours = model.predict(tables, rows=test)["p_redeem"].to_numpy()
         return [("redeemed", design[train], y[train], design[test], y[test], ours)]
 
-    return "voucher (AmExpert 2019)", fit, tasks
+    def searches(selected):
+        valid = selected.split_rows(tables, rows=train)[1]
+        return [(np.isin(train, valid), strengths(selected))]
+
+    return "voucher (AmExpert 2019)", fit, tasks, searches
 
 
 def incentive():
@@ -129,7 +144,10 @@ def incentive():
         ours = curves[np.arange(len(later)), whole.customer_level[later]]
         return [("redeemed", *design(known), *design(later), ours)]
 
-    return "incentive (synthetic world)", fit, tasks
+    def searches(selected):
+        return [(np.isin(known, selected.split(tables).valid_customers), strengths(selected, part="customers"))]
+
+    return "incentive (synthetic world)", fit, tasks, searches
 
 
 DOMAINS = {"conversion": conversion, "voucher": voucher, "incentive": incentive}
@@ -137,6 +155,14 @@ DOMAINS = {"conversion": conversion, "voucher": voucher, "incentive": incentive}
 
 #: scikit-learn's fits: its defaults, and converged
 KINDS = {"sklearn default": 100, "sklearn converged": 1000}
+#: scikit-learn doing what ``lr``'s defaults do: the same strengths searched on the same validation rows, the best
+#: refit on every row
+SEARCH = "sklearn search + refit"
+
+
+def strengths(selected, **which) -> list[float]:
+    """The L2 strengths ``selected``'s search solved (of the records matching ``which``, e.g. ``task="ctr"``)."""
+    return [r["l2"] for r in selected.report.history.epochs if all(r.get(k) == v for k, v in which.items())]
 
 
 def sklearn_fit(x, y, max_iter):
@@ -145,14 +171,27 @@ def sklearn_fit(x, y, max_iter):
         return LogisticRegression(max_iter=max_iter).fit(x, y)
 
 
-def measure(fit, tasks, repeats: int) -> tuple[dict[str, float], dict[tuple[str, str], float], float]:
+def sklearn_search(x, y, valid, l2s):
+    """``LogisticRegressionCV`` over the strengths ``l2s`` (C = 1 / (n · l2) for its summed loss over the n training
+    rows), validated by AUC on the rows ``valid`` alone, refit on every row at the best."""
+    n = int((~valid).sum())
+    fold = [(np.flatnonzero(~valid), np.flatnonzero(valid))]
+    with warnings.catch_warnings(), threadpool_limits(1, user_api="blas"):
+        warnings.simplefilter("ignore", category=ConvergenceWarning)
+        return LogisticRegressionCV(Cs=[1.0 / (n * l2) for l2 in l2s], cv=fold, scoring="roc_auc",
+                                    refit=True).fit(x, y)
+
+
+def measure(fit, tasks, searches, repeats: int) -> tuple[dict[str, float], dict[tuple[str, str], float], float]:
     """The median wall seconds of each fit over ``repeats`` rounds, every fit once a round so that a change of the
     machine's load falls on all of them alike (after one untimed round); the AUC on the later rows of each fit and
     label; and the selected fit's solves, in seconds."""
-    designs = tasks(fit(True))
+    designs, searched = tasks(fit(True)), searches(fit(False))
     runs = {"lr": lambda: fit(True), "lr selected": lambda: fit(False),
             **{kind: (lambda max_iter=max_iter: [sklearn_fit(x, y, max_iter) for _, x, y, *_ in designs])
-               for kind, max_iter in KINDS.items()}}
+               for kind, max_iter in KINDS.items()},
+            SEARCH: lambda: [sklearn_search(x, y, valid, l2s)
+                             for (_, x, y, *_), (valid, l2s) in zip(designs, searched)]}
     seconds, last = {who: [] for who in runs}, {}
     for round_ in range(repeats + 1):
         for who, run in runs.items():
@@ -163,7 +202,7 @@ def measure(fit, tasks, repeats: int) -> tuple[dict[str, float], dict[tuple[str,
     aucs = {}
     for who in ("lr", "lr selected"):
         aucs.update({(who, label): auc(y_later, ours) for label, *_, y_later, ours in tasks(last[who])})
-    for kind in KINDS:
+    for kind in (*KINDS, SEARCH):
         aucs.update({(kind, label): auc(y_later, model.decision_function(x_later))
                      for (label, _, _, x_later, y_later, _), model in zip(designs, last[kind])})
     solves = sum(r.get("seconds", 0.0) for r in last["lr selected"].report.history.epochs)
@@ -179,15 +218,15 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.1f}; torch threads {torch.get_num_threads()}")
     rows = []
     for domain in args.domains.split(","):
-        name, fit, tasks = DOMAINS[domain]()
-        seconds, aucs, solves = measure(fit, tasks, args.repeats)
+        name, fit, tasks, searches = DOMAINS[domain]()
+        seconds, aucs, solves = measure(fit, tasks, searches, args.repeats)
         labels = sorted({label for _, label in aucs}, key=lambda v: v != "click")
         seconds = {"lr": seconds["lr"], "lr selected": seconds["lr selected"], "lr selected, solves only": solves,
-                   **{kind: seconds[kind] for kind in KINDS}}
+                   **{kind: seconds[kind] for kind in (*KINDS, SEARCH)}}
         aucs.update({("lr selected, solves only", label): aucs[("lr selected", label)] for label in labels})
         for who, took in seconds.items():
             rows.append({"domain": name, "fit": who, "seconds": took,
-                         **{f"× {kind}": took / seconds[kind] for kind in KINDS},
+                         **{f"× {kind}": took / seconds[kind] for kind in (*KINDS, SEARCH)},
                          **{f"{label} AUC": aucs[(who, label)] for label in labels}})
         print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4f}"), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
