@@ -110,9 +110,10 @@ def runs_out_option(contents: str):
 
 
 @contextmanager
-def user_errors():
+def user_errors(**local_outputs: Path | None):
     """Turn contract violations into one red line (never wrapped) and exit code 2, not a traceback; warnings into
-    one yellow line each."""
+    one yellow line each. ``local_outputs``: the command's local-only outputs by option (``out=out`` is ``--out``),
+    each refused first when it is a URI (:func:`local_out`), before the command reads or computes anything."""
     from rich.markup import escape
 
     from promokit.data.errors import DataError
@@ -125,6 +126,8 @@ def user_errors():
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show
+            for option, path in local_outputs.items():
+                local_out(path, "--" + option.replace("_", "-"))
             yield
     except (DataError, MissingExtra, ModuleNotFoundError) as exc:  # text, not markup: "[cart, favorite]" as written
         if isinstance(exc, ModuleNotFoundError) and (exc := missing_extra(exc, "this command")) is None:

@@ -26,7 +26,6 @@ from promokit.cli_support import (
     executor_from_options,
     executor_option,
     flags_in_errors,
-    local_out,
     user_errors,
 )
 from promokit.console import get_console
@@ -66,8 +65,7 @@ def budget(scores: BudgetScoresOpt, out: OutOpt,
            executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
            engine: EngineOpt = None):
     """Choose one incentive level per request to maximise expected responses under a budget (eqs. 11–20)."""
-    with user_errors(), flags_in_errors(FLAGS):
-        local_out(out)
+    with user_errors(out=out), flags_in_errors(FLAGS):
         from promokit.allocation.budget_plan import plan_budget
 
         map_parts = _map_parts(executor_option(executor, engine), address, workers, scores, merchants)
@@ -87,8 +85,7 @@ def quota(scores: QuotaScoresOpt, out: OutOpt,
           executor: ExecutorOpt = "local", address: AddressOpt = None, workers: WorkersOpt = None,
           engine: EngineOpt = None):
     """Give each user one fund: exactly d_j users per fund (or min/max bounds), fund risk ≤ user tolerance (EOCA eqs. 1–5)."""
-    with user_errors(), flags_in_errors(FLAGS):
-        local_out(out)
+    with user_errors(out=out), flags_in_errors(FLAGS):
         from promokit.allocation.quota_plan import plan_quota
 
         if method in RENAMED_QUOTA_METHODS:

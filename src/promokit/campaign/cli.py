@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import RUNS, TrainingFlags, local_out, runs_out_option, user_errors
+from promokit.cli_support import RUNS, TrainingFlags, runs_out_option, user_errors
 from promokit.experiments.incentive.demo import DEMO_TRAIN
 
 #: The training flags, showing the demo's defaults.
@@ -30,8 +30,7 @@ def demo(out: runs_out_option("the world, models, scores, plan, campaign, ledger
          explore: Annotated[float, typer.Option("--explore", help="Share of customers answered with a uniformly random level: the log the plans are then judged on.")] = 0.1):
     """The campaign demo on a synthetic world: train, score, allocate, build a campaign directory and serve it,
     replay traffic with outcomes from the true curves, and report redemptions, spend, budget safety and latency."""
-    with user_errors():
-        local_out(out)
+    with user_errors(out=out):
         from promokit.experiments.campaign.demo import DemoConfig, print_summary, run_demo
 
         config = DemoConfig(customers=customers, merchants=merchants, seed=seed, epochs=epochs, ratio=ratio,

@@ -13,6 +13,7 @@ from promokit.conversion import options as opt
 from promokit.conversion.contract import LABEL_ROLES
 from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
 from promokit.data.split import TEST_FRACTION
+from promokit.data.uris import as_path
 from promokit.training.refit import REFIT
 from promokit.training.recalibration import DEFAULT_METHOD
 
@@ -89,15 +90,12 @@ def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_M
          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, micro_behaviors: opt.MicroOpt = None):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
-    with cs.user_errors(), cs.flags_in_errors({**opt.MICRO_FLAG, "trials": "--trials", "metric": "--metric"}):
-        cs.local_out(out)
-        cs.local_out(storage, "--storage")
+    flags = {**opt.MICRO_FLAG, "trials": "--trials", "metric": "--metric"}
+    with cs.user_errors(out=out, storage=storage), cs.flags_in_errors(flags):
         from promokit.conversion.contract import conversion_spec
-        from promokit.data import DataError, read_table
-        from promokit.experiments.conversion.tune import METRICS, tune_conversion
+        from promokit.data import read_table
+        from promokit.experiments.conversion.tune import tune_conversion
 
-        if metric not in METRICS:
-            raise DataError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
         config, _ = cs.training_options(DEFAULT_TRAIN, None, None, epochs=epochs, batch_size=batch_size,
                                         patience=patience, seed=seed)
         table = read_table(data)
@@ -110,7 +108,7 @@ def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_M
                                    repair_labels=repair_labels, on_trial=on_trial)
 
         cs.run_tune(out, storage, f"promokit conversion tune: {model}",
-                 f"data: {data}; model {model}; maximise validation {metric}; {trials} trials; seed {seed}", search)
+                    f"data: {data}; model {model}; maximise validation {metric}; {trials} trials; seed {seed}", search)
 
 
 @app.command()
@@ -137,8 +135,7 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.ReportOutOpt,
     """Score a trained model on the rows train held out of the labelled table (with --all: every row of new data):
     AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of a micro-behaviour model)."""
     flags = {**opt.MICRO_FLAG, "repair_labels": "--repair-labels"}
-    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), cs.flags_in_errors(flags), cs.convention_errors():
         from promokit.conversion import ConversionModel
 
         estimator = ConversionModel.load(model)
@@ -165,8 +162,7 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, method: opt.MethodOpt
     predict and evaluate then apply it, p_cvr following as p_ctcvr / p_ctr, and predict keeps the model's own
     probabilities as p_ctr_raw, p_cvr_raw, p_ctcvr_raw."""
     flags = {"method": "--method", "repair_labels": "--repair-labels"}
-    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
-        cs.local_out(model, "--model")
+    with cs.user_errors(model=model), cs.flags_in_errors(flags), cs.convention_errors():
         from promokit.conversion.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, method=method, labels=cs.label_options(label, LABEL_ROLES))
@@ -183,8 +179,7 @@ def demo(out: opt.DemoOutOpt = cs.RUNS / "conversion-demo",
          models: opt.ModelsOpt = opt.MODELS, micro_behaviors: opt.DemoMicroOpt = 0):
     """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² (or --models) on the synthetic world and compare them with the
     oracle."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         from promokit.experiments.conversion.demo import run_demo
         from promokit.experiments.finished_rows import FinishedRows
 
@@ -215,8 +210,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
           repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, wide: cs.WideOpt = None,
           micro_behaviors: opt.BenchMicroOpt = None, out: opt.BenchOutOpt = None, threads: cs.ThreadsOpt = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
-    with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
-        cs.local_out(out)
+    with cs.user_errors(out=out), cs.flags_in_errors(opt.MICRO_FLAG):
         cs.set_threads(threads)
         from promokit.experiments.conversion.bench import run_bench
         from promokit.experiments.finished_rows import FinishedRows
@@ -254,17 +248,16 @@ def synth(out: opt.SynthOutOpt, users: int = 2000, items: int = 800, impressions
     Columns: the categorical and numeric features, the labels click, daction, purchase, and with
     --micro-behaviors N the N micro-behaviour labels (plus OUT.spec.yaml, their feature spec)."""
     with cs.user_errors():
-        from promokit.data.uris import as_path
         from promokit.experiments.conversion.world import write_world
 
         world, spec_path = write_world(out, users, items, impressions, seed, truth, micro_behaviors)
         out, spec_path = as_path(out), None if spec_path is None else as_path(spec_path)  # a URI printed whole
-        console = get_console()
-        console.print(f"{len(world.table):,} impressions written to {out}; categorical: {world.categorical}; "
-                      f"numeric: {world.numeric}")
+        get_console().print(f"{len(world.table):,} impressions written to {out}; categorical: {world.categorical}; "
+                            f"numeric: {world.numeric}")
         if spec_path is not None:
-            console.print(f"micro-behaviour labels: {world.micro_behaviors}; spec written to {spec_path} (try: "
-                          f"promokit conversion train --data {out} --spec {spec_path} --model gmcm --out model)")
+            get_console().print(f"micro-behaviour labels: {world.micro_behaviors}; spec written to {spec_path} "
+                                f"(try: promokit conversion train --data {out} --spec {spec_path} --model gmcm --out "
+                                "model)")
 
 
 @app.command()
@@ -277,7 +270,6 @@ def kuairand(src: opt.KuaiSrcOpt, out: opt.KuaiOutOpt, log: opt.KuaiLogOpt = Non
     (OUT.spec.yaml, for --spec; time_key: date; micro_behaviors: the labels) and the load report (OUT.json)."""
     with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
         from promokit.datasets import write_kuairand
-        from promokit.data.uris import as_path
 
         report, spec_path = write_kuairand(src, out, log, ids, purchase, daction, micro_behaviors)
         out, spec_path = as_path(out), as_path(spec_path)  # a URI printed whole
@@ -298,8 +290,7 @@ def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOp
     and predict seconds and a verdict per model."""
     flags = {**opt.MICRO_FLAG, "models": "--models", "seeds": "--seeds", "test_fraction": "--test-fraction",
              "validation": "--valid-fraction"}
-    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), cs.flags_in_errors(flags), cs.convention_errors():
         cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
 

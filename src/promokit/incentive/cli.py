@@ -164,8 +164,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
     train was given (--label: others). A model refit on every node (train's default) has learnt the held-out nodes
     too: evaluate reports the metrics they gave the selected model, scored by train before the refit (--truth or
     --label score them again, by the refit model, with a warning)."""
-    with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
-        cs.local_out(out)
+    with cs.user_errors(out=out), cs.convention_errors(), cs.flags_in_errors(FLAGS):
         from promokit.experiments.incentive.world import customer_truth
         from promokit.incentive.estimator import IncentiveModel
         from promokit.incentive.offline_metrics import evaluation_report
@@ -201,8 +200,7 @@ def recalibrate(model: ModelDirOpt, customers: CustomersOpt, merchants: Merchant
     value, each applied at its own). predict and evaluate
     then apply it; predict writes the model's own curves as customers_raw.parquet. The label columns are those train
     was given (--label: others)."""
-    with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
-        cs.local_out(model, "--model")
+    with cs.user_errors(model=model), cs.convention_errors(), cs.flags_in_errors(FLAGS):
         from promokit.incentive.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, customers, merchants, edges, method=method,
@@ -227,8 +225,7 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           out: cs.runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / response_curves.png") = cs.RUNS / "incentive-bench",
           threads: cs.ThreadsOpt = None):
     """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         cs.set_threads(threads)
         from promokit.experiments.incentive.bench import run_and_report
 
@@ -246,8 +243,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
              with_merchants: Annotated[bool, typer.Option("--merchants", help="Allocate the held-out merchants too, under the same budget (eq. 11's joint problem).")] = False):
     """Allocate the world's held-out customers by each model's scores under one ratio budget, then score the plans
     by the true curves: expected redemptions, spend, spend per redemption (oracle and random as bounds)."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         from promokit.experiments.incentive.simulate import simulate as simulate_models
 
         result = simulate_models(world, model, ratio, seed, with_merchants)
@@ -264,8 +260,7 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "gnn-hazard,dnn-h,sbbm,cox"):
     """Train the paper's model and its baselines on a synthetic world, score the held-out nodes against the
     oracle and allocate a budget by each model's scores."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         from promokit.experiments.incentive.bench import run_and_report
         from promokit.experiments.incentive.demo import DEMO_TRAIN
 
@@ -285,8 +280,8 @@ def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: Edge
     """Fit the floor lr and --models on the same nodes with the same training budget, and write one leaderboard:
     AUC_c of the held-out customers against lr with a paired bootstrap interval, the calibration ratio, fit and
     predict seconds and a verdict per model. A GNN model on customers-only data is skipped, with the reason."""
-    with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors({**FLAGS, "models": "--models", "seeds": "--seeds"}):
-        cs.local_out(out)
+    flags = {**FLAGS, "models": "--models", "seeds": "--seeds"}
+    with cs.user_errors(out=out), cs.convention_errors(), cs.flags_in_errors(flags):
         cs.set_threads(threads)
         from promokit.incentive.contract import read_tables
 

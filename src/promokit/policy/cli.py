@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, local_out, user_errors
+from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
 from promokit.console import get_console
 from promokit.policy.options import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 
@@ -40,8 +40,7 @@ def evaluate(log: LogOpt,
              model: Annotated[Optional[Path], typer.Option("--model", help="The model directory behind the plans: warns when the log's subjects are ones it was trained on.")] = None):
     """Estimate each plan's responses and spend (or conversions and transaction value) per subject and in total on
     a randomized log, by DM, IPS, SNIPS, DR and SNDR with paired bootstrap intervals, against a reference plan."""
-    with user_errors(), flags_in_errors(FLAGS):
-        local_out(out)
+    with user_errors(out=out), flags_in_errors(FLAGS):
         from promokit.policy import evaluate as evaluate_plans
 
         columns = [c.strip() for c in estimate_propensity.split(",") if c.strip()] if estimate_propensity else None
@@ -68,8 +67,7 @@ def uplift(log: LogOpt,
     """For each action against the control: the uplift and Qini curves of the score table's predicted uplift
     score(action) − score(control) on the log's rows that took one of the two, with the AUUC and the Qini coefficient
     (scikit-uplift's definitions). The log must give the two actions at random, with the same odds to everyone."""
-    with user_errors(), flags_in_errors(FLAGS):
-        local_out(out)
+    with user_errors(out=out), flags_in_errors(FLAGS):
         from promokit.console import print_table
         from promokit.data import read_table
         from promokit.policy.judging import read_scores

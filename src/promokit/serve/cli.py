@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, local_out, user_errors
+from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
 from promokit.console import get_console
 from promokit.data.durations import DURATION_FORMS, parse_duration
 from promokit.serve.options import (
@@ -53,8 +53,7 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
     """Make a campaign directory from `incentive predict` score tables and the `allocate budget` plan. Into a
     directory that holds a campaign, write a new version beside the live one (a refresh: switch to it with
     `campaign switch`, POST /v1/campaign/switch or --activate)."""
-    with user_errors():
-        local_out(out)
+    with user_errors(out=out):
         from promokit.campaign import build as build_campaign
         from promokit.serve.campaign import Pacing, load_campaign
 
@@ -79,8 +78,7 @@ def switch(campaign: CampaignOpt,
            version: Annotated[Optional[str], typer.Option("--version", help="The version to make live (default: the newest built).")] = None):
     """Make another version of a campaign directory live; a running service follows within a second (or at once
     on SIGHUP), keeping its ledger, cap and pacing. A version whose levels or currency differ is refused."""
-    with user_errors():
-        local_out(campaign, "--campaign")
+    with user_errors(campaign=campaign):
         from promokit.serve.campaign import activate_version, load_campaign
 
         previous = load_campaign(campaign).config.model_version

@@ -162,8 +162,7 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt,
     train was told (--label), unless --label says otherwise. A model refit on every delivery (train's default) has
     learnt the held-out deliveries too: evaluate reports the metrics they gave the selected model, scored by train
     before the refit (the metrics alone; --label scores them again, by the refit model, with a warning)."""
-    with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), opt.flag_errors(), cs.convention_errors():
         from promokit.value.evaluate import FLOOR
         from promokit.value.workflows import evaluate as evaluate_model
 
@@ -193,8 +192,7 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, start: opt.Recalibrat
     """Fit a recalibration of a trained model's pCTCVR on labelled deliveries (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict, evaluate and the ETV tables then apply
     it, predict keeping the model's own p_ctcvr and etv as p_ctcvr_raw and etv_raw."""
-    with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
-        cs.local_out(model, "--model")
+    with cs.user_errors(model=model), opt.flag_errors(), cs.convention_errors():
         from promokit.value.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, start=start, method=method, repair_labels=repair_labels,
@@ -217,8 +215,7 @@ def bench(models: opt.ModelsOpt = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,
           threads: cs.ThreadsOpt = None):
     """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
     how much each personalises the fund, and the delivery plans each leads to (--params go to the networks)."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         cs.set_threads(threads)
         from promokit.experiments.value.bench import run_and_report
 
@@ -232,8 +229,7 @@ def simulate(world: opt.WorldOpt, model: opt.TrainedModelsOpt, out: opt.ReportOu
              allocators: opt.AllocatorsOpt = "manual,ha,prices", seed: opt.SeedOpt = 0):
     """Allocate every user of the world one fund by each model's ETV (and the true ETV) under the quotas and the risk
     rule, then draw outcomes from the true model: CPMD and TAPMD per model and allocator (Table 3 offline)."""
-    with cs.user_errors(), opt.flag_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), opt.flag_errors():
         from promokit.experiments.value.simulate import simulate as simulate_plans
 
         report, table = simulate_plans(world, model, [p for p in allocators.split(",") if p.strip()], seed)
@@ -249,8 +245,7 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
          models: opt.ModelsOpt = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
     """Train the floor, ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the
     oracle and allocate users to funds by each model's ETV."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         from promokit.experiments.value.bench import demo as run_demo
 
         run_demo(_models(models), users, seed, out)
@@ -290,8 +285,7 @@ def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOp
     bootstrap interval, the calibration ratio, fit and predict seconds and a verdict per model. A model that reads
     the consumption graph is skipped, with the reason, when the dataset has none."""
     flags = {"models": "--models", "seeds": "--seeds"}
-    with cs.user_errors(), opt.flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), opt.flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
         cs.set_threads(threads)
         from promokit.value.contract import read_folder
 

@@ -78,9 +78,8 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) for the best validation AUC;
     write the best as params.json for train --params. The sessions train would hold out (--test-fraction,
     --test-from) are never scored."""
-    with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "trials": "--trials"}), cs.convention_errors():
-        cs.local_out(out)
-        cs.local_out(storage, "--storage")
+    with cs.user_errors(out=out, storage=storage), cs.flags_in_errors({**options.FLAGS, "trials": "--trials"}), \
+            cs.convention_errors():
         cs.set_threads(threads)
         from promokit.experiments.voucher.tune import tune_voucher
         from promokit.voucher.contract import read_tables
@@ -136,8 +135,7 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
     """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on the labelled sessions train held
     out (those collected from its cut on; --from: from another time; --all: every session of new data). The label
     is read from the column train mapped with --label, unless --label maps another."""
-    with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import sessions_from
 
@@ -168,9 +166,8 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
     """Fit a recalibration of a trained model's p_redeem on labelled sessions (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict and evaluate then apply it, predict
     keeping the model's own score as p_redeem_raw."""
-    with cs.user_errors(), cs.flags_in_errors({**options.FLAGS, "method": "--method", "by": "--by"}), \
+    with cs.user_errors(model=model), cs.flags_in_errors({**options.FLAGS, "method": "--method", "by": "--by"}), \
             cs.convention_errors():
-        cs.local_out(model, "--model")
         from promokit.voucher.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, sessions, items, events=events, voucher_items=voucher_items, start=start,
@@ -189,8 +186,7 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
          users: int = 3000, vouchers: int = 120, items: int = 1000, sessions: int = 20_000, seed: int = 0,
          models: options.BenchModels = options.DEMO_MODELS, threads: options.Threads = 1):
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         cs.set_threads(threads)
         from promokit.experiments.finished_rows import FinishedRows
         from promokit.experiments.voucher.demo import run_demo
@@ -250,8 +246,7 @@ def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchMod
           params: options.BenchParams = None, tuned: cs.TunedOpt = None, wide: cs.WideOpt = None,
           out: options.BenchOut = None, gauc_by: options.BenchGaucBy = None, threads: options.Threads = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
-    with cs.user_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out):
         cs.set_threads(threads)
         from promokit.experiments.finished_rows import FinishedRows
         from promokit.experiments.voucher import bench as runner
@@ -293,8 +288,7 @@ def compare(sessions: options.Sessions, items: options.Items, out: cs.CompareOut
     the AUC of the held-out sessions against lr with a paired bootstrap interval, the calibration ratio, fit and
     predict seconds and a verdict per model."""
     flags = {**options.FLAGS, "models": "--models", "seeds": "--seeds"}
-    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
-        cs.local_out(out)
+    with cs.user_errors(out=out), cs.flags_in_errors(flags), cs.convention_errors():
         cs.set_threads(threads)
         from promokit.voucher.contract import read_tables
 
