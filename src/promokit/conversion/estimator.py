@@ -27,6 +27,7 @@ from promokit.conversion.contract import (
 from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
 from promokit.conversion.evaluate import conversion_calibration, conversion_metrics
 from promokit.conversion.models import MODELS
+from promokit.conversion.parts import held_out_draw
 from promokit.conversion.pmg import concurrence_probability
 from promokit.conversion.recalibration import apply_recalibrations, fit_recalibrations
 from promokit.data import (
@@ -680,12 +681,6 @@ def held_out_rows(table: pd.DataFrame, holdout: dict) -> np.ndarray:
     if holdout["how"] == "random":
         return _random_held_out([len(table)], holdout)
     return latest_split(table[holdout["how"].split(":", 1)[1]], holdout["test_fraction"])[1]
-
-
-def held_out_draw(rows: int, holdout: dict, part: int) -> np.ndarray:
-    """Which of the ``rows`` rows of part ``part`` the random rule of ``holdout`` holds out (its own stream, apart
-    from the validation draws of :mod:`promokit.conversion.parts`)."""
-    return np.random.default_rng([holdout["seed"], part, 1]).random(rows) < holdout["test_fraction"]
 
 
 def _random_held_out(sizes: list[int], holdout: dict) -> np.ndarray:

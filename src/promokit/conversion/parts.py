@@ -1,6 +1,6 @@
 """Training a conversion network over a table in parts (``conversion train --data DIR``), never holding the table
-as one frame: :func:`fit_parts` plans the job on the executor it is given and has the executor train it;
-:func:`predict_parts` scores one part by part (:func:`promokit.conversion.workflows.predict`).
+as one frame: :func:`fit_parts` plans the job on the executor it is given and has the executor train it (a table in
+parts is scored part by part by :func:`promokit.conversion.workflows.predict_parts`).
 
 Before training, two maps over the parts run on the executor (``promokit.scale.executor``: in this process or on Ray):
 
@@ -26,20 +26,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import pandas as pd
 import torch
 
 from promokit.conversion.defaults import VALIDATION_FRACTION
-from promokit.conversion.estimator import ConversionModel, held_out_draw
 from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
-from promokit.data.part_scoring import means, score_parts
 from promokit.data.parts import list_parts, naming, read_part
 from promokit.data.spec import missing_column_message
-from promokit.training import read_model_config
 from promokit.training.shards import (Segment, TrainJob, classify_integers, integer_levels, summed_time_counts,
                                       time_counts, time_threshold, wide_over_parts)
 
@@ -61,19 +57,10 @@ def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = VAL
     return estimator
 
 
-def predict_parts(model: str | os.PathLike, data, out: str | os.PathLike, executor,
-                  keep: list[str] | None = None) -> dict:
-    """Score the table at ``data`` (one file, or a directory or glob of parts) with the model directory ``model``
-    on ``executor``, part by part, into ``out`` (a file for one file, else ``out/part-NNNNN.parquet`` from input part
-    k): :meth:`ConversionModel.predict`'s columns, with ``keep``. Returns the summary: rows, parts, executor, model,
-    the output columns and their means."""
-    name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
-    parts = score_parts(executor, partial(ConversionModel.load, model), partial(ConversionModel.predict, keep=keep),
-                        data, out)
-    averages = means(parts)
-    outputs = [c for c in averages if c.startswith("p_")]
-    return {"rows": sum(p.rows for p in parts), "parts": len(parts), "executor": executor.name, "model": name,
-            "outputs": outputs, "means": {c: averages[c] for c in outputs}}
+def held_out_draw(rows: int, holdout: dict, part: int) -> np.ndarray:
+    """Which of the ``rows`` rows of part ``part`` the random rule of ``holdout`` holds out (its own stream, apart
+    from the validation draws below)."""
+    return np.random.default_rng([holdout["seed"], part, 1]).random(rows) < holdout["test_fraction"]
 
 
 def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: float = VALIDATION_FRACTION,

@@ -5,12 +5,15 @@ Training on files is :meth:`ConversionModel.fit` itself (``executor=`` for a tab
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
-from promokit.conversion.parts import predict_parts
+from promokit.conversion.estimator import ConversionModel
 from promokit.data import write_json
+from promokit.data.part_scoring import means, score_parts
 from promokit.data.parts import is_partitioned
 from promokit.data.uris import as_path, local_dir
+from promokit.training import read_model_config
 from promokit.training.recalibration import DEFAULT_METHOD, write_recalibrations
 
 
@@ -42,3 +45,18 @@ def recalibrate(model: str | os.PathLike, data, *, method: str = DEFAULT_METHOD,
     estimator = ConversionModel.load(model).recalibrate(data, method=method, labels=labels)
     write_recalibrations(model, estimator.recalibrations)
     return {name: r.fitted_on for name, r in estimator.recalibrations.items()}
+
+
+def predict_parts(model: str | os.PathLike, data, out: str | os.PathLike, executor,
+                  keep: list[str] | None = None) -> dict:
+    """Score the table at ``data`` (one file, or a directory or glob of parts) with the model directory ``model``
+    on ``executor``, part by part, into ``out`` (a file for one file, else ``out/part-NNNNN.parquet`` from input part
+    k): :meth:`ConversionModel.predict`'s columns, with ``keep``. Returns the summary: rows, parts, executor, model,
+    the output columns and their means."""
+    name = read_model_config(model, "conversion")["model"]  # a bad directory fails before any work starts
+    parts = score_parts(executor, partial(ConversionModel.load, model), partial(ConversionModel.predict, keep=keep),
+                        data, out)
+    averages = means(parts)
+    outputs = [c for c in averages if c.startswith("p_")]
+    return {"rows": sum(p.rows for p in parts), "parts": len(parts), "executor": executor.name, "model": name,
+            "outputs": outputs, "means": {c: averages[c] for c in outputs}}

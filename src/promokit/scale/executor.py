@@ -138,7 +138,7 @@ class RayExecutor:
 
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before the pool stops
         self.release()
-        return train_on_ray(job, self.workers, checkpoint_dir, resume)
+        return train_on_ray(job, self.workers, checkpoint_dir, resume, retries=RETRIES)
 
     def release(self) -> None:
         """Stop the pool's actors and free their CPUs (the next map starts a new pool). Ray Train, which needs the

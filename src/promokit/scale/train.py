@@ -14,7 +14,7 @@ few thousand rows, ten times slower per step at a million rows).
 
 Checkpoints: each epoch, rank 0 reports the state the local loop saves as a Ray Train checkpoint under the run's
 storage (``.OUT.checkpoint`` beside the model directory, which must be reachable from every node on a multi-node
-cluster); a worker group that fails is restarted from it (``RETRIES`` times), ``--resume`` continues from it (or
+cluster); a worker group that fails is restarted from it (``retries`` times: the executor's), ``--resume`` continues from it (or
 from a run begun in this process), and the driver builds the model from the last one.
 """
 
@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 
 from promokit.data.errors import DataError
-from promokit.scale.executor import RETRIES
 from promokit.training.device import CPU, ddp_backend, resolve_device
 from promokit.training.process_group import ProcessGroupComm
 from promokit.training.shard_loop import fresh_checkpoint_dir, run_shard
@@ -42,20 +41,20 @@ POLL_VARIABLE, POLL_SECONDS = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", 0.25
 
 
 def train_on_ray(job: TrainJob, workers: int, checkpoint_dir: str | os.PathLike | None = None,
-                 resume: bool = False) -> tuple[torch.nn.Module, History]:
+                 resume: bool = False, retries: int = 3) -> tuple[torch.nn.Module, History]:
     """Run :func:`~promokit.training.shard_loop.run_shard` on ``workers`` Ray Train workers with the checkpoint in
-    ``checkpoint_dir`` (``resume``: continue from it); the kept network (evaluation mode) and the history of the
-    last checkpoint."""
+    ``checkpoint_dir`` (``resume``: continue from it; a failed worker group restarts from it up to ``retries``
+    times); the kept network (evaluation mode) and the history of the last checkpoint."""
     checkpoint_dir = fresh_checkpoint_dir(checkpoint_dir, resume)
     storage = (checkpoint_dir or Path(tempfile.mkdtemp(prefix="promokit-train-")) / "run").resolve()
     try:
-        return _train_on_ray(job, workers, storage, resume)
+        return _train_on_ray(job, workers, storage, resume, retries)
     finally:
         if checkpoint_dir is None:
             shutil.rmtree(storage.parent, ignore_errors=True)
 
 
-def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
+def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool, retries: int):
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -75,7 +74,7 @@ def _train_on_ray(job: TrainJob, workers: int, storage: Path, resume: bool):
         torch_config=TorchConfig(backend=ddp_backend(device)),
         run_config=RunConfig(name=storage.name, storage_path=str(storage.parent),
                              checkpoint_config=CheckpointConfig(num_to_keep=1),
-                             failure_config=FailureConfig(max_failures=RETRIES)))
+                             failure_config=FailureConfig(max_failures=retries)))
     interrupted, handler = False, signal.getsignal(signal.SIGINT)
     poll = POLL_VARIABLE not in os.environ
     if poll:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,8 +25,10 @@ from promokit.data.uris import local_dir
 from promokit.training.batches import stream_batches
 from promokit.training.device import on_cpu
 from promokit.training.seed import seed_everything
-from promokit.training.shards import TrainJob
 from promokit.training.trainer import History, LocalComm, predict, train_epochs, validation_record
+
+if TYPE_CHECKING:
+    from promokit.training.shards import TrainJob
 
 
 def train_in_process(job: TrainJob, checkpoint_dir: str | os.PathLike | None = None,
