@@ -95,3 +95,19 @@ def test_the_floor_and_the_paper_model_fit_predict_and_round_trip_exactly(domain
         again = cls.load(tmp_path / name).predict(scored)
         pd.testing.assert_frame_equal(again, predicted, check_exact=True)
         assert np.isfinite(predicted.select_dtypes("number").to_numpy()).all()
+
+
+def test_a_model_directory_records_its_format_and_a_later_one_is_refused(tmp_path):
+    import json
+
+    from promokit.data import DataError
+    from promokit.training.artifact import MODEL_FORMAT
+
+    table = make_impressions()
+    ConversionModel("lr", train=QUICK).fit(table).save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["format"] == MODEL_FORMAT
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "format": MODEL_FORMAT + 1}))
+    with pytest.raises(DataError, match=rf"of format {MODEL_FORMAT + 1}, written by a newer promokit") as error:
+        ConversionModel.load(tmp_path / "m")
+    assert "\n" not in str(error.value)

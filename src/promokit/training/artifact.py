@@ -22,11 +22,16 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from promokit import __version__
 from promokit.data.errors import DataError
 from promokit.data.io import write_npy
 from promokit.data.uris import as_path, local_dir
 
 CONFIG = "config.json"
+#: The layout of the model directories this promokit writes, recorded in ``config.json`` as ``format``: 2 since the
+#: hold-out, the refit and the training subjects are kept; a directory without it is format 1 (read with the
+#: defaults of what it lacks). A directory of a later format is refused: a newer promokit wrote it.
+MODEL_FORMAT = 2
 WEIGHTS = "weights.safetensors"
 TRAINING_IDS = "training_ids.npy"
 
@@ -77,7 +82,7 @@ def write_model_dir(path: str | os.PathLike, config: dict, encoder: dict, net, h
     subjects' ids, :func:`promokit.data.ids.id_hashes`), and the network — a torch module's state dict as
     safetensors, or the text files of ``net.model_texts()`` (e.g. LightGBM's text models)."""
     with ModelDirWriter(path) as out:
-        out.json(CONFIG, config)
+        out.json(CONFIG, {**config, "format": MODEL_FORMAT})
         out.json("encoder.json", encoder)
         if history is not None:
             out.json("history.json", history)
@@ -93,10 +98,16 @@ def write_model_dir(path: str | os.PathLike, config: dict, encoder: dict, net, h
 
 
 def read_json(model_dir: str | os.PathLike, name: str = CONFIG) -> dict:
+    """A JSON file of a model directory; ``config.json`` of a later :data:`MODEL_FORMAT` is a DataError."""
     path = Path(model_dir) / name
     if not path.exists():
         raise DataError(f"{as_path(model_dir)}: not a promokit model directory ({name} is missing)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if name == CONFIG and data.get("format", 1) > MODEL_FORMAT:
+        raise DataError(f"{as_path(model_dir)}: a model directory of format {data['format']}, written by a newer "
+                        f"promokit ({data.get('promokit')}); this one ({__version__}) reads formats up to "
+                        f"{MODEL_FORMAT}: upgrade promokit")
+    return data
 
 
 def read_model_config(model_dir: str | os.PathLike, task: str) -> dict:
