@@ -240,8 +240,8 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
     model.save(tmp_path / "dmbgn")
     assert (tmp_path / "dmbgn" / "graph_vocabulary.json").exists()
     config = json.loads((tmp_path / "dmbgn" / "config.json").read_text())
-    assert set(config) == {"promokit", "task", "model", "params", "spec", "tables", "train", "max_history", "refit", "holdout",
-                           "labels"}
+    assert set(config) == {"promokit", "format", "task", "model", "params", "spec", "tables", "train", "max_history",
+                           "refit", "holdout", "labels"}
     assert config["tables"] == world.tables.options  # the options that read the tables: column names, no data
     loaded = VoucherModel.load(tmp_path / "dmbgn")
     assert loaded.table_options == model.table_options

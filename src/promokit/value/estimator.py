@@ -321,7 +321,9 @@ class ValueModel(Estimator):
     def held_out(self, data) -> np.ndarray:
         """The delivery rows of ``data`` that :meth:`fit` held out for evaluation (none with ``test_fraction=0``),
         recomputed by the rule in ``holdout``: ``data`` is the data fit was given."""
-        self._check_fitted()
+        if self.holdout is None:  # fit sets it first, before the network
+            self._check_fitted()
+            return np.empty(0, dtype=np.int64)  # a directory written before the hold-out was kept held nothing out
         tables = self._tables(data, require_labels=False)
         check_same_data(self.holdout, len(tables.deliveries), "deliveries")
         holdout = self.holdout
