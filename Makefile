@@ -31,7 +31,7 @@ test-fast: install
 	$(BIN)/python $(PYTEST) -m "not slow and not ray and not serve"
 
 # The core alone (no extras) at the lowest versions pyproject.toml supports (constraints/lowest.txt): the tests
-# that need an extra skip.
+# that need an extra skip, and so do the slow end-to-end runs (make test runs them at the locked versions).
 $(LOWEST)/.installed: pyproject.toml constraints/lowest.txt
 	$(PYTHON) -m venv $(LOWEST) || python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/pip install --quiet --upgrade pip
@@ -42,7 +42,7 @@ $(LOWEST)/.installed: pyproject.toml constraints/lowest.txt
 # bound in pyproject.toml keeps out the releases that refuse NumPy 1.x), reading and writing Parquet through promokit;
 # then the lowest PyArrow again.
 test-lowest: $(LOWEST)/.installed
-	$(LOWEST)/bin/python $(PYTEST)
+	$(LOWEST)/bin/python $(PYTEST) -m "not slow"
 	grep -E '^(numpy|pandas)==' constraints/lowest.txt > $(LOWEST)/numpy-pandas.txt
 	$(LOWEST)/bin/pip install --quiet -c $(LOWEST)/numpy-pandas.txt --upgrade --upgrade-strategy only-if-needed -e . pyarrow
 	$(LOWEST)/bin/python -c "import numpy, pandas, pyarrow; print('numpy', numpy.__version__, 'pandas', pandas.__version__, 'pyarrow', pyarrow.__version__)"

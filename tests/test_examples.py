@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# each runs a whole example in a fresh interpreter: 15–30 s on 2 cores
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300
 
