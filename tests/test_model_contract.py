@@ -53,7 +53,7 @@ def test_parameters_clone_and_a_bad_setting_changes_nothing(case):
 def test_an_unfitted_model_refuses_with_sklearns_not_fitted_error(case, tmp_path):
     cls, name = case
     model = cls(name)
-    for call in (lambda: model.predict({}), lambda: model.save(tmp_path / "m")):
+    for call in (lambda: model.predict({}), lambda: model.evaluate({}), lambda: model.save(tmp_path / "m")):
         with pytest.raises(NotFittedError, match=f"this {cls.__name__} is not fitted"):
             call()
     assert not (tmp_path / "m").exists()
