@@ -29,7 +29,6 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
-from fastapi.routing import APIRoute
 
 from promokit.data.errors import DataError
 from promokit.serve.body_limit import BodyLimit
@@ -37,6 +36,7 @@ from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.decision_rule import level_of
 from promokit.serve.figures import Figures
 from promokit.serve.health import DOWN, UNAVAILABLE, LedgerHealth
+from promokit.serve.hot_path import HotRoutes, RequestRoute
 from promokit.serve.ledger import CapRequest, Ledger, LedgerConflict, LedgerTimeout, OutcomeRequest
 from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, render_metrics, summary
 from promokit.serve.money import to_major, to_minor
@@ -212,18 +212,6 @@ class Service:
         self.ledger.close()
 
 
-class RequestRoute(APIRoute):
-    """A route whose endpoint takes the :class:`Request` and returns a :class:`Response` itself.
-
-    FastAPI's documented extension point (a custom ``APIRoute.get_route_handler``): the operation keeps its
-    OpenAPI entry, but a request skips FastAPI's dependency solving and body handling, ≈ 34 µs of the
-    service's hot path; the endpoint parses its body with :func:`parse_body`.
-    """
-
-    def get_route_handler(self):
-        return self.endpoint
-
-
 def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, token: str | None = None,
                explore: float | None = None, watch_seconds: float | None = None,
                deadline: float | None = None) -> FastAPI:
@@ -269,16 +257,17 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
                   description="Real-time incentive decisions (eqs. 19–20) under a hard cap on money at risk.",
                   telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.service = service
+    # The hot endpoints read their body themselves (parse_body: strict, exact decimals) and send the JSON they
+    # build; the models still document both in the OpenAPI schema. HotRoutes, the innermost middleware, answers
+    # them without the router's and FastAPI's per-request layers (promokit.serve.hot_path).
+    hot = APIRouter(route_class=RequestRoute)
+    app.add_middleware(HotRoutes, router=hot, handlers=app.exception_handlers)
     app.add_middleware(BodyLimit)
     app.add_middleware(RequestMetrics)  # added last, so outermost: it also counts BodyLimit's 413s
 
     def authorise(request: Request) -> None:
         if not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
             raise HTTPException(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
-
-    # The hot endpoints read their body themselves (parse_body: strict, exact decimals) and send the JSON they
-    # build; the models still document both in the OpenAPI schema.
-    hot = APIRouter(route_class=RequestRoute)
 
     @hot.post("/v1/decisions", response_model=DecisionOut, openapi_extra=decision_body(campaign.populations),
               responses=responses(401, 409, 413, 422, 503))

@@ -33,6 +33,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ from promokit.allocation.tables import FUND, USER, read_budget_table
 from promokit.data.durations import parse_duration
 from promokit.data.errors import DataError
 from promokit.data.io import read_table, write_json, write_npy, write_parquet
-from promokit.data.uris import local_dir
+from promokit.data.uris import as_path, local_dir
 from promokit.serve.lookup import WIDE, add_rows, check_table, encode_ids, spill, write_lookup
 from promokit.serve.money import EXPONENTS, to_minor
 from promokit.serve.options import (
@@ -176,10 +177,24 @@ class Population:
     def row(self, subject_id: str) -> int | None:
         """The row of ``subject_id``, or None when the table does not hold it (a binary search on the ids)."""
         key = subject_id.encode("utf-8")
-        if len(key) > self.ids.dtype.itemsize or key.endswith(b"\0"):
+        ids = self._plain_ids
+        if len(key) > ids.dtype.itemsize or key.endswith(b"\0"):
             return None
-        i = int(np.searchsorted(self.ids, key))
-        return i if i < len(self.ids) and self.ids[i] == key else None
+        # the key as an element of the ids' own type (it fits: checked above), searched with the array's method:
+        # ≈ 1 µs, where np.searchsorted(memmap, bytes) took ≈ 4 µs of every decision
+        i = int(ids.searchsorted(np.array(key, ids.dtype)))
+        return i if i < len(ids) and ids[i] == key else None
+
+    @cached_property
+    def _plain_ids(self) -> np.ndarray:
+        """``ids`` as a plain array (no copy): indexing a ``np.memmap`` goes through its Python methods."""
+        return np.asarray(self.ids)
+
+    @cached_property
+    def plain_scores(self) -> np.ndarray:
+        """``scores`` as a plain array (no copy), for the decision path (:class:`~promokit.serve.decision_rule.
+        DecisionRule`)."""
+        return np.asarray(self.scores)
 
     def save(self, folder: Path) -> None:
         for name in ("ids", "scores", "mean"):
@@ -327,7 +342,7 @@ def activate_version(root: str | os.PathLike, version: str | None = None, explor
     it; a running service follows within a second (:mod:`promokit.serve.refresh`), or keeps its version when the
     populations differ. The version must load and fit the live one's ledger (:func:`refresh_problem`), else
     nothing changes."""
-    root = Path(root)
+    root = local_dir(root, "root")
     live = load_campaign(root, explore)
     version = version or version_names(root)[-1]
     campaign = load_campaign(root, explore, version=version)
@@ -362,7 +377,7 @@ def load_campaign(path: str | os.PathLike, explore: float | None = None, version
     root = Path(path)
     version = version or live_version(root)
     if version is None:
-        raise DataError(f"{root} is not a campaign directory: {CONFIG} is missing (make one with "
+        raise DataError(f"{as_path(path)} is not a campaign directory: {CONFIG} is missing (make one with "
                         f"`promokit campaign build`)")
     path = version_folder(root, version)
     try:

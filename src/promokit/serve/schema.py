@@ -147,7 +147,7 @@ def parse_body(model: type[BaseModel], body: bytes) -> BaseModel:
     ±Infinity (not JSON numbers) and repeated keys are refused, and no type is coerced (``"5"`` is not a number,
     ``"yes"`` not a boolean). Raises :class:`Invalid` naming each field."""
     try:
-        data = json.loads(body, parse_float=Decimal, parse_int=Decimal, object_pairs_hook=_unique_keys)
+        data = _loads(body)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8 and a repeated key are ValueErrors
         raise Invalid([{"loc": ["body"], "msg": f"not a JSON object: {str(exc)[:200]}", "type": "json_invalid"}]) \
             from None
@@ -156,6 +156,16 @@ def parse_body(model: type[BaseModel], body: bytes) -> BaseModel:
     except ValidationError as exc:
         raise Invalid([field_error(error) for error in exc.errors(include_url=False, include_context=False)]) \
             from None
+
+
+def _loads(body: bytes | str):
+    """``json.loads(body, parse_float=Decimal, parse_int=Decimal, object_pairs_hook=_unique_keys)`` with one decoder
+    made once (``json.loads`` with arguments makes a decoder per call)."""
+    if isinstance(body, (bytes, bytearray)):
+        body = body.decode(json.detect_encoding(body), "surrogatepass")
+    elif body.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", body, 0)
+    return _DECODER.decode(body)
 
 
 def field_error(error: dict) -> dict:
@@ -173,6 +183,9 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
         repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
         raise ValueError(f"the key {repeated!r} is given twice")
     return data
+
+
+_DECODER = json.JSONDecoder(parse_float=Decimal, parse_int=Decimal, object_pairs_hook=_unique_keys)
 
 
 def responses(*statuses: int, described_as: dict[int, str] | None = None) -> dict:

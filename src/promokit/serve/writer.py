@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from promokit.serve.health import LedgerHealth
@@ -45,6 +46,9 @@ class BatchWriter:
     def __init__(self, ledger: Ledger, health: LedgerHealth, deadline: float, max_batch: int = MAX_BATCH):
         self.ledger, self.health, self.deadline, self.max_batch = ledger, health, deadline, max_batch
         self.pending: list[tuple[object, asyncio.Future, float]] = []  # (item, its answer, its deadline)
+        self._waiting: deque[tuple[float, asyncio.Future]] = deque()  # (deadline, answer) by arrival: see _expire
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0  # the deadline the timer is set for
         self.last_commit: float | None = None  # time.time() of this worker's last commit
         self._in_flight = False
         self._wake = asyncio.Event()
@@ -66,12 +70,31 @@ class BatchWriter:
         loop = asyncio.get_running_loop()
         future, expires = loop.create_future(), loop.time() + self.deadline
         self.pending.append((item, future, expires))
+        self._waiting.append((expires, future))
+        if self._timer is None:
+            self._due, self._timer = expires, loop.call_at(expires, self._expire)
         self._wake.set()
-        try:
-            async with asyncio.timeout_at(expires):  # cancels ``future``: a queued item is then dropped unwritten
-                return await future
-        except TimeoutError:
-            raise self._late() from None
+        return await future
+
+    def _expire(self) -> None:
+        """Answer :class:`LedgerTimeout` to every request whose deadline has passed (a queued one is then dropped
+        unwritten: :meth:`_take` skips answered items), then wait for the next deadline.
+
+        One timer for all the requests waiting, not one each (``asyncio.timeout_at`` cost ≈ 8 µs of every
+        decision): every request gets the same deadline from its arrival, so they expire in the order they came,
+        and the timer only ever needs the oldest one still waiting. Those answered meanwhile are dropped as it
+        passes them. The deadline the timer was set for has come when it fires, as ``asyncio.timeout_at`` takes it
+        (uvloop's timers count whole milliseconds and may fire a fraction of one early)."""
+        loop = asyncio.get_running_loop()
+        due, waiting = max(loop.time(), self._due), self._waiting
+        while waiting and (waiting[0][1].done() or waiting[0][0] <= due):
+            future = waiting.popleft()[1]
+            if not future.done():
+                future.set_exception(self._late())
+        if waiting:
+            self._due, self._timer = waiting[0][0], loop.call_at(waiting[0][0], self._expire)
+        else:
+            self._timer = None
 
     async def _run(self) -> None:
         while True:
