@@ -229,3 +229,37 @@ def test_the_deadline_must_be_a_positive_duration(tmp_path, monkeypatch):
     monkeypatch.setenv("PROMOKIT_DEADLINE", "-1")
     with pytest.raises(DataError, match=r"deadline \(\$PROMOKIT_DEADLINE\) must be a number of seconds > 0, got '-1'"):
         create_app(campaign, token=TOKEN)
+
+
+def test_a_failed_attempt_on_the_loop_leaves_nothing_that_waits_for_the_writers_thread(tmp_path):
+    """The batch writer tries a batch on the event loop without waiting (``wait=False``) and, the write lock held
+    elsewhere, hands it to its thread, which waits on the same connection. Dropping what the failed attempt left
+    (its exception, and with it the attempt's frames) must not wait for that thread: a cursor freed then resets its
+    statement under the connection's mutex, and held the event loop for the thread's whole wait."""
+    import concurrent.futures
+    import sqlite3
+
+    from test_serve import request
+
+    path = tmp_path / "l.sqlite"
+    ledger = Ledger(f"sqlite:///{path}")
+    ledger.open(cap=10000)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as thread:
+            try:
+                ledger.apply([request("a")], limit=0.4, wait=False)
+            except Exception as exc:  # noqa: BLE001 - kept, as the writer keeps it, while the thread waits
+                failed = exc
+            waiting = thread.submit(ledger.apply, [request("a")], None, 0.4)
+            time.sleep(0.05)  # the thread is in its wait for the lock
+            started = time.perf_counter()
+            del failed
+            dropped = time.perf_counter() - started
+            with pytest.raises(Exception, match="locked"):
+                waiting.result()
+    finally:
+        holder.rollback()
+    assert dropped < 0.05, dropped
+    assert ledger.apply([request("a")])[0]["request_id"] == "a"

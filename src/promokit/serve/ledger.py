@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+from contextlib import closing
 import json
 import re
 import sqlite3
@@ -729,14 +730,17 @@ class _SQLiteSession:
         self._busy_ms = BUSY_MS  # what the connection's busy timeout is now
 
     def begin(self, ids: list[str]) -> tuple[_Budget, dict, float]:
-        cursor = self.connection.cursor()
-        busy = BUSY_MS if self.limit_ms is None else self.limit_ms
-        if busy != self._busy_ms:
-            cursor.execute(f"PRAGMA busy_timeout = {busy}")
-            self._busy_ms = busy
-        cursor.execute("BEGIN IMMEDIATE")
-        budget = _Budget(*cursor.execute(_LOCK).fetchone())
-        rows = cursor.execute(_LOOKUP + f"({', '.join('?' * len(ids)) or 'NULL'})", ids).fetchall()
+        # closed here, on this thread: a cursor a failed attempt leaves to the garbage collector resets its
+        # statement whenever it is freed, under the connection's mutex, which a thread waiting for the write lock
+        # on the same connection holds (the event loop then stood still for that wait, the GIL held)
+        with closing(self.connection.cursor()) as cursor:
+            busy = BUSY_MS if self.limit_ms is None else self.limit_ms
+            if busy != self._busy_ms:
+                cursor.execute(f"PRAGMA busy_timeout = {busy}")
+                self._busy_ms = busy
+            cursor.execute("BEGIN IMMEDIATE")
+            budget = _Budget(*cursor.execute(_LOCK).fetchone())
+            rows = cursor.execute(_LOOKUP + f"({', '.join('?' * len(ids)) or 'NULL'})", ids).fetchall()
         return budget, _known(rows), time.time()
 
     def query(self, name: str, params: dict) -> list:
