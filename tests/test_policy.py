@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+import promokit as pk
 from promokit.cli import app
 from promokit.data import DataError
 from promokit.policy.estimators import Terms, bootstrap_sums, effective_sample_size, estimate
@@ -423,3 +424,61 @@ def test_long_action_lists_are_cut_in_messages():
                design="uniform")
     with pytest.raises(DataError, match=re.escape("its actions are ['1', '2', '3', … 17 more]")):
         reference_plan("constant:99", log)
+
+
+def hillstrom_style(n: int = 3000, seed: int = 0) -> pd.DataFrame:
+    """A Hillstrom-style e-mail test: each customer one of three arms at random, then a visit, a conversion and
+    the spend, under the log's own column names."""
+    rng = np.random.default_rng(seed)
+    segment = rng.choice(["Mens E-Mail", "Womens E-Mail", "No E-Mail"], n)
+    visit = (rng.random(n) < np.where(segment == "No E-Mail", 0.10, 0.18)).astype(int)
+    conversion = visit * (rng.random(n) < 0.1)
+    return pd.DataFrame({"id": np.arange(n), "segment": segment, "visit": visit, "conversion": conversion,
+                         "spend": conversion * rng.gamma(2.0, 50.0, n).round(2)})
+
+
+def test_a_log_under_its_own_names_is_judged_on_several_outcomes_from_a_series_plan():
+    log = hillstrom_style()
+    mens = pd.Series("Mens E-Mail", index=log["id"], name="mens")
+    evaluation = pk.policy.evaluate(log, mens, design="uniform", labels={"user_id": "id", "fund": "segment",
+                                                                        "convert": "conversion", "amount": "spend"},
+                                    outcomes=["visit"], bootstrap=200)
+    table = evaluation.to_frame()
+    snips = table.set_index(["plan", "outcome", "estimator"]).loc["mens"]
+    arm = log[log["segment"] == "Mens E-Mail"]
+    assert snips.loc[("visit", "SNIPS"), "mean"] == pytest.approx(arm["visit"].mean())  # the arm's own rate
+    assert snips.loc[("conversions", "SNIPS"), "mean"] == pytest.approx(arm["conversion"].mean())
+    assert snips.loc[("amount", "SNIPS"), "mean"] == pytest.approx(arm["spend"].mean())
+    assert {"difference", "low", "high"} <= set(table.columns) and table["difference"].notna().any()
+    assert snips.loc[("visit", "SNIPS"), "mean_low"] < snips.loc[("visit", "SNIPS"), "mean_high"]
+
+
+NAMES = {"user_id": "id", "fund": "segment", "convert": "conversion", "amount": "spend"}
+
+
+@pytest.mark.parametrize("log_columns, options, message", [
+    ({}, {"labels": {**NAMES, "segment": "fund"}}, "`labels`: 'segment' is not a column of a log's contract"),
+    ({}, {"labels": {**NAMES, "fund": "arm"}}, "`labels`: column 'arm' (for 'fund') is not in the log's 300 rows"),
+    ({"fund": "x"}, {"labels": NAMES}, "`labels` maps 'segment' to 'fund', but the log has a 'fund' column too"),
+    ({}, {"labels": NAMES, "outcomes": ["amount"]}, "`outcomes`: 'amount' is already an outcome of a value log"),
+    ({}, {"labels": NAMES, "outcomes": ["nowhere"]}, "'nowhere'"),
+])
+def test_bad_labels_and_outcomes_are_one_line_errors(log_columns, options, message):
+    log = hillstrom_style(300).assign(**log_columns)
+    with pytest.raises(DataError, match=re.escape(message)) as error:
+        pk.policy.evaluate(log, pd.Series("Mens E-Mail", index=log["id"]), design="uniform", bootstrap=10, **options)
+    assert "\n" not in str(error.value)
+
+
+def test_the_command_takes_the_log_under_its_own_names(tmp_path):
+    log = hillstrom_style(600)
+    log.to_csv(tmp_path / "log.csv", index=False)
+    pd.DataFrame({"user_id": log["id"], "fund": "Mens E-Mail"}).to_csv(tmp_path / "plan.csv", index=False)
+    args = ["policy", "evaluate", "--log", tmp_path / "log.csv", "--plan", tmp_path / "plan.csv", "--design", "uniform",
+            "--bootstrap", "20", "--out", tmp_path / "ope", "--label", "user_id=id", "--label", "fund=segment",
+            "--label", "convert=conversion", "--label", "amount=spend", "--outcomes", "visit"]
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    assert "visit" in result.output and (tmp_path / "ope" / "report.md").is_file()
+    bad = CliRunner().invoke(app, [str(a) for a in args[:12]] + ["--label", "fund=arm"])
+    assert bad.exit_code == 2 and "--label: column 'arm' (for 'fund')" in bad.output, bad.output

@@ -17,9 +17,9 @@ app = typer.Typer(help="Judge decisions on a randomized log: off-policy estimate
 LogOpt = Annotated[Path, typer.Option("--log", help=f"The randomized log ({TABLE_HELP}): an incentive log (customer_id or merchant_id, level, redeemed[, paid]) or a value log (user_id, fund, convert, amount), one row per subject.")]
 
 #: the flag of each argument the library's errors name
-FLAGS = {name: f"--{name.replace('_', '-')}" for name in (
+FLAGS = {**{name: f"--{name.replace('_', '-')}" for name in (
     "propensity", "design", "estimate_propensity", "reference", "clip", "bootstrap", "interval", "missing",
-    "outcome", "control")}
+    "outcome", "outcomes", "control")}, "labels": "--label"}
 
 
 @app.command()
@@ -37,16 +37,22 @@ def evaluate(log: LogOpt,
              seed: Annotated[int, typer.Option("--seed", help="Seed of the bootstrap.")] = 0,
              population: Annotated[Optional[int], typer.Option("--population", help="Subjects a plan's totals count (default: the subjects each plan decides).")] = None,
              missing: Annotated[str, typer.Option("--missing", help="A log subject a plan does not decide: error | drop (judge on the subjects every plan decides).")] = MISSING,
-             model: Annotated[Optional[Path], typer.Option("--model", help="The model directory behind the plans: warns when the log's subjects are ones it was trained on.")] = None):
+             model: Annotated[Optional[Path], typer.Option("--model", help="The model directory behind the plans: warns when the log's subjects are ones it was trained on.")] = None,
+             label: Annotated[Optional[list[str]], typer.Option("--label", help="ROLE=COLUMN: the log's own column for a contract column (user_id, fund, convert, amount; customer_id, level, redeemed, paid; propensity), e.g. --label fund=segment. Repeat for several.")] = None,
+             outcomes: Annotated[Optional[str], typer.Option("--outcomes", help="Comma-separated further columns of the log (numbers ≥ 0, e.g. visit) judged beside its own outcomes, by IPS and SNIPS.")] = None):
     """Estimate each plan's responses and spend (or conversions and transaction value) per subject and in total on
     a randomized log, by DM, IPS, SNIPS, DR and SNDR with paired bootstrap intervals, against a reference plan."""
     with user_errors(out=out), flags_in_errors(FLAGS):
+        from promokit.cli_support import label_options
         from promokit.policy import evaluate as evaluate_plans
+        from promokit.policy.log import ROLES
 
         columns = [c.strip() for c in estimate_propensity.split(",") if c.strip()] if estimate_propensity else None
         evaluation = evaluate_plans(log, plan, scores=scores, propensity=propensity, design=design,
                                     estimate_propensity=columns, reference=reference, clip=clip, bootstrap=bootstrap,
-                                    interval=interval, seed=seed, population=population, missing=missing, model=model)
+                                    interval=interval, seed=seed, population=population, missing=missing, model=model,
+                                    labels=label_options(label, ROLES),
+                                    outcomes=[c.strip() for c in (outcomes or "").split(",") if c.strip()])
         evaluation.write(out)
         console = get_console()
         for line in evaluation.headlines():

@@ -19,7 +19,7 @@ from promokit.policy.options import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 from promokit.policy.plans import CONSTANT, LOGGING, UNIFORM, Plan, read_plan, reference_plan
 from promokit.policy.report import PolicyEvaluation
 
-Table = str | os.PathLike | pd.DataFrame
+Table = str | os.PathLike | pd.DataFrame | pd.Series
 MISSING_CHOICES = ("error", "drop")
 
 
@@ -27,12 +27,17 @@ def evaluate(log: Table, plans: Table | Sequence[Table] | Mapping[str, Table], *
              propensity: str | None = None, design: str | None = None, estimate_propensity: list[str] | None = None,
              reference: str | os.PathLike | pd.DataFrame = REFERENCE, clip: float | None = None,
              bootstrap: int = BOOTSTRAP, interval: str = INTERVAL, seed: int = 0, population: int | None = None,
-             missing: str = MISSING, model: str | os.PathLike | None = None) -> PolicyEvaluation:
+             missing: str = MISSING, model: str | os.PathLike | None = None, labels: Mapping[str, str] | None = None,
+             outcomes: Sequence[str] = ()) -> PolicyEvaluation:
     """Estimate each plan's outcomes per subject and in total on the randomized ``log`` (a table or its path), by
     DM, IPS, SNIPS, DR and SNDR with paired bootstrap intervals, against ``reference``.
 
-    - ``plans``: a plan (a table, a file, parts, or the folder ``allocate`` wrote), a list of them, or a mapping of
-      name → plan; a plan is named by its folder or file (``plan`` for a table), made unique.
+    - ``labels``: the log's own column names by the contract's (``{"fund": "segment", "convert": "conversion",
+      "amount": "spend"}``: :data:`~promokit.policy.log.ROLES`); ``outcomes``: further columns judged beside the
+      contract's (numbers ≥ 0: a visit, a click), IPS and SNIPS only (the model scores none of them).
+    - ``plans``: a plan (a table, a Series of actions indexed by subject, a file, parts, or the folder ``allocate``
+      wrote), a list of them, or a mapping of name → plan; a plan is named by its folder or file (a Series by its
+      name; ``plan`` for a table), made unique.
     - ``scores``: the model's score table, for DM, DR and SNDR (without it, IPS and SNIPS only).
     - the logging propensities: the log's ``propensity`` column (the default when there is one), ``design``
       (``uniform`` or ``bucket:COL``) or ``estimate_propensity`` (numeric columns to regress the action on).
@@ -48,7 +53,7 @@ def evaluate(log: Table, plans: Table | Sequence[Table] | Mapping[str, Table], *
         raise DataError(f"`missing` must be {' or '.join(MISSING_CHOICES)}, got {missing!r}")
     source = _source(log, "log")
     the_log = read_log(log if isinstance(log, pd.DataFrame) else read_table(log), source, propensity, design,
-                       estimate_propensity)
+                       estimate_propensity, dict(labels or {}), tuple(outcomes))
     named = _named(plans)
     special = isinstance(reference, str) and (reference in (LOGGING, UNIFORM) or reference.startswith(CONSTANT))
     if not special:
@@ -77,14 +82,14 @@ def evaluate(log: Table, plans: Table | Sequence[Table] | Mapping[str, Table], *
 
 def _source(table, name: str) -> str:
     """How a message or the report names a table: its path, or ``name`` for a frame."""
-    return name if isinstance(table, pd.DataFrame) else str(table)
+    return name if isinstance(table, (pd.DataFrame, pd.Series)) else str(table)
 
 
 def _named(plans) -> list[tuple[str | None, Table]]:
     """(name, plan) pairs: a mapping's names, else None (the plan names itself)."""
     if isinstance(plans, Mapping):
         return list(plans.items())
-    if isinstance(plans, (str, os.PathLike, pd.DataFrame)):
+    if isinstance(plans, (str, os.PathLike, pd.DataFrame, pd.Series)):
         return [(None, plans)]
     return [(None, plan) for plan in plans]
 

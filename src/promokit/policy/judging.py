@@ -70,7 +70,7 @@ def judge(log: Log, plans: list[Plan], reference: Plan, predicted: dict[str, np.
     if clip is not None and not clip > 0:
         raise DataError(f"`clip` must be a weight above 0, got {clip}")
     actions = union_of_actions(log, [reference, *plans])
-    action = np.searchsorted(actions, log.labels)
+    action = np.searchsorted(actions, log.logged)
     everything = [reference, *plans]
     terms = {(p.name, o): _terms(p, log, actions, action, o, (predicted or {}).get(o), clip)
              for p in everything for o in log.outcomes}

@@ -43,7 +43,7 @@ DESIGNS = ("uniform", "bucket:COL")
 
 @dataclass
 class Log:
-    """A validated log: subject ``ids`` (text), each row's action ``labels`` among ``actions`` (sorted), its
+    """A validated log: subject ``ids`` (text), each row's ``logged`` action among ``actions`` (sorted), its
     ``outcomes`` by name, the ``propensity`` of its action and, when the design or an estimate gives it, the
     logging policy over every action (``logging``, rows × actions). ``population`` is ``customer`` or
     ``merchant`` for an incentive log."""
@@ -51,7 +51,7 @@ class Log:
     kind: str
     key: str
     ids: np.ndarray
-    labels: np.ndarray
+    logged: np.ndarray
     actions: np.ndarray
     outcomes: dict[str, np.ndarray]
     propensity: np.ndarray
@@ -73,32 +73,42 @@ class Log:
 
     def rows(self, keep: np.ndarray) -> Log:
         """The log restricted to the rows ``keep`` (a boolean mask)."""
-        return replace(self, ids=self.ids[keep], labels=self.labels[keep],
+        return replace(self, ids=self.ids[keep], logged=self.logged[keep],
                        outcomes={k: v[keep] for k, v in self.outcomes.items()}, propensity=self.propensity[keep],
                        logging=None if self.logging is None else self.logging[keep], notes=list(self.notes))
 
 
+#: the log's columns under the contract's names, which ``labels`` maps a log's own columns to
+ROLES = ("customer_id", "merchant_id", "user_id", "level", "fund", "redeemed", "paid", "convert", "amount",
+         PROPENSITY)
+
+
 def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = None, design: str | None = None,
-             estimate_propensity: list[str] | None = None) -> Log:
+             estimate_propensity: list[str] | None = None, labels: dict[str, str] | None = None,
+             outcomes: list[str] | tuple[str, ...] = ()) -> Log:
     """Validate ``frame`` as a log (module docstring) and find its propensities; every breach is a one-line
-    :class:`DataError` naming the column, the count and an example row."""
+    :class:`DataError` naming the column, the count and an example row. ``labels`` maps the contract's column
+    names (:data:`ROLES`) to the log's own (``{"fund": "segment", "convert": "conversion", "amount": "spend"}``);
+    ``outcomes`` names further columns of numbers ≥ 0 (a visit, a click) judged beside the contract's outcomes."""
     if len(frame) == 0:
         raise DataError(f"{source}: the log has no rows")
     if estimate_propensity and (propensity or design):
         raise DataError("`estimate_propensity` estimates the logging policy: give it without `propensity` or `design`")
-    frame = frame.reset_index(drop=True)
+    frame = _mapped(frame.reset_index(drop=True), labels or {}, source)
     kind, key = _contract(frame, source)
     action_column, _ = CONTRACTS[kind]
     ids = _ids(frame, key, source, unique=kind == INCENTIVE)
-    labels = _actions(frame, action_column, kind, source)
-    actions = np.unique(labels)
-    log = Log(kind, key, ids, labels, actions, _outcomes(frame, kind, source), np.ones(len(frame)), source=source)
+    logged = _actions(frame, action_column, kind, source)
+    actions = np.unique(logged)
+    log = Log(kind, key, ids, logged, actions, {**_outcomes(frame, kind, source),
+                                                        **_further(frame, outcomes, kind, source)},
+              np.ones(len(frame)), source=source)
     if estimate_propensity:
-        log.logging = _estimated(frame, labels, actions, estimate_propensity, source)
+        log.logging = _estimated(frame, logged, actions, estimate_propensity, source)
     elif design is not None:
-        log.logging = _designed(frame, labels, actions, design, source)
+        log.logging = _designed(frame, logged, actions, design, source)
     if log.logging is not None:
-        log.propensity = log.logging[np.arange(len(frame)), np.searchsorted(actions, labels)]
+        log.propensity = log.logging[np.arange(len(frame)), np.searchsorted(actions, logged)]
     column = propensity or (PROPENSITY if PROPENSITY in frame.columns and not estimate_propensity else None)
     if column is not None:
         given = _propensities(frame, column, source)
@@ -117,6 +127,31 @@ def read_log(frame: pd.DataFrame, source: str = "log", propensity: str | None = 
                          "to judge another plan, export the exploration bucket alone (the campaign export's bucket "
                          "explore)")
     return log
+
+
+def _mapped(frame: pd.DataFrame, labels: dict[str, str], source: str) -> pd.DataFrame:
+    """``frame`` with the columns ``labels`` names under their roles (one-line errors for an unknown role, a column
+    the log lacks, or a role whose own column the log holds too)."""
+    for role, column in labels.items():
+        if role not in ROLES:
+            raise DataError(f"`labels`: {role!r} is not a column of a log's contract; they are {list(ROLES)}")
+        if column not in frame.columns:
+            raise DataError(f"`labels`: column {column!r} (for {role!r}) is not in the {source}'s {len(frame)} rows; "
+                            f"columns are {list(frame.columns)[:12]}")
+        if role in frame.columns and role != column:
+            raise DataError(f"`labels` maps {column!r} to {role!r}, but the {source} has a {role!r} column too: "
+                            "rename or drop one")
+    return frame.rename(columns={column: role for role, column in labels.items()})
+
+
+def _further(frame: pd.DataFrame, columns, kind: str, source: str) -> dict[str, np.ndarray]:
+    """The ``outcomes`` columns, each of numbers ≥ 0, under its own name."""
+    taken = CONTRACTS[kind][1]
+    for column in columns:
+        if column in taken:
+            raise DataError(f"`outcomes`: {column!r} is already an outcome of a {kind} log ({list(taken)}); name "
+                            "another column")
+    return {column: _numbers(frame, column, source) for column in dict.fromkeys(columns)}
 
 
 def _contract(frame: pd.DataFrame, source: str) -> tuple[str, str]:

@@ -51,11 +51,16 @@ def plan_path(path: str | Path) -> Path:
     return path
 
 
-def read_plan(plan: str | Path | pd.DataFrame, log: Log, name: str | None = None) -> tuple[Plan, np.ndarray]:
-    """The plan (a table, or a path as :func:`plan_path` reads it) over ``log``'s subjects, named ``name`` (by
-    default its folder or file name; ``plan`` for a table), and the mask of the log's rows it decides (a subject
-    the plan does not hold is False)."""
-    if isinstance(plan, pd.DataFrame):
+def read_plan(plan: str | Path | pd.DataFrame | pd.Series, log: Log, name: str | None = None
+              ) -> tuple[Plan, np.ndarray]:
+    """The plan (a table; a Series of actions indexed by subject; or a path as :func:`plan_path` reads it) over
+    ``log``'s subjects, named ``name`` (by default its folder or file name, a Series' name; ``plan`` for a table),
+    and the mask of the log's rows it decides (a subject the plan does not hold is False)."""
+    if isinstance(plan, pd.Series):  # subject → action
+        action_column = CONTRACTS[log.kind][0]
+        frame = pd.DataFrame({log.key: plan.index.to_numpy(), action_column: plan.to_numpy()})
+        source = name = name or (str(plan.name) if plan.name is not None else "plan")
+    elif isinstance(plan, pd.DataFrame):
         frame, source, name = plan, name or "plan", name or "plan"
     else:
         table = plan_path(plan)

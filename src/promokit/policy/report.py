@@ -110,6 +110,11 @@ class PolicyEvaluation:
             for r in self.plans for outcome, by in r.differences.items()
             for (estimator, d), rel in zip(by.items(), r.relative[outcome].values())])
 
+    def to_frame(self) -> pd.DataFrame:
+        """:attr:`estimates` with each plan's paired difference from the reference beside it (NaN on the
+        reference's own rows): a row per plan, outcome and estimator."""
+        return self.estimates.merge(self.differences, on=["plan", "outcome", "estimator"], how="left")
+
     @cached_property
     def figures(self) -> dict[str, object]:
         return {"estimates": _figure(self)}

@@ -53,8 +53,8 @@ def uplift_by_action(log: Log, scores: np.ndarray, score_actions: np.ndarray, co
     column = {a: int(np.searchsorted(score_actions, a)) for a in log.actions}
     rows, curves = [], {}
     for a in (a for a in log.actions if a != log.actions[c]):
-        pair = np.flatnonzero((log.labels == a) | (log.labels == log.actions[c]))
-        treated = (log.labels[pair] == a).astype(np.float64)
+        pair = np.flatnonzero((log.logged == a) | (log.logged == log.actions[c]))
+        treated = (log.logged[pair] == a).astype(np.float64)
         predicted = scores[pair, column[a]] - scores[pair, column[log.actions[c]]]
         curves[action_label(a)] = judged = UpliftCurves.of(predicted, treated, y[pair])
         rows.append({"action": action_label(a), "treated": judged.treated, "control": judged.control,
