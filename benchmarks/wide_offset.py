@@ -3,7 +3,7 @@ logit) against ``none``, on the synthetic world whose truth has user × category
 KuaiRand-Pure's shared days.
 
 - ``synthetic``: the conversion world (2,000 users, 800 items, ``--impressions``), 80/10/10 random split; each model
-  early-stopped on the validation rows and scored as selected (``refit=False``) on the test rows;
+  early-stopped on the validation rows and scored as selected (``refit=False``) on the validation and the test rows;
 - ``kuairand``: purchase = ``--purchase``; fitted with every default (the latest 10 % validates, then the refit)
   on 04-25 … 04-29 and scored on 04-30.
 
@@ -66,7 +66,10 @@ def main() -> int:
                                         {"progress": False, "seed": seed}, spec, **settings)
                 model.fit(train, **({} if valid is None else {"validation": valid}))
                 p = model.predict(test)
-                print(f"{name} wide {wide or '-'} seed {seed}: CTCVR AUC {auc(test['purchase'], p['p_ctcvr']):.4f}, "
+                scored = "" if valid is None else (f"validation CTCVR AUC "
+                                                   f"{model.evaluate(valid)['ctcvr_auc']:.4f}, ")
+                print(f"{name} wide {wide or '-'} seed {seed}: {scored}"
+                      f"CTCVR AUC {auc(test['purchase'], p['p_ctcvr']):.4f}, "
                       f"CVR AUC {auc(test['purchase'][clicked], p['p_cvr'][clicked]):.4f}, "
                       f"CTR AUC {auc(test['click'], p['p_ctr']):.4f} ({time.perf_counter() - began:.0f} s)",
                       flush=True)
