@@ -147,7 +147,8 @@ def customer_objective(theta, x, level, y, width, l2) -> tuple[float, np.ndarray
     cumulative = (hazard * reached).sum(1)
     redeemed = y > 0.5
     nll = np.where(redeemed, -np.log(-np.expm1(-np.maximum(cumulative, 1e-12))), cumulative)
-    slope = np.where(redeemed, -1.0 / np.expm1(np.maximum(cumulative, 1e-12)), 1.0) / len(y)
+    with np.errstate(over="ignore"):  # a hazard certain to redeem: expm1 → inf, its slope → 0, as it should
+        slope = np.where(redeemed, -1.0 / np.expm1(np.maximum(cumulative, 1e-12)), 1.0) / len(y)
     g = slope[:, None] * hazard * reached * (z < MAX_LOG_HAZARD)
     grad = np.concatenate([(x.T @ g).T.ravel() + l2 * weight.ravel(), g.sum(0)])
     return float(nll.mean() + 0.5 * l2 * (weight ** 2).sum()), grad
