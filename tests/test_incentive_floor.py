@@ -10,7 +10,7 @@ from promokit.data import DataError
 from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, labelled_rows
-from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective
+from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective, offered
 from promokit.training.logistic import L2_GRID, TOLERANCE, prior_l2
 
 
@@ -37,10 +37,11 @@ def test_the_gradients_are_the_objectives_derivatives(objective, k):
     rng = np.random.default_rng(0)
     x = np.column_stack([np.eye(3)[rng.integers(0, 3, 60)], rng.normal(size=(60, 2))])
     level, y = rng.integers(0, k, 60), rng.integers(0, 2, 60).astype(float)
-    extra = np.array([0.25, 0.25, 0.25, 0.25]) if objective is customer_objective else np.linspace(0.25, 1, k)
+    reach = ((np.arange(k) <= level[:, None]) * 0.25 if objective is customer_objective else
+             np.linspace(0.25, 1, k)[level])
     size = k * 6 if objective is customer_objective else 12
     theta = rng.normal(scale=0.5, size=size)
-    args = (csr_matrix(x), level, y if objective is customer_objective else rng.gamma(2.0, size=60), extra, 0.01)
+    args = (csr_matrix(x), reach, y if objective is customer_objective else rng.gamma(2.0, size=60), 0.01)
     _, grad = objective(theta, *args)
     step = 1e-6
     numeric = [(objective(theta + step * e, *args)[0] - objective(theta - step * e, *args)[0]) / (2 * step)
@@ -58,10 +59,9 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
     assert model.model_params["l2_merchants"] == chosen["merchants"]
     assert model.holdout["refit"]["params"] == {f"l2_{part}": l2 for part, l2 in chosen.items()}
     assert model.params is None  # what fit chose is in model_params, not the parameter
-    for side, objective, theta, extra in (
-            ("customers", customer_objective, _theta_customers(net), levels.width.double().numpy()),
-            ("merchants", merchant_objective, _theta_merchants(net), levels.scaled.double().numpy())):
-        value, grad = objective(theta, *_rows(net, train, side), extra, chosen[side])
+    for side, objective, theta in (("customers", customer_objective, _theta_customers(net)),
+                                   ("merchants", merchant_objective, _theta_merchants(net))):
+        value, grad = objective(theta, *offered(side, *_rows(net, train, side), levels), chosen[side])
         # solved to the floors' tolerance; the weights are float32, which rounds the gradient by about 1e-5
         assert np.abs(grad).max() < min(1e-4, TOLERANCE * chosen[side]) + 1e-5, side
         assert np.isfinite(value)

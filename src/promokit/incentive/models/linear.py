@@ -23,6 +23,11 @@ from promokit.training.logistic import TOLERANCE, design_matrix, search_l2
 FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
 
 
+#: Corrections L-BFGS keeps (scipy's default is 10): the hazards' weakly determined pieces curve little, and with 30 a
+#: solve took 25–50 % fewer evaluations on the synthetic world (benchmarks/floor_speed.py).
+LBFGS_MEMORY = 30
+
+
 def check_floor_params(params: dict) -> None:
     """The floor's strengths: ``None`` (chosen on validation) or a number ≥ 0, else a one-line error."""
     for name in FLOOR_PARAMS:
@@ -33,7 +38,19 @@ def check_floor_params(params: dict) -> None:
 
 class OneHotFeatures(nn.Module):
     """A node's categorical fields one-hot (a column per category of every field, the OOV slot included) beside its
-    numeric block: the inputs of the linear floor, called as :class:`~promokit.nn.FeatureEmbedding` is."""
+    numeric block: the inputs of the linear floor, called as :class:`~promokit.nn.FeatureEmbedding` is.
+
+    A building block, not from the papers (the joint-incentive paper, ``joint-incentive-hazard-allocation.txt``, has
+    no linear floor): x = [onehot(c_1) ‖ … ‖ onehot(c_F) ‖ x_num], with no weights.
+
+    Args:
+        cardinalities: columns per categorical field (code 0 of each is its out-of-vocabulary slot).
+        n_numeric: width D of the numeric block.
+
+    Shapes:
+        - **input:** ``x["cat"]`` ``(B, F)`` int64 codes, ``x["num"]`` ``(B, D)``
+        - **output:** ``(B, sum(cardinalities) + D)`` (:attr:`output_dim`)
+    """
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int):
         super().__init__()
@@ -67,19 +84,19 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     :class:`History` (one record per strength, the kept ones ``chosen``), and sets the strengths kept as the
     network's ``chosen_params`` (:func:`chosen_strengths`)."""
     values = net.customer_head.values
-    width, scaled = values.width.double().numpy(), values.scaled.double().numpy()
     score = customer_auc if monitor == "auc_c" else customer_loglik
     records = []
-    for side, objective, metric, extra, fixed, head in (
-            ("customers", customer_objective, score, width, l2_customers, net.customer_head),
-            ("merchants", merchant_objective, merchant_mse, scaled, l2_merchants, net.merchant_head)):
+    for side, objective, metric, fixed, head in (
+            ("customers", customer_objective, score, l2_customers, net.customer_head),
+            ("merchants", merchant_objective, merchant_mse, l2_merchants, net.merchant_head)):
         rows = _rows(net, train, side)
         if rows is None:
             continue
         held = _rows(net, valid, side) if valid is not None else None
+        rows, held = (None if r is None else offered(side, *r, values) for r in (rows, held))
         with threadpool_limits(1, user_api="blas"):
-            theta, path = _l2_path(objective, metric, rows, held, extra, fixed, side)
-        _assign(side, head, theta, rows[0].shape[1], len(extra))
+            theta, path = _l2_path(objective, metric, rows, held, fixed, side)
+        _assign(side, head, theta, rows[0].shape[1], len(values.width))
         records += path
     net.eval()
     history = History(epochs=records, best_epoch=-1, monitor=monitor, unit="l2 strength")
@@ -87,20 +104,19 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     return history
 
 
-def _l2_path(objective, metric, rows, held, extra, fixed: float | None, side: str):
+def _l2_path(objective, metric, rows, held, fixed: float | None, side: str):
     """The solution kept and the path: the strengths :func:`~promokit.training.logistic.search_l2` searches (from
     the prior strength for the side's rows, each solution warm-starting the next) by the validation ``metric`` (the
     largest AUC or log-likelihood, the smallest squared error); ``fixed`` alone, or the prior strength without
     validation rows. Each record also holds the solve's ``seconds``."""
     sign = -1.0 if metric is merchant_mse else 1.0
     name = f"valid_{metric.__name__}"
-
     def solve(strength, start):
-        theta = np.zeros(_size(side, rows[0].shape[1], len(extra))) if start is None else start
-        theta = minimize(objective, theta, args=(*rows, extra, strength), jac=True, method="L-BFGS-B",
+        theta = np.zeros(_size(side, *rows[:2])) if start is None else start
+        theta = minimize(objective, theta, args=(*rows, strength), jac=True, method="L-BFGS-B",
                          options={"maxiter": 5000, "ftol": 0.0,  # the gradient alone stops it
-                                  "gtol": max(min(1e-4, strength * TOLERANCE), 1e-8)}).x
-        return theta, sign * metric(theta, *held, extra) if held is not None else np.nan
+                                  "gtol": max(min(1e-4, strength * TOLERANCE), 1e-8), "maxcor": LBFGS_MEMORY}).x
+        return theta, sign * metric(theta, *held) if held is not None else np.nan
 
     theta, records = search_l2(solve, rows[0].shape[0], fixed=fixed, validated=held is not None)
     return theta, [{"part": side, "l2": r["l2"], name: sign * r["score"], "chosen": r["chosen"],
@@ -127,47 +143,56 @@ def _rows(net, rows: dict[str, Tensor], side: str) -> tuple[sp.csr_matrix, np.nd
     return x, rows["level"][mine].numpy(), rows["label"][mine].double().numpy()
 
 
-def _size(side: str, p: int, k: int) -> int:
-    return k * (p + 1) if side == "customers" else 2 * (p + 1)
+def offered(side: str, x: sp.csr_matrix, level: np.ndarray, y: np.ndarray, values) -> tuple:
+    """The ``side``'s rows as its objective reads them: the design, what the offered ``level`` (index into the
+    network's ``values``, :class:`~promokit.incentive.models._curve.ValueGrid`) means there, and the label. For
+    customers, ``(n, K)``: δ_j on the pieces up to the offered value, 0 beyond (computed once here, not at every
+    evaluation); for merchants, ``(n,)``: r_k / r_K of the offered commission."""
+    if side == "customers":
+        width = values.width.double().numpy()
+        return x, (np.arange(len(width)) <= level[:, None]) * width, y
+    return x, values.scaled.double().numpy()[level], y
 
 
-def _hazards(theta: np.ndarray, x: sp.csr_matrix, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Piece weights ``(K, p)``, and each row's log-hazards ``z`` ``(n, K)`` uncapped."""
+def _size(side: str, x: sp.csr_matrix, reach: np.ndarray) -> int:
     p = x.shape[1]
-    weight, bias = theta[:k * p].reshape(k, p), theta[k * p:]
-    return weight, bias, x @ weight.T + bias
+    return reach.shape[1] * (p + 1) if side == "customers" else 2 * (p + 1)
 
 
-def customer_objective(theta, x, level, y, width, l2) -> tuple[float, np.ndarray]:
-    """Mean NLL of eq. 9 + (l2 / 2)·‖W‖² and its gradient in θ = (W row by row, b)."""
-    k = len(width)
-    weight, _, z = _hazards(theta, x, k)
-    hazard = np.exp(np.minimum(z, MAX_LOG_HAZARD))
-    reached = (np.arange(k) <= level[:, None]) * width  # δ_j on the pieces up to the offered value, else 0
-    cumulative = (hazard * reached).sum(1)
+def customer_objective(theta, x, reached, y, l2) -> tuple[float, np.ndarray]:
+    """Mean NLL of eq. 9 + (l2 / 2)·‖W‖² and its gradient in θ = (W row by row, b); ``reached`` is
+    :func:`offered`'s ``(n, K)`` widths of the pieces up to each row's offered value."""
+    n, k = reached.shape
+    p = x.shape[1]
+    weight = theta[:k * p].reshape(k, p)
+    z = x @ weight.T
+    z += theta[k * p:]
+    below = z < MAX_LOG_HAZARD
+    hazard = np.exp(np.minimum(z, MAX_LOG_HAZARD, out=z), out=z)  # z's buffer, reused
+    hazard *= reached
+    cumulative = hazard.sum(1)
     redeemed = y > 0.5
-    nll = np.where(redeemed, -np.log(-np.expm1(-np.maximum(cumulative, 1e-12))), cumulative)
+    at_risk = np.maximum(cumulative[redeemed], 1e-12)
+    nll = cumulative[~redeemed].sum() - np.log(-np.expm1(-at_risk)).sum()
+    slope = np.ones(n)
     with np.errstate(over="ignore"):  # a hazard certain to redeem: expm1 → inf, its slope → 0, as it should
-        slope = np.where(redeemed, -1.0 / np.expm1(np.maximum(cumulative, 1e-12)), 1.0) / len(y)
-    g = slope[:, None] * hazard * reached * (z < MAX_LOG_HAZARD)
-    grad = np.concatenate([(x.T @ g).T.ravel() + l2 * weight.ravel(), g.sum(0)])
-    return float(nll.mean() + 0.5 * l2 * (weight ** 2).sum()), grad
+        slope[redeemed] = -1.0 / np.expm1(at_risk)
+    hazard *= (slope / n)[:, None]
+    hazard *= below
+    grad = np.concatenate([(x.T @ hazard).T.ravel() + l2 * weight.ravel(), hazard.sum(0)])
+    return float(nll / n + 0.5 * l2 * (weight ** 2).sum()), grad
 
 
-def _customer_response(theta, x, width) -> np.ndarray:
-    """f_c at every value ``(n, K)``."""
-    _, _, z = _hazards(theta, x, len(width))
-    return -np.expm1(-np.cumsum(np.exp(np.minimum(z, MAX_LOG_HAZARD)) * width, axis=1))
-
-
-def customer_auc(theta, x, level, y, width) -> float:
+def customer_auc(theta, x, reached, y) -> float:
     """AUC_c of f_c at the offered value."""
-    return auc(y, _customer_response(theta, x, width)[np.arange(len(y)), level])
+    k, p = reached.shape[1], x.shape[1]
+    z = x @ theta[:k * p].reshape(k, p).T + theta[k * p:]
+    return auc(y, -np.expm1(-(np.exp(np.minimum(z, MAX_LOG_HAZARD)) * reached).sum(1)))
 
 
-def customer_loglik(theta, x, level, y, width) -> float:
+def customer_loglik(theta, x, reached, y) -> float:
     """The customers' mean log-likelihood of eq. 9."""
-    return -customer_objective(theta, x, level, y, width, 0.0)[0]
+    return -customer_objective(theta, x, reached, y, 0.0)[0]
 
 
 def _merchant_maps(theta, x):
@@ -176,20 +201,19 @@ def _merchant_maps(theta, x):
     return w_g, w_i, x @ w_g + c_g, x @ w_i + c_i
 
 
-def merchant_objective(theta, x, level, target, scaled, l2) -> tuple[float, np.ndarray]:
-    """Mean squared error of f_m at the offered commission + (l2 / 2)·(‖w_g‖² + ‖w_i‖²), and its gradient in
-    θ = (w_g, c_g, w_i, c_i)."""
+def merchant_objective(theta, x, r, target, l2) -> tuple[float, np.ndarray]:
+    """Mean squared error of f_m at the offered commission (``r``: its r_k / r_K, :func:`offered`) + (l2 / 2)·(‖w_g‖²
+    + ‖w_i‖²), and its gradient in θ = (w_g, c_g, w_i, c_i)."""
     w_g, w_i, a, c = _merchant_maps(theta, x)
-    r = scaled[level]
     error = np.logaddexp(0.0, a) * r + np.logaddexp(0.0, c) - target
     d_a, d_c = 2 * error * expit(a) * r / len(target), 2 * error * expit(c) / len(target)
     grad = np.concatenate([x.T @ d_a + l2 * w_g, [d_a.sum()], x.T @ d_c + l2 * w_i, [d_c.sum()]])
     return float((error ** 2).mean() + 0.5 * l2 * (w_g @ w_g + w_i @ w_i)), grad
 
 
-def merchant_mse(theta, x, level, target, scaled) -> float:
+def merchant_mse(theta, x, r, target) -> float:
     """The merchants' mean squared error at the offered commission."""
-    return merchant_objective(theta, x, level, target, scaled, 0.0)[0]
+    return merchant_objective(theta, x, r, target, 0.0)[0]
 
 
 def _assign(side: str, head: nn.Module, theta: np.ndarray, p: int, k: int) -> None:
