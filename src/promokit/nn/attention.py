@@ -7,7 +7,8 @@ from torch import Tensor, nn
 
 
 class AttentionUnit(nn.Module):
-    r"""DIN's local activation unit (Zhou et al., KDD 2018), as DMBGN eq. (7) uses it:
+    r"""DIN's local activation unit (Zhou et al., KDD 2018), as eq. (7) of the DMBGN paper (voucher redemption,
+    ``dmbgn-voucher-redemption.txt``) uses it to pool a user's historical UVG embeddings by the target UVG:
 
     .. math::
         w_r = \mathrm{MLP}_\phi\big(e_r \,\|\, e_T \,\|\, e_r - e_T \,\|\, e_r \odot e_T\big), \qquad
@@ -17,9 +18,13 @@ class AttentionUnit(nn.Module):
     weights are not softmax-normalised, so ``h_T`` keeps the intensity of the history; padded entries
     (``mask`` False) get weight 0, and a user with no history gets ``h_T = 0``.
 
+    Args:
+        dim: width d of each history entry e_r and of the target e_T.
+        hidden: PReLU units of the scoring network φ's one hidden layer.
+
     Shapes:
-        history ``(B, R, d)``, target ``(B, d)``, mask ``(B, R)`` bool → ``(B, d)``; :meth:`weights` gives
-        ``(B, R)``.
+        - **input:** history ``(B, R, d)``, target ``(B, d)``, mask ``(B, R)`` bool (True: a real entry)
+        - **output:** h_T ``(B, d)``; :meth:`weights` gives w_r ``(B, R)``
     """
 
     def __init__(self, dim: int, hidden: int = 64):

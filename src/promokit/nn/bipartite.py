@@ -211,7 +211,10 @@ def _make_conv(conv: str, width: int) -> nn.Module:
 
 
 class BipartiteGNN(nn.Module):
-    r"""The graph representation block of the joint-incentive paper (§3, eq. 1), on the customer–merchant graph:
+    r"""The graph representation block of the joint-incentive paper ("Joint Incentive Optimization of Customer and
+    Merchant in Mobile Payment Marketing", Yu et al., AAAI 2021, ``joint-incentive-hazard-allocation.txt``): the
+    GNN of its "Jointly Learning Representations" section, h_u = GNN(u | A, X), in the form of eq. (1) (its
+    "Background" section), on the customer–merchant graph:
 
     .. math::
         h^{l+1}(v_i) = \sigma\Big(\sum_j \alpha(v_i, v_j)\, h^l(v_j)\, W^l\Big)
@@ -238,6 +241,26 @@ class BipartiteGNN(nn.Module):
     the homogeneous graph (``"graph"``: :math:`h^{l+1}_i = W^l_{root} h^l_i + W^l \sum_j \alpha_{ij} h^l_j`,
     PyG's GraphConv). Sampled from the customer seeds alone, hop k reaches the other side at odd k and this side at
     even k, which are the k-hop neighbours of the seeds, so training computes exactly that model too.
+
+    The EOCA paper's consumption graph (``eoca-expected-transaction-value.txt``, §4.1.2: a two-layer graph
+    attention network on the user–merchant graph, e_c of eq. 14) is this block with ``conv="gat"``.
+
+    Args:
+        customer_dim: width of the customers' input features.
+        merchant_dim: width of the merchants' input features (unused with ``homogeneous``).
+        width: width of the projections and of every layer's states.
+        depth: number of layers (hops).
+        conv: the aggregation, one of ``"sage"``, ``"gat"``, ``"graph"``.
+        dropout: dropout between layers.
+        homogeneous: one node type on both sides (a customer–customer graph), sharing projection and convs.
+
+    Shapes:
+        - **input:** :meth:`forward`: x_customers ``(len(sub.customers), customer_dim)``, x_merchants
+          ``(len(sub.merchants), merchant_dim)``, a :class:`Subgraph` ``sub``; :meth:`inference`: one row per node of
+          the graph, ``(n_customers, customer_dim)`` and ``(n_merchants, merchant_dim)``
+        - **output:** :class:`NodeStates`: :meth:`forward` the seeds' ``(sub.n_seed_customers, width)`` and
+          ``(sub.n_seed_merchants, width)``; :meth:`inference` every node's ``(n_customers, width)`` and
+          ``(n_merchants, width)``
     """
 
     def __init__(self, customer_dim: int, merchant_dim: int, width: int = 64, depth: int = 2, conv: str = "sage",

@@ -18,8 +18,17 @@ class CrossNetwork(nn.Module):
     lower degrees. Weights start Glorot-normal (as a d × 1 matrix, the reference implementation's
     initialisation), biases at zero.
 
+    It is the cross side of the DCN baseline of the GMCM paper
+    ([Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425), §5.2; five cross layers, §5.4.2),
+    which does not write the equation out: eq. 3 is the DCN paper's.
+
+    Args:
+        in_dim: width d of the input x_0 (and of every x_l).
+        layers: number of cross layers.
+
     Shapes:
-        ``(B, d)`` → ``(B, d)``; ``out_dim`` is d.
+        - **input:** x_0 ``(B, d)``
+        - **output:** ``(B, d)``; ``out_dim`` is d
     """
 
     def __init__(self, in_dim: int, layers: int = 5):

@@ -24,6 +24,9 @@ class FieldEmbedding(nn.Module):
     embedding — the cold-start id dropout of recommenders (DropoutNet, Volkovs et al., 2017). Eval mode is
     unchanged.
 
+    Paper: ESM² ([Wen et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401443)), eq. (5) of its shared
+    embedding module (§3.3): the one-hot f_ij times the embedding matrix P_θj is a row lookup.
+
     Args:
         cardinalities: rows per field (code 0 of every field is its out-of-vocabulary slot).
         dim: embedding size per field.
@@ -31,7 +34,8 @@ class FieldEmbedding(nn.Module):
         oov_dropout: probability of replacing a code by the OOV slot in training.
 
     Shapes:
-        input ``(batch, F)`` int64 codes → output ``(batch, F * dim)``.
+        - **input:** codes ``(batch, F)`` int64
+        - **output:** ``(batch, F * dim)`` (:attr:`output_dim`)
     """
 
     def __init__(self, cardinalities: Sequence[int], dim: int, sparse: bool = True, oov_dropout: float = 0.0):

@@ -22,6 +22,18 @@ class LearnableAdjacency(nn.Module):
     normalised by :func:`normalized_adjacency`, recomputed at every call so ``B`` trains.
 
     ``P`` is a buffer, saved with the weights; ``B`` starts at zero, so training starts from the prior graph.
+    From the GMCM paper ([Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425)): the PMG's adjacency
+    :math:`A = P + B` of its section 3 (no equation number; repeated in §4.3.3), normalised as in eqs. (2) and (15):
+
+    .. math::
+        \hat A = \tilde D^{-1/2} \tilde A \tilde D^{-1/2}, \qquad \tilde A = P + B + I_N
+
+    Args:
+        prior (numpy.ndarray): the concurrence probability matrix P, ``(N, N)`` array-like (p_ij = c_ij / Σ_j c_ij).
+
+    Shapes:
+        - **input:** none (:meth:`forward` takes no argument)
+        - **output:** the normalised adjacency Â ``(N, N)``
     """
 
     def __init__(self, prior):
@@ -41,12 +53,20 @@ class LearnableAdjacency(nn.Module):
 
 class DenseGCN(nn.Module):
     r"""One graph convolution on node features ``(B, N, C)`` with a normalised adjacency ``(N, N)`` shared by the
-    batch (GMCM eq. 15 before the activation):
+    batch (GMCM eq. 15 before the activation, [Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425)):
 
     .. math::
         H_l = \hat A\, H_{l-1}\, \Theta_l, \qquad \hat A = \tilde D^{-1/2} \tilde A \tilde D^{-1/2}
 
-    One batched product, no loop over rows or nodes.
+    One batched product, no loop over rows or nodes. Θ_l has no bias, as in eq. (15).
+
+    Args:
+        in_dim: width h_{l-1} of the input node features.
+        out_dim: width h_l of the output node features.
+
+    Shapes:
+        - **input:** node features H_{l-1} ``(B, N, in_dim)``, normalised adjacency Â ``(N, N)``
+        - **output:** ``(B, N, out_dim)``
     """
 
     def __init__(self, in_dim: int, out_dim: int):

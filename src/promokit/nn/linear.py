@@ -18,8 +18,18 @@ class LinearLogit(nn.Module):
     inside a larger model (the wide term of Wide & Deep) or to the optimum by
     :func:`promokit.training.fit_logistic`.
 
+    A building block, not from the papers: the logit of every domain's linear floor. The DMBGN paper's LR
+    baseline (``dmbgn-voucher-redemption.txt``, §4.2) is this logit over the dense features only.
+
+    Args:
+        cardinalities: rows per categorical field (code 0 of each is its out-of-vocabulary slot).
+        n_numeric: width D of the numeric block.
+        sparse: sparse gradients for the categorical weights.
+        oov_dropout: probability of replacing a training code by the OOV slot (:class:`FieldEmbedding`).
+
     Shapes:
-        ``cat`` ``(B, F)`` int64 codes, ``num`` ``(B, D)`` → ``(B,)`` logits.
+        - **input:** ``cat`` ``(B, F)`` int64 codes, ``num`` ``(B, D)``
+        - **output:** logits ``(B,)``
     """
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, sparse: bool = True,

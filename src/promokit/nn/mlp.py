@@ -10,12 +10,32 @@ ACTIVATIONS = {"relu": nn.ReLU, "leaky_relu": nn.LeakyReLU}
 
 
 class MLP(nn.Module):
-    """Linear → [BatchNorm] → activation → [Dropout] blocks, then a linear output layer (logits, no activation).
+    r"""Linear → [BatchNorm] → activation → [Dropout] blocks, then a linear output layer (logits, no activation).
 
     ESM² eq. (6) is ``sigmoid(MLP(g))`` with hidden sizes (512, 256, 128, 32) and a 2-way softmax output
     (Table 2); a single logit with a sigmoid is the same model with one parameter set fewer. GMCM's towers use
     leaky ReLU (eqs. 11–13) and batch normalisation (its section 5.4). ``out_dim=None`` drops the output layer
-    and returns the last hidden layer (GMCM's eq. 13 representation).
+    and returns the last hidden layer (GMCM's eq. 13 representation). Each hidden layer is GMCM's eq. (13),
+
+    .. math::
+        H_k = \sigma(H_{k-1} \Theta_k) \quad (13), \qquad
+        y_k = \sigma\big(\phi^k_{\theta_k}(g)\big) \quad \text{(ESM² eq. 6, the sigmoid applied by the caller)}
+
+    with biases. Papers: ESM² ([Wen et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401443)) and GMCM
+    ([Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425)); every other model uses it as a
+    building block.
+
+    Args:
+        in_dim: width of the input.
+        hidden: widths of the hidden layers, in order (empty: one linear layer).
+        out_dim: width of the output layer (1: one logit); ``None`` returns the last hidden layer.
+        dropout: dropout after each hidden activation (0: none).
+        activation: ``"relu"`` or ``"leaky_relu"``.
+        batch_norm: batch normalisation after each hidden linear layer.
+
+    Shapes:
+        - **input:** ``(B, in_dim)``
+        - **output:** ``(B, out_dim)``, or ``(B, hidden[-1])`` with ``out_dim=None`` (:attr:`out_dim`)
     """
 
     def __init__(self, in_dim: int, hidden: Sequence[int], out_dim: int | None = 1, dropout: float = 0.0,

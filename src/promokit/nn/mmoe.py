@@ -19,6 +19,22 @@ class MMoE(nn.Module):
 
     Each expert is an :class:`MLP` whose last layer is followed by a ReLU (its output is a representation, not
     a logit). :meth:`forward` returns one ``(B, expert_dim)`` tensor per task, in task order.
+
+    It is the multi-task bottom of ESDPM in the EOCA paper ("Expected Transaction Value Optimization for Precise
+    Marketing in FinTech Platforms", Weng et al., ``eoca-expected-transaction-value.txt``, §4.1.2: "we adapt the
+    structure of MMoE [25]") and its MMoE baseline (§5.1); eq. 5 above is the MMoE paper's, not EOCA's.
+
+    Args:
+        in_dim: width of the input x (EOCA: the delivery vector e of eq. 14).
+        n_tasks: number of tasks k, one gate each.
+        n_experts: number n of experts.
+        expert_hidden: hidden widths of each expert's :class:`MLP`.
+        expert_dim: width of each expert's output, and of every task's mixture.
+        dropout: dropout after each hidden layer of the experts.
+
+    Shapes:
+        - **input:** x ``(B, in_dim)``
+        - **output:** a list of ``n_tasks`` tensors f^k(x) ``(B, expert_dim)``
     """
 
     def __init__(self, in_dim: int, n_tasks: int, n_experts: int = 4, expert_hidden: Sequence[int] = (256,),

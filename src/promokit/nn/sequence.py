@@ -18,6 +18,28 @@ class BehaviourEncoder(nn.Module):
     embedding of its recency rank (0 = most recent). ``tokens`` is ``(B, L, F)`` int64 codes with -1 for
     padding after a row's events; a row without events gets the zero vector. A batch is cut to its longest row
     (histories are mostly shorter than L), which changes nothing but the time it takes.
+
+    Paper: "Expected Transaction Value Optimization for Precise Marketing in FinTech Platforms" (Weng et al.,
+    ``eoca-expected-transaction-value.txt``), whose §4.1.2 gives no formula for the self-attention layer: its
+    output is the behaviour embedding e_b of eq. (14),
+
+    .. math::
+        \mathbf e_b = W_{out}\, \frac{1}{|S|} \sum_{t \in S} \mathrm{TransformerLayer}(x)_t + b_{out}, \qquad
+        x_t = \sum_{j} E_j[\text{token}_{t,j}] + P[t]
+
+    with S the row's real events.
+
+    Args:
+        cardinalities: codes per token field (e.g. funds, then actions).
+        max_len: the longest sequence L (rows of the recency embedding P).
+        dim: width of the token embeddings and of the Transformer layer.
+        heads: attention heads (``dim`` must be divisible by it).
+        out_dim: width of the output e_b.
+        dropout: the Transformer layer's dropout.
+
+    Shapes:
+        - **input:** tokens ``(B, L, F)`` int64 codes, -1 for padding after a row's events, L ≤ ``max_len``
+        - **output:** e_b ``(B, out_dim)`` (zeros for a row without events)
     """
 
     def __init__(self, cardinalities: Sequence[int], max_len: int, dim: int = 32, heads: int = 2,

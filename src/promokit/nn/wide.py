@@ -33,14 +33,23 @@ class WideTerm(nn.Module):
       (:func:`promokit.training.solve_wide`) and then fixed: the network learns the correction to the floor,
       and a network that outputs 0 reproduces the floor exactly.
 
+    A building block, not from the papers: the library adds it to every deep model. The linear term is Wide &
+    Deep's, the WDL baseline of the DMBGN paper (``dmbgn-voucher-redemption.txt``, §4.2), where it is trained
+    jointly (``"joint"``); eq. 3 above is the Wide & Deep paper's.
+
     Args:
-        cardinalities, n_numeric: the inputs' layout (``batch["cat"]`` ``(B, F)``, ``batch["num"]`` ``(B, D)``).
+        cardinalities: rows per categorical field of ``batch["cat"]`` ``(B, F)`` (the inputs' layout).
+        n_numeric: width D of ``batch["num"]`` ``(B, D)``.
         targets: logit name → ``(label, rows)``, what the floor of that logit is solved on in ``offset`` mode:
             the label column and the rows it is observed on, ``{column: value}`` (e.g. CVR:
             ``("purchase", {"click": 1})``).
         mode: one of :data:`WIDE_MODES`.
         l2: the ``joint`` weights' decay.
         lr_scale: the ``joint`` weights' learning rate over the network's.
+
+    Shapes:
+        - **input:** logits, name → ``(B,)``; ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``
+        - **output:** logits, name → ``(B,)``, each named in ``targets`` with its linear term added
     """
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int,

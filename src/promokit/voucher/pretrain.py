@@ -95,9 +95,26 @@ def _epochs(model: UVGEncoder, store: UVGStore, rows: Tensor, labels: Tensor, ep
 
 
 class UVGScoring(nn.Module):
-    """Eq. (6) as a network the trainer's loop trains (training over parts, ``promokit.voucher.train_parts``): the UVG
+    r"""Eq. (6) as a network the trainer's loop trains (training over parts, ``promokit.voucher.train_parts``): the UVG
     score s_UVG (eq. 5) of each ``batch["session"]``'s graph, all zones, read from ``store``, against its
-    ``redeemed`` label. ``params``: :func:`pretrain_uvg`'s encoder settings; :attr:`state` is what it returns."""
+    ``redeemed`` label. ``params``: :func:`pretrain_uvg`'s encoder settings; :attr:`state` is what it returns.
+
+    Paper: the voucher-embedding pre-training of the DMBGN paper (``dmbgn-voucher-redemption.txt``, §3.4.3):
+
+    .. math::
+        L_{pre\text{-}voucher} = \frac{1}{N} \sum_{n=1}^{N} l(y^n_{UVG}, s^n_{UVG}) \quad (6), \qquad
+        s_{UVG} = \sigma(e_{UVG,b} \cdot e_{UVG,o}) \quad (5)
+
+    Args:
+        store (UVGStore): the sessions' UVGs (:class:`UVGStore`), read by session row.
+        params: :func:`pretrain_uvg`'s encoder settings in DMBGN's names (``emb_dim``, ``uvg_dim``, ``gnn_layers``,
+            ``ratio``, ``encoder``, ``directed``, ``freeze_items``, ``item_dim``).
+        item_embeddings: pre-trained item embeddings ``(n_item_codes, k)`` initialising the item-id table.
+
+    Shapes:
+        - **input:** ``batch["session"]`` ``(B,)`` session rows; for :meth:`loss` also ``batch["redeemed"]`` ``(B,)``
+        - **output:** ``p_redeem`` ``(B,)``, the sessions' s_UVG
+    """
 
     labels = ("redeemed",)
     outputs = ("p_redeem",)

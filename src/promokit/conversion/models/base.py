@@ -12,7 +12,7 @@ from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_los
 
 
 class Base(nn.Module):
-    """CTR and CVR towers over one shared embedding; the CTR tower is trained on all impressions, the CVR tower
+    r"""CTR and CVR towers over one shared embedding; the CTR tower is trained on all impressions, the CVR tower
     on clicked impressions only (the conventional, sample-selection-biased CVR model), so
 
         L = L_ctr(all rows) + L_cvr(clicked rows),
@@ -25,6 +25,36 @@ class Base(nn.Module):
     CTCVR tower in place of the CVR one (:attr:`tasks`).
     ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
     ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
+
+    Paper: "GMCM: Graph-based Micro-behavior Conversion Model for Post-click Conversion Rate Estimation"
+    ([Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425)), the baseline "Base" of §5.2 ("a co-trained
+    CTR and CVR networks", no equation of its own). Each tower is an MLP on the shared embedding (eqs. 9–10,
+    13) with a sigmoid output (eq. 11), and each loss the mean cross entropy of eq. (12):
+
+    .. math::
+        \hat r^{CTR} = \mathrm{sigmoid}(\mathrm{MLP}_{ctr}(x)), \quad
+        \hat r^{CVR} = \mathrm{sigmoid}(\mathrm{MLP}_{cvr}(x)), \quad
+        L = \frac{1}{B}\sum_i l(y^{CTR}_i, \hat r^{CTR}_i) + \frac{1}{|C|}\sum_{i \in C} l(y^{CVR}_i, \hat r^{CVR}_i)
+
+    with C the batch's clicked rows.
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]``.
+        emb_dim: embedding size per categorical field.
+        hidden: hidden widths of each tower.
+        dropout: dropout after each hidden layer.
+        batch_norm: batch normalisation in the towers.
+        activation: the towers' activation, ``"relu"`` or ``"leaky_relu"``.
+        sparse: sparse embedding gradients.
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]`` and ``batch["purchase"]`` ``(B,)``
+        - **output:** ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each
     """
 
     labels = ("click", "purchase")

@@ -19,6 +19,28 @@ class Division(Base):
     p_ctr is small; the EPS = 1e-7 floor only keeps it finite when p_ctr underflows. ESMM (Ma et al., SIGIR
     2018) trains the two networks separately; the GMCM paper co-trains them over a shared embedding, as here.
     Same parameters as :class:`~promokit.conversion.models.Base`.
+
+    Paper: the Division baseline of §5.2 of "GMCM: Graph-based Micro-behavior Conversion Model for Post-click
+    Conversion Rate Estimation" ([Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425)), which
+    "estimates CVR by CTCVR = CTR × CVR" (no equation number). Each loss is the mean cross entropy of its eq. (12).
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]``.
+        emb_dim: embedding size per categorical field.
+        hidden: hidden widths of each tower.
+        dropout: dropout after each hidden layer.
+        batch_norm: batch normalisation in the towers.
+        activation: the towers' activation, ``"relu"`` or ``"leaky_relu"``.
+        sparse: sparse embedding gradients.
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]`` and ``batch["purchase"]`` ``(B,)``
+        - **output:** ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each
     """
 
     tasks = ("ctr", "ctcvr")

@@ -12,7 +12,7 @@ from promokit.nn import MLP, WIDE_L2, FeatureEmbedding, WideTerm, binary_log_los
 
 
 class DNN(nn.Module):
-    """Two independent networks (own embedding and MLP each): CTR trained on all impressions,
+    r"""Two independent networks (own embedding and MLP each): CTR trained on all impressions,
     CVR trained on clicked impressions only (the conventional, sample-selection-biased CVR model);
     p_ctcvr = p_ctr · p_cvr.
 
@@ -20,6 +20,34 @@ class DNN(nn.Module):
     same expected gradient as replicating the positive rows k times (over-sampling, Pan et al. 2008).
     ``wide`` adds the ``lr`` floor's linear term to every logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
     ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
+
+    Paper: the DNN and DNN-OS baselines of §4.1.3 of "Entire Space Multi-Task Modeling via Post-Click Behavior
+    Decomposition for Conversion Rate Prediction" (ESM²,
+    [Wen et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401443)): "the same structure and hyper-parameters
+    with the single branch in ESM²", so each network is eqs. (5)–(6),
+
+    .. math::
+        p^{ctr} = \sigma\big(\phi^{ctr}(g^{ctr})\big), \quad p^{cvr} = \sigma\big(\phi^{cvr}(g^{cvr})\big), \quad
+        p^{ctcvr} = p^{ctr}\, p^{cvr}
+
+    each trained with the logloss of eq. (8) on its own path: impression → click, click → purchase.
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]``.
+        emb_dim: embedding size per categorical field.
+        hidden: hidden widths of each MLP (Table 2: (512, 256, 128, 32)).
+        dropout: dropout after each hidden layer (Table 2: 0.5).
+        sparse: sparse embedding gradients.
+        oversample: weight k of a positive in its task's loss (DNN-OS: k > 1).
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]`` and ``batch["purchase"]`` ``(B,)``
+        - **output:** ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each
     """
 
     labels = ("click", "purchase")

@@ -26,7 +26,7 @@ def sequential_composition(y1: Tensor, y2: Tensor, y3: Tensor, y4: Tensor) -> di
 
 
 class ESM2(nn.Module):
-    """ESM² over the graph impression → click → DAction/OAction → purchase.
+    r"""ESM² over the graph impression → click → DAction/OAction → purchase.
 
     - SEM: one shared embedding of all features (eq. 5, numeric features by eq. 17);
     - DPM: four MLP towers predicting y1..y4 (eq. 6);
@@ -36,6 +36,37 @@ class ESM2(nn.Module):
     each term a mean logloss.
     ``wide`` adds the ``lr`` floor's linear term to each tower's logit, y1–y4 (:class:`~promokit.nn.WideTerm`:
     ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
+
+    Paper: "Entire Space Multi-Task Modeling via Post-Click Behavior Decomposition for Conversion Rate Prediction"
+    (Wen, Zhang, Wang, Lv, Bao, Lin, Yang; SIGIR 2020; https://doi.org/10.1145/3397271.3401443), §3:
+
+    .. math::
+        y_{ki} = \sigma\big(\phi^k_{\theta_k}(g_i)\big) \quad (6), \qquad
+        p^{ctavr} = y_1 y_2 \quad (2), \qquad
+        p^{cvr} = y_4 (1 - y_2) + y_2 y_3 \quad (3), \qquad
+        p^{ctcvr} = y_1 \big(y_4 (1 - y_2) + y_3 y_2\big) \quad (4)
+
+    .. math::
+        L(\Theta) = w_{ctr} L_{ctr} + w_{ctavr} L_{ctavr} + w_{ctcvr} L_{ctcvr} \quad (11)
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]`` (normalised and tanh-squashed, eq. 17).
+        emb_dim: embedding size per categorical field.
+        hidden: hidden widths of each DPM tower (Table 2: (512, 256, 128, 32)).
+        dropout: dropout after each hidden layer (Table 2: 0.5).
+        sparse: sparse embedding gradients.
+        w_ctr: loss weight w_ctr of eq. (11) (1 in the paper).
+        w_ctavr: loss weight w_ctavr of eq. (11) (1 in the paper).
+        w_ctcvr: loss weight w_ctcvr of eq. (11) (1 in the paper).
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]``, ``batch["daction"]`` and ``batch["purchase"]`` ``(B,)``
+        - **output:** ``p_ctr``, ``p_ctavr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each
     """
 
     labels = ("click", "daction", "purchase")

@@ -19,6 +19,30 @@ class GBDT:
     each task stops early; ``n_trees_cvr`` sets the CVR task's trees apart from ``n_trees`` (a refit keeps each
     task's).
     Models are stored as LightGBM's text format (no pickle).
+
+    Paper: the GBDT baseline of §4.1.3 (settings §4.1.4) of "Entire Space Multi-Task Modeling via Post-Click
+    Behavior Decomposition for Conversion Rate Prediction" (ESM²,
+    [Wen et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401443)), which gives no equation for it: each task
+    is a gradient-boosted sum of trees with a logistic link, p^t(x) = σ(Σ_m f^t_m(x)), trained on its path
+    (impression → click for CTR, click → purchase for CVR), and p^ctcvr = p^ctr · p^cvr.
+
+    Args:
+        n_trees: the most trees per task (the CTR task's, and the CVR task's unless ``n_trees_cvr``).
+        max_depth: the trees' depth.
+        num_leaves: the most leaves per tree.
+        min_child_samples: the fewest rows per leaf.
+        subsample: the fraction of rows each tree samples.
+        colsample: the fraction of features each tree samples.
+        learning_rate: the boosting shrinkage.
+        early_stopping_rounds: rounds without a validation improvement before a task stops.
+        seed: LightGBM's seed.
+        threads: LightGBM's threads (0: every core).
+        n_trees_cvr: the CVR task's trees apart from ``n_trees`` (``None``: ``n_trees``).
+
+    Shapes:
+        - **input:** :meth:`fit` and :meth:`predict` take ``EncodedFeatures``: ``categorical`` ``(N, F)`` int64 and
+          ``numeric`` ``(N, D)``; :meth:`fit` also labels ``click`` and ``purchase`` ``(N,)``
+        - **output:** :meth:`predict` gives ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(N,)`` NumPy arrays
     """
 
     labels = ("click", "purchase")

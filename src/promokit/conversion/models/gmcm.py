@@ -40,6 +40,42 @@ class GMCM(nn.Module):
     ``(B, N)`` in the order of :attr:`nodes`.
     ``wide`` adds the ``lr`` floor's linear term to the CTR and CVR logits, not the nodes'
     (:class:`~promokit.nn.WideTerm`: ``"none"``, ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
+
+    Paper: "GMCM: Graph-based Micro-behavior Conversion Model for Post-click Conversion Rate Estimation" (Bao, Wen,
+    Li, Liu, Lin, Yang; SIGIR 2020; https://doi.org/10.1145/3397271.3401425), §4:
+
+    .. math::
+        H_l^{GCN} = \sigma\big(\tilde D^{-1/2} \tilde A \tilde D^{-1/2} H_{l-1}^{GCN} \Theta_l^{GCN}\big) \quad (15),
+        \qquad \hat r^{CVR} = \mathrm{sigmoid}\big(f_{output}(H^{GCN})\, \Theta^{GCN\text{-}logit}_{CVR}\big) \quad (17)
+
+    .. math::
+        L^{PMG} = \frac{1}{B} \sum_{i=1}^{B} \frac{1}{\hat r_i^{CTR}} \Big(l(y_i^{CVR}, \hat r_i^{CVR})
+        + \frac{1}{N} \sum_{j=1}^{N} l(y_{ij}^{node}, \hat r_{ij}^{node})\Big) \quad (18), \qquad
+        L^{GMCM} = L^{CTR} + L^{PMG} \quad (19)
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]``.
+        nodes: the micro-behaviours' names, the N nodes of the PMG, in the order of ``batch["micro"]``.
+        pmg (numpy.ndarray): the prior P, an ``(N, N)`` concurrence probability matrix.
+        emb_dim: embedding size per categorical field.
+        ctr_hidden: the CTR tower's widths (§5.4.2: (512, 256, 128, 64)).
+        cvr_hidden: the CVR tower's MLP widths before the node embedding (§5.4.2: (512, 256, 128)).
+        node_dim: the node embedding width d_node of eq. (14) (§5.4.2: 64).
+        gcn_hidden: the widths of the GCN layers (§5.4.2: two layers of 64).
+        output: f_output of eq. (17), ``"concat"``, ``"sum"`` or ``"mean"``.
+        dropout: dropout after each hidden layer of the towers.
+        batch_norm: batch normalisation in the towers.
+        ipw: weight the CVR and node losses by 1 / r̂^CTR (eq. 18); False: the plain mean over clicked rows.
+        sparse: sparse embedding gradients.
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]``, ``batch["purchase"]`` ``(B,)`` and ``batch["micro"]`` ``(B, N)``
+        - **output:** ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each and ``p_node`` ``(B, N)``
     """
 
     labels = ("click", "purchase", "micro")

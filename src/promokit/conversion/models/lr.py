@@ -12,13 +12,31 @@ from promokit.training import History, fit_logistic
 
 
 class LR(nn.Module):
-    """Two logistic regressions composed like DNN: CTR on all impressions, CVR on clicked impressions only,
+    r"""Two logistic regressions composed like DNN: CTR on all impressions, CVR on clicked impressions only,
     p_ctcvr = p_ctr · p_cvr. Every categorical feature is one-hot encoded (categories seen fewer than the
     spec's ``min_count`` times share the OOV column), numeric features enter as encoded (eq. 17).
 
     Each regression is solved to its L2-penalised optimum (:func:`promokit.training.fit_logistic`) rather than
     by gradient steps; with ``l2_ctr`` / ``l2_cvr`` left ``None`` each strength is chosen on the validation
     rows' AUC (CTR AUC, CVR AUC on clicked rows) and recorded in the parameters.
+
+    The linear floor, not from the papers (neither ESM² nor GMCM has an LR baseline); its numeric inputs are
+    ESM²'s eq. (17) ([Wen et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401443)):
+
+    .. math::
+        p^{t} = \sigma\big(b_t + \textstyle\sum_j w_{t, j, x_j} + v_t^\top x_{num}\big), \quad t \in \{ctr, cvr\},
+        \qquad p^{ctcvr} = p^{ctr}\, p^{cvr}
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]``.
+        l2_ctr: the CTR regression's L2 strength (``None``: chosen on validation).
+        l2_cvr: the CVR regression's L2 strength (``None``: chosen on validation).
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]`` and ``batch["purchase"]`` ``(B,)``
+        - **output:** ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each
     """
 
     labels = ("click", "purchase")

@@ -10,13 +10,37 @@ from promokit.conversion.models.gmcm import GMCM
 
 
 class MCMGRU(GMCM):
-    """GMCM with the GCN replaced by a GRU over the node embeddings (section 5.6): each node's logit comes from the
+    r"""GMCM with the GCN replaced by a GRU over the node embeddings (section 5.6): each node's logit comes from the
     GRU's output at its step, the CVR from the hidden state after the last step. Everything else (towers, node
     embeddings, eqs. 16 and 18–19) is GMCM's.
 
     The steps follow ``order`` (the micro-behaviours' names, e.g. the funnel review → qa → cart → buy_button),
     by default the declared order of the spec. The order is the same for every row: a row's own order of
     behaviours would be post-click information, unknown when an impression is scored, so no model can read it.
+
+    Paper: the MCM-GRU ablation of §5.6 and Figure 5 of "GMCM: Graph-based Micro-behavior Conversion Model for
+    Post-click Conversion Rate Estimation" ([Bao et al., SIGIR 2020](https://doi.org/10.1145/3397271.3401425)),
+    which "replaces GCN with a sequence model" (no equation of its own): eq. (15) becomes a GRU over the node
+    embeddings of eq. (14) taken in ``order``, eq. (17) reads its last hidden state,
+
+    .. math::
+        h_t = \mathrm{GRU}(\mathbf e_{o_t}, h_{t-1}), \qquad
+        \hat r^{CVR} = \mathrm{sigmoid}(h_N \Theta_{CVR}), \qquad
+        \hat r_{o_t}^{node} = \mathrm{sigmoid}(h_t \Theta_{o_t})
+
+    Args:
+        cardinalities: rows per categorical field of ``batch["cat"]``.
+        n_numeric: width D of ``batch["num"]``.
+        nodes: the declared micro-behaviours, in the order of ``batch["micro"]``.
+        pmg (numpy.ndarray): the ``(N, N)`` prior P (unused: there is no graph; kept for GMCM's signature).
+        gru_hidden: width of the GRU's hidden state.
+        order: the nodes' names in step order (default: ``nodes``).
+        **params (Any): GMCM's other parameters (``output`` is always ``"concat"``; ``gcn_hidden`` is unused).
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["click"]``, ``batch["purchase"]`` ``(B,)`` and ``batch["micro"]`` ``(B, N)``
+        - **output:** ``p_ctr``, ``p_cvr``, ``p_ctcvr`` ``(B,)`` each and ``p_node`` ``(B, N)``
     """
 
     def __init__(self, cardinalities: Sequence[int], n_numeric: int, nodes: Sequence[str], pmg,

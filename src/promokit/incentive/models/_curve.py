@@ -11,12 +11,26 @@ MAX_LOG_HAZARD = 30.0
 
 
 class ValueList(nn.Module):
-    """The ordered values R = (r_1 < … < r_K) as buffers: ``scaled`` r_j / r_K, and the piece widths
+    r"""The ordered values R = (r_1 < … < r_K) as buffers: ``scaled`` r_j / r_K, and the piece widths
     ``width`` δ_j = (r_j − r_{j−1}) / r_K with r_0 = 0 that integrate a hazard over value (eq. 9's ∫_0^r).
 
     A lowest level of 0 (a control arm without incentive) would make the first piece empty and force a zero
     response there; it takes the width of the next piece instead, so its response is learned like the
     others. Widths only rescale each piece's hazard (exp(b_j)·δ_j), so the choice does not restrict the model.
+
+    Paper: the ordered incentive set R = (r_1 < … < r_|R|) of the joint-incentive paper ("Joint Incentive
+    Optimization of Customer and Merchant in Mobile Payment Marketing", Yu et al., AAAI 2021,
+    ``joint-incentive-hazard-allocation.txt``); with a piecewise-constant hazard the integral of eqs. (9)–(10) is
+
+    .. math::
+        \int_0^{r_k} \lambda(u, \tau)\, d\tau = \sum_{j \le k} \lambda(u, r_j)\, \delta_j
+
+    Args:
+        levels (Sequence[float]): the values r_1 < … < r_K, in increasing order.
+
+    Shapes:
+        - **input:** none (buffers only, no :meth:`forward`)
+        - **output:** buffers ``levels``, ``scaled`` and ``width``, ``(K,)`` each
     """
 
     def __init__(self, levels):
@@ -35,8 +49,25 @@ class ValueList(nn.Module):
 
 
 class GradientIntercept(nn.Module):
-    """Eq. 21's two linear maps of a representation h, evaluated over the value list: the "gradient"
-    softplus(w_g·h) ≥ 0 times r_j / r_K, and the "intercept" w_i·h + b. Returns both ``(B, K)`` and ``(B, 1)``."""
+    r"""Eq. 21's two linear maps of a representation h, evaluated over the value list: the "gradient"
+    softplus(w_g·h) ≥ 0 times r_j / r_K, and the "intercept" w_i·h + b. Returns both ``(B, K)`` and ``(B, 1)``.
+
+    Paper: the "gradient" and "intercept" of eq. (21) of the joint-incentive paper (Yu et al., AAAI 2021,
+    ``joint-incentive-hazard-allocation.txt``; after Liu et al. 2019b), before the sigmoid, each map here with a
+    bias (w_g^T h + c_g inside the softplus):
+
+    .. math::
+        \underbrace{\mathrm{softplus}(w_g^\top h)}_{\text{gradient}} \cdot \tilde r_j, \qquad
+        \underbrace{w_i^\top h + b}_{\text{intercept}}, \qquad \tilde r_j = r_j / r_K
+
+    Args:
+        in_dim: width D of the representation h.
+        levels (Sequence[float]): the values r_1 < … < r_K, in increasing order.
+
+    Shapes:
+        - **input:** h ``(B, D)``
+        - **output:** the gradient term ``(B, K)`` and the intercept ``(B, 1)``
+    """
 
     def __init__(self, in_dim: int, levels):
         super().__init__()

@@ -14,7 +14,19 @@ class CoxResponse(nn.Module):
     generalises), so every customer's cumulative hazard is the baseline's times a customer factor:
     :math:`\Lambda(u, r_k) = \exp(w^\top h_u) \sum_{j \le k} \exp(b_j)\,\delta_j`; f_c by eq. 10, loss eq. 9.
 
-    Shapes: ``h`` ``(B, D)`` → ``response``, ``log_response``, ``log_no_response``, ``hazard`` ``(B, K)``.
+    Paper: the Cox baseline of Table 3 of the joint-incentive paper
+    ("Joint Incentive Optimization of Customer and Merchant in Mobile Payment Marketing", Yu et al., AAAI 2021,
+    ``joint-incentive-hazard-allocation.txt``),
+    whose "Background" section writes Cox's model as λ(t | x) = λ_0(t) exp(wᵀx) and whose eq. (8) starts from it;
+    the response is eq. (10) and the loss eq. (9).
+
+    Args:
+        in_dim: width D of the representation h_u.
+        levels (Sequence[float]): the values r_1 < … < r_K, in increasing order.
+
+    Shapes:
+        - **input:** h ``(B, D)``
+        - **output:** ``response``, ``log_response``, ``log_no_response``, ``hazard``, ``(B, K)`` each
     """
 
     def __init__(self, in_dim: int, levels):

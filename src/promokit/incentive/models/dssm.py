@@ -22,7 +22,21 @@ class DSSMCostResponse(nn.Module):
     monotone by construction (``promokit incentive evaluate`` counts the customers whose curve decreases).
     Trained by the binary log-loss at the offered value.
 
-    Shapes: ``h`` ``(B, D)`` → ``response``, ``log_response``, ``log_no_response`` ``(B, K)``.
+    Paper: the DSSM-c baseline of Table 3 of the joint-incentive paper
+    ("Joint Incentive Optimization of Customer and Merchant in Mobile Payment Marketing", Yu et al., AAAI 2021,
+    ``joint-incentive-hazard-allocation.txt``):
+    "Deep structured semantic models with cost constraint (Huang et al. 2013)", no equation in the paper, so the
+    formula above is this library's.
+
+    Args:
+        in_dim: width D of the representation h_u.
+        levels (Sequence[float]): the values r_1 < … < r_K, in increasing order.
+        dim: width of the customer tower q and of the value embeddings e_j.
+        scale: the similarity's scale γ.
+
+    Shapes:
+        - **input:** h ``(B, D)``
+        - **output:** ``response``, ``log_response``, ``log_no_response``, ``(B, K)`` each
     """
 
     def __init__(self, in_dim: int, levels, dim: int = 32, scale: float = 5.0):

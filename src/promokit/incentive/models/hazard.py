@@ -21,7 +21,24 @@ class HazardResponse(nn.Module):
     neighbouring pieces alike unless the data shows a change point. f_c is non-decreasing in the value for
     any weights, since every hazard is positive.
 
-    Shapes: ``h`` ``(B, D)`` → ``response``, ``log_response``, ``log_no_response``, ``hazard`` (per unit of r / r_K) ``(B, K)``.
+    Paper: the response model of "Joint Incentive Optimization of Customer and Merchant in Mobile Payment Marketing"
+    (Li Yu, Zhengwei Wu, Tianchi Cai, Ziqi Liu, Zhiqiang Zhang, Lihong Gu, Xiaodong Zeng, Jinjie Gu; Ant Group;
+    AAAI 2021; the text, ``joint-incentive-hazard-allocation.txt``, gives no link), its "Response Models" section:
+
+    .. math::
+        \lambda(u_i, r_j) = \exp(w_j^\top h_{u_i} + b_j), \quad
+        \text{s.t.} \sum_{j=1}^{|\mathcal R|-1} |w_{j+1} - w_j| < \zeta \quad (8), \qquad
+        f_c(h_{u_i}, r_j) = 1 - \exp\Big(-\int_0^{r_j} \lambda(u_i, \tau)\, d\tau\Big) \quad (10)
+
+    Args:
+        in_dim: width D of the representation h_u.
+        levels (Sequence[float]): the values r_1 < … < r_K, in increasing order.
+        fused_lasso: the penalty's strength ζ (the Lagrangian form of eq. 8's constraint).
+
+    Shapes:
+        - **input:** h ``(B, D)``
+        - **output:** ``response``, ``log_response``, ``log_no_response``, ``hazard`` (per unit of r / r_K),
+          ``(B, K)`` each
     """
 
     def __init__(self, in_dim: int, levels, fused_lasso: float = 1e-3):

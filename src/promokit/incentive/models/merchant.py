@@ -18,7 +18,19 @@ class MerchantResponse(nn.Module):
     since the label, shares / prior shares, is a count ratio, not a probability). Loss l_m of eq. 7: the
     squared error at the offered commission.
 
-    Shapes: ``h`` ``(B, D)`` → ``response`` ``(B, K)``.
+    Paper: the merchants' response of the joint-incentive paper
+    ("Joint Incentive Optimization of Customer and Merchant in Mobile Payment Marketing", Yu et al., AAAI 2021,
+    ``joint-incentive-hazard-allocation.txt``):
+    "For merchants, we use the same response models as in (Liu et al. 2019b)", the "linear mapping layer" of its
+    Experiment section, written in the gradient/intercept form of its eq. (21); the loss is l_m of eq. (7).
+
+    Args:
+        in_dim: width D of the representation h_v.
+        levels (Sequence[float]): the commissions r_1 < … < r_K, in increasing order.
+
+    Shapes:
+        - **input:** h ``(B, D)``
+        - **output:** ``response`` ``(B, K)``
     """
 
     def __init__(self, in_dim: int, levels):

@@ -39,7 +39,7 @@ class IncentiveNet(nn.Module):
     Representations h:
 
     - ``gnn``: the paper's model: each node's features and interaction structure, projected and passed through
-      a :class:`BipartiteGNN` (depth 2, width 64, section 5) shared by customers and merchants, on
+      a :class:`BipartiteGNN` (depth 2, width 64, the Experiment section) shared by customers and merchants, on
       neighbour-sampled subgraphs in training and full neighbourhoods (layer by layer) in evaluation;
     - ``dnn``: the node's own features only (the paper's DNN);
     - ``dnn-h``: own features, interaction structure and the mean of the neighbours' features (DNN-H);
@@ -62,6 +62,43 @@ class IncentiveNet(nn.Module):
     merchant row ever trains or is scored), or, with ``merchant_cardinalities`` None, the customers themselves on a
     customer–customer graph: one feature embedding and a homogeneous :class:`BipartiteGNN` for both sides (the
     merchant widths are then the customers').
+
+    Paper: "Joint Incentive Optimization of Customer and Merchant in Mobile Payment Marketing" (Li Yu, Zhengwei Wu,
+    Tianchi Cai, Ziqi Liu, Zhiqiang Zhang, Lihong Gu, Xiaodong Zeng, Jinjie Gu; Ant Group; AAAI 2021; the text,
+    ``joint-incentive-hazard-allocation.txt``, gives no link): the joint representation h = GNN(· | A, X) of its
+    "Jointly Learning Representations" section (eq. 1's form), the customer response of eqs. (8)–(10), the
+    merchant response of eq. (21)'s form, and the joint loss of eq. (7) above, with the Experiment section's
+    settings (two fully-connected layers of 256 and 128 units, ReLU; graph embedding 64; depth 2) as defaults.
+    DNN and DNN-H are its Table 2 baselines, Cox, SBBM and DSSM-c (``head``) its Table 3 baselines.
+
+    Args:
+        customer_cardinalities: rows per categorical field of the customers' features.
+        customer_numeric: width of the customers' numeric features.
+        customer_structure: width of the customers' interaction-structure features.
+        merchant_cardinalities: rows per categorical field of the merchants' features; ``None``: a
+            customer–customer graph (the merchant side is the customers).
+        merchant_numeric: width of the merchants' numeric features.
+        merchant_structure: width of the merchants' interaction-structure features.
+        levels: the values r_1 < … < r_K, in increasing order.
+        representation: ``"gnn"``, ``"dnn"``, ``"dnn-h"`` or ``"linear"``.
+        head: the customer head, a key of :data:`CUSTOMER_HEADS` (``"hazard"``, ``"cox"``, ``"sbbm"``,
+            ``"dssm-c"``).
+        emb_dim: embedding size per categorical field.
+        width: the GNN's width.
+        depth: the GNN's number of layers.
+        conv: the GNN's aggregation, ``"sage"``, ``"gat"`` or ``"graph"``.
+        fanouts: neighbours sampled per hop in training, one per layer.
+        hidden: the towers' widths (the last is the heads' input width).
+        dropout: dropout in the GNN and the towers.
+        fused_lasso: the hazard head's fused-lasso strength ζ (eq. 8).
+        merchant_weight: the merchant loss's weight in the total.
+
+    Shapes:
+        - **input:** ``batch["node"]``, ``batch["customer"]``, ``batch["level"]``, ``batch["label"]`` ``(B,)``
+          each (or, training over records, ``batch["record"]``: the customer seeds' sampled neighbourhoods), with
+          the node inputs attached (:meth:`attach`)
+        - **output:** ``response`` ``(B, K)`` for every row; ``log_response``, ``log_no_response`` (and ``hazard``
+          for the hazard heads) ``(B, K)``, zeros on merchant rows
     """
 
     def __init__(self, customer_cardinalities: Sequence[int], customer_numeric: int, customer_structure: int,

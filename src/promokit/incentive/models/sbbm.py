@@ -17,7 +17,19 @@ class SemiBlackBoxResponse(nn.Module):
     non-decreasing in the value because the gradient is positive, smooth (no change points), and trained by
     the binary log-loss at the offered value, ignoring the censoring (section 1).
 
-    Shapes: ``h`` ``(B, D)`` → ``response``, ``log_response``, ``log_no_response`` ``(B, K)``.
+    Paper: the SBBM baseline of Table 3 of the joint-incentive paper
+    ("Joint Incentive Optimization of Customer and Merchant in Mobile Payment Marketing", Yu et al., AAAI 2021,
+    ``joint-incentive-hazard-allocation.txt``):
+    "Semi-black-box model extends logit demand curves with the capability of neural networks (Zhao et al. 2019)",
+    in the form of its eq. (21).
+
+    Args:
+        in_dim: width D of the representation h_u.
+        levels (Sequence[float]): the values r_1 < … < r_K, in increasing order.
+
+    Shapes:
+        - **input:** h ``(B, D)``
+        - **output:** ``response``, ``log_response``, ``log_no_response``, ``(B, K)`` each
     """
 
     def __init__(self, in_dim: int, levels):

@@ -34,6 +34,37 @@ class DeliveryEncoder(nn.Module):
     names its deliveries' users and funds by row of those tensors (``user``, ``fund``), or carries their features
     itself (``user_cat``, ``user_num``, ``fund_cat``, ``fund_num``: deliveries streamed from the parts of a dataset,
     whose batches mix users of several parts), which needs nothing attached unless the model reads the graph.
+
+    Paper: "Expected Transaction Value Optimization for Precise Marketing in FinTech Platforms" (Weng, Tang, Chen,
+    Liu, He; FiT, Tencent; the text, ``eoca-expected-transaction-value.txt``, has the ACM template's placeholder
+    for venue and DOI), §4.1.2, eq. (14) above.
+
+    Args:
+        user_cardinalities: rows per categorical field of the users' features.
+        user_numeric: width of the users' numeric features.
+        fund_cardinalities: rows per categorical field of the funds' features.
+        fund_numeric: width of the funds' numeric features.
+        context_cardinalities: rows per categorical field of the delivery context.
+        context_numeric: width of the delivery context's numeric features.
+        sequence_cardinalities: codes per behaviour-token field (fund, action).
+        max_len: the behaviour sequence's length (0: no e_b).
+        emb_dim: embedding size per categorical field (and of a merchant id).
+        sequence_dim: width of the behaviour encoder's tokens.
+        behaviour_dim: width of e_b.
+        graph: read the consumption graph (e_c).
+        merchant_cardinality: merchant id codes.
+        structure: width of a node's payment-structure features.
+        width: width of e_c (the GNN's).
+        conv: the GNN's aggregation, ``"gat"`` (the paper's), ``"sage"`` or ``"graph"``.
+        fanouts: neighbours sampled per hop in training, one per GNN layer.
+        dropout: dropout between the GNN's layers.
+
+    Shapes:
+        - **input:** a batch of B deliveries: ``user`` and ``fund`` ``(B,)`` rows of the attached nodes (or
+          ``user_cat`` ``(B, F_u)``, ``user_num`` ``(B, D_u)``, ``fund_cat`` ``(B, F_f)``, ``fund_num``
+          ``(B, D_f)``), ``ctx_cat`` ``(B, F_x)``, ``ctx_num`` ``(B, D_x)``, ``seq`` ``(B, L, 2)`` int64 tokens
+          (−1 = padding)
+        - **output:** e ``(B, output_dim)``
     """
 
     def __init__(self, user_cardinalities: Sequence[int], user_numeric: int, fund_cardinalities: Sequence[int],

@@ -76,6 +76,45 @@ class ESDPM(nn.Module):
     part's decay). The amount towers have none.
 
     Outputs: ``p_ctcvr``, ``etv``, and where they exist ``p_ctr``, ``p_cvr``, ``mu``, ``sigma``, ``v_hat``.
+
+    Paper: "Expected Transaction Value Optimization for Precise Marketing in FinTech Platforms" (Yunpeng Weng, Xing
+    Tang, Liang Chen, Dugang Liu, Xiuqiang He; FiT, Tencent; the text, ``eoca-expected-transaction-value.txt``, has
+    the ACM template's placeholder for venue and DOI), §4.1, the entire space deep probabilistic model:
+
+    .. math::
+        v = \log(PA + 1) \quad (7), \qquad
+        \mathcal L = -\frac1M\Big(\sum_{y_i=1} \log P(y = 1, v = v_i) + \sum_{y_j=0} \log P(y = 0, v = 0)\Big)
+        \quad (12)
+
+    .. math::
+        P(y = 0, v = 0) \approx (1 - p) + p\, \tfrac{1}{\sqrt{2\pi}\sigma} e^{-\mu^2 / 2\sigma^2} \quad (10), \qquad
+        ETV = pCTCVR \times \big(\exp(\mu + \sigma^2 / 2) - 1\big) \quad (13)
+
+    Args:
+        sizes: the input widths (:meth:`~promokit.value.inputs.InputEncoders.sizes`), :class:`DeliveryEncoder`'s
+            first arguments.
+        bottom: ``"mmoe"``, ``"shared"`` or ``"separate"``.
+        conversion: ``"esmm"`` (pCTCVR = pCTR · pCVR) or ``"direct"``.
+        amount: ``"lognormal"`` (μ, σ), ``"mse"`` (v̂) or ``None``.
+        loss: the lognormal amount's loss, ``"esj"`` (eq. 12) or ``"ziln"``.
+        graph: read the consumption graph (e_c of eq. 14).
+        emb_dim: embedding size per categorical field.
+        n_experts: MMoE's experts.
+        expert_hidden: hidden widths of each expert.
+        expert_dim: width of the bottom's output (each expert's, or each shared layer's).
+        tower_hidden: hidden widths of each task's tower.
+        dropout: dropout in the bottom, the towers and the GNN.
+        sigma_floor: the least σ.
+        conv: the consumption graph's aggregation (``"gat"``: the paper's graph attention).
+        fanouts: neighbours sampled per hop of the consumption graph in training.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** a batch of B deliveries as :class:`DeliveryEncoder` reads it; for :meth:`loss` also
+          ``batch["click"]``, ``batch["convert"]`` and ``batch["v"]`` ``(B,)``
+        - **output:** ``p_ctcvr``, ``etv`` and, where they exist, ``p_ctr``, ``p_cvr``, ``mu``, ``sigma``,
+          ``v_hat``, ``(B,)`` each (and the log-probabilities :meth:`loss` reads: ``log_p``, ``log_1mp``, …)
     """
 
     labels = ("click", "convert", "v")

@@ -60,6 +60,30 @@ class Hurdle:
     The boosters are stored in LightGBM's text format and S in ``hurdle.json`` (nothing is pickled). At inference it
     answers the calls of :class:`~promokit.value.models.ESDPM` (``attach``, ``__call__`` on a batch of deliveries,
     ``pair_outputs``), with torch tensors in and out.
+
+    The value domain's floor, not from the papers: the EOCA paper ("Expected Transaction Value Optimization for
+    Precise Marketing in FinTech Platforms", Weng et al., ``eoca-expected-transaction-value.txt``) has no tree
+    baseline. Its ETV is the paper's eq. (6), ETV = pCTCVR × E(PA), with the log amount v of eq. (7); for a normal
+    residual, S = exp(σ²/2) gives eq. (13).
+
+    Args:
+        encoders: the fitted input encoders (the funds' fund key and the actions' count are read from them).
+        n_trees: the most trees per stage.
+        learning_rate: the boosting shrinkage.
+        num_leaves: the most leaves per tree.
+        min_child_samples: the fewest rows per leaf.
+        subsample: the fraction of rows each tree samples.
+        colsample: the fraction of features each tree samples.
+        early_stopping_rounds: rounds without a validation improvement before a stage stops.
+        threads: LightGBM's threads.
+        n_trees_amount: the amount stage's most trees apart from ``n_trees`` (``None``: ``n_trees``).
+        smearing: the smearing factor S, fixed (``None``: estimated).
+
+    Shapes:
+        - **input:** a batch of B deliveries (``user``, ``fund`` ``(B,)``, ``ctx_cat`` ``(B, F_x)``, ``ctx_num``
+          ``(B, D_x)``, ``seq`` ``(B, L, 2)``), with the node inputs attached; :meth:`fit` also ``convert`` and
+          ``v`` ``(B,)``
+        - **output:** ``p_ctcvr``, ``mu``, ``amount_if_convert``, ``etv``, ``(B,)`` tensors each
     """
 
     def __init__(self, encoders: InputEncoders, n_trees: int = 500, learning_rate: float = 0.05,

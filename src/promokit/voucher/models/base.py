@@ -35,8 +35,24 @@ WIDE_TARGETS = {"redeem": ("redeemed", {})}
 
 
 class RedeemModel(nn.Module):
-    """The Trainer contract of every neural voucher model: ``forward`` gives ``p_redeem``, the loss is the
-    mean logloss against ``batch["redeemed"]`` (DMBGN eq. 8, L_target)."""
+    r"""The Trainer contract of every neural voucher model: ``forward`` gives ``p_redeem``, the loss is the
+    mean logloss against ``batch["redeemed"]`` (DMBGN eq. 8, L_target).
+
+    Paper: the DMBGN paper (voucher redemption rate prediction, ``dmbgn-voucher-redemption.txt``; code
+    https://github.com/fengtong-xiao/DMBGN), eq. (8):
+
+    .. math::
+        L_{target} = \frac{1}{N} \sum_{n=1}^{N} -\big(y^n_{RR} \log \hat y^n_{RR}
+        + (1 - y^n_{RR}) \log(1 - \hat y^n_{RR})\big)
+
+    The constructor takes no argument (it is nn.Module's), so there is no ``Args:`` section: each subclass
+    documents its own.
+
+    Shapes:
+        - **input:** a batch of B sessions, ``batch["redeemed"]`` ``(B,)`` for :meth:`loss` (the other keys are
+          the subclass's)
+        - **output:** ``p_redeem`` ``(B,)``
+    """
 
     labels = ("redeemed",)
     outputs = ("p_redeem",)

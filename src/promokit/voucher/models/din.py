@@ -12,7 +12,7 @@ from promokit.voucher.models.base import FieldLayout, RedeemModel
 
 
 class DIN(RedeemModel):
-    """DNN plus an attention-pooled history: the user's item history of DIN replaced by the user's last R
+    r"""DNN plus an attention-pooled history: the user's item history of DIN replaced by the user's last R
     redeemed vouchers (DMBGN section 4.2).
 
     A voucher is embedded as its id fields' embeddings (shared with the target's, as in DIN) ‖ its numeric
@@ -23,6 +23,33 @@ class DIN(RedeemModel):
     ``hist_num`` ``(B, R, D_v)``.
     ``wide`` adds the ``lr`` floor's linear term to the logit (:class:`~promokit.nn.WideTerm`: ``"none"``,
     ``"joint"`` or ``"offset"``; ``wide_l2`` is the joint term's decay).
+
+    Paper: the DIN baseline of §4.2 of the DMBGN paper (``dmbgn-voucher-redemption.txt``), "replacing the user's
+    historical item sequences with user's historical voucher sequences"; its attention is the AttentionNet of
+    DMBGN's eq. (7) with voucher embeddings in place of UVG embeddings, and its loss eq. (8):
+
+    .. math::
+        h_T = \sum_{r=1}^{R} \mathrm{AttentionUnit}(e_r, e_T)\, e_r, \qquad
+        \hat y_{RR} = \sigma\big(\mathrm{MLP}([g \,\|\, h_T])\big)
+
+    with g the embedded features and e_r, e_T the history's and the target's voucher embeddings.
+
+    Args:
+        layout: where the id, profile and voucher columns sit in the batch (:class:`FieldLayout`).
+        emb_dim: embedding size per categorical field (§4.4: 16).
+        hidden: the MLP's hidden widths (§4.4: (128, 64)).
+        dropout: dropout after each hidden layer (§4.4: 0.5).
+        attention_units: PReLU units of the attention network (§4.4: 64).
+        sparse: sparse embedding gradients.
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``, ``batch["history"]``
+          ``(B, R)`` (−1 = padding), ``batch["hist_cat"]`` ``(B, R, F_v)`` int64, ``batch["hist_num"]``
+          ``(B, R, D_v)``; for :meth:`loss` also ``batch["redeemed"]`` ``(B,)``
+        - **output:** ``p_redeem`` ``(B,)``
     """
 
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),

@@ -60,6 +60,38 @@ class UVGEncoder(nn.Module):
     rebuilt with it and its weights bring the values, so the embeddings are not needed again. ``oov_dropout``
     trains the unknown rows of the voucher-id and item-id tables, which vouchers and items first seen after
     training get (see :class:`FieldEmbedding`).
+
+    Paper: the DMBGN paper (Deep Multi-behavior Graph Networks for voucher redemption rate prediction,
+    ``dmbgn-voucher-redemption.txt``; code https://github.com/fengtong-xiao/DMBGN), §3.4.1, eqs. (1)–(5):
+
+    .. math::
+        e_g = e_{g,avg} \,\|\, e_{g,max} \quad (2), \qquad
+        e_{UVG,b} = \mathrm{MLP}(e_{atc\_pre} \,\|\, e_{ord\_pre} \,\|\, e_{atc\_post} \,\|\, e_{ord\_post}) \quad (3)
+
+    .. math::
+        e_{UVG} = e_{UVG,b} \,\|\, e_{UVG,o} \quad (4), \qquad
+        s_{UVG} = \sigma(e_{UVG,b} \cdot e_{UVG,o}) \quad (5)
+
+    Args:
+        store: the UVGs, their zones, item features and voucher schema (:class:`UVGStore`).
+        emb_dim: embedding size of the voucher id and of each item feature (and of the item id by default).
+        dim: width of the node features f⁽ˡ⁾ and of e_b and e_o (the UVG embedding e is 2·dim).
+        layers: number of Higher-order GNN layers (``"gnn"``).
+        ratio: ``TopKPooling``'s ratio (§4.4: 0.9).
+        encoder: ``"gnn"`` (eq. 1 and top-k pooling) or ``"avg"`` (DMBGN-AvgPooling).
+        directed: message passing along the UVG's chronological edges only; False adds the reverse edges.
+        sparse: sparse embedding gradients.
+        item_embeddings: pre-trained item embeddings ``(n_item_codes, k)`` initialising the item-id table.
+        freeze_items: keep the item-id table fixed.
+        item_dim: the item-id table's width (default ``emb_dim``, or k with ``item_embeddings``).
+        oov_dropout: probability of replacing a training voucher or item code by the OOV slot.
+
+    Shapes:
+        - **input:** a PyG ``Batch`` of G graphs with n nodes and E edges (:meth:`UVGStore.batch`): ``x``
+          ``(n, 1 + n_item_features)`` int64, ``zone`` ``(n,)``, ``edge_index`` ``(2, E)``, ``batch`` ``(n,)``,
+          ``voucher_index`` ``(G,)``, ``voucher`` ``(G,)``, ``schema`` ``(G, n_schema_columns)``
+        - **output:** :class:`UVGEmbedding`: ``e`` ``(G, 2 * dim)``, ``behaviour`` and ``voucher`` ``(G, dim)``,
+          ``score`` ``(G,)``
     """
 
     def __init__(self, store: UVGStore, emb_dim: int = 16, dim: int = 32, layers: int = 2, ratio: float = 0.9,
@@ -148,7 +180,7 @@ def _top_k(pool: TopKPooling, x: Tensor, batch: Tensor, n_graphs: int) -> tuple[
 
 
 class DMBGN(RedeemModel):
-    """DMBGN (Fig. 3): user profile embedding ‖ target UVG embedding ‖ attention over the user's last R
+    r"""DMBGN (Fig. 3): user profile embedding ‖ target UVG embedding ‖ attention over the user's last R
     redeemed historical UVGs (eq. 7) ‖ the history's UVG scores, into an MLP head → p_redeem.
 
     The target session is embedded from its pre-collection zones only (``store.target_zones``), so its own
@@ -177,6 +209,51 @@ class DMBGN(RedeemModel):
     The :class:`UVGStore` is attached, not registered: it is not part of ``state_dict``. After loading weights,
     :meth:`attach` the store of the tables to score, built with the training vocabulary
     (``UVGStore.build(tables, vocabulary=…)``), so that codes mean what they meant in training.
+
+    Paper: the DMBGN paper (Deep Multi-behavior Graph Networks for voucher redemption rate prediction,
+    ``dmbgn-voucher-redemption.txt``; code https://github.com/fengtong-xiao/DMBGN; the text has no title page),
+    §3.3–3.6:
+
+    .. math::
+        w_r = \mathrm{AttentionUnit}(e^r_{UVG}, e^T_{UVG}, \phi), \qquad
+        h_T = \sum_{r=1}^{R} w_r\, e^r_{UVG} \quad (7)
+
+    .. math::
+        L = L_{target} + \alpha L_{aux} \quad (10), \qquad
+        L_{aux} = \frac{1}{N} \sum_{n=1}^{N} \Big(\frac{1}{R_n} \sum_{r=1}^{R_n} -\log s^r_{UVG}\Big) \quad (9)
+
+    with L_target the logloss of eq. (8) and p_redeem = σ(MLP(profile ‖ e^T_UVG ‖ h_T ‖ scores)) (Fig. 3).
+
+    Args:
+        layout: where the id, profile and voucher columns sit in the batch (:class:`FieldLayout`).
+        store: the UVGs of the sessions (:class:`UVGStore`), attached, not saved.
+        emb_dim: embedding size per categorical field (§4.4: 16).
+        uvg_dim: width of e_b and e_o (the UVG embedding e is 2·uvg_dim).
+        gnn_layers: number of Higher-order GNN layers of eq. (1).
+        ratio: ``TopKPooling``'s ratio (§4.4: 0.9).
+        encoder: ``"gnn"``, or ``"avg"`` (DMBGN-AvgPooling).
+        history_pooling: ``"attention"`` (eq. 7) or ``"avg"`` (the plain mean of the history UVGs).
+        alpha: the trade-off coefficient α of eq. (10) (§4.4: 1.0).
+        hidden: the MLP head's hidden widths (§4.4: (128, 64)).
+        dropout: dropout after each hidden layer (§4.4: 0.5).
+        attention_units: PReLU units of the attention network (§4.4: 64).
+        history_len: the history's length R (§4.4: 6).
+        directed: message passing along the UVG's chronological edges only.
+        sparse: sparse embedding gradients.
+        item_embeddings: pre-trained item embeddings ``(n_item_codes, k)`` (§3.4.2).
+        freeze_items: keep the item-id table fixed.
+        item_dim: the item-id table's width (default ``emb_dim``, or k with ``item_embeddings``).
+        pretrained: a UVG encoder state dict from :func:`promokit.voucher.pretrain.pretrain_uvg` (eq. 6).
+        freeze_pretrained: keep the pre-trained encoder fixed (DMBGN-Pretrained).
+        oov_dropout: probability of replacing a training code by the OOV slot.
+        wide: the wide term's mode, ``"none"``, ``"joint"`` or ``"offset"``.
+        wide_l2: the joint wide term's decay.
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``, ``batch["session"]``
+          ``(B,)``, ``batch["history"]`` ``(B, R)`` (−1 = padding); for :meth:`loss` also ``batch["redeemed"]``
+          ``(B,)``
+        - **output:** ``p_redeem`` ``(B,)``, ``s_uvg`` ``(B,)`` (the target's s_UVG), ``s_history`` ``(B, R)``
     """
 
     outputs = ("p_redeem", "s_uvg", "s_history")

@@ -22,6 +22,28 @@ class GBDT:
     rather than the ranking; on AmExpert it stopped after 1–2 trees and test AUC swung 0.50–0.72 over seeds.
 
     Inputs are the estimator's arrays ``{"cat": (N, F) int64, "num": (N, D) float32}``.
+
+    Paper: the GBDT baseline of §4.2 of the DMBGN paper (``dmbgn-voucher-redemption.txt``), "used to assess the
+    performance of non deep-learning algorithms. Similarly, only dense features are used" (no equation of its own):
+    p(x) = σ(Σ_m f_m(x)) over the trees f_m, fitted to the logloss of eq. (8).
+
+    Args:
+        layout: where the id columns sit, which the trees leave out (:class:`FieldLayout`).
+        n_trees: the most trees.
+        num_leaves: the most leaves per tree.
+        min_child_samples: the fewest rows per leaf.
+        subsample: the fraction of rows each tree samples.
+        colsample: the fraction of features each tree samples.
+        learning_rate: the boosting shrinkage.
+        early_stopping_rounds: rounds without a validation improvement before training stops.
+        early_stopping_metric: LightGBM's validation metric for early stopping (``"auc"``, ``"binary_logloss"``).
+        seed: LightGBM's seed.
+        threads: LightGBM's threads (0: at most 2).
+
+    Shapes:
+        - **input:** :meth:`fit` and :meth:`predict` take ``{"cat": (N, F) int64, "num": (N, D) float32}``;
+          :meth:`fit` also labels ``redeemed`` ``(N,)``
+        - **output:** :meth:`predict` gives ``p_redeem`` ``(N,)``, a NumPy array
     """
 
     labels = ("redeemed",)

@@ -21,6 +21,20 @@ class LR(RedeemModel):
 
     It is solved to the optimum of the L2-penalised logloss (:func:`promokit.training.fit_logistic`), with the
     strength ``l2`` chosen on the validation sessions' AUC when ``None``, instead of by gradient steps.
+
+    Paper: the LR baseline of §4.2 of the DMBGN paper (``dmbgn-voucher-redemption.txt``), "a shallow model. Only
+    dense features from user profiles and voucher information are used" (``ids=False``); no equation of its own.
+    The logloss is eq. (8) plus (l2 / 2)·‖w‖².
+
+    Args:
+        layout: where the id, profile and voucher columns sit in the batch (:class:`FieldLayout`).
+        ids: use the sparse id fields (user_id, voucher_id) too; False: the paper's dense features only.
+        l2: the L2 strength (``None``: chosen on validation).
+
+    Shapes:
+        - **input:** ``batch["cat"]`` ``(B, F)`` int64, ``batch["num"]`` ``(B, D)``; for :meth:`loss` also
+          ``batch["redeemed"]`` ``(B,)``
+        - **output:** ``p_redeem`` ``(B,)``
     """
 
     def __init__(self, layout: FieldLayout, ids: bool = True, l2: float | None = None):
