@@ -24,7 +24,7 @@ import pandas as pd
 LEVELS = [0.0, 1.0, 2.0, 5.0, 10.0]
 BUILD = """
 import json, sys, time
-import pyarrow.parquet, promokit.campaign, promokit.serve.campaign
+import pyarrow.parquet, promokit.campaign, promokit.campaign.directory
 
 def status(field):
     with open("/proc/self/status") as f:

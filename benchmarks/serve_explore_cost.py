@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from serve_throughput import make_campaign, uptime
 
-from promokit.serve.campaign import load_campaign
+from promokit.campaign.directory import load_campaign
 from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.ledger import Ledger
 

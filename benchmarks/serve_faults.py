@@ -63,8 +63,8 @@ from serve_throughput import (
 )
 from sqlalchemy import text
 
+from promokit.campaign.versions import live_pointer
 from promokit.serve import Ledger, run_replay, running_service
-from promokit.serve.versions import live_pointer
 
 PROBED = ("/v1/status", "/metrics", "/", "/readyz")
 FAULTS = {"lowered-cap": None, "switch-race": None, "stall": "postgresql", "row-lock": "postgresql",

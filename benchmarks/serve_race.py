@@ -32,9 +32,9 @@ import numpy as np
 from serve_throughput import PG_URL, TOKEN, fresh_ledger, make_campaign
 from sqlalchemy import text
 
-from promokit.serve.campaign import load_campaign
+from promokit.campaign.directory import load_campaign
+from promokit.campaign.money import to_major
 from promokit.serve.ledger import DecisionRequest, Ledger, Option
-from promokit.serve.money import to_major
 from promokit.serve.replay import run_replay, running_service
 
 PREFILL_SHARE = 0.99

@@ -185,7 +185,7 @@ import promokit.cli; mark("import promokit.cli (typer)")
 import uvicorn, uvloop, httptools, uvicorn.loops.uvloop, uvicorn.protocols.http.httptools_impl
 mark("import uvicorn, uvloop, httptools")
 import promokit.serve.app as app_module; mark("import promokit.serve.app")
-from promokit.serve.campaign import load_campaign
+from promokit.campaign.directory import load_campaign
 from promokit.serve.ledger import Ledger
 loaded = load_campaign(sys.argv[1]); mark("load_campaign (parent)")
 url = sys.argv[2]

@@ -22,7 +22,7 @@ table gives each one's seconds per epoch beside ESM²'s (target: GMCM within 2×
 ``--gmcm-only`` times just that comparison: promokit's ESM² and the GMCM settings (no ESMM, no bare loops).
 
 ``--rechub`` also times torch-rechub 0.9.0's ESMM with its own trainer and DataLoader on the same
-ESMM data, when ``torch_rechub`` can be imported (see benchmarks/README.md). Without it, the peer
+ESMM data, when ``torch_rechub`` can be imported (see benchmarks/conversion.md). Without it, the peer
 figures printed at the end are the issue author's, not measured in this run.
 """
 
@@ -394,7 +394,7 @@ def run_setting(setting: Setting, table: pd.DataFrame, args, console: Console) -
     if args.rechub and setting.kind == "esmm":
         r = rechub_epoch(setting, table, args)
         if r is None:
-            console.print("  torch-rechub not importable: skipped (see benchmarks/README.md)")
+            console.print("  torch-rechub not importable: skipped (see benchmarks/conversion.md)")
         else:
             result["rechub"] = r
             console.print(f"  torch-rechub {r['samples_per_second']:>9,.0f} samples/s ({r['seconds']:.1f} s; its "

@@ -1,8 +1,9 @@
 """MkDocs hooks (mkdocs.yml: ``hooks``) that let the repository's Markdown read the same on GitHub and in the site.
 
-- README.md becomes the home page (``index.md``) and benchmarks/README.md the page ``benchmarks.md``;
+- README.md becomes the home page (``index.md``), benchmarks/README.md the page ``benchmarks/index.md`` and each other
+  benchmarks/x.md the page ``benchmarks/x.md``;
 - a relative link that leaves ``docs/`` is rewritten to the site page it means (README.md → index.md,
-  benchmarks/README.md → benchmarks.md, docs/x.md → x.md); a link to any other file of the repository (a
+  benchmarks/README.md → benchmarks/index.md, docs/x.md → x.md); a link to any other file of the repository (a
   script, an example) has no page in the site and becomes its text and path;
 - in the API pages, ``::: promokit.conversion.ConversionModel`` (the name users import) is resolved through the
   package's lazy exports (``_EXPORTS``) to the module that defines it, which mkdocstrings reads.
@@ -19,7 +20,9 @@ from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Repository files that are pages of the site, and the page each one is.
-INCLUDED = {"README.md": "index.md", "benchmarks/README.md": "benchmarks.md"}
+INCLUDED = {"README.md": "index.md", **{
+    f"benchmarks/{page.name}": "benchmarks/index.md" if page.name == "README.md" else f"benchmarks/{page.name}"
+    for page in sorted((ROOT / "benchmarks").glob("*.md"))}}
 LINK = re.compile(r"(?<!!)\[([^\]\n]*)\]\(([^()\s]+)\)")
 DIRECTIVE = re.compile(r"^::: (promokit(?:\.\w+)*)\.(\w+)$", re.M)
 

@@ -66,8 +66,8 @@ def layer(name: str) -> str:
     parts = name.split(".")
     if name == "promokit":
         return "root"
-    if parts[-1] == "cli" or parts[1] == "cli_support" or (parts[1] in DOMAINS and parts[-1] == "options"):
-        return "cli"  # a domain's options.py: its commands' typer options, part of its CLI
+    if parts[1] == "cli":
+        return "cli"  # the promokit command: promokit/cli/, its options and what its commands share
     for group, members in (("core", CORES), ("domain", DOMAINS), ("executor", EXECUTORS), ("use case", USE_CASES),
                            ("experiments", EXPERIMENTS)):
         if parts[1] in members:
@@ -118,6 +118,24 @@ def test_every_module_has_a_layer():
 def test_each_layer_imports_only_the_layers_below_it():
     found = violations()
     assert not found, "imports against the layers of docs/architecture.md:\n" + "\n".join(found)
+
+
+def test_the_cli_is_one_package():
+    """Every command lives in promokit/cli/ (a module per noun, the options in cli/options/): no domain, use case or
+    other library package holds a ``cli.py``, an ``options.py`` or a ``cli`` package of its own."""
+    found = [f"src/{path.relative_to(SOURCE)}" for path in sorted((SOURCE / "promokit").rglob("*.py"))
+             if path.relative_to(SOURCE / "promokit").parts[0] != "cli"
+             and (path.stem in ("cli", "options", "cli_support") or "cli" in path.relative_to(SOURCE).parts[:-1])]
+    assert not found, "command-line modules outside promokit/cli/:\n" + "\n".join(found)
+    assert (SOURCE / "promokit" / "cli" / "__init__.py").is_file()
+
+
+def test_campaign_never_imports_the_service():
+    """The decision service reads campaign directories: ``serve/`` imports ``campaign/``, never the other way."""
+    found = [f"{where(name, line)}: {name} imports {target}"
+             for name in MODULES if name.split(".")[1:2] == ["campaign"]
+             for target, line in imports(name, MODULES[name]) if target.split(".")[1:2] == ["serve"]]
+    assert not found, "campaign/ importing serve/:\n" + "\n".join(found)
 
 
 def test_no_library_module_imports_the_cli():

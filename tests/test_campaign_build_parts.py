@@ -10,10 +10,10 @@ import pytest
 from conftest import write_parts
 from test_serve import LEVELS, curves, plan_folder
 
+from promokit.campaign import lookup
+from promokit.campaign.directory import build as build_campaign
+from promokit.campaign.directory import load_campaign
 from promokit.data import DataError
-from promokit.serve import lookup
-from promokit.serve.campaign import build as build_campaign
-from promokit.serve.campaign import load_campaign
 
 LOOKUP_FILES = ("ids", "scores", "mean")
 

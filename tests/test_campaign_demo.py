@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from promokit.campaign.cli import demo
+from promokit.cli.campaign import demo
 
 pytestmark = pytest.mark.extra("serve")
 

@@ -239,7 +239,7 @@ def test_campaign_build_from_python_gives_what_the_command_builds(tmp_path):
                     "--budget-plan", tmp_path / "plan", "--cap", "500", "--explore", 0.25, "--pacing-every", 64)
     assert result.exit_code == 0 and "exploring 25.00% of subjects" in " ".join(result.output.split()), result.output
     campaign = promokit.campaign.build(tmp_path / "py", tmp_path / "scores.parquet", tmp_path / "plan", "500",
-                                       explore=0.25, pacing=promokit.serve.Pacing(every=64))
+                                       explore=0.25, pacing=promokit.campaign.Pacing(every=64))
     assert campaign.config.cap == 500 and campaign.config.coupon_ttl_seconds == 7 * 24 * 3600
     cli, py = (json.loads((tmp_path / d / "campaign.json").read_text()) for d in ("cli", "py"))
     assert cli == py

@@ -4,7 +4,7 @@ import pytest
 import typer
 
 from promokit.cli import app
-from promokit.cli_support import TRAINING_FLAGS
+from promokit.cli.options.common import TRAINING_FLAGS
 
 DOMAINS = ("conversion", "voucher", "incentive", "value")
 
@@ -39,7 +39,7 @@ def test_training_flags_show_the_domain_default(domain):
 
 
 def test_a_flag_not_given_trains_with_the_domain_default(tmp_path):
-    from promokit.cli_support import training_options
+    from promokit.cli.support import training_options
     from promokit.incentive.defaults import DEFAULT_TRAIN
 
     config, params = training_options(DEFAULT_TRAIN, None, epochs=None, lr=0.01)

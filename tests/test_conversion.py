@@ -331,7 +331,7 @@ def test_the_train_command_takes_its_defaults_from_the_estimator():
 
     import typer.main
 
-    from promokit.conversion.cli import app
+    from promokit.cli.conversion import app
     from promokit.conversion.defaults import DEFAULT_TRAIN, VALIDATION_FRACTION
     from promokit.conversion.estimator import _validation
 
@@ -374,7 +374,7 @@ def test_evaluate_maps_labels_and_checks_the_micro_behaviours_it_is_given(impres
 def test_fit_on_an_executor_trains_a_network_over_parts_and_refuses_or_reads_whole_the_others(impressions, tmp_path):
     from conftest import write_parts
 
-    from promokit.cli_support import deferred_executor
+    from promokit.cli.support import deferred_executor
     from promokit.conversion.parts import fit_parts
     from promokit.scale.executor import LocalExecutor
 

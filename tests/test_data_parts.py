@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import write_parts
+from promokit.campaign.directory import load_campaign
 from promokit.cli import app
 from promokit.data import DataError, read_table
 from promokit.data.io import write_part
-from promokit.serve.campaign import load_campaign
 
 runner = CliRunner()
 

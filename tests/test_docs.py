@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKDOWN = sorted([ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").rglob("*.md")])
+MARKDOWN = sorted([ROOT / "README.md", *(ROOT / "benchmarks").glob("*.md"), *(ROOT / "docs").rglob("*.md")])
 FENCED = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^()\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
@@ -59,6 +59,26 @@ def test_relative_links_point_to_files_and_headings(path):
         elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
             broken.append(f"{target}: no heading #{anchor} in {resolved.relative_to(ROOT)}")
     assert not broken, f"{path.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+BENCHMARK_PAGE = re.compile(r"benchmarks/([\w-]+\.md)(?:#([\w-]+))?")
+
+
+def test_mentions_of_benchmark_pages_point_to_pages_and_headings():
+    """Where a guide, a docstring, a message, a test or a benchmark script names a benchmarks page
+    (``benchmarks/training.md#refit-on-every-row``, as text or as a link), the page exists and so does the heading its
+    anchor names: the figures moved between pages once, and a mention of the old place is easy to miss."""
+    files = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "src").rglob("*.py"),
+             *(ROOT / "tests").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]
+    broken = []
+    for path in files:
+        for page, anchor in BENCHMARK_PAGE.findall(path.read_text(encoding="utf-8")):
+            target = ROOT / "benchmarks" / page
+            if not target.exists():
+                broken.append(f"{path.relative_to(ROOT)}: no page benchmarks/{page}")
+            elif anchor and anchor not in _anchors(target):
+                broken.append(f"{path.relative_to(ROOT)}: no heading #{anchor} in benchmarks/{page}")
+    assert not broken, "; ".join(broken)
 
 
 def test_api_pages_document_every_export():

@@ -18,5 +18,5 @@ def test_every_domain_world_has_the_same_names_and_lives_in_experiments(domain):
 def test_the_use_cases_export_no_experiment():
     assert not {"make_budget_instance", "make_quota_instance", "simulate_budget", "simulate_quota"} \
         & set(pk.allocation.__all__)
-    assert pk.campaign.__all__ == ["build", "activate_version"]
+    assert pk.campaign.__all__ == ["build", "activate_version", "load_campaign", "Campaign", "CampaignConfig", "Pacing"]
     assert pk.experiments.campaign.run_demo.__module__ == "promokit.experiments.campaign.demo"

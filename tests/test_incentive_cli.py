@@ -179,7 +179,7 @@ def test_train_defaults_are_the_estimators():
 
     import typer.main
 
-    from promokit.incentive.cli import LABEL_ROLES, app as incentive
+    from promokit.cli.incentive import LABEL_ROLES, app as incentive
     from promokit.incentive.contract import LABELS
     from promokit.incentive.defaults import DEFAULT_TRAIN
     from promokit.incentive.estimator import IncentiveModel, validation_fraction

@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 
 from promokit.allocation.budget import decide, ratio_form, solve_budget
 from promokit.campaign import build as build_campaign
+from promokit.campaign.directory import load_campaign
 from promokit.data import DataError
-from promokit.serve.app import create_app
-from promokit.serve.campaign import load_campaign
-from promokit.serve.decision_rule import DecisionRule
 from promokit.serve import ledger as ledger_module
+from promokit.serve.app import create_app
+from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Ledger, Option, OutcomeRequest, normalise_url
 from promokit.serve.pacing import Pacer, realised_ratio
 

@@ -10,9 +10,9 @@ from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, count_one_statements, curves, plan_folder, score_frame
 
 from promokit.campaign import build as build_campaign
+from promokit.campaign.directory import load_campaign
 from promokit.data import DataError
 from promokit.serve.app import create_app
-from promokit.serve.campaign import load_campaign
 from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.explore import EXPLOIT, EXPLORE, Exploration
 from promokit.serve.ledger import MIGRATIONS, NO_LEVEL, DecisionRequest, Ledger, Option

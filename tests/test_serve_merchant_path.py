@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from promokit.allocation.budget import decide
 from promokit.allocation.tables import BudgetTable
 from promokit.campaign import build as build_campaign
+from promokit.campaign.directory import load_campaign
+from promokit.campaign.lookup import check_table
 from promokit.cli import app
 from promokit.data import DataError
 from promokit.serve.app import create_app
-from promokit.serve.campaign import load_campaign
-from promokit.serve.lookup import check_table
 
 runner = CliRunner()
 TOKEN = "t"

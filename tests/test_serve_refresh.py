@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, curves, plan_folder, score_frame
 
 from promokit.campaign import build as build_campaign
+from promokit.campaign.directory import activate_version, load_campaign
+from promokit.campaign.versions import LIVE, UnknownVersion, version_names
 from promokit.data import DataError
 from promokit.serve.app import create_app
-from promokit.serve.campaign import activate_version, load_campaign
 from promokit.serve.ledger import DecisionRequest, Ledger
 from promokit.serve.replay import run_replay, running_service
-from promokit.serve.versions import LIVE, UnknownVersion, version_names
 
 
 def two_versions(tmp_path, cap_1="1000", cap_2="1000", **options):

@@ -15,13 +15,13 @@ from fastapi.testclient import TestClient
 from test_serve import AUTH, LEVELS, TOKEN, curves, plan_folder, request, score_frame
 
 from promokit.campaign import build as build_campaign
+from promokit.campaign.directory import CampaignConfig, load_campaign
+from promokit.campaign.money import to_major, to_minor
 from promokit.data import DataError
 from promokit.serve.app import create_app
 from promokit.serve.body_limit import BodyLimit
-from promokit.serve.campaign import CampaignConfig, load_campaign
 from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.ledger import MIGRATIONS, NO_LEVEL, Ledger, OutcomeRequest
-from promokit.serve.money import to_major, to_minor
 
 
 def make_campaign(path, cap="1000", merchants=False, **options):

@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from test_serve import AUTH, TOKEN
 from test_serve_refresh import get_json, two_versions
 
+from promokit.campaign.directory import activate_version
+from promokit.campaign.versions import LIVE, live_pointer, point_live
 from promokit.serve.app import create_app
-from promokit.serve.campaign import activate_version
 from promokit.serve.ledger import Ledger
 from promokit.serve.replay import running_service
-from promokit.serve.versions import LIVE, live_pointer, point_live
 
 PAIRS = 5  # benchmarks/serve_faults.py runs 24
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from promokit import cli_support
-from promokit.cli import app
+from promokit.cli import app, support
 from promokit.data import DataError
 from promokit.training import threads
 
@@ -46,19 +45,19 @@ def test_free_cores_are_the_usable_cores_less_their_share_of_the_busy(load, runn
 @pytest.mark.parametrize("load, free", [(0.0, 4), (1.4, 3), (3.5, 1)])
 def test_the_automatic_count_follows_the_free_cores(four_cores, load, free):
     four_cores(load)
-    assert cli_support.free_cores() == free
-    assert cli_support.set_threads(None) == free and torch.get_num_threads() == free
+    assert support.free_cores() == free
+    assert support.set_threads(None) == free and torch.get_num_threads() == free
     four_cores(0.0)  # the load went: promokit's own earlier choice is no user's, the next one replaces it
     assert threads.set_threads() == 4 and torch.get_num_threads() == 4
 
 
 def test_threads_given_win_and_must_be_positive(four_cores):
     four_cores(0.0)
-    assert cli_support.set_threads(3) == 3 and torch.get_num_threads() == 3
-    assert cli_support.set_threads(None) == 3, "a count given stays the user's choice"
+    assert support.set_threads(3) == 3 and torch.get_num_threads() == 3
+    assert support.set_threads(None) == 3, "a count given stays the user's choice"
     for bad in (0, -2):
         with pytest.raises(DataError, match=f"^--threads must be at least 1, got {bad}$"):
-            cli_support.set_threads(bad)
+            support.set_threads(bad)
         with pytest.raises(DataError, match=f"^`threads` must be at least 1, got {bad}$"):
             threads.set_threads(bad)
 

@@ -494,9 +494,9 @@ LIBRARY = {
     ("training.artifact.ModelDirWriter.__init__", "path"): refused(lambda uri, i: pk.training.ModelDirWriter(uri)),
     ("training.artifact.write_model_dir", "path"): refused(
         lambda uri, i: pk.training.write_model_dir(uri, {}, {}, None)),
-    ("serve.campaign.build", "out"): refused(lambda uri, i: pk.campaign.build(uri, "nowhere.parquet", "nowhere", 10),
+    ("campaign.directory.build", "out"): refused(lambda uri, i: pk.campaign.build(uri, "nowhere.parquet", "nowhere", 10),
                                              extra="serve"),
-    ("serve.campaign.activate_version", "root"): refused(lambda uri, i: pk.campaign.activate_version(uri),
+    ("campaign.directory.activate_version", "root"): refused(lambda uri, i: pk.campaign.activate_version(uri),
                                                          extra="serve"),
     ("serve.app.create_app", "ledger_url"): refused(
         lambda uri, i: pk.serve.create_app(i.campaign, ledger_url=uri, token="s3cret"), "`{argument}` " + LEDGER,
@@ -541,7 +541,7 @@ for _domain, _writes in (("conversion", ("predictions.parquet", "summary.json"))
 
 #: Writing-looking arguments that are not: the base class's abstract ``save`` (each model's is swept), and a loaded
 #: campaign's folder (a field, nothing written).
-NOT_SWEPT = {("training.estimator.Estimator.save", "path"), ("serve.campaign.Campaign.__init__", "folder")}
+NOT_SWEPT = {("training.estimator.Estimator.save", "path"), ("campaign.directory.Campaign.__init__", "folder")}
 
 #: scikit-learn's metadata-routing methods (``set_fit_request(checkpoint_dir=True)``).
 SKLEARN_ROUTING = re.compile(r"^set_\w+_request$")

@@ -121,7 +121,7 @@ def test_model_and_option_errors(world, model, tmp_path):
 
 
 def test_two_part_is_the_deprecated_name_of_the_hurdle(world, tmp_path):
-    from promokit.value.cli import _models
+    from promokit.cli.value import _models
 
     result = _invoke("value", "train", "--data", world, "--out", tmp_path / "m", "--model", "two-part")
     assert result.exit_code == 0, result.output
@@ -335,7 +335,7 @@ def test_the_train_and_predict_defaults_are_the_libraries():
 
     from typer.main import get_command
 
-    from promokit.value.cli import app as value_app
+    from promokit.cli.value import app as value_app
     from promokit.value.estimator import ValueModel
 
     commands = get_command(value_app).commands

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html as html_text
 import math
+import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,25 @@ class Report:
         if html:
             write_text(self.html(), out / "report.html")
         return out
+
+
+def metrics_table(metrics: dict) -> pd.DataFrame:
+    """``metrics`` (name → number) as a table of ``metric`` and ``value``: a count as an int, any other number as a
+    float."""
+    values = [int(v) if isinstance(v, numbers.Integral) else float(v) for v in metrics.values()]
+    return pd.DataFrame({"metric": list(metrics), "value": pd.Series(values, dtype=object)})
+
+
+def metrics_report(title: str, model: str, metrics: dict, tables: dict[str, pd.DataFrame] | None = None) -> Report:
+    """An evaluation's report (``evaluate``'s report.md / report.json): the ``model``'s ``metrics``
+    (:func:`metrics_table`) and the ``tables`` that break them down (calibration by decile …), each a section."""
+    tables = tables or {}
+    report = Report(title, data={"model": model, "metrics": metrics,
+                                 **{name: table.to_dict(orient="records") for name, table in tables.items()}})
+    report.add("Metrics", metrics_table(metrics))
+    for name, table in tables.items():
+        report.add(name.replace("_", " ").capitalize(), table)
+    return report
 
 
 def count(value: float) -> str:

@@ -21,13 +21,13 @@ from promokit.allocation.budget import (BudgetPlan, BudgetProblem, InfeasibleBud
                                        stack_populations)
 from promokit.allocation.budget_parts import (BudgetPart, MapParts, inspect_part, level_totals, plan_frame,
                                               solve_budget_parts, table_form)
-from promokit.allocation.options import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON
+from promokit.allocation.defaults import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON
 from promokit.allocation.result import Allocation, relative_gap
 from promokit.allocation.sources import (Progress, Source, TableSource, check_unique_users, drop_stale_parts,
                                          in_parts, source, step)
 from promokit.allocation.tables import LEVEL, BudgetTable, key_column, read_budget_table
-from promokit.data.uris import local_dir
 from promokit.data.errors import DataError
+from promokit.data.uris import local_dir
 
 METHODS = ("lagrange", "lp", "milp")
 PAID_ON = ("response", "request")

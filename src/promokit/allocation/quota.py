@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from promokit.allocation.checks import check_matrix, check_vector
-from promokit.allocation.options import QUOTA_METHOD
+from promokit.allocation.defaults import QUOTA_METHOD
 from promokit.allocation.quota_core import (QuotaPlan, QuotaProblem, dual_bound, plan_prices, risk_slack,
                                              slack_at_levels, users_at_least)
 from promokit.allocation.quota_exact import solve_exact

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.options import AUTO, DEFAULT_PREFIX, QUOTA_METHOD, TOLERANCE
+from promokit.allocation.defaults import AUTO, DEFAULT_PREFIX, QUOTA_METHOD, TOLERANCE
 from promokit.allocation.quota import METHODS, solve_quota
 from promokit.allocation.quota_core import QuotaPlan
 from promokit.allocation.quota_parts import MapParts, QuotaPart, inspect_part, plan_frame, solve_quota_parts
@@ -25,8 +25,8 @@ from promokit.allocation.sources import (Progress, Source, TableSource, check_un
                                          in_parts, source, step)
 from promokit.allocation.tables import (FUND, MAX, MIN, QUOTA, RISK, SCORE, FundQuotas, key_column, read_quota_table,
                                         read_quotas)
-from promokit.data.uris import local_dir
 from promokit.data.errors import DataError
+from promokit.data.uris import local_dir
 
 
 class _Run(NamedTuple):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from promokit.allocation.options import AUTO, DEFAULT_PREFIX, LONG, TOLERANCE, WIDE
+from promokit.allocation.defaults import AUTO, DEFAULT_PREFIX, LONG, TOLERANCE, WIDE
 from promokit.data.errors import DataError, example_row
 from promokit.data.io import read_table
 from promokit.data.parts import parquet_schema

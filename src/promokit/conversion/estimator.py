@@ -630,7 +630,7 @@ class ConversionModel(Estimator):
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig.loaded(config["train"]),
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"],
-                    # directories written before the hold-out was kept held nothing out
+                    # a format-1 directory without ``holdout`` held nothing out
                     (config.get("holdout") or {}).get("test_fraction", 0.0), config.get("refit", False))
         model.holdout = config.get("holdout")
         model.report.history, model.training_ids = History.read(path), read_training_ids(path)

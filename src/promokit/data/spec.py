@@ -255,7 +255,7 @@ def missing_column_message(name: str, columns: list[str], what: str, n_rows: int
 def label_mapping(role: str, column: str, spec: bool = False) -> str:
     """How a library user maps ``column`` to the label ``role``: ``labels={'click': 'is_click'}`` (the domain's
     table readers' ``labels`` argument) or, with ``spec``, the feature spec's ``FeatureSpec(labels={…})``. The CLI
-    shows it as ``--label click=is_click`` (``promokit.cli_support.convention_errors``)."""
+    shows it as ``--label click=is_click`` (``promokit.cli.conventions.convention_errors``)."""
     mapping = f"labels={{{role!r}: {column!r}}}"
     return f"FeatureSpec({mapping})" if spec else mapping
 

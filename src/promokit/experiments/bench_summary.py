@@ -1,5 +1,7 @@
-"""The table a bench shows first: per model, in the order run, the mean ± std over seeds of its headline metrics,
-RelaImpr (DMBGN eq. 11) of its mean AUC against the floor's, and its mean fit time."""
+"""What the benches share: the table a bench shows first (per model, in the order run, the mean ± std over seeds of
+its headline metrics, RelaImpr (DMBGN eq. 11) of its mean AUC against the floor's, and its mean fit time), the
+sentences on how the models stand against the floor, the models a bench runs (the floor always among them) and the
+report it writes."""
 
 from __future__ import annotations
 
@@ -56,3 +58,28 @@ def add_floor_section(report, sentences) -> None:
     said = [sentence for sentence in sentences if sentence]
     if said:
         report.add("Against the floor", " ".join(said))
+
+
+def with_floor(models: Sequence[str], floor: str = "lr") -> list[str]:
+    """A bench's ``models`` with the linear ``floor`` first when they do not name it: every bench shows what the
+    deep models have to beat."""
+    names = list(models)
+    return names if floor in names else [floor, *names]
+
+
+def bench_report(title: str, results: pd.DataFrame, oracle: dict | None, setup: str, summary: pd.DataFrame,
+                 tables: dict | None = None, floor: tuple[str, Sequence[str]] | None = None):
+    """A bench's report (a :class:`~promokit.report.Report`, for report.md / report.json): the per-seed
+    ``results``, the ``oracle`` row, the ``setup`` line, the ``summary`` table, any further ``tables`` (section
+    title → table) and, with ``floor`` (the floor model and metrics), how the models stand against the floor."""
+    from promokit.report import Report
+
+    report = Report(title, data={"results": results.to_dict(orient="records"), "oracle": oracle})
+    report.add("Setup", setup)
+    report.add("Mean ± std over seeds", summary)
+    for section, table in (tables or {}).items():
+        report.add(section, table)
+    if floor is not None:
+        add_floor_section(report, [floor_verdict(results, floor[0], metric, what=f"test {metric}")
+                                   for metric in floor[1]])
+    return report

@@ -598,9 +598,9 @@ class IncentiveModel(Estimator):
         holdout = config["split"]
         model = cls(config["model"], config["params"], TrainConfig.loaded(config["train"]), holdout["test_fraction"],
                     config["customer_spec"].get("allow_leaky") or None,
-                    config.get("refit", False))  # directories written before the refit were not refit
+                    config.get("refit", False))  # a format-1 directory without ``refit`` was not refit
         model.levels = np.asarray(config["levels"], dtype=np.float64)
-        model.labels = config.get("labels")  # absent in model directories written before it was kept
+        model.labels = config.get("labels")  # None in a format-1 directory without ``labels``
         model.customers_only = config.get("customers_only", False)
         model.graph = config.get("graph", "none" if model.customers_only else "merchants")
         model.item_spec = None if config.get("item_spec") is None else FeatureSpec.from_dict(config["item_spec"])

@@ -13,9 +13,9 @@ import pandas as pd
 
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
+from promokit.policy.defaults import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 from promokit.policy.judging import judge, predicted_outcomes, read_scores, union_of_actions
 from promokit.policy.log import Log, read_log
-from promokit.policy.options import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 from promokit.policy.plans import CONSTANT, LOGGING, UNIFORM, Plan, read_plan, reference_plan
 from promokit.policy.report import PolicyEvaluation
 

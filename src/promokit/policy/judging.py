@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 from promokit.data.errors import DataError
+from promokit.policy.defaults import BOOTSTRAP, INTERVAL
 from promokit.policy.estimators import (COLUMNS, INTERVALS, OUTER, Terms, bootstrap_sums, effective_sample_size,
                                         from_sums, in_outer_tail, influence, interval_levels, per_subject_sums,
                                         percentiles)
 from promokit.policy.log import INCENTIVE, Log, action_list
-from promokit.policy.options import BOOTSTRAP, INTERVAL
 from promokit.policy.plans import Plan, on_actions
 from promokit.policy.report import Estimate, PlanResult, PolicyEvaluation
 

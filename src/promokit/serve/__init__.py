@@ -1,6 +1,7 @@
-"""The decision service: a campaign directory (:func:`promokit.campaign.build`, :func:`load_campaign`), the FastAPI
-app that serves it (:func:`create_app`; ``promokit serve`` runs it under uvicorn), the budget ledger it writes
-(:class:`Ledger`), the log exported from that ledger (:func:`export_log`) and a load generator (:func:`run_replay`).
+"""The decision service: the FastAPI app (:func:`create_app`; ``promokit serve`` runs it under uvicorn) that serves
+a campaign directory (:mod:`promokit.campaign`: :func:`~promokit.campaign.build`,
+:func:`~promokit.campaign.load_campaign`), the budget ledger it writes (:class:`Ledger`), the log exported from that
+ledger (:func:`export_log`) and a load generator (:func:`run_replay`).
 
 Exports load lazily (PEP 562), so ``promokit --help`` imports neither FastAPI nor SQLAlchemy.
 """
@@ -9,10 +10,6 @@ from promokit.lazy import lazy_exports
 
 _EXPORTS = {
     "create_app": "promokit.serve.app",
-    "Campaign": "promokit.serve.campaign",
-    "CampaignConfig": "promokit.serve.campaign",
-    "Pacing": "promokit.serve.campaign",
-    "load_campaign": "promokit.serve.campaign",
     "Export": "promokit.serve.export",
     "export_log": "promokit.serve.export",
     "Ledger": "promokit.serve.ledger",

@@ -30,17 +30,18 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
+from promokit.campaign.directory import Campaign, load_campaign
+from promokit.campaign.money import to_major, to_minor
+from promokit.campaign.versions import UnknownVersion
 from promokit.data.errors import DataError
 from promokit.serve.body_limit import BodyLimit
-from promokit.serve.campaign import Campaign, load_campaign
 from promokit.serve.decision_rule import level_of
+from promokit.serve.defaults import DEADLINE_SECONDS
 from promokit.serve.figures import Figures
 from promokit.serve.health import DOWN, UNAVAILABLE, LedgerHealth
 from promokit.serve.hot_path import HotRoutes, RequestRoute
 from promokit.serve.ledger import CapRequest, Ledger, LedgerConflict, LedgerTimeout, OutcomeRequest
 from promokit.serve.metrics import CONTENT_TYPE, RequestMetrics, render_metrics, summary
-from promokit.serve.money import to_major, to_minor
-from promokit.serve.options import DEADLINE_SECONDS
 from promokit.serve.pacing import realised_ratio
 from promokit.serve.refresh import WATCH_SECONDS, LiveVersion
 from promokit.serve.schema import (
@@ -61,7 +62,6 @@ from promokit.serve.schema import (
     request_body,
     responses,
 )
-from promokit.serve.versions import UnknownVersion
 from promokit.serve.writer import BatchWriter
 
 TOKEN_ENV = "PROMOKIT_API_TOKEN"
@@ -221,7 +221,7 @@ def create_app(campaign_dir: str | os.PathLike, ledger_url: str | None = None, t
     replaces the campaign's exploration share (its seed stays the campaign's); ``watch_seconds`` (default
     ``$PROMOKIT_WATCH_SECONDS``, else 1) is how often a worker reads ``live.json`` to follow a switch, 0 never
     (:mod:`promokit.serve.refresh`); ``deadline`` (default ``$PROMOKIT_DEADLINE``, else
-    :data:`~promokit.serve.options.DEADLINE_SECONDS`) is how long a decision or outcome may wait for the ledger
+    :data:`~promokit.serve.defaults.DEADLINE_SECONDS`) is how long a decision or outcome may wait for the ledger
     before it answers 503 (:mod:`promokit.serve.writer`)."""
     from promokit.serve.page import render_page
 

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from promokit.allocation.budget import decide
-from promokit.serve.campaign import Campaign
+from promokit.campaign.directory import Campaign
 from promokit.serve.explore import EXPLORE, Exploration
 from promokit.serve.ledger import NO_LEVEL, DecisionRequest, Option, no_incentive
 from promokit.serve.pacing import Pacer

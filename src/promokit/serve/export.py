@@ -28,10 +28,10 @@ import pandas as pd
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
+from promokit.campaign.directory import LEDGER, Campaign, load_campaign
 from promokit.data.errors import DataError
 from promokit.data.io import read_table
 from promokit.data.spec import keyed_table
-from promokit.serve.campaign import LEDGER, Campaign, load_campaign
 from promokit.serve.explore import EXPLOIT, EXPLORE
 from promokit.serve.ledger import EXPIRED, NO_LEVEL, Ledger
 
@@ -41,7 +41,7 @@ LOG = (*LABELS, "paid", "propensity", "bucket", "request_id", "decided_at")
 BUCKETS = ("all", EXPLORE, EXPLOIT)
 _READ = ("SELECT request_id, subject_id, level_index, face, state, redeemed, paid, created_at, expires_at, {tagged} "
          "FROM decisions WHERE population = :population ORDER BY seq")
-#: What a ledger from before exploration (schema version 2) holds: every decision the rule's, for sure.
+#: What a ledger of schema version 2 (without the exploration columns) holds: every decision the rule's, for sure.
 _UNTAGGED = f"'{EXPLOIT}' AS bucket, 1.0 AS propensity"
 
 

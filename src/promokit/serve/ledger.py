@@ -6,7 +6,7 @@ alone, because psycopg speaks only PostgreSQL and the embedded default is SQLite
 path, runs once per batch of requests on a DBAPI connection of its own (sqlite3, or psycopg blocking or
 asynchronous; see :meth:`Ledger.apply`).
 
-Money is exact: integers of the currency's minor unit (:mod:`promokit.serve.money`) in ``BIGINT`` columns,
+Money is exact: integers of the currency's minor unit (:mod:`promokit.campaign.money`) in ``BIGINT`` columns,
 added and compared without rounding. Expectations (expected cost and responses) are model estimates, not money
 held, and stay floating point.
 
@@ -138,7 +138,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "ALTER TABLE timeline_v2 RENAME TO timeline",
     ]),
     (3, [  # the exploration bucket: each decision's bucket and the propensity of its level; explored decisions
-        # (a decision before exploration existed was the rule's, with probability 1)
+        # (the rows already there get the defaults: the rule's decision, with probability 1)
         f"ALTER TABLE decisions ADD COLUMN bucket VARCHAR(8) NOT NULL DEFAULT '{EXPLOIT}'",
         "ALTER TABLE decisions ADD COLUMN propensity DOUBLE PRECISION NOT NULL DEFAULT 1",
         "ALTER TABLE budget ADD COLUMN explored BIGINT NOT NULL DEFAULT 0",

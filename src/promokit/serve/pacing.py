@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from promokit.allocation.budget import ratio_form, solve_budget, stack_populations
+from promokit.campaign.money import to_major
 from promokit.data.errors import DataError
-from promokit.serve.money import to_major
 
 #: Re-solve only once the window holds this many requests.
 MIN_WINDOW = 64

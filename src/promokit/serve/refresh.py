@@ -2,7 +2,7 @@
 
 Each worker process serves one :class:`~promokit.serve.decision_rule.DecisionRule` at a time. A switch loads the
 new version (memory-mapped: milliseconds whatever its size), checks that it fits the live one
-(:func:`~promokit.serve.campaign.refresh_problem`), hands the old pacer's state to the new one
+(:func:`~promokit.campaign.directory.refresh_problem`), hands the old pacer's state to the new one
 (:meth:`~promokit.serve.pacing.Pacer.carry`) and replaces the rule in one assignment. A request reads the rule
 once, when it arrives, so a request in flight finishes on the version it started on; the ledger, and with it the
 money at risk under the cap, is the same before and after. A version that does not load or does not fit is
@@ -16,7 +16,7 @@ A worker switches when
   ``promokit campaign switch`` or ``campaign build --activate`` moved the pointer;
 - it gets SIGHUP, which makes it read the pointer at once (``"signal"``).
 
-Order. Every write of ``live.json`` is numbered under a lock (:func:`~promokit.serve.versions.point_live`), so the
+Order. Every write of ``live.json`` is numbered under a lock (:func:`~promokit.campaign.versions.point_live`), so the
 pointer names the last switch acknowledged, whichever worker received it. A worker follows the pointer whenever it
 moved since it last acted on it, and reads it again with its own switches held off, so a switch it acknowledged
 meanwhile is never undone by an older pointer: after any sequence of switches every worker serves the last one.
@@ -29,11 +29,11 @@ import contextlib
 import logging
 import time
 
+from promokit.campaign.directory import Campaign, load_campaign, refresh_problem
+from promokit.campaign.versions import LIVE, UnknownVersion, live_pointer, point_live, version_names
 from promokit.data.errors import DataError
-from promokit.serve.campaign import Campaign, load_campaign, refresh_problem
 from promokit.serve.decision_rule import DecisionRule
 from promokit.serve.health import UNAVAILABLE
-from promokit.serve.versions import LIVE, UnknownVersion, live_pointer, point_live, version_names
 
 #: How often a worker reads ``live.json``.
 WATCH_SECONDS = 1.0

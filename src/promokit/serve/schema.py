@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from promokit.serve.money import MAX_MINOR
+from promokit.campaign.money import MAX_MINOR
 
 Key = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@/+=-]+$")]
 

@@ -121,7 +121,7 @@ def read_model_config(model_dir: str | os.PathLike, task: str) -> dict:
 def read_training_ids(model_dir: str | os.PathLike) -> np.ndarray | None:
     """The hashes of the ids of the subjects the model in ``model_dir`` was trained on (sorted distinct uint64, as
     :func:`promokit.data.ids.id_hashes` gives them, for :func:`~promokit.data.ids.share_in`), or ``None`` when the
-    directory does not record them (written before promokit did). A DataError when ``model_dir`` is not a model
+    directory does not record them (a format-1 directory may not). A DataError when ``model_dir`` is not a model
     directory or its file is not such hashes."""
     if not (Path(model_dir) / CONFIG).exists():
         raise DataError(f"{as_path(model_dir)}: not a promokit model directory ({CONFIG} is missing)")

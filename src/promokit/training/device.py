@@ -3,8 +3,8 @@ torch device, and what follows it there: the network with the node inputs it hol
 (:func:`to_device`), the tensors the models create as they run (:func:`device_scope`), and the outputs, brought back
 to the CPU (:func:`to_cpu`).
 
-On the CPU every step is the identity (no copy, no default device), so a CPU run computes exactly what it computed
-before the setting existed. Weights are saved from CPU tensors and loaded to the CPU
+On the CPU every step is the identity (no copy, no default device), so a CPU run computes exactly what it would
+with no device handling at all. Weights are saved from CPU tensors and loaded to the CPU
 (:mod:`promokit.training.artifact`), so a model trained on one device loads on any.
 """
 

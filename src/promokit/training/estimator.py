@@ -197,7 +197,8 @@ def check_refit(value) -> None:
 
 def check_same_data(holdout: dict | None, n: int, what: str) -> None:
     """``held_out(data)`` recomputes what ``fit`` held out, so ``data`` must be the data fit was given: as many
-    ``what`` ("rows", "sessions" …) as fit counted in ``holdout["rows"]`` (unknown in older model directories)."""
+    ``what`` ("rows", "sessions" …) as fit counted in ``holdout["rows"]`` (unknown in a format-1 model directory
+    without it)."""
     fitted = (holdout or {}).get("rows")
     if fitted is not None and fitted != n:
         raise DataError(f"held_out: the model held out {holdout['held_out']:,} of the {fitted:,} {what} it was fitted "

@@ -3,8 +3,8 @@
 ``fit`` holds rows out twice: the test hold-out (``test_fraction``, scored by ``evaluate``) and the validation rows
 that choose the epoch, the L2 strength or the trees. Both are usually the latest rows, the most like the rows the
 model will score, and a model that never learns from them loses more than the paper models gain over the floor
-(KuaiRand-Pure, AmExpert: benchmarks/README.md#refit). So, as scikit-learn's search tools do with ``refit=True``,
-once the settings are chosen the estimator fits again on every row with them fixed: the epochs kept
+(KuaiRand-Pure, AmExpert: benchmarks/training.md#refit-on-every-row). So, as scikit-learn's search tools do with
+``refit=True``, once the settings are chosen the estimator fits again on every row with them fixed: the epochs kept
 (:func:`refit_train`), the strengths or trees chosen (the domain's ``model_params``), no validation and no test
 hold-out. What the held-out rows said of the selected model is scored before the refit and kept
 (:func:`refit_record`): the refit model has learnt from them, so scoring it there again would flatter it, and
@@ -20,6 +20,7 @@ import hashlib
 import json
 import numbers
 import warnings
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -105,6 +106,30 @@ def unscored_refit(holdout: dict | None) -> str | None:
         return None
     return ("the model was refit on every row, the held-out ones too, over parts that were not read whole to score "
             "them first: these metrics flatter it (train with --no-refit, refit=False, to score them)")
+
+
+def held_out_before_refit(model, data, rescored: Sequence[str] = ()):
+    """What an evaluation of a refit ``model`` on the held-out rows of ``data`` reports: the metrics those rows gave
+    the selected model, scored before the refit (``model.held_out_evaluation(data)``), since the refit model has
+    learnt from them. None when the rows are to be scored as usual: the model was not refit; the held-out rows of
+    ``data`` are not those fit scored; they were not scored before the refit (a warning, :func:`unscored_refit`);
+    or ``rescored`` names what the stored metrics lack (other metrics or label columns asked for: a warning that
+    the refit model, which scores them, learnt from these rows)."""
+    if not (model.holdout or {}).get("refit"):
+        return None
+    unscored = unscored_refit(model.holdout)
+    if unscored:
+        warnings.warn(unscored, stacklevel=2)
+        return None
+    stored = model.held_out_evaluation(data)
+    if stored is None:  # other rows than fit held out and scored: score them
+        return None
+    if rescored:
+        warnings.warn(f"{' and '.join(rescored)}: scored by the refit model, which learnt from these held-out rows, "
+                      "so the metrics flatter it; without them evaluate reports the held-out metrics scored before "
+                      "the refit (a model fitted with refit=False is the selected one)", stacklevel=2)
+        return None
+    return stored
 
 
 def refit_record(rows: int, history: History | None, params: dict, evaluation, held_out: pd.DataFrame | None) -> dict:

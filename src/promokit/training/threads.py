@@ -4,7 +4,8 @@ torch's own default, one OpenMP thread per core that spins a while at every barr
 a machine where other processes hold the cores: the threads meet at a barrier after every operation, a spinning
 thread burns the slice its partner needs, and each step waits for whichever thread the scheduler set aside. On the
 2-core machine at a load of 8–18 a conversion DNN epoch took 21–53 s against 1.3–2.5 s for the same 2 threads
-sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) and 3–4 s on 1 thread (benchmarks/README.md, threads under load).
+sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) and 3–4 s on 1 thread
+(benchmarks/training.md#threads_under_loadpy-thread-settings-beside-busy-processes).
 """
 
 from __future__ import annotations

@@ -238,7 +238,8 @@ class ValueModel(Estimator):
         self.holdout: dict | None = None
         #: the hashes of the ids of the users of the training deliveries (``training_ids.npy``)
         self.training_ids: np.ndarray | None = None
-        #: the latest time of the deliveries trained or validated on (contract form; None in older directories)
+        #: the latest time of the deliveries trained or validated on (contract form; None in a format-1 directory
+        #: without it)
         self.trained_until: int | float | None = None
         #: context features of training deliveries (``scoring.context_values``), to score without deliveries
         self.kept_contexts: dict[str, list] | None = None
@@ -323,7 +324,7 @@ class ValueModel(Estimator):
         recomputed by the rule in ``holdout``: ``data`` is the data fit was given."""
         if self.holdout is None:  # fit sets it first, before the network
             self._check_fitted()
-            return np.empty(0, dtype=np.int64)  # a directory written before the hold-out was kept held nothing out
+            return np.empty(0, dtype=np.int64)  # a format-1 directory without ``holdout`` held nothing out
         tables = self._tables(data, require_labels=False)
         check_same_data(self.holdout, len(tables.deliveries), "deliveries")
         holdout = self.holdout
@@ -666,7 +667,7 @@ class ValueModel(Estimator):
         model = cls(RENAMED.get(config["model"], config["model"]), config["params"], TrainConfig.loaded(config["train"]),
                     split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"),
                     allow_leaky=config.get("allow_leaky"),
-                    refit=config.get("refit", False))  # directories written before the refit were not refit
+                    refit=config.get("refit", False))  # a format-1 directory without ``refit`` was not refit
         model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
         model.holdout = holdout
         model.history, model.training_ids = History.read(path), read_training_ids(path)

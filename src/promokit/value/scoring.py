@@ -89,7 +89,8 @@ def kept_contexts(kept: dict[str, list] | None, spec: FeatureSpec) -> pd.DataFra
         return pd.DataFrame(index=range(1))
     if not kept:
         raise DataError(f"the model reads the delivery context {spec.features} and its directory keeps no contexts "
-                        "(it was written before promokit kept them): give the deliveries to draw contexts from")
+                        "(a format-1 directory may lack them; format 2 keeps them): give the deliveries to draw "
+                        "contexts from")
     return pd.DataFrame(kept)
 
 

@@ -185,7 +185,7 @@ def agreed_options(trained: dict, categorical: Sequence[str] | None = None, nume
     """The :func:`check_tables` options a model was trained with (``trained``: its :func:`table_options`), to read
     other tables as its training tables were. Options given must name the same columns (in any order): one that
     contradicts the model is an error (``no_terms`` in it is ``terms=False``). Item features a model did not keep
-    (directories written before the options were) follow ``item_features``, by default :data:`ITEM_FEATURES`."""
+    (a format-1 directory without the table options) follow ``item_features``, by default :data:`ITEM_FEATURES`."""
     given = {"categorical": categorical, "numeric": numeric, "item_features": item_features}
     for name, columns in given.items():
         if columns is not None and trained[name] is not None and set(columns) != set(trained[name]):

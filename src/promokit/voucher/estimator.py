@@ -669,7 +669,7 @@ class VoucherModel(Estimator):
         ``params["item_dim"]``: item embeddings are neither re-read nor re-trained, the weights hold them); the
         graphs of the tables it scores are built with that vocabulary at ``predict`` / ``evaluate``."""
         config = read_model_config(path, "voucher")
-        holdout = config.get("holdout") or {}  # directories written before the hold-out was kept held nothing out
+        holdout = config.get("holdout") or {}  # a format-1 directory without ``holdout`` held nothing out
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig.loaded(config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
                     holdout.get("test_from"), config["spec"].get("allow_leaky") or None, config.get("refit", False))
@@ -679,7 +679,7 @@ class VoucherModel(Estimator):
         model.recalibration = read_recalibration(path)
         model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
-        # directories written before config.json kept the table options: the profile columns and terms from the
+        # a format-1 directory without the table options (``tables``): the profile columns and terms from the
         # features, DMBGN's item features from its graph vocabulary (unknown for the others, which do not read them)
         model.table_options = config.get("tables") or table_options(
             model.feature_spec.categorical, model.feature_spec.numeric, vocabulary and vocabulary["item_features"])

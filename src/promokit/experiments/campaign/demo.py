@@ -59,6 +59,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from promokit.campaign.directory import build as build_campaign
+from promokit.campaign.money import to_major, to_minor
 from promokit.data.errors import DataError
 from promokit.data.io import write_json, write_parquet, write_text
 from promokit.data.uris import local_dir
@@ -69,9 +71,7 @@ from promokit.incentive.contract import CUSTOMER, check_tables
 from promokit.incentive.estimator import IncentiveModel, Responses, wide_scores
 from promokit.incentive.offline_metrics import ORACLE, evaluate
 from promokit.report import Report, count, money, percent
-from promokit.serve.campaign import build as build_campaign
 from promokit.serve.ledger import Ledger
-from promokit.serve.money import to_major, to_minor
 from promokit.serve.replay import ReplayResult, run_replay, running_service
 
 PAPER, BASELINE = "gnn-hazard", "dnn-h"

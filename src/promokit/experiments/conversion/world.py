@@ -42,7 +42,7 @@ true probability given the click and the features (the truth column ``p_node_<na
 each expectation a logistic-normal integral computed by 16-point Gauss–Hermite quadrature (error < 1e-6).
 The purchase, and with it p_cvr and the other truth columns, is untouched: the CVR oracle stays the true
 probability given the features. The micro-behaviour draws come from a third child of the world's
-SeedSequence, after everything else, so a world with ``n_micro = 0`` is the same as before the option existed,
+SeedSequence, after everything else, so a world with ``n_micro = 0`` is the world drawn without that child,
 and the first K behaviours of a world are the same for every ``n_micro ≥ K``.
 """
 

@@ -7,9 +7,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
+from promokit.cli.conventions import label_options
+from promokit.cli.options.common import TABLE_HELP
+from promokit.cli.support import flags_in_errors, user_errors
 from promokit.console import get_console
-from promokit.policy.options import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
+from promokit.policy.defaults import BOOTSTRAP, INTERVAL, MISSING, REFERENCE
 
 app = typer.Typer(help="Judge decisions on a randomized log: off-policy estimates of plans, uplift curves.",
                   no_args_is_help=True)
@@ -43,7 +45,6 @@ def evaluate(log: LogOpt,
     """Estimate each plan's responses and spend (or conversions and transaction value) per subject and in total on
     a randomized log, by DM, IPS, SNIPS, DR and SNDR with paired bootstrap intervals, against a reference plan."""
     with user_errors(out=out), flags_in_errors(FLAGS):
-        from promokit.cli_support import label_options
         from promokit.policy import evaluate as evaluate_plans
         from promokit.policy.log import ROLES
 

@@ -1,22 +1,27 @@
-"""``promokit voucher …``: train, predict, evaluate, recalibrate, demo, bench (DMBGN and its baselines)."""
+"""``promokit voucher …``: train, tune, predict, evaluate, recalibrate, demo, synth, amexpert (from
+:mod:`promokit.cli.datasets`), bench, compare (DMBGN and its baselines)."""
 
 from __future__ import annotations
 
 import typer
 
-from promokit import cli_support as cs
+from promokit.cli import conventions as cv
+from promokit.cli import printing as pr
+from promokit.cli import support as cs
+from promokit.cli.datasets import amexpert
+from promokit.cli.options import common as co
+from promokit.cli.options import voucher as options
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.experiments.voucher.settings import DEMO_TRAIN
 from promokit.training.recalibration import DEFAULT_METHOD
 from promokit.training.refit import REFIT
-from promokit.voucher import options
 from promokit.voucher.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
 
 #: The training flags, showing the defaults the estimator trains with.
-TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
+TRAIN = co.TrainingFlags(DEFAULT_TRAIN)
 #: bench trains with the demo's settings (fewer epochs, patience 1).
-BENCH_TRAIN = cs.TrainingFlags(DEMO_TRAIN)
+BENCH_TRAIN = co.TrainingFlags(DEMO_TRAIN)
 
 app = typer.Typer(help="Voucher redemption: DMBGN and its baselines LR, GBDT, DNN, WDL, DIN.", no_args_is_help=True)
 
@@ -30,19 +35,19 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
           test_fraction: options.TestFractionOpt = TEST_FRACTION, label: options.LabelOpt = None, epochs: TRAIN.epochs = None,
           batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
           monitor: options.Monitor = None, embedding_decay: TRAIN.embedding_decay = None,
-          weight_decay: TRAIN.weight_decay = None, min_count: cs.MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
-          params: cs.ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
-          freeze_items: options.FreezeItems = False, wide: cs.WideOpt = None, allow_leaky: options.AllowLeakyOpt = None,
-          threads: options.Threads = 1, resume: cs.ResumeOpt = False, device: cs.DeviceOpt = None,
-          executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-          refit: cs.RefitOpt = REFIT):
+          weight_decay: TRAIN.weight_decay = None, min_count: co.MinCountOpt = None, seed: int = DEFAULT_TRAIN.seed,
+          params: co.ParamsOpt = None, item_embeddings: options.ItemEmbeddings = None,
+          freeze_items: options.FreezeItems = False, wide: co.WideOpt = None, allow_leaky: options.AllowLeakyOpt = None,
+          threads: options.Threads = 1, resume: co.ResumeOpt = False, device: co.DeviceOpt = None,
+          executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
+          refit: co.RefitOpt = REFIT):
     """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
     from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on), then fit
     it again on every session with that choice (--no-refit: keep the selected model). A feature
     that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky).
     With --sessions and --events in parts, a network trains over them part by part (--executor local) or
     data-parallel on --workers Ray Train workers (--executor ray), holding out the sessions one file would."""
-    with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
+    with cs.user_errors(), cs.flags_in_errors(options.FLAGS), cv.convention_errors():
         cs.set_threads(threads)
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import describe_holdout
@@ -55,12 +60,12 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
         estimator = VoucherModel(model, {**model_params, **options.item_params(item_embeddings, freeze_items)}, config,
                                  test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky, refit=refit)
         train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=valid_from,
-                    labels=cs.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
+                    labels=cv.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                     executor=cs.deferred_executor(executor, address, workers),
                     **options.table_options(categorical, numeric, validity, terms, item_features))
-        cs.finish_training(out, estimator.report.history)
-        cs.print_held_out(describe_holdout(estimator.holdout), "session")
-        cs.print_refit(estimator.holdout, "session")
+        pr.finish_training(out, estimator.report.history)
+        pr.print_held_out(describe_holdout(estimator.holdout), "session")
+        pr.print_refit(estimator.holdout, "session")
         get_console().print(f"model written to {out} ({estimator.report.n_train} training sessions, "
                             f"{estimator.report.n_valid} validation sessions)", soft_wrap=True)
 
@@ -71,15 +76,15 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
          numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
          item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
          valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
-         test_fraction: options.TestFractionOpt = TEST_FRACTION, trials: cs.TrialsOpt = 30, timeout: cs.TimeoutOpt = None,
-         storage: cs.StorageOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
+         test_fraction: options.TestFractionOpt = TEST_FRACTION, trials: co.TrialsOpt = 30, timeout: co.TimeoutOpt = None,
+         storage: co.StorageOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
          patience: TRAIN.patience = None, seed: int = DEFAULT_TRAIN.seed, params: options.FixedParams = None,
          threads: options.Threads = 1):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) for the best validation AUC;
     write the best as params.json for train --params. The sessions train would hold out (--test-fraction,
     --test-from) are never scored."""
     with cs.user_errors(out=out, storage=storage), cs.flags_in_errors({**options.FLAGS, "trials": "--trials"}), \
-            cs.convention_errors():
+            cv.convention_errors():
         cs.set_threads(threads)
         from promokit.experiments.voucher.tune import tune_voucher
         from promokit.voucher.contract import read_tables
@@ -96,7 +101,7 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
             return tune_voucher(model, tables, train, valid, config, fixed, trials, timeout, str(path),
                                 on_trial=on_trial)
 
-        cs.run_tune(out, storage, f"promokit voucher tune: {model}",
+        pr.run_tune(out, storage, f"promokit voucher tune: {model}",
                  f"sessions: {sessions}; model {model}; {len(train)} training sessions, {len(valid)} validation "
                  f"sessions, {len(test)} held out; maximise validation AUC; {trials} trials; seed {seed}", search)
 
@@ -107,8 +112,8 @@ def predict(model: options.ModelDir, sessions: options.PartsSessions, items: opt
             categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
             validity: options.Validity = None, terms: options.SavedTerms = None,
             item_features: options.SavedItemFeatures = None, start: options.PredictFrom = None,
-            executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: options.Threads = 1, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
+            executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
+            threads: options.Threads = 1, engine: co.EngineOpt = None, device: co.DeviceOpt = None):
     """Write p_redeem per session. Labels may be missing (outcome unknown); earlier labelled sessions feed
     the users' histories. With --sessions in parts, each part is scored alone (--executor local | ray), the model
     loaded once per worker."""
@@ -120,7 +125,7 @@ def predict(model: options.ModelDir, sessions: options.PartsSessions, items: opt
 
         rows, written = predict_sessions(model, sessions, items, out, events=events, voucher_items=voucher_items,
                                          start=start, executor=cs.deferred_executor(executor, address, workers),
-                                         file=cs.predictions_folder(out),
+                                         file=cv.predictions_folder(out),
                                          **options.saved_options(categorical, numeric, validity, terms, item_features))
         get_console().print(f"{rows} predictions written to {written}")
 
@@ -131,28 +136,28 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
              categorical: options.SavedCategorical = None, numeric: options.SavedNumeric = None,
              validity: options.Validity = None, terms: options.SavedTerms = None,
              item_features: options.SavedItemFeatures = None, start: options.EvaluateFrom = None,
-             all_rows: cs.AllRowsOpt = False, gauc_by: options.GaucBy = None, label: options.LabelOpt = None):
+             all_rows: co.AllRowsOpt = False, gauc_by: options.GaucBy = None, label: options.LabelOpt = None):
     """AUC and logloss (and GAUC within --gauc-by groups) of a trained model on the labelled sessions train held
     out (those collected from its cut on; --from: from another time; --all: every session of new data). The label
     is read from the column train mapped with --label, unless --label maps another."""
-    with cs.user_errors(out=out), cs.flags_in_errors(options.FLAGS), cs.convention_errors():
+    with cs.user_errors(out=out), cs.flags_in_errors(options.FLAGS), cv.convention_errors():
         from promokit.voucher.estimator import VoucherModel
         from promokit.voucher.history import sessions_from
 
         estimator = VoucherModel.load(model)
         tables = estimator.read(options.table_files(sessions, events, items, voucher_items), require_labels=True,
-                                labels=cs.label_options(label, options.LABEL_ROLES),
+                                labels=cv.label_options(label, options.LABEL_ROLES),
                                 **options.saved_options(categorical, numeric, validity, terms, item_features))
-        asked = {"--gauc-by": gauc_by, "--label": cs.relabelled(label, options.LABEL_ROLES, estimator.labels)}
-        stored = None if start is not None else cs.held_out_evaluation(estimator, tables, all_rows, asked)
+        asked = {"--gauc-by": gauc_by, "--label": cv.relabelled(label, options.LABEL_ROLES, estimator.labels)}
+        stored = None if start is not None else cv.held_out_evaluation(estimator, tables, all_rows, asked)
         if stored is not None:
-            cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
+            pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
                                     stored.tables)
             return
         rows = (sessions_from(tables.sessions, start) if start is not None or all_rows else
-                cs.held_out_rows(estimator, tables))
+                cv.held_out_rows(estimator, tables))
         evaluation = estimator.evaluate(tables, rows=rows, group_by=gauc_by)
-        cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
+        pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
                              f"{estimator.model} on {len(rows):,} sessions of {sessions.name}", evaluation.tables)
 
 
@@ -167,11 +172,11 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
     one) and write it into the model directory (recalibration.json): predict and evaluate then apply it, predict
     keeping the model's own score as p_redeem_raw."""
     with cs.user_errors(model=model), cs.flags_in_errors({**options.FLAGS, "method": "--method", "by": "--by"}), \
-            cs.convention_errors():
+            cv.convention_errors():
         from promokit.voucher.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, sessions, items, events=events, voucher_items=voucher_items, start=start,
-                                   method=method, by=by, labels=cs.label_options(label, options.LABEL_ROLES),
+                                   method=method, by=by, labels=cv.label_options(label, options.LABEL_ROLES),
                                    **options.saved_options(categorical, numeric, validity, terms, item_features))
         groups = "" if by is None else (f" by {by} ({fitted['groups']:,} values, {fitted['own_maps']:,} with a map "
                                          "of their own)")
@@ -182,7 +187,7 @@ def recalibrate(model: options.ModelDir, sessions: options.Sessions, items: opti
 
 
 @app.command()
-def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes) and the report") = cs.RUNS / "voucher-demo",
+def demo(out: co.runs_out_option("results.csv (rewritten as each model finishes) and the report") = co.RUNS / "voucher-demo",
          users: int = 3000, vouchers: int = 120, items: int = 1000, sessions: int = 20_000, seed: int = 0,
          models: options.BenchModels = options.DEMO_MODELS, threads: options.Threads = 1):
     """Train every model of the DMBGN paper on the synthetic voucher world; Table 3 with the oracle."""
@@ -222,28 +227,15 @@ def synth(out: options.SynthOut, users: int = 3000, sessions: int = 20_000, vouc
                             highlight=False, soft_wrap=True)
 
 
-@app.command()
-def amexpert(src: options.AmexpertSrc, out: options.AmexpertOut):
-    """Map AmExpert 2019 to the voucher contract (see docs/voucher.md) and write it as tables, with the load report
-    (amexpert.json)."""
-    with cs.user_errors():
-        from promokit.data.uris import as_path
-        from promokit.datasets import convert_amexpert
-
-        tables, report, files = convert_amexpert(src, out)
-        console = get_console()
-        console.print(report.summary(), highlight=False)
-        console.print(f"tables written to {as_path(out)}; try:\npromokit voucher train "
-                      f"{options.train_command(files, tables.options)} --model dmbgn --out model [--valid-from …]\n"
-                      "then: promokit voucher evaluate … --gauc-by campaign_id", highlight=False, soft_wrap=True)
+app.command("amexpert")(amexpert)
 
 
 @app.command()
 def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchModels = "lr,gbdt,dnn,wdl,din,dmbgn",
           seeds: options.Seeds = "0,1,2", epochs: BENCH_TRAIN.epochs = None, batch_size: BENCH_TRAIN.batch_size = None,
           lr: BENCH_TRAIN.lr = None, patience: BENCH_TRAIN.patience = None, monitor: options.Monitor = None,
-          embedding_decay: BENCH_TRAIN.embedding_decay = None, min_count: cs.MinCountOpt = None,
-          params: options.BenchParams = None, tuned: cs.TunedOpt = None, wide: cs.WideOpt = None,
+          embedding_decay: BENCH_TRAIN.embedding_decay = None, min_count: co.MinCountOpt = None,
+          params: options.BenchParams = None, tuned: co.TunedOpt = None, wide: co.WideOpt = None,
           out: options.BenchOut = None, gauc_by: options.BenchGaucBy = None, threads: options.Threads = 1):
     """Models × seeds on a time split: AUC mean ± std, RelaImpr vs LR, DNN and DIN, logloss (Table 3)."""
     with cs.user_errors(out=out):
@@ -258,7 +250,7 @@ def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchMod
         if data.report is not None:
             console.print(data.report.summary(), highlight=False)
         names = cs.bench_models(models)
-        per_model = runner.bench_params(names, net, min_count, cs.tuned_params(tuned, names))
+        per_model = runner.bench_params(names, net, min_count, cs.tuned_option(tuned, names))
 
         def done(row):
             grouped = f"  GAUC {row['gauc']:.4f}" if "gauc" in row else ""
@@ -270,30 +262,30 @@ def bench(data_dir: options.BenchDataDir = "synthetic", models: options.BenchMod
         print_table("mean ± std over seeds (test split)", run.summary)
         if out is not None:
             split = data.split
-            cs.write_bench_report(out, "promokit voucher bench", run.results, run.oracle, f"data: {data_dir}; time "
+            pr.write_bench_report(out, "promokit voucher bench", run.results, run.oracle, f"data: {data_dir}; time "
                                f"split; seeds: {seeds}; {len(split.train)}/{len(split.valid)}/{len(split.test)} "
                                "sessions", run.summary, floor=("lr", ("auc",)))
 
 
 @app.command()
-def compare(sessions: options.Sessions, items: options.Items, out: cs.CompareOutOpt, events: options.Events = None,
+def compare(sessions: options.Sessions, items: options.Items, out: co.CompareOutOpt, events: options.Events = None,
             voucher_items: options.VoucherItems = None, categorical: options.Categorical = None,
             numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
-            item_features: options.ItemFeatures = None, models: cs.CompareModelsOpt = "lr,gbdt,din,dmbgn",
-            seeds: cs.CompareSeedsOpt = "0", valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
+            item_features: options.ItemFeatures = None, models: co.CompareModelsOpt = "lr,gbdt,din,dmbgn",
+            seeds: co.CompareSeedsOpt = "0", valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
             test_fraction: options.TestFractionOpt = TEST_FRACTION, epochs: TRAIN.epochs = None,
             batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
-            resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: options.Threads = 1):
+            resamples: co.ResamplesOpt = co.RESAMPLES, threads: options.Threads = 1):
     """Fit the floor lr and --models on the same sessions with the same training budget, and write one leaderboard:
     the AUC of the held-out sessions against lr with a paired bootstrap interval, the calibration ratio, fit and
     predict seconds and a verdict per model."""
     flags = {**options.FLAGS, "models": "--models", "seeds": "--seeds"}
-    with cs.user_errors(out=out), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(out=out), cs.flags_in_errors(flags), cv.convention_errors():
         cs.set_threads(threads)
         from promokit.voucher.contract import read_tables
 
         tables = read_tables(options.table_files(sessions, events, items, voucher_items), require_labels=True,
                              **options.table_options(categorical, numeric, validity, terms, item_features))
-        cs.run_compare("voucher", tables, models, seeds, out, resamples,
+        pr.run_compare("voucher", tables, models, seeds, out, resamples,
                        options={"test_fraction": test_fraction, "test_from": test_from}, validation=valid_from,
                        epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

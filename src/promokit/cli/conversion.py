@@ -1,4 +1,5 @@
-"""``promokit conversion …``: train, tune, predict, evaluate, recalibrate, demo, bench, synth, kuairand."""
+"""``promokit conversion …``: train, tune, predict, evaluate, recalibrate, demo, bench, synth, kuairand (from
+:mod:`promokit.cli.datasets`), compare."""
 
 from __future__ import annotations
 
@@ -7,22 +8,25 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit import cli_support as cs
+from promokit.cli import conventions as cv
+from promokit.cli import printing as pr
+from promokit.cli import support as cs
+from promokit.cli.datasets import kuairand
+from promokit.cli.options import common as co
+from promokit.cli.options import conversion as opt
 from promokit.console import get_console, print_table
-from promokit.conversion import options as opt
 from promokit.conversion.contract import LABEL_ROLES
 from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
 from promokit.data.split import TEST_FRACTION
 from promokit.data.uris import as_path
-from promokit.training.refit import REFIT
 from promokit.training.recalibration import DEFAULT_METHOD
+from promokit.training.refit import REFIT
 
 #: The training flags, showing the defaults the estimator trains with.
-TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
+TRAIN = co.TrainingFlags(DEFAULT_TRAIN)
 
 app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-OS, GBDT, the linear floor LR, and "
                   "GMCM (micro-behaviour graph) with its baselines and ablations.", no_args_is_help=True)
-
 
 
 @app.command()
@@ -32,12 +36,12 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
           patience: TRAIN.patience = None, monitor: opt.MonitorOpt = None,
           embedding_decay: TRAIN.embedding_decay = None, weight_decay: TRAIN.weight_decay = None,
-          min_count: cs.MinCountOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: cs.ParamsOpt = None,
-          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, resume: cs.ResumeOpt = False,
-          micro_behaviors: opt.MicroOpt = None, wide: cs.WideOpt = None, categorical: cs.CategoricalOpt = None,
-          numeric: cs.NumericOpt = None, allow_leaky: opt.AllowLeakyOpt = None, executor: cs.ExecutorOpt = "local",
-          address: cs.AddressOpt = None, workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None,
-          engine: cs.EngineOpt = None, device: cs.DeviceOpt = None, refit: cs.RefitOpt = REFIT):
+          min_count: co.MinCountOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: co.ParamsOpt = None,
+          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, resume: co.ResumeOpt = False,
+          micro_behaviors: opt.MicroOpt = None, wide: co.WideOpt = None, categorical: co.CategoricalOpt = None,
+          numeric: co.NumericOpt = None, allow_leaky: opt.AllowLeakyOpt = None, executor: co.ExecutorOpt = "local",
+          address: co.AddressOpt = None, workers: co.WorkersOpt = None, threads: co.ThreadsOpt = None,
+          engine: co.EngineOpt = None, device: co.DeviceOpt = None, refit: co.RefitOpt = REFIT):
     """Fit a model on an impression table, less the --test-fraction held out for evaluate, choose its epoch (or L2
     strength, or trees) on the validation rows, then fit it again on every row with that choice (--no-refit: keep
     the selected model), and write it as a model directory.
@@ -53,7 +57,7 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
     label almost perfectly (a label leak: a column measured after the outcome) is warned of before training; drop it,
     or keep it with --allow-leaky."""
     flags = {**opt.TRAIN_FLAGS, "validation": "--valid" if valid else "--valid-fraction"}
-    with cs.user_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(), cs.flags_in_errors(flags), cv.convention_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
@@ -64,7 +68,7 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
                                                    weight_decay=weight_decay, embedding_decay=embedding_decay,
                                                    seed=seed, wide=wide, device=device)
         given = conversion_spec(spec, micro_behaviors=micro_behaviors, types=cs.types_option(categorical, numeric),
-                                labels=cs.label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
+                                labels=cv.label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
         estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction, refit)
         estimator.fit(data, validation=valid or valid_fraction, validation_split=valid_split,
                       executor=cs.deferred_executor(executor, address, workers),
@@ -74,18 +78,18 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
         console = get_console()
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
-        cs.finish_training(out, report.history)
-        cs.print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
-        cs.print_held_out(describe_holdout(estimator.holdout), "row")
-        cs.print_refit(estimator.holdout, "row")
+        pr.finish_training(out, report.history)
+        pr.print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
+        pr.print_held_out(describe_holdout(estimator.holdout), "row")
+        pr.print_refit(estimator.holdout, "row")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 
 @app.command()
 def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
          valid: opt.ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
-         valid_split: opt.ValidSplitOpt = None, metric: opt.TuneMetricOpt = "ctcvr_auc", trials: cs.TrialsOpt = 30,
-         timeout: cs.TimeoutOpt = None, storage: cs.StorageOpt = None, epochs: TRAIN.epochs = None,
+         valid_split: opt.ValidSplitOpt = None, metric: opt.TuneMetricOpt = "ctcvr_auc", trials: co.TrialsOpt = 30,
+         timeout: co.TimeoutOpt = None, storage: co.StorageOpt = None, epochs: TRAIN.epochs = None,
          batch_size: TRAIN.batch_size = None, patience: TRAIN.patience = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed,
          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, micro_behaviors: opt.MicroOpt = None):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
@@ -107,14 +111,14 @@ def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_M
                                    valid_fraction=valid_fraction, valid_split=valid_split,
                                    repair_labels=repair_labels, on_trial=on_trial)
 
-        cs.run_tune(out, storage, f"promokit conversion tune: {model}",
+        pr.run_tune(out, storage, f"promokit conversion tune: {model}",
                     f"data: {data}; model {model}; maximise validation {metric}; {trials} trials; seed {seed}", search)
 
 
 @app.command()
 def predict(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.PredictOutOpt, keep: opt.KeepOpt = None,
-            executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
+            executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
+            threads: co.ThreadsOpt = None, engine: co.EngineOpt = None, device: co.DeviceOpt = None):
     """Write p_ctr, p_cvr, p_ctavr (ESM²), p_ctcvr and p_node_<name> (GMCM, MCM: one per micro-behaviour) per row,
     with the input's key columns (a recalibrated model: also the model's own p_ctr_raw, p_cvr_raw, p_ctcvr_raw)."""
     with cs.user_errors():
@@ -124,32 +128,32 @@ def predict(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.PredictOutOpt, k
         from promokit.conversion.workflows import predict as predict_table
 
         summary, written = predict_table(model, data, out, cs.deferred_executor(executor, address, workers), keep=keep,
-                                         file=cs.predictions_folder(out))
+                                         file=cv.predictions_folder(out))
         get_console().print(f"{summary['rows']} predictions written to {written}")
 
 
 @app.command()
 def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.ReportOutOpt,
              gauc_weight: opt.GaucWeightOpt = "impressions", micro_behaviors: opt.EvaluateMicroOpt = None,
-             all_rows: cs.AllRowsOpt = False, label: opt.LabelOpt = None):
+             all_rows: co.AllRowsOpt = False, label: opt.LabelOpt = None):
     """Score a trained model on the rows train held out of the labelled table (with --all: every row of new data):
     AUCs, GAUC, logloss, MSE, P/R/F1 at top k (+ the node AUCs of a micro-behaviour model)."""
     flags = {**opt.MICRO_FLAG, "repair_labels": "--repair-labels"}
-    with cs.user_errors(out=out), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(out=out), cs.flags_in_errors(flags), cv.convention_errors():
         from promokit.conversion import ConversionModel
 
         estimator = ConversionModel.load(model)
-        stored = cs.held_out_evaluation(estimator, data, all_rows, {
+        stored = cv.held_out_evaluation(estimator, data, all_rows, {
             "--micro-behaviors": micro_behaviors, "--gauc-weight": gauc_weight != "impressions",
-            "--label": cs.relabelled(label, LABEL_ROLES, estimator.feature_spec.labels)})
+            "--label": cv.relabelled(label, LABEL_ROLES, estimator.feature_spec.labels)})
         if stored is not None:
-            cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
+            pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
                                     stored.tables)
             return
-        rows = None if all_rows else cs.held_out_rows(estimator, data)
+        rows = None if all_rows else cv.held_out_rows(estimator, data)
         evaluation = estimator.evaluate(data, rows=rows, gauc_weight=gauc_weight, micro_behaviors=micro_behaviors,
-                                        labels=cs.label_options(label, LABEL_ROLES))
-        cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
+                                        labels=cv.label_options(label, LABEL_ROLES))
+        pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(evaluation),
                              f"{estimator.model} on {data.name}" + ("" if rows is None else
                                                                    f" ({len(rows):,} rows held out by train)"),
                              evaluation.tables)
@@ -162,10 +166,10 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, method: opt.MethodOpt
     predict and evaluate then apply it, p_cvr following as p_ctcvr / p_ctr, and predict keeps the model's own
     probabilities as p_ctr_raw, p_cvr_raw, p_ctcvr_raw."""
     flags = {"method": "--method", "repair_labels": "--repair-labels"}
-    with cs.user_errors(model=model), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(model=model), cs.flags_in_errors(flags), cv.convention_errors():
         from promokit.conversion.workflows import recalibrate as recalibrate_model
 
-        fitted = recalibrate_model(model, data, method=method, labels=cs.label_options(label, LABEL_ROLES))
+        fitted = recalibrate_model(model, data, method=method, labels=cv.label_options(label, LABEL_ROLES))
         for name, on in fitted.items():
             get_console().print(f"{name}: on {on['rows']:,} impressions ({on['positives']:,} positive, observed rate "
                                 f"{on['rate']:.4f}) the mean predicted was {on['mean_p']:.4f}, recalibrated "
@@ -174,7 +178,7 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, method: opt.MethodOpt
 
 
 @app.command()
-def demo(out: opt.DemoOutOpt = cs.RUNS / "conversion-demo",
+def demo(out: opt.DemoOutOpt = co.RUNS / "conversion-demo",
          users: int = 2000, items: int = 800, impressions: int = 300_000, seed: opt.SeedOpt = 0,
          models: opt.ModelsOpt = opt.MODELS, micro_behaviors: opt.DemoMicroOpt = 0):
     """Train LR, GBDT, DNN, DNN-OS, ESMM and ESM² (or --models) on the synthetic world and compare them with the
@@ -199,16 +203,16 @@ def demo(out: opt.DemoOutOpt = cs.RUNS / "conversion-demo",
 
 
 @app.command()
-def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impression table ({cs.TABLE_HELP}); the synthetic world when omitted.")] = None,
+def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impression table ({co.TABLE_HELP}); the synthetic world when omitted.")] = None,
           spec: opt.SpecOpt = None, models: opt.ModelsOpt = opt.MODELS, seeds: opt.SeedsOpt = "0,1,2",
           base: opt.BaseOpt = "lr", split: opt.SplitOpt = None, valid_split: opt.BenchValidSplitOpt = None,
           impressions: int = 300_000, users: int = 2000, items: int = 800,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
           patience: TRAIN.patience = None, monitor: opt.MonitorOpt = None,
-          embedding_decay: TRAIN.embedding_decay = None, min_count: cs.MinCountOpt = None,
-          params: opt.BenchParamsOpt = None, tuned: cs.TunedOpt = None,
-          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, wide: cs.WideOpt = None,
-          micro_behaviors: opt.BenchMicroOpt = None, out: opt.BenchOutOpt = None, threads: cs.ThreadsOpt = None):
+          embedding_decay: TRAIN.embedding_decay = None, min_count: co.MinCountOpt = None,
+          params: opt.BenchParamsOpt = None, tuned: co.TunedOpt = None,
+          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, wide: co.WideOpt = None,
+          micro_behaviors: opt.BenchMicroOpt = None, out: opt.BenchOutOpt = None, threads: co.ThreadsOpt = None):
     """Several models × seeds on one split: mean ± std per metric and RelaImpr against --base (the linear floor)."""
     with cs.user_errors(out=out), cs.flags_in_errors(opt.MICRO_FLAG):
         cs.set_threads(threads)
@@ -218,7 +222,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
         names = cs.bench_models(models)
         config, net = cs.training_options(DEFAULT_TRAIN, params, None, epochs=epochs, batch_size=batch_size, lr=lr,
                                        patience=patience, monitor=monitor, embedding_decay=embedding_decay, wide=wide)
-        found = cs.tuned_params(tuned, names)
+        found = cs.tuned_option(tuned, names)
         console = get_console()
 
         def done(row):
@@ -234,7 +238,7 @@ def bench(data: Annotated[Optional[Path], typer.Option("--data", help=f"Impressi
             print_table(title, table)
         if out is not None:
             parts = run.split
-            cs.write_bench_report(out, "promokit conversion bench", run.results, run.oracle,
+            pr.write_bench_report(out, "promokit conversion bench", run.results, run.oracle,
                                f"data: {data or 'synthetic world'}; split: {split or 'default'}; seeds: {seeds}; "
                                f"{len(parts.train)}/{len(parts.valid)}/{len(parts.test)} rows", run.summary, run.tables,
                                floor=(base, ("cvr_auc", "ctcvr_auc")))
@@ -260,41 +264,26 @@ def synth(out: opt.SynthOutOpt, users: int = 2000, items: int = 800, impressions
                                 "model)")
 
 
-@app.command()
-def kuairand(src: opt.KuaiSrcOpt, out: opt.KuaiOutOpt, log: opt.KuaiLogOpt = None, ids: opt.KuaiIdsOpt = True,
-             purchase: opt.KuaiPurchaseOpt = "is_follow", daction: opt.KuaiDactionOpt = None,
-             micro_behaviors: opt.KuaiMicroOpt = None):
-    """Map KuaiRand-Pure to the conversion contract: click = is_click, DAction = like | comment | forward |
-    profile enter, purchase = is_follow (both on clicked rows; --purchase / --daction choose others), and the
-    post-click behaviours as micro-behaviour labels (GMCM). Writes the table, a feature spec beside it
-    (OUT.spec.yaml, for --spec; time_key: date; micro_behaviors: the labels) and the load report (OUT.json)."""
-    with cs.user_errors(), cs.flags_in_errors(opt.MICRO_FLAG):
-        from promokit.datasets import write_kuairand
-
-        report, spec_path = write_kuairand(src, out, log, ids, purchase, daction, micro_behaviors)
-        out, spec_path = as_path(out), as_path(spec_path)  # a URI printed whole
-        get_console().print(report.summary(), highlight=False)
-        get_console().print(f"table written to {out}, spec to {spec_path}; try: promokit conversion bench --data {out} "
-                            f"--spec {spec_path}  (train on the earlier days, test on the latest)")
+app.command("kuairand")(kuairand)
 
 
 @app.command()
-def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,gbdt,esmm,esm2",
-            spec: opt.SpecOpt = None, seeds: cs.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION,
+def compare(data: opt.DataOpt, out: co.CompareOutOpt, models: co.CompareModelsOpt = "lr,gbdt,esmm,esm2",
+            spec: opt.SpecOpt = None, seeds: co.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION,
             valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION, micro_behaviors: opt.MicroOpt = None,
             label: opt.LabelOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
-            lr: TRAIN.lr = None, patience: TRAIN.patience = None, resamples: cs.ResamplesOpt = cs.RESAMPLES,
-            threads: cs.ThreadsOpt = None):
+            lr: TRAIN.lr = None, patience: TRAIN.patience = None, resamples: co.ResamplesOpt = co.RESAMPLES,
+            threads: co.ThreadsOpt = None):
     """Fit the floor lr and --models on the same split with the same training budget, and write one leaderboard:
     the held-out CTCVR and CVR AUCs, each against lr with a paired bootstrap interval, the calibration ratio, fit
     and predict seconds and a verdict per model."""
     flags = {**opt.MICRO_FLAG, "models": "--models", "seeds": "--seeds", "test_fraction": "--test-fraction",
              "validation": "--valid-fraction"}
-    with cs.user_errors(out=out), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(out=out), cs.flags_in_errors(flags), cv.convention_errors():
         cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
 
-        given = conversion_spec(spec, micro_behaviors=micro_behaviors, labels=cs.label_options(label, LABEL_ROLES))
-        cs.run_compare("conversion", data, models, seeds, out, resamples,
+        given = conversion_spec(spec, micro_behaviors=micro_behaviors, labels=cv.label_options(label, LABEL_ROLES))
+        pr.run_compare("conversion", data, models, seeds, out, resamples,
                        options={"spec": given, "test_fraction": test_fraction}, validation=valid_fraction,
                        epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -1,6 +1,6 @@
 """The options of ``promokit conversion …`` (typer's annotated types) and the flags named in the library's errors: a
-module without torch, so ``--help`` loads no model. The commands are :mod:`promokit.conversion.cli`; the options
-every domain shares are in ``promokit.cli_support``."""
+module without torch, so ``--help`` loads no model. The commands are :mod:`promokit.cli.conversion`; the options
+every domain shares are in :mod:`promokit.cli.options.common`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit import cli_support as cs
+from promokit.cli.options import common as co
 from promokit.conversion.contract import LABEL_ROLES
 from promokit.conversion.defaults import DEFAULT_TRAIN
 
@@ -66,11 +66,11 @@ KuaiDactionOpt = Annotated[Optional[str], typer.Option("--daction", help="Comma-
 KuaiMicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 log columns written as micro-behaviour labels (GMCM's graph nodes, named without is_; 'none' for none). Default: is_like, is_comment, is_forward, is_profile_enter, long_view, is_hate without the --purchase column.")]
 
 # ---- the commands' data, hold-out, label and recalibration options
-DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (predict scores part by part; tune, evaluate and recalibrate read the parts into one frame).")]
-TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {cs.TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
-ValidOpt = Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table (early stopping; tune scores the trials on it): {cs.TABLE_HELP}.")]
-LabelOpt = cs.label_option(LABEL_ROLES)
-TestFractionOpt = cs.test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
-DemoOutOpt = cs.runs_out_option("results.csv (rewritten as each model finishes) and the report")
-AllowLeakyOpt = cs.allow_leaky_option("feature columns (added to the spec's allow_leaky)")
-MethodOpt = cs.recalibration_method_option("p_ctcvr and to p_ctr")
+DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {co.TABLE_HELP} (predict scores part by part; tune, evaluate and recalibrate read the parts into one frame).")]
+TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {co.TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
+ValidOpt = Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table (early stopping; tune scores the trials on it): {co.TABLE_HELP}.")]
+LabelOpt = co.label_option(LABEL_ROLES)
+TestFractionOpt = co.test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
+DemoOutOpt = co.runs_out_option("results.csv (rewritten as each model finishes) and the report")
+AllowLeakyOpt = co.allow_leaky_option("feature columns (added to the spec's allow_leaky)")
+MethodOpt = co.recalibration_method_option("p_ctcvr and to p_ctr")

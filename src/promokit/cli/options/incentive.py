@@ -1,6 +1,6 @@
 """The options of ``promokit incentive …`` (typer's annotated types) and the flags named in the library's errors: a
-module without torch, so ``--help`` loads no model. The commands are :mod:`promokit.incentive.cli`; the options
-every domain shares are in ``promokit.cli_support``."""
+module without torch, so ``--help`` loads no model. The commands are :mod:`promokit.cli.incentive`; the options
+every domain shares are in :mod:`promokit.cli.options.common`."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit import cli_support as cs
+from promokit.cli.options import common as co
 from promokit.incentive.defaults import DEFAULT_TRAIN
 
-CustomersOpt = Annotated[Path, typer.Option("--customers", help=f"customers table ({cs.TABLE_HELP}): customer_id, level, redeemed, features.")]
-MerchantsOpt = Annotated[Optional[Path], typer.Option("--merchants", help=f"merchants table ({cs.TABLE_HELP}): merchant_id, level, shares, prior_shares, features. Leave out with --edges for an experiment with customers only (lr, dnn, dnn-h).")]
-EdgesOpt = Annotated[Optional[Path], typer.Option("--edges", help=f"edges table ({cs.TABLE_HELP}): customer_id, merchant_id[, weight, edge features]. Leave out with --merchants for customers only.")]
-ItemsOpt = Annotated[Optional[Path], typer.Option("--items", help=f"items table ({cs.TABLE_HELP}): item_id, features; with --item-edges (left out: the items are the ids of --item-edges).")]
-ItemEdgesOpt = Annotated[Optional[Path], typer.Option("--item-edges", help=f"customer–item edges table ({cs.TABLE_HELP}): customer_id, item_id[, weight, edge features]: the graph of the GNN models instead of --merchants and --edges.")]
-CustomerEdgesOpt = Annotated[Optional[Path], typer.Option("--customer-edges", help=f"customer–customer edges table ({cs.TABLE_HELP}): customer_id, neighbour_id[, weight, edge features], undirected: the graph of the GNN models instead of --merchants and --edges.")]
+CustomersOpt = Annotated[Path, typer.Option("--customers", help=f"customers table ({co.TABLE_HELP}): customer_id, level, redeemed, features.")]
+MerchantsOpt = Annotated[Optional[Path], typer.Option("--merchants", help=f"merchants table ({co.TABLE_HELP}): merchant_id, level, shares, prior_shares, features. Leave out with --edges for an experiment with customers only (lr, dnn, dnn-h).")]
+EdgesOpt = Annotated[Optional[Path], typer.Option("--edges", help=f"edges table ({co.TABLE_HELP}): customer_id, merchant_id[, weight, edge features]. Leave out with --merchants for customers only.")]
+ItemsOpt = Annotated[Optional[Path], typer.Option("--items", help=f"items table ({co.TABLE_HELP}): item_id, features; with --item-edges (left out: the items are the ids of --item-edges).")]
+ItemEdgesOpt = Annotated[Optional[Path], typer.Option("--item-edges", help=f"customer–item edges table ({co.TABLE_HELP}): customer_id, item_id[, weight, edge features]: the graph of the GNN models instead of --merchants and --edges.")]
+CustomerEdgesOpt = Annotated[Optional[Path], typer.Option("--customer-edges", help=f"customer–customer edges table ({co.TABLE_HELP}): customer_id, neighbour_id[, weight, edge features], undirected: the graph of the GNN models instead of --merchants and --edges.")]
 RecalibrateByOpt = Annotated[Optional[str], typer.Option("--by", help="level: one map per offered value, shrunk toward the overall map where a value was offered to few customers, each applied at its own value; values offered to none get the overall map (default: one map for every value).")]
 ValidFractionOpt = Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
@@ -33,10 +33,10 @@ FLAGS = {"validation": "--valid-fraction", "truth": "--truth", "allow_leaky": "-
 
 #: The label roles of the node tables (promokit.incentive.contract.LABELS).
 LABEL_ROLES = ("redeemed", "level", "shares", "prior_shares")
-LabelOpt = cs.label_option(LABEL_ROLES)
-AllowLeakyOpt = cs.allow_leaky_option("customer feature columns", "the response")
-MethodOpt = cs.recalibration_method_option("the response at the offered value (one map for every value)")
-TestFractionOpt = cs.test_fraction_option("of the labelled customers and of the merchants, drawn at random with --seed; "
+LabelOpt = co.label_option(LABEL_ROLES)
+AllowLeakyOpt = co.allow_leaky_option("customer feature columns", "the response")
+MethodOpt = co.recalibration_method_option("the response at the offered value (one map for every value)")
+TestFractionOpt = co.test_fraction_option("of the labelled customers and of the merchants, drawn at random with --seed; "
                                        "section 5 of the paper: 0.15")
 
 

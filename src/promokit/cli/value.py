@@ -1,4 +1,5 @@
-"""``promokit value …``: synth, from-transactions, train, predict, evaluate, recalibrate, bench, simulate, demo."""
+"""``promokit value …``: synth, from-transactions (from :mod:`promokit.cli.datasets`), train, predict, evaluate,
+recalibrate, bench, simulate, demo, compare."""
 
 from __future__ import annotations
 
@@ -6,22 +7,24 @@ from pathlib import Path
 
 import typer
 
-from promokit import cli_support as cs
+from promokit.cli import conventions as cv
+from promokit.cli import printing as pr
+from promokit.cli import support as cs
+from promokit.cli.datasets import from_transactions
+from promokit.cli.options import common as co
+from promokit.cli.options import value as opt
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
 from promokit.training.recalibration import DEFAULT_METHOD
 from promokit.training.refit import REFIT
-from promokit.value import options as opt
 from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS
-from promokit.value.transactions import AMOUNT as AMOUNT_COLUMN
-from promokit.value.transactions import CUSTOMER, ONE_FUND
-from promokit.value.transactions import TIME as TIME_COLUMN
 
 #: The training flags, showing the defaults the estimator trains with.
-TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
+TRAIN = co.TrainingFlags(DEFAULT_TRAIN)
 
 app = typer.Typer(help="Expected transaction value: ESDPM with the ESJ loss and its baselines, ETV tables for "
                        "allocate quota.", no_args_is_help=True)
+
 
 def _whole_tables(data: Path, doing: str, executor: str, address: str | None, workers: int | None) -> None:
     """Say that the executor options serve a dataset in parts, when given for one folder of whole tables."""
@@ -44,32 +47,7 @@ def synth(out: opt.SynthOutOpt, users: int = 20_000, funds: int = 8, deliveries:
                             f"{as_path(out)} ({', '.join(p.name for p in paths.values())})")
 
 
-@app.command("from-transactions")
-def from_transactions(transactions: opt.TransactionsOpt, out: opt.TablesOutOpt,
-                      feature_window: opt.FeatureWindowOpt, target_window: opt.TargetWindowOpt,
-                      customer: opt.CustomerOpt = CUSTOMER, time: opt.TimeOpt = TIME_COLUMN,
-                      time_format: opt.TimeFormatOpt = None, amount: opt.AmountOpt = AMOUNT_COLUMN,
-                      product: opt.ProductOpt = None, quantity: opt.QuantityOpt = None, fund: opt.FundOpt = ONE_FUND):
-    """Value tables from a purchase log: RFM and spend features from the feature window, each customer's spend (per
-    fund) in the target window as the label; train on them with --split random (one delivery time)."""
-    with cs.user_errors(), cs.flags_in_errors(opt.TRANSACTION_FLAGS):
-        from promokit.data.io import read_table
-        from promokit.data.uris import as_path
-        from promokit.value.transactions import from_transactions as value_frames
-        from promokit.value.transactions import write_value_tables
-
-        tables = value_frames(read_table(transactions), feature_window=feature_window, target_window=target_window,
-                              customer=customer, time=time, time_format=time_format, amount=amount, product=product,
-                              quantity=quantity, fund=fund)
-        write_value_tables(tables, out)
-        out = as_path(out)  # a URI printed whole
-        n = tables.summary()
-        get_console().print(f"{n['customers']:,} customers, {n['funds']} fund{'s' * (n['funds'] > 1)}, "
-                            f"{n['deliveries']:,} deliveries ({n['spend_share']:.1%} spend in the target window) and "
-                            f"{n['behaviors']:,} purchases as behaviours written to {out}; left out: "
-                            f"{n['new_customers']:,} of the {n['target_customers']:,} customers of the target window, "
-                            "with no purchase in the feature window; train with: "
-                            f"promokit value train --data {out} --split random --out MODEL")
+app.command("from-transactions")(from_transactions)
 
 
 @app.command()
@@ -78,11 +56,11 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
           valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
           allow_leaky: opt.AllowLeakyOpt = None, repair_labels: opt.RepairOpt = False,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
-          monitor: opt.MonitorOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: cs.ParamsOpt = None,
-          categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None, wide: cs.WideOpt = None,
-          resume: cs.ResumeOpt = False, executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None,
-          workers: cs.WorkersOpt = None, threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None,
-          device: cs.DeviceOpt = None, refit: cs.RefitOpt = REFIT):
+          monitor: opt.MonitorOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: co.ParamsOpt = None,
+          categorical: co.CategoricalOpt = None, numeric: co.NumericOpt = None, wide: co.WideOpt = None,
+          resume: co.ResumeOpt = False, executor: co.ExecutorOpt = "local", address: co.AddressOpt = None,
+          workers: co.WorkersOpt = None, threads: co.ThreadsOpt = None, engine: co.EngineOpt = None,
+          device: co.DeviceOpt = None, refit: co.RefitOpt = REFIT):
     """Fit a value model on the earlier deliveries, less the --test-fraction held out for evaluate, choose its epoch
     (hurdle: its trees and smearing factor) on the validation deliveries, then fit it again on every delivery with
     that choice (--no-refit: keep the selected model), and write it as a model directory.
@@ -97,7 +75,7 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
     kept in config.json): --categorical / --numeric set the type of some. The --label mapping is kept with the
     model: evaluate on the same tables needs it no more. A feature that alone predicts the conversion almost
     perfectly (a label leak) is warned of before training; drop it, or keep it with --allow-leaky."""
-    with cs.user_errors(), opt.flag_errors(), cs.convention_errors():
+    with cs.user_errors(), opt.flag_errors(), cv.convention_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         from promokit.value.estimator import ValueModel
@@ -107,7 +85,7 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
                                                 patience=patience, monitor=monitor, seed=seed, wide=wide,
                                                 device=device)
         estimator = ValueModel(_renamed("--model", model), model_params, config, split=split,
-                               test_fraction=test_fraction, labels=cs.label_options(label, opt.LABEL_ROLES),
+                               test_fraction=test_fraction, labels=cv.label_options(label, opt.LABEL_ROLES),
                                allow_leaky=allow_leaky, refit=refit)
         trained = train_model(estimator, data, cs.deferred_executor(executor, address, workers),
                               validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
@@ -115,13 +93,13 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
         if not trained.in_parts:
             _whole_tables(data, "trained", executor, address, workers)
         estimator.save(out)
-        cs.finish_training(out, estimator.history)
+        pr.finish_training(out, estimator.history)
         specs = estimator.specs
-        cs.print_feature_types({"deliveries": specs["context"], "users": specs["users"], "funds": specs["funds"]}, True)
+        pr.print_feature_types({"deliveries": specs["context"], "users": specs["users"], "funds": specs["funds"]}, True)
         for what, count in trained.counts.items():
             get_console().print(f"{what}: {count:,}")
-        cs.print_held_out(trained.held_out, "delivery")
-        cs.print_refit(estimator.holdout, "delivery")
+        pr.print_held_out(trained.held_out, "delivery")
+        pr.print_refit(estimator.holdout, "delivery")
         refit_note = ", then refit on every delivery" if (estimator.holdout or {}).get("refit") else ""
         get_console().print(f"model written to {out} (trained on {trained.rows['train']:,} deliveries, validated on "
                             f"{trained.rows['valid']:,}{refit_note})")
@@ -130,8 +108,8 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
 @app.command()
 def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutOpt, at: opt.AtOpt = None,
             contexts: opt.ContextsOpt = SCORE_CONTEXTS, users_list: opt.UsersListOpt = None,
-            executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
+            executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
+            threads: co.ThreadsOpt = None, engine: co.EngineOpt = None, device: co.DeviceOpt = None):
     """ETV of every user × fund in the allocate quota wide layout, and the named outputs of every delivery; a
     dataset in parts is scored part by part on --executor (the model loaded once per worker). Without a deliveries
     table, users × funds are scored alone, in contexts the model kept from its training deliveries."""
@@ -155,22 +133,22 @@ def predict(model: opt.ModelDirOpt, data: opt.PartsDataOpt, out: opt.PredictOutO
 
 
 @app.command()
-def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt, all_rows: cs.AllRowsOpt = False,
+def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.EvaluateOutOpt, all_rows: co.AllRowsOpt = False,
              repair_labels: opt.RepairOpt = False, label: opt.LabelOpt = None, floor: opt.FloorOpt = None):
     """AUC, logloss, MSE, MAE, normalised Gini, THC, THA, how much the ETV personalises the fund, the decile and the
     per-fund calibration of a trained model, beside the floor's (hurdle). The labels are read from the columns
     train was told (--label), unless --label says otherwise. A model refit on every delivery (train's default) has
     learnt the held-out deliveries too: evaluate reports the metrics they gave the selected model, scored by train
     before the refit (the metrics alone; --label scores them again, by the refit model, with a warning)."""
-    with cs.user_errors(out=out), opt.flag_errors(), cs.convention_errors():
+    with cs.user_errors(out=out), opt.flag_errors(), cv.convention_errors():
         from promokit.value.evaluate import FLOOR
         from promokit.value.workflows import evaluate as evaluate_model
 
-        labels = cs.label_options(label, opt.LABEL_ROLES)
+        labels = cv.label_options(label, opt.LABEL_ROLES)
 
         def stored(estimator, tables):  # a refit model: what the held-out deliveries said before the refit
-            asked = {"--label": cs.relabelled(label, opt.LABEL_ROLES, estimator.labels)}
-            return cs.held_out_evaluation(estimator, tables, all_rows, asked)
+            asked = {"--label": cv.relabelled(label, opt.LABEL_ROLES, estimator.labels)}
+            return cv.held_out_evaluation(estimator, tables, all_rows, asked)
 
         result = evaluate_model(model, data, all_rows=all_rows, repair_labels=repair_labels, labels=labels,
                                 floor=floor, held_out_evaluation=stored)
@@ -192,11 +170,11 @@ def recalibrate(model: opt.ModelDirOpt, data: opt.DataOpt, start: opt.Recalibrat
     """Fit a recalibration of a trained model's pCTCVR on labelled deliveries (the latest period, after the training
     one) and write it into the model directory (recalibration.json): predict, evaluate and the ETV tables then apply
     it, predict keeping the model's own p_ctcvr and etv as p_ctcvr_raw and etv_raw."""
-    with cs.user_errors(model=model), opt.flag_errors(), cs.convention_errors():
+    with cs.user_errors(model=model), opt.flag_errors(), cv.convention_errors():
         from promokit.value.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, data, start=start, method=method, repair_labels=repair_labels,
-                                   labels=cs.label_options(label, opt.LABEL_ROLES), by=by)
+                                   labels=cv.label_options(label, opt.LABEL_ROLES), by=by)
         groups = "" if by is None else (f" by {by} ({fitted['groups']:,} values, {fitted['own_maps']:,} with a map "
                                          "of their own)")
         get_console().print(f"{method} recalibration{groups} written to {model / 'recalibration.json'}: on "
@@ -210,9 +188,9 @@ def bench(models: opt.ModelsOpt = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm,
           seeds: opt.SeedsOpt = "0,1,2",
           users: int = 20_000, funds: int = 8,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
-          params: cs.ParamsOpt = None, wide: cs.WideOpt = None,
-          out: cs.runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / deciles.png") = cs.RUNS / "value-bench",
-          threads: cs.ThreadsOpt = None):
+          params: co.ParamsOpt = None, wide: co.WideOpt = None,
+          out: co.runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / deciles.png") = co.RUNS / "value-bench",
+          threads: co.ThreadsOpt = None):
     """The floor and every model on synthetic worlds (one per seed) against the oracle, RelaImpr against the floor,
     how much each personalises the fund, and the delivery plans each leads to (--params go to the networks)."""
     with cs.user_errors(out=out):
@@ -240,7 +218,7 @@ def simulate(world: opt.WorldOpt, model: opt.TrainedModelsOpt, out: opt.ReportOu
 
 
 @app.command()
-def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes) and the report") = cs.RUNS / "value-demo",
+def demo(out: co.runs_out_option("results.csv (rewritten as each model finishes) and the report") = co.RUNS / "value-demo",
          users: int = 6_000, seed: opt.SeedOpt = 0,
          models: opt.ModelsOpt = "hurdle,esdpm,esdpm-ncg,mtl-ziln,mtl-mse,esmm"):
     """Train the floor, ESDPM and its baselines on a synthetic fund world, score the latest deliveries against the
@@ -274,23 +252,23 @@ def _renamed(flag: str, name: str) -> str:
 
 
 @app.command()
-def compare(data: opt.DataOpt, out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "hurdle,esdpm-ncg,esdpm",
-            seeds: cs.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
+def compare(data: opt.DataOpt, out: co.CompareOutOpt, models: co.CompareModelsOpt = "hurdle,esdpm-ncg,esdpm",
+            seeds: co.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
             valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
             repair_labels: opt.RepairOpt = False, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
-            lr: TRAIN.lr = None, patience: TRAIN.patience = None, categorical: cs.CategoricalOpt = None,
-            numeric: cs.NumericOpt = None, resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: cs.ThreadsOpt = None):
+            lr: TRAIN.lr = None, patience: TRAIN.patience = None, categorical: co.CategoricalOpt = None,
+            numeric: co.NumericOpt = None, resamples: co.ResamplesOpt = co.RESAMPLES, threads: co.ThreadsOpt = None):
     """Fit the floor hurdle and --models on the same deliveries with the same training budget, and write one
     leaderboard: the held-out AUC of pCTCVR and normalised Gini of the ETV, each against hurdle with a paired
     bootstrap interval, the calibration ratio, fit and predict seconds and a verdict per model. A model that reads
     the consumption graph is skipped, with the reason, when the dataset has none."""
     flags = {"models": "--models", "seeds": "--seeds"}
-    with cs.user_errors(out=out), opt.flag_errors(), cs.flags_in_errors(flags), cs.convention_errors():
+    with cs.user_errors(out=out), opt.flag_errors(), cs.flags_in_errors(flags), cv.convention_errors():
         cs.set_threads(threads)
         from promokit.value.contract import read_folder
 
-        labels = cs.label_options(label, opt.LABEL_ROLES)
+        labels = cv.label_options(label, opt.LABEL_ROLES)
         tables = read_folder(data, True, repair_labels, types=cs.types_option(categorical, numeric), labels=labels)
-        cs.run_compare("value", tables, models, seeds, out, resamples,
+        pr.run_compare("value", tables, models, seeds, out, resamples,
                        options={"split": split, "test_fraction": test_fraction, "labels": labels},
                        validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -1,5 +1,6 @@
 """The options of ``promokit value …`` as typed annotations (their flags and help), which the commands of
-:mod:`promokit.value.cli` take: a module without NumPy or torch, so ``--help`` loads nothing heavy."""
+:mod:`promokit.cli.value` take: a module without torch, so ``--help`` loads no model. The options every domain
+shares are in :mod:`promokit.cli.options.common`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit import cli_support as cs
-
+from promokit.cli.options import common as co
+from promokit.cli.support import flags_in_errors
 from promokit.value.defaults import DEFAULT_TRAIN, VALIDATION_FRACTION
 
 #: The deliveries' label roles (promokit.value.contract.LABELS).
@@ -86,7 +87,7 @@ def flag_errors():
     from promokit.data import DataError
 
     try:
-        with cs.flags_in_errors(ARGUMENT_FLAGS):
+        with flags_in_errors(ARGUMENT_FLAGS):
             yield
     except DataError as exc:
         message = str(exc)
@@ -95,7 +96,7 @@ def flag_errors():
         raise DataError(message) from None
 
 
-LabelOpt = cs.label_option(LABEL_ROLES)
-AllowLeakyOpt = cs.allow_leaky_option(label="the conversion")
-MethodOpt = cs.recalibration_method_option("pCTCVR")
-TestFractionOpt = cs.test_fraction_option("the latest deliveries with --split time, drawn at random with --split random")
+LabelOpt = co.label_option(LABEL_ROLES)
+AllowLeakyOpt = co.allow_leaky_option(label="the conversion")
+MethodOpt = co.recalibration_method_option("pCTCVR")
+TestFractionOpt = co.test_fraction_option("the latest deliveries with --split time, drawn at random with --split random")

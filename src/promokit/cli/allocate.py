@@ -16,18 +16,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit.allocation.options import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON, QUOTA_METHOD, TOLERANCE
-from promokit.cli_support import (
-    TABLE_HELP,
-    AddressOpt,
-    EngineOpt,
-    ExecutorOpt,
-    WorkersOpt,
-    executor_from_options,
-    executor_option,
-    flags_in_errors,
-    user_errors,
-)
+from promokit.allocation.defaults import AUTO, BUDGET_METHOD, DEFAULT_PREFIX, MERCHANT_PAID_ON, QUOTA_METHOD, TOLERANCE
+from promokit.cli.options.common import TABLE_HELP, AddressOpt, EngineOpt, ExecutorOpt, WorkersOpt
+from promokit.cli.support import executor_from_options, executor_option, flags_in_errors, user_errors
 from promokit.console import get_console
 
 app = typer.Typer(help="Decide who gets which promotion: budgets over incentive levels, quotas over funds.",

@@ -1,6 +1,6 @@
 """The options of ``promokit voucher …`` (typer's annotated types) and what turns their text into the library's
-arguments: a module without torch or NumPy, so ``--help`` loads nothing heavy. The commands are
-:mod:`promokit.voucher.cli`; the options every domain shares are in ``promokit.cli_support``."""
+arguments: a module without torch, so ``--help`` loads no model. The commands are
+:mod:`promokit.cli.voucher`; the options every domain shares are in :mod:`promokit.cli.options.common`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit import cli_support as cs
-
+from promokit.cli.options import common as co
 from promokit.data.durations import DURATION_FORMS
 from promokit.voucher.defaults import DEFAULT_TRAIN
 
@@ -145,7 +144,7 @@ def train_command(files: dict[str, Path], options: dict) -> str:
     args += [] if options["item_features"] == list(ITEM_FEATURES) else [f"--item-features {','.join(options['item_features'])}"]
     return " ".join(args)
 
-LabelOpt = cs.label_option(LABEL_ROLES)
-AllowLeakyOpt = cs.allow_leaky_option(label="redeemed")
-MethodOpt = cs.recalibration_method_option("p_redeem")
-TestFractionOpt = cs.test_fraction_option("the sessions collected latest; --test-from overrides it")
+LabelOpt = co.label_option(LABEL_ROLES)
+AllowLeakyOpt = co.allow_leaky_option(label="redeemed")
+MethodOpt = co.recalibration_method_option("p_redeem")
+TestFractionOpt = co.test_fraction_option("the sessions collected latest; --test-from overrides it")

@@ -5,7 +5,7 @@ checks each part as :func:`check_table` does, writes its rows sorted by id to a 
 appends them to the wide copy of the table, and accumulates the population's column sums and the campaign's
 fingerprint. :func:`write_lookup` then merges the sorted runs k ways into ``ids.npy`` (sorted UTF-8 bytes),
 ``scores.npy`` (their rows, in that order) and ``mean.npy``, written sequentially, never mapped: what the service
-memory-maps (:class:`promokit.serve.campaign.Population`). The merge holds about ``MERGE_ROWS`` rows over all runs.
+memory-maps (:class:`promokit.campaign.directory.Population`). The merge holds about ``MERGE_ROWS`` rows over all runs.
 
 A table read whole gives the same bytes as its parts: the ids and rows do not depend on where the parts split, the
 column sums are summed row after row in the table's order (numpy's pairwise ``sum`` would group rows by part),

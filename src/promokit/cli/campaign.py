@@ -1,36 +1,37 @@
-"""``promokit serve`` and ``promokit campaign build`` / ``export``: the decision service, the directory it serves
-and the log its ledger leaves."""
+"""``promokit campaign …``: build, switch and export a campaign directory (what the decision service serves, and the
+log its ledger leaves), and demo, the campaign demo: the main job end to end on the embedded synthetic world
+(``make demo``)."""
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from promokit.cli_support import TABLE_HELP, flags_in_errors, user_errors
-from promokit.console import get_console
-from promokit.data.durations import DURATION_FORMS, parse_duration
-from promokit.serve.options import (
+from promokit.campaign.defaults import (
     COLD_START,
     CURRENCY_EXPONENT,
-    DEADLINE_SECONDS,
     PACING_EVERY,
     PACING_GAIN,
     PACING_WINDOW,
     WHEN_EXHAUSTED,
 )
+from promokit.cli.options.common import RUNS, TABLE_HELP, TrainingFlags, runs_out_option
+from promokit.cli.support import flags_in_errors, user_errors
+from promokit.console import get_console
+from promokit.data.durations import DURATION_FORMS, parse_duration
+from promokit.experiments.incentive.demo import DEMO_TRAIN
 
-campaign_app = typer.Typer(help="Campaign directories (what the decision service serves), and the campaign demo.",
-                           no_args_is_help=True)
+app = typer.Typer(help="Campaign directories (what the decision service serves), and the campaign demo.",
+                  no_args_is_help=True)
 
 CampaignOpt = Annotated[Path, typer.Option("--campaign", help="Campaign directory made by `promokit campaign build`.")]
+#: The demo's training flags, showing its defaults.
+TRAIN = TrainingFlags(DEMO_TRAIN)
 
 
-@campaign_app.command("build")
+@app.command("build")
 def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to write.")],
           scores: Annotated[Path, typer.Option("--scores", help=f"Customers' score table, wide ({TABLE_HELP}): incentive predict's customers.parquet, or the parts given to allocate budget --scores.")],
           budget_plan: Annotated[Path, typer.Option("--budget-plan", help="Folder `allocate budget --out` wrote for these scores (its report.json holds λ*, B, levels).")],
@@ -54,8 +55,8 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
     directory that holds a campaign, write a new version beside the live one (a refresh: switch to it with
     `campaign switch`, POST /v1/campaign/switch or --activate)."""
     with user_errors(out=out):
+        from promokit.campaign import Pacing, load_campaign
         from promokit.campaign import build as build_campaign
-        from promokit.serve.campaign import Pacing, load_campaign
 
         campaign = build_campaign(out, scores, budget_plan, cap, merchants=merchants, quota_plan=quota_plan,
                                   coupon_ttl=parse_duration(coupon_ttl, "--coupon-ttl"), when_exhausted=when_exhausted,
@@ -73,13 +74,13 @@ def build(out: Annotated[Path, typer.Option("--out", help="Campaign directory to
                             + (f", exploring {config.explore:.2%} of subjects" if config.explore else ""))
 
 
-@campaign_app.command("switch")
+@app.command("switch")
 def switch(campaign: CampaignOpt,
            version: Annotated[Optional[str], typer.Option("--version", help="The version to make live (default: the newest built).")] = None):
     """Make another version of a campaign directory live; a running service follows within a second (or at once
     on SIGHUP), keeping its ledger, cap and pacing. A version whose levels or currency differ is refused."""
     with user_errors(campaign=campaign):
-        from promokit.serve.campaign import activate_version, load_campaign
+        from promokit.campaign import activate_version, load_campaign
 
         previous = load_campaign(campaign).config.model_version
         live = activate_version(campaign, version).config.model_version
@@ -87,7 +88,7 @@ def switch(campaign: CampaignOpt,
                             ("" if previous == live else f" (was {previous})"))
 
 
-@campaign_app.command("export")
+@app.command("export")
 def export(campaign: CampaignOpt,
            out: Annotated[Path, typer.Option("--out", help="The log to write (.parquet or .csv).")],
            ledger: Annotated[Optional[str], typer.Option("--ledger", help="sqlite:///FILE or postgresql://USER@HOST/DB (default: ledger.sqlite in the campaign).")] = None,
@@ -115,44 +116,24 @@ def export(campaign: CampaignOpt,
                             f"decisions (left out: {left_out})")
 
 
-def serve(campaign: CampaignOpt,
-          ledger: Annotated[Optional[str], typer.Option("--ledger", help="sqlite:///FILE (default: ledger.sqlite in the campaign) or postgresql://USER@HOST/DB.")] = None,
-          host: Annotated[str, typer.Option("--host", help="Address to bind; loopback unless you mean otherwise.")] = "127.0.0.1",
-          port: Annotated[int, typer.Option("--port")] = 8000,
-          workers: Annotated[int, typer.Option("--workers", help="Worker processes; they share the ledger.")] = 1,
-          explore: Annotated[Optional[float], typer.Option("--explore", help="Replace the campaign's exploration share for this run (its seed stays the campaign's).")] = None,
-          deadline: Annotated[str, typer.Option("--deadline", help=f"How long a decision or outcome may wait for the ledger before it answers 503 with Retry-After, nothing written ({DURATION_FORMS}; 0.3 is 300 ms).")] = f"{DEADLINE_SECONDS:g}"):
-    """Serve real-time decisions (eqs. 19–20) under a hard cap on money at risk. Needs $PROMOKIT_API_TOKEN."""
-    with user_errors(), flags_in_errors({"ledger_url": "--ledger"}):
-        import uvicorn
+@app.command("demo")
+def demo(out: runs_out_option("the world, models, scores, plan, campaign, ledger and report (overwritten)") = RUNS / "campaign-demo",
+         customers: Annotated[int, typer.Option(help="Customers in the synthetic world (each asks for one decision).")] = 20_000,
+         merchants: Annotated[int, typer.Option(help="Merchants in the synthetic world.")] = 2_000,
+         seed: Annotated[int, typer.Option("--seed", help="Seed of the world, the training, the request order and the outcome draws.")] = 0,
+         epochs: TRAIN.epochs = None,
+         ratio: Annotated[Optional[float], typer.Option("--ratio", help="Budget B of eq. 16: expected incentive per expected redemption (default: the median level).")] = None,
+         cap_factor: Annotated[float, typer.Option("--cap-factor", help="Cap on money at risk as a multiple of the plan's expected spend Σ r·f.")] = 1.1,
+         waves: Annotated[int, typer.Option("--waves", help="Waves of decisions, each followed by its outcomes: 1/WAVES of the coupons are open at once.")] = 50,
+         concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight at most.")] = 16,
+         max_seconds: Annotated[float, typer.Option("--max-seconds", help="Time allowed for sending the decisions; customers not reached stay undecided.")] = 180.0,
+         explore: Annotated[float, typer.Option("--explore", help="Share of customers answered with a uniformly random level: the log the plans are then judged on.")] = 0.1):
+    """The campaign demo on a synthetic world: train, score, allocate, build a campaign directory and serve it,
+    replay traffic with outcomes from the true curves, and report redemptions, spend, budget safety and latency."""
+    with user_errors(out=out):
+        from promokit.experiments.campaign.demo import DemoConfig, print_summary, run_demo
 
-        from promokit.data.errors import DataError
-        from promokit.serve.app import DEADLINE_ENV, TOKEN_ENV, prepare_workers
-        from promokit.serve.metrics import multiprocess_dir
-
-        if not os.environ.get(TOKEN_ENV):
-            raise DataError(f"set {TOKEN_ENV} to the bearer token clients must send with POST requests")
-        if workers < 1 or not 0 < port < 65536:
-            raise DataError(f"--workers must be ≥ 1 and --port in 1..65535, got {workers} and {port}")
-        seconds = parse_duration(deadline, "--deadline").total_seconds()
-        if seconds <= 0:
-            raise DataError(f"--deadline must be longer than 0, got {deadline!r}")
-        os.environ[DEADLINE_ENV] = repr(seconds)
-        loaded, url = prepare_workers(campaign, ledger, explore)
-        console = get_console()
-        if not _loopback(host):
-            console.print(f"[yellow]binding {host}: the service is reachable from other machines[/]")
-        console.print(f"serving campaign {loaded.config.model_version} on http://{host}:{port} with {workers} "
-                      f"worker(s), ledger {url.split('@')[-1]}, deadline {seconds * 1e3:g} ms"
-                      + (f", exploring {loaded.config.explore:.2%} of subjects" if loaded.config.explore else ""))
-        # request metrics summed over the workers, in a directory per port: a restart after kill -9 empties it
-        with multiprocess_dir(Path(tempfile.gettempdir()) / f"promokit-metrics-{port}"):
-            uvicorn.run("promokit.serve.app:app_from_environment", factory=True, host=host, port=port,
-                        workers=workers, loop="uvloop", http="httptools", log_level="warning", access_log=False)
-
-
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+        config = DemoConfig(customers=customers, merchants=merchants, seed=seed, epochs=epochs, ratio=ratio,
+                            cap_factor=cap_factor, waves=waves, concurrency=concurrency, max_seconds=max_seconds,
+                            explore=explore)
+        print_summary(run_demo(out, config), out)

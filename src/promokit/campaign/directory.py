@@ -11,12 +11,12 @@ Layout (every file written atomically; nothing is unpickled when it is read back
     assignments.parquet  optional, ``user_id, fund`` from an ``allocate quota`` plan
     lookup/<population>/ ids.npy (the ids as sorted UTF-8 bytes), scores.npy (their rows, in that order),
                          mean.npy (the population's mean curve): what the service reads
-    versions/<version>/  the same files for each version built beside the live one (:mod:`promokit.serve.versions`)
+    versions/<version>/  the same files for each version built beside the live one (:mod:`promokit.campaign.versions`)
     live.json            which version is live (without it, the one at the root)
     ledger.sqlite        the ledger, when the service keeps its own: shared by every version
 
 :func:`build` checks that the score tables offer the levels the budget plan was solved for and that
-the plan's λ* and B are there, reading the tables part by part (:mod:`promokit.serve.lookup`: memory bounded by
+the plan's λ* and B are there, reading the tables part by part (:mod:`promokit.campaign.lookup`: memory bounded by
 a few parts); :func:`load_campaign` memory-maps each population's lookup: the service starts at
 once whatever the population's size, and the workers of one machine share one copy of it in the page cache
 (a dictionary of 10⁶ ids took 1.4 s and 530 MB per worker; 10⁸ would not fit).
@@ -41,13 +41,7 @@ import pandas as pd
 
 from promokit import __version__
 from promokit.allocation.tables import FUND, USER, read_budget_table
-from promokit.data.durations import parse_duration
-from promokit.data.errors import DataError
-from promokit.data.io import read_table, write_json, write_npy, write_parquet
-from promokit.data.uris import as_path, local_dir
-from promokit.serve.lookup import WIDE, add_rows, check_table, encode_ids, spill, write_lookup
-from promokit.serve.money import EXPONENTS, to_minor
-from promokit.serve.options import (
+from promokit.campaign.defaults import (
     COLD_START,
     COUPON_TTL_SECONDS,
     CURRENCY_EXPONENT,
@@ -56,7 +50,13 @@ from promokit.serve.options import (
     PACING_WINDOW,
     WHEN_EXHAUSTED,
 )
-from promokit.serve.versions import CONFIG, live_version, new_folder, point_live, version_folder, version_names
+from promokit.campaign.lookup import WIDE, add_rows, check_table, encode_ids, spill, write_lookup
+from promokit.campaign.money import EXPONENTS, to_minor
+from promokit.campaign.versions import CONFIG, live_version, new_folder, point_live, version_folder, version_names
+from promokit.data.durations import parse_duration
+from promokit.data.errors import DataError
+from promokit.data.io import read_table, write_json, write_npy, write_parquet
+from promokit.data.uris import as_path, local_dir
 
 TABLES = {"customer": "customers.parquet", "merchant": "merchants.parquet"}
 ASSIGNMENTS = "assignments.parquet"
@@ -101,7 +101,7 @@ class CampaignConfig:
     def from_dict(cls, data: dict) -> CampaignConfig:
         data = {k: v for k, v in data.items() if k != "promokit"}
         if "currency_exponent" not in data and _is_number(data.get("cap")):
-            # written before money was exact: cents, and a cap that had more decimals is floored to the cent
+            # no currency_exponent: the money is in cents, and a cap with more decimals is floored to the cent
             data["cap"] = math.floor(Decimal(str(data["cap"])).scaleb(2)) / 100
         try:
             config = cls(**{**data, "pacing": Pacing(**data.get("pacing", {}))})
@@ -389,7 +389,7 @@ def load_campaign(path: str | os.PathLike, explore: float | None = None, version
     for population, name in TABLES.items():
         if (path / LOOKUP / population / "ids.npy").is_file():
             populations[population] = Population.load(path / LOOKUP / population)
-        elif (path / name).is_file():  # a campaign built before the lookup existed
+        elif (path / name).is_file():  # no lookup: the score table, read into memory
             table = read_budget_table(path / name)
             check_table(population, table, config.levels)
             populations[population] = Population.of(table.user_ids, table.scores)

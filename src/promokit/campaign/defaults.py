@@ -8,4 +8,3 @@ CURRENCY_EXPONENT = 2  # cents
 PACING_WINDOW = 4096  # recent requests λ is re-solved on
 PACING_EVERY = 256  # re-solve after this many decisions of one worker
 PACING_GAIN = 0.5  # exponent of the ratio correction, 0 = no feedback
-DEADLINE_SECONDS = 0.5  # serve --deadline: how long a decision or outcome may wait for the ledger before a 503

@@ -1,4 +1,4 @@
-"""``promokit incentive …``: synth, train, predict, evaluate, recalibrate, bench, simulate, demo."""
+"""``promokit incentive …``: synth, train, predict, evaluate, recalibrate, bench, simulate, demo, compare."""
 
 from __future__ import annotations
 
@@ -7,20 +7,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from promokit import cli_support as cs
-from promokit.console import get_console, print_table
-from promokit.data.split import TEST_FRACTION
-from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
-from promokit.incentive.options import (
+from promokit.cli import conventions as cv
+from promokit.cli import printing as pr
+from promokit.cli import support as cs
+from promokit.cli.options import common as co
+from promokit.cli.options.incentive import (
     AllowLeakyOpt, CustomerEdgesOpt, CustomersOpt, EdgesOpt, FLAGS, ItemEdgesOpt, ItemsOpt, LABEL_ROLES, LabelOpt,
     LevelsOpt, LrDecayOpt, MerchantsOpt, MethodOpt, ModelDirOpt, ModelOpt, MonitorOpt, RatioOpt, RecalibrateByOpt,
     SeedOpt, TestFractionOpt, ValidFractionOpt, graph_files, levels_option,
 )
+from promokit.console import get_console, print_table
+from promokit.data.split import TEST_FRACTION
+from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.training.recalibration import DEFAULT_METHOD
 from promokit.training.refit import REFIT
 
 #: The training flags, showing the defaults the estimator trains with.
-TRAIN = cs.TrainingFlags(DEFAULT_TRAIN)
+TRAIN = co.TrainingFlags(DEFAULT_TRAIN)
 
 app = typer.Typer(help="Incentive response on a customer–merchant graph: GNN + hazard regression and its baselines, "
                        "score tables for allocate budget.", no_args_is_help=True)
@@ -50,12 +53,12 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
           valid_fraction: ValidFractionOpt = DEFAULT_VALIDATION,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, lr_decay: LrDecayOpt = None,
           patience: TRAIN.patience = None, monitor: MonitorOpt = None, seed: SeedOpt = DEFAULT_TRAIN.seed,
-          params: cs.ParamsOpt = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
-          resume: cs.ResumeOpt = False, threads: cs.ThreadsOpt = None,
-          allow_leaky: AllowLeakyOpt = None, device: cs.DeviceOpt = None,
-          executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
+          params: co.ParamsOpt = None, categorical: co.CategoricalOpt = None, numeric: co.NumericOpt = None,
+          resume: co.ResumeOpt = False, threads: co.ThreadsOpt = None,
+          allow_leaky: AllowLeakyOpt = None, device: co.DeviceOpt = None,
+          executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
           draws: Annotated[int, typer.Option(help="With the graph in parts: neighbourhood draws written per training customer, cycled by epoch.")] = 1,
-          refit: cs.RefitOpt = REFIT):
+          refit: co.RefitOpt = REFIT):
     """Fit a response model on an incentive experiment, less the --test-fraction of the nodes held out for evaluate,
     choose its epoch (lr: its L2 strengths) on the validation nodes, then fit it again on every labelled node with
     that choice (--no-refit: keep the selected model), and write it as a model directory.
@@ -70,7 +73,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
     in config.json): --categorical / --numeric set the type of some. A customer feature that alone predicts the
     redemption almost perfectly (a label leak: a column measured after the response) is warned of before training;
     drop it, or keep it with --allow-leaky."""
-    with cs.user_errors(), cs.convention_errors(), cs.flags_in_errors(FLAGS):
+    with cs.user_errors(), cv.convention_errors(), cs.flags_in_errors(FLAGS):
         cs.set_threads(threads)
         from promokit.incentive.estimator import IncentiveModel
         from promokit.incentive.workflows import graph_summary, train as train_model
@@ -81,12 +84,12 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         trained = train_model(IncentiveModel(model, model_params, config, test_fraction, allow_leaky, refit),
                               graph_files(customers, merchants, edges, items, item_edges, customer_edges),
                               levels=levels_option(levels),
-                              types=cs.types_option(categorical, numeric), labels=cs.label_options(label, LABEL_ROLES),
+                              types=cs.types_option(categorical, numeric), labels=cv.label_options(label, LABEL_ROLES),
                               validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                               executor=cs.deferred_executor(executor, address, workers), draws=draws)
         estimator, counts, held = trained.model, trained.counts, trained.model.holdout
         estimator.save(out)
-        cs.finish_training(out, estimator.history)
+        pr.finish_training(out, estimator.history)
         if trained.parts:
             seeds, merchants = counts["seeds"], counts["merchant_seeds"]
             get_console().print(f"trained over {trained.parts} parts: records of {seeds['train']:,} training and "
@@ -94,7 +97,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
                                 f"{merchants['valid']:,} merchants ({counts['bytes'] / 2**20:,.1f} MiB); "
                                 f"{seeds['test']:,} of {held['rows']:,} labelled customers and {merchants['test']:,} "
                                 f"merchants held out (by id, seed {held['seed']}); model written to {out}")
-            cs.print_refit(held, "labelled customer")
+            pr.print_refit(held, "labelled customer")
             return
         if executor != "local" or address or workers or draws != 1:
             get_console().print(f"note: {customers} is one table, not parts: trained in this process (--executor, "
@@ -104,15 +107,15 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
             specs["merchants"] = estimator.merchant_spec
         if estimator.graph == "items":
             specs["items"] = estimator.item_spec
-        cs.print_feature_types(specs, inferred=True)
+        pr.print_feature_types(specs, inferred=True)
         get_console().print(graph_summary(estimator.graph, counts))
         held_merchants, trained_merchants = ("", "") if estimator.graph != "merchants" else (
             f" and {held['held_out_merchants']:,} of {held['merchants']:,} merchants",
             f" and {trained.merchants:,} merchants")
-        cs.print_held_out(held["held_out"] + held["held_out_merchants"] and
+        pr.print_held_out(held["held_out"] + held["held_out_merchants"] and
                        f"{held['held_out']:,} of {held['rows']:,} labelled customers{held_merchants} (drawn at "
                        f"random, seed {held['seed']})", "labelled node")
-        cs.print_refit(held, "labelled customer")
+        pr.print_refit(held, "labelled customer")
         how = "selected on {}, then refit on every labelled node" if held.get("refit") else "trained on {}"
         trained_on = f"{trained.customers:,} customers{trained_merchants}"
         get_console().print(f"model written to {out} ({how.format(trained_on)})")
@@ -122,8 +125,8 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
 def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
             items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
             out: Annotated[Path, typer.Option("--out", help="Folder for customers.parquet, merchants.parquet and summary.json; with --customers in parts, customers/ and merchants/ (a part per input part).")],
-            executor: cs.ExecutorOpt = "local", address: cs.AddressOpt = None, workers: cs.WorkersOpt = None,
-            threads: cs.ThreadsOpt = None, engine: cs.EngineOpt = None, device: cs.DeviceOpt = None):
+            executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
+            threads: co.ThreadsOpt = None, engine: co.EngineOpt = None, device: co.DeviceOpt = None):
     """Score every customer and merchant at every value: score tables in the allocate budget wide layout (a model
     trained on customers only: --customers alone, customers.parquet only; on a customer–item or customer–customer
     graph: --item-edges [--items] or --customer-edges with --customers, customers.parquet only). With
@@ -155,7 +158,7 @@ def predict(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt
 def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
              items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
              out: Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json / response_curves.png / uplift_curves.png.")],
-             all_rows: cs.AllRowsOpt = False,
+             all_rows: co.AllRowsOpt = False,
              truth: Annotated[Optional[Path], typer.Option("--truth", help="A synthetic world's truth_customers.parquet, for the curve error and the true uplift's AUUC.")] = None,
              label: LabelOpt = None):
     """AUC_c, MAE_c, MSE_c, MAE_m, MSE_m, uplift by sensitivity quintile and the response curves (Figures 4–5), and
@@ -164,24 +167,24 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
     train was given (--label: others). A model refit on every node (train's default) has learnt the held-out nodes
     too: evaluate reports the metrics they gave the selected model, scored by train before the refit (--truth or
     --label score them again, by the refit model, with a warning)."""
-    with cs.user_errors(out=out), cs.convention_errors(), cs.flags_in_errors(FLAGS):
+    with cs.user_errors(out=out), cv.convention_errors(), cs.flags_in_errors(FLAGS):
         from promokit.experiments.incentive.world import customer_truth
         from promokit.incentive.estimator import IncentiveModel
         from promokit.incentive.offline_metrics import evaluation_report
 
         estimator = IncentiveModel.load(model)
         tables = estimator.read(graph_files(customers, merchants, edges, items, item_edges, customer_edges),
-                                labels=cs.label_options(label, LABEL_ROLES))
-        stored = cs.held_out_evaluation(estimator, tables, all_rows, {
-            "--truth": truth is not None, "--label": cs.relabelled(label, LABEL_ROLES, estimator.labels)})
+                                labels=cv.label_options(label, LABEL_ROLES))
+        stored = cv.held_out_evaluation(estimator, tables, all_rows, {
+            "--truth": truth is not None, "--label": cv.relabelled(label, LABEL_ROLES, estimator.labels)})
         if stored is not None:  # a refit model: what the held-out nodes said of the selected model
-            cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title)
+            pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title)
             return
         if not all_rows:
-            cs.held_out_rows(estimator, tables)  # what evaluate scores: its errors say --all
+            cv.held_out_rows(estimator, tables)  # what evaluate scores: its errors say --all
         evaluation = estimator.evaluate(tables, held_out=not all_rows,
                                         truth=None if truth is None else customer_truth(truth, tables.customers))
-        cs.write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
+        pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, evaluation.metrics,
                              f"{estimator.model}: {evaluation['customers']:,} customers, "
                              f"{evaluation.metrics.get('merchants', 0):,} merchants")
         evaluation_report(evaluation, f"Evaluation of {model}").write(out)
@@ -200,11 +203,11 @@ def recalibrate(model: ModelDirOpt, customers: CustomersOpt, merchants: Merchant
     value, each applied at its own). predict and evaluate
     then apply it; predict writes the model's own curves as customers_raw.parquet. The label columns are those train
     was given (--label: others)."""
-    with cs.user_errors(model=model), cs.convention_errors(), cs.flags_in_errors(FLAGS):
+    with cs.user_errors(model=model), cv.convention_errors(), cs.flags_in_errors(FLAGS):
         from promokit.incentive.workflows import recalibrate as recalibrate_model
 
         fitted = recalibrate_model(model, customers, merchants, edges, method=method,
-                                   labels=cs.label_options(label, LABEL_ROLES),
+                                   labels=cv.label_options(label, LABEL_ROLES),
                                    graph={"items": items, "item_edges": item_edges, "customer_edges": customer_edges},
                                    by=by)
         groups = "" if by is None else (f" by {by} ({fitted['groups']:,} values, {fitted['own_maps']:,} with a map "
@@ -221,9 +224,9 @@ def bench(models: Annotated[str, typer.Option(help="Comma-separated models; the 
           seeds: Annotated[str, typer.Option(help="Comma-separated seeds (world, split and training).")] = "0,1,2",
           customers: int = 20_000, merchants: int = 2_000, degree: float = 4.0, ratio: RatioOpt = None,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, lr_decay: LrDecayOpt = None,
-          patience: TRAIN.patience = None, params: cs.ParamsOpt = None,
-          out: cs.runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / response_curves.png") = cs.RUNS / "incentive-bench",
-          threads: cs.ThreadsOpt = None):
+          patience: TRAIN.patience = None, params: co.ParamsOpt = None,
+          out: co.runs_out_option("results.csv (rewritten as each model finishes), report.md / report.json / response_curves.png") = co.RUNS / "incentive-bench",
+          threads: co.ThreadsOpt = None):
     """Every model on synthetic worlds (one per seed) against the oracle, and the allocation each leads to."""
     with cs.user_errors(out=out):
         cs.set_threads(threads)
@@ -255,7 +258,7 @@ def simulate(world: Annotated[Path, typer.Option("--world", help="Folder written
 
 
 @app.command()
-def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes) and the report") = cs.RUNS / "incentive-demo",
+def demo(out: co.runs_out_option("results.csv (rewritten as each model finishes) and the report") = co.RUNS / "incentive-demo",
          customers: int = 10_000, merchants: int = 1_000, seed: SeedOpt = 0,
          models: Annotated[str, typer.Option(help="Comma-separated models; the linear floor lr is always added.")] = "gnn-hazard,dnn-h,sbbm,cox"):
     """Train the paper's model and its baselines on a synthetic world, score the held-out nodes against the
@@ -271,22 +274,22 @@ def demo(out: cs.runs_out_option("results.csv (rewritten as each model finishes)
 @app.command()
 def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesOpt = None, *,
             items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
-            out: cs.CompareOutOpt, models: cs.CompareModelsOpt = "lr,dnn,gnn-hazard", seeds: cs.CompareSeedsOpt = "0",
+            out: co.CompareOutOpt, models: co.CompareModelsOpt = "lr,dnn,gnn-hazard", seeds: co.CompareSeedsOpt = "0",
             levels: LevelsOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
             valid_fraction: ValidFractionOpt = DEFAULT_VALIDATION,
             epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
-            patience: TRAIN.patience = None, categorical: cs.CategoricalOpt = None, numeric: cs.NumericOpt = None,
-            resamples: cs.ResamplesOpt = cs.RESAMPLES, threads: cs.ThreadsOpt = None):
+            patience: TRAIN.patience = None, categorical: co.CategoricalOpt = None, numeric: co.NumericOpt = None,
+            resamples: co.ResamplesOpt = co.RESAMPLES, threads: co.ThreadsOpt = None):
     """Fit the floor lr and --models on the same nodes with the same training budget, and write one leaderboard:
     AUC_c of the held-out customers against lr with a paired bootstrap interval, the calibration ratio, fit and
     predict seconds and a verdict per model. A GNN model on customers-only data is skipped, with the reason."""
     flags = {**FLAGS, "models": "--models", "seeds": "--seeds"}
-    with cs.user_errors(out=out), cs.convention_errors(), cs.flags_in_errors(flags):
+    with cs.user_errors(out=out), cv.convention_errors(), cs.flags_in_errors(flags):
         cs.set_threads(threads)
         from promokit.incentive.contract import read_tables
 
         tables = read_tables(graph_files(customers, merchants, edges, items, item_edges, customer_edges),
                              levels=levels_option(levels), types=cs.types_option(categorical, numeric),
-                             labels=cs.label_options(label, LABEL_ROLES))
-        cs.run_compare("incentive", tables, models, seeds, out, resamples, options={"test_fraction": test_fraction},
+                             labels=cv.label_options(label, LABEL_ROLES))
+        pr.run_compare("incentive", tables, models, seeds, out, resamples, options={"test_fraction": test_fraction},
                        validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -8,7 +8,7 @@ live. The pointer is rewritten atomically, so a reader sees the old pointer or t
 lock on ``live.lock`` and numbers itself one more than the pointer it replaces: switches from any number of
 processes are ordered, the last one written is live, and a service follows it (:mod:`promokit.serve.refresh`).
 
-This module reads names and folders only; loading and checking a version is :mod:`promokit.serve.campaign`'s.
+This module reads names and folders only; loading and checking a version is :mod:`promokit.campaign.directory`'s.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def live_pointer(root: Path) -> tuple[str | None, int | None]:
         name, seq = str(data["version"]), data.get("seq")
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
         raise DataError(f"{pointer} does not name a version ({{\"version\": …}}); name one with "
-                        f"promokit.serve.campaign.activate") from None
+                        f"promokit.campaign.activate_version") from None
     return name, seq if isinstance(seq, int) and not isinstance(seq, bool) else None
 
 
