@@ -258,7 +258,7 @@ def test_fit_reads_paths_predict_keeps_keys_and_evaluate_is_an_evaluation(impres
     evaluation = model.evaluate(tmp_path / "valid.csv")
     assert isinstance(evaluation, Evaluation) and evaluation["ctr_auc"] > 0.5
     assert evaluation.title == "Conversion model esmm" and "| ctcvr_auc |" in evaluation.to_markdown()
-    with pytest.raises(DataError, match=r"^`validation`: a fraction of the rows must be in \[0, 1\), got 1.5"):
+    with pytest.raises(DataError, match=r"^`validation`: a fraction must be in \[0, 1\) \(0: no validation\), got 1.5$"):
         _model("esmm").fit(impressions, validation=1.5)
     with pytest.raises(DataError, match="^`validation_split` cuts the validation rows from `data`"):
         _model("esmm").fit(impressions, validation=impressions, validation_split="random")
@@ -340,7 +340,7 @@ def test_the_train_command_takes_its_defaults_from_the_estimator():
     for name in ("model", "test_fraction", "repair_labels"):
         assert command[name] == init[name].default, name
     assert inspect.signature(ConversionModel.fit).parameters["validation"].default is None
-    assert command["valid_fraction"] == _validation(None)[1] == VALIDATION_FRACTION
+    assert command["valid_fraction"] == _validation(None).fraction == VALIDATION_FRACTION
     assert command["seed"] == DEFAULT_TRAIN.seed
     assert all(command[name] is None for name in ("epochs", "batch_size", "lr", "patience", "embedding_decay",
                                                   "weight_decay", "monitor", "params", "min_count", "wide"))

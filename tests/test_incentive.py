@@ -83,7 +83,7 @@ def test_split_holds_out_nodes_of_both_kinds():
 
 def test_the_gnn_hazard_model_learns_the_response(fitted, tables, world):
     responses = fitted.responses(tables)
-    result = fitted.evaluate(tables, truth=world.customer_truth)
+    result = fitted.evaluate(tables, held_out=True, truth=world.customer_truth)
     assert isinstance(result, Evaluation) and result.title == "incentive gnn-hazard"
     assert result["customers"] == len(fitted.held_out(tables)[0]) == 250
     # the held-out nodes' AUC_c of the selected model (scored before the refit, which learnt them): oracle ≈ 0.83;
@@ -97,7 +97,7 @@ def test_the_gnn_hazard_model_learns_the_response(fitted, tables, world):
     assert set(result.figures) == {"response_curves", "uplift_curves"}
     text = result.to_markdown()
     assert f"| auc_c | {result['auc_c']:.4f} |" in text and "## Uplift by level" in text
-    assert fitted.evaluate(tables, held_out=False)["customers"] == 2500
+    assert fitted.evaluate(tables)["customers"] == 2500  # every labelled node given, as in every domain
 
 
 def test_predict_gives_the_customer_key_then_a_score_per_value(fitted, tables, world):
@@ -148,7 +148,7 @@ def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
                           (tmp_path / "none", "is not a folder"), (world.customers, "data must be a mapping of table name")):
         with pytest.raises(DataError, match=message):
             IncentiveModel("lr").fit(data)
-    with pytest.raises(DataError, match=r"^`validation` must be in \[0, 1\), got 1.5$"):
+    with pytest.raises(DataError, match=r"^`validation`: a fraction must be in \[0, 1\) \(0: no validation\), got 1.5$"):
         IncentiveModel("lr").fit(mapping, validation=1.5)
 
 
@@ -164,7 +164,7 @@ def test_test_fraction_is_a_parameter_and_held_out_finds_the_nodes_fit_held_out(
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
     assert loaded.test_fraction == 0.25 and np.array_equal(loaded.held_out(tmp_path)[0], customers)
-    assert loaded.evaluate(tmp_path)["customers"] == 100
+    assert loaded.evaluate(tmp_path, held_out=True)["customers"] == 100
     fewer = {"customers": world.customers.head(200), "merchants": world.merchants, "edges": world.edges.iloc[:0]}
     with pytest.raises(DataError, match=r"^held_out: the model held out 100 of the 400 labelled customers it was "
                                         r"fitted on, and these data have 200 labelled customers"):
@@ -327,7 +327,7 @@ def test_the_model_keeps_the_label_mapping_it_was_fitted_with(world, tmp_path):
     assert model.labels == labels
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
-    assert loaded.labels == labels and loaded.evaluate(renamed)["customers"] == model.holdout["held_out"]
+    assert loaded.labels == labels and loaded.evaluate(renamed, held_out=True)["customers"] == model.holdout["held_out"]
     # scoring needs no label: a table without the mapped columns is read as unlabelled
     unlabelled = {**renamed, "customers": renamed["customers"].drop(columns=["converted", "offer"])}
     assert len(loaded.predict(unlabelled)) == len(world.customers)
@@ -345,7 +345,7 @@ def test_evaluate_leaves_no_figure_in_pyplot(fitted, tables):
 
 
 def test_evaluate_reports_calibration_at_the_offered_value_by_value(fitted, tables):
-    evaluation = fitted.evaluate(tables)
+    evaluation = fitted.evaluate(tables, held_out=True)
     rows, _ = fitted.held_out(tables)
     assert evaluation["mean_observed"] == pytest.approx(tables.redeemed[rows].mean())
     assert evaluation["calibration_ratio"] == pytest.approx(evaluation["mean_predicted"] / evaluation["mean_observed"])

@@ -91,7 +91,7 @@ def test_bad_options_exit_2(world, models, tmp_path):
     for args, message in ((("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--levels", "20,x"), "--levels"),
                           (("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--model", "gcn"), "unknown model"),
                           (("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--valid-fraction", 1.5),
-                           "--valid-fraction must be in [0, 1), got 1.5"),
+                           "--valid-fraction: a fraction must be in [0, 1) (0: no validation), got 1.5"),
                           (("incentive", "bench", "--seeds", "a"), "--seeds"),
                           (("incentive", "predict", "--model", tmp_path / "none", *_tables(world), "--out", tmp_path / "s"),
                            "not a promokit model directory")):

@@ -116,7 +116,7 @@ def test_the_model_learns_like_the_in_memory_model_and_serves(world, trained, tm
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
     pd.testing.assert_frame_equal(loaded.predict(tables), model.predict(tables))
-    assert loaded.evaluate(tables).metrics["customers"] == model.holdout["held_out"]
+    assert loaded.evaluate(tables, held_out=True).metrics["customers"] == model.holdout["held_out"]
 
 
 def test_the_merchant_term_trains_from_merchant_records(world, trained):

@@ -1,7 +1,10 @@
 """The estimator contract, on every registered model of the four domains (as scikit-learn's ``check_estimator``):
 parameters that clone, a bad setting refused in one line with nothing changed, an unfitted model refusing to
 predict, evaluate or save with scikit-learn's ``NotFittedError``; and on each domain's floor and paper model, fit
-returning the estimator, predictions keyed first, and a saved directory predicting exactly as the model did.
+returning the estimator, predictions keyed first, and a saved directory predicting exactly as the model did; and on
+each domain's floor, ``fit(validation=…)`` read the same way everywhere (a fraction, a table given apart, a time, row
+positions, or a one-line refusal naming ``validation`` where a form cannot mean anything) and ``evaluate(data)``
+scoring every row given (``held_out=True``: the rows fit held out).
 
 A model added to a domain's registry is checked here by that alone."""
 
@@ -14,7 +17,7 @@ from sklearn.exceptions import NotFittedError
 
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.models import MODELS as CONVERSION
-from promokit.data import DataError
+from promokit.data import DataError, FeatureSpec
 from promokit.experiments.incentive.world import make_world as incentive_world
 from promokit.experiments.value.world import make_world as value_world
 from promokit.experiments.voucher.world import make_world as voucher_world
@@ -111,3 +114,105 @@ def test_a_model_directory_records_its_format_and_a_later_one_is_refused(tmp_pat
     with pytest.raises(DataError, match=rf"of format {MODEL_FORMAT + 1}, written by a newer promokit") as error:
         ConversionModel.load(tmp_path / "m")
     assert "\n" not in str(error.value)
+
+
+# ---- fit(validation=…) and evaluate(data): one contract in every domain (docs/conventions.md) ---------------------
+
+def _conversion_floor():
+    table = make_impressions().assign(time=pd.date_range("2024-01-01", periods=4000, freq="h"))
+    model = ConversionModel("lr", train=QUICK, spec=FeatureSpec(time_key="time"), refit=False)
+    return model, table, table.iloc[:400].drop(columns="time"), table["time"], "n", len(table)
+
+
+def _voucher_floor():
+    tables = voucher_world(n_users=300, n_vouchers=30, n_items=200, n_sessions=2500, seed=1).tables
+    return VoucherModel("lr", None, QUICK, refit=False), tables, None, tables.sessions["collect_time"], "n", \
+        len(tables.sessions)
+
+
+def _incentive_floor():
+    world = incentive_world(1500, 150, seed=3)
+    tables = incentive_tables(world.customers, world.merchants, world.edges)
+    return IncentiveModel("lr", None, QUICK, refit=False), tables, None, None, "customers", \
+        len(tables.labelled_customers)
+
+
+def _value_floor():
+    world = value_world(1200, seed=3)
+    tables = value_tables(world.deliveries, world.users, world.funds, world.behaviors, world.consumption)
+    return ValueModel("hurdle", None, QUICK, refit=False), tables, None, pd.Series(pd.to_datetime(tables.time)), \
+        "deliveries", len(tables.deliveries)
+
+
+FLOORS = {"conversion": _conversion_floor, "voucher": _voucher_floor, "incentive": _incentive_floor,
+          "value": _value_floor}
+
+
+def _refused(call) -> str:
+    with pytest.raises(DataError) as error:
+        call()
+    message = str(error.value)
+    assert "\n" not in message and "`validation`" in message and " takes None" in message, message
+    return message
+
+
+@pytest.mark.parametrize("domain", FLOORS)
+def test_every_form_of_validation_means_the_same_in_every_domain(domain):
+    model, data, apart, times, count, n_rows = FLOORS[domain]()
+    report = model.fit(data, validation=0.2).report
+    held = model.held_out(data)
+    held = held[0] if domain == "incentive" else held  # the customers held out (and the merchants)
+    kept = report.n_train + report.n_valid
+    assert report.n_test == len(held) and abs(report.n_valid - 0.2 * kept) <= 0.02 * kept + 1
+    assert model.fit(data, validation=0).report.n_valid == 0
+    if apart is None:  # the domain's rows live with the other tables: a table given apart cannot validate
+        _refused(lambda: model.fit(data, validation=data))
+    else:
+        assert model.fit(data, validation=apart).report.n_valid == len(apart)
+    if times is None:
+        assert "no time" in _refused(lambda: model.fit(data, validation="2024-06-01"))
+    else:
+        start = times.quantile(0.6)
+        later = (times >= start).to_numpy(copy=True)
+        later[held] = False
+        fitted = model.fit(data, validation=str(start)).report
+        assert (fitted.n_valid, fitted.n_train) == (later.sum(), kept - later.sum())
+        with pytest.raises(DataError, match=r"^`validation` .* leaves .* both must be non-empty$"):
+            model.fit(data, validation=times.max() + pd.Timedelta("1D"))
+    labelled = data.labelled_customers if domain == "incentive" else np.arange(n_rows)
+    rows = np.setdiff1d(labelled, held)[::9]
+    fitted = model.fit(data, validation=list(rows)).report
+    assert (fitted.n_valid, fitted.n_train, fitted.n_test) == (len(rows), kept - len(rows), len(held))
+
+
+def test_a_time_needs_a_time_column_where_the_rows_may_have_none():
+    table = make_impressions()
+    message = _refused(lambda: ConversionModel("lr", train=QUICK).fit(table, validation=pd.Timestamp("2024-06-01")))
+    assert "time_key" in message
+
+
+@pytest.mark.parametrize("domain", FLOORS)
+def test_a_bad_validation_is_refused_in_one_line_and_changes_nothing(domain):
+    model, data, _, _, _, _ = FLOORS[domain]()
+    model.fit(data)
+    scored = data.iloc[:300] if domain == "conversion" else data
+    before, holdout, n_valid = model.predict(scored), dict(model.holdout), model.report.n_valid
+    for bad in (-0.1, 1.0, float("nan"), True, np.bool_(False), "not a time", {"bad": 1}, [[1, 2]], [0.5], object()):
+        with pytest.raises(DataError) as error:
+            model.fit(data, validation=bad)
+        assert "\n" not in str(error.value) and "`validation`" in str(error.value), str(error.value)
+    pd.testing.assert_frame_equal(model.predict(scored), before)
+    assert model.holdout == holdout and model.report.n_valid == n_valid
+
+
+@pytest.mark.parametrize("domain", FLOORS)
+def test_evaluate_scores_every_row_given_and_held_out_true_the_rows_fit_held_out(domain):
+    model, data, _, _, count, n_rows = FLOORS[domain]()
+    model.fit(data)
+    held = model.held_out(data)
+    held = held[0] if domain == "incentive" else held
+    assert 0 < len(held) < n_rows
+    assert model.evaluate(data)[count] == n_rows
+    assert model.evaluate(data, held_out=True)[count] == len(held)
+    with pytest.raises(DataError, match="held_out must be True"):
+        model.evaluate(data, held_out="yes")

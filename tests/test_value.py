@@ -302,8 +302,8 @@ def test_split_rows_hold_out_the_test_and_take_the_validation_given(tables):
     assert not np.isin(got_train, chosen).any() and len(got_train) + len(chosen) == len(train) + len(valid)
     with pytest.raises(DataError, match=r"validation: 2 of its 3 rows are held out for evaluation \(test_fraction"):
         model.split_rows(tables, [int(train[0]), *test[:2]])
-    for bad, message in ((1.5, r"validation must be a fraction in \[0, 1\)"), ([-1], "are outside the"),
-                         ("latest", "validation must be None, a fraction")):
+    for bad, message in ((1.5, r"^`validation`: a fraction must be in \[0, 1\)"), ([-1], "are outside the"),
+                         ("latest", r"^`validation` 'latest' is not a time .*; a value model takes None")):
         with pytest.raises(DataError, match=message):
             model.split_rows(tables, bad)
     random = ValueModel("dnn", SMALL, QUICK, split="random", test_fraction=0.25).split_rows(tables)[2]

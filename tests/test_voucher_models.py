@@ -456,7 +456,7 @@ def test_the_validation_argument(world, split):
     with pytest.raises(DataError, match=r"^validation: 1 of the 1 validation sessions are held out for evaluation "
                                         r"\(test_fraction=0.1, test_from=None\)"):
         VoucherModel("lr").fit(world.tables, validation=split.test[:1])
-    with pytest.raises(DataError, match=r"validation must be a fraction in \[0, 1\) or row indices, got 1"):
+    with pytest.raises(DataError, match=r"^`validation`: a fraction must be in \[0, 1\) \(0: no validation\), got 1$"):
         VoucherModel("lr").fit(world.tables, validation=1)
     with pytest.raises(DataError, match="validation: 1 of the 2 validation sessions are also training sessions"):
         VoucherModel("lr", test_fraction=0).fit(world.tables, rows=split.train, validation=[split.train[0], split.valid[0]])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field, replace
-from numbers import Real
 
 import numpy as np
 import pandas as pd
@@ -43,7 +42,18 @@ from promokit.data.ids import id_hashes
 from promokit.data.leakage import find_leaks, leak_warning, validation_leak_warning
 from promokit.data.parts import is_partitioned, list_parts, parquet_rows
 from promokit.data.spec import missing_column_message, missing_label_message
-from promokit.data.split import TEST_FRACTION, latest_split
+from promokit.data.split import (
+    FRACTION,
+    ROWS,
+    TABLE,
+    TEST_FRACTION,
+    TIME,
+    Validation,
+    at_or_after,
+    latest_split,
+    parse_validation,
+    split_at_time,
+)
 from promokit.training import (
     History,
     TrainConfig,
@@ -60,6 +70,7 @@ from promokit.training.estimator import (
     Estimator,
     Evaluation,
     check_common_params,
+    check_held_out,
     check_refit,
     check_same_data,
     check_test_fraction,
@@ -173,10 +184,13 @@ class ConversionModel(Estimator):
         """Fit on ``data`` (a DataFrame or a table path) less the ``test_fraction`` held out for evaluation
         (:meth:`held_out`), and pick the epoch on the validation rows.
 
-        ``validation`` is None (:data:`VALIDATION_FRACTION` of the rest), a fraction of the rest in [0, 1) (0: no
-        validation) or a validation table (a DataFrame or a path). Validation rows cut from ``data`` are the latest
-        by the spec's ``time_key`` when it names one, else random; ``validation_split`` (``"random"`` or
-        ``"time:<column>"``) chooses otherwise. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there
+        ``validation`` (:func:`~promokit.data.split.parse_validation`, as in every domain) is None
+        (:data:`VALIDATION_FRACTION` of the rest), a fraction of the rest in [0, 1) (0: no validation), a validation
+        table given apart (a DataFrame or a path), a time (``"2024-06-01"``, a Timestamp: the rows not held out from
+        it on, by the spec's ``time_key``) or row positions of ``data`` (none of them held out). A fraction of the
+        rows cut from ``data`` is the latest by the spec's ``time_key`` when it names one, else random;
+        ``validation_split`` (``"random"`` or ``"time:<column>"``) chooses otherwise, and names the column a time
+        splits by. ``checkpoint_dir`` keeps the neural models' epoch checkpoint there
         (``resume``: continue from it); ``on_epoch`` is passed to :meth:`Trainer.fit`.
 
         ``executor`` (``promokit.scale.make_executor``'s, passed in; None: none) trains a network by epochs over the
@@ -185,18 +199,17 @@ class ConversionModel(Estimator):
         and on the local executor when either table is in parts. A model not trained by epochs is fitted on the
         table read whole on the local executor (with a warning when it is in parts), and refused on Ray."""
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
+        choice = _validation(validation)  # a bad `validation` is refused before anything changes
+        _check_validation_split(choice, validation_split)
         if self.model == AUTO:
             return self._fit_auto(data, validation, validation_split, executor)
         self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
         self.recalibrations = {}
-        valid, fraction = _validation(validation)
-        if validation_split is not None:
-            if valid is not None:
-                raise DataError("`validation_split` cuts the validation rows from `data`; it cannot be used with a "
-                                "`validation` table")
-            if validation_split != "random" and not str(validation_split).startswith("time:"):
-                raise DataError(f"validation_split must be 'random' or 'time:<column>', got {validation_split!r}")
+        valid, fraction = choice.table, choice.fraction
         if self._over_parts(data, valid, executor):
+            if choice.form in (TIME, ROWS):
+                raise choice.refused("over a table's parts, a conversion model validates on a fraction of the rows or "
+                                     "a table given apart")
             from promokit.conversion.parts import fit_parts
 
             fit_parts(self, data, executor, valid, fraction, validation_split, checkpoint_dir, resume)
@@ -226,6 +239,12 @@ class ConversionModel(Estimator):
             valid_labels, valid_report = self._labels(valid)
             for role, count in valid_report.repaired.items():
                 label_report.repaired[role] = label_report.repaired.get(role, 0) + count
+        elif choice.form in (TIME, ROWS):  # positions of `whole`, none held out, as positions of `table`
+            kept = np.setdiff1d(np.arange(len(whole)), held)
+            train_rows, valid_rows = (np.searchsorted(kept, rows) for rows in self.validation_rows(whole, held, choice,
+                                                                                               validation_split))
+            table, valid = table.iloc[train_rows], table.iloc[valid_rows]
+            labels, valid_labels = ({k: v[rows] for k, v in labels.items()} for rows in (train_rows, valid_rows))
         elif fraction > 0:
             how = validation_split or (f"time:{spec.time_key}" if spec.time_key else "random")
             train_rows, valid_rows = holdout_split(table, fraction, how, self.train_config.seed)
@@ -257,7 +276,7 @@ class ConversionModel(Estimator):
             self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
             self.net.fit(train_x, labels, valid_part)
         self.warn_validation_leak()
-        every = None if valid_labels is None or fraction else pd.concat([whole, valid], ignore_index=True)
+        every = pd.concat([whole, valid], ignore_index=True) if choice.form == TABLE else None
         return refit_after_selection(self, whole, held, every=every, validation_split=validation_split)
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
@@ -267,7 +286,7 @@ class ConversionModel(Estimator):
 
     def _fit_auto(self, data, validation, validation_split, executor) -> ConversionModel:
         """``model="auto"`` (:func:`~promokit.training.auto.fit_auto`) on a table read whole."""
-        valid, _ = _validation(validation)
+        valid = _validation(validation).table
         in_parts = any(isinstance(t, (str, os.PathLike)) and is_partitioned(t) for t in (data, valid))
         if in_parts or (executor is not None and executor.name != "local"):
             raise DataError("model='auto' chooses on a table read whole; over parts or on Ray, name the model "
@@ -281,15 +300,53 @@ class ConversionModel(Estimator):
         """The fitted model's metrics on the rows :meth:`fit` validated on, given what fit was given: ``data``,
         ``validation`` (a table: that table) and ``validation_split``. Scored as the model is now: before a refit,
         those are rows it had not learnt from."""
-        valid, fraction = _validation(validation)
-        if valid is not None:
-            return self.evaluate(valid)
-        if not fraction:
+        choice = _validation(validation)
+        if choice.form == TABLE:
+            return self.evaluate(choice.table)
+        if choice.form == FRACTION and not choice.fraction:
             raise DataError("validation: 0 leaves no validation rows to score (model='auto' chooses on them)")
         table = as_table(data, "data")
-        kept = np.setdiff1d(np.arange(len(table)), self.held_out(table))
+        held = self.held_out(table)
+        if choice.form != FRACTION:
+            return self.evaluate(table, rows=self.validation_rows(table, held, choice, validation_split)[1])
+        kept = np.setdiff1d(np.arange(len(table)), held)
         how = validation_split or (f"time:{self.feature_spec.time_key}" if self.feature_spec.time_key else "random")
-        return self.evaluate(table, rows=kept[holdout_split(table.iloc[kept], fraction, how, self.train_config.seed)[1]])
+        return self.evaluate(table, rows=kept[holdout_split(table.iloc[kept], choice.fraction, how,
+                                                            self.train_config.seed)[1]])
+
+    def validation_rows(self, table: pd.DataFrame, held: np.ndarray, validation,
+                        validation_split: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(training rows, validation rows) of ``table`` (the table fit is given; ``held``: the rows it holds out)
+        that a time or row positions given as ``validation`` choose: the rows given, none of them held out, or the
+        rows not held out from the time on by the spec's ``time_key`` (``validation_split`` ``"time:<column>"``: by
+        that column)."""
+        choice = _validation(validation)
+        kept = np.setdiff1d(np.arange(len(table)), held)
+        if choice.form == ROWS:
+            rows = check_rows(choice.value, len(table), "`validation`", "rows")
+            overlap = np.intersect1d(rows, held)
+            if len(overlap):
+                raise DataError(f"`validation`: {len(overlap)} of the {len(rows)} validation rows are held out for "
+                                f"evaluation (test_fraction={self.test_fraction}), e.g. row {int(overlap[0])}; "
+                                "validate on other rows, or hold none out with test_fraction=0")
+            train = np.setdiff1d(kept, rows)
+            if not len(train):
+                raise DataError(f"`validation`: the {len(rows):,} rows given leave none of the {len(kept):,} rows not "
+                                "held out to train on")
+            return train, rows
+        if choice.form != TIME:
+            raise DataError(f"validation_rows: `validation` is a time or row positions, got a {choice.form}")
+        by_column = validation_split is not None and str(validation_split).startswith("time:")
+        column = validation_split.split(":", 1)[1] if by_column else self.feature_spec.time_key
+        if column is None:
+            raise choice.refused("a time splits the rows by their time column, and the spec names no time_key "
+                                 "(FeatureSpec(time_key=…), or validation_split='time:<column>')")
+        if column not in table.columns:
+            raise DataError(missing_column_message(column, list(table.columns), "time column", len(table)))
+        later = at_or_after(table[column], choice.value)
+        if later is None:
+            raise choice.refused(f"the time column {column!r} holds {table[column].dtype} values, not times")
+        return split_at_time(later, kept, choice.value, "rows", len(held))
 
     def held_out_frame(self, data) -> pd.DataFrame:
         return as_table(data, "data").iloc[self.held_out(data)]
@@ -550,12 +607,15 @@ class ConversionModel(Estimator):
         self.recalibrations = fit_recalibrations(self._outputs(table), arrays, method, spec.labels)
         return self
 
-    def evaluate(self, data, *, rows=None, gauc_weight: str = "impressions", predictions: pd.DataFrame | None = None,
-                 labels: dict[str, str] | None = None, micro_behaviors=None) -> Evaluation:
+    def evaluate(self, data, *, held_out: bool = False, rows=None, gauc_weight: str = "impressions",
+                 predictions: pd.DataFrame | None = None, labels: dict[str, str] | None = None,
+                 micro_behaviors=None) -> Evaluation:
         """Conversion metrics on labelled ``data`` (a DataFrame or a table path; see :func:`conversion_metrics`) and
         the calibration of the probabilities (:func:`conversion_calibration`, its tables ``calibration``,
-        ``ctr_calibration`` and ``cvr_calibration``, a warning beyond the ratio),
-        every row or the row positions ``rows`` (those :meth:`fit` held out: ``held_out(data)``);
+        ``ctr_calibration`` and ``cvr_calibration``, a warning beyond the ratio) and ``n``, the rows scored: every
+        row of ``data``, those :meth:`fit` held out of it with ``held_out=True`` (``held_out(data)``; a model refit on
+        every row has learnt from them: :meth:`held_out_evaluation` gives what they said before), or the row
+        positions ``rows``;
         ``predictions``, this model's :meth:`predict` of those rows when the caller has them already. A
         :meth:`recalibrate`-d model is scored on its recalibrated probabilities.
 
@@ -563,6 +623,9 @@ class ConversionModel(Estimator):
         ``micro_behaviors`` (columns, a list or comma-separated names): the micro-behaviours whose node AUCs to
         report, in place of those the model was trained with (scored where the table has them); a model that
         predicts nodes is scored only on nodes it was trained on."""
+        check_held_out(held_out, rows)
+        if held_out:
+            rows = self.held_out(data)
         table, spec, labels = self._labelled(data, rows, labels, micro_behaviors)
         micro = labels.pop("micro", None)  # conversion_metrics reads each node's labels as micro_<name>
         if micro is not None:
@@ -572,7 +635,8 @@ class ConversionModel(Estimator):
         groups = table[spec.group_key].to_numpy() if spec.group_key else None
         metrics = conversion_metrics(labels, outputs, groups, gauc_weight)
         calibration, tables = conversion_calibration(labels, outputs, self.model_name)
-        return Evaluation(f"Conversion model {self.model_name}", {**metrics, **calibration}, tables=tables)
+        return Evaluation(f"Conversion model {self.model_name}", {**metrics, **calibration, "n": len(table)},
+                          tables=tables)
 
     def _labelled(self, data, rows, labels: dict[str, str] | None, micro_behaviors=None
                   ) -> tuple[pd.DataFrame, FeatureSpec, dict[str, np.ndarray]]:
@@ -647,19 +711,29 @@ class ConversionModel(Estimator):
         return model
 
 
-def _validation(validation) -> tuple[pd.DataFrame | str | os.PathLike | None, float]:
-    """(the validation table, unread, or None; the fraction of the training table to hold out) that
-    ``validation`` asks for: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1), or a table."""
-    if validation is None:
-        return None, VALIDATION_FRACTION
-    if isinstance(validation, Real) and not isinstance(validation, (bool, np.bool_)):
-        if not 0 <= validation < 1:
-            raise DataError(f"`validation`: a fraction of the rows must be in [0, 1), got {validation!r}")
-        return None, float(validation)
-    if isinstance(validation, (pd.DataFrame, str, os.PathLike)):
-        return validation, 0.0
-    raise DataError(f"validation must be None, a fraction in [0, 1) or a validation table (a DataFrame or a path), "
-                    f"got {type(validation).__name__}")
+def _validation(validation) -> Validation:
+    """``fit(validation=…)`` read as every domain reads it (:func:`~promokit.data.split.parse_validation`): None
+    (:data:`VALIDATION_FRACTION`), a fraction in [0, 1), a table given apart, a time or row positions."""
+    return parse_validation(validation, default=VALIDATION_FRACTION, tables=(pd.DataFrame,), model="a conversion model",
+                            takes={FRACTION: "a fraction in [0, 1) of the rows", TABLE: "a table given apart (a "
+                                   "DataFrame or a path)", TIME: "a time (the rows from it on, by the spec's time_key)",
+                                   ROWS: "row positions of data"})
+
+
+def _check_validation_split(choice: Validation, validation_split: str | None) -> None:
+    """``validation_split`` cuts the validation rows from ``data``: by a fraction (``"random"`` or
+    ``"time:<column>"``) or from a time (``"time:<column>"``, the column); not with a table or rows given."""
+    if validation_split is None:
+        return
+    if choice.form in (TABLE, ROWS):
+        given = "table" if choice.form == TABLE else "rows given"
+        raise DataError(f"`validation_split` cuts the validation rows from `data`; it cannot be used with a "
+                        f"`validation` {given}")
+    if validation_split != "random" and not str(validation_split).startswith("time:"):
+        raise DataError(f"validation_split must be 'random' or 'time:<column>', got {validation_split!r}")
+    if choice.form == TIME and validation_split == "random":
+        raise DataError("`validation_split` 'random' cannot cut the rows from a time: give 'time:<column>', or none "
+                        "to split by the spec's time_key")
 
 
 def describe_holdout(holdout: dict) -> str | None:

@@ -18,8 +18,8 @@ their distinct values over all parts. The estimator's ``test_fraction`` is held 
 holds it out (the latest rows by the spec's ``time_key``, the boundary time over all parts, or each row drawn with
 part *k*'s generator seeded by ``(seed, k, 1)``). Validation rows are then a seeded random share of each part's
 rest (part *k*'s generator is seeded by ``(seed, k)``; about ``valid_fraction`` of the rows, not exactly), the
-latest rows by the time column (the boundary time over all parts), or a separate ``valid`` table. The shards and the loop are
-:mod:`promokit.training.shards` and :mod:`promokit.training.shard_loop`.
+latest rows by the time column (the boundary time over all parts), or a separate ``valid`` table. The counts, roles
+and shards are :mod:`promokit.training.shards`'s, the job and the loop :mod:`promokit.training.shard_loop`'s.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ from promokit.data.encoders import TableEncoder
 from promokit.data.errors import DataError
 from promokit.data.parts import list_parts, naming, read_part
 from promokit.data.spec import missing_column_message
-from promokit.training.shards import (Segment, TrainJob, classify_integers, integer_levels, summed_time_counts,
-                                      time_counts, time_threshold, wide_over_parts)
+from promokit.training.shard_loop import TrainJob
+from promokit.training.shards import (TEST, TRAIN, VALID, Segment, classify_integers, first_with_rows, integer_levels,
+                                      row_roles, since, summed_time_counts, time_counts, time_threshold,
+                                      wide_over_parts)
 
 
 def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = VALIDATION_FRACTION,
@@ -128,10 +130,6 @@ def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: fl
 # ------------------------------------------------------------------------------------------------ which rows validate
 
 
-#: The role of a row of a part: trained on, validated on, held out for evaluation.
-TRAIN, VALID, TEST = 0, 1, 2
-
-
 @dataclass(frozen=True)
 class Holdout:
     """The role of each row of a part. Validation: ``none``, ``all`` (a separate validation table), ``random``
@@ -151,18 +149,13 @@ class Holdout:
         n = len(frame)
         if self.how == "all":
             return np.full(n, VALID, dtype=np.int8)
-        if self.how == "random":
-            validates = np.random.default_rng([self.seed, part]).random(n) < self.fraction
-        elif self.how == "time":
-            validates = (frame[self.column] >= self.threshold).to_numpy(dtype=bool)
-        else:
-            validates = np.zeros(n, dtype=bool)
-        roles = np.where(validates, VALID, TRAIN).astype(np.int8)
+        validates = (np.random.default_rng([self.seed, part]).random(n) < self.fraction if self.how == "random" else
+                     since(frame[self.column], self.threshold) if self.how == "time" else None)
+        held = None
         if self.test and self.test["test_fraction"]:
             held = (held_out_draw(n, self.test, part) if self.test["how"] == "random" else
-                    (frame[self.test["how"].split(":", 1)[1]] >= self.test_from).to_numpy(dtype=bool))
-            roles[held] = TEST
-        return roles
+                    since(frame[self.test["how"].split(":", 1)[1]], self.test_from))
+        return row_roles(n, validates, held)
 
 
 @dataclass(frozen=True)
@@ -243,9 +236,7 @@ def _count_part(job: tuple) -> PartCount:
 def _resolve_spec(estimator, paths: list[str], scans: list[PartScan]) -> None:
     """Resolve the estimator's spec on the first part with rows into its ``feature_spec``; integer columns whose
     role is inferred are classified by their distinct values over every part, as on the concatenated table."""
-    first = next((k for k, scan in enumerate(scans) if scan.rows), None)
-    if first is None:
-        raise DataError(f"the table has no rows in its {len(paths)} parts")
+    first = first_with_rows([scan.rows for scan in scans], "the table has no rows")
     inferred = not (estimator.declared_spec.categorical or estimator.declared_spec.numeric)
     with naming(paths[first]):
         sample = read_part(paths[first])

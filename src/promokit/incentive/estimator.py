@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,7 +17,8 @@ from promokit.data.errors import DataError
 from promokit.data.ids import id_fractions, id_hashes
 from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
 from promokit.data.spec import FeatureSpec
-from promokit.data.split import TEST_FRACTION, random_split
+from promokit.data.datasets import check_rows
+from promokit.data.split import FRACTION, ROWS, TABLE, TEST_FRACTION, TIME, Validation, parse_validation, random_split
 from promokit.incentive.contract import CUSTOMER, GRAPH_TABLES, MERCHANT, IncentiveTables, read_tables
 from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.incentive.inputs import GraphInputs, InputEncoders
@@ -42,6 +44,7 @@ from promokit.training.estimator import (
     Estimator,
     Evaluation,
     check_common_params,
+    check_held_out,
     check_refit,
     check_same_data,
     check_test_fraction,
@@ -57,6 +60,7 @@ from promokit.training.recalibration import (
 from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.shard_loop import checkpoint_folder
+from promokit.training.shards import TEST, TRAIN, VALID
 
 #: name → (representation, customer head): the linear floor, the paper's model, its Table 2 baselines (hazard
 #: head on other representations) and its Table 3 baselines (other heads on the same GNN).
@@ -97,7 +101,6 @@ def node_split(n_customers: int, n_merchants: int, test_fraction: float = TEST_F
 
 #: ``holdout["rule"]`` of a model trained over a graph in parts: its customers' roles drawn by :func:`hashed_roles`
 HASHED = "hashed"
-TRAIN, VALID, TEST = 0, 1, 2
 
 
 def hashed_roles(ids, test_fraction: float, valid_fraction: float, seed: int) -> np.ndarray:
@@ -147,7 +150,7 @@ class IncentiveModel(Estimator):
         model = IncentiveModel("gnn-hazard").fit(tables)   # selects on 90 % of the nodes, then refits on all
         scores = model.predict(tables)              # customer_id, score_<level>: f_c at every value
         report = model.held_out_evaluation(tables)  # AUC_c, MAE_c, … on the held-out nodes, before the refit
-        later_report = model.evaluate(later, held_out=False)   # every labelled node of a new experiment
+        later_report = model.evaluate(later)        # every labelled node of a new experiment
         model.recalibrate(later)                    # f_c's level fitted on a later experiment (predict applies it)
         responses = model.responses(tables)         # f_c, f_m (and the hazard) as arrays
         customers, merchants = model.score_tables(tables)   # both sides in the `allocate budget` layout
@@ -200,17 +203,20 @@ class IncentiveModel(Estimator):
         self.model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
 
     # ---- fit ------------------------------------------------------------------------------------------
-    def fit(self, data, *, validation: float | None = None, checkpoint_dir: str | os.PathLike | None = None,
+    def fit(self, data, *, validation=None, checkpoint_dir: str | os.PathLike | None = None,
             resume: bool = False, on_epoch=None) -> IncentiveModel:
         """Train on the labelled customers and merchants of ``data`` except a held-out ``test_fraction`` of each
-        (:meth:`split` gives the rows; :meth:`evaluate` scores them). ``validation`` is the fraction of the rest, in
-        [0, 1), whose nodes pick the epoch (``lr``: its L2 strengths): None for 10 %, 0 for none (the epochs run
-        to the end). ``data`` read here takes the labels under their roles' names: read tables whose label columns
-        have other names with :func:`~promokit.incentive.contract.read_tables` (``labels=…``, which the model then
-        keeps). Features and edges of every node are used, unlabelled customers' included: they pass
-        messages but are in no loss or validation metric (transductive, as the paper trains on 85 % of the nodes
-        of one graph). ``checkpoint_dir`` keeps the epoch checkpoint there (``resume``: continue from it);
-        ``on_epoch`` is passed to :meth:`Trainer.fit`. It drops an earlier :meth:`recalibrate`.
+        (:meth:`split` gives the rows; ``evaluate(data, held_out=True)`` scores them). ``validation``, read as in
+        every domain (:func:`~promokit.data.split.parse_validation`), chooses the nodes that pick the epoch (``lr``:
+        its L2 strengths): a fraction of the rest, in [0, 1), of the labelled customers and of the merchants (None for
+        10 %, 0 for none: the epochs run to the end), or customer rows of ``data`` (labelled, none held out; every
+        merchant not held out then trains). A table given apart or a time is refused in one line: the customers and
+        merchants live in one graph, and have no time. ``data`` read here takes the labels under their roles' names:
+        read tables whose label columns have other names with :func:`~promokit.incentive.contract.read_tables`
+        (``labels=…``, which the model then keeps). Features and edges of every node are used, unlabelled customers'
+        included: they pass messages but are in no loss or validation metric (transductive, as the paper trains on
+        85 % of the nodes of one graph). ``checkpoint_dir`` keeps the epoch checkpoint there (``resume``: continue
+        from it); ``on_epoch`` is passed to :meth:`Trainer.fit`. It drops an earlier :meth:`recalibrate`.
 
         Before training, a customer feature that alone predicts the training customers' redemption almost perfectly
         (a label leak: a column measured after the response, such as the amount redeemed) is warned of, naming it
@@ -226,11 +232,13 @@ class IncentiveModel(Estimator):
         (:mod:`promokit.incentive.parts_training`) refits from the records of every labelled node, keeping no held-out
         metrics (the held-out nodes are not scored first)."""
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
+        choice = _validation(validation)  # a bad `validation` is refused before anything changes
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation)
         self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
         self.recalibration = None
-        valid_fraction = validation_fraction(validation)
+        valid_fraction = choice.fraction
+        validating = bool(valid_fraction) or choice.form == ROWS
         tables = read_tables(data)
         self.customers_only = tables.customers_only
         if tables.customers_only and self.model_params["representation"] == "gnn":
@@ -242,6 +250,8 @@ class IncentiveModel(Estimator):
         cfg = self.train_config
         self.valid_fraction = valid_fraction
         split = self.split(tables)
+        if choice.form == ROWS:
+            split = self._validate_on(split, tables, choice.value)
         self.holdout = {"test_fraction": float(self.test_fraction), "valid_fraction": valid_fraction,
                         "seed": cfg.seed, "rows": len(tables.labelled_customers),
                         "held_out": len(split.test_customers), "merchants": len(tables.merchants),
@@ -249,7 +259,7 @@ class IncentiveModel(Estimator):
         if not tables.has_merchant_labels:
             split.train_merchants = split.valid_merchants = np.empty(0, dtype=np.int64)
         for name, rows in (("training", split.train_customers), ("validation", split.valid_customers)):
-            if valid_fraction and len(np.unique(tables.redeemed[rows])) < 2:
+            if validating and len(np.unique(tables.redeemed[rows])) < 2:
                 raise DataError(f"customers: the {len(rows)} {name} customers need redemptions and non-redemptions; "
                                 "use more customers or other fractions")
         allowed = self._allowed_leaks(tables)
@@ -260,7 +270,7 @@ class IncentiveModel(Estimator):
         self.customer_spec = replace(self.customer_spec, allow_leaky=allowed)
         self.warn_leaks(tables, split.train_customers)
         train_rows = labelled_rows(tables, split.train_customers, split.train_merchants)
-        valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if valid_fraction else None
+        valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if validating else None
         if self.model_params["representation"] == "linear":
             self.history = solve_floor(self.net, train_rows, valid_rows, cfg.monitor,
                                        **{k: self.model_params[k] for k in FLOOR_PARAMS})
@@ -269,7 +279,7 @@ class IncentiveModel(Estimator):
             metrics = validation_metrics() if valid_rows else None
             self.history = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
                 self.net, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
-        self.report = FitReport(len(split.train_customers), len(split.valid_customers) if valid_fraction else 0,
+        self.report = FitReport(len(split.train_customers), len(split.valid_customers) if validating else 0,
                                 len(split.test_customers), self.history)
         if valid_rows:
             self.warn_validation_leak(tables, split.valid_customers)
@@ -284,12 +294,31 @@ class IncentiveModel(Estimator):
     AUTO_METRIC = "auc_c"
 
     def validation_evaluation(self, data, validation=None) -> Evaluation:
-        """The fitted model's metrics on the customers and merchants :meth:`fit` validated on (``validation``, the
-        fraction fit was given); before a refit, nodes it had not learnt from."""
+        """The fitted model's metrics on the customers and merchants :meth:`fit` validated on (``validation``, as fit
+        was given it); before a refit, nodes it had not learnt from."""
+        choice = _validation(validation)
         split = self.split(data)
-        if not validation_fraction(validation) or not len(split.valid_customers):
+        if choice.form == ROWS:
+            split = self._validate_on(split, self.read(data), choice.value)
+        elif not choice.fraction or not len(split.valid_customers):
             raise DataError("validation: no validation customers to score (model='auto' chooses on them)")
         return self.evaluate(data, rows=(split.valid_customers, split.valid_merchants))
+
+    def _validate_on(self, split: NodeSplit, tables: IncentiveTables, rows) -> NodeSplit:
+        """``split`` (drawn without validation) with the customer rows ``rows`` (``fit(validation=rows)``) moved from
+        training to validation: each a labelled customer of ``tables``, none held out; else a one-line error."""
+        rows = check_rows(rows, len(tables.customers), "`validation`", "customers")
+        unlabelled = np.setdiff1d(rows, tables.labelled_customers)
+        if len(unlabelled):
+            raise DataError(f"`validation`: {len(unlabelled)} of the {len(rows)} validation customers have no label "
+                            f"('level' and 'redeemed'), e.g. row {int(unlabelled[0])}; validate on labelled customers")
+        held = np.intersect1d(rows, split.test_customers)
+        if len(held):
+            raise DataError(f"`validation`: {len(held)} of the {len(rows)} validation customers are held out for "
+                            f"evaluation (test_fraction={self.test_fraction}), e.g. row {int(held[0])}; validate on "
+                            "other customers, or hold none out with test_fraction=0")
+        split.train_customers, split.valid_customers = np.setdiff1d(split.train_customers, rows), rows
+        return split
 
     def held_out_frame(self, data) -> pd.DataFrame:
         """The rows of the customers and then of the merchants of ``data`` that :meth:`fit` held out for evaluation,
@@ -518,14 +547,15 @@ class IncentiveModel(Estimator):
         return self
 
     # ---- evaluate ---------------------------------------------------------------------------------------
-    def evaluate(self, data, *, held_out: bool = True, truth: np.ndarray | None = None, rows=None) -> Evaluation:
+    def evaluate(self, data, *, held_out: bool = False, truth: np.ndarray | None = None, rows=None) -> Evaluation:
         """The paper's offline metrics on labelled ``data`` (:func:`~promokit.incentive.offline_metrics.evaluate`):
         ``auc_c``, ``mae_c``, ``mse_c``, ``mae_m``, ``mse_m``, ``monotone_violations``, ``auuc``, ``qini`` and, with
         ``truth`` (a synthetic world's true response curves, one row per customer of ``data`` in its order × the
-        model's values), ``curve_mae_c``. Scored on the nodes :meth:`split` held out of training, with
-        ``held_out=False`` on every labelled node (a new experiment), or on ``rows``: the customer and merchant rows
-        as :meth:`held_out` gives them, a pair of arrays. A refit model has learnt from the held-out nodes too:
-        :meth:`held_out_evaluation` gives what they said of the selected model, scored before the refit. Tables:
+        model's values), ``curve_mae_c``. Scored, as in every domain, on every labelled node of ``data`` (its
+        ``customers`` count them); with ``held_out=True`` on the nodes :meth:`split` held out of training; or on
+        ``rows``: the customer and merchant rows as :meth:`held_out` gives them, a pair of arrays. A refit model has
+        learnt from the held-out nodes too: :meth:`held_out_evaluation` gives what they said of the selected model,
+        scored before the refit. Tables:
         ``response_curve`` (Figure 5),
         ``uplift_by_quintile`` (Figure 4), ``uplift_by_level`` (each value against the lowest) and the calibration of
         f_c at the offered value (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; tables
@@ -534,6 +564,7 @@ class IncentiveModel(Estimator):
         the values its recalibration did not see); figures:
         ``response_curves`` and ``uplift_curves``."""
         self._check_fitted()
+        check_held_out(held_out, rows)
         tables = self.read(data)
         if rows is not None:
             customer_rows, merchant_rows = _node_rows(rows, tables)
@@ -637,14 +668,26 @@ def partner_cardinalities(encoders: InputEncoders, graph: str) -> list[int] | No
     return None if graph == "customers" else encoders.merchants.cardinalities
 
 
-def validation_fraction(validation: float | None) -> float:
-    """``fit(validation=…)``: the share of the nodes left after the test nodes that picks the epoch, in [0, 1);
-    None for :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`."""
-    if validation is None:
-        return DEFAULT_VALIDATION
-    if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0 <= validation < 1:
-        raise DataError(f"`validation` must be in [0, 1), got {validation!r}")
-    return validation
+def _validation(validation) -> Validation:
+    """``fit(validation=…)`` read as every domain reads it (:func:`~promokit.data.split.parse_validation`)."""
+    return parse_validation(validation, default=DEFAULT_VALIDATION, tables=(IncentiveTables, Mapping),
+                            model="an incentive model",
+                            takes={FRACTION: "a fraction in [0, 1) of the labelled customers and merchants",
+                                   ROWS: "customer rows of data"},
+                            refuses={TABLE: "the customers and merchants live in one graph, which messages pass over, "
+                                            "so the validation customers belong in data: give their rows",
+                                     TIME: "the customers and merchants have no time to split them by"})
+
+
+def validation_fraction(validation) -> float:
+    """``fit(validation=…)`` as the share of the nodes left after the test nodes that picks the epoch, in [0, 1)
+    (None for :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`): what training over a graph in parts takes,
+    its customers' roles drawn by id; any other form is a one-line error."""
+    choice = _validation(validation)
+    if choice.form != FRACTION:
+        raise choice.refused("over a graph in parts (and in the train workflow) the validation customers are drawn by "
+                             "id: give a fraction")
+    return choice.fraction
 
 
 def net_defaults() -> dict:

@@ -149,12 +149,17 @@ def predict_parts(model: Path, customers: Path, merchants: Path, edges: Path, ou
 
 def _layout(customers: Path, merchants: Path, edges: Path, out: Path) -> GraphLayout:
     left, edge_parts, right = list_parts(customers), list_parts(edges), list_parts(merchants)
-    if len(edge_parts) != len(left):
-        raise DataError(f"{edges}: {len(edge_parts)} parts, but {customers} has {len(left)}: in parts, the edges are "
-                        "co-partitioned with the customers (part k of the edges holds the edges of part k's customers)")
+    check_paired(customers, edges, left, edge_parts)
     buckets = graph_shards.bucket_count(sum(map(_rows, right)), sum(map(_rows, edge_parts)))
     return GraphLayout(str(out / ".graph"), tuple(map(str, left)), tuple(map(str, edge_parts)),
                        tuple(map(str, right)), buckets, MERCHANT, "merchants")
+
+
+def check_paired(customers, edges, left: list, edge_parts: list) -> None:
+    """A one-line error unless the ``edges`` have as many parts (``edge_parts``) as the ``customers`` (``left``)."""
+    if len(edge_parts) != len(left):
+        raise DataError(f"{edges}: {len(edge_parts)} parts, but {customers} has {len(left)}: in parts, the edges are "
+                        "co-partitioned with the customers (part k of the edges holds the edges of part k's customers)")
 
 
 def _rows(path: Path) -> int:

@@ -42,10 +42,12 @@ from promokit.data.uris import local_dir
 from promokit.incentive.contract import CUSTOMER, LEVEL, MERCHANT, MERCHANT_LABELS, REDEEMED, check_tables
 from promokit.incentive.estimator import HASHED, FitReport, IncentiveModel, validation_fraction
 from promokit.incentive.inputs import InputEncoders
+from promokit.incentive.parts import check_paired
 from promokit.incentive.record_training import fit_from_records
 from promokit.incentive.records import ROLES, RecordSpec, write_records
 from promokit.training.refit import refit_after_selection
-from promokit.training.shards import classify_integers, integer_levels
+from promokit.training.shard_loop import checkpoint_folder
+from promokit.training.shards import classify_integers, first_with_rows, integer_levels
 
 #: the customers' contract columns, which are no features
 CUSTOMER_CONTRACT = (CUSTOMER, LEVEL, REDEEMED)
@@ -64,7 +66,7 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
     ``validation`` and ``draws`` as it takes them), then trained from them and, with the model's ``refit``, refit on
     every labelled node (module docstring, steps 3 and 4). ``checkpoint_dir`` is local (a URI is a one-line error).
     Returns the counts (graph, seeds per role, records and their bytes)."""
-    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
+    checkpoint_dir = checkpoint_folder(checkpoint_dir)
     scratch = local_dir(scratch, "scratch")
     written = write_training_records(model, customers, merchants, edges, scratch, executor, levels=levels,
                                      types=types, validation=validation, draws=draws)
@@ -152,14 +154,13 @@ def _fit_on_every_record(selected: IncentiveModel, records: Path, executor, twin
 def _plan(customers, merchants, edges, executor, levels, types):
     """Step 1 (module docstring): the value list, the customer and merchant feature specs and the edge features."""
     left, right, edge_parts = list_parts(customers), list_parts(merchants), list_parts(edges)
-    if len(edge_parts) != len(left):
-        raise DataError(f"{edges}: {len(edge_parts)} parts, but {customers} has {len(left)}: in parts, the edges are "
-                        "co-partitioned with the customers (part k of the edges holds the edges of part k's customers)")
+    check_paired(customers, edges, left, edge_parts)
     scans = executor.map(partial(_scan, CUSTOMER_CONTRACT), left, label="scanning customers")
     merchant_scans = executor.map(partial(_scan, (MERCHANT, *MERCHANT_LABELS)), right, label="scanning merchants")
     offered = np.concatenate([s["levels"] for s in scans + merchant_scans])
     grid = np.unique(offered) if levels is None else np.asarray(levels, dtype=np.float64)
-    k, q = _first_rows(customers, scans), _first_rows(merchants, merchant_scans)  # where the columns are inferred
+    k = first_with_rows([s["rows"] for s in scans], f"{customers}: the table has no rows")  # columns inferred there
+    q = first_with_rows([s["rows"] for s in merchant_scans], f"{merchants}: the table has no rows")
     first = {"customers": _read(left[k]), "merchants": _read(right[q]), "edges": _read(edge_parts[k])}
     known = first["edges"][MERCHANT].isin(first["merchants"][MERCHANT])  # its edges into that merchants part
     with naming(f"{left[k]}, {right[q]} and {edge_parts[k]}"):
@@ -170,14 +171,6 @@ def _plan(customers, merchants, edges, executor, levels, types):
     merchant_spec = classify_integers(tables.merchant_spec, [s["integers"] for s in merchant_scans],
                                       list(first["merchants"].columns))
     return grid, customer_spec, merchant_spec, tuple(tables.edge_features)
-
-
-def _first_rows(folder, scans: list[dict]) -> int:
-    """The first part with rows."""
-    rows = [s["rows"] for s in scans]
-    if not sum(rows):
-        raise DataError(f"{folder}: the table has no rows in its {len(rows)} parts")
-    return int(np.flatnonzero(rows)[0])
 
 
 def _read(path) -> pd.DataFrame:

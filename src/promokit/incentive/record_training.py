@@ -42,8 +42,7 @@ from promokit.incentive.estimator import FitReport, IncentiveModel, validation_m
 from promokit.incentive.record_batches import read_batch
 from promokit.incentive.records import MERCHANT_RECORDS, META
 from promokit.training.batches import stream_batches
-from promokit.training.device import made_on_cpu, net_device, to_cpu, to_device
-from promokit.training.shard_loop import checkpoint_folder, gathered_record, train_in_process
+from promokit.training.shard_loop import checkpoint_folder, epoch_order, train_in_process, validate_share
 from promokit.training.shards import Segment, shards
 
 LABELS = ("node", "customer", "level", "label")
@@ -199,17 +198,11 @@ class RecordBatches:
 
     def _stream(self, parts: RecordParts, shards: list, batch_size: int, generator: torch.Generator, epoch: int):
         draw = epoch % len(parts.draws)
-        segments = shards[draw][self.rank]
-        order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
-        return record_stream((parts.read(draw, segments[k]) for k in order), batch_size, generator)
+        segments = epoch_order(shards[draw][self.rank], generator)
+        return record_stream((parts.read(draw, segment) for segment in segments), batch_size, generator)
 
-    @torch.no_grad()
     def validate(self, net, comm) -> dict[str, float]:
-        net.eval()
-        device = net_device(net)
-        pieces = [(to_cpu(net(to_device(batch, device))), {k: batch[k] for k in LABELS})
-                  for batch in made_on_cpu(self._valid_batches())]
-        return gathered_record(net, comm, pieces, lambda labels: validation_metrics())
+        return validate_share(net, comm, self._valid_batches(), LABELS, lambda labels: validation_metrics())
 
     def _valid_batches(self):
         for parts, segments in self.valid:

@@ -3,7 +3,7 @@
 An executor has two verbs. :meth:`map` applies a module-level function to each item (a partition's description:
 a file path, an index, a few numbers — never its rows) and returns the results in the items' order. With a
 ``setup`` callable, every worker calls it once and passes what it returns (a loaded model, say) to each
-call: ``fn(state, item)``. :meth:`train` trains a planned job (:class:`~promokit.training.shards.TrainJob`): in
+call: ``fn(state, item)``. :meth:`train` trains a planned job (:class:`~promokit.training.shard_loop.TrainJob`): in
 this process, or data-parallel on Ray Train (:mod:`promokit.scale.train`). The domains and ``allocation/`` write
 the per-partition functions and plan the jobs, and are handed an executor (or its ``map``); they never import this
 package, nor Ray.

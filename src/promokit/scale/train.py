@@ -1,4 +1,4 @@
-"""Training a planned job (:class:`~promokit.training.shards.TrainJob`) data-parallel on Ray Train: DDP over gloo,
+"""Training a planned job (:class:`~promokit.training.shard_loop.TrainJob`) data-parallel on Ray Train: DDP over gloo,
 one CPU per worker (over NCCL, one GPU per worker, when the job's ``device`` resolves to CUDA), each worker running the trainer's loop on its shard
 (:func:`promokit.training.shard_loop.run_shard`). The Ray executor's ``train``
 (:meth:`promokit.scale.executor.RayExecutor.train`) calls :func:`train_on_ray`.
@@ -31,8 +31,7 @@ import torch
 from promokit.data.errors import DataError
 from promokit.training.device import CPU, ddp_backend, resolve_device
 from promokit.training.process_group import ProcessGroupComm
-from promokit.training.shard_loop import fresh_checkpoint_dir, run_shard
-from promokit.training.shards import TrainJob
+from promokit.training.shard_loop import TrainJob, fresh_checkpoint_dir, run_shard
 from promokit.training.trainer import CHECKPOINT, History, latest_state
 
 #: Ray Train's controller polls its workers every this many seconds (its default, 2 s, delays every epoch's report

@@ -3,9 +3,11 @@
 An estimator is constructed from its parameters, stored exactly as given, and checked once by
 :meth:`Estimator._configure`, which derives what they imply; ``get_params`` shows the training settings as the model
 will use them (the user's over the domain's defaults), so :func:`sklearn.base.clone`, pipelines and search tools
-rebuild the same model. ``fit(data, *, validation=…)`` returns the estimator; ``predict(data)`` a DataFrame of the data's keys and
-named outputs; ``evaluate(data)`` an :class:`Evaluation`; ``save(path)`` writes a model directory and
-``load(path)`` reads one back. ``data`` is the domain's own contract: a table, or a named set of tables.
+rebuild the same model. ``fit(data, *, validation=…)`` returns the estimator, ``validation`` read the same way in every
+domain (:func:`~promokit.data.split.parse_validation`: a fraction, a table given apart, a time, row positions);
+``predict(data)`` a DataFrame of the data's keys and named outputs; ``evaluate(data)`` an :class:`Evaluation` of
+every row of ``data`` (``held_out=True``: of the rows ``fit`` held out of it); ``save(path)`` writes a model directory
+and ``load(path)`` reads one back. ``data`` is the domain's own contract: a table, or a named set of tables.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 
+import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
@@ -170,8 +173,10 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
         """The data's keys and the model's named outputs, one row per scored row."""
 
     @abstractmethod
-    def evaluate(self, data) -> Evaluation:
-        """Metrics on labelled ``data``."""
+    def evaluate(self, data, *, held_out: bool = False) -> Evaluation:
+        """Metrics on every row of labelled ``data``; with ``held_out=True`` on the rows of ``data`` that ``fit``
+        held out for evaluation (``held_out(data)``), scored by the model as it is now (a model refit on every row
+        has learnt from them: :meth:`held_out_evaluation` gives what they said before the refit)."""
 
     @abstractmethod
     def save(self, path: str | os.PathLike) -> None:
@@ -187,6 +192,14 @@ def check_test_fraction(value) -> None:
     """``test_fraction``: a number in [0, 1) (0 holds nothing out), or a one-line error."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not 0 <= value < 1:
         raise DataError(f"test_fraction must be a number in [0, 1) (0: hold nothing out), got {value!r}")
+
+
+def check_held_out(held_out, rows=None) -> None:
+    """``evaluate``'s ``held_out``: True or False, and not with ``rows`` (which name the rows themselves)."""
+    if not isinstance(held_out, (bool, np.bool_)):
+        raise DataError(f"held_out must be True (the rows fit held out) or False (every row), got {held_out!r}")
+    if held_out and rows is not None:
+        raise DataError("evaluate: give `rows` or held_out=True, not both")
 
 
 def check_refit(value) -> None:

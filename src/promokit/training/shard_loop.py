@@ -1,7 +1,10 @@
-"""Training over a job's shards (:class:`~promokit.training.shards.TrainJob`): the trainer's loop
-(:func:`~promokit.training.trainer.train_epochs`) with its batches streamed from a worker's shard of a table's parts,
-in this process (:func:`train_in_process`, one worker) or as one of N data-parallel workers (``promokit.scale.train``
-runs :func:`run_shard` on Ray Train with its own communicator).
+"""Training over a planned job's shards (:class:`TrainJob`, its shards cut by :func:`promokit.training.shards.shards`):
+the trainer's loop (:func:`~promokit.training.trainer.train_epochs`) with its batches streamed from a worker's shard
+of a table's parts (:class:`ShardBatches`), in this process (:func:`train_in_process`, one worker) or as one of N
+data-parallel workers (``promokit.scale.train`` runs :func:`run_shard` on Ray Train with its own communicator). Jobs
+over records (``promokit.incentive.record_training``, ``promokit.value.graph_training``) run the same loop with
+batches of their own, which visit a worker's segments in :func:`epoch_order` and validate with
+:func:`validate_share`.
 
 Validation: each worker predicts its share of the validation rows; rank 0 gathers the outputs and labels, computes
 the loss and metrics of the whole validation set and broadcasts the record, so every worker stops at the same epoch.
@@ -12,23 +15,58 @@ optimisers, history, kept weights); in this process that is ``checkpoint.pt`` in
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from promokit.data.errors import DataError
 from promokit.data.uris import local_dir
-from promokit.training.batches import stream_batches
-from promokit.training.device import on_cpu
+from promokit.training.batches import iterate_batches, stream_batches
+from promokit.training.device import made_on_cpu, net_device, to_cpu, to_device
 from promokit.training.seed import seed_everything
-from promokit.training.trainer import History, LocalComm, predict, train_epochs, validation_record
+from promokit.training.shards import Segment, shards
+from promokit.training.trainer import History, LocalComm, train_epochs, validation_record
 
-if TYPE_CHECKING:
-    from promokit.training.shards import TrainJob
+
+@dataclass
+class TrainJob:
+    """What every worker receives: the estimator with its encoders (no network yet), where its rows are, and how to
+    step. ``train_rows`` / ``valid_rows`` read a segment of the parts' training / validation rows as the network's
+    tensors (``load(estimator, segment)``: ``promokit.conversion.parts.Rows`` for a table,
+    ``promokit.value.parts.DeliveryRows`` for a value dataset); ``train[r]`` / ``valid[r]`` are worker r's segments."""
+
+    estimator: object
+    train_rows: object
+    valid_rows: object | None
+    train: list[list[Segment]]
+    valid: list[list[Segment]]
+    batch_size: int
+    steps: int
+
+    @classmethod
+    def cut(cls, estimator, train_rows, valid_rows, train_sizes: list[int], valid_sizes: list[int],
+            workers: int) -> TrainJob:
+        """The job of ``workers`` workers over parts holding ``train_sizes`` training rows and ``valid_sizes``
+        validation rows (``valid_rows`` None: no validation): the training rows in equal padded shards, the
+        validation rows in shards without padding, the global batch shared by the workers."""
+        batch_size = math.ceil(estimator.train_config.batch_size / workers)
+        valid = shards(valid_sizes, workers, pad=False) if valid_rows is not None else [[] for _ in range(workers)]
+        return cls(estimator, train_rows, valid_rows, shards(train_sizes, workers, pad=True), valid, batch_size,
+                   math.ceil(math.ceil(sum(train_sizes) / workers) / batch_size))
+
+    @property
+    def validated(self) -> bool:
+        return self.valid_rows is not None
+
+    def batches(self, rank: int, world: int) -> ShardBatches:
+        """Worker ``rank``'s batches."""
+        return ShardBatches(self, rank)
 
 
 def train_in_process(job: TrainJob, checkpoint_dir: str | os.PathLike | None = None,
@@ -65,10 +103,18 @@ def run_shard(job, comm) -> tuple[torch.nn.Module, History]:
     return net, train_epochs(net, job.batches(comm.rank, comm.world), config, comm)
 
 
+def epoch_order(segments: list, generator: torch.Generator) -> list:
+    """``segments`` in an epoch's order, a permutation drawn from ``generator``: each epoch visits a worker's
+    segments (parts, row groups) in a new order."""
+    order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
+    return [segments[k] for k in order]
+
+
 class ShardBatches:
-    """The batches of worker ``rank``: each epoch its shard's segments in a new order, each read, encoded and
-    shuffled in turn and cut in ``job.batch_size`` rows across part boundaries (:func:`stream_batches`). No wide term
-    is solved first (training over parts has none, ``promokit.training.shards.wide_over_parts``)."""
+    """The batches of worker ``rank``: each epoch its shard's segments in a new order (:func:`epoch_order`), each
+    read, encoded and shuffled in turn and cut in ``job.batch_size`` rows across part boundaries
+    (:func:`stream_batches`). No wide term is solved first (training over parts has none,
+    ``promokit.training.shards.wide_over_parts``)."""
 
     def __init__(self, job: TrainJob, rank: int):
         self.job, self.rank = job, rank
@@ -80,22 +126,37 @@ class ShardBatches:
         return []
 
     def train(self, generator: torch.Generator, epoch: int):
-        segments = self.job.train[self.rank]
-        order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
-        chunks = (self.job.train_rows.load(self.job.estimator, segments[k]) for k in order)
+        segments = epoch_order(self.job.train[self.rank], generator)
+        chunks = (self.job.train_rows.load(self.job.estimator, segment) for segment in segments)
         return stream_batches(chunks, self.job.batch_size, generator)
 
-    @torch.no_grad()
     def validate(self, net, comm) -> dict:
         """The validation record of the whole validation set: every worker predicts its share, rank 0 computes."""
         estimator = self.job.estimator
-        pieces = []
-        for segment in self.job.valid[self.rank]:
-            with on_cpu():
-                tensors = self.job.valid_rows.load(estimator, segment)
-            outputs = predict(net, tensors, estimator.train_config.eval_batch_size)
-            pieces.append((outputs, {k: v for k, v in tensors.items() if k in net.labels}))
-        return gathered_record(net, comm, pieces, estimator.validation_metrics)
+        size = estimator.train_config.eval_batch_size
+        batches = (batch for segment in self.job.valid[self.rank]
+                   for batch in iterate_batches(self.job.valid_rows.load(estimator, segment), size))
+        return validate_share(net, comm, batches, net.labels, estimator.validation_metrics)
+
+
+@torch.no_grad()
+def validate_share(net, comm, batches: Iterable[dict], labels, metrics) -> dict:
+    """The validation record of the whole validation set from this worker's share of it: its ``batches`` (made on
+    the CPU, :func:`~promokit.training.device.made_on_cpu`) through ``net`` in evaluation mode on its device, with
+    each batch's ``labels`` columns (those it holds), gathered with every other worker's (:func:`gathered_record`)."""
+    net.eval()
+    device = net_device(net)
+    outputs: dict[str, list] = {}
+    kept: dict[str, list] = {}
+    for batch in made_on_cpu(batches):
+        for name, value in to_cpu(net(to_device(batch, device))).items():
+            outputs.setdefault(name, []).append(value)
+        for name in labels:
+            if name in batch:
+                kept.setdefault(name, []).append(batch[name])
+    pieces = [({k: torch.cat(v) for k, v in outputs.items()}, {k: torch.cat(v) for k, v in kept.items()})] \
+        if outputs else []
+    return gathered_record(net, comm, pieces, metrics)
 
 
 def gathered_record(net, comm, pieces: list[tuple[dict, dict]], metrics) -> dict:

@@ -1,13 +1,14 @@
-"""Training over a table in parts: what a planned job holds and the counts its plan adds up.
+"""Training over a table in parts: what a domain's plan adds up and cuts before the executor trains.
 
 A domain plans a job (``promokit.conversion.parts.plan`` for a table's parts, ``promokit.value.parts`` for a value
-dataset's co-partitioned tables) with two maps over the parts on the executor it is given: a scan (each part's rows,
-the distinct values of its integer columns, :func:`integer_levels`, and the counts of its times,
-:func:`time_counts`) and a count (the encoders' and labels' sums over each part's training rows). The driver adds
-them up — :func:`classify_integers` types the integer columns as on the parts' concatenation,
-:func:`time_threshold` gives the boundary time of :func:`promokit.data.split.latest_split` — and cuts the shards
-(:meth:`TrainJob.cut`); the executor trains the job (:mod:`promokit.training.shard_loop` in this process,
-``promokit.scale.train`` on Ray Train).
+dataset's co-partitioned tables, ``promokit.voucher.train_parts`` for sessions and events) with two maps over the
+parts on the executor it is given: a scan (each part's rows, the distinct values of its integer columns,
+:func:`integer_levels`, and the counts of its times, :func:`time_counts`) and a count (the encoders' and labels'
+sums over each part's training rows). The driver adds them up — :func:`first_with_rows` finds the part the spec is
+resolved on, :func:`classify_integers` types the integer columns as on the parts' concatenation,
+:func:`time_threshold` gives the boundary time of :func:`promokit.data.split.latest_split` — and each part gives its
+rows their role (:data:`TRAIN`, :data:`VALID`, :data:`TEST`, :func:`row_roles`) by the domain's rule. The shards are
+cut by :func:`shards` into the job the executor trains (:class:`promokit.training.shard_loop.TrainJob`).
 
 How shards reach the workers: only their descriptions travel. The training rows, in part order, are cut into
 ``workers`` contiguous ranges of equal length (the last padded by wrapping around to the first rows, as torch's
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -35,43 +36,33 @@ from promokit.data.split import NothingEarlier
 
 #: (part index, first row, end row) among the part's training (or validation) rows.
 Segment = tuple[int, int, int]
+#: The role of a row: trained on, validated on (picks the epoch), held out for evaluation.
+TRAIN, VALID, TEST = 0, 1, 2
 
 
-@dataclass
-class TrainJob:
-    """What every worker receives: the estimator with its encoders (no network yet), where its rows are, and how to
-    step. ``train_rows`` / ``valid_rows`` read a segment of the parts' training / validation rows as the network's
-    tensors (``load(estimator, segment)``: ``promokit.conversion.parts.Rows`` for a table,
-    ``promokit.value.parts.DeliveryRows`` for a value dataset); ``train[r]`` / ``valid[r]`` are worker r's segments."""
+def row_roles(n: int, validates=None, held=None) -> np.ndarray:
+    """The role of each of ``n`` rows: :data:`TEST` where ``held``, else :data:`VALID` where ``validates``, else
+    :data:`TRAIN` (boolean masks; None: no such rows)."""
+    roles = np.full(n, TRAIN, dtype=np.int8)
+    if validates is not None:
+        roles[np.asarray(validates, dtype=bool)] = VALID
+    if held is not None:
+        roles[np.asarray(held, dtype=bool)] = TEST
+    return roles
 
-    estimator: object
-    train_rows: object
-    valid_rows: object | None
-    train: list[list[Segment]]
-    valid: list[list[Segment]]
-    batch_size: int
-    steps: int
 
-    @classmethod
-    def cut(cls, estimator, train_rows, valid_rows, train_sizes: list[int], valid_sizes: list[int],
-            workers: int) -> TrainJob:
-        """The job of ``workers`` workers over parts holding ``train_sizes`` training rows and ``valid_sizes``
-        validation rows (``valid_rows`` None: no validation): the training rows in equal padded shards, the
-        validation rows in shards without padding, the global batch shared by the workers."""
-        batch_size = math.ceil(estimator.train_config.batch_size / workers)
-        valid = shards(valid_sizes, workers, pad=False) if valid_rows is not None else [[] for _ in range(workers)]
-        return cls(estimator, train_rows, valid_rows, shards(train_sizes, workers, pad=True), valid, batch_size,
-                   math.ceil(math.ceil(sum(train_sizes) / workers) / batch_size))
+def since(times, cut) -> np.ndarray | None:
+    """Which of ``times`` are at or after ``cut`` (a boolean mask), None without a cut."""
+    return None if cut is None else np.asarray(times >= cut, dtype=bool)
 
-    @property
-    def validated(self) -> bool:
-        return self.valid_rows is not None
 
-    def batches(self, rank: int, world: int):
-        """Worker ``rank``'s batches (:class:`promokit.training.shard_loop.ShardBatches`)."""
-        from promokit.training.shard_loop import ShardBatches
-
-        return ShardBatches(self, rank)
+def first_with_rows(rows: list[int], nothing: str) -> int:
+    """The first part with rows (``rows``: each part's); none is a one-line :class:`DataError`, ``nothing`` followed
+    by ``in its N parts``."""
+    first = next((k for k, n in enumerate(rows) if n), None)
+    if first is None:
+        raise DataError(f"{nothing} in its {len(rows)} parts")
+    return first
 
 
 def shards(sizes: list[int], workers: int, pad: bool) -> list[list[Segment]]:

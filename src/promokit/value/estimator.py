@@ -7,6 +7,7 @@ import functools
 import inspect
 import os
 import warnings
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from numbers import Integral, Real
@@ -22,7 +23,18 @@ from promokit.data.encoders import NumericEncoder
 from promokit.data.ids import id_hashes
 from promokit.data.leakage import allowed_columns
 from promokit.data.spec import check_label_roles
-from promokit.data.split import TEST_FRACTION, NothingEarlier, latest_split
+from promokit.data.split import (
+    FRACTION,
+    ROWS,
+    TABLE,
+    TEST_FRACTION,
+    TIME,
+    NothingEarlier,
+    Validation,
+    latest_split,
+    parse_validation,
+    split_at_time,
+)
 from promokit.training import (
     History,
     TrainConfig,
@@ -36,7 +48,14 @@ from promokit.training import (
     write_model_dir,
 )
 from promokit.training.device import resolve_device, running_on, to_cpu, to_device
-from promokit.training.estimator import Estimator, Evaluation, check_common_params, check_refit, check_same_data
+from promokit.training.estimator import (
+    Estimator,
+    Evaluation,
+    check_common_params,
+    check_held_out,
+    check_refit,
+    check_same_data,
+)
 from promokit.training.recalibration import (
     DEFAULT_METHOD,
     RECALIBRATION_FILE,
@@ -49,7 +68,7 @@ from promokit.training.auto import AUTO, fit_auto
 from promokit.training.refit import REFIT, refit_after_selection
 from promokit.training.seed import seed_everything
 from promokit.training.shard_loop import checkpoint_folder
-from promokit.training.shards import time_threshold
+from promokit.training.shards import TEST, TRAIN, VALID, row_roles, since, time_threshold
 from promokit.value.contract import FUND, LABELS, TIME, TOLERANCE, USER, ValueTables, check_conversions, value_tables
 from promokit.value.defaults import DEFAULT_MODEL, DEFAULT_SPLIT, DEFAULT_TRAIN, SCORE_CONTEXTS, VALIDATION_FRACTION
 from promokit.value.evaluate import value_metrics
@@ -63,8 +82,6 @@ from promokit.value.scoring import KEPT_CONTEXTS, context_values, event_times, k
 OUTPUTS = ("p_ctr", "p_cvr", "p_ctcvr", "mu", "sigma", "v_hat", "amount_if_convert", "etv")
 MONITORS = ("loss", "auc")
 SPLITS = ("time", "random")
-#: The roles of a delivery in a split: trained on, validated on (picks the epoch), held out for evaluate.
-TRAIN, VALID, TEST = 0, 1, 2
 
 
 def delivery_split(tables: ValueTables, test_fraction: float = TEST_FRACTION, valid_fraction: float = 0.1, how: str = "time",
@@ -159,12 +176,7 @@ class DeliverySplit:
         if self.how == "random":
             return _cached_random_roles(self.n, self.test_fraction, self.valid_fraction, self.seed)[
                 offset:offset + len(time)]
-        roles = np.full(len(time), TRAIN, dtype=np.int8)
-        if self.valid_from is not None:
-            roles[time >= self.valid_from] = VALID
-        if self.test_from is not None:
-            roles[time >= self.test_from] = TEST
-        return roles
+        return row_roles(len(time), since(time, self.valid_from), since(time, self.test_from))
 
 
 _cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
@@ -292,11 +304,9 @@ class ValueModel(Estimator):
     def holdout_for(self, validation=None) -> dict:
         """:func:`delivery_split`'s arguments for this model's split and :meth:`fit`'s ``validation``: how
         (``split``), ``test_fraction``, ``valid_fraction`` (:data:`VALIDATION_FRACTION` for None, the fraction
-        given, None for rows given) and the seed (the training seed)."""
-        if validation is None or _is_number(validation):
-            valid_fraction = VALIDATION_FRACTION if validation is None else float(validation)
-        else:
-            valid_fraction = None
+        given, None for a time or rows given) and the seed (the training seed)."""
+        choice = _validation(validation)
+        valid_fraction = choice.fraction if choice.form == FRACTION else None
         return {"test_fraction": self.test_fraction, "valid_fraction": valid_fraction, "how": self.split,
                 "seed": self.train_config.seed}
 
@@ -304,14 +314,23 @@ class ValueModel(Estimator):
         """The delivery rows of ``data`` that :meth:`fit` trains on, validates on and holds out for evaluation.
 
         ``test_fraction`` of the deliveries are held out by ``split`` (:func:`delivery_split`); ``validation`` picks
-        the validation rows among the rest: None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1) (0: none), or
-        the delivery rows themselves (integers, none of them held out)."""
+        the validation rows among the rest, read as in every domain (:func:`~promokit.data.split.parse_validation`):
+        None (:data:`VALIDATION_FRACTION`), a fraction in [0, 1) (0: none), a time (``"2024-06-01"``, a Timestamp:
+        the deliveries from it on that are not held out; it must leave deliveries to train on), or the delivery rows
+        themselves (integers, none of them held out). Tables given apart are refused in one line: the network holds
+        the users, funds and behaviours of one dataset, so the validation deliveries belong in ``data``."""
+        choice = _validation(validation)
         tables = value_tables(data, require_labels=False)
-        wanted = _validation(validation, len(tables.deliveries))
-        holdout = self.holdout_for(wanted)
+        holdout = self.holdout_for(choice)
         if holdout["valid_fraction"] is not None:
             return delivery_split(tables, **holdout)
         train, _, test = delivery_split(tables, **{**holdout, "valid_fraction": 0.0})
+        if choice.form == TIME:
+            if tables.time.dtype.kind != "i":
+                raise choice.refused("the deliveries' times are numbers, not datetimes, so no time can split them")
+            later = tables.time >= choice.value.value  # the times as int64 nanoseconds, naive UTC
+            return (*split_at_time(later, train, choice.value, "deliveries", len(test)), test)
+        wanted = check_rows(choice.value, len(tables.deliveries), "validation", "deliveries")
         held = np.isin(wanted, test)
         if held.any():
             raise DataError(f"validation: {int(held.sum())} of its {len(wanted)} rows are held out for evaluation "
@@ -336,7 +355,8 @@ class ValueModel(Estimator):
         → DataFrame or path) that :meth:`split_rows` leaves for training: ``test_fraction`` of them are held out
         by ``split`` for evaluation (``holdout`` records how), and the epoch is picked on the ``validation`` rows —
         None (the latest :data:`VALIDATION_FRACTION` of the rest, or a random share with ``split="random"``), a
-        fraction in [0, 1) (0: none, the last epoch is kept) or the delivery rows themselves. Encoders are fitted
+        fraction in [0, 1) (0: none, the last epoch is kept), a time (the deliveries from it on) or the delivery
+        rows themselves (:meth:`split_rows`). Encoders are fitted
         on the training rows; every user, fund, behaviour and payment of ``data`` is an input. ``checkpoint_dir``
         keeps the network's epoch checkpoint there (``resume``: continue from it); ``on_epoch`` is passed to
         :meth:`Trainer.fit`. Before training it warns of a feature that alone predicts the conversion almost
@@ -351,6 +371,7 @@ class ValueModel(Estimator):
         (:func:`~promokit.value.parts.train_parts`) refits over the parts on every delivery, keeping no held-out
         metrics (the held-out deliveries are not scored first)."""
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
+        _validation(validation)  # a bad `validation` is refused before anything changes
         if self.model == AUTO:
             return fit_auto(self, value_tables(data, labels=self.labels), validation=validation)
         self._configure()  # model_params afresh: the trees an earlier refit of the floor fixed are no parameter
@@ -547,9 +568,10 @@ class ValueModel(Estimator):
                                                    base_rate=base_rate)
         return self
 
-    def evaluate(self, data, *, rows: np.ndarray | None = None) -> Evaluation:
-        """Metrics on the labelled deliveries of ``data`` (as :meth:`predict` reads it), every one or the rows
-        ``rows`` (those :meth:`fit` held out: ``held_out(data)``), by
+    def evaluate(self, data, *, held_out: bool = False, rows: np.ndarray | None = None) -> Evaluation:
+        """Metrics on the labelled deliveries of ``data`` (as :meth:`predict` reads it), every one, those :meth:`fit`
+        held out of it with ``held_out=True`` (``held_out(data)``; a model refit on every delivery has learnt from
+        them: :meth:`held_out_evaluation` gives what they said before), or the rows ``rows``, by
         :func:`~promokit.value.evaluate.value_metrics`: AUC and logloss of pCTCVR, MSE, MAE and normalised Gini of
         the ETV, THC, THA, ``best_differs``, ``uplift_spread``, ``etv_bias``, ``deliveries`` and the calibration of
         pCTCVR (``mean_predicted``, ``mean_observed``, ``calibration_ratio``, ``ece``; a warning beyond the ratio);
@@ -557,7 +579,10 @@ class ValueModel(Estimator):
         ``calibration_by_fund`` (pCTCVR, the worst fund first; with a column ``new`` when the model is recalibrated
         by fund: True for the funds the recalibration did not see)."""
         self._check_fitted()
+        check_held_out(held_out, rows)
         tables = self._tables(data, require_labels=True)
+        if held_out:
+            rows = self.held_out(tables)
         rows = np.arange(len(tables.deliveries)) if rows is None else np.asarray(rows)
         metrics, calibration = value_metrics(self, tables, rows)
         return Evaluation(f"Value model {self.model_name}", metrics, tables=calibration)
@@ -684,15 +709,15 @@ class ValueModel(Estimator):
         return model
 
 
-def _validation(validation, n_deliveries: int) -> float | None | np.ndarray:
-    """``fit``'s ``validation`` checked: None, a fraction in [0, 1), or distinct delivery rows (sorted)."""
-    if validation is None or _is_number(validation):
-        if validation is not None and not 0 <= validation < 1:
-            raise DataError(f"validation must be a fraction in [0, 1) or delivery rows, got {validation!r}")
-        return validation
-    if isinstance(validation, str):
-        raise DataError(f"validation must be None, a fraction in [0, 1) or delivery rows, got {validation!r}")
-    return np.unique(check_rows(validation, n_deliveries, "validation", "deliveries"))
+def _validation(validation) -> Validation:
+    """``fit(validation=…)`` read as every domain reads it (:func:`~promokit.data.split.parse_validation`)."""
+    return parse_validation(validation, default=VALIDATION_FRACTION, tables=(ValueTables, Mapping),
+                            model="a value model",
+                            takes={FRACTION: "a fraction in [0, 1) of the deliveries", TIME: "a time (the deliveries "
+                                   "from it on)", ROWS: "delivery rows of data"},
+                            refuses={TABLE: "the network holds the users, funds and behaviours of one dataset, so the "
+                                            "validation deliveries belong in data: give their rows or the time they "
+                                            "start from"})
 
 
 def _check_learnable(name: str, rows: int, converted: int) -> None:

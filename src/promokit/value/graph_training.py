@@ -3,7 +3,7 @@
 that no process holds the graph.
 
 A worker streams its shard of the training deliveries as any value network over parts does
-(:class:`~promokit.training.shards.TrainJob`'s segments, :func:`~promokit.training.stream_batches`), each delivery
+(:class:`~promokit.training.shard_loop.TrainJob`'s segments, :func:`~promokit.training.stream_batches`), each delivery
 carrying its user's row in its part; a batch cut from the stream is joined to the records of its distinct users,
 read from the records part of each users part it holds (:func:`~promokit.nn.graph_records.read_records`: one
 :class:`~promokit.nn.bipartite.Subgraph`, seeds first), as :class:`~promokit.value.inputs.GraphBatch`. A worker holds
@@ -29,9 +29,7 @@ import torch
 from promokit.data.parts import part_name
 from promokit.nn.graph_records import read_records
 from promokit.training.batches import iterate_batches, stream_batches
-from promokit.training.device import made_on_cpu, net_device, on_cpu, to_cpu, to_device
-from promokit.training.shard_loop import gathered_record
-from promokit.training.shards import TrainJob
+from promokit.training.shard_loop import ShardBatches, TrainJob, epoch_order, validate_share
 from promokit.value.inputs import GraphBatch
 
 CHUNK = "_chunk"  # the position of a delivery's segment in its worker's epoch, while it streams
@@ -86,31 +84,25 @@ def graph_batch(batch: dict, records: dict[int, PartRecords]) -> dict:
                                          merchants["cat"][:, 0], merchants["structure"], seed)}
 
 
-class RecordedBatches:
-    """Worker ``rank``'s batches (module docstring); as :class:`~promokit.training.shard_loop.ShardBatches`, every
-    worker takes the same steps, and no wide term is solved first."""
+class RecordedBatches(ShardBatches):
+    """Worker ``rank``'s batches (module docstring): a :class:`~promokit.training.shard_loop.ShardBatches` (every
+    worker takes the same steps, and no wide term is solved first) whose batches carry their users' records."""
 
     def __init__(self, job: GraphJob, rank: int):
-        self.graph, self.job, self.rank = job, job.job, rank
-        self.rows = self.job.steps * self.job.estimator.train_config.batch_size
-        self.steps = self.job.steps
-        self.validated = self.job.validated
-
-    def wide(self, net) -> list[dict]:
-        return []
+        super().__init__(job.job, rank)
+        self.graph = job
 
     def _records(self, part: int, draw: int) -> PartRecords:
         return PartRecords(Path(self.graph.records) / part_name(part), draw)
 
     def train(self, generator: torch.Generator, epoch: int):
-        segments = self.job.train[self.rank]
-        order = torch.randperm(len(segments), generator=generator, device=generator.device).tolist()
+        segments = epoch_order(self.job.train[self.rank], generator)
         draw, records = epoch % self.graph.draws, {}
 
         def chunks():
-            for position, k in enumerate(order):
-                tensors = self.job.train_rows.load(self.job.estimator, segments[k])
-                records[position] = self._records(segments[k][0], draw)
+            for position, segment in enumerate(segments):
+                tensors = self.job.train_rows.load(self.job.estimator, segment)
+                records[position] = self._records(segment[0], draw)
                 yield {**tensors, CHUNK: torch.full((len(tensors["user_row"]),), position, dtype=torch.long)}
 
         for batch in stream_batches(chunks(), self.job.batch_size, generator):
@@ -119,23 +111,16 @@ class RecordedBatches:
             for position in [p for p in records if p < first]:  # the stream is past these parts' deliveries
                 del records[position]
 
-    @torch.no_grad()
     def validate(self, net, comm) -> dict:
         """The validation record of the whole validation set (draw 0's records), every worker predicting its share."""
-        net.eval()
-        device, estimator = net_device(net), self.job.estimator
-        pieces = []
-        for segment in self.job.valid[self.rank]:
-            with on_cpu():
+        estimator = self.job.estimator
+        size = estimator.train_config.eval_batch_size
+
+        def batches():
+            for segment in self.job.valid[self.rank]:
                 tensors = self.job.valid_rows.load(estimator, segment)
                 records = {0: self._records(segment[0], 0)}
                 rows = {**tensors, CHUNK: torch.zeros(len(tensors["user_row"]), dtype=torch.long)}
-                size = estimator.train_config.eval_batch_size
-                batches = (graph_batch(b, records) for b in iterate_batches(rows, size))
-            outputs: dict[str, list] = {}
-            for batch in made_on_cpu(batches):
-                for name, value in to_cpu(net(to_device(batch, device))).items():
-                    outputs.setdefault(name, []).append(value)
-            pieces.append(({k: torch.cat(v) for k, v in outputs.items()},
-                           {k: v for k, v in tensors.items() if k in net.labels}))
-        return gathered_record(net, comm, pieces, estimator.validation_metrics)
+                yield from (graph_batch(b, records) for b in iterate_batches(rows, size))
+
+        return validate_share(net, comm, batches(), net.labels, estimator.validation_metrics)

@@ -251,7 +251,7 @@ class PartCount:
 @dataclass(frozen=True)
 class DeliveryRows:
     """The deliveries of one role (:data:`~promokit.value.estimator.TRAIN` or ``VALID``) of a dataset's parts, read
-    by a training worker a segment at a time (:class:`promokit.training.shards.TrainJob`); ``offsets[k]`` is the
+    by a training worker a segment at a time (:class:`promokit.training.shard_loop.TrainJob`); ``offsets[k]`` is the
     position of part k's first delivery in the parts' concatenation."""
 
     parts: tuple[ValuePart, ...]
@@ -294,10 +294,11 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
     types of inferred features (:func:`~promokit.value.contract.check_tables`). The parts may be URIs,
     ``checkpoint_dir`` and ``scratch`` not (a one-line error)."""
     from promokit.training.refit import refit_after_selection
+    from promokit.training.shard_loop import checkpoint_folder
     from promokit.training.shards import wide_over_parts
     from promokit.value.estimator import FitReport
 
-    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
+    checkpoint_dir = checkpoint_folder(checkpoint_dir)
     scratch = local_dir(scratch, "scratch")
     wide_over_parts(estimator.model_params)
     if not estimator.is_neural:
@@ -331,9 +332,10 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
 def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path, repair: bool,
           types: dict[str, str] | None = None, validation: float | None = None):
     """Scan and count the parts on ``executor``, fit the estimator's encoders from the counts and cut the shards of
-    the executor's workers: the :class:`~promokit.training.shards.TrainJob` and the counts :func:`train_parts`
+    the executor's workers: the :class:`~promokit.training.shard_loop.TrainJob` and the counts :func:`train_parts`
     returns."""
-    from promokit.training.shards import TrainJob, summed_time_counts
+    from promokit.training.shard_loop import TrainJob
+    from promokit.training.shards import summed_time_counts
     from promokit.value.estimator import TEST, TRAIN, VALID, DeliverySplit, check_split
     from promokit.value.inputs import InputEncoders
 

@@ -8,8 +8,8 @@ import numbers
 import os
 import re
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,17 @@ from promokit.data.datasets import check_rows
 from promokit.data.ids import id_hashes
 from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
 from promokit.data.spec import DEFAULT_MIN_COUNT, missing_column_message
-from promokit.data.split import TEST_FRACTION
+from promokit.data.split import (
+    FRACTION,
+    ROWS,
+    TABLE,
+    TEST_FRACTION,
+    TIME,
+    Validation,
+    at_or_after,
+    parse_validation,
+    split_at_time,
+)
 from promokit.metrics import auc, calibration_report, gauc, logloss
 from promokit.training import (
     History,
@@ -41,6 +51,7 @@ from promokit.training.estimator import (
     Estimator,
     Evaluation,
     check_common_params,
+    check_held_out,
     check_refit,
     check_same_data,
     check_test_fraction,
@@ -290,16 +301,21 @@ class VoucherModel(Estimator):
         table name → DataFrame or path, or a folder of tables); for profile columns or other options, read the
         tables with ``read_tables(data, categorical=…)`` first. ``rows``: the sessions fit may use (row indices
         of ``data.sessions``; default every one), of which it holds out those :meth:`split_rows` holds out for
-        evaluation and validates on ``validation``:
+        evaluation and validates on ``validation``, read as in every domain
+        (:func:`~promokit.data.split.parse_validation`):
 
         - ``None`` (default): the latest 10 % of the rest by ``collect_time`` (those collected at or after the
           90 % quantile of their times); when all share one collection time, a random 10 % drawn with
           ``train.seed`` (:func:`~promokit.voucher.history.hold_out_latest`);
         - a fraction in [0, 1): that share of the rest, by the same rule; 0: no validation (every epoch, tree or
           the default L2 strength is kept);
-        - row indices: those sessions, which must be neither training sessions (``rows``) nor held out;
         - a time (``"2024-06-01"``, a Timestamp): the sessions of ``rows`` collected from it on that are not held
-          out; it must leave training and validation sessions.
+          out; it must leave training and validation sessions;
+        - row indices: those sessions, which must be neither training sessions (``rows``) nor held out.
+
+        Tables given apart are refused in one line: a user's history and DMBGN's graphs are built from the sessions
+        of one set of tables, so the validation sessions belong in ``data`` (give their rows, or the time they
+        start from).
 
         ``checkpoint_dir`` / ``resume`` / ``on_epoch`` are passed to :meth:`Trainer.fit` (neural models).
 
@@ -309,6 +325,7 @@ class VoucherModel(Estimator):
         unless ``allow_leaky`` names it; after training, so is a validation AUC above
         :data:`~promokit.data.leakage.VALIDATION_LEAK_AUC`."""
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
+        _validation(validation)  # a bad `validation` is refused before anything changes
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation,
                             fit_args={} if rows is None else {"rows": rows})
@@ -409,7 +426,9 @@ class VoucherModel(Estimator):
         """The sessions :meth:`fit` trains on, validates on (None when there is no validation) and holds out for
         evaluation, given its ``rows`` and ``validation``: held out of ``rows`` (default every session) those
         collected from ``test_from`` on, or else the latest ``test_fraction`` of them
-        (:func:`~promokit.voucher.history.hold_out_latest`, a seeded random share when they share one time)."""
+        (:func:`~promokit.voucher.history.hold_out_latest`, a seeded random share when they share one time);
+        ``validation`` as :meth:`fit` takes it."""
+        choice = _validation(validation)
         tables = read_tables(data)
         n = len(tables.sessions)
         usable = np.arange(n) if rows is None else _rows(rows, n, "rows")
@@ -421,16 +440,13 @@ class VoucherModel(Estimator):
                                            "test_fraction")
         else:
             test = np.empty(0, dtype=np.int64)
-        if isinstance(validation, (str, date, np.datetime64)):
-            return (*self._validation_from(tables, usable, validation), test)
-        if validation is None or _is_fraction(validation):
-            fraction = VALIDATION_FRACTION if validation is None else float(validation)
-            if not 0 <= fraction < 1:
-                raise DataError(f"validation must be a fraction in [0, 1) or row indices, got {validation!r}")
-            if fraction == 0:
+        if choice.form == TIME:
+            return (*self._validation_from(tables, usable, choice.value, len(test)), test)
+        if choice.form == FRACTION:
+            if choice.fraction == 0:
                 return usable, None, test
-            return (*hold_out_latest(tables.sessions, usable, fraction, self.train_config.seed), test)
-        valid_rows = _rows(validation, n, "validation")
+            return (*hold_out_latest(tables.sessions, usable, choice.fraction, self.train_config.seed), test)
+        valid_rows = _rows(choice.value, n, "validation")
         held = np.intersect1d(test, valid_rows)
         if len(held):
             raise DataError(f"validation: {len(held)} of the {len(valid_rows)} validation sessions are held out for "
@@ -444,15 +460,11 @@ class VoucherModel(Estimator):
                             f"training sessions (rows), e.g. row {int(shared[0])}; they must be apart")
         return usable, valid_rows, test
 
-    def _validation_from(self, tables, usable: np.ndarray, start) -> tuple[np.ndarray, np.ndarray]:
-        """The sessions ``usable`` for training split at the time ``start``: those collected from it on validate."""
-        later = tables.sessions["collect_time"].to_numpy()[usable] >= np.datetime64(as_time("validation", start), "ns")
-        train, valid = usable[~later], usable[later]
-        if len(train) == 0 or len(valid) == 0:
-            raise DataError(f"`validation` {start} leaves {len(train)} training and {len(valid)} validation sessions "
-                            f"of {len(tables.sessions)} ({len(tables.sessions) - len(usable)} held out); both must be "
-                            "non-empty")
-        return train, valid
+    def _validation_from(self, tables, usable: np.ndarray, start, held: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sessions ``usable`` for training split at the time ``start``: those collected from it on validate
+        (``held``: the sessions held out for evaluation, which the error counts)."""
+        later = at_or_after(tables.sessions["collect_time"], start)
+        return split_at_time(later, usable, start, "sessions", held)
 
     def _holdout(self, tables, test: np.ndarray) -> dict:
         """What fit held out: by time, the sessions collected from ``cut`` on (the first collection time held out,
@@ -606,9 +618,11 @@ class VoucherModel(Estimator):
             self.recalibration = recalibration.fit(scores, y, tables.sessions[by].to_numpy()[rows], base_rate=base_rate)
         return self
 
-    def evaluate(self, data, *, rows=None, group_by: str | None = None) -> Evaluation:
+    def evaluate(self, data, *, held_out: bool = False, rows=None, group_by: str | None = None) -> Evaluation:
         """AUC and logloss (DMBGN section 4.3), ``n``, ``positives``, ``mean_p_redeem`` and ``redemption_rate`` of
-        the labelled sessions ``rows`` of ``data`` (read as in :meth:`predict`, labels required); with
+        every labelled session of ``data`` (read as in :meth:`predict`, labels required), of those :meth:`fit` held
+        out of it with ``held_out=True`` (``held_out(data)``; a model refit on every session has learnt from them:
+        :meth:`held_out_evaluation` gives what they said before), or of the sessions ``rows``; with
         ``group_by`` (a sessions column, e.g. ``campaign_id``) also ``gauc``, the AUC within each group weighted by
         its sessions (``promokit.metrics.gauc``), which ignores how groups differ from each other, and
         ``gauc_groups`` / ``gauc_skipped_groups``, the groups scored and those with one class. The calibration of
@@ -618,7 +632,10 @@ class VoucherModel(Estimator):
         worst group first, with a column ``new`` when the model is recalibrated by that column (True for the values
         the recalibration did not see)."""
         self._check_fitted()
+        check_held_out(held_out, rows)
         tables = self.read(data, require_labels=True)
+        if held_out:
+            rows = self.held_out(tables)
         if group_by is not None and group_by not in tables.sessions.columns:
             raise DataError(f"group_by: no column {group_by!r} in sessions; columns are {list(tables.sessions.columns)}")
         n = len(tables.sessions)
@@ -702,8 +719,15 @@ def _labels(sessions: pd.DataFrame) -> np.ndarray:
     return pd.to_numeric(sessions["redeemed"], errors="coerce").to_numpy(dtype=np.float32, na_value=np.nan)
 
 
-def _is_fraction(value) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+def _validation(validation) -> Validation:
+    """``fit(validation=…)`` read as every domain reads it (:func:`~promokit.data.split.parse_validation`)."""
+    return parse_validation(validation, default=VALIDATION_FRACTION, tables=(VoucherTables, Mapping),
+                            model="a voucher model",
+                            takes={FRACTION: "a fraction in [0, 1) of the sessions (the latest)",
+                                   TIME: "a time (the sessions collected from it on)", ROWS: "session rows of data"},
+                            refuses={TABLE: "a user's history and DMBGN's graphs are built from the sessions of one "
+                                            "set of tables, so the validation sessions belong in data: give their rows "
+                                            "or the time they start from"})
 
 
 def _rows(rows, n: int, name: str) -> np.ndarray:

@@ -53,7 +53,9 @@ from promokit.data.parts import read_part
 from promokit.data.uris import local_dir
 from promokit.training import TrainConfig, auc_metric, take
 from promokit.training.device import on_cpu
-from promokit.training.shards import TrainJob, summed_time_counts, time_counts, wide_over_parts
+from promokit.training.shard_loop import TrainJob, checkpoint_folder
+from promokit.training.shards import (TEST, TRAIN, VALID, first_with_rows, row_roles, since, summed_time_counts,
+                                      time_counts, wide_over_parts)
 from promokit.voucher.contract import VoucherTables, check_tables
 from promokit.voucher.graph import SCHEMA_COLUMNS, UVGStore, voucher_terms
 from promokit.voucher.history import as_time
@@ -61,8 +63,6 @@ from promokit.voucher.parts import naming_parts, check_users, pair_parts
 
 #: A session's id in a batch over parts: ``part · STRIDE + row`` (its row in its part).
 STRIDE = 1 << 32
-#: The role of a session: trained on, validated on, held out for evaluation.
-TRAIN, VALID, TEST = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,7 @@ class SessionSplit:
 
     def roles(self, sessions: pd.DataFrame) -> np.ndarray:
         collect = sessions["collect_time"]
-        roles = np.full(len(collect), TRAIN, dtype=np.int8)
-        if self.valid_from is not None:
-            roles[(collect >= self.valid_from).to_numpy()] = VALID
-        if self.test_from is not None:
-            roles[(collect >= self.test_from).to_numpy()] = TEST
-        return roles
+        return row_roles(len(collect), since(collect, self.valid_from), since(collect, self.test_from))
 
 
 class PartStores:
@@ -276,7 +271,7 @@ def train_parts(model, sessions: Path, events: Path | None, items: Path, voucher
     parts may be URIs, ``checkpoint_dir`` and ``scratch`` not (a one-line error). The model comes back fitted, as
     :meth:`VoucherModel.fit` leaves it."""
     check_trains_over_parts(model)
-    checkpoint_dir = None if checkpoint_dir is None else local_dir(checkpoint_dir, "checkpoint_dir")
+    checkpoint_dir = checkpoint_folder(checkpoint_dir)
     scratch = local_dir(scratch, "scratch")
     model._configure()
     wide_over_parts(model.model_params)
@@ -328,14 +323,12 @@ def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[T
     _reference.cache_clear()
     check_users(executor, list(source.pairs), scratch)
     scans = executor.map(partial(_scan, source), range(len(source.pairs)), label="scanning parts")
-    filled = [k for k, scan in enumerate(scans) if scan.rows]
-    if not filled:
-        raise DataError(f"{source.pairs[0][0].parent}: no sessions in its {len(scans)} parts")
+    first = first_with_rows([scan.rows for scan in scans], f"{source.pairs[0][0].parent}: no sessions")
     source = replace(source, behaviour=sum(scan.events for scan in scans) > 0)
     counts = summed_time_counts([scan.times for scan in scans if scan.rows])
     counts.index = pd.DatetimeIndex(counts.index.to_numpy().astype("datetime64[ns]"))
     split = _split(model, counts, validation)
-    sample = source.tables(filled[0])
+    sample = source.tables(first)
     model.feature_spec = model._feature_spec(sample)
     model.table_options, model.labels = sample.options, sample.labels
     counted = executor.map(partial(_count, source, split, model), range(len(scans)), label="counting parts")
