@@ -46,7 +46,7 @@ test-lowest: $(LOWEST)/.installed
 	grep -E '^(numpy|pandas)==' constraints/lowest.txt > $(LOWEST)/numpy-pandas.txt
 	$(LOWEST)/bin/pip install --quiet -c $(LOWEST)/numpy-pandas.txt --upgrade --upgrade-strategy only-if-needed -e . pyarrow
 	$(LOWEST)/bin/python -c "import numpy, pandas, pyarrow; print('numpy', numpy.__version__, 'pandas', pandas.__version__, 'pyarrow', pyarrow.__version__)"
-	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/test_data.py tests/test_data_parts.py
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider tests/data/test_data.py tests/data/test_data_parts.py
 	$(LOWEST)/bin/pip install --quiet -c constraints/lowest.txt pyarrow
 
 # The wheel and sdist in dist/, checked by twine.

@@ -1,7 +1,7 @@
 """Recalibrating the value floor's pCTCVR on a later period whose conversion rate moved: the mean pCTCVR, the
 calibration ratio, the ECE and ``etv_bias`` before and after each method, on the period the map is fitted on.
 
-The setting of ``tests/test_value_recalibration.py``: a synthetic world of 1,500 users (seed 5), the floor
+The setting of ``tests/value/test_value_recalibration.py``: a synthetic world of 1,500 users (seed 5), the floor
 ``hurdle`` with 40 trees fitted on it, and as the later period its latest 30 % of deliveries with three in four of
 their non-conversions left out (a conversion rate about four times the training one).
 

@@ -1,4 +1,6 @@
 import itertools
+import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +12,13 @@ from promokit.training.threads import set_threads
 
 set_threads(1)  # the tests' own choice, which training keeps (promokit.training.threads)
 
+#: The test folders, one per package of src/promokit, and this one. A test module may import another's helpers by its
+#: (unique) module name whichever folder holds it, here and on the Ray workers (``ray_cluster``).
+TEST_FOLDERS = [str(Path(__file__).resolve().parent),
+                *sorted(str(p.parent) for p in Path(__file__).resolve().parent.glob("*/test_*.py"))]
+TEST_FOLDERS = list(dict.fromkeys(TEST_FOLDERS))
+sys.path[:0] = [folder for folder in TEST_FOLDERS if folder not in sys.path]
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "extra(name): the test needs promokit[name]; it skips where that extra is "
@@ -20,7 +29,8 @@ def pytest_configure(config):
 
 
 #: test modules that import an extra's libraries when collected: left out, and said so, where it is missing
-EXTRA_MODULES = {"serve": ["test_serve*.py", "test_campaign_export.py", "test_campaign_build_parts.py", "test_uri_outputs.py"]}
+EXTRA_MODULES = {"serve": ["serve/test_serve*.py", "campaign/test_campaign_export.py", "campaign/test_campaign_build_parts.py",
+                           "data/test_uri_outputs.py"]}
 
 
 def _missing_extras() -> dict[str, str]:
@@ -171,8 +181,9 @@ def ray_cluster():
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
                                                             "object_store_memory": store})
     cluster.add_node(num_cpus=1, object_store_memory=store)
-    here = str(Path(__file__).resolve().parent)  # the tests' own module-level functions run on the workers
-    ray.init(address=cluster.address, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": here}})
+    # the tests' own module-level functions run on the workers
+    ray.init(address=cluster.address, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(TEST_FOLDERS)}})
     cluster.wait_for_nodes()
     yield cluster
     ray.shutdown()

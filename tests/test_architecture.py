@@ -192,3 +192,14 @@ def test_the_rules_catch_what_they_forbid(rule, package, source, expected, tmp_p
     module.write_text(f"def late():\n    {source}\n")
     monkeypatch.setitem(MODULES, f"promokit.{package}.bad", module)
     assert any(expected in line and f"src/promokit/{package}/bad.py:2:" in line for line in violations()), rule
+
+
+def test_the_tests_mirror_the_packages():
+    """``tests/`` has one folder per package of ``src/promokit`` (e.g. ``tests/serve/`` for ``promokit.serve``) and
+    holds at its top only the checks of the project as a whole (layers, docs, guides, packaging, the top-level
+    modules)."""
+    tests = Path(__file__).resolve().parent
+    packages = {path.parent.name for path in (SOURCE / "promokit").glob("*/__init__.py")}
+    folders = {path.parent.name for path in tests.glob("*/test_*.py")}
+    assert folders <= packages, f"test folders that are no package of src/promokit: {sorted(folders - packages)}"
+    assert len(folders) >= 10

@@ -14,7 +14,7 @@ from promokit.data.leakage import LEAK_AUC, SUSPECT_AUC, Leak, _level_auc, featu
 from promokit.metrics import auc
 from promokit.training import TrainConfig
 
-SMOKE = Path(__file__).resolve().parents[2] / "shared" / "data" / "kuairand_pure" / "kuairand_pure_smoke_2000.parquet"
+SMOKE = Path(__file__).resolve().parents[3] / "shared" / "data" / "kuairand_pure" / "kuairand_pure_smoke_2000.parquet"
 SMALL = {"emb_dim": 4, "hidden": (16,), "dropout": 0.0}
 FAST = TrainConfig(epochs=2, batch_size=200, lr=0.01, progress=False)
 

@@ -24,7 +24,7 @@ import torch
 
 from promokit.extras import EXTRAS, MissingExtra
 
-SOURCE = Path(__file__).resolve().parents[1] / "src"
+SOURCE = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SOURCE / "promokit"
 DOMAINS = ("conversion", "voucher", "incentive", "value")
 #: modules outside ``nn`` and ``<domain>/models`` that define a network

@@ -174,7 +174,7 @@ def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):
 
 
 def test_a_graph_model_without_payments_in_parts_is_a_one_line_error(data, tmp_path):
-    """(esdpm over parts with the payments: tests/test_value_graph_parts.py.)"""
+    """(esdpm over parts with the payments: tests/value/test_value_graph_parts.py.)"""
     shutil.copytree(data / "parts", tmp_path / "parts", ignore=shutil.ignore_patterns("consumption"))
     result = _invoke("value", "train", "--data", tmp_path / "parts", "--model", "esdpm", "--out", tmp_path / "m")
     assert result.exit_code == 2 and "Traceback" not in result.output

@@ -374,7 +374,7 @@ def test_bad_micro_behaviours_are_refused(folder):
 
 
 # ------------------------------------------------------------------------------------- the shared smoke log
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "kuairand_pure"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "kuairand_pure"
 SMOKE = "kuairand_pure_smoke_2000.parquet"
 needs_smoke = pytest.mark.skipif(not (SHARED / SMOKE).is_file(), reason=f"no {SHARED / SMOKE}")
 

@@ -33,7 +33,7 @@ def model(world):
     path = world.parent / "esdpm"
     # the selected model, not refit on every delivery: evaluate's whole report (deciles, funds) and predict's note on
     # the behaviours after the training cut need a model that has not learnt the held-out, latest deliveries
-    # (the refit: tests/test_refit.py)
+    # (the refit: tests/training/test_refit.py)
     result = _invoke("value", "train", "--data", world, "--out", path, "--epochs", 1, "--params", NET, "--no-refit")
     assert result.exit_code == 0, result.output
     assert "held out for evaluate" in result.output

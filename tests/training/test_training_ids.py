@@ -33,7 +33,7 @@ VALUE_NET = {"expert_hidden": [8], "expert_dim": 8, "tower_hidden": [4], "emb_di
 def incentive_model(tmp_path_factory):
     world = make_incentive_world(600, 60, seed=2)
     tables = check_tables(world.customers, world.merchants, world.edges)
-    # the selected model: a refit on every node records them all (tests/test_refit.py)
+    # the selected model: a refit on every node records them all (tests/training/test_refit.py)
     model = IncentiveModel("lr", None, ONE_EPOCH, refit=False).fit(tables)
     folder = tmp_path_factory.mktemp("incentive") / "model"
     model.save(folder)
