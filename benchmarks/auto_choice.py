@@ -58,7 +58,7 @@ def main() -> None:
             warnings.simplefilter("ignore")
             model.fit(data)
         seconds = time.perf_counter() - started
-        record = model.holdout["auto"]
+        record = model.holdout_["auto"]
         held = model.held_out_evaluation(data)
         row = {"set": name, "chosen": record["chosen"], "metric": record["metric"], "scores": record["scores"],
                "passed_over": record["passed_over"], "held_out": None if held is None else held[record["metric"]],

@@ -161,7 +161,7 @@ def main(argv=None) -> int:
 
     def record(label: str):
         def on_fitted(model: ConversionModel) -> None:
-            h = model.report.history
+            h = model.history_
             if h is not None and h.unit == "epoch":
                 histories.append({"model": label, "seed": model.train_config.seed, "epochs": len(h.epochs),
                                   "best_epoch": h.best_epoch + 1, "monitor": h.monitor, "best": h.best_score,

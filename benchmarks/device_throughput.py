@@ -59,7 +59,7 @@ def measure(domain: str, data, estimator, device: str, epochs: int) -> dict:
     params = {"pretrain": 0} if domain == "voucher" else None
     model = estimator(DOMAINS[domain], params, config)
     model.fit(data)
-    history = getattr(model, "history", None) or model.report.history
+    history = model.history_
     last = history.epochs[-1]
     if device.startswith("cuda"):
         torch.cuda.synchronize()

@@ -68,9 +68,9 @@ def conversion():
     def tasks(model):
         rows = {}
         for name, part in (("train", train), ("test", test)):
-            x = model.encoder.transform(part)
+            x = model.encoder_.transform(part)
             design = design_matrix(torch.from_numpy(x.categorical), torch.from_numpy(x.numeric),
-                                   model.encoder.cardinalities).astype(np.float64)
+                                   model.encoder_.cardinalities).astype(np.float64)
             click, purchase = part["click"].to_numpy(), part["purchase"].to_numpy()
             rows[name] = {"click": (design, click), "purchase": (design[click == 1], purchase[click == 1])}
         scores = model.predict(test)
@@ -101,7 +101,7 @@ def voucher():
 
     def tasks(model):
         tensors = model.tensors(tables)
-        fields, linear = model.net.fields, model.net.linear
+        fields, linear = model.net_.fields, model.net_.linear
         design = design_matrix(tensors["cat"][:, fields], tensors["num"], linear.weights.cardinalities).astype(np.float64)
         y = tensors["redeemed"].numpy()
         ours = model.predict(tables, rows=test)["p_redeem"].to_numpy()
@@ -136,7 +136,7 @@ def incentive():
 
     def tasks(model):
         def design(customers):
-            x, level, y = _rows(model.net, labelled_rows(whole, customers, np.empty(0, dtype=np.int64)), "customers")
+            x, level, y = _rows(model.net_, labelled_rows(whole, customers, np.empty(0, dtype=np.int64)), "customers")
             offered = sp.csr_matrix(np.eye(len(world.levels))[level])
             return sp.hstack([x, offered], format="csr").astype(np.float64), y
 
@@ -162,7 +162,7 @@ SEARCH = "sklearn search + refit"
 
 def strengths(selected, **which) -> list[float]:
     """The L2 strengths ``selected``'s search solved (of the records matching ``which``, e.g. ``task="ctr"``)."""
-    return [r["l2"] for r in selected.report.history.epochs if all(r.get(k) == v for k, v in which.items())]
+    return [r["l2"] for r in selected.history_.epochs if all(r.get(k) == v for k, v in which.items())]
 
 
 def sklearn_fit(x, y, max_iter):
@@ -205,7 +205,7 @@ def measure(fit, tasks, searches, repeats: int) -> tuple[dict[str, float], dict[
     for kind in (*KINDS, SEARCH):
         aucs.update({(kind, label): auc(y_later, model.decision_function(x_later))
                      for (label, _, _, x_later, y_later, _), model in zip(designs, last[kind])})
-    solves = sum(r.get("seconds", 0.0) for r in last["lr selected"].report.history.epochs)
+    solves = sum(r.get("seconds", 0.0) for r in last["lr selected"].history_.epochs)
     return {who: float(np.median(times)) for who, times in seconds.items()}, aucs, solves
 
 

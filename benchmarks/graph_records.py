@@ -88,7 +88,7 @@ def train_from(records: Path, tables, fanouts: list[int], epochs: int, results) 
     model = IncentiveModel("gnn-hazard", {"fanouts": fanouts}, TrainConfig(epochs=epochs, progress=False))
     model.prepare(tables)
     fit_from_records(model, records)
-    rate = float(np.mean([e["samples_per_second"] for e in model.history.epochs]))
+    rate = float(np.mean([e["samples_per_second"] for e in model.history_.epochs]))
     results.put({"rate": rate, "peak_rss_mb": peak_rss_mb(), **resident_mb()})
 
 

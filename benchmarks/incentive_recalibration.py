@@ -93,7 +93,7 @@ def main(argv=None) -> int:
             truth, later, allocated = later_period(world, k, args.seed + 1)
             budget = args.budget_share * float((levels[reference] * truth[allocated, reference]).sum())
             for method in ("none", *METHODS):
-                model.recalibration = None
+                model.recalibration_ = None
                 if method != "none":
                     model.recalibrate(later, method=method)
                 r = row(model, later, allocated, truth, levels, budget)

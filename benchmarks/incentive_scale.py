@@ -71,9 +71,9 @@ def main() -> None:
     train = labelled_rows(tables, split.train_customers, split.train_merchants)
     valid = labelled_rows(tables, split.valid_customers, split.valid_merchants)
     started = time.perf_counter()
-    history = Trainer(model.train_config).fit(model.net, train, valid, metrics=validation_metrics())
+    history = Trainer(model.train_config).fit(model.net_, train, valid, metrics=validation_metrics())
     epoch = history.epochs[0]
-    stage(f"train 1 epoch (fanouts {model.net.fanouts})", epoch["seconds"],
+    stage(f"train 1 epoch (fanouts {model.net_.fanouts})", epoch["seconds"],
           f"{len(train['node']):,} rows, {epoch['samples_per_second']:,.0f} rows/s")
     stage("  + validation (full neighbourhoods)", time.perf_counter() - started - epoch["seconds"],
           f"valid AUC_c {epoch['valid_auc_c']:.4f}")
@@ -92,7 +92,7 @@ def main() -> None:
 
     rng = np.random.default_rng(0)
     requests = rng.integers(0, len(tables.customers), args.requests)
-    net = model.net.eval()
+    net = model.net_.eval()
     states = net._all_states()
     timings = {"precomputed GNN state": [], "2-hop neighbourhood per request": []}
     with torch.no_grad():

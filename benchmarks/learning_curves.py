@@ -231,7 +231,7 @@ def fit_and_score(domain: str, name: str, curve: Curve, rows: np.ndarray, traini
 
 
 def kept_epochs(estimator) -> int | None:
-    history = getattr(estimator.report, "history", None)
+    history = getattr(estimator, "history_", None)
     if history is None or getattr(history, "unit", "epoch") != "epoch" or history.best_epoch < 0:
         return None
     return history.best_epoch + 1

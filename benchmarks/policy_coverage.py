@@ -105,7 +105,7 @@ class IncentiveCase:
         self.plans = {"model": budget_plan(self.q, self.levels, ratio),
                       "constant": np.full(len(self.ids), int(np.searchsorted(self.levels, constant)))}
         self.describe = (f"incentive world: {customers:,} customers, levels {self.levels.astype(int).tolist()}, "
-                         f"LR trained on the world's own log ({len(model.history.epochs)} epochs); model plan = "
+                         f"LR trained on the world's own log ({len(model.history_.epochs)} epochs); model plan = "
                          f"allocate budget --ratio {ratio:g} (mean level "
                          f"{self.levels[self.plans['model']].mean():.1f}), "
                          f"constant plan = level {constant:g}")
@@ -175,7 +175,7 @@ class ValueCase:
                       "constant": np.full(len(self.ids), int(np.searchsorted(self.funds, constant)))}
         best = self.truth.argmax(axis=1)
         self.describe = (f"value world: {users:,} users, funds {self.funds.tolist()}, esdpm-ncg trained on the world's "
-                         f"{len(world.deliveries):,} deliveries ({len(model.history.epochs)} epochs, "
+                         f"{len(world.deliveries):,} deliveries ({len(model.history_.epochs)} epochs, "
                          f"{self.train_seconds:.0f} s with scoring; its best fund = the true best for "
                          f"{(self.q.argmax(axis=1) == best).mean():.0%} of users); model plan = allocate quota "
                          f"(method prices, the world's feasible quotas and risk rule), constant plan = fund {constant}")

@@ -63,9 +63,9 @@ def write_split_records(model: IncentiveModel, world, root: Path, draws: tuple[i
         customers.loc[~np.isin(np.arange(len(customers)), rows), ["level", "redeemed"]] = np.nan
         (root / f"{name}_customers").mkdir()
         customers.to_parquet(root / f"{name}_customers" / "part-00000.parquet", index=False)
-        spec = RecordSpec(tuple(model.levels), model.customer_spec, model.merchant_spec,
-                          tuple(model.model_params["fanouts"]), seed=model.train_config.seed, draws=kept)
-        write_records(root / f"{name}_customers", root / "merchants", root / "edges", root / name, model.encoders,
+        spec = RecordSpec(tuple(model.levels_), model.customer_spec_, model.merchant_spec_,
+                          tuple(model.model_params_["fanouts"]), seed=model.train_config.seed, draws=kept)
+        write_records(root / f"{name}_customers", root / "merchants", root / "edges", root / name, model.encoders_,
                       spec, LocalExecutor())
         keep_merchants(root / name / "merchants", world.merchants.merchant_id.to_numpy()[merchants])
     return root / "train", root / "valid"
@@ -89,7 +89,7 @@ def scores(model: IncentiveModel, tables, truth: np.ndarray, split) -> dict:
     responses, rows, merchants = model.responses(tables), split.test_customers, split.test_merchants
     f_c = responses.customers[rows]
     f_m = responses.merchants[merchants, tables.merchant_level[merchants]]
-    epochs = model.history.epochs
+    epochs = model.history_.epochs
     return {"auc_c": auc(tables.redeemed[rows], f_c[np.arange(len(rows)), tables.customer_level[rows]]),
             "curve_mae": float(np.abs(f_c - truth[rows]).mean()),
             "mae_m": float(np.abs(f_m - tables.merchant_target()[merchants]).mean()), "epochs": len(epochs),

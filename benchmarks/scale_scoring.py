@@ -205,8 +205,8 @@ class Incentive:
         started = time.perf_counter()
         estimator = IncentiveModel.load(model)
         tables = check_tables(*(read_table(source / name) for name in ("customers", "merchants", "edges")),
-                              levels=estimator.levels, require_labels=False,
-                              customer_features=estimator.customer_spec, merchant_features=estimator.merchant_spec)
+                              levels=estimator.levels_, require_labels=False,
+                              customer_features=estimator.customer_spec_, merchant_features=estimator.merchant_spec_)
         estimator.score_tables(tables)
         return time.perf_counter() - started
 

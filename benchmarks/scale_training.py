@@ -102,7 +102,7 @@ class Conversion:
         else:
             fit_parts(model, parts, make_executor(executor, workers=workers))
         metrics = model.evaluate(self.test)
-        return {"history": model.report.history, "ctr": metrics["ctr_auc"], "cvr": metrics["cvr_auc"],
+        return {"history": model.history_, "ctr": metrics["ctr_auc"], "cvr": metrics["cvr_auc"],
                 "ctcvr": metrics["ctcvr_auc"]}
 
 
@@ -147,8 +147,8 @@ class Value:
             with tempfile.TemporaryDirectory(prefix="promokit-keys-") as scratch:
                 train_parts(model, table_paths(parts), make_executor(executor, workers=workers), Path(scratch))
         metrics = model.evaluate(self.tables, rows=self.rows[2])
-        kept = model.history.epochs[model.history.best_epoch]
-        return {"history": model.history, "valid_auc": kept["valid_auc"], "auc": metrics["auc"],
+        kept = model.history_.epochs[model.history_.best_epoch]
+        return {"history": model.history_, "valid_auc": kept["valid_auc"], "auc": metrics["auc"],
                 "gini": metrics["gini"]}
 
 

@@ -271,7 +271,7 @@ def promokit_run(setting: Setting, table: pd.DataFrame, args,
     fitted = promokit_model(setting, table, args, embedding_decay)
     with Watch() as watch:
         fitted.fit(table, validation=0)
-    epoch = fitted.report.history.epochs[0]
+    epoch = fitted.history_.epochs[0]
     with Watch() as predict_watch:
         predictions = fitted.predict(table, keep=[])
     assert len(predictions) == len(table) and np.isfinite(predictions.to_numpy()).all()
@@ -284,7 +284,7 @@ def promokit_run(setting: Setting, table: pd.DataFrame, args,
 
 def encoded_tensors(fitted: ConversionModel, table: pd.DataFrame) -> dict[str, Tensor]:
     """The tensors promokit trains on, rebuilt with its fitted encoder."""
-    x = fitted.encoder.transform(table)
+    x = fitted.encoder_.transform(table)
     tensors = {"cat": torch.from_numpy(x.categorical), "num": torch.from_numpy(x.numeric)}
     for role in LABELS:
         tensors[role] = torch.from_numpy(table[role].to_numpy(dtype=np.float32))
@@ -377,7 +377,7 @@ def run_setting(setting: Setting, table: pd.DataFrame, args, console: Console) -
     if setting.kind == "gmcm" or args.gmcm_only:  # no bare loop: timed against promokit's ESM² instead
         del runs, fitted
         return _contention(result, console)
-    tensors, cardinalities = encoded_tensors(fitted, table), fitted.encoder.cardinalities
+    tensors, cardinalities = encoded_tensors(fitted, table), fitted.encoder_.cardinalities
     del runs, fitted
     result["bare_sparse"] = b = best([bare_epoch(setting, tensors, cardinalities, args, sparse=True)
                                       for _ in range(args.repeats)])

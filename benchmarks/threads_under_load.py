@@ -71,10 +71,10 @@ def child(config: str, rows: int) -> None:
     model = pk.ConversionModel("dnn", train=TrainConfig(epochs=1, progress=False, seed=0), test_fraction=0)
     start, cpu = time.perf_counter(), time.process_time()
     model.fit(table, validation=0)
-    print(json.dumps({"epoch_s": model.report.history.epochs[0]["seconds"], "fit_s": time.perf_counter() - start,
+    print(json.dumps({"epoch_s": model.history_.epochs[0]["seconds"], "fit_s": time.perf_counter() - start,
                       "cpu_s": time.process_time() - cpu, "intra": torch.get_num_threads(),
                       "interop": torch.get_num_interop_threads(),
-                      "loss": model.report.history.epochs[0]["train_loss"]}))
+                      "loss": model.history_.epochs[0]["train_loss"]}))
 
 
 def start_load(k: int, kind: str) -> list[subprocess.Popen]:

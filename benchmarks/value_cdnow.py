@@ -62,7 +62,7 @@ def main() -> None:
             model = ValueModel(model_name, {}, config, split="random", test_fraction=0.2).fit(tables, validation=0.25)
             out = model.predict(tables, rows=test)
             predictions[name] = (out["p_ctcvr"].to_numpy(), out["etv"].to_numpy())
-            history = model.history
+            history = model.history_
             print(f"  seed {seed} {name}: {time.perf_counter() - started:.0f} s, {len(history.epochs)} {history.unit}s",
                   flush=True)
         for name, (score, etv) in predictions.items():

@@ -103,7 +103,7 @@ def main() -> None:
                 records = sum(records_seconds)
                 test = model.held_out(tables)
                 metrics = model.evaluate(tables, rows=test).metrics
-                epochs = len(model.history.epochs)
+                epochs = len(model.history_.epochs)
                 rows.append({"seed": seed, "path": path, "auc": metrics["auc"], "gini": metrics["gini"],
                              "epochs": epochs, "wall": wall, "records": records,
                              "samples": trained * epochs / (wall - records)})

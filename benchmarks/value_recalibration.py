@@ -38,7 +38,7 @@ def main() -> None:
         for method in METHODS:
             model.recalibrate(later, method=method)
             rows.append((method, dict(model.evaluate(later))))
-            model.recalibration = None
+            model.recalibration_ = None
     print(f"later period: {len(later.time):,} deliveries, observed conversion rate {later.convert.mean():.3f}")
     print(f"{'method':12s} {'mean pCTCVR':>12s} {'ratio':>7s} {'ECE':>7s} {'etv_bias':>9s} {'AUC':>7s}")
     for method, m in rows:

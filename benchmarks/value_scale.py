@@ -86,7 +86,7 @@ def main() -> None:
     seconds = time.perf_counter() - started
     stage("train ESDPM, one epoch", seconds, f"{len(rows['user']) / seconds:,.0f} deliveries/s")
     model = ValueModel("esdpm", {"max_len": args.max_len}, config)
-    model.encoders, model.net, model.specs = encoders, net, {}
+    model.encoders_, model.net_, model.feature_specs_, model.recalibration_ = encoders, net, {}, None
     del rows, nodes
     gc.collect()
 

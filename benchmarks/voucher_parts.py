@@ -85,13 +85,13 @@ def run(model_name: str, how: str, seed: int, folder: Path, tables, epochs: int,
                 train_parts(model, folder / "sessions", folder / "events", folder / "items.parquet", None, executor,
                             Path(scratch) / "keys", options={})
         wall = time.perf_counter() - start
-        history = model.report.history
+        history = model.history_
         test = model.held_out(tables)
         auc = model.evaluate(tables, rows=test)["auc"]
     kept = history.epochs[history.best_epoch]
     return {"test": auc, "valid": kept.get("valid_auc", float("nan")), "n_test": len(test),
             "rate": float(np.mean([e["samples_per_second"] for e in history.epochs])), "wall": wall,
-            "n_train": model.report.n_train, "n_valid": model.report.n_valid}
+            "n_train": model.report_.n_train, "n_valid": model.report_.n_valid}
 
 
 def main() -> None:

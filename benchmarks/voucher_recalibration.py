@@ -90,7 +90,7 @@ def by_group(model, tables, split, by: str, method: str, seed: int = 0) -> None:
     predicted = model.predict(tables, rows=test)
     columns = {"raw": predicted["p_redeem_raw"].to_numpy(), "overall": predicted["p_redeem"].to_numpy()}
     model.recalibrate(tables, method=method, rows=split.valid, by=by)
-    new = model.recalibration.new_groups(tables.sessions[by].to_numpy()[test])
+    new = model.recalibration_.new_groups(tables.sessions[by].to_numpy()[test])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # counted below
         columns[f"by {by}"] = model.predict(tables, rows=test)["p_redeem"].to_numpy()

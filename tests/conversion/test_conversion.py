@@ -77,7 +77,7 @@ def test_repair_zeroes_post_click_labels_on_unclicked_rows_and_reports(impressio
     table.loc[table.index[table.click == 0][:3], "purchase"] = 1
     table.loc[table.index[table.click == 0][:2], "daction"] = 1
     model = _model(repair_labels=True).fit(table, validation=0)
-    assert model.report.labels.repaired == {"daction": 2, "purchase": 3}
+    assert model.report_.labels.repaired == {"daction": 2, "purchase": 3}
 
 
 @pytest.mark.parametrize("value, message", [(2, "must be 0/1 but has 1 other values"),
@@ -100,8 +100,8 @@ def test_numeric_nan_is_imputed_and_flagged(impressions):
     table = impressions.copy()
     table.loc[table.index[::10], "price"] = np.nan
     model = _model().fit(table)
-    assert model.encoder.numeric["price"].flag_missing
-    assert model.encoder.numeric_width == 2
+    assert model.encoder_.numeric["price"].flag_missing
+    assert model.encoder_.numeric_width == 2
     assert np.isfinite(model.predict(table).to_numpy()).all()
     clean = _model().fit(impressions)
     with pytest.warns(UserWarning, match="'price': 400 of 4000 values are missing"):
@@ -133,21 +133,21 @@ def test_the_held_out_and_the_validation_rows_are_the_latest_when_the_spec_names
 
     model = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
     model.fit(table, on_epoch=on_epoch)
-    assert (model.report.n_train, model.report.n_valid, model.report.n_test) == (3200, 400, 400)
+    assert (model.report_.n_train, model.report_.n_valid, model.report_.n_test) == (3200, 400, 400)
     assert model.held_out(table).tolist() == list(range(3600, 4000))  # the last day, held out for evaluation
     # the validation rows are those of an explicit validation table of the day before
     explicit = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"]), test_fraction=0)
     explicit.fit(table[table.day < 8], validation=table[table.day == 8])
-    assert seen["epochs"][0]["valid_loss"] == pytest.approx(explicit.report.history.epochs[0]["valid_loss"])
+    assert seen["epochs"][0]["valid_loss"] == pytest.approx(explicit.history_.epochs[0]["valid_loss"])
     randomly = _model("esmm", spec=FeatureSpec(categorical=["user_id", "segment"], time_key="day"))
     randomly.fit(table, validation_split="random")
-    assert randomly.report.history.epochs[0]["valid_loss"] != seen["epochs"][0]["valid_loss"]
+    assert randomly.history_.epochs[0]["valid_loss"] != seen["epochs"][0]["valid_loss"]
 
 
 def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
     config = TrainConfig(epochs=3, batch_size=200, lr=0.01, monitor="cvr_auc", patience=5, progress=False)
     model = ConversionModel("esm2", SMALL, config).fit(impressions)
-    history = model.report.history
+    history = model.history_
     scores = [e["valid_cvr_auc"] for e in history.epochs]
     assert {"valid_ctr_auc", "valid_ctcvr_auc"} <= set(history.epochs[0])
     assert history.best_score == max(scores) and history.best_epoch == scores.index(max(scores))
@@ -164,10 +164,10 @@ def test_monitor_picks_the_epoch_on_a_validation_auc(impressions):
 def test_min_count_among_the_params_goes_to_the_vocabulary(impressions):
     params = {**SMALL, "min_count": 100}
     model = ConversionModel("esmm", params, FAST, refit=False).fit(impressions)
-    assert model.feature_spec.min_count == 100 and "min_count" not in model.model_params
+    assert model.feature_spec_.min_count == 100 and "min_count" not in model.model_params_
     assert model.params is params and params["min_count"] == 100 and model.spec is None  # parameters kept as given
     # 50 users of ~80 rows each: none reaches 100, so the user field is its OOV row alone
-    assert model.encoder.categorical["user_id"].cardinality == 1
+    assert model.encoder_.categorical["user_id"].cardinality == 1
 
 
 def test_bench_gives_each_model_its_own_training_fields(impressions):
@@ -177,7 +177,7 @@ def test_bench_gives_each_model_its_own_training_fields(impressions):
     seen = {}
     params = {"esmm": {**SMALL, "lr": 0.02, "embedding_decay": 2.0, "min_count": 3}, "lr": {"min_count": 2}}
     bench.run(split, ["esmm", "lr"], [0], None, params, FAST,
-              on_fitted=lambda m: seen.update({m.model: (m.train_config, m.feature_spec.min_count)}))
+              on_fitted=lambda m: seen.update({m.model: (m.train_config, m.feature_spec_.min_count)}))
     assert (seen["esmm"][0].lr, seen["esmm"][0].embedding_decay, seen["esmm"][1]) == (0.02, 2.0, 3)
     assert (seen["lr"][0].lr, seen["lr"][1]) == (FAST.lr, 2)
 
@@ -226,14 +226,14 @@ def test_the_estimator_contract_clone_and_set_params(impressions):
 
     spec = FeatureSpec(categorical=["user_id", "segment"])
     model = _model("esmm", spec=spec).fit(impressions)
-    assert model.spec is spec and model.feature_spec != spec  # fit resolves into feature_spec, keeps the parameter
+    assert model.spec is spec and model.feature_spec_ != spec  # fit resolves into feature_spec_, keeps the parameter
     copy = clone(model)
-    assert copy.get_params() == model.get_params() and copy.net is None and copy.feature_spec is None
+    assert copy.get_params() == model.get_params() and not hasattr(copy, "net_") and not hasattr(copy, "feature_spec_")
     with pytest.raises(NotFittedError, match="not fitted"):
         copy.predict(impressions)
     with pytest.raises(DataError, match=r"^model 'esm2' has no parameter 'hiden'"):
         model.set_params(model="esm2", params={"hiden": [8]})
-    assert model.get_params()["model"] == "esmm" and model.model_params["emb_dim"] == 4
+    assert model.get_params()["model"] == "esmm" and model.model_params_["emb_dim"] == 4
     with pytest.raises(DataError, match="^train: monitor must be one of"):
         model.set_params(train=TrainConfig(monitor="auc"))
     assert model.train_config == FAST
@@ -248,7 +248,7 @@ def test_fit_reads_paths_predict_keeps_keys_and_evaluate_is_an_evaluation(impres
     impressions.iloc[:3600].to_parquet(tmp_path / "train.parquet")
     impressions.iloc[3600:].to_csv(tmp_path / "valid.csv", index=False)
     model = _model("esmm", test_fraction=0).fit(tmp_path / "train.parquet", validation=str(tmp_path / "valid.csv"))
-    assert (model.report.n_train, model.report.n_valid) == (3600, 400)
+    assert (model.report_.n_train, model.report_.n_valid) == (3600, 400)
     test = impressions.iloc[3000:3100]
     predictions = model.predict(test, keep=["segment"])
     assert list(predictions.columns) == ["segment", "p_ctr", "p_cvr", "p_ctcvr"]
@@ -273,12 +273,12 @@ def test_fit_holds_out_a_seeded_random_share_that_held_out_finds_again_in_the_ta
 
     model = _model("esmm").fit(impressions)
     held = model.held_out(impressions)
-    rule = {k: v for k, v in model.holdout.items() if k != "refit"}  # then fit again on all 4,000 rows
+    rule = {k: v for k, v in model.holdout_.items() if k != "refit"}  # then fit again on all 4,000 rows
     assert rule == {"test_fraction": 0.1, "how": "random", "seed": 0, "rows": 4000, "held_out": len(held)}
-    refit = model.holdout["refit"]
+    refit = model.holdout_["refit"]
     assert refit["rows"] == 4000 and refit["evaluation"]["ctr_auc"] == model.held_out_evaluation(impressions)["ctr_auc"] > 0.6
     assert model.held_out_evaluation(impressions.assign(click=0)) is None  # not the rows it scored
-    assert 300 < len(held) < 500 and model.report.n_train + model.report.n_valid + len(held) == 4000
+    assert 300 < len(held) < 500 and model.report_.n_train + model.report_.n_valid + len(held) == 4000
     assert np.array_equal(model.evaluate(impressions, rows=held)["ctr_auc"], model.evaluate(impressions.iloc[held])["ctr_auc"])
     impressions.to_parquet(tmp_path / "table.parquet")
     reloaded = tmp_path / "model"
@@ -290,8 +290,8 @@ def test_fit_holds_out_a_seeded_random_share_that_held_out_finds_again_in_the_ta
     # over parts, each part draws its own rows (part k seeded by (seed, k, 1)); held_out finds them in the parts
     parts = write_parts(impressions, tmp_path / "parts", [1500, 0, 2500])
     over_parts = fit_parts(ConversionModel("esmm", SMALL, FAST), parts, LocalExecutor(), valid_fraction=0)
-    assert over_parts.report.n_train + over_parts.report.n_test == 4000
-    assert len(over_parts.held_out(parts)) == over_parts.report.n_test == over_parts.holdout["held_out"]
+    assert over_parts.report_.n_train + over_parts.report_.n_test == 4000
+    assert len(over_parts.held_out(parts)) == over_parts.report_.n_test == over_parts.holdout_["held_out"]
     with pytest.raises(DataError, match=r"drew the rows it held out part by part, from parts of \[1500, 0, 2500\]"):
         over_parts.held_out(impressions)  # the same rows, not in the same parts
     assert len(_model("esmm", test_fraction=0).fit(impressions).held_out(impressions)) == 0
@@ -311,7 +311,7 @@ def test_over_parts_the_latest_rows_are_held_out_as_in_one_table(impressions, tm
     spec = FeatureSpec(categorical=["user_id", "segment"], time_key="day")
     parts = write_parts(table, tmp_path / "parts", [1700, 2300])
     model = fit_parts(ConversionModel("esmm", SMALL, FAST, spec), parts, LocalExecutor())
-    assert (model.report.n_train, model.report.n_valid, model.report.n_test) == (3200, 400, 400)
+    assert (model.report_.n_train, model.report_.n_valid, model.report_.n_test) == (3200, 400, 400)
     assert model.held_out(parts).tolist() == list(range(3600, 4000))
 
 
@@ -366,7 +366,7 @@ def test_evaluate_maps_labels_and_checks_the_micro_behaviours_it_is_given(impres
     with pytest.warns(UserWarning, match="predicts no micro-behaviour nodes; `micro_behaviors` adds node AUCs"):
         evaluation = model.evaluate(renamed, labels={"click": "is_click"}, micro_behaviors="cart")
     assert evaluation["ctr_auc"] == model.evaluate(impressions)["ctr_auc"]
-    assert model.feature_spec.labels["click"] == "click" and model.feature_spec.micro_behaviors == []  # unchanged
+    assert model.feature_spec_.labels["click"] == "click" and model.feature_spec_.micro_behaviors == []  # unchanged
     with pytest.raises(DataError, match=r"^column 'carts' \(micro-behaviour label\) is missing .*did you mean 'cart'"):
         model.evaluate(renamed, labels={"click": "is_click"}, micro_behaviors=["carts"])
 
@@ -382,10 +382,10 @@ def test_fit_on_an_executor_trains_a_network_over_parts_and_refuses_or_reads_who
     with pytest.warns(UserWarning, match="offset wide term"):  # trained over the parts, as fit_parts trains
         on_executor = _model("esmm").fit(parts, validation=0, executor=LocalExecutor())
         alone = fit_parts(_model("esmm"), parts, LocalExecutor(), valid_fraction=0)
-    assert [e["train_loss"] for e in on_executor.report.history.epochs] == [
-        e["train_loss"] for e in alone.report.history.epochs]
+    assert [e["train_loss"] for e in on_executor.history_.epochs] == [
+        e["train_loss"] for e in alone.history_.epochs]
     with pytest.warns(UserWarning, match="model 'lr' is fitted on the whole table, not by epochs over its parts"):
-        assert ConversionModel("lr", train=FAST).fit(parts, executor=LocalExecutor()).report.n_train > 0
+        assert ConversionModel("lr", train=FAST).fit(parts, executor=LocalExecutor()).report_.n_train > 0
     ray = deferred_executor("ray", None, None)
     with pytest.raises(DataError, match=r"^model 'lr' is not trained by epochs .* with `executor` ray: train it with "
                                         r"`executor` local"):

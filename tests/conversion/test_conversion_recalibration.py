@@ -91,9 +91,9 @@ def test_fit_drops_the_recalibration_and_recalibrate_again_replaces_it(trained, 
     later = _period(3000, 1, shift=0.8)
     model = ConversionModel.load(trained).recalibrate(later, method="platt")
     model.recalibrate(later, method="prior-shift")
-    assert {r.method for r in model.recalibrations.values()} == {"prior-shift"}
+    assert {r.method for r in model.recalibrations_.values()} == {"prior-shift"}
     model.fit(_period(2000, 3))
-    assert model.recalibrations == {} and not set(RAW) & set(model.predict(later))
+    assert model.recalibrations_ == {} and not set(RAW) & set(model.predict(later))
     model.save(tmp_path / "m")
     assert not (tmp_path / "m" / RECALIBRATION_FILE).exists()
 
@@ -108,7 +108,7 @@ def test_recalibrate_errors_are_one_line(trained, change, message):
     with pytest.raises(DataError) as error:
         model.recalibrate(change(_period(3000, 1)))
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
-    assert model.recalibrations == {}
+    assert model.recalibrations_ == {}
 
 
 def test_recalibrations_by_name_round_trip_and_a_single_one_is_refused(tmp_path):

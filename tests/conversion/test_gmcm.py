@@ -102,7 +102,7 @@ def test_gmcm_learns_cvr_and_nodes_and_round_trips(tmp_path):
     assert {"node_auc_cart", "cvr_mse", "ctcvr_mse"} <= set(metrics)
     model.save(tmp_path / "gmcm")
     again = ConversionModel.load(tmp_path / "gmcm")
-    np.testing.assert_array_equal(again.pmg, model.pmg)
+    np.testing.assert_array_equal(again.pmg_, model.pmg_)
     pd.testing.assert_frame_equal(again.predict(test), predictions)
 
 
@@ -111,7 +111,7 @@ def test_the_prior_comes_from_the_clicked_training_rows():
     model = ConversionModel("gmcm", spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False),
                             test_fraction=0)
     model.fit(table, validation=0.0)
-    np.testing.assert_allclose(model.pmg, concurrence_probability(table[NODES].to_numpy(), table["click"].to_numpy()))
+    np.testing.assert_allclose(model.pmg_, concurrence_probability(table[NODES].to_numpy(), table["click"].to_numpy()))
 
 
 @pytest.mark.parametrize("model_name, params, nodes", [("mcm-2", {}, 2), ("mcm-10", {}, 3), ("mcm-gru", {}, 3),
@@ -165,7 +165,7 @@ def test_repair_sets_unclicked_micro_behaviours_to_zero_and_counts_them():
     table.loc[table["click"] == 0, "review"] = 1
     model = ConversionModel("gmcm", spec=SPEC, train=TrainConfig(epochs=1, batch_size=512, progress=False),
                             repair_labels=True).fit(table, validation=0.0)
-    assert model.report.labels.repaired == {"review": int((table["click"] == 0).sum())}
+    assert model.report_.labels.repaired == {"review": int((table["click"] == 0).sum())}
 
 
 def test_mcm_gru_runs_in_the_declared_order():

@@ -413,7 +413,7 @@ def test_gmcm_fits_the_smoke_table(smoke):
     with pytest.warns(UserWarning, match=r"label 'forward' is 0 on all \d+ clicked training rows"):
         model = ConversionModel("gmcm", spec=spec, train=TrainConfig(epochs=1, batch_size=256, progress=False))
         model.fit(table)
-    assert model.net.nodes == list(MICRO_NAMES) and model.pmg.shape == (6, 6)
+    assert model.net_.nodes == list(MICRO_NAMES) and model.pmg_.shape == (6, 6)
     predictions = model.predict(table, keep=[])
     assert [f"p_node_{name}" for name in MICRO_NAMES] == [c for c in predictions.columns if c.startswith("p_node_")]
     assert {"p_ctr", "p_cvr", "p_ctcvr"} <= set(predictions.columns)

@@ -131,8 +131,8 @@ def test_the_synthetic_world_with_its_default_features_is_silent():
                        n_micro=3)
     spec = FeatureSpec(micro_behaviors=world.micro_behaviors, types={"cat_extra_0": "categorical"})  # 100,000 ids
     model = ConversionModel("esmm", spec=spec)
-    model.feature_spec = model.resolve_spec(world.table)
-    assert {"user_id", "item_id", "cat_extra_0"} <= set(model.feature_spec.categorical)
+    model.feature_spec_ = model.resolve_spec(world.table)
+    assert {"user_id", "item_id", "cat_extra_0"} <= set(model.feature_spec_.categorical)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         model.warn_leaks(world.table)
@@ -146,7 +146,7 @@ def test_fit_warns_of_a_leak_before_training_and_allow_leaky_silences_it(impress
         warnings.simplefilter("error")
         model = ConversionModel("gbdt", None, FAST, FeatureSpec(allow_leaky=["watch_ratio"])).fit(table, validation=0)
     model.save(tmp_path / "m")
-    assert ConversionModel.load(tmp_path / "m").feature_spec.allow_leaky == ["watch_ratio"]
+    assert ConversionModel.load(tmp_path / "m").feature_spec_.allow_leaky == ["watch_ratio"]
     assert FeatureSpec.from_dict({"allow_leaky": ["a"]}).allow_leaky == ["a"]
 
 
@@ -159,7 +159,7 @@ def test_the_refit_judges_no_column_again(impressions, monkeypatch):
     monkeypatch.setattr(leakage, "_judged_auc", lambda *a: judged.append(1) or original(*a))
     with pytest.warns(UserWarning, match="watch_ratio"):
         model = ConversionModel("lr", None, FAST).fit(table)
-    assert "refit" in model.holdout and judged
+    assert "refit" in model.holdout_ and judged
     once = len(judged)
     judged.clear()
     ConversionModel("lr", None, FAST, refit=False).fit(table)
@@ -230,4 +230,4 @@ def test_the_train_command_names_the_flag_and_allow_leaky_silences_it(impression
     assert "allow it with --allow-leaky watch_ratio" in " ".join(result.output.split())
     result = CliRunner().invoke(app, [*args, "--allow-leaky", "watch_ratio"])
     assert result.exit_code == 0 and "label leak" not in result.output
-    assert ConversionModel.load(tmp_path / "m").feature_spec.allow_leaky == ["watch_ratio"]
+    assert ConversionModel.load(tmp_path / "m").feature_spec_.allow_leaky == ["watch_ratio"]

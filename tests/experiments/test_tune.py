@@ -35,7 +35,6 @@ class Toy(Estimator):
         self.params = params
         self.epoch_values = epoch_values  # params → the value each epoch reports, or None
         self._configure()
-        self.report = SimpleNamespace(history=None)
 
     def _configure(self) -> None:
         if (self.params or {}).get("k", 1) > 3:
@@ -47,7 +46,7 @@ class Toy(Estimator):
         stopped = "interrupted" if interrupted else "completed"
         for epoch in range(4 if self.epoch_values else 0):
             on_epoch(epoch, {"valid_score": self.epoch_values(self.params)})
-        self.report = SimpleNamespace(history=SimpleNamespace(stopped=stopped))
+        self.history_ = SimpleNamespace(stopped=stopped)
         return self
 
     def evaluate(self, data):
@@ -135,8 +134,8 @@ def test_the_search_clones_estimators_of_two_domains_and_leaves_them_unfitted(im
     conversion = ConversionModel("esmm", SMALL_NET, {"epochs": 1, "progress": False}, test_fraction=0)
     result = tune(conversion, space, impressions.iloc[:3000], validation=impressions.iloc[3000:],
                   metric="ctcvr_auc", trials=2)
-    assert conversion.net is None and conversion.params == SMALL_NET and conversion.train == {"epochs": 1,
-                                                                                                "progress": False}
+    assert not hasattr(conversion, "net_") and conversion.params == SMALL_NET
+    assert conversion.train == {"epochs": 1, "progress": False}
     assert [t["epochs"] for t in result.trials] == [1, 1]  # each reported its epoch through on_epoch
     assert result.best_params == {**SMALL_NET, "dropout": result.best_params["dropout"],
                                   "lr": result.best_params["lr"]}
@@ -146,7 +145,7 @@ def test_the_search_clones_estimators_of_two_domains_and_leaves_them_unfitted(im
     train_rows, valid_rows, _ = voucher.split_rows(tables)
     result = tune(voucher, space, tables, validation=valid_rows, metric="auc", trials=2,
                   fit_params={"rows": train_rows}, score=lambda fitted: fitted.evaluate(tables, rows=valid_rows)["auc"])
-    assert voucher.net is None and voucher.params == SMALL_NET and 0 < result.best_score < 1
+    assert not hasattr(voucher, "net_") and voucher.params == SMALL_NET and 0 < result.best_score < 1
     assert [t["epochs"] for t in result.trials] == [1, 1]
 
 
@@ -159,7 +158,7 @@ def test_the_best_params_round_trip_into_train_params(tmp_path, impressions):
     model = ConversionModel("esmm", params, config)
     assert (model.train_config.lr, model.train_config.embedding_decay) == (best["lr"], best["embedding_decay"])
     assert model.declared_spec.min_count == best["min_count"]
-    assert {k: model.model_params[k] for k in ("emb_dim", "hidden", "dropout")} == {
+    assert {k: model._model_params[k] for k in ("emb_dim", "hidden", "dropout")} == {
         k: best[k] for k in ("emb_dim", "hidden", "dropout")}
 
 

@@ -111,14 +111,14 @@ def test_predict_gives_the_customer_key_then_a_score_per_value(fitted, tables, w
 def test_clone_keeps_the_parameters_and_not_the_fit(fitted):
     copy = clone(fitted)
     assert copy.get_params() == fitted.get_params()
-    assert copy.net is None and copy.levels is None and copy.history is None
+    assert not any(hasattr(copy, name) for name in ("net_", "levels_", "history_"))
     with pytest.raises(NotFittedError, match="not fitted"):
         copy.predict({})
 
 
 def test_a_refused_parameter_is_one_line_and_set_params_keeps_the_old_values():
     model = IncentiveModel("gnn-hazard", {"width": 8})
-    before, settings = model.get_params(), dict(model.model_params)
+    before, settings = model.get_params(), dict(model._model_params)
     for change, message in (({"model": "gnn"}, "unknown model 'gnn'"),
                             ({"params": {"fanout": [5]}}, "did you mean 'fanouts'"),
                             ({"params": [("width", 4)]}, "params must be a dict"),
@@ -127,11 +127,11 @@ def test_a_refused_parameter_is_one_line_and_set_params_keeps_the_old_values():
         with pytest.raises(DataError, match=message) as error:
             model.set_params(**change)
         assert "\n" not in str(error.value)
-        assert model.get_params() == before and model.model_params == settings
+        assert model.get_params() == before and model._model_params == settings
     with pytest.raises(DataError, match="did you mean 'fanouts'"):
         IncentiveModel("gnn-hazard", {"fanout": [5, 5]})
     assert model.set_params(model="sbbm", params={"width": 4}) is model
-    assert (model.model_params["head"], model.model_params["width"]) == ("sbbm", 4)
+    assert (model._model_params["head"], model._model_params["width"]) == ("sbbm", 4)
 
 
 def test_fit_reads_a_folder_and_a_mapping_of_frames_and_paths(tmp_path):
@@ -158,9 +158,9 @@ def test_test_fraction_is_a_parameter_and_held_out_finds_the_nodes_fit_held_out(
     model = IncentiveModel("lr", train=FAST, test_fraction=0.25).fit(tmp_path)
     customers, merchants = model.held_out(tmp_path)
     assert (len(customers), len(merchants)) == (100, 10) and model.get_params()["test_fraction"] == 0.25
-    split = {k: v for k, v in model.holdout.items() if k != "refit"}  # then refit on every labelled node
+    split = {k: v for k, v in model.holdout_.items() if k != "refit"}  # then refit on every labelled node
     assert split == {"test_fraction": 0.25, "valid_fraction": 0.1, "seed": 0, "rows": 400, "held_out": 100,
-                     "merchants": 40, "held_out_merchants": 10} and model.holdout["refit"]["rows"] == 400
+                     "merchants": 40, "held_out_merchants": 10} and model.holdout_["refit"]["rows"] == 400
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
     assert loaded.test_fraction == 0.25 and np.array_equal(loaded.held_out(tmp_path)[0], customers)
@@ -189,7 +189,7 @@ def test_scoring_tables_without_labels(fitted, world):
     unlabelled = check_tables(world.customers.drop(columns=["level", "redeemed"]),
                               world.merchants.drop(columns=["level", "shares", "prior_shares"]), world.edges,
                               levels=world.levels, require_labels=False,
-                              customer_features=fitted.customer_spec, merchant_features=fitted.merchant_spec)
+                              customer_features=fitted.customer_spec_, merchant_features=fitted.merchant_spec_)
     with pytest.warns(UserWarning, match="prior_shares"):
         scores = fitted.responses(unlabelled)
     assert scores.customers.shape == (2500, 8) and np.isfinite(scores.merchants).all()
@@ -251,7 +251,7 @@ def test_a_model_directory_that_does_not_fit_its_weights_is_a_one_line_error(fit
 
 def test_the_linear_floor_learns_and_has_no_tower(tables, world):
     model = IncentiveModel("lr", train=FAST).fit(tables)
-    assert isinstance(model.net.customer_tower, torch.nn.Identity)
+    assert isinstance(model.net_.customer_tower, torch.nn.Identity)
     result = model.held_out_evaluation(tables)  # the selected model's, before the refit learnt the held-out nodes
     assert result["auc_c"] > 0.7 and result["monotone_violations"] == 0
 
@@ -290,8 +290,8 @@ def test_unlabelled_customers_pass_messages_but_are_in_no_loss(part_labelled, wo
     other = check_tables(part_labelled.assign(level=np.where(unlabelled, 200.0, part_labelled.level)),
                          world.merchants, world.edges)
     again = IncentiveModel("gnn-hazard", small, fast).fit(other)
-    for name, weight in model.net.state_dict().items():
-        assert torch.equal(weight, again.net.state_dict()[name]), name
+    for name, weight in model.net_.state_dict().items():
+        assert torch.equal(weight, again.net_.state_dict()[name]), name
     # its features do reach its labelled neighbours two hops away, through their shared merchants
     edges = tables.edges
     shared = edges[edges.customer.isin(np.flatnonzero(unlabelled))].merchant
@@ -324,10 +324,11 @@ def test_the_model_keeps_the_label_mapping_it_was_fitted_with(world, tmp_path):
                "merchants": world.merchants.rename(columns={"level": "offer"}), "edges": world.edges}
     labels = {"redeemed": "converted", "level": "offer"}
     model = IncentiveModel("lr", train=FAST).fit(read_tables(renamed, labels=labels))
-    assert model.labels == labels
+    assert model.labels_ == labels
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
-    assert loaded.labels == labels and loaded.evaluate(renamed, held_out=True)["customers"] == model.holdout["held_out"]
+    assert loaded.labels_ == labels
+    assert loaded.evaluate(renamed, held_out=True)["customers"] == model.holdout_["held_out"]
     # scoring needs no label: a table without the mapped columns is read as unlabelled
     unlabelled = {**renamed, "customers": renamed["customers"].drop(columns=["converted", "offer"])}
     assert len(loaded.predict(unlabelled)) == len(world.customers)
@@ -351,5 +352,5 @@ def test_evaluate_reports_calibration_at_the_offered_value_by_value(fitted, tabl
     assert evaluation["calibration_ratio"] == pytest.approx(evaluation["mean_predicted"] / evaluation["mean_observed"])
     assert 0 <= evaluation["ece"] < 1 and evaluation.tables["calibration"]["rows"].sum() == len(rows)
     by_level = evaluation.tables["calibration_by_level"]
-    assert sorted(by_level["level"]) == sorted(set(fitted.levels[tables.customer_level[rows]]))
+    assert sorted(by_level["level"]) == sorted(set(fitted.levels_[tables.customer_level[rows]]))
     assert by_level["rows"].sum() == len(rows)

@@ -51,7 +51,7 @@ def test_the_contract_takes_customers_alone(customers):
 def test_graphless_models_train_on_customers_alone(customers, name):
     model = IncentiveModel(name, NET, FAST).fit({"customers": customers})
     scores = model.predict({"customers": customers.drop(columns=["level", "redeemed"])})
-    assert list(scores.columns) == ["customer_id", "score_0", *[f"score_{v:g}" for v in model.levels[1:]]]
+    assert list(scores.columns) == ["customer_id", "score_0", *[f"score_{v:g}" for v in model.levels_[1:]]]
     assert np.isfinite(scores.iloc[:, 1:].to_numpy()).all()
     assert model.evaluate({"customers": customers}).metrics.get("mae_m") is None
 

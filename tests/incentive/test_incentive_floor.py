@@ -53,11 +53,11 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
     tables, model = solved
     # refit on every labelled customer and merchant at the strengths chosen on the validation nodes
     train = labelled_rows(tables, tables.labelled_customers, np.arange(len(tables.merchants)))
-    net, levels = model.net, model.net.customer_head.values
-    chosen = {r["part"]: r["l2"] for r in model.history.epochs if r["chosen"]}
-    assert model.model_params["l2_customers"] == chosen["customers"]
-    assert model.model_params["l2_merchants"] == chosen["merchants"]
-    assert model.holdout["refit"]["params"] == {f"l2_{part}": l2 for part, l2 in chosen.items()}
+    net, levels = model.net_, model.net_.customer_head.values
+    chosen = {r["part"]: r["l2"] for r in model.history_.epochs if r["chosen"]}
+    assert model.model_params_["l2_customers"] == chosen["customers"]
+    assert model.model_params_["l2_merchants"] == chosen["merchants"]
+    assert model.holdout_["refit"]["params"] == {f"l2_{part}": l2 for part, l2 in chosen.items()}
     assert model.params is None  # what fit chose is in model_params, not the parameter
     for side, objective, theta in (("customers", customer_objective, _theta_customers(net)),
                                    ("merchants", merchant_objective, _theta_merchants(net))):
@@ -69,12 +69,12 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
 
 def test_the_strength_is_chosen_on_the_validation_customers(solved):
     tables, model = solved
-    path = [r for r in model.history.epochs if r["part"] == "customers"]
+    path = [r for r in model.history_.epochs if r["part"] == "customers"]
     rows = len(model.split(tables).train_customers)  # the search starts at the grid's strength nearest the prior
     assert path[0]["l2"] == min(L2_GRID, key=lambda s: abs(np.log(s / prior_l2(rows))))
     best = max(path, key=lambda r: r["valid_customer_loglik"])
     assert best["chosen"] and sum(r["chosen"] for r in path) == 1
-    assert model.history.unit == "l2 strength" and "chosen: part customers" in model.history.summary()
+    assert model.history_.unit == "l2 strength" and "chosen: part customers" in model.history_.summary()
 
 
 def test_a_saturated_floor_reproduces_the_redemption_rate_of_every_group_and_value(tmp_path):
@@ -104,8 +104,8 @@ def test_a_saturated_floor_reproduces_the_redemption_rate_of_every_group_and_val
 def test_a_fixed_strength_is_solved_alone_and_a_bad_one_is_refused(solved):
     tables, _ = solved
     model = IncentiveModel("lr", {"l2_customers": 1e-3}).fit(tables)
-    assert [r["l2"] for r in model.history.epochs if r["part"] == "customers"] == [1e-3]
-    assert isinstance(model.net.customer_tower, torch.nn.Identity)
+    assert [r["l2"] for r in model.history_.epochs if r["part"] == "customers"] == [1e-3]
+    assert isinstance(model.net_.customer_tower, torch.nn.Identity)
     with pytest.raises(DataError, match="model 'gnn-hazard' has no parameter 'l2_customers'"):
         IncentiveModel("gnn-hazard", {"l2_customers": 1e-3})
     for bad in (-1e-3, "strong", float("nan"), True):

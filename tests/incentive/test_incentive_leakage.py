@@ -56,7 +56,7 @@ def test_allow_leaky_silences_the_feature_guard_and_is_kept(world, tmp_path):
     model = IncentiveModel("dnn", None, FAST, allow_leaky=["amount_redeemed"])
     messages = _fit(model, _graph(world, _leaky(world, noise=0.0)))
     assert not [m for m in messages if "alone has AUC" in m]
-    assert model.customer_spec.allow_leaky == ["amount_redeemed"]
+    assert model.customer_spec_.allow_leaky == ["amount_redeemed"]
     model.save(tmp_path / "m")
     assert IncentiveModel.load(tmp_path / "m").allow_leaky == ["amount_redeemed"]
 

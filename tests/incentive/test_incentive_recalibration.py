@@ -50,7 +50,7 @@ def model(world):
 @pytest.fixture(autouse=True)
 def raw_model(model):
     """Each test starts from the model's own curves."""
-    model.recalibration = None
+    model.recalibration_ = None
 
 
 def _at_offered(curves, tables):
@@ -69,10 +69,10 @@ def test_the_level_moves_to_the_later_rate_and_the_curves_stay_monotone(model, l
     assert abs(_at_offered(responses.customers, tables).mean() - observed) < tolerance
     assert (np.diff(responses.customers, axis=1) >= 0).all()
     np.testing.assert_array_equal(responses.customers_raw, raw)
-    fitted = model.recalibration.fitted_on
+    fitted = model.recalibration_.fitted_on
     assert fitted["rows"] == 2500 and fitted["rate"] == pytest.approx(observed)
     # the same map at every value: the order of the customers at each value is kept (ties aside)
-    for j in range(len(model.levels)):
+    for j in range(len(model.levels_)):
         assert np.all(np.diff(responses.customers[np.argsort(raw[:, j]), j]) >= -1e-12)
 
 
@@ -102,9 +102,9 @@ def test_fit_drops_it(later):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(tables).recalibrate(tables)
-        assert model.recalibration is not None
+        assert model.recalibration_ is not None
         model.fit(tables)
-    assert model.recalibration is None and model.responses(tables).customers_raw is None
+    assert model.recalibration_ is None and model.responses(tables).customers_raw is None
 
 
 def test_the_errors_are_one_line(model, later, world):
@@ -255,7 +255,7 @@ def test_by_level_each_value_reaches_its_rate_where_one_map_cannot(model, world)
     with pytest.warns(UserWarning, match=r"^recalibrated by level, the curves of .*% of the 2,500 customers fitted on "
                                          r"fall somewhere as the value rises \(the values' maps cross\)$"):
         model.recalibrate(tables, method="isotonic", by="level")
-    recalibration = model.recalibration
+    recalibration = model.recalibration_
     assert recalibration.by == "level" and set(recalibration.groups) == set(world.levels.tolist())
     assert recalibration.fitted_on["own_maps"] == len(world.levels)
     responses = model.responses(tables)
@@ -264,32 +264,32 @@ def test_by_level_each_value_reaches_its_rate_where_one_map_cannot(model, world)
         assert abs(by_level[j] - rate) < 0.02 + 0.1 * rate, (j, by_level[j], rate)
     assert max(abs(overall[j] - rate) for j, rate in observed.items()) > 0.1  # one map misses both ways
     # each value's column by its own map: the customers' order at each value is kept
-    for j, level in enumerate(model.levels):
+    for j, level in enumerate(model.levels_):
         np.testing.assert_allclose(responses.customers[:, j],
                                    recalibration.apply(responses.customers_raw[:, j], [level] * len(tables.customers)))
 
 
 def test_by_level_a_value_offered_to_none_gets_the_overall_map_and_the_directory_keeps_it(model, world, tmp_path):
     tables = _opposite(world)
-    top = float(model.levels[-1])
+    top = float(model.levels_[-1])
     customers = tables.customers.copy()
     customers.loc[customers["level"] == top, ["level", "redeemed"]] = np.nan  # nobody was offered the top value
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the maps cross
         model.recalibrate({"customers": customers, "merchants": world.merchants, "edges": world.edges}, by="level")
-    assert top not in model.recalibration.groups
-    n, k = len(tables.customers), len(model.levels)
+    assert top not in model.recalibration_.groups
+    n, k = len(tables.customers), len(model.levels_)
     with pytest.warns(UserWarning, match=rf"^{n:,} of {n * k:,} customer × level scores are in 1 level values the "
                                          rf"recalibration was not fitted on \({top!r}\): they get its overall map$"):
         responses = model.responses(tables)
     np.testing.assert_allclose(responses.customers[:, -1],
-                               model.recalibration.overall.apply(responses.customers_raw[:, -1]))
+                               model.recalibration_.overall.apply(responses.customers_raw[:, -1]))
     with pytest.warns(UserWarning, match="not fitted on"):
         table = model.evaluate(tables, held_out=False).tables["calibration_by_level"]
-    assert table.set_index("level")["new"].to_dict() == {level: level == top for level in model.levels.tolist()}
+    assert table.set_index("level")["new"].to_dict() == {level: level == top for level in model.levels_.tolist()}
     model.save(tmp_path / "m")
     saved = json.loads((tmp_path / "m" / RECALIBRATION_FILE).read_text())
-    assert saved["by"] == "level" and sorted(g["key"] for g in saved["groups"]) == model.levels[:-1].tolist()
+    assert saved["by"] == "level" and sorted(g["key"] for g in saved["groups"]) == model.levels_[:-1].tolist()
     loaded = IncentiveModel.load(tmp_path / "m")
     with pytest.warns(UserWarning, match="not fitted on"):
         np.testing.assert_allclose(loaded.responses(tables).customers, responses.customers)

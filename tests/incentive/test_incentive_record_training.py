@@ -47,9 +47,9 @@ def write_split_records(model: IncentiveModel, world, root, draws=(0, 1, 2)) -> 
         customers.loc[unlabelled, ["level", "redeemed"]] = np.nan
         (root / f"{name}_customers").mkdir()
         customers.to_parquet(root / f"{name}_customers" / "part-00000.parquet", index=False)
-        spec = RecordSpec(tuple(model.levels), model.customer_spec, model.merchant_spec,
-                          tuple(model.model_params["fanouts"]), seed=model.train_config.seed, draws=tuple(kept_draws))
-        write_records(root / f"{name}_customers", root / "merchants", root / "edges", root / name, model.encoders,
+        spec = RecordSpec(tuple(model.levels_), model.customer_spec_, model.merchant_spec_,
+                          tuple(model.model_params_["fanouts"]), seed=model.train_config.seed, draws=tuple(kept_draws))
+        write_records(root / f"{name}_customers", root / "merchants", root / "edges", root / name, model.encoders_,
                       spec, LocalExecutor())
         keep_merchants(root / name / "merchants", world.merchants.merchant_id.to_numpy()[merchants])
         out.append(root / name)
@@ -98,8 +98,8 @@ def test_records_training_learns_like_the_in_memory_model(world, trained):
     ours, theirs = held_out_auc(model, world, split.test_customers), held_out_auc(in_memory, world, split.test_customers)
     print(f"held-out AUC_c: from records {ours:.4f}, in memory {theirs:.4f}")
     assert ours > 0.62 and abs(ours - theirs) < 0.05
-    assert model.history.best_epoch >= 1 and "valid_auc_c" in model.history.epochs[0]
-    assert len(model.training_ids) == len(split.train_customers)
+    assert model.history_.best_epoch >= 1 and "valid_auc_c" in model.history_.epochs[0]
+    assert len(model.training_ids_) == len(split.train_customers)
 
 
 def test_records_training_is_deterministic(world, trained):
@@ -107,9 +107,9 @@ def test_records_training_is_deterministic(world, trained):
     again = _model()
     again.prepare(world)
     fit_from_records(again, train, valid)
-    for name, value in model.net.state_dict().items():
-        assert torch.equal(value, again.net.state_dict()[name]), name
-    assert again.history.epochs[-1]["train_loss"] == model.history.epochs[-1]["train_loss"]
+    for name, value in model.net_.state_dict().items():
+        assert torch.equal(value, again.net_.state_dict()[name]), name
+    assert again.history_.epochs[-1]["train_loss"] == model.history_.epochs[-1]["train_loss"]
 
 
 def test_a_model_from_records_saves_loads_and_predicts(world, trained, tmp_path):
@@ -117,7 +117,7 @@ def test_a_model_from_records_saves_loads_and_predicts(world, trained, tmp_path)
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
     pd.testing.assert_frame_equal(loaded.predict(world), model.predict(world))
-    assert loaded.holdout["held_out"] == 0 and loaded.test_fraction == 0.0
+    assert loaded.holdout_["held_out"] == 0 and loaded.test_fraction == 0.0
 
 
 def test_epochs_cycle_the_draws_written(trained):

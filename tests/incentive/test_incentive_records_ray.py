@@ -56,13 +56,13 @@ def two_workers(ray_cluster, records) -> IncentiveModel:
 def test_two_ddp_workers_train_like_one_process(records, two_workers):
     world, split, _, _ = records
     one, two = _fit(records, None), two_workers
-    assert len(two.history.epochs) == len(one.history.epochs) == TRAIN.epochs
-    assert two.history.epochs[0]["samples_per_second"] > 0
+    assert len(two.history_.epochs) == len(one.history_.epochs) == TRAIN.epochs
+    assert two.history_.epochs[0]["samples_per_second"] > 0
     rows = split.test_customers
     auc = {"one": held_out_auc(one, world, rows), "two": held_out_auc(two, world, rows)}
     assert auc["one"] > 0.7 and abs(auc["two"] - auc["one"]) < 0.03, auc
     # the same number of steps on batches of the same global size: the losses stay close epoch by epoch
-    losses = np.array([[e["train_loss"] for e in m.history.epochs] for m in (one, two)])
+    losses = np.array([[e["train_loss"] for e in m.history_.epochs] for m in (one, two)])
     assert np.abs(losses[0] - losses[1]).max() < 0.05 * losses[0].max(), losses
 
 
@@ -99,8 +99,8 @@ def test_a_worker_killed_mid_epoch_is_restarted_from_the_checkpoint(records, two
     model = _fit(records, RayExecutor(workers=2), checkpoint_dir=folder)
     killer.join()
     assert killed, "no checkpoint appeared"
-    epochs = model.history.epochs
+    epochs = model.history_.epochs
     assert [e["epoch"] for e in epochs] == list(range(TRAIN.epochs))
     assert epochs[0] == first_epoch[0]  # carried from the checkpoint, not trained again (its seconds would differ)
-    for (name, a), b in zip(straight.net.state_dict().items(), model.net.state_dict().values()):
+    for (name, a), b in zip(straight.net_.state_dict().items(), model.net_.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)

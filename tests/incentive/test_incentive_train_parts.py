@@ -77,7 +77,7 @@ def test_encoders_from_the_shards_equal_those_of_the_whole_graph(world, trained)
     model, _ = trained
     whole = InputEncoders.fit(tables)
     for name in ("customers", "merchants", "customer_structure", "merchant_structure"):
-        mine, theirs = getattr(model.encoders, name), getattr(whole, name)
+        mine, theirs = getattr(model.encoders_, name), getattr(whole, name)
         assert mine.cardinalities == theirs.cardinalities, name
         assert list(mine.numeric) == list(theirs.numeric), name
         np.testing.assert_allclose(mine.transform(_frame(tables, name)).numeric,
@@ -96,14 +96,15 @@ def test_roles_partition_the_labelled_customers_by_their_ids(world, trained):
     _, tables = world
     model, counts = trained
     labelled = tables.labelled_customers
-    assert sum(counts["seeds"].values()) == len(labelled) == model.holdout["rows"]
-    roles = hashed_roles(tables.customers.customer_id.to_numpy()[labelled], 0.2, model.valid_fraction, TRAIN.seed)
+    assert sum(counts["seeds"].values()) == len(labelled) == model.holdout_["rows"]
+    valid_fraction = model.holdout_["valid_fraction"]
+    roles = hashed_roles(tables.customers.customer_id.to_numpy()[labelled], 0.2, valid_fraction, TRAIN.seed)
     assert counts["seeds"]["test"] == np.sum(roles == TEST) == len(model.held_out(tables)[0])
     assert 0.15 < counts["seeds"]["test"] / len(labelled) < 0.25
-    merchant_roles = hashed_roles(tables.merchants.merchant_id.to_numpy(), 0.2, model.valid_fraction, TRAIN.seed)
+    merchant_roles = hashed_roles(tables.merchants.merchant_id.to_numpy(), 0.2, valid_fraction, TRAIN.seed)
     assert counts["merchant_seeds"] == {name: int(np.sum(merchant_roles == role))
                                         for name, role in (("train", TRAIN_ROLE), ("valid", VALID), ("test", TEST))}
-    assert counts["merchant_seeds"]["test"] == len(model.held_out(tables)[1]) == model.holdout["held_out_merchants"]
+    assert counts["merchant_seeds"]["test"] == len(model.held_out(tables)[1]) == model.holdout_["held_out_merchants"]
     assert counts["records"] == sum(counts[s]["train"] + counts[s]["valid"] for s in ("seeds", "merchant_seeds"))
 
 
@@ -116,7 +117,7 @@ def test_the_model_learns_like_the_in_memory_model_and_serves(world, trained, tm
     model.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")
     pd.testing.assert_frame_equal(loaded.predict(tables), model.predict(tables))
-    assert loaded.evaluate(tables, held_out=True).metrics["customers"] == model.holdout["held_out"]
+    assert loaded.evaluate(tables, held_out=True).metrics["customers"] == model.holdout_["held_out"]
 
 
 def test_the_merchant_term_trains_from_merchant_records(world, trained):
@@ -172,14 +173,14 @@ def test_over_parts_the_refit_trains_on_every_labelled_node_and_evaluate_says_so
     model = IncentiveModel("gnn-hazard", PARAMS, TRAIN, test_fraction=0.2)
     counts = train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch",
                          LocalExecutor())
-    assert model.history.epochs[-1]["valid_loss"] == selected.history.epochs[-1]["valid_loss"]  # the same selection
-    refit, report = model.holdout["refit"], model.report
+    assert model.history_.epochs[-1]["valid_loss"] == selected.history_.epochs[-1]["valid_loss"]  # the same selection
+    refit, report = model.holdout_["refit"], model.report_
     assert refit["rows"] == report.n_train + report.n_valid + report.n_test == len(tables.labelled_customers)
-    assert refit["epochs"] == selected.history.best_epoch + 1 and refit["evaluation"] is None
+    assert refit["epochs"] == selected.history_.best_epoch + 1 and refit["evaluation"] is None
     assert counts["records"] == sum(sum(counts[side].values()) for side in ("seeds", "merchant_seeds"))
-    assert len(model.training_ids) == len(tables.labelled_customers) > len(selected.training_ids)
-    assert "refit" not in selected.holdout
-    weights = zip(model.net.state_dict().values(), selected.net.state_dict().values())
+    assert len(model.training_ids_) == len(tables.labelled_customers) > len(selected.training_ids_)
+    assert "refit" not in selected.holdout_
+    weights = zip(model.net_.state_dict().values(), selected.net_.state_dict().values())
     assert not all(torch.equal(a, b) for a, b in weights)
     model.save(tmp_path / "model")
     evaluated = CliRunner().invoke(app, ["incentive", "evaluate", "--model", str(tmp_path / "model"),
@@ -196,7 +197,7 @@ def test_a_refit_over_parts_that_cannot_run_keeps_the_selected_model_with_one_wa
         train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch", TrainsOnce())
     refits = [str(w.message) for w in caught if "refit" in str(w.message)]
     assert refits == ["the refit on every row failed, so the selected model is kept: the executor is gone"]
-    assert "refit" not in model.holdout and len(model.training_ids) == model.report.n_train
+    assert "refit" not in model.holdout_ and len(model.training_ids_) == model.report_.n_train
 
 
 def test_with_nothing_held_out_every_labelled_customer_trains(world, tmp_path):
@@ -204,8 +205,8 @@ def test_with_nothing_held_out_every_labelled_customer_trains(world, tmp_path):
     model = IncentiveModel("gnn-hazard", PARAMS, replace(TRAIN, epochs=1), test_fraction=0.0)
     counts = train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch",
                          LocalExecutor(), validation=0.0)
-    assert counts["seeds"]["train"] == len(tables.labelled_customers) == model.report.n_train
-    assert "refit" not in model.holdout  # nothing held out: nothing to refit on
+    assert counts["seeds"]["train"] == len(tables.labelled_customers) == model.report_.n_train
+    assert "refit" not in model.holdout_  # nothing held out: nothing to refit on
 
 
 def test_the_refit_over_parts_runs_on_ray_train(ray_cluster, world, tmp_path):
@@ -215,8 +216,8 @@ def test_the_refit_over_parts_runs_on_ray_train(ray_cluster, world, tmp_path):
     model = IncentiveModel("gnn-hazard", PARAMS, replace(TRAIN, epochs=1), test_fraction=0.2)
     train_parts(model, root / "customers", root / "merchants", root / "edges", tmp_path / "scratch",
                 RayExecutor(workers=2))
-    assert model.holdout["refit"]["rows"] == len(tables.labelled_customers) > model.report.n_train
-    assert len(model.training_ids) == len(tables.labelled_customers)
+    assert model.holdout_["refit"]["rows"] == len(tables.labelled_customers) > model.report_.n_train
+    assert len(model.training_ids_) == len(tables.labelled_customers)
 
 
 def test_the_command_trains_over_parts(world, tmp_path):
@@ -228,7 +229,7 @@ def test_the_command_trains_over_parts(world, tmp_path):
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     assert "trained over 3 parts" in text and "model written to" in text, text
-    assert IncentiveModel.load(tmp_path / "m").holdout["rule"] == "hashed"
+    assert IncentiveModel.load(tmp_path / "m").holdout_["rule"] == "hashed"
 
 
 def test_bad_calls_are_one_line_errors(world, tmp_path):

@@ -53,7 +53,7 @@ def test_offset_with_the_deep_part_zeroed_is_exactly_the_lr_floor(impressions, n
     floor = ConversionModel("lr", train=FAST, refit=False).fit(impressions)
     model = ConversionModel(name, {**SMALL, "wide": "offset"}, FAST, refit=False).fit(impressions)
     with torch.no_grad():
-        for module in model.net.modules():
+        for module in model.net_.modules():
             if isinstance(module, torch.nn.Sequential):  # every tower's last layer: the deep logits are 0
                 module[-1].weight.zero_()
                 module[-1].bias.zero_()
@@ -61,15 +61,15 @@ def test_offset_with_the_deep_part_zeroed_is_exactly_the_lr_floor(impressions, n
     # ESM²'s p_cvr composes four floors (eq. 3) and Division's second logit is CTCVR's: their CTR is the floor's
     for column in ("p_ctr",) if name in ("esm2", "division") else ("p_ctr", "p_cvr"):
         np.testing.assert_array_equal(got[column].to_numpy(), expected[column].to_numpy())
-    assert [r["logit"] for r in model.report.history.wide] == list(model.net.wide.targets)
+    assert [r["logit"] for r in model.history_.wide] == list(model.net_.wide.targets)
 
 
 def test_offset_solves_each_esm2_tower_on_its_own_rows(impressions):
     model = ConversionModel("esm2", {**SMALL, "wide": "offset"}, FAST).fit(impressions)
-    assert model.net.wide.targets == {"ctr": ("click", {}), "y2": ("daction", {"click": 1}),
-                                      "y3": ("purchase", {"click": 1, "daction": 1}),
-                                      "y4": ("purchase", {"click": 1, "daction": 0})}
-    weights = {k: v.weights.table.weight for k, v in model.net.wide.logits.items()}
+    assert model.net_.wide.targets == {"ctr": ("click", {}), "y2": ("daction", {"click": 1}),
+                                       "y3": ("purchase", {"click": 1, "daction": 1}),
+                                       "y4": ("purchase", {"click": 1, "daction": 0})}
+    weights = {k: v.weights.table.weight for k, v in model.net_.wide.logits.items()}
     assert all(w.abs().sum() > 0 for w in weights.values())  # each solved, none left at zero
 
 
@@ -80,7 +80,7 @@ def test_a_wide_model_learns_and_round_trips(tmp_path, impressions, wide):
     assert model.evaluate(test)["ctr_auc"] > 0.62
     model.save(tmp_path / "m")
     loaded = ConversionModel.load(tmp_path / "m")
-    assert loaded.model_params["wide"] == wide
+    assert loaded.model_params_["wide"] == wide
     pd.testing.assert_frame_equal(loaded.predict(test), model.predict(test))
 
 
@@ -133,8 +133,8 @@ def test_a_value_model_solves_its_conversion_floor_and_scores_pairs_with_it(valu
     small = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "max_len": 12}
     model = ValueModel(name, {**small, "wide": "offset"}, TrainConfig(epochs=1, batch_size=256, progress=False))
     model.fit(value_tables)
-    assert [r["logit"] for r in model.history.wide] == logits
-    assert all(model.net.wide.logits[k].weights.table.weight.abs().sum() > 0 for k in logits)
+    assert [r["logit"] for r in model.history_.wide] == logits
+    assert all(model.net_.wide.logits[k].weights.table.weight.abs().sum() > 0 for k in logits)
     users = np.arange(5)
     at = value_tables.time.max() + 1
     scores = model.score_matrix(value_tables, at=at, users=users, contexts=1, seed=0)
@@ -189,7 +189,7 @@ def test_a_run_records_the_decay_it_used(impressions):
 
     model = ConversionModel("esmm", {**SMALL, "wide": "none"}, replace(FAST, decay_rows=1_000),
                             test_fraction=0).fit(impressions)
-    assert model.report.history.embedding_decay == pytest.approx(1.0 * 1_000 / 3_600)  # 90 % of 4,000 rows train
+    assert model.history_.embedding_decay == pytest.approx(1.0 * 1_000 / 3_600)  # 90 % of 4,000 rows train
 
 
 def test_a_model_directory_from_before_the_wide_term_loads_without_one(tmp_path, impressions):
@@ -201,7 +201,7 @@ def test_a_model_directory_from_before_the_wide_term_loads_without_one(tmp_path,
     del config["params"]["wide"]  # as written before the wide term existed; the default is offset now
     (tmp_path / "old" / "config.json").write_text(json.dumps(config))
     loaded = ConversionModel.load(tmp_path / "old")
-    assert loaded.model_params["wide"] == "none"
+    assert loaded.model_params_["wide"] == "none"
     pd.testing.assert_frame_equal(loaded.predict(impressions), model.predict(impressions))
 
 
@@ -217,6 +217,6 @@ def test_a_logit_whose_training_rows_are_one_class_gets_a_constant_floor():
     small = {"expert_hidden": [16], "expert_dim": 16, "tower_hidden": [8], "emb_dim": 4, "max_len": 12}
     model = ValueModel("esdpm-ncg", {**small, "wide": "offset"}, TrainConfig(epochs=1, batch_size=256,
                                                                             progress=False)).fit(tables)
-    ctr = next(r for r in model.history.wide if r["logit"] == "ctr")
+    ctr = next(r for r in model.history_.wide if r["logit"] == "ctr")
     assert ctr["l2"] is None and ctr["constant"] > 0.99, ctr
     assert np.isfinite(model.predict(tables).select_dtypes("number").to_numpy()).all()

@@ -65,8 +65,8 @@ def _worker(rank: int, world_size: int, port: int, train, valid, out) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     _, world = _world()
     model = _fit(world, train, valid, ProcessGroupExecutor(), checkpoint_dir=out / "checkpoint")
-    torch.save(model.net.state_dict(), out / f"rank{rank}.pt")
-    (out / f"rank{rank}.json").write_text(json.dumps([e["train_loss"] for e in model.history.epochs]))
+    torch.save(model.net_.state_dict(), out / f"rank{rank}.pt")
+    (out / f"rank{rank}.json").write_text(json.dumps([e["train_loss"] for e in model.history_.epochs]))
     dist.destroy_process_group()
 
 
@@ -79,9 +79,9 @@ def test_a_group_of_one_trains_exactly_as_one_process(records, tmp_path):
     finally:
         dist.destroy_process_group()
     alone = _fit(world, train, valid, None)
-    assert grouped.history.epochs[-1]["train_loss"] == alone.history.epochs[-1]["train_loss"]
-    for name, weight in alone.net.state_dict().items():
-        torch.testing.assert_close(grouped.net.state_dict()[name], weight, rtol=0, atol=0)
+    assert grouped.history_.epochs[-1]["train_loss"] == alone.history_.epochs[-1]["train_loss"]
+    for name, weight in alone.net_.state_dict().items():
+        torch.testing.assert_close(grouped.net_.state_dict()[name], weight, rtol=0, atol=0)
     assert (tmp_path / "checkpoint.pt").exists()
 
 
@@ -93,12 +93,12 @@ def test_two_processes_train_like_one(records, tmp_path):
         torch.testing.assert_close(states[1][name], states[0][name])  # DDP keeps the replicas equal
     two = _model()
     two.prepare(world)
-    two.net.load_state_dict(states[0])
+    two.net_.load_state_dict(states[0])
     one = _fit(world, train, valid, None)
     rows = split.test_customers
     auc = {"one": held_out_auc(one, world, rows), "two": held_out_auc(two, world, rows)}
     assert auc["one"] > 0.7 and abs(auc["two"] - auc["one"]) < 0.03, auc
-    losses = np.array([[e["train_loss"] for e in one.history.epochs],
+    losses = np.array([[e["train_loss"] for e in one.history_.epochs],
                        json.loads((tmp_path / "rank0.json").read_text())])
     assert np.abs(losses[0] - losses[1]).max() < 0.05 * losses[0].max(), losses
 

@@ -50,13 +50,13 @@ def test_the_vocabulary_counted_over_parts_on_ray_equals_the_local_fit(ray_clust
     job = plan(estimator, parts, make_executor("ray", workers=2), 2, valid_fraction=0)
     local_spec = spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
     local = TableEncoder.fit(table, local_spec)
-    assert job.estimator.feature_spec == local_spec and "bucket" in local_spec.numeric
-    assert job.estimator.encoder.to_dict()["categorical"] == local.to_dict()["categorical"]
+    assert job.estimator.feature_spec_ == local_spec and "bucket" in local_spec.numeric
+    assert job.estimator.encoder_.to_dict()["categorical"] == local.to_dict()["categorical"]
     assert "500" in local.categorical["coupon"].vocabulary and "0" not in local.categorical["coupon"].vocabulary
     for name, enc in local.numeric.items():
-        got = job.estimator.encoder.numeric[name]
+        got = job.estimator.encoder_.numeric[name]
         assert (got.mean, got.std, got.flag_missing) == pytest.approx((enc.mean, enc.std, enc.flag_missing), rel=1e-12)
-    assert job.estimator.report.n_train == len(table)
+    assert job.estimator.report_.n_train == len(table)
 
 
 def test_shards_are_equal_contiguous_ranges_padded_by_wrapping():
@@ -111,8 +111,8 @@ def test_training_part_by_part_resumes_exactly(tmp_path):
     straight = fit(4)
     fit(2, checkpoint_dir=tmp_path / "ck")
     resumed = fit(4, checkpoint_dir=tmp_path / "ck", resume=True)
-    assert [e["epoch"] for e in resumed.report.history.epochs] == [0, 1, 2, 3]
-    for (name, a), b in zip(straight.net.state_dict().items(), resumed.net.state_dict().values()):
+    assert [e["epoch"] for e in resumed.history_.epochs] == [0, 1, 2, 3]
+    for (name, a), b in zip(straight.net_.state_dict().items(), resumed.net_.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)
 
 
@@ -134,7 +134,7 @@ def test_training_part_by_part_keeps_its_pinned_figures(tmp_path):
     parts = write_parts(make_impressions(), tmp_path / "parts", [1200, 0, 1300, 1500])
     config = TrainConfig(epochs=3, batch_size=256, lr=0.01, progress=False, patience=10, embedding_decay=1.0)
     with pytest.warns(UserWarning, match="offset wide term"):
-        history = fit_parts(ConversionModel("esmm", SMALL, config), parts, LocalExecutor()).report.history
+        history = fit_parts(ConversionModel("esmm", SMALL, config), parts, LocalExecutor()).history_
     keys = ("train_loss", "valid_ctcvr", "valid_ctcvr_auc", "valid_ctr", "valid_ctr_auc", "valid_cvr_auc", "valid_loss")
     figures = [tuple(e[k] for k in keys) for e in history.epochs]
     assert [figure == pytest.approx(pinned, rel=1e-6, abs=0) for figure, pinned in zip(figures, PINNED)] == [True] * 3
@@ -156,7 +156,7 @@ def test_training_over_parts_names_the_python_arguments(tmp_path):
     estimator = ConversionModel("esmm", {**SMALL, "wide": "offset"}, TrainConfig(epochs=1, progress=False))
     with pytest.warns(UserWarning, match=r"training without it \(`wide` none\); `wide` joint trains one"):
         fit_parts(estimator, parts, LocalExecutor(), valid_fraction=0)
-    assert estimator.model_params["wide"] == "none"
+    assert estimator.model_params_["wide"] == "none"
 
 
 def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, tmp_path):

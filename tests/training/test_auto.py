@@ -33,22 +33,22 @@ def impressions_module():
 
 def test_auto_keeps_the_best_candidate_on_validation_and_is_that_model_refit(auto_conversion, impressions_module):
     model, table = auto_conversion, impressions_module
-    record = model.holdout["auto"]
+    record = model.holdout_["auto"]
     assert list(record["scores"]) == list(ConversionModel.AUTO_CANDIDATES) and not record["passed_over"]
     assert record["chosen"] == max(record["scores"], key=record["scores"].get) == model.model_name
     assert record["metric"] == "ctcvr_auc" and record["reason"].startswith(f"{record['chosen']} has the highest")
-    assert model.get_params()["model"] == "auto" and model.holdout["refit"]["rows"] == len(table)
+    assert model.get_params()["model"] == "auto" and model.holdout_["refit"]["rows"] == len(table)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         named = ConversionModel(record["chosen"], train=QUIET).fit(table)
     np.testing.assert_allclose(model.predict(table)["p_ctcvr"], named.predict(table)["p_ctcvr"], rtol=1e-6)
-    assert clone(model).model_choice is None and clone(model).model_name == "auto"
+    assert not hasattr(clone(model), "model_choice_") and clone(model).model_name == "auto"
 
 
 def test_the_choice_is_saved_and_the_loaded_model_is_the_chosen_one(auto_conversion, impressions_module, tmp_path):
     auto_conversion.save(tmp_path / "m")
     loaded = ConversionModel.load(tmp_path / "m")
-    assert loaded.model == auto_conversion.model_name and loaded.holdout["auto"] == auto_conversion.holdout["auto"]
+    assert loaded.model == auto_conversion.model_name and loaded.holdout_["auto"] == auto_conversion.holdout_["auto"]
     np.testing.assert_allclose(loaded.predict(impressions_module)["p_ctr"],
                                auto_conversion.predict(impressions_module)["p_ctr"], rtol=1e-6)
 
@@ -57,7 +57,7 @@ def test_voucher_auto_scores_each_candidate_on_the_validation_sessions(voucher_t
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = VoucherModel("auto", train=QUIET).fit(voucher_tables)
-    record = model.holdout["auto"]
+    record = model.holdout_["auto"]
     assert set(record["scores"]) == {"lr", "gbdt", "dmbgn"} and model.model_name == record["chosen"]
     chosen_score = record["scores"][record["chosen"]]
     assert chosen_score == max(record["scores"].values()) and 0.5 < chosen_score <= 1
@@ -70,7 +70,7 @@ def test_a_candidate_the_data_cannot_feed_is_passed_over_with_its_reason():
 
     customers_only = read_tables({"customers": make_world(300, 30, seed=2).customers})
     model = IncentiveModel("auto", train=QUIET).fit(customers_only)
-    record = model.holdout["auto"]
+    record = model.holdout_["auto"]
     assert model.model_name == "lr" and list(record["scores"]) == ["lr"]
     assert record["passed_over"]["gnn-hazard"].startswith("model 'gnn-hazard' needs a graph")
     assert "passed over: gnn-hazard (model 'gnn-hazard' needs a graph" in record["reason"]
@@ -83,7 +83,7 @@ def test_value_auto_without_the_consumption_table_passes_over_esdpm(value_tables
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = ValueModel("auto", train={**QUIET, "batch_size": 256}).fit(tables)
-    record = model.holdout["auto"]
+    record = model.holdout_["auto"]
     assert set(record["scores"]) == {"hurdle", "esdpm-ncg"} and "consumption" in record["passed_over"]["esdpm"]
     assert model.model_name == max(record["scores"], key=record["scores"].get)
     assert len(model.predict(tables)) == len(tables.deliveries)

@@ -130,11 +130,11 @@ def test_a_network_takes_its_attached_graph_with_it():
     model, tables = paper_model("incentive", "cpu")
     model.train_config = replace(model.train_config, epochs=0)
     model.fit(tables)
-    model.net.attach(model.encoders.transform(tables))
-    graph = model.net.inputs.graph
-    place(model.net, torch.device("meta"))
-    assert next(model.net.parameters()).device.type == "meta"
-    assert model.net.inputs.graph.customer_ptr.device.type == "meta" and graph.customer_ptr.device == CPU
+    model.net_.attach(model.encoders_.transform(tables))
+    graph = model.net_.inputs.graph
+    place(model.net_, torch.device("meta"))
+    assert next(model.net_.parameters()).device.type == "meta"
+    assert model.net_.inputs.graph.customer_ptr.device.type == "meta" and graph.customer_ptr.device == CPU
 
 
 # ---- every domain's paper model on the CPU ---------------------------------------------------------------------
@@ -194,7 +194,7 @@ def paper_model(domain: str, device: str):
 
 
 def _figures(model, data):
-    history = getattr(model, "history", None) or model.report.history
+    history = model.history_
     predictions = model.predict(data).select_dtypes("number").to_numpy()
     return [(e["train_loss"], e["valid_loss"]) for e in history.epochs], predictions
 
@@ -226,7 +226,7 @@ def test_a_model_trained_on_cuda_learns_as_on_the_cpu_and_loads_on_the_cpu(domai
     epochs' losses stay near the CPU's pinned ones; saved weights load on the CPU and predict what the GPU did."""
     model, data = paper_model(domain, "cuda")
     epochs, predictions = _figures(model.fit(data), data)
-    assert next(model.net.parameters()).device.type == "cpu"  # back on the CPU after training
+    assert next(model.net_.parameters()).device.type == "cpu"  # back on the CPU after training
     pinned = np.array(PINNED[domain][0])
     print(domain, "largest relative difference from the CPU's losses:", np.abs(np.array(epochs) / pinned - 1).max())
     assert np.allclose(epochs, pinned, rtol=0.03, atol=0)

@@ -115,8 +115,8 @@ def test_fit_logistic_needs_both_classes():
 def test_conversion_lr_is_the_floor_every_bench_shows(impressions, tmp_path):
     train, test = impressions.iloc[:3000], impressions.iloc[3000:]
     model = ConversionModel("lr").fit(train)
-    assert {"l2_ctr", "l2_cvr"} <= set(model.model_params) and model.params is None
-    assert model.report.history.unit == "l2 strength"
+    assert {"l2_ctr", "l2_cvr"} <= set(model.model_params_) and model.params is None
+    assert model.history_.unit == "l2 strength"
     metrics = model.evaluate(test)
     assert metrics["ctr_auc"] > 0.65 and metrics["cvr_auc"] > 0.55
     model.save(tmp_path / "lr")

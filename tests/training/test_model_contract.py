@@ -1,12 +1,17 @@
 """The estimator contract, on every registered model of the four domains (as scikit-learn's ``check_estimator``):
 parameters that clone, a bad setting refused in one line with nothing changed, an unfitted model refusing to
-predict, evaluate or save with scikit-learn's ``NotFittedError``; and on each domain's floor and paper model, fit
-returning the estimator, predictions keyed first, and a saved directory predicting exactly as the model did; and on
+predict, evaluate or save with scikit-learn's ``NotFittedError`` and holding no fitted attribute (their names end in
+``_``, so ``check_is_fitted`` tells); and on each domain's floor and paper model, fit returning the estimator, the
+fitted attributes named as docs/conventions.md's table names them (the names shared across domains on every one),
+predictions keyed first, and a saved directory predicting exactly as the model did; and on
 each domain's floor, ``fit(validation=…)`` read the same way everywhere (a fraction, a table given apart, a time, row
 positions, or a one-line refusal naming ``validation`` where a form cannot mean anything) and ``evaluate(data)``
 scoring every row given (``held_out=True``: the rows fit held out).
 
 A model added to a domain's registry is checked here by that alone."""
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +19,7 @@ import pytest
 from conftest import make_impressions
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.models import MODELS as CONVERSION
@@ -34,6 +40,9 @@ from promokit.voucher.models import MODELS as VOUCHER
 REGISTERED = [(cls, name) for cls, names in ((ConversionModel, CONVERSION), (VoucherModel, VOUCHER),
                                               (IncentiveModel, INCENTIVE), (ValueModel, VALUE)) for name in names]
 QUICK = TrainConfig(epochs=1, batch_size=256, progress=False)
+#: The fitted attributes every domain's model holds, one name per concept (docs/conventions.md, one contract).
+SHARED = ("net_", "model_params_", "history_", "report_", "holdout_", "training_ids_")
+CONVENTIONS = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
 
 def ids(case) -> str:
@@ -62,6 +71,30 @@ def test_an_unfitted_model_refuses_with_sklearns_not_fitted_error(case, tmp_path
     assert not (tmp_path / "m").exists()
 
 
+def _fitted_attributes(model) -> list[str]:
+    """The attributes scikit-learn takes for fitted state (``check_is_fitted``): public, ending in ``_``."""
+    return sorted(name for name in vars(model) if name.endswith("_") and not name.startswith("_"))
+
+
+def _documented() -> set[str]:
+    """The fitted attributes named in the table of docs/conventions.md's one-contract section."""
+    section = CONVENTIONS.read_text(encoding="utf-8").split("## One contract for every model", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`([a-z][a-z_]*_)`", row.split("|")[1])}
+
+
+@pytest.mark.parametrize("case", REGISTERED, ids=ids)
+def test_fitted_attributes_end_in_an_underscore_and_an_unfitted_model_holds_none(case):
+    cls, name = case
+    public = [n for n in cls.FITTED if not n.startswith("_")]
+    assert public and all(n.endswith("_") for n in public), cls.FITTED
+    assert set(public) <= _documented() and set(SHARED) & set(public) == {"net_", "model_params_", "training_ids_"}
+    for model in (cls(name), clone(cls(name))):
+        with pytest.raises(NotFittedError):
+            check_is_fitted(model)
+        assert _fitted_attributes(model) == [] and not any(hasattr(model, n) for n in (*public, *SHARED))
+
+
 def conversion():
     table = make_impressions()
     return ConversionModel, table, table.iloc[:500], {"esm2": {"emb_dim": 4, "hidden": (8,)}}, ["user_id", "item_id"]
@@ -88,16 +121,31 @@ def value():
 @pytest.mark.parametrize("domain", [conversion, voucher, incentive, value], ids=lambda d: d.__name__)
 def test_the_floor_and_the_paper_model_fit_predict_and_round_trip_exactly(domain, tmp_path):
     cls, data, scored, paper, keys = domain()
+    documented = _documented()
     for name in (cls.AUTO_CANDIDATES[0], *paper):
         model = cls(name, paper.get(name), QUICK)
+        with pytest.raises(NotFittedError):
+            check_is_fitted(model)
         assert model.fit(data) is model
+        check_is_fitted(model)
+        fitted = _fitted_attributes(model)
+        assert set(fitted) <= documented, set(fitted) - documented  # a new fitted name goes in the table first
+        assert {n for n in cls.FITTED if not n.startswith("_")} | set(SHARED) <= set(fitted)
+        assert sum(hasattr(model, n) for n in ("encoder_", "encoders_")) == 1  # one encoder, or one per table
         predicted = model.predict(scored)
         assert isinstance(predicted, pd.DataFrame) and list(predicted.columns[:len(keys)]) == keys
         assert predicted.index.equals(pd.RangeIndex(len(predicted)))
         model.save(tmp_path / name)
-        again = cls.load(tmp_path / name).predict(scored)
+        loaded = cls.load(tmp_path / name)
+        check_is_fitted(loaded)
+        assert set(SHARED) <= set(_fitted_attributes(loaded)) <= documented
+        assert {n for n in cls.FITTED if not n.startswith("_")} <= set(_fitted_attributes(loaded))
+        assert loaded.holdout_ == model.holdout_
+        again = loaded.predict(scored)
         pd.testing.assert_frame_equal(again, predicted, check_exact=True)
         assert np.isfinite(predicted.select_dtypes("number").to_numpy()).all()
+        with pytest.raises(NotFittedError):
+            check_is_fitted(clone(model))
 
 
 def test_a_model_directory_records_its_format_and_a_later_one_is_refused(tmp_path):
@@ -159,29 +207,29 @@ def _refused(call) -> str:
 @pytest.mark.parametrize("domain", FLOORS)
 def test_every_form_of_validation_means_the_same_in_every_domain(domain):
     model, data, apart, times, count, n_rows = FLOORS[domain]()
-    report = model.fit(data, validation=0.2).report
+    report = model.fit(data, validation=0.2).report_
     held = model.held_out(data)
     held = held[0] if domain == "incentive" else held  # the customers held out (and the merchants)
     kept = report.n_train + report.n_valid
     assert report.n_test == len(held) and abs(report.n_valid - 0.2 * kept) <= 0.02 * kept + 1
-    assert model.fit(data, validation=0).report.n_valid == 0
+    assert model.fit(data, validation=0).report_.n_valid == 0
     if apart is None:  # the domain's rows live with the other tables: a table given apart cannot validate
         _refused(lambda: model.fit(data, validation=data))
     else:
-        assert model.fit(data, validation=apart).report.n_valid == len(apart)
+        assert model.fit(data, validation=apart).report_.n_valid == len(apart)
     if times is None:
         assert "no time" in _refused(lambda: model.fit(data, validation="2024-06-01"))
     else:
         start = times.quantile(0.6)
         later = (times >= start).to_numpy(copy=True)
         later[held] = False
-        fitted = model.fit(data, validation=str(start)).report
+        fitted = model.fit(data, validation=str(start)).report_
         assert (fitted.n_valid, fitted.n_train) == (later.sum(), kept - later.sum())
         with pytest.raises(DataError, match=r"^`validation` .* leaves .* both must be non-empty$"):
             model.fit(data, validation=times.max() + pd.Timedelta("1D"))
     labelled = data.labelled_customers if domain == "incentive" else np.arange(n_rows)
     rows = np.setdiff1d(labelled, held)[::9]
-    fitted = model.fit(data, validation=list(rows)).report
+    fitted = model.fit(data, validation=list(rows)).report_
     assert (fitted.n_valid, fitted.n_train, fitted.n_test) == (len(rows), kept - len(rows), len(held))
 
 
@@ -196,13 +244,13 @@ def test_a_bad_validation_is_refused_in_one_line_and_changes_nothing(domain):
     model, data, _, _, _, _ = FLOORS[domain]()
     model.fit(data)
     scored = data.iloc[:300] if domain == "conversion" else data
-    before, holdout, n_valid = model.predict(scored), dict(model.holdout), model.report.n_valid
+    before, holdout, n_valid = model.predict(scored), dict(model.holdout_), model.report_.n_valid
     for bad in (-0.1, 1.0, float("nan"), True, np.bool_(False), "not a time", {"bad": 1}, [[1, 2]], [0.5], object()):
         with pytest.raises(DataError) as error:
             model.fit(data, validation=bad)
         assert "\n" not in str(error.value) and "`validation`" in str(error.value), str(error.value)
     pd.testing.assert_frame_equal(model.predict(scored), before)
-    assert model.holdout == holdout and model.report.n_valid == n_valid
+    assert model.holdout_ == holdout and model.report_.n_valid == n_valid
 
 
 @pytest.mark.parametrize("domain", FLOORS)

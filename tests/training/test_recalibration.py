@@ -235,7 +235,7 @@ def test_voucher_model_recalibrates_saves_loads_and_predicts_with_it(tables, fit
         np.testing.assert_allclose(loaded.predict(tables, rows=rows)["p_redeem"], out["p_redeem"], rtol=1e-6)
         assert loaded.evaluate(tables, rows=rows).metrics["mean_p_redeem"] == pytest.approx(y.mean(), abs=1e-6)
     finally:
-        fitted.recalibration = None
+        fitted.recalibration_ = None
 
 
 def test_voucher_recalibrate_refuses_unlabelled_sessions(tables, fitted):

@@ -28,40 +28,40 @@ def test_the_refit_trains_the_kept_epochs_and_monitors_the_loss():
 def test_lr_refits_every_row_at_the_chosen_strength(impressions):
     refit = ConversionModel("lr", train=QUIET).fit(impressions)
     selected = ConversionModel("lr", train=QUIET, refit=False).fit(impressions)
-    record = refit.holdout["refit"]
+    record = refit.holdout_["refit"]
     assert record["rows"] == len(impressions) and record["epochs"] is None
-    assert record["params"] == {"l2_ctr": selected.model_params["l2_ctr"], "l2_cvr": selected.model_params["l2_cvr"]}
+    assert record["params"] == {"l2_ctr": selected.model_params_["l2_ctr"], "l2_cvr": selected.model_params_["l2_cvr"]}
     # the same as fitting every row, nothing held out, at those strengths
     every = ConversionModel("lr", record["params"], QUIET, test_fraction=0.0).fit(impressions, validation=0.0)
     np.testing.assert_allclose(refit.predict(impressions)["p_ctcvr"], every.predict(impressions)["p_ctcvr"])
     held = refit.held_out(impressions)
     before = selected.evaluate(impressions, rows=held)
     assert refit.held_out_evaluation(impressions)["ctr_auc"] == pytest.approx(before["ctr_auc"])
-    assert selected.held_out_evaluation(impressions) is None and "refit" not in selected.holdout
+    assert selected.held_out_evaluation(impressions) is None and "refit" not in selected.holdout_
 
 
 def test_a_validation_table_given_apart_is_refit_on_too(impressions):
     train, valid = impressions.iloc[:3000], impressions.iloc[3000:]
     model = ConversionModel("lr", train=QUIET, test_fraction=0.0).fit(train, validation=valid)
-    assert model.holdout["refit"]["rows"] == 4000 and model.holdout["refit"]["evaluation"] is None
+    assert model.holdout_["refit"]["rows"] == 4000 and model.holdout_["refit"]["evaluation"] is None
     assert model.held_out_evaluation(train) is None  # nothing was held out of train for evaluation
 
 
 def test_a_network_refits_with_the_epochs_it_kept_and_saves_the_record(impressions, tmp_path):
     model = ConversionModel("esmm", NET, {"epochs": 3, "lr": 0.01, **QUIET}).fit(impressions)
-    record = model.holdout["refit"]
-    assert record["epochs"] == model.report.history.best_epoch + 1
-    assert model.train_config.epochs == 3 and model.report.n_train < len(impressions)  # the selection's, kept
+    record = model.holdout_["refit"]
+    assert record["epochs"] == model.history_.best_epoch + 1
+    assert model.train_config.epochs == 3 and model.report_.n_train < len(impressions)  # the selection's, kept
     model.save(tmp_path / "m")
     loaded = ConversionModel.load(tmp_path / "m")
-    assert loaded.refit and loaded.holdout["refit"] == record
+    assert loaded.refit and loaded.holdout_["refit"] == record
     np.testing.assert_allclose(loaded.predict(impressions)["p_ctr"], model.predict(impressions)["p_ctr"], rtol=1e-6)
     assert loaded.held_out_evaluation(impressions)["ctr_auc"] == record["evaluation"]["ctr_auc"]
 
 
 def test_nothing_held_out_means_nothing_to_refit(impressions):
     model = ConversionModel("lr", train=QUIET, test_fraction=0.0).fit(impressions, validation=0.0)
-    assert "refit" not in model.holdout and model.report.n_train == len(impressions)
+    assert "refit" not in model.holdout_ and model.report_.n_train == len(impressions)
 
 
 def test_a_refit_that_fails_warns_in_one_line_and_keeps_the_selected_model(impressions, monkeypatch):
@@ -73,7 +73,7 @@ def test_a_refit_that_fails_warns_in_one_line_and_keeps_the_selected_model(impre
     monkeypatch.setattr(refit, "refit_twin", gone)
     with pytest.warns(UserWarning, match="^the refit on every row failed, so the selected model is kept: the executor"):
         model = ConversionModel("lr", train=QUIET).fit(impressions)
-    assert "refit" not in model.holdout and model.report.n_train < len(impressions)
+    assert "refit" not in model.holdout_ and model.report_.n_train < len(impressions)
 
 
 def test_refit_must_be_a_bool():
@@ -94,9 +94,9 @@ def test_a_voucher_model_refits_every_session_it_was_given(voucher_tables):
         warnings.simplefilter("ignore")
         model = VoucherModel("gbdt", {"n_trees": 30, "threads": 1}, QUIET).fit(tables)
         selected = VoucherModel("gbdt", {"n_trees": 30, "threads": 1}, QUIET, refit=False).fit(tables)
-    record = model.holdout["refit"]
+    record = model.holdout_["refit"]
     assert record["rows"] == len(tables.sessions) and record["params"]["n_trees"] == \
-        selected.net.booster.best_iteration
+        selected.net_.booster.best_iteration
     held = model.held_out(tables)
     assert model.held_out_evaluation(tables)["auc"] == pytest.approx(selected.evaluate(tables, rows=held)["auc"])
 
@@ -108,23 +108,23 @@ def test_an_incentive_model_refits_every_labelled_node(incentive_tables, name, t
     tables = incentive_tables
     model = IncentiveModel(name, train=train).fit(tables)
     selected = IncentiveModel(name, train=train, refit=False).fit(tables)
-    record = model.holdout["refit"]
-    assert record["rows"] == len(tables.labelled_customers) and model.report.n_train < record["rows"]
+    record = model.holdout_["refit"]
+    assert record["rows"] == len(tables.labelled_customers) and model.report_.n_train < record["rows"]
     if name == "lr":  # the floor's L2 strengths, chosen on the validation nodes, fixed
-        assert record["params"] == {k: selected.model_params[k] for k in ("l2_customers", "l2_merchants")}
+        assert record["params"] == {k: selected.model_params_[k] for k in ("l2_customers", "l2_merchants")}
         assert record["epochs"] is None
     else:
-        assert record["epochs"] == selected.history.best_epoch + 1 and record["params"] == {}
+        assert record["epochs"] == selected.history_.best_epoch + 1 and record["params"] == {}
     held = model.held_out(tables)
     assert model.held_out_evaluation(tables).metrics == pytest.approx(dict(selected.evaluate(tables, rows=held)),
                                                                       nan_ok=True)
     assert dict(selected.evaluate(tables, rows=held)) == pytest.approx(dict(selected.evaluate(tables, held_out=True)),
                                                                   nan_ok=True)
-    assert selected.held_out_evaluation(tables) is None and "refit" not in selected.holdout
-    assert model.training_ids.size > selected.training_ids.size  # the refit learnt the held-out nodes too
+    assert selected.held_out_evaluation(tables) is None and "refit" not in selected.holdout_
+    assert model.training_ids_.size > selected.training_ids_.size  # the refit learnt the held-out nodes too
     model.save(tmp_path / "m")
     loaded = IncentiveModel.load(tmp_path / "m")
-    assert loaded.refit and loaded.holdout["refit"] == record
+    assert loaded.refit and loaded.holdout_["refit"] == record
     assert loaded.held_out_evaluation(tables)["auc_c"] == record["evaluation"]["auc_c"]
     np.testing.assert_allclose(loaded.responses(tables).customers, model.responses(tables).customers, rtol=1e-5)
 
@@ -141,22 +141,22 @@ def test_a_value_model_refits_every_delivery(value_tables, name, params, train, 
         warnings.simplefilter("ignore")
         model = ValueModel(name, params, train).fit(tables)
         selected = ValueModel(name, params, train, refit=False).fit(tables)
-    record = model.holdout["refit"]
-    assert record["rows"] == len(tables.deliveries) and model.report.n_train < record["rows"]
+    record = model.holdout_["refit"]
+    assert record["rows"] == len(tables.deliveries) and model.report_.n_train < record["rows"]
     if name == "hurdle":  # each stage's trees and the smearing factor, chosen on the validation deliveries, fixed
-        chosen = selected.history.epochs
+        chosen = selected.history_.epochs
         assert record["params"] == {"n_trees": chosen[0]["trees"], "n_trees_amount": chosen[1]["trees"],
                                     "smearing": pytest.approx(chosen[2]["factor"])}
-        assert model.net.smearing == pytest.approx(selected.net.smearing)
+        assert model.net_.smearing == pytest.approx(selected.net_.smearing)
     else:
-        assert record["epochs"] == selected.history.best_epoch + 1
+        assert record["epochs"] == selected.history_.best_epoch + 1
     held = model.held_out(tables)
     assert model.held_out_evaluation(tables).metrics == pytest.approx(dict(selected.evaluate(tables, rows=held)),
                                                                       nan_ok=True)
-    assert selected.held_out_evaluation(tables) is None and "refit" not in selected.holdout
+    assert selected.held_out_evaluation(tables) is None and "refit" not in selected.holdout_
     model.save(tmp_path / "m")
     loaded = ValueModel.load(tmp_path / "m")
-    assert loaded.refit and loaded.holdout["refit"] == record
+    assert loaded.refit and loaded.holdout_["refit"] == record
     assert loaded.held_out_evaluation(tables)["auc"] == record["evaluation"]["auc"]
     np.testing.assert_allclose(loaded.predict(tables)["etv"], model.predict(tables)["etv"], rtol=1e-5)
 

@@ -91,18 +91,18 @@ def test_a_value_model_records_its_training_deliveries_users_in_one_folder_and_i
     assert np.array_equal(read_training_ids(tmp_path / "model"), expected)
     counted = ValueModel("dnn", VALUE_NET, ONE_EPOCH)
     _plan(counted, table_paths(value_data / "parts"), LocalExecutor(), tmp_path / "keys", False)
-    assert np.array_equal(counted.training_ids, expected)
+    assert np.array_equal(counted.training_ids_, expected)
 
 
 def test_a_conversion_model_records_its_training_rows_users_in_one_table_and_in_parts(tmp_path):
     table = make_impressions()
     model = ConversionModel("lr").fit(table, validation=0)
-    assert np.array_equal(model.training_ids, id_hashes(table["user_id"]))
+    assert np.array_equal(model.training_ids_, id_hashes(table["user_id"]))
     counted = ConversionModel("esmm", {"emb_dim": 4, "hidden": (8,)}, ONE_EPOCH)
     plan(counted, write_parts(table, tmp_path / "parts", [1500, 0, 2500]), LocalExecutor(), 1, valid_fraction=0)
-    assert np.array_equal(counted.training_ids, model.training_ids)
+    assert np.array_equal(counted.training_ids_, model.training_ids_)
     model.save(tmp_path / "model")
-    assert np.array_equal(read_training_ids(tmp_path / "model"), model.training_ids)
+    assert np.array_equal(read_training_ids(tmp_path / "model"), model.training_ids_)
 
 
 def test_a_voucher_model_records_its_training_sessions_users(tmp_path):

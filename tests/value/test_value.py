@@ -115,7 +115,7 @@ def test_no_behaviour_at_or_after_a_delivery_reaches_its_prediction(world, table
 def test_sequences_hold_only_strictly_earlier_events(world, tables, fitted):
     model, _ = fitted
     rows = np.arange(0, len(tables.deliveries), 37)
-    seq = model.encoders.sequences(tables, rows)
+    seq = model.encoders_.sequences(tables, rows)
     behaviour_time = tables.behaviors.time.to_numpy()
     for i, row in enumerate(rows):
         user_events = tables.behaviors.user.to_numpy() == tables.user[row]
@@ -143,7 +143,7 @@ def test_model_directory_round_trip_and_quota_table(tables, fitted, tmp_path):
     model.save(tmp_path / "m")
     loaded = ValueModel.load(tmp_path / "m")
     pd.testing.assert_frame_equal(model.predict(tables, rows=test), loaded.predict(tables, rows=test))
-    assert loaded.get_params()["split"] == "time" and loaded.holdout == model.holdout
+    assert loaded.get_params()["split"] == "time" and loaded.holdout_ == model.holdout_
     assert (loaded.split_rows(tables)[2] == test).all()
     scores = loaded.score_table(tables)
     assert list(scores.columns) == ["user_id", *[f"score_{f}" for f in tables.fund_names], "tolerance"]
@@ -188,17 +188,17 @@ def test_pair_scoring_equals_scoring_each_delivery(request, tables, which):
     fast = model.score_matrix(tables, at=at, users=users, contexts=3, seed=4)
     rng = np.random.default_rng(4)
     drawn = rng.choice(len(tables.deliveries), size=3, replace=False)
-    context = model.encoders.context.transform(tables.deliveries.iloc[drawn])
+    context = model.encoders_.context.transform(tables.deliveries.iloc[drawn])
     n_funds = len(tables.funds)
     user = np.repeat(users, n_funds * 3)
-    seq = model.encoders.sequences(tables.__class__(**{**tables.__dict__, "user": users,
-                                                       "time": np.full(len(users), at)}), users)
+    seq = model.encoders_.sequences(tables.__class__(**{**tables.__dict__, "user": users,
+                                                        "time": np.full(len(users), at)}), users)
     batch = {"user": torch.from_numpy(user), "fund": torch.from_numpy(np.tile(np.repeat(np.arange(n_funds), 3), 7)),
              "ctx_cat": torch.from_numpy(np.tile(context.categorical, (7 * n_funds, 1))),
              "ctx_num": torch.from_numpy(np.tile(context.numeric, (7 * n_funds, 1))),
              "seq": torch.from_numpy(np.repeat(seq, n_funds * 3, axis=0))}
     with torch.no_grad():
-        slow = model.net.eval()(batch)["etv"].numpy().reshape(7, n_funds, 3).mean(axis=2)
+        slow = model.net_.eval()(batch)["etv"].numpy().reshape(7, n_funds, 3).mean(axis=2)
     assert np.allclose(fast, slow, rtol=1e-5)
 
 
@@ -229,8 +229,8 @@ def test_one_table_set_is_encoded_once_for_predict_and_scores(world, fitted, mon
     model, test = fitted
     tables = _check(world)  # a fresh table set: the model holds another's node inputs
     calls = []
-    original = model.encoders.nodes
-    monkeypatch.setattr(model.encoders, "nodes", lambda t: calls.append(t) or original(t))
+    original = model.encoders_.nodes
+    monkeypatch.setattr(model.encoders_, "nodes", lambda t: calls.append(t) or original(t))
     model.predict(tables, rows=test[:50])
     model.score_matrix(tables, users=np.arange(5), contexts=1)
     assert len(calls) == 1
@@ -240,12 +240,12 @@ def test_without_behaviours_the_network_has_no_sequence_encoder(tmp_path):
     small = make_world(300, seed=5)
     tables = check_tables(small.deliveries, small.users, small.funds)
     model = ValueModel("esdpm-ncg", SMALL, TrainConfig(epochs=1, batch_size=256, progress=False)).fit(tables)
-    assert model.encoders.max_len == 0 and model.encoders.sequences(tables, np.arange(3)).shape == (3, 0, 2)
-    assert not any(".behaviour." in name for name, _ in model.net.named_parameters())
+    assert model.encoders_.max_len == 0 and model.encoders_.sequences(tables, np.arange(3)).shape == (3, 0, 2)
+    assert not any(".behaviour." in name for name, _ in model.net_.named_parameters())
     full = ValueModel("esdpm-ncg", SMALL, TrainConfig(epochs=1, batch_size=256, progress=False))
     full.fit(check_tables(small.deliveries, small.users, small.funds, small.behaviors))
-    assert full.encoders.max_len == SMALL["max_len"]
-    assert model.net.encoders[0].output_dim == full.net.encoders[0].output_dim - 128  # e_b, 128 wide (§5.1)
+    assert full.encoders_.max_len == SMALL["max_len"]
+    assert model.net_.encoders[0].output_dim == full.net_.encoders[0].output_dim - 128  # e_b, 128 wide (§5.1)
     model.save(tmp_path / "m")
     loaded = ValueModel.load(tmp_path / "m")
     # the behaviours of a scoring table change nothing: the model never learnt to read them
@@ -263,8 +263,8 @@ def test_clone_keeps_the_parameters_and_drops_what_fit_learnt(fitted):
     assert copy.get_params() == model.get_params() == {"model": "esdpm", "params": SMALL, "train": QUICK,
                                                        "split": "time", "test_fraction": 0.1, "labels": None,
                                                        "allow_leaky": None, "refit": False}
-    assert copy.net is None and copy.encoders is None and copy.holdout is None and model.net is not None
-    assert copy.model_params == model.model_params and copy.max_len == SMALL["max_len"]
+    assert not any(hasattr(copy, name) for name in ("net_", "encoders_", "holdout_")) and model.net_ is not None
+    assert copy._model_params == model.model_params_ and copy.max_len == SMALL["max_len"]
 
 
 @pytest.mark.parametrize("change, message", [
@@ -285,7 +285,7 @@ def test_a_bad_parameter_is_a_one_line_error_and_set_params_keeps_the_old_ones(c
     before = model.get_params()
     with pytest.raises(DataError, match=message):
         model.set_params(**change)
-    assert model.get_params() == before and model.model_params["expert_dim"] == SMALL["expert_dim"]
+    assert model.get_params() == before and model._model_params["expert_dim"] == SMALL["expert_dim"]
     assert model.set_params(test_fraction=0.2, params={"max_len": 3}) is model
     assert model.max_len == 3 and model.holdout_for()["test_fraction"] == 0.2
 
@@ -321,10 +321,10 @@ def test_fit_reads_a_folder_or_a_mapping_of_tables_and_evaluate_reports(tmp_path
                "behaviors": str(tmp_path / "world" / "behaviors.parquet")}
     from_mapping = ValueModel("esdpm-ncg", SMALL, one_epoch).fit(mapping, validation=0.2)
     held_out = from_folder.held_out(tmp_path / "world")
-    split = {k: v for k, v in from_folder.holdout.items() if k != "refit"}  # then refit on every delivery
+    split = {k: v for k, v in from_folder.holdout_.items() if k != "refit"}  # then refit on every delivery
     assert split == {"test_fraction": 0.1, "valid_fraction": 0.2, "how": "time", "seed": 0,
                      "rows": len(small.deliveries), "held_out": len(held_out)}
-    assert from_folder.holdout["refit"]["rows"] == len(small.deliveries)
+    assert from_folder.holdout_["refit"]["rows"] == len(small.deliveries)
     assert np.array_equal(held_out, from_folder.split_rows(tables)[2])
     with pytest.raises(DataError, match=rf"^held_out: the model held out {len(held_out)} of the "
                                         rf"{len(small.deliveries):,} deliveries it was fitted on, and these data have"):

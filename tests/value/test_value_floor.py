@@ -54,18 +54,19 @@ def test_etv_is_the_product_of_its_stages(world, fitted):
     model, valid, test = fitted
     out = model.predict(world, rows=test)
     assert list(out.columns) == ["user_id", "fund", "p_ctcvr", "mu", "amount_if_convert", "etv"]
-    rows = model.encoders.rows(world, test)
-    x = model.net.matrix(*(rows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
-    p, mu = (model.net.boosters[stage].predict(x) for stage in ("convert", "amount"))
+    rows = model.encoders_.rows(world, test)
+    x = model.net_.matrix(*(rows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
+    p, mu = (model.net_.boosters[stage].predict(x) for stage in ("convert", "amount"))
     # the smearing factor: exp of the held-out residuals of the log amount on the converted validation deliveries,
     # by the selected model's amount stage; the refit on every delivery keeps it (its training residuals are smaller)
     selected = ValueModel("hurdle", refit=False).fit(world)
-    vrows = selected.encoders.rows(world, valid)
-    vx = selected.net.matrix(*(vrows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
+    vrows = selected.encoders_.rows(world, valid)
+    vx = selected.net_.matrix(*(vrows[k].numpy() for k in ("user", "fund", "ctx_cat", "ctx_num", "seq")))
     converted, v = vrows["convert"].numpy() > 0, vrows["v"].numpy().astype(np.float64)  # v = log(1 + amount)
-    smearing = np.mean(np.exp(v[converted] - selected.net.boosters["amount"].predict(vx[converted])))
-    assert selected.net.smearing == pytest.approx(smearing, rel=1e-12)
-    assert model.net.smearing == pytest.approx(smearing, rel=1e-12) and model.holdout["refit"]["rows"] == len(world.deliveries)
+    smearing = np.mean(np.exp(v[converted] - selected.net_.boosters["amount"].predict(vx[converted])))
+    assert selected.net_.smearing == pytest.approx(smearing, rel=1e-12)
+    assert model.net_.smearing == pytest.approx(smearing, rel=1e-12)
+    assert model.holdout_["refit"]["rows"] == len(world.deliveries)
     np.testing.assert_allclose(out.p_ctcvr, p, rtol=1e-12)
     np.testing.assert_allclose(out.mu, mu, rtol=1e-12)
     np.testing.assert_allclose(out.amount_if_convert, np.exp(mu) * smearing - 1, rtol=1e-10)
@@ -128,7 +129,7 @@ def test_pair_scores_equal_scoring_each_pair_as_a_delivery(world, fitted):
     deliveries = world.deliveries.iloc[pairs.c].reset_index(drop=True)
     one_by_one = world.__class__(**{**world.__dict__, "deliveries": deliveries, "user": pairs.u.to_numpy(),
                                     "fund": pairs.f.to_numpy(), "time": np.full(len(pairs), at)})
-    slow = model.net(model.encoders.rows(one_by_one))["etv"].numpy().reshape(len(users), n_funds, contexts)
+    slow = model.net_(model.encoders_.rows(one_by_one))["etv"].numpy().reshape(len(users), n_funds, contexts)
     np.testing.assert_allclose(fast, slow.mean(axis=2), rtol=1e-12)
 
 

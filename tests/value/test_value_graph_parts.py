@@ -53,8 +53,9 @@ def written(data, tmp_path_factory):
     out = tmp_path_factory.mktemp("records")
     estimator = ValueModel("esdpm", SMALL, QUICK)
     paths = table_paths(data / "parts")
+    estimator._start_fit()  # as train_parts does before planning
     job, _ = _plan(estimator, paths, LocalExecutor(), out / "keys", False)
-    report = write_records(dataset_parts(paths), job.train_rows.specs, estimator.encoders, out / "records",
+    report = write_records(dataset_parts(paths), job.train_rows.specs, estimator.encoders_, out / "records",
                            SMALL["fanouts"], 7, (0, 1), LocalExecutor())
     return estimator, out / "records", report
 
@@ -63,7 +64,7 @@ def test_graph_encoders_from_shard_counts_equal_a_one_process_fit(data, written)
     estimator, _, report = written
     tables = read_folder(data / "whole")
     expected = InputEncoders.fit(tables, estimator.max_len, rows=estimator.split_rows(tables)[0]).to_dict()
-    got = estimator.encoders.to_dict()
+    got = estimator.encoders_.to_dict()
     assert got["merchants"] == expected["merchants"]
     for name in ("user_structure", "merchant_structure"):
         for column, encoder in expected[name]["numeric"].items():
@@ -78,7 +79,7 @@ def test_records_are_the_keyed_neighbourhoods_and_give_their_e_c(data, written):
     as from the whole tables' inputs."""
     estimator, records, _ = written
     tables = read_folder(data / "whole")
-    inputs = estimator.encoders.nodes(tables)
+    inputs = estimator.encoders_.nodes(tables)
     merchants = np.unique(tables.consumption[MERCHANT].to_numpy(dtype=str))
     keys = node_keys(tables.users[USER]), node_keys(pd.Series(merchants))
     net = estimator.build_net().attach(inputs).eval()

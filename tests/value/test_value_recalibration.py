@@ -62,7 +62,7 @@ def test_the_mean_predicted_moves_to_the_observed_and_the_raw_is_kept(floor, lat
     try:
         got = floor.predict(later)
     finally:
-        floor.recalibration = None
+        floor.recalibration_ = None
     assert list(got.columns) == [*raw.columns, "p_ctcvr_raw", "etv_raw"]
     np.testing.assert_array_equal(got.p_ctcvr_raw, raw.p_ctcvr)
     np.testing.assert_array_equal(got.etv_raw, raw.etv)
@@ -80,7 +80,7 @@ def test_the_model_directory_keeps_the_map_and_evaluate_and_the_etv_table_apply_
     model.save(tmp_path / "model")
     assert (tmp_path / "model" / RECALIBRATION_FILE).exists()
     loaded = ValueModel.load(tmp_path / "model")
-    assert loaded.recalibration.to_dict() == model.recalibration.to_dict()
+    assert loaded.recalibration_.to_dict() == model.recalibration_.to_dict()
     pd.testing.assert_frame_equal(loaded.predict(later), model.predict(later))
     metrics = dict(loaded.evaluate(later))
     assert abs(metrics["calibration_ratio"] - 1) < abs(raw_metrics["calibration_ratio"] - 1) / 2
@@ -89,7 +89,7 @@ def test_the_model_directory_keeps_the_map_and_evaluate_and_the_etv_table_apply_
     scores = [c for c in before.columns if c.startswith("score_")]
     assert (after[scores].to_numpy() > before[scores].to_numpy()).all()  # the base rate went up: every ETV too
     model.fit(tables)  # fit drops the map
-    assert model.recalibration is None and "p_ctcvr_raw" not in model.predict(later).columns
+    assert model.recalibration_ is None and "p_ctcvr_raw" not in model.predict(later).columns
     model.save(tmp_path / "refit")
     assert not (tmp_path / "refit" / RECALIBRATION_FILE).exists()
 
@@ -101,7 +101,7 @@ def test_a_network_scales_its_eq13_etv_and_an_mse_amount_is_left_alone():
                                             "params": {"base_rate": 0.1, "new_rate": 2 / 11}})
     for name, scaled in (("esdpm", True), ("esmm", True), ("mtl-mse", False)):
         model = ValueModel(name)
-        model.recalibration = odds_doubled
+        model.recalibration_ = odds_doubled
         new_p, new_etv = model.recalibrated(p, etv)
         np.testing.assert_allclose(new_p, [0.0, 0.02 / 1.01, 0.4 / 1.2, 1 / 1.5], atol=1e-6)  # odds · 2
         np.testing.assert_allclose(new_etv, etv * np.divide(new_p, p, out=np.zeros(4), where=p > 0) if scaled else etv)
@@ -137,7 +137,7 @@ def test_errors_are_one_line(floor, tables, later, world, tmp_path):
         with pytest.raises(DataError, match=message) as caught:
             call()
         assert "\n" not in str(caught.value)
-    assert floor.recalibration is None
+    assert floor.recalibration_ is None
     with pytest.raises(NotFittedError, match="not fitted"):
         ValueModel("hurdle").recalibrate(tables)
     data, model = tmp_path / "world", tmp_path / "model"
@@ -194,7 +194,7 @@ def test_by_fund_each_fund_reaches_its_rate_where_one_map_cannot(three_funds):
         overall = _mean_by_fund(model.recalibrate(later).predict(later).p_ctcvr, later)
         got = model.recalibrate(later, by="fund").predict(later)
     finally:
-        model.recalibration = None
+        model.recalibration_ = None
     by_fund = _mean_by_fund(got.p_ctcvr, later)
     for fund in ("F1", "F2"):
         assert by_fund[fund] == pytest.approx(observed[fund], rel=0.1), fund
@@ -207,7 +207,7 @@ def test_by_fund_a_new_fund_gets_the_overall_map_with_a_warning_and_the_director
     seen = np.flatnonzero(later.fund != 2)  # F3 has no delivery to fit on
     try:
         model.recalibrate(later, rows=seen, by="fund", method="platt")
-        recalibration = model.recalibration
+        recalibration = model.recalibration_
         assert isinstance(recalibration, GroupRecalibration) and set(recalibration.groups) == {"F1", "F2"}
         new, n = int((later.fund == 2).sum()), len(later.fund)
         with pytest.warns(UserWarning, match=rf"^{new:,} of {n:,} deliveries are in 1 fund values the recalibration "
@@ -218,21 +218,21 @@ def test_by_fund_a_new_fund_gets_the_overall_map_with_a_warning_and_the_director
         users = len(tables.users)
         with pytest.warns(UserWarning, match=rf"^{users:,} of {3 * users:,} user × fund scores are in 1 fund values"):
             scores = model.score_matrix(tables)
-        model.recalibration = recalibration.overall
+        model.recalibration_ = recalibration.overall
         overall = model.score_matrix(tables)
         np.testing.assert_allclose(scores[:, 2], overall[:, 2])  # F3: the overall map
         assert scores[:, 0].mean() > overall[:, 0].mean() and scores[:, 1].mean() < overall[:, 1].mean()
-        model.recalibration = recalibration
+        model.recalibration_ = recalibration
         with pytest.warns(UserWarning, match="not fitted on"):
             table = model.evaluate(later).tables["calibration_by_fund"]
         assert table.set_index("fund")["new"].to_dict() == {"F1": False, "F2": False, "F3": True}
         model.save(tmp_path / "m")
     finally:
-        model.recalibration = None
+        model.recalibration_ = None
     saved = json.loads((tmp_path / "m" / RECALIBRATION_FILE).read_text())
     assert saved["by"] == "fund" and sorted(g["key"] for g in saved["groups"]) == ["F1", "F2"]
     loaded = ValueModel.load(tmp_path / "m")
-    assert loaded.recalibration.to_dict() == recalibration.to_dict()
+    assert loaded.recalibration_.to_dict() == recalibration.to_dict()
     with pytest.warns(UserWarning, match="not fitted on"):
         pd.testing.assert_frame_equal(loaded.predict(later), got)
     with pytest.raises(DataError, match=r"^`by`: a value model recalibrates by 'fund' \(one map per fund\) or not by "

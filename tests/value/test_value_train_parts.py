@@ -49,8 +49,8 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
     tables = read_folder(data / "whole")
     train, valid, test = estimator.split_rows(tables)
     assert counts == {"train": len(train), "valid": len(valid), "test": len(test)}
-    assert estimator.holdout == {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": QUICK.seed,
-                                 "rows": len(tables.deliveries), "held_out": len(test)}
+    assert estimator.holdout_ == {"test_fraction": 0.1, "valid_fraction": 0.1, "how": how, "seed": QUICK.seed,
+                                  "rows": len(tables.deliveries), "held_out": len(test)}
     assert np.array_equal(estimator.held_out(tables), test)  # evaluate finds them in the tables read whole
     roles = np.concatenate([job.train_rows.split.roles(part_tables.time, offset) for part_tables, offset in
                             zip(_part_tables(data, estimator), job.train_rows.offsets)])
@@ -58,9 +58,10 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
         assert np.flatnonzero(roles == role).tolist() == rows.tolist()
 
     local = InputEncoders.fit(tables, estimator.max_len, rows=train, graph=False)
-    assert estimator.specs == {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+    assert estimator.feature_specs_ == {"context": tables.context_spec, "users": tables.user_spec,
+                                        "funds": tables.fund_spec}
     assert "points" in tables.user_spec.numeric
-    got, expected = estimator.encoders.to_dict(), local.to_dict()
+    got, expected = estimator.encoders_.to_dict(), local.to_dict()
     assert set(got) == set(expected) == {"context", "users", "funds", "actions", "max_len"}
     for name in ("context", "users", "funds"):
         assert got[name]["categorical"] == expected[name]["categorical"], name
@@ -69,9 +70,9 @@ def test_encoders_and_split_from_part_counts_equal_a_one_process_fit(data, tmp_p
     assert got["actions"] == expected["actions"]
 
     one = ValueModel("esdpm-ncg", SMALL, QUICK, split=how, refit=False).fit(tables)  # _plan is the selection's
-    assert estimator.amount_start.converted == one.amount_start.converted
-    assert (estimator.amount_start.mean, estimator.amount_start.spread, estimator.amount_start.overall) == \
-        pytest.approx((one.amount_start.mean, one.amount_start.spread, one.amount_start.overall), rel=1e-5)
+    assert estimator.amount_start_.converted == one.amount_start_.converted
+    assert (estimator.amount_start_.mean, estimator.amount_start_.spread, estimator.amount_start_.overall) == \
+        pytest.approx((one.amount_start_.mean, one.amount_start_.spread, one.amount_start_.overall), rel=1e-5)
 
 
 def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path):
@@ -81,14 +82,15 @@ def test_a_type_given_holds_over_the_parts_as_on_the_whole_table(data, tmp_path)
     types = {"points": "categorical", "hour": "numeric"}
     _plan(estimator, table_paths(data / "parts"), LocalExecutor(), tmp_path / "keys", False, types)
     tables = read_folder(data / "whole", types=types)
-    assert estimator.specs == {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+    assert estimator.feature_specs_ == {"context": tables.context_spec, "users": tables.user_spec,
+                                        "funds": tables.fund_spec}
     assert "points" in tables.user_spec.categorical and tables.user_spec.types == {"points": "categorical"}
     assert "hour" in tables.context_spec.numeric and tables.context_spec.types == {"hour": "numeric"}
 
 def _part_tables(data, estimator):
     from promokit.value.part_tables import dataset_parts, read_part_tables
 
-    return [read_part_tables(part, estimator.specs, require_labels=True)
+    return [read_part_tables(part, estimator.feature_specs_, require_labels=True)
             for part in dataset_parts(table_paths(data / "parts"))]
 
 
@@ -101,11 +103,11 @@ def test_training_part_by_part_learns_and_resumes_exactly(data, tmp_path):
         return estimator
 
     straight = fit(3)
-    assert straight.history.epochs[-1]["valid_auc"] > 0.65
+    assert straight.history_.epochs[-1]["valid_auc"] > 0.65
     fit(1, checkpoint_dir=tmp_path / "ck")
     resumed = fit(3, checkpoint_dir=tmp_path / "ck", resume=True)
-    assert [e["epoch"] for e in resumed.history.epochs] == [0, 1, 2]
-    for (name, a), b in zip(straight.net.state_dict().items(), resumed.net.state_dict().values()):
+    assert [e["epoch"] for e in resumed.history_.epochs] == [0, 1, 2]
+    for (name, a), b in zip(straight.net_.state_dict().items(), resumed.net_.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)
     tables = read_folder(data / "whole")
     test = straight.split_rows(tables)[2]
@@ -125,13 +127,13 @@ def test_over_parts_the_refit_trains_on_every_delivery_and_evaluate_says_so(data
     model, selected = ValueModel("esdpm-ncg", SMALL, QUICK), ValueModel("esdpm-ncg", SMALL, QUICK, refit=False)
     counts = train_parts(model, paths, LocalExecutor(), tmp_path / "keys")
     train_parts(selected, paths, LocalExecutor(), tmp_path / "keys")
-    assert model.history.epochs[-1]["valid_auc"] == selected.history.epochs[-1]["valid_auc"]  # the same selection
-    refit = model.holdout["refit"]
+    assert model.history_.epochs[-1]["valid_auc"] == selected.history_.epochs[-1]["valid_auc"]  # the same selection
+    refit = model.holdout_["refit"]
     assert refit["rows"] == counts["train"] + counts["valid"] + counts["test"] == len(tables.deliveries)
-    assert refit["epochs"] == selected.history.best_epoch + 1 and refit["evaluation"] is None
-    assert np.array_equal(model.training_ids, id_hashes(tables.deliveries["user_id"].to_numpy()))
-    assert "refit" not in selected.holdout and len(selected.training_ids) < len(model.training_ids)
-    weights = zip(model.net.state_dict().values(), selected.net.state_dict().values())
+    assert refit["epochs"] == selected.history_.best_epoch + 1 and refit["evaluation"] is None
+    assert np.array_equal(model.training_ids_, id_hashes(tables.deliveries["user_id"].to_numpy()))
+    assert "refit" not in selected.holdout_ and len(selected.training_ids_) < len(model.training_ids_)
+    weights = zip(model.net_.state_dict().values(), selected.net_.state_dict().values())
     assert not all(torch.equal(a, b) for a, b in weights)
     with pytest.warns(UserWarning, match="refit on every row, the held-out ones too, over parts"):
         result = evaluate(model, data / "whole")
@@ -144,7 +146,7 @@ def test_a_refit_over_parts_that_cannot_run_keeps_the_selected_model_with_one_wa
         train_parts(model, table_paths(data / "parts"), TrainsOnce(), tmp_path / "keys")
     refits = [str(w.message) for w in caught if "refit" in str(w.message)]
     assert refits == ["the refit on every row failed, so the selected model is kept: the executor is gone"]
-    assert "refit" not in model.holdout and model.holdout["held_out"] == model.report.n_test > 0
+    assert "refit" not in model.holdout_ and model.holdout_["held_out"] == model.report_.n_test > 0
 
 
 def test_two_ddp_workers_on_ray_train_like_one(ray_cluster, data, tmp_path):

@@ -234,7 +234,7 @@ def test_dmbgn_with_item_embeddings_saves_and_loads_without_them(world, split, s
     path.unlink()
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["params"]["item_dim"] == width and config["params"]["item_embeddings"] == params["item_embeddings"]
-    assert read_weights(tmp_path / "model")["uvg.item.weight"].shape == (model.store.cardinality("item"), width)
+    assert read_weights(tmp_path / "model")["uvg.item.weight"].shape == (model.store_.cardinality("item"), width)
     loaded = VoucherModel.load(tmp_path / "model")
     assert loaded.predict(world.tables, rows=split.test).equals(before)
 
@@ -246,10 +246,10 @@ def test_freeze_items_keeps_the_table_through_eq6_pretraining_and_training(world
     params = {**TINY_GRAPH, "item_embeddings": str(path), "pretrain": 1}
     frozen = VoucherModel("dmbgn", {**params, "freeze_items": True}, TINY_TRAIN).fit(world.tables, rows=split.train,
                                                                                      validation=split.valid)
-    assert torch.equal(frozen.net.uvg.item.weight.detach(), table)
-    assert not frozen.net.uvg.item.weight.requires_grad and frozen.net.uvg.convs[0].lin_rel.weight.requires_grad
+    assert torch.equal(frozen.net_.uvg.item.weight.detach(), table)
+    assert not frozen.net_.uvg.item.weight.requires_grad and frozen.net_.uvg.convs[0].lin_rel.weight.requires_grad
     free = VoucherModel("dmbgn", params, TINY_TRAIN).fit(world.tables, rows=split.train, validation=split.valid)
-    assert not torch.equal(free.net.uvg.item.weight.detach(), table)
+    assert not torch.equal(free.net_.uvg.item.weight.detach(), table)
 
 
 def test_item_embedding_parameter_errors(world, split, tmp_path):

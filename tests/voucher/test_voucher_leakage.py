@@ -88,7 +88,7 @@ def test_allow_leaky_is_a_parameter_checked_once_kept_by_clone_and_the_model_dir
     _fit(model, leaky)
     model.save(tmp_path / "m")
     loaded = VoucherModel.load(tmp_path / "m")
-    assert loaded.allow_leaky == ["order_amount"] and loaded.feature_spec.allow_leaky == ["order_amount"]
+    assert loaded.allow_leaky == ["order_amount"] and loaded.feature_spec_.allow_leaky == ["order_amount"]
 
 
 @pytest.mark.parametrize("allowed, message", [

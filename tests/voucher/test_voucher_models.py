@@ -164,13 +164,13 @@ def _params(name):
 def test_encoder_is_fitted_on_training_sessions_only(world, split):
     model = VoucherModel("dnn", TINY_NET, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
     sessions = world.tables.sessions
-    assert set(model.encoder.categorical["user_id"].vocabulary) == set(sessions.user_id.iloc[split.train])
-    assert model.encoder.numeric["discount"].mean == pytest.approx(sessions.discount.iloc[split.train].mean())
+    assert set(model.encoder_.categorical["user_id"].vocabulary) == set(sessions.user_id.iloc[split.train])
+    assert model.encoder_.numeric["discount"].mean == pytest.approx(sessions.discount.iloc[split.train].mean())
 
 
 def test_no_time_label_or_post_outcome_column_is_a_feature(world, split):
     model = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
-    features = set(model.feature_spec.features)
+    features = set(model.feature_spec_.features)
     assert features == {*world.tables.categorical, *world.tables.numeric}
     assert not features & {"redeemed", "collect_time", "outcome_time", "session_id"}
     smuggled = replace(world.tables, numeric=[*world.tables.numeric, "redeem_time"])
@@ -213,7 +213,7 @@ def test_history_inputs_are_zero_on_padding(world, split):
 def test_save_load_gives_identical_predictions(world, split, tmp_path, name):
     model = VoucherModel(name, {**_params(name), "min_count": 3}, TINY_TRAIN, test_fraction=0)
     model.fit(world.tables, rows=split.train, validation=split.valid)
-    assert model.feature_spec.min_count == 3
+    assert model.feature_spec_.min_count == 3
     before = model.predict(world.tables, rows=split.test)
     model.save(tmp_path / name)
     loaded = VoucherModel.load(tmp_path / name)
@@ -244,7 +244,7 @@ def test_a_saved_dmbgn_scores_tables_without_its_training_sessions(world, split,
                            "refit", "holdout", "labels"}
     assert config["tables"] == world.tables.options  # the options that read the tables: column names, no data
     loaded = VoucherModel.load(tmp_path / "dmbgn")
-    assert loaded.table_options == model.table_options
+    assert loaded.table_options_ == model.table_options_
     assert loaded.predict(world.tables, rows=split.test).equals(before)
 
     history = model.inputs(world.tables)["history"][split.test].numpy()
@@ -266,8 +266,8 @@ def test_dmbgn_scores_a_session_the_same_alone_or_in_a_batch_sharing_its_history
     real = history[history >= 0]
     assert len(real) > len(torch.unique(real))  # the batch shares history sessions
     batch = {k: v[rows] for k, v in inputs.items()}
-    together = model.net(batch)["p_redeem"]
-    alone = torch.cat([model.net({k: v[i:i + 1] for k, v in batch.items()})["p_redeem"] for i in range(len(rows))])
+    together = model.net_(batch)["p_redeem"]
+    alone = torch.cat([model.net_({k: v[i:i + 1] for k, v in batch.items()})["p_redeem"] for i in range(len(rows))])
     torch.testing.assert_close(together, alone)
 
 
@@ -275,14 +275,14 @@ def test_graph_settings_shape_the_graphs_and_survive_save_load(world, split, tmp
     params = {**TINY_GRAPH, "z": 1, "max_pre_events": 2}
     model = VoucherModel("dmbgn-avgpooling", params, TINY_TRAIN, test_fraction=0).fit(world.tables,
                                                                      rows=split.train, validation=split.valid)
-    store = model.store
+    store = model.store_
     pre = np.isin(store.node_zone, [store.zones.index(zone) for zone in store.target_zones])
     per_session = np.bincount(np.searchsorted(store.node_ptr, np.flatnonzero(pre), side="right") - 1,
                               minlength=store.n_graphs)
     assert per_session.max() == 2
     model.save(tmp_path / "m")
     again = VoucherModel.load(tmp_path / "m")
-    assert again.model_params["max_pre_events"] == 2
+    assert again.model_params_["max_pre_events"] == 2
     np.testing.assert_array_equal(again.predict(world.tables, rows=split.test)["p_redeem"],
                                   model.predict(world.tables, rows=split.test)["p_redeem"])
     with pytest.raises(DataError, match="z applies to DMBGN models only"):
@@ -309,7 +309,7 @@ def test_dmbgn_oov_dropout_trains_the_unknown_voucher_and_item_rows_of_the_graph
     model = VoucherModel("dmbgn-avgpooling", {**TINY_GRAPH, "oov_dropout": rate}, TINY_TRAIN, test_fraction=0)
     model.fit(world.tables, rows=split.train, validation=split.valid)
     for table in ("voucher_id.table", "item"):
-        before, after = (m.net.uvg.get_submodule(table).weight[0] for m in (untrained, model))
+        before, after = (m.net_.uvg.get_submodule(table).weight[0] for m in (untrained, model))
         assert (not torch.equal(before, after)) == (rate > 0), table
 
 
@@ -318,7 +318,7 @@ def test_the_epoch_is_picked_on_validation_auc_by_default(world, split):
     config = TrainConfig(**{**TINY_TRAIN.to_dict(), "monitor": "auc", "epochs": 3, "patience": 3})
     model = VoucherModel("dnn", TINY_NET, config, test_fraction=0, refit=False).fit(world.tables, rows=split.train,
                                                                                    validation=split.valid)
-    history = model.report.history
+    history = model.history_
     aucs = [e["valid_auc"] for e in history.epochs]
     assert history.best_epoch == int(np.argmax(aucs)) and history.best_score == max(aucs)
     assert model.evaluate(world.tables, rows=split.valid)["auc"] == pytest.approx(history.best_score)
@@ -363,7 +363,7 @@ def test_documented_errors(world, split):
 def test_an_unknown_model_parameter_is_one_line_with_a_hint():
     with pytest.raises(DataError, match=r"model 'din' has no parameter 'droput' \(did you mean 'dropout'\?\)"):
         VoucherModel("din", {"droput": 0.1})
-    assert VoucherModel("dmbgn", {"z": 4, "min_count": 2, "pretrain": 1}).model_params["z"] == 4  # the estimator's own
+    assert VoucherModel("dmbgn", {"z": 4, "min_count": 2, "pretrain": 1})._model_params["z"] == 4  # the estimator's own
 
 
 # ---- the estimator contract --------------------------------------------------------------------------------
@@ -371,13 +371,13 @@ def test_an_unknown_model_parameter_is_one_line_with_a_hint():
 def test_parameters_are_kept_as_given_and_clone_gives_an_unfitted_copy(world, split):
     params = {"ids": True}
     model = VoucherModel("lr", params, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=split.valid)
-    assert model.params is params and params == {"ids": True}  # LR's chosen L2 goes to model_params
-    assert model.model_params == {"ids": True, "l2": model.net.l2}
+    assert model.params is params and params == {"ids": True}  # LR's chosen L2 goes to model_params_
+    assert model.model_params_ == {"ids": True, "l2": model.net_.l2}
     copy = clone(model)
     assert copy.get_params() == model.get_params() == {"model": "lr", "params": params, "train": TINY_TRAIN,
                                                        "max_history": 6, "test_fraction": 0, "test_from": None,
                                                        "allow_leaky": None, "refit": True}
-    assert copy.net is None and copy.model_params == {"ids": True}
+    assert not hasattr(copy, "net_") and not hasattr(copy, "model_params_") and copy._model_params == {"ids": True}
     with pytest.raises(NotFittedError, match="not fitted"):
         copy.predict(world.tables)
 
@@ -400,7 +400,7 @@ def test_a_bad_parameter_is_one_line_and_set_params_keeps_the_old_values():
     with pytest.raises(DataError, match=r"^`test_from` 'soon' is not a time; use e.g. '2024-06-01'"):
         model.set_params(test_from="soon")
     assert model.test_fraction == 0.1 and model.test_from is None
-    assert model.model_params["emb_dim"] == 4 and model.train_config == TINY_TRAIN
+    assert model._model_params["emb_dim"] == 4 and model.train_config == TINY_TRAIN
 
 
 def test_predict_puts_the_keys_first_and_evaluate_returns_an_evaluation(world, split):
@@ -428,11 +428,11 @@ def test_fit_reads_a_folder_or_a_mapping_and_holds_out_then_validates_on_the_lat
     collect = tables.sessions["collect_time"]
     held = from_folder.held_out(tmp_path)
     assert held.tolist() == np.flatnonzero(collect >= collect.quantile(0.9)).tolist()
-    assert from_folder.report.n_test == len(held) == from_folder.holdout["held_out"] > 0
+    assert from_folder.report_.n_test == len(held) == from_folder.holdout_["held_out"] > 0
     rest = collect.drop(held)
-    assert from_folder.report.n_valid == int((rest >= rest.quantile(0.9)).sum()) > 0
-    assert from_folder.report.n_train == len(collect) - from_folder.report.n_valid - len(held)
-    assert from_folder.feature_spec.features == ["user_id", "voucher_id", "min_spend", "discount"]  # the defaults
+    assert from_folder.report_.n_valid == int((rest >= rest.quantile(0.9)).sum()) > 0
+    assert from_folder.report_.n_train == len(collect) - from_folder.report_.n_valid - len(held)
+    assert from_folder.feature_spec_.features == ["user_id", "voucher_id", "min_spend", "discount"]  # the defaults
     expected = from_mapping.predict(tables)
     assert from_folder.predict(tmp_path).equals(expected)  # predict reads the folder as fit did
     assert from_folder.evaluate(str(tmp_path))["n"] == len(expected)
@@ -449,9 +449,9 @@ def test_fit_reads_a_folder_or_a_mapping_and_holds_out_then_validates_on_the_lat
 def test_the_validation_argument(world, split):
     n = len(world.tables.sessions)
     none = VoucherModel("lr", None, TINY_TRAIN, test_fraction=0).fit(world.tables, rows=split.train, validation=0)
-    assert (none.report.n_train, none.report.n_valid) == (len(split.train), 0)
+    assert (none.report_.n_train, none.report_.n_valid) == (len(split.train), 0)
     explicit = VoucherModel("lr", None, TINY_TRAIN, test_from=split.test_from).fit(world.tables, validation=split.valid)
-    assert (explicit.report.n_train, explicit.report.n_valid) == (len(split.train), len(split.valid))
+    assert (explicit.report_.n_train, explicit.report_.n_valid) == (len(split.train), len(split.valid))
     assert len(split.train) + len(split.valid) + len(split.test) == n
     with pytest.raises(DataError, match=r"^validation: 1 of the 1 validation sessions are held out for evaluation "
                                         r"\(test_fraction=0.1, test_from=None\)"):
@@ -467,8 +467,8 @@ def test_the_validation_argument(world, split):
 def test_test_from_holds_out_the_sessions_collected_from_it_in_any_tables_later_given(world, split, tmp_path):
     sessions = world.tables.sessions
     model = VoucherModel("lr", None, TINY_TRAIN, test_from=split.test_from).fit(world.tables)
-    assert model.held_out(world.tables).tolist() == split.test.tolist() and model.report.n_test == len(split.test)
-    assert model.report.n_train + model.report.n_valid == len(split.train) + len(split.valid)
+    assert model.held_out(world.tables).tolist() == split.test.tolist() and model.report_.n_test == len(split.test)
+    assert model.report_.n_train + model.report_.n_valid == len(split.train) + len(split.valid)
     model.save(tmp_path / "m")
     later = replace(world.tables, sessions=sessions.iloc[len(sessions) // 2:].reset_index(drop=True))
     loaded = VoucherModel.load(tmp_path / "m")

@@ -34,7 +34,7 @@ def test_predict_maps_each_session_by_its_campaign_and_save_load_predicts_the_sa
     rows = recalibrated.held_out(tables)
     out = recalibrated.predict(tables, rows=rows)
     keys = tables.sessions["campaign_id"].to_numpy()[rows]
-    recalibration = recalibrated.recalibration
+    recalibration = recalibrated.recalibration_
     assert isinstance(recalibration, GroupRecalibration) and set(recalibration.groups) == {0, 1, 2}
     np.testing.assert_allclose(out["p_redeem"], recalibration.apply(out["p_redeem_raw"], keys))
     assert not np.allclose(out["p_redeem"], recalibration.overall.apply(out["p_redeem_raw"]))
@@ -53,7 +53,8 @@ def test_a_new_campaign_gets_the_overall_map_with_a_warning_and_evaluate_marks_i
     with pytest.warns(UserWarning, match=rf"^50 of {len(rows):,} sessions are in 1 campaign_id values the "
                                          r"recalibration was not fitted on \(99\): they get its overall map$"):
         out = recalibrated.predict(later, rows=rows)
-    np.testing.assert_allclose(out["p_redeem"][:50], recalibrated.recalibration.overall.apply(out["p_redeem_raw"][:50]))
+    overall = recalibrated.recalibration_.overall
+    np.testing.assert_allclose(out["p_redeem"][:50], overall.apply(out["p_redeem_raw"][:50]))
     with pytest.warns(UserWarning, match="not fitted on"):
         table = recalibrated.evaluate(later, rows=rows).tables["calibration_by_campaign_id"]
     assert table.set_index("campaign_id")["new"].to_dict() == {0: False, 1: False, 2: False, 99: True}

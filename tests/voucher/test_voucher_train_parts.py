@@ -73,20 +73,21 @@ def test_encoder_vocabulary_and_held_out_sessions_from_part_counts_equal_one_fil
     model = VoucherModel("dmbgn", GRAPH, QUICK, test_from=split.get("test_from"))
     source = Source(tuple(pair_parts(data / "parts" / "sessions", data / "parts" / "events")),
                     data / "items.parquet", None, {})
+    model._start_fit()  # as train_parts does before planning
     job, vocabulary = _plan(model, source, LocalExecutor(), data / "keys", validation)
 
     tables = read_tables(_files(data), require_labels=True)
     one = VoucherModel("dmbgn", GRAPH, QUICK, test_from=split.get("test_from"))
     train, valid, test = one.split_rows(tables, validation=validation)
-    assert model.holdout == one._holdout(tables, test) and model.holdout["held_out"] == len(test) > 0
+    assert model.holdout_ == one._holdout(tables, test) and model.holdout_["held_out"] == len(test) > 0
     roles = job.train_rows.split.roles(tables.sessions)  # the parts' rule on the one file: the same sessions
     for role, rows in enumerate((train, valid, test)):
         assert np.flatnonzero(roles == role).tolist() == rows.tolist()
-    assert (model.report.n_train, model.report.n_valid, model.report.n_test) == (len(train), len(valid), len(test))
+    assert (model.report_.n_train, model.report_.n_valid, model.report_.n_test) == (len(train), len(valid), len(test))
     assert sum(stop - start for _, start, stop in job.train[0]) == len(train)  # one worker: every training row
 
     expected = TableEncoder.fit(tables.sessions.iloc[train], one._feature_spec(tables)).to_dict()
-    got = model.encoder.to_dict()
+    got = model.encoder_.to_dict()
     assert got["categorical"] == expected["categorical"]
     for column, encoder in expected["numeric"].items():
         assert got["numeric"][column] == pytest.approx(encoder, rel=1e-12), column
@@ -120,7 +121,7 @@ def test_one_part_trains_exactly_as_one_file(data, name, params):
     tables = read_tables(_files(data), require_labels=True)
     one = VoucherModel(name, params, QUICK, refit=False).fit(tables)  # train_parts is the selection alone
     parts = _over_parts(data, VoucherModel(name, params, QUICK), "one")
-    for (key, a), b in zip(one.net.state_dict().items(), parts.net.state_dict().values()):
+    for (key, a), b in zip(one.net_.state_dict().items(), parts.net_.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=key)
     assert parts.predict(tables)["p_redeem"].to_numpy() == pytest.approx(one.predict(tables)["p_redeem"].to_numpy(),
                                                                          abs=1e-6)
@@ -201,8 +202,8 @@ def test_sessions_in_parts_are_refit_over_the_parts_and_evaluate_says_what_that_
     parts = {"sessions": data / "parts" / "sessions", "events": data / "parts" / "events",
              "items": data / "items.parquet"}
     model = train(VoucherModel("dnn", NET, QUICK), parts, tmp_path / "m", executor=LocalExecutor())
-    refit = model.holdout["refit"]
-    report = model.report  # the selection's, kept
+    refit = model.holdout_["refit"]
+    report = model.report_  # the selection's, kept
     assert refit["rows"] == report.n_train + report.n_valid + report.n_test > report.n_train
     assert refit["evaluation"] is None and refit["epochs"] >= 1
     args = ["--sessions", data / "sessions.parquet", "--events", data / "events.parquet", "--items",

@@ -21,7 +21,7 @@ def held_out_evaluation(model, data, all_rows: bool, asked: dict | None = None):
     options that ask for other metrics than train scored, so that the refit model scores the rows again."""
     from promokit.training.refit import held_out_before_refit
 
-    if all_rows or not (model.holdout or {}).get("refit"):
+    if all_rows or not (model.holdout_ or {}).get("refit"):
         return None
     held_out_rows(model, data)
     return held_out_before_refit(model, data, [flag for flag, given in (asked or {}).items() if given])
@@ -69,7 +69,7 @@ def held_out_rows(model, data):
     or a one-line error that says --all when the model held nothing out or ``data`` is not what it was fitted on."""
     from promokit.data.errors import DataError
 
-    if not (model.holdout or {}).get("test_fraction"):
+    if not (model.holdout_ or {}).get("test_fraction"):
         raise DataError("the model held nothing out (trained with --test-fraction 0, or before the hold-out was "
                         "kept): evaluate data it did not train on with --all")
     try:

@@ -74,14 +74,14 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
                       executor=cs.deferred_executor(executor, address, workers),
                       checkpoint_dir=cs.checkpoint_dir(out), resume=resume)
         estimator.save(out)
-        report = estimator.report
+        report = estimator.report_
         console = get_console()
         for role, count in report.labels.repaired.items():
             console.print(f"repaired {count} rows where {role}=1 without a click")
-        pr.finish_training(out, report.history)
-        pr.print_feature_types({"impression": estimator.feature_spec}, inferred=not given.features)
-        pr.print_held_out(describe_holdout(estimator.holdout), "row")
-        pr.print_refit(estimator.holdout, "row")
+        pr.finish_training(out, estimator.history_)
+        pr.print_feature_types({"impression": estimator.feature_spec_}, inferred=not given.features)
+        pr.print_held_out(describe_holdout(estimator.holdout_), "row")
+        pr.print_refit(estimator.holdout_, "row")
         console.print(f"model written to {out} ({report.n_train} training rows, {report.n_valid} validation rows)")
 
 
@@ -145,7 +145,7 @@ def evaluate(model: opt.ModelDirOpt, data: opt.DataOpt, out: opt.ReportOutOpt,
         estimator = ConversionModel.load(model)
         stored = cv.held_out_evaluation(estimator, data, all_rows, {
             "--micro-behaviors": micro_behaviors, "--gauc-weight": gauc_weight != "impressions",
-            "--label": cv.relabelled(label, LABEL_ROLES, estimator.feature_spec.labels)})
+            "--label": cv.relabelled(label, LABEL_ROLES, estimator.feature_spec_.labels)})
         if stored is not None:
             pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,
                                     stored.tables)

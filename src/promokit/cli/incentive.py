@@ -87,9 +87,9 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
                               types=cs.types_option(categorical, numeric), labels=cv.label_options(label, LABEL_ROLES),
                               validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                               executor=cs.deferred_executor(executor, address, workers), draws=draws)
-        estimator, counts, held = trained.model, trained.counts, trained.model.holdout
+        estimator, counts, held = trained.model, trained.counts, trained.model.holdout_
         estimator.save(out)
-        pr.finish_training(out, estimator.history)
+        pr.finish_training(out, estimator.history_)
         if trained.parts:
             seeds, merchants = counts["seeds"], counts["merchant_seeds"]
             get_console().print(f"trained over {trained.parts} parts: records of {seeds['train']:,} training and "
@@ -102,14 +102,14 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
         if executor != "local" or address or workers or draws != 1:
             get_console().print(f"note: {customers} is one table, not parts: trained in this process (--executor, "
                                 "--address, --workers and --draws serve a graph in parts)")
-        specs = {"customers": estimator.customer_spec}
-        if estimator.graph == "merchants":
-            specs["merchants"] = estimator.merchant_spec
-        if estimator.graph == "items":
-            specs["items"] = estimator.item_spec
+        specs = {"customers": estimator.customer_spec_}
+        if estimator.graph_ == "merchants":
+            specs["merchants"] = estimator.merchant_spec_
+        if estimator.graph_ == "items":
+            specs["items"] = estimator.item_spec_
         pr.print_feature_types(specs, inferred=True)
-        get_console().print(graph_summary(estimator.graph, counts))
-        held_merchants, trained_merchants = ("", "") if estimator.graph != "merchants" else (
+        get_console().print(graph_summary(estimator.graph_, counts))
+        held_merchants, trained_merchants = ("", "") if estimator.graph_ != "merchants" else (
             f" and {held['held_out_merchants']:,} of {held['merchants']:,} merchants",
             f" and {trained.merchants:,} merchants")
         pr.print_held_out(held["held_out"] + held["held_out_merchants"] and
@@ -176,7 +176,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
         tables = estimator.read(graph_files(customers, merchants, edges, items, item_edges, customer_edges),
                                 labels=cv.label_options(label, LABEL_ROLES))
         stored = cv.held_out_evaluation(estimator, tables, all_rows, {
-            "--truth": truth is not None, "--label": cv.relabelled(label, LABEL_ROLES, estimator.labels)})
+            "--truth": truth is not None, "--label": cv.relabelled(label, LABEL_ROLES, estimator.labels_)})
         if stored is not None:  # a refit model: what the held-out nodes said of the selected model
             pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title)
             return
@@ -189,7 +189,7 @@ def evaluate(model: ModelDirOpt, customers: CustomersOpt, merchants: MerchantsOp
                              f"{evaluation.metrics.get('merchants', 0):,} merchants")
         evaluation_report(evaluation, f"Evaluation of {model}").write(out)
         print_table("response per value", evaluation.tables["response_curve"].set_index("level"))
-        print_table(f"each value against the lowest ({estimator.levels[0]:g})",
+        print_table(f"each value against the lowest ({estimator.levels_[0]:g})",
                     evaluation.tables["uplift_by_level"].set_index("level"))
 
 

@@ -93,14 +93,14 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
         if not trained.in_parts:
             _whole_tables(data, "trained", executor, address, workers)
         estimator.save(out)
-        pr.finish_training(out, estimator.history)
-        specs = estimator.specs
+        pr.finish_training(out, estimator.history_)
+        specs = estimator.feature_specs_
         pr.print_feature_types({"deliveries": specs["context"], "users": specs["users"], "funds": specs["funds"]}, True)
         for what, count in trained.counts.items():
             get_console().print(f"{what}: {count:,}")
         pr.print_held_out(trained.held_out, "delivery")
-        pr.print_refit(estimator.holdout, "delivery")
-        refit_note = ", then refit on every delivery" if (estimator.holdout or {}).get("refit") else ""
+        pr.print_refit(estimator.holdout_, "delivery")
+        refit_note = ", then refit on every delivery" if (estimator.holdout_ or {}).get("refit") else ""
         get_console().print(f"model written to {out} (trained on {trained.rows['train']:,} deliveries, validated on "
                             f"{trained.rows['valid']:,}{refit_note})")
 

@@ -63,11 +63,11 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
                     labels=cv.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                     executor=cs.deferred_executor(executor, address, workers),
                     **options.table_options(categorical, numeric, validity, terms, item_features))
-        pr.finish_training(out, estimator.report.history)
-        pr.print_held_out(describe_holdout(estimator.holdout), "session")
-        pr.print_refit(estimator.holdout, "session")
-        get_console().print(f"model written to {out} ({estimator.report.n_train} training sessions, "
-                            f"{estimator.report.n_valid} validation sessions)", soft_wrap=True)
+        pr.finish_training(out, estimator.history_)
+        pr.print_held_out(describe_holdout(estimator.holdout_), "session")
+        pr.print_refit(estimator.holdout_, "session")
+        get_console().print(f"model written to {out} ({estimator.report_.n_train} training sessions, "
+                            f"{estimator.report_.n_valid} validation sessions)", soft_wrap=True)
 
 
 @app.command()
@@ -148,7 +148,7 @@ def evaluate(model: options.ModelDir, sessions: options.Sessions, items: options
         tables = estimator.read(options.table_files(sessions, events, items, voucher_items), require_labels=True,
                                 labels=cv.label_options(label, options.LABEL_ROLES),
                                 **options.saved_options(categorical, numeric, validity, terms, item_features))
-        asked = {"--gauc-by": gauc_by, "--label": cv.relabelled(label, options.LABEL_ROLES, estimator.labels)}
+        asked = {"--gauc-by": gauc_by, "--label": cv.relabelled(label, options.LABEL_ROLES, estimator.labels_)}
         stored = None if start is not None else cv.held_out_evaluation(estimator, tables, all_rows, asked)
         if stored is not None:
             pr.write_metrics_report(out, f"Evaluation of {model}", estimator.model, dict(stored), stored.title,

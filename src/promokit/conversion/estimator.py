@@ -92,13 +92,13 @@ MONITORS = {"loss": None, "ctr_auc": ("p_ctr", "click", None), "cvr_auc": ("p_cv
 
 @dataclass
 class FitReport:
-    """What happened during ``fit``: rows used, label repairs, training history."""
+    """What ``fit`` counted: the rows it trained on, validated on and held out, and the label repairs (the training
+    history is the model's ``history_``)."""
 
     n_train: int = 0
     n_valid: int = 0
     n_test: int = 0
     labels: LabelReport = field(default_factory=LabelReport)
-    history: History | None = None
 
 
 class ConversionModel(Estimator):
@@ -114,11 +114,12 @@ class ConversionModel(Estimator):
     0: none): the latest by the spec's ``time_key`` when it names one, else each row with that probability,
     seeded by the training seed; ``refit`` (:data:`~promokit.training.refit.REFIT`): once the epoch, the L2 strength
     or the trees are chosen, fit again on every row with them fixed (:mod:`promokit.training.refit`; the held-out
-    metrics of the selected model, scored before, are ``held_out_evaluation(data)``). What they imply: ``model_params``,
-    ``train_config`` and ``declared_spec``; what
-    fitting learns: ``feature_spec`` (the spec resolved against the training table), ``encoder``, ``net``,
-    ``pmg``, ``report``, ``holdout`` (what it held out) and ``training_ids``; :meth:`recalibrate`,
-    ``recalibrations``.
+    metrics of the selected model, scored before, are ``held_out_evaluation(data)``). What they imply:
+    ``train_config`` and ``declared_spec``. What fitting learns ends in ``_`` (docs/conventions.md, one contract):
+    ``feature_spec_`` (the spec resolved against the training table), ``encoder_``, ``net_``, ``pmg_`` (the
+    micro-behaviours' concurrence prior, or None), ``model_params_`` (the model's settings, with what validation
+    chose), ``history_``, ``report_`` (the rows counted and the labels repaired), ``holdout_`` (what it held out,
+    and the refit) and ``training_ids_``; :meth:`recalibrate`, ``recalibrations_`` (by output).
 
     Example::
 
@@ -140,18 +141,6 @@ class ConversionModel(Estimator):
         self.test_fraction = test_fraction
         self.refit = refit
         self._configure()
-        self.feature_spec: FeatureSpec | None = None
-        self.encoder: TableEncoder | None = None
-        self.pmg: np.ndarray | None = None  # (N, N) concurrence prior of the micro-behaviours, when declared
-        self.net = None
-        self.report = FitReport()
-        #: what fit held out for evaluation (:meth:`held_out`): test_fraction, how, seed, rows, held_out
-        self.holdout: dict | None = None
-        #: the hashes of the training rows' ``group_key`` ids (``training_ids.npy``), when the spec names one
-        self.training_ids: np.ndarray | None = None
-        #: the maps of p_ctr and p_ctcvr fitted by :meth:`recalibrate` (``recalibration.json``), applied by
-        #: :meth:`predict`; none: the model's own probabilities
-        self.recalibrations: dict[str, Recalibration] = {}
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -167,9 +156,17 @@ class ConversionModel(Estimator):
         if "min_count" in params:  # a vocabulary setting, kept in the spec (tune writes it among the params)
             spec = replace(spec, min_count=params.pop("min_count"))
         check_model_params(self.configured_model, self.model_class, params)
-        self.model_params = params
+        self._model_params = params
         #: the spec before fitting: ``spec`` (or an empty one) with the vocabulary's ``min_count`` from ``params``
         self.declared_spec = spec
+
+    def _start_fit(self) -> None:
+        """What every fit (:meth:`fit`, over parts :func:`~promokit.conversion.parts.fit_parts`) starts from: the
+        settings the parameters give as ``model_params_`` (what an earlier fit chose, LR's L2, is no parameter), no
+        recalibration, no PMG prior and no history yet."""
+        self._configure()
+        self.model_params_ = dict(self._model_params)
+        self.recalibrations_, self.pmg_, self.history_ = {}, None, None
 
     @property
     def model_class(self):
@@ -203,8 +200,7 @@ class ConversionModel(Estimator):
         _check_validation_split(choice, validation_split)
         if self.model == AUTO:
             return self._fit_auto(data, validation, validation_split, executor)
-        self._configure()  # model_params afresh: what an earlier fit chose (LR's L2) is no parameter
-        self.recalibrations = {}
+        self._start_fit()
         valid, fraction = choice.table, choice.fraction
         if self._over_parts(data, valid, executor):
             if choice.form in (TIME, ROWS):
@@ -214,23 +210,23 @@ class ConversionModel(Estimator):
 
             fit_parts(self, data, executor, valid, fraction, validation_split, checkpoint_dir, resume)
             self.warn_validation_leak()
-            held = self.held_out(data) if self.report.n_test else None
+            held = self.held_out(data) if self.report_.n_test else None
             return refit_after_selection(self, data, held, executor=executor)
         table = whole = as_table(data, "data")
         valid = None if valid is None else as_table(valid, "validation")
-        spec = self.feature_spec = self.resolve_spec(table)
+        spec = self.feature_spec_ = self.resolve_spec(table)
         seed_everything(self.train_config.seed)
         labels, label_report = self._labels(table)
         leak = post_click_warning([post_click_counts(table, _guarded(spec), labels["click"])], len(table),
                                   int(labels["click"].sum()), spec.labels["click"])
         if leak:
             warnings.warn(leak, stacklevel=2)
-        self.holdout = self.holdout_for(spec, len(table))
-        held = held_out_rows(table, self.holdout)
-        self.holdout["held_out"] = len(held)
+        self.holdout_ = self.holdout_for(spec, len(table))
+        held = held_out_rows(table, self.holdout_)
+        self.holdout_["held_out"] = len(held)
         if len(held) == len(table):
             raise DataError(f"test_fraction {self.test_fraction} holds out all {len(table)} rows "
-                            f"({self.holdout['how']}); a smaller fraction or a larger table leaves rows to train on")
+                            f"({self.holdout_['how']}); a smaller fraction or a larger table leaves rows to train on")
         if len(held):
             kept = np.setdiff1d(np.arange(len(table)), held)
             table, labels = table.iloc[kept], {k: v[kept] for k, v in labels.items()}
@@ -254,33 +250,33 @@ class ConversionModel(Estimator):
             warnings.warn(message, stacklevel=2)
         self.warn_leaks(table, labels)
         if spec.micro_behaviors:  # the PMG prior, from the clicked training rows only (GMCM section 3)
-            self.pmg = concurrence_probability(labels["micro"], labels["click"])
-        self.encoder = TableEncoder.fit(table, spec)
-        self.training_ids = id_hashes(table[spec.group_key]) if spec.group_key else None
-        train_x = self.encoder.transform(table)
-        valid_part = None if valid is None else (self.encoder.transform(valid), valid_labels)
-        self.report = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), n_test=len(held),
-                                labels=label_report)
+            self.pmg_ = concurrence_probability(labels["micro"], labels["click"])
+        self.encoder_ = TableEncoder.fit(table, spec)
+        self.training_ids_ = id_hashes(table[spec.group_key]) if spec.group_key else None
+        train_x = self.encoder_.transform(table)
+        valid_part = None if valid is None else (self.encoder_.transform(valid), valid_labels)
+        self.report_ = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), n_test=len(held),
+                                 labels=label_report)
         if self.is_neural:
-            self.net = self.build_net()
+            self.net_ = self.build_net()
             train_tensors = _tensors(train_x, labels)
             valid_tensors = None if valid_part is None else _tensors(*valid_part)
-            if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
-                self.report.history = self.net.solve(train_tensors, valid_tensors, self.train_config.progress)
-                self.model_params.update(self.net.chosen_params)
+            if hasattr(self.net_, "solve"):  # a convex model, solved to its optimum (LR)
+                self.history_ = self.net_.solve(train_tensors, valid_tensors, self.train_config.progress)
+                self.model_params_.update(self.net_.chosen_params)
             else:
                 trainer = Trainer(self.train_config, checkpoint_dir)
-                self.report.history = trainer.fit(self.net, train_tensors, valid_tensors, resume=resume,
-                                                  metrics=self.validation_metrics(valid_tensors), on_epoch=on_epoch)
+                self.history_ = trainer.fit(self.net_, train_tensors, valid_tensors, resume=resume,
+                                            metrics=self.validation_metrics(valid_tensors), on_epoch=on_epoch)
         else:
-            self.net = self.model_class(**{"seed": self.train_config.seed, **self.model_params})
-            self.net.fit(train_x, labels, valid_part)
+            self.net_ = self.model_class(**{"seed": self.train_config.seed, **self.model_params_})
+            self.net_.fit(train_x, labels, valid_part)
         self.warn_validation_leak()
         every = pd.concat([whole, valid], ignore_index=True) if choice.form == TABLE else None
         return refit_after_selection(self, whole, held, every=every, validation_split=validation_split)
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
-    FITTED = ("feature_spec", "encoder", "pmg", "net", "training_ids", "model_params")
+    FITTED = ("feature_spec_", "encoder_", "pmg_", "net_", "training_ids_", "model_params_")
     AUTO_CANDIDATES = ("lr", "gbdt", "esmm", "esm2")
     AUTO_METRIC = "ctcvr_auc"
 
@@ -310,7 +306,7 @@ class ConversionModel(Estimator):
         if choice.form != FRACTION:
             return self.evaluate(table, rows=self.validation_rows(table, held, choice, validation_split)[1])
         kept = np.setdiff1d(np.arange(len(table)), held)
-        how = validation_split or (f"time:{self.feature_spec.time_key}" if self.feature_spec.time_key else "random")
+        how = validation_split or (f"time:{self.feature_spec_.time_key}" if self.feature_spec_.time_key else "random")
         return self.evaluate(table, rows=kept[holdout_split(table.iloc[kept], choice.fraction, how,
                                                             self.train_config.seed)[1]])
 
@@ -337,7 +333,7 @@ class ConversionModel(Estimator):
         if choice.form != TIME:
             raise DataError(f"validation_rows: `validation` is a time or row positions, got a {choice.form}")
         by_column = validation_split is not None and str(validation_split).startswith("time:")
-        column = validation_split.split(":", 1)[1] if by_column else self.feature_spec.time_key
+        column = validation_split.split(":", 1)[1] if by_column else self.feature_spec_.time_key
         if column is None:
             raise choice.refused("a time splits the rows by their time column, and the spec names no time_key "
                                  "(FeatureSpec(time_key=…), or validation_split='time:<column>')")
@@ -352,12 +348,12 @@ class ConversionModel(Estimator):
         return as_table(data, "data").iloc[self.held_out(data)]
 
     def warn_leaks(self, table: pd.DataFrame, labels: dict[str, np.ndarray] | None = None) -> None:
-        """Warn of the features of ``feature_spec`` (less its ``allow_leaky``) that alone predict a label of the
+        """Warn of the features of ``feature_spec_`` (less its ``allow_leaky``) that alone predict a label of the
         training rows ``table`` (their arrays ``labels`` by role, read from ``table`` when None) almost perfectly
         (:func:`~promokit.data.leakage.find_leaks`): the click over every row, the DAction and the purchase over the
         clicked rows, where they are defined."""
         labels = self._labels(table)[0] if labels is None else labels
-        spec, clicked = self.feature_spec, labels["click"] == 1
+        spec, clicked = self.feature_spec_, labels["click"] == 1
         judged = {spec.labels["click"]: (labels["click"], None)}
         judged.update({f"{spec.labels[role]} (on clicked rows)": (labels[role], clicked)
                        for role in ("daction", "purchase") if role in labels})
@@ -368,7 +364,7 @@ class ConversionModel(Estimator):
     def warn_validation_leak(self) -> None:
         """Warn when a validation AUC of the kept epoch (or chosen candidate) is near perfect
         (:func:`~promokit.data.leakage.validation_leak_warning`)."""
-        history = self.report.history
+        history = self.history_
         kept = [r for r in (history.epochs if history else ())
                 if r.get("chosen") or (history.unit == "epoch" and r.get("epoch") == history.best_epoch)]
         aucs = {k.removeprefix("valid_"): v for r in kept[-1:] for k, v in r.items()
@@ -389,9 +385,9 @@ class ConversionModel(Estimator):
     def held_out(self, data) -> np.ndarray:
         """The row positions of ``data`` that :meth:`fit` held out for evaluation (none with ``test_fraction=0``):
         ``data`` is the table fit was given (a DataFrame or a path; a table in parts as its parts in order), which
-        the rows are recomputed on by the rule in ``holdout``."""
+        the rows are recomputed on by the rule in ``holdout_``."""
         self._check_fitted()
-        holdout = self.holdout
+        holdout = self.holdout_
         if not holdout or not holdout["test_fraction"]:
             return np.empty(0, dtype=np.int64)
         drawn_by_part = holdout["how"] == "random" and "parts" in holdout  # fitted over parts: each drew its own
@@ -409,7 +405,8 @@ class ConversionModel(Estimator):
     def resolve_spec(self, table: pd.DataFrame) -> FeatureSpec:
         """The declared spec resolved against ``table`` (a training table, or one part of it) and checked for this
         model: its labels, its numeric columns and, for a micro-behaviour model, its micro-behaviours. ``fit``
-        keeps it as ``feature_spec``; training over parts (:mod:`promokit.conversion.parts`) resolves it on one part."""
+        keeps it as ``feature_spec_``; training over parts (:mod:`promokit.conversion.parts`) resolves it on one
+        part."""
         spec = self.declared_spec.resolve(table, REQUIRED_LABELS, OPTIONAL_LABELS)
         check_numeric_columns(table, spec.numeric)  # before the split, so an error counts the table's rows
         if self.uses_micro and not spec.micro_behaviors:
@@ -423,7 +420,7 @@ class ConversionModel(Estimator):
         return spec
 
     # ---- Training over a table's parts (promokit.conversion.parts): what fit does, from sums over the parts. The spec is
-    # resolved on one part (``resolve_spec``) and set as ``feature_spec``, the encoder built by
+    # resolved on one part (``resolve_spec``) and set as ``feature_spec_``, the encoder built by
     # TableEncoder.from_counts, the labels checked and summed here part by part; the network trains on tensors of
     # one part at a time.
     @property
@@ -456,9 +453,9 @@ class ConversionModel(Estimator):
         click = labels["click"] == 1
         counts = {"rows": len(table), "click": int(click.sum()), "purchase": int(labels["purchase"][click].sum()),
                   "repaired": dict(report.repaired),
-                  "post_click": post_click_counts(table, _guarded(self.feature_spec), labels["click"])}
-        if self.feature_spec.group_key:
-            counts["subjects"] = id_hashes(table[self.feature_spec.group_key])
+                  "post_click": post_click_counts(table, _guarded(self.feature_spec_), labels["click"])}
+        if self.feature_spec_.group_key:
+            counts["subjects"] = id_hashes(table[self.feature_spec_.group_key])
         if "daction" in labels:
             counts["daction"] = int(labels["daction"][click].sum())
         if "micro" in labels:
@@ -473,7 +470,7 @@ class ConversionModel(Estimator):
         warnings, the PMG prior, the report, the training subjects."""
         n = sum(c["rows"] for c in counts)
         clicks, purchases = sum(c["click"] for c in counts), sum(c["purchase"] for c in counts)
-        columns = self.feature_spec.labels
+        columns = self.feature_spec_.labels
         if clicks in (0, n):
             raise DataError(f"label {columns['click']!r} (click) is {int(clicks > 0)} on all {n} training rows: CTR "
                             "needs clicked and unclicked impressions")
@@ -485,13 +482,13 @@ class ConversionModel(Estimator):
         if leak:
             warnings.warn(leak, stacklevel=2)
         fired = {columns["daction"]: sum(c["daction"] for c in counts)} if "daction" in counts[0] else {}
-        if self.feature_spec.micro_behaviors:
+        if self.feature_spec_.micro_behaviors:
             micro = sum(c["micro"] for c in counts)
-            fired.update({name: int(micro[j]) for j, name in enumerate(self.feature_spec.micro_behaviors)})
+            fired.update({name: int(micro[j]) for j, name in enumerate(self.feature_spec_.micro_behaviors)})
             concurrence = sum(c["concurrence"] for c in counts)
             np.fill_diagonal(concurrence, 0.0)  # as promokit.conversion.pmg.concurrence_probability
             totals = concurrence.sum(axis=1, keepdims=True)
-            self.pmg = np.divide(concurrence, totals, out=np.zeros_like(concurrence), where=totals > 0)
+            self.pmg_ = np.divide(concurrence, totals, out=np.zeros_like(concurrence), where=totals > 0)
         for column, count in fired.items():
             if count in (0, clicks):
                 warnings.warn(f"label {column!r} is {int(count > 0)} on all {clicks} clicked training rows: it teaches "
@@ -512,16 +509,16 @@ class ConversionModel(Estimator):
         for c in [*counts, *valid_counts]:
             for role, k in c["repaired"].items():
                 repaired[role] = repaired.get(role, 0) + k
-        self.encoder = encoder
-        self.report = FitReport(n_train=n, n_valid=sum(c["rows"] for c in valid_counts),
-                                labels=LabelReport(repaired))
-        subjects = self.feature_spec.group_key
-        self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts])) if subjects else None
+        self.encoder_ = encoder
+        self.report_ = FitReport(n_train=n, n_valid=sum(c["rows"] for c in valid_counts),
+                                 labels=LabelReport(repaired))
+        subjects = self.feature_spec_.group_key
+        self.training_ids_ = np.unique(np.concatenate([c["subjects"] for c in counts])) if subjects else None
 
     def part_tensors(self, table: pd.DataFrame) -> dict[str, torch.Tensor]:
         """The network's input and labels for the rows of ``table`` (one part), with the fitted encoder."""
         labels, _ = self._labels(table)
-        return _tensors(self.encoder.transform(table), labels)
+        return _tensors(self.encoder_.transform(table), labels)
 
     @property
     def uses_micro(self) -> bool:
@@ -529,9 +526,9 @@ class ConversionModel(Estimator):
 
     def _labels(self, table: pd.DataFrame, spec: FeatureSpec | None = None
                 ) -> tuple[dict[str, np.ndarray], LabelReport]:
-        """The label arrays by role (of ``spec``, default ``feature_spec``), with the micro-behaviours as one
+        """The label arrays by role (of ``spec``, default ``feature_spec_``), with the micro-behaviours as one
         ``(rows, N)`` array under ``micro``."""
-        spec = spec or self.feature_spec
+        spec = spec or self.feature_spec_
         labels, report = check_labels(table, {r: c for r, c in spec.labels.items() if c in table.columns},
                                       self.repair_labels)
         if spec.micro_behaviors and set(spec.micro_behaviors) <= set(table.columns):
@@ -557,9 +554,9 @@ class ConversionModel(Estimator):
 
     def build_net(self) -> nn.Module:
         """A new network of this model, its input sizes from the fitted encoder (and, for a micro-behaviour model,
-        its graph from ``feature_spec`` and the PMG prior); initialised by the current torch seed."""
-        graph = {"nodes": self.feature_spec.micro_behaviors, "pmg": self.pmg} if self.uses_micro else {}
-        return self.model_class(self.encoder.cardinalities, self.encoder.numeric_width, **graph, **self.model_params)
+        its graph from ``feature_spec_`` and the PMG prior); initialised by the current torch seed."""
+        graph = {"nodes": self.feature_spec_.micro_behaviors, "pmg": self.pmg_} if self.uses_micro else {}
+        return self.model_class(self.encoder_.cardinalities, self.encoder_.numeric_width, **graph, **self.model_params_)
 
     def predict(self, data, *, keep: list[str] | None = None) -> pd.DataFrame:
         """The key columns of ``data`` (a DataFrame or a table path) — ``keep``, by default user_id and item_id
@@ -575,21 +572,21 @@ class ConversionModel(Estimator):
             raise DataError(f"keep: columns {absent} are not in the table of {len(table)} rows; columns: "
                             f"{list(table.columns)[:20]}")
         columns = self._outputs(table)
-        if self.recalibrations:
-            columns = apply_recalibrations(columns, self.recalibrations)
+        if self.recalibrations_:
+            columns = apply_recalibrations(columns, self.recalibrations_)
         return pd.concat([table[keys], pd.DataFrame(columns, index=table.index)], axis=1)
 
     def _outputs(self, table: pd.DataFrame) -> dict[str, np.ndarray]:
         """The model's own probabilities of the rows of ``table`` by output name, before any recalibration."""
-        x = self.encoder.transform(table)
+        x = self.encoder_.transform(table)
         if self.is_neural:
-            outputs = {k: v.numpy() for k, v in Trainer(self.train_config).predict(self.net, _tensors(x)).items()}
+            outputs = {k: v.numpy() for k, v in Trainer(self.train_config).predict(self.net_, _tensors(x)).items()}
         else:
-            outputs = self.net.predict(x)
+            outputs = self.net_.predict(x)
         columns = {k: np.asarray(outputs[k], dtype=np.float64) for k in OUTPUT_COLUMNS if k in outputs}
         if "p_node" in outputs:  # one column per micro-behaviour node the model predicts
             nodes = np.asarray(outputs["p_node"], dtype=np.float64)
-            columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net.nodes)})
+            columns.update({f"p_node_{name}": nodes[:, j] for j, name in enumerate(self.net_.nodes)})
         return columns
 
     def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None,
@@ -604,7 +601,7 @@ class ConversionModel(Estimator):
         earlier recalibration; :meth:`fit` drops it. Returns the model."""
         Recalibration(method)  # a bad method fails before the table is read
         table, spec, arrays = self._labelled(data, rows, labels)
-        self.recalibrations = fit_recalibrations(self._outputs(table), arrays, method, spec.labels)
+        self.recalibrations_ = fit_recalibrations(self._outputs(table), arrays, method, spec.labels)
         return self
 
     def evaluate(self, data, *, held_out: bool = False, rows=None, gauc_weight: str = "impressions",
@@ -658,8 +655,8 @@ class ConversionModel(Estimator):
         return table, spec, arrays
 
     def _scored_spec(self, table: pd.DataFrame, labels: dict[str, str] | None, micro_behaviors) -> FeatureSpec:
-        """``feature_spec`` with the label columns and micro-behaviours :meth:`evaluate` is given, checked."""
-        spec = self.feature_spec
+        """``feature_spec_`` with the label columns and micro-behaviours :meth:`evaluate` is given, checked."""
+        spec = self.feature_spec_
         if labels:
             spec = replace(spec, labels={**spec.labels, **labels})
         if micro_behaviors is None:
@@ -679,14 +676,14 @@ class ConversionModel(Estimator):
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "conversion", "model": self.model_name, "params": self.model_params,
-                  "spec": self.feature_spec.to_dict(), "train": self.train_config.to_dict(),
-                  "repair_labels": self.repair_labels, "refit": self.refit, "holdout": self.holdout,
-                  "pmg": None if self.pmg is None else self.pmg.tolist()}
-        history = None if self.report.history is None else self.report.history.to_dict()
-        extra = {RECALIBRATION_FILE: {name: r.to_dict() for name, r in self.recalibrations.items()}}
-        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra if self.recalibrations else None,
-                        self.training_ids)
+        config = {"promokit": __version__, "task": "conversion", "model": self.model_name, "params": self.model_params_,
+                  "spec": self.feature_spec_.to_dict(), "train": self.train_config.to_dict(),
+                  "repair_labels": self.repair_labels, "refit": self.refit, "holdout": self.holdout_,
+                  "pmg": None if self.pmg_ is None else self.pmg_.tolist()}
+        history = None if self.history_ is None else self.history_.to_dict()
+        extra = {RECALIBRATION_FILE: {name: r.to_dict() for name, r in self.recalibrations_.items()}}
+        write_model_dir(path, config, self.encoder_.to_dict(), self.net_, history,
+                        extra if self.recalibrations_ else None, self.training_ids_)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ConversionModel:
@@ -696,18 +693,19 @@ class ConversionModel(Estimator):
                     FeatureSpec.from_dict(config["spec"]), config["repair_labels"],
                     # a format-1 directory without ``holdout`` held nothing out
                     (config.get("holdout") or {}).get("test_fraction", 0.0), config.get("refit", False))
-        model.holdout = config.get("holdout")
-        model.report.history, model.training_ids = History.read(path), read_training_ids(path)
-        model.feature_spec = model.declared_spec  # the saved spec was resolved when the model was fitted
-        model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
-        model.pmg = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)
-        model.recalibrations = read_recalibrations(path)
+        model.holdout_ = config.get("holdout")
+        model.model_params_, model.report_ = dict(model._model_params), FitReport()  # the counts are not saved
+        model.history_, model.training_ids_ = History.read(path), read_training_ids(path)
+        model.feature_spec_ = model.declared_spec  # the saved spec was resolved when the model was fitted
+        model.encoder_ = TableEncoder.from_dict(read_json(path, "encoder.json"))
+        model.pmg_ = None if config.get("pmg") is None else np.asarray(config["pmg"], dtype=np.float64)
+        model.recalibrations_ = read_recalibrations(path)
         if model.is_neural:
-            model.net = model.build_net()
-            load_weights(model.net, path)
-            model.net.eval()
+            model.net_ = model.build_net()
+            load_weights(model.net_, path)
+            model.net_.eval()
         else:
-            model.net = model.model_class(**model.model_params).load_texts(path)
+            model.net_ = model.model_class(**model.model_params_).load_texts(path)
         return model
 
 
@@ -737,7 +735,7 @@ def _check_validation_split(choice: Validation, validation_split: str | None) ->
 
 
 def describe_holdout(holdout: dict) -> str | None:
-    """What a fitted model held out (``ConversionModel.holdout``) in words; None when nothing."""
+    """What a fitted model held out (``ConversionModel.holdout_``) in words; None when nothing."""
     if not holdout["held_out"]:
         return None
     rule = (f"each row drawn with probability {holdout['test_fraction']:g}, seed {holdout['seed']}"

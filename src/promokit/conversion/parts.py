@@ -53,9 +53,10 @@ def fit_parts(estimator, data, executor, valid=None, valid_fraction: float = VAL
         raise DataError(f"model {estimator.model!r} is not trained by epochs of mini-batches, so it cannot train over "
                         "a table's parts: fit it on the table read whole (ConversionModel.fit), or choose a network "
                         "(esmm, esm2, dnn, gmcm …)")
-    wide_over_parts(estimator.model_params)
+    estimator._start_fit()
+    wide_over_parts(estimator.model_params_)
     job = plan(estimator, data, executor, executor.workers, valid, valid_fraction, valid_split)
-    estimator.net, estimator.report.history = executor.train(job, checkpoint_dir, resume)
+    estimator.net_, estimator.history_ = executor.train(job, checkpoint_dir, resume)
     return estimator
 
 
@@ -83,7 +84,7 @@ def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: fl
     columns = tuple(dict.fromkeys(c for c in (time_column, test_column) if c))
     scans = executor.map(_scan_part, [(columns, *item) for item in items], label="scanning parts")
     _resolve_spec(estimator, paths, scans)
-    test = estimator.holdout_for(estimator.feature_spec, sum(scan.rows for scan in scans))
+    test = estimator.holdout_for(estimator.feature_spec_, sum(scan.rows for scan in scans))
     test_from = None
     if test_column is not None:
         test_from = time_threshold(test_column, test["test_fraction"], _time_counts(scans, test_column))
@@ -118,10 +119,10 @@ def plan(estimator, data, executor, workers: int, valid=None, valid_fraction: fl
         raise DataError(f"{data}: the table has no training rows in its {len(paths)} parts")
     if valid is not None and n_valid == 0:
         raise DataError(f"`validation` {valid}: the validation table has no rows")
-    encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.feature_spec)
+    encoder = TableEncoder.from_counts([c.shares for c in counts], estimator.feature_spec_)
     estimator.fit_counts(encoder, [c.labels for c in counts], valid_counts if (valid is not None or how) else [])
-    estimator.holdout = {**test, "held_out": sum(c.test_rows for c in counts), "parts": [scan.rows for scan in scans]}
-    estimator.report.n_test = estimator.holdout["held_out"]
+    estimator.holdout_ = {**test, "held_out": sum(c.test_rows for c in counts), "parts": [scan.rows for scan in scans]}
+    estimator.report_.n_test = estimator.holdout_["held_out"]
     validated = valid is not None or how is not None
     valid_rows = Rows(tuple(valid_paths), Holdout("all") if valid is not None else holdout, True) if validated else None
     return TrainJob.cut(estimator, Rows(tuple(paths), holdout, False), valid_rows, train_sizes, valid_sizes, workers)
@@ -220,7 +221,7 @@ def _count_part(job: tuple) -> PartCount:
     estimator, holdout, encode, index, path = job
     with naming(path):
         frame = read_part(path)
-        spec = estimator.feature_spec
+        spec = estimator.feature_spec_
         needed = [*spec.features, *spec.labels.values(), *spec.micro_behaviors]
         missing = [name for name in needed if name not in frame.columns]
         if missing:
@@ -243,5 +244,5 @@ def _resolve_spec(estimator, paths: list[str], scans: list[PartScan]) -> None:
         spec = estimator.resolve_spec(sample)
     if inferred:
         spec = classify_integers(spec, [scan.levels for scan in scans], list(sample.columns))
-    estimator.feature_spec = spec
+    estimator.feature_spec_ = spec
     estimator.warn_leaks(sample)  # judged on one part, its held-out and validation rows included

@@ -43,8 +43,8 @@ def recalibrate(model: str | os.PathLike, data, *, method: str = DEFAULT_METHOD,
     from promokit.conversion.estimator import ConversionModel
 
     estimator = ConversionModel.load(model).recalibrate(data, method=method, labels=labels)
-    write_recalibrations(model, estimator.recalibrations)
-    return {name: r.fitted_on for name, r in estimator.recalibrations.items()}
+    write_recalibrations(model, estimator.recalibrations_)
+    return {name: r.fitted_on for name, r in estimator.recalibrations_.items()}
 
 
 def predict_parts(model: str | os.PathLike, data, out: str | os.PathLike, executor,

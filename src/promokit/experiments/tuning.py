@@ -218,7 +218,7 @@ def _label(value):
 
 
 def _interrupted(estimator) -> bool:
-    history = getattr(getattr(estimator, "report", None), "history", None)
+    history = getattr(estimator, "history_", None)
     return getattr(history, "stopped", None) == "interrupted"
 
 

@@ -115,12 +115,11 @@ def hashed_roles(ids, test_fraction: float, valid_fraction: float, seed: int) ->
 @dataclass
 class FitReport:
     """What :meth:`IncentiveModel.fit` counted: the labelled customers it trained on, validated on (picked the epoch
-    or the strengths) and held out for evaluation, and its ``history`` (the model's ``history``)."""
+    or the strengths) and held out for evaluation (the training history is the model's ``history_``)."""
 
     n_train: int = 0
     n_valid: int = 0
     n_test: int = 0
-    history: History | None = None
 
 
 class IncentiveModel(Estimator):
@@ -134,12 +133,17 @@ class IncentiveModel(Estimator):
     feature columns (a list, or comma-separated names) the label-leak guard of :meth:`fit` leaves alone, and ``refit``
     (:data:`~promokit.training.refit.REFIT`): once the epoch (``lr``: the L2 strengths) is chosen, fit again on every
     labelled customer and merchant with it fixed (:mod:`promokit.training.refit`; the held-out metrics of the
-    selected model, scored before, are ``held_out_evaluation(data)``). What they imply:
-    ``model_params`` (every network setting, written to the model directory so that a later change of a default
-    cannot change what a saved model is) and ``train_config``. What fitting learns: ``levels`` (the value list),
-    ``customer_spec``, ``merchant_spec``, ``labels`` (the label mapping the tables were read with, which reading
-    tables again applies), ``encoders``, ``net``, ``history`` and ``report`` (of the selection, before a refit),
-    ``training_ids``, the split's ``valid_fraction`` and ``holdout`` (what it held out, and the refit).
+    selected model, scored before, are ``held_out_evaluation(data)``). What they imply: ``train_config``. What
+    fitting learns ends in ``_`` (docs/conventions.md, one contract): ``levels_`` (the value list),
+    ``customer_spec_``, ``merchant_spec_`` and ``item_spec_`` (the items' features on a customer–item graph, else
+    None), ``labels_`` (the label mapping the tables were read with, which reading tables again applies; None: the
+    roles' own names), ``graph_`` (the graph fit read: ``merchants``, ``items``, ``customers`` or ``none``) and
+    ``customers_only_`` (fit on customers alone, which it scores alone), ``encoders_``, ``net_``,
+    ``model_params_`` (every network setting, with the strengths ``lr`` chose, written to the model directory so
+    that a later change of a default cannot change what a saved model is), ``history_`` and ``report_`` (of the
+    selection, before a refit), ``training_ids_`` (the hashes of the ids of the customers and merchants trained on)
+    and ``holdout_`` (what it held out, the validation fraction among it, and the refit); :meth:`recalibrate`,
+    ``recalibration_``.
 
     ``data`` is :class:`IncentiveTables`, a mapping of ``customers``, ``merchants`` and ``edges`` to DataFrames or
     table paths, or a folder of the three (:func:`~promokit.incentive.contract.read_tables`; ``item_edges`` with
@@ -166,28 +170,6 @@ class IncentiveModel(Estimator):
         self.allow_leaky = allow_leaky
         self.refit = refit
         self._configure()
-        self.levels: np.ndarray | None = None
-        self.encoders: InputEncoders | None = None
-        self.customer_spec: FeatureSpec | None = None
-        self.merchant_spec: FeatureSpec | None = None
-        #: label role → column of the tables fit read (``read_tables(labels=…)``); None: the roles' own names
-        self.labels: dict[str, str] | None = None
-        self.net: IncentiveNet | None = None
-        self.history: History | None = None
-        #: the labelled customers fit trained on, validated on and held out (of the selection, before a refit)
-        self.report = FitReport()
-        self.valid_fraction = DEFAULT_VALIDATION
-        #: what fit held out for evaluation (:meth:`held_out`): the fractions, the nodes counted and held out
-        self.holdout: dict | None = None
-        #: the hashes of the ids of the customers and merchants trained on (``training_ids.npy``)
-        self.training_ids: np.ndarray | None = None
-        #: fit on customers alone (no merchants, no edges): it scores customers alone
-        self.customers_only = False
-        #: the graph fit read (``merchants``, ``items``, ``customers`` or ``none``) and the items' features
-        self.graph, self.item_spec = "merchants", None
-        #: the map of f_c fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`responses`; by
-        #: offered value with ``by="level"``
-        self.recalibration: Recalibration | GroupRecalibration | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -200,7 +182,7 @@ class IncentiveModel(Estimator):
         floor = FLOOR_PARAMS if representation == "linear" else {}
         check_model_params(self.configured_model, IncentiveNet, given, own=floor)
         check_floor_params(given)
-        self.model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
+        self._model_params = {**net_defaults(), **floor, "representation": representation, "head": head, **given}
 
     # ---- fit ------------------------------------------------------------------------------------------
     def fit(self, data, *, validation=None, checkpoint_dir: str | os.PathLike | None = None,
@@ -227,35 +209,34 @@ class IncentiveModel(Estimator):
         With ``refit`` (the default) and nodes held out for validation or evaluation, the held-out customers and
         merchants are then scored (:meth:`held_out_evaluation` gives it back) and the model fit again on every
         labelled customer and merchant with the epochs (``lr``: the L2 strengths) it chose
-        (:func:`~promokit.training.refit.refit_after_selection`): ``history`` and ``report`` stay the selection's,
-        ``holdout["refit"]`` says what the refit learnt from. Training over a graph in parts
+        (:func:`~promokit.training.refit.refit_after_selection`): ``history_`` and ``report_`` stay the selection's,
+        ``holdout_["refit"]`` says what the refit learnt from. Training over a graph in parts
         (:mod:`promokit.incentive.parts_training`) refits from the records of every labelled node, keeping no held-out
         metrics (the held-out nodes are not scored first)."""
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
         choice = _validation(validation)  # a bad `validation` is refused before anything changes
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation)
-        self._configure()  # model_params afresh: the strengths an earlier fit of lr chose are no parameter
-        self.recalibration = None
+        self._configure()  # prepare() sets model_params_ afresh: what an earlier fit of lr chose is no parameter
+        self.recalibration_ = None
         valid_fraction = choice.fraction
         validating = bool(valid_fraction) or choice.form == ROWS
         tables = read_tables(data)
-        self.customers_only = tables.customers_only
-        if tables.customers_only and self.model_params["representation"] == "gnn":
+        self.customers_only_ = tables.customers_only
+        if tables.customers_only and self._model_params["representation"] == "gnn":
             raise DataError(f"model {self.model_name!r} needs a graph (merchants and edges, item_edges or customer_edges); "
                             f"with customers only, use one of {list(GRAPHLESS)}")
         if not len(tables.labelled_customers):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
                             f"{len(tables.customers)} customers has a label")
         cfg = self.train_config
-        self.valid_fraction = valid_fraction
-        split = self.split(tables)
+        split = self.split(tables, valid_fraction)
         if choice.form == ROWS:
             split = self._validate_on(split, tables, choice.value)
-        self.holdout = {"test_fraction": float(self.test_fraction), "valid_fraction": valid_fraction,
-                        "seed": cfg.seed, "rows": len(tables.labelled_customers),
-                        "held_out": len(split.test_customers), "merchants": len(tables.merchants),
-                        "held_out_merchants": len(split.test_merchants)}
+        self.holdout_ = {"test_fraction": float(self.test_fraction), "valid_fraction": valid_fraction,
+                         "seed": cfg.seed, "rows": len(tables.labelled_customers),
+                         "held_out": len(split.test_customers), "merchants": len(tables.merchants),
+                         "held_out_merchants": len(split.test_merchants)}
         if not tables.has_merchant_labels:
             split.train_merchants = split.valid_merchants = np.empty(0, dtype=np.int64)
         for name, rows in (("training", split.train_customers), ("validation", split.valid_customers)):
@@ -264,32 +245,32 @@ class IncentiveModel(Estimator):
                                 "use more customers or other fractions")
         allowed = self._allowed_leaks(tables)
         seed_everything(cfg.seed)
-        self.training_ids = id_hashes(np.concatenate([tables.customers[CUSTOMER].to_numpy()[split.train_customers],
+        self.training_ids_ = id_hashes(np.concatenate([tables.customers[CUSTOMER].to_numpy()[split.train_customers],
                                                       tables.merchants[MERCHANT].to_numpy()[split.train_merchants]]))
         self.prepare(tables)
-        self.customer_spec = replace(self.customer_spec, allow_leaky=allowed)
+        self.customer_spec_ = replace(self.customer_spec_, allow_leaky=allowed)
         self.warn_leaks(tables, split.train_customers)
         train_rows = labelled_rows(tables, split.train_customers, split.train_merchants)
         valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if validating else None
-        if self.model_params["representation"] == "linear":
-            self.history = solve_floor(self.net, train_rows, valid_rows, cfg.monitor,
-                                       **{k: self.model_params[k] for k in FLOOR_PARAMS})
-            self.model_params.update(self.net.chosen_params)
+        if self.model_params_["representation"] == "linear":
+            self.history_ = solve_floor(self.net_, train_rows, valid_rows, cfg.monitor,
+                                        **{k: self.model_params_[k] for k in FLOOR_PARAMS})
+            self.model_params_.update(self.net_.chosen_params)
         else:
             metrics = validation_metrics() if valid_rows else None
-            self.history = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
-                self.net, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
-        self.report = FitReport(len(split.train_customers), len(split.valid_customers) if validating else 0,
-                                len(split.test_customers), self.history)
+            self.history_ = Trainer(cfg if valid_rows else replace(cfg, monitor="loss"), checkpoint_dir).fit(
+                self.net_, train_rows, valid_rows, resume, metrics=metrics, on_epoch=on_epoch)
+        self.report_ = FitReport(len(split.train_customers), len(split.valid_customers) if validating else 0,
+                                 len(split.test_customers))
         if valid_rows:
             self.warn_validation_leak(tables, split.valid_customers)
         held = (split.test_customers, split.test_merchants) if len(split.test_customers) else None
         return refit_after_selection(self, tables, held)
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model);
-    #: ``history``, ``report``, ``valid_fraction`` and ``holdout`` stay the selection's.
-    FITTED = ("levels", "customer_spec", "merchant_spec", "labels", "customers_only", "graph", "item_spec",
-              "encoders", "net", "training_ids", "model_params")
+    #: ``history_``, ``report_`` and ``holdout_`` stay the selection's.
+    FITTED = ("levels_", "customer_spec_", "merchant_spec_", "labels_", "customers_only_", "graph_", "item_spec_",
+              "encoders_", "net_", "training_ids_", "model_params_")
     AUTO_CANDIDATES = ("lr", "gnn-hazard")
     AUTO_METRIC = "auc_c"
 
@@ -343,7 +324,7 @@ class IncentiveModel(Estimator):
         customers ``rows`` of ``tables`` (the training customers) almost perfectly
         (:func:`~promokit.data.leakage.find_leaks`): a column measured after the response would let the model read
         the label instead of predicting it."""
-        spec, label = self.customer_spec, (self.labels or {}).get("redeemed", "redeemed")
+        spec, label = self.customer_spec_, (self.labels_ or {}).get("redeemed", "redeemed")
         leaks = find_leaks(tables.customers.iloc[rows], spec.categorical, spec.numeric,
                            {label: (tables.redeemed[rows], None)}, spec.allow_leaky)
         message = leak_warning(leaks)
@@ -365,14 +346,16 @@ class IncentiveModel(Estimator):
     def prepare(self, tables: IncentiveTables) -> GraphInputs:
         """What :meth:`fit` sets before it trains: the value list, the feature specs, the label mapping and the input
         encoders of ``tables``, and an untrained network with their encoded inputs attached, its weights drawn from the
-        training seed. Returns those inputs."""
+        training seed, built by the settings the parameters give (``model_params_``). Returns those inputs."""
         seed_everything(self.train_config.seed)
-        self.levels, self.customer_spec, self.merchant_spec = tables.levels, tables.customer_spec, tables.merchant_spec
-        self.labels, self.customers_only = tables.labels or None, tables.customers_only
-        self.graph, self.item_spec = tables.graph, tables.item_spec
-        self.encoders = InputEncoders.fit(tables)
-        inputs = self.encoders.transform(tables)
-        self.net = self.build_net().attach(inputs)
+        self.model_params_, self.recalibration_ = dict(self._model_params), None
+        self.levels_, self.customer_spec_ = tables.levels, tables.customer_spec
+        self.merchant_spec_ = tables.merchant_spec
+        self.labels_, self.customers_only_ = tables.labels or None, tables.customers_only
+        self.graph_, self.item_spec_ = tables.graph, tables.item_spec
+        self.encoders_ = InputEncoders.fit(tables)
+        inputs = self.encoders_.transform(tables)
+        self.net_ = self.build_net().attach(inputs)
         return inputs
 
     def prepare_encoded(self, levels, customer_spec: FeatureSpec, merchant_spec: FeatureSpec,
@@ -380,34 +363,40 @@ class IncentiveModel(Estimator):
         """What :meth:`prepare` sets, from a customer–merchant graph's value list, feature specs and encoders fitted
         elsewhere (over a graph in parts, :mod:`promokit.incentive.parts_training`): no inputs attached."""
         seed_everything(self.train_config.seed)
-        self.levels, self.customer_spec, self.merchant_spec = np.asarray(levels, np.float64), customer_spec, \
+        self.model_params_, self.recalibration_ = dict(self._model_params), None
+        self.levels_, self.customer_spec_, self.merchant_spec_ = np.asarray(levels, np.float64), customer_spec, \
             merchant_spec
-        self.labels, self.customers_only, self.graph, self.item_spec = None, False, "merchants", None
-        self.encoders = encoders
-        self.net = self.build_net()
+        self.labels_, self.customers_only_, self.graph_, self.item_spec_ = None, False, "merchants", None
+        self.encoders_ = encoders
+        self.net_ = self.build_net()
         return self
 
     def build_net(self) -> IncentiveNet:
         """An untrained :class:`IncentiveNet` of the encoders' widths (weights from torch's generator as it is)."""
-        encoders = self.encoders
+        encoders = self.encoders_
         return IncentiveNet(encoders.customers.cardinalities, encoders.customers.numeric_width,
-                            encoders.customer_structure.numeric_width, partner_cardinalities(encoders, self.graph),
+                            encoders.customer_structure.numeric_width, partner_cardinalities(encoders, self.graph_),
                             encoders.merchants.numeric_width, encoders.merchant_structure.numeric_width,
-                            self.levels.tolist(), **network_params(self.model_params))
+                            self.levels_.tolist(), **network_params(self.model_params_))
 
-    def split(self, data) -> NodeSplit:
+    def split(self, data, valid_fraction: float | None = None) -> NodeSplit:
         """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
-        customers (all of them when every customer has a label) and the merchants."""
+        customers (all of them when every customer has a label) and the merchants. ``valid_fraction``: the share of
+        the rest that validates; None: the one fit validated on (``holdout_["valid_fraction"]``; before fit,
+        :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`)."""
         tables = self.read(data)
         labelled = tables.labelled_customers
-        if (self.holdout or {}).get("rule") == HASHED:  # trained over parts: roles drawn from the ids
-            fractions = self.test_fraction, self.valid_fraction, self.train_config.seed
+        holdout = getattr(self, "holdout_", None) or {}
+        if valid_fraction is None:
+            valid_fraction = holdout.get("valid_fraction", DEFAULT_VALIDATION)
+        if holdout.get("rule") == HASHED:  # trained over parts: roles drawn from the ids
+            fractions = self.test_fraction, valid_fraction, self.train_config.seed
             roles = hashed_roles(tables.customers[CUSTOMER].to_numpy()[labelled], *fractions)
             merchants = np.arange(len(tables.merchants)) if self.merchants_trained else np.empty(0, np.int64)
             merchant_roles = hashed_roles(tables.merchants[MERCHANT].to_numpy()[merchants], *fractions)
             return NodeSplit(*(labelled[roles == role] for role in (TRAIN, VALID, TEST)),
                              *(merchants[merchant_roles == role] for role in (TRAIN, VALID, TEST)))
-        split = node_split(len(labelled), len(tables.merchants), self.test_fraction, self.valid_fraction,
+        split = node_split(len(labelled), len(tables.merchants), self.test_fraction, valid_fraction,
                            self.train_config.seed)
         split.train_customers, split.valid_customers, split.test_customers = (
             labelled[rows] for rows in (split.train_customers, split.valid_customers, split.test_customers))
@@ -418,8 +407,8 @@ class IncentiveModel(Estimator):
         recomputed by :meth:`split`: ``data`` is the graph fit was given (as many labelled customers and merchants)."""
         self._check_fitted()
         tables = self.read(data)
-        check_same_data(self.holdout, len(tables.labelled_customers), "labelled customers")
-        holdout = self.holdout or {}
+        check_same_data(self.holdout_, len(tables.labelled_customers), "labelled customers")
+        holdout = self.holdout_ or {}
         merchants = {"rows": holdout.get("merchants"), "held_out": holdout.get("held_out_merchants")}
         check_same_data(merchants, len(tables.merchants), "merchants")
         split = self.split(tables)
@@ -434,45 +423,45 @@ class IncentiveModel(Estimator):
         ``allocate budget`` reads it as it is (the model's own curve: :attr:`Responses.customers_raw`)."""
         self._check_fitted()
         tables = self.read(data, require_labels=False)
-        return wide_scores(tables.customers[CUSTOMER], self.responses(tables).customers, self.levels, key=CUSTOMER)
+        return wide_scores(tables.customers[CUSTOMER], self.responses(tables).customers, self.levels_, key=CUSTOMER)
 
     def responses(self, data) -> Responses:
         """f_c and f_m of every customer and merchant of ``data`` at every value of the model's list; with a
         :meth:`recalibrate`-d model, f_c recalibrated (:meth:`recalibrated`) and the model's own as
         ``customers_raw``. f_m is never recalibrated (a share ratio, not a probability)."""
         raw = self._raw_responses(data)
-        if self.recalibration is None:
+        if self.recalibration_ is None:
             return raw
         return replace(raw, customers=self.recalibrated(raw.customers), customers_raw=raw.customers)
 
     def recalibrated(self, f_c: np.ndarray) -> np.ndarray:
         """The model's own f_c, ``(N_c, K)`` (every customer at every value of the model's list), through
-        :attr:`recalibration` (as it is without one): its one monotone map applied at every value, so each curve
+        :attr:`recalibration_` (as it is without one): its one monotone map applied at every value, so each curve
         still rises with the value; by level, each value's column by that value's map (a value the recalibration
         did not see by its overall map, with a one-line warning), which keeps the customers' order at each value but
         not every curve rising where the values' maps cross."""
-        if self.recalibration is None:
+        if self.recalibration_ is None:
             return f_c
-        if not isinstance(self.recalibration, GroupRecalibration):
-            return self.recalibration.apply(f_c).reshape(f_c.shape)
+        if not isinstance(self.recalibration_, GroupRecalibration):
+            return self.recalibration_.apply(f_c).reshape(f_c.shape)
         n = len(f_c)
-        message = new_groups_warning({level: n for level in self.recalibration.new_groups(self.levels)},
-                                     n * len(self.levels), "customer × level scores", self.recalibration.by)
+        message = new_groups_warning({level: n for level in self.recalibration_.new_groups(self.levels_)},
+                                     n * len(self.levels_), "customer × level scores", self.recalibration_.by)
         if message and n:
             warnings.warn(message, stacklevel=3)
         return self._by_level(f_c)
 
     def _by_level(self, f_c: np.ndarray) -> np.ndarray:
         """``f_c`` ``(N_c, K)`` through the recalibration by level, each value's column by that value's map."""
-        return np.stack([self.recalibration.apply(f_c[:, j], np.full(len(f_c), level))
-                         for j, level in enumerate(self.levels)], axis=1).reshape(f_c.shape)
+        return np.stack([self.recalibration_.apply(f_c[:, j], np.full(len(f_c), level))
+                         for j, level in enumerate(self.levels_)], axis=1).reshape(f_c.shape)
 
     @property
     def merchants_trained(self) -> bool:
         """Whether the merchant term of eq. 7 trained the merchant head. False for a model trained from training
         records without merchant records (no labelled merchant in the parts): its f_m is NaN, not an untrained
         head's output."""
-        holdout = self.holdout or {}
+        holdout = getattr(self, "holdout_", None) or {}
         return holdout.get("merchants_trained", holdout.get("records") is None and holdout.get("rule") != HASHED)
 
     def _raw_responses(self, data) -> Responses:
@@ -480,16 +469,16 @@ class IncentiveModel(Estimator):
         self._check_fitted()
         tables = self.read(data, require_labels=False)
         self._check_levels(tables)
-        self.net.attach(self.encoders.transform(tables))
+        self.net_.attach(self.encoders_.transform(tables))
         n_c, n_m = len(tables.customers), len(tables.merchants)
         rows = {"node": torch.cat([torch.arange(n_c), torch.arange(n_m)]),
                 "customer": torch.cat([torch.ones(n_c), torch.zeros(n_m)])}
-        out = Trainer(self.train_config).predict(self.net, rows)
+        out = Trainer(self.train_config).predict(self.net_, rows)
         response = out["response"].numpy().astype(np.float64)
         if not self.merchants_trained:
             response[n_c:] = np.nan
         hazard = out["hazard"][:n_c].numpy().astype(np.float64) if "hazard" in out else None
-        return Responses(self.levels, response[:n_c], response[n_c:], hazard)
+        return Responses(self.levels_, response[:n_c], response[n_c:], hazard)
 
     def score_tables(self, data) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The customers' and merchants' score tables as ``incentive predict`` writes them for ``allocate budget``
@@ -530,14 +519,14 @@ class IncentiveModel(Estimator):
             recalibration.fit(offered, tables.redeemed[rows], base_rate=base_rate)
             maps = [recalibration]
         else:
-            recalibration.fit(offered, tables.redeemed[rows], self.levels[tables.customer_level[rows]],
+            recalibration.fit(offered, tables.redeemed[rows], self.levels_[tables.customer_level[rows]],
                               base_rate=base_rate)
             maps = [recalibration.overall, *(g["map"] for g in recalibration.groups.values() if g["map"] is not None)]
         if any(np.any(np.diff(m.apply(np.linspace(0.0, 1.0, 201))) < 0) for m in maps):
             raise DataError(f"the {method} map fitted on {len(rows)} customers decreases in f_c (it would bend the "
                             "response curves down): f_c ranks these customers' redemptions backwards; use isotonic or "
                             "prior-shift")
-        self.recalibration = recalibration
+        self.recalibration_ = recalibration
         if by is not None:
             falls = [(np.diff(curves, axis=1) < -1e-6).any(axis=1) for curves in (f_c, self._by_level(f_c))]
             falling = float((falls[1] & ~falls[0]).mean())  # curves that rose before and fall now
@@ -576,15 +565,15 @@ class IncentiveModel(Estimator):
             merchant_rows = merchant_rows[:0]
         if truth is not None:
             truth = np.asarray(truth, dtype=np.float64)
-            if truth.shape != (len(tables.customers), len(self.levels)):
+            if truth.shape != (len(tables.customers), len(self.levels_)):
                 raise DataError(f"truth: shape {truth.shape}, but the tables have {len(tables.customers)} customers "
-                                f"and the model {len(self.levels)} values")
-        by_level = isinstance(self.recalibration, GroupRecalibration)
+                                f"and the model {len(self.levels_)} values")
+        by_level = isinstance(self.recalibration_, GroupRecalibration)
         result = evaluate_responses(self.responses(tables), tables, customer_rows, merchant_rows, truth,
-                                    new_levels=list(self.recalibration.new_groups(self.levels)) if by_level else None)
+                                    new_levels=list(self.recalibration_.new_groups(self.levels_)) if by_level else None)
         figures = {"response_curves": curve_figure({self.model_name: result.curve}),
                    "uplift_curves": off_pyplot(uplift_figure(result.uplift_curves, f"{self.model_name}: each value "
-                                                             f"against {self.levels[0]:g} (dashed: random)"))}
+                                                             f"against {self.levels_[0]:g} (dashed: random)"))}
         return Evaluation(f"incentive {self.model_name}", result.metrics, figures=figures,
                           tables={"response_curve": result.curve, "uplift_by_quintile": result.uplift,
                                   "uplift_by_level": result.level_uplift, **result.calibration})
@@ -592,36 +581,36 @@ class IncentiveModel(Estimator):
     def read(self, data, *, require_labels: bool = True, labels: dict[str, str] | None = None) -> IncentiveTables:
         """``data`` as tables (tables already read are returned as they are); a fitted model reads them with its value
         list, feature columns and label mapping, which ``labels`` (label role → column) replaces."""
-        if self.net is None:
+        if getattr(self, "net_", None) is None:
             return read_tables(data, require_labels=require_labels, labels=labels)
-        tables = read_tables(data, levels=self.levels, require_labels=require_labels, labels=labels or self.labels,
-                             customer_features=self.customer_spec, merchant_features=self.merchant_spec,
-                             item_features=self.item_spec)
-        if tables.graph != self.graph:
+        tables = read_tables(data, levels=self.levels_, require_labels=require_labels, labels=labels or self.labels_,
+                             customer_features=self.customer_spec_, merchant_features=self.merchant_spec_,
+                             item_features=self.item_spec_)
+        if tables.graph != self.graph_:
             fit_on = {"none": "customers only", "merchants": "a graph", "items": "a customer–item graph",
-                      "customers": "a customer–customer graph"}[self.graph]
-            raise DataError(f"the model was fit on {fit_on}: give {GRAPH_TABLES[self.graph]}")
+                      "customers": "a customer–customer graph"}[self.graph_]
+            raise DataError(f"the model was fit on {fit_on}: give {GRAPH_TABLES[self.graph_]}")
         return tables
 
     def _check_levels(self, tables: IncentiveTables) -> None:
-        if tables.levels.tolist() != self.levels.tolist() and len(tables.customer_level):
-            unknown = np.setdiff1d(tables.levels, self.levels)
+        if tables.levels.tolist() != self.levels_.tolist() and len(tables.customer_level):
+            unknown = np.setdiff1d(tables.levels, self.levels_)
             if len(unknown):
                 raise DataError(f"the tables offer levels {unknown.tolist()} that the model was not trained on "
-                                f"(its value list is {self.levels.tolist()})")
+                                f"(its value list is {self.levels_.tolist()})")
 
     # ---- model directory --------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "incentive", "model": self.model_name, "params": self.model_params,
-                  "levels": self.levels.tolist(), "train": self.train_config.to_dict(),
-                  "split": self.holdout, "refit": self.refit, "labels": self.labels,
-                  "customers_only": self.customers_only,
-                  "graph": self.graph, "item_spec": None if self.item_spec is None else self.item_spec.to_dict(),
-                  "customer_spec": self.customer_spec.to_dict(), "merchant_spec": self.merchant_spec.to_dict()}
-        history = None if self.history is None else self.history.to_dict()
-        extra = None if self.recalibration is None else {RECALIBRATION_FILE: self.recalibration.to_dict()}
-        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, extra, self.training_ids)
+        config = {"promokit": __version__, "task": "incentive", "model": self.model_name, "params": self.model_params_,
+                  "levels": self.levels_.tolist(), "train": self.train_config.to_dict(),
+                  "split": self.holdout_, "refit": self.refit, "labels": self.labels_,
+                  "customers_only": self.customers_only_,
+                  "graph": self.graph_, "item_spec": None if self.item_spec_ is None else self.item_spec_.to_dict(),
+                  "customer_spec": self.customer_spec_.to_dict(), "merchant_spec": self.merchant_spec_.to_dict()}
+        history = None if self.history_ is None else self.history_.to_dict()
+        extra = None if self.recalibration_ is None else {RECALIBRATION_FILE: self.recalibration_.to_dict()}
+        write_model_dir(path, config, self.encoders_.to_dict(), self.net_, history, extra, self.training_ids_)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> IncentiveModel:
@@ -630,20 +619,20 @@ class IncentiveModel(Estimator):
         model = cls(config["model"], config["params"], TrainConfig.loaded(config["train"]), holdout["test_fraction"],
                     config["customer_spec"].get("allow_leaky") or None,
                     config.get("refit", False))  # a format-1 directory without ``refit`` was not refit
-        model.levels = np.asarray(config["levels"], dtype=np.float64)
-        model.labels = config.get("labels")  # None in a format-1 directory without ``labels``
-        model.customers_only = config.get("customers_only", False)
-        model.graph = config.get("graph", "none" if model.customers_only else "merchants")
-        model.item_spec = None if config.get("item_spec") is None else FeatureSpec.from_dict(config["item_spec"])
-        model.valid_fraction, model.holdout = holdout["valid_fraction"], holdout
-        model.history, model.training_ids = History.read(path), read_training_ids(path)
-        model.customer_spec = FeatureSpec.from_dict(config["customer_spec"])
-        model.merchant_spec = FeatureSpec.from_dict(config["merchant_spec"])
-        model.recalibration = read_recalibration(path)
-        model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
-        model.net = model.build_net()
-        load_weights(model.net, path)
-        model.net.eval()
+        model.levels_ = np.asarray(config["levels"], dtype=np.float64)
+        model.labels_ = config.get("labels")  # None in a format-1 directory without ``labels``
+        model.customers_only_ = config.get("customers_only", False)
+        model.graph_ = config.get("graph", "none" if model.customers_only_ else "merchants")
+        model.item_spec_ = None if config.get("item_spec") is None else FeatureSpec.from_dict(config["item_spec"])
+        model.holdout_, model.model_params_, model.report_ = holdout, dict(model._model_params), FitReport()
+        model.history_, model.training_ids_ = History.read(path), read_training_ids(path)
+        model.customer_spec_ = FeatureSpec.from_dict(config["customer_spec"])
+        model.merchant_spec_ = FeatureSpec.from_dict(config["merchant_spec"])
+        model.recalibration_ = read_recalibration(path)
+        model.encoders_ = InputEncoders.from_dict(read_json(path, "encoder.json"))
+        model.net_ = model.build_net()
+        load_weights(model.net_, path)
+        model.net_.eval()
         return model
 
 

@@ -191,22 +191,22 @@ def _inputs(reader: PartReader, out: Path, model: IncentiveModel, shard: Shard) 
     edges = graph_shards.shard_edges(layout, shard)
     prior = prior_shares(nodes) if side == "merchant" else None
     structure = structure_frame(edges, NODE, len(nodes), reader.edge_features, prior)
-    encoders = model.encoders
+    encoders = model.encoders_
     with naming(layout.left[shard.index] if shard.side == LEFT else layout.scratch):
         own = own_inputs(getattr(encoders, f"{side}s"), nodes, getattr(encoders, f"{side}_structure"), structure)
     key = CUSTOMER if side == "customer" else MERCHANT
     write_parquet(pd.DataFrame({key: nodes[key].to_numpy()}), layout.folder(shard) / "keys.parquet")
     for name in ("cat", "num", "structure"):
         graph_shards.save_state(layout, shard, name, getattr(own, name).numpy())
-    if model.net.representation in WITH_HISTORY:
+    if model.net_.representation in WITH_HISTORY:
         graph_shards.save_state(layout, shard, "aggregated", own.aggregated.numpy())
         return None
-    return _advance(layout, out, model, shard, _on_device(model, model.net.node_features, side, own))
+    return _advance(layout, out, model, shard, _on_device(model, model.net_.node_features, side, own))
 
 
 def _on_device(model: IncentiveModel, fn, *args):
     """``fn(*args)``, a step of the model's network, on the model's device (the result on the CPU)."""
-    return run_on(model.net, model.train_config.device, fn, *args)
+    return run_on(model.net_, model.train_config.device, fn, *args)
 
 
 def _history(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard) -> ShardScores | None:
@@ -217,7 +217,7 @@ def _history(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard
     source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, "aggregated", width))
     own.history = neighbour_mean(source, torch.from_numpy(shard_graph.neighbour), torch.from_numpy(shard_graph.target),
                                  torch.from_numpy(shard_graph.weight), len(own))
-    return _advance(layout, out, model, shard, model.net.node_features(SIDE[shard.side], own))
+    return _advance(layout, out, model, shard, model.net_.node_features(SIDE[shard.side], own))
 
 
 def _own(layout: GraphLayout, shard: Shard) -> NodeInputs:
@@ -229,8 +229,8 @@ def _own(layout: GraphLayout, shard: Shard) -> NodeInputs:
 def _advance(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, x: torch.Tensor
              ) -> ShardScores | None:
     """From x: the GNN's first states, kept for its layers; or, without a GNN, the scores."""
-    states = _on_device(model, model.net.first_states, SIDE[shard.side], x)
-    if model.net.representation != "gnn":
+    states = _on_device(model, model.net_.first_states, SIDE[shard.side], x)
+    if model.net_.representation != "gnn":
         return _score(layout, out, model, shard, states)
     graph_shards.save_state(layout, shard, "h0", states.numpy())
     return None
@@ -242,10 +242,10 @@ def _layer(layout: GraphLayout, out: Path, layer: int, model: IncentiveModel, sh
     own = torch.from_numpy(graph_shards.load_state(layout, shard, f"h{layer}"))
     shard_graph = graph_shards.shard_graph(layout, shard)
     source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, f"h{layer}", own.shape[1]))
-    states = _on_device(model, model.net.gnn.layer, layer, SIDE[shard.side], source, own,
+    states = _on_device(model, model.net_.gnn.layer, layer, SIDE[shard.side], source, own,
                         torch.from_numpy(shard_graph.ptr), torch.from_numpy(shard_graph.neighbour),
                         torch.from_numpy(shard_graph.weight))
-    if layer == len(model.net.gnn.to_customer) - 1:
+    if layer == len(model.net_.gnn.to_customer) - 1:
         return _score(layout, out, model, shard, states)
     graph_shards.save_state(layout, shard, f"h{layer + 1}", states.numpy())
     return None
@@ -257,16 +257,16 @@ def _score(layout: GraphLayout, out: Path, model: IncentiveModel, shard: Shard, 
     side = SIDE[shard.side]
 
     def responses(states: torch.Tensor) -> list[torch.Tensor]:
-        return [model.net.heads(side, states[i:i + HEAD_ROWS])["response"] for i in range(0, len(states), HEAD_ROWS)]
+        return [model.net_.heads(side, states[i:i + HEAD_ROWS])["response"] for i in range(0, len(states), HEAD_ROWS)]
 
     pieces = _on_device(model, responses, states)
-    response = (torch.cat(pieces) if pieces else states.new_zeros(0, len(model.levels))).numpy().astype(np.float64)
-    if shard.side == LEFT and model.recalibration is not None:  # as IncentiveModel.responses applies it
+    response = (torch.cat(pieces) if pieces else states.new_zeros(0, len(model.levels_))).numpy().astype(np.float64)
+    if shard.side == LEFT and model.recalibration_ is not None:  # as IncentiveModel.responses applies it
         response = model.recalibrated(response)
     if shard.side == RIGHT and not model.merchants_trained:
         response[:] = np.nan
     keys = pd.read_parquet(layout.folder(shard) / "keys.parquet").iloc[:, 0]
-    scores = wide_scores(keys, response, model.levels)
+    scores = wide_scores(keys, response, model.levels_)
     if shard.side == LEFT:
         write_part(scores, out / "customers", shard.index)
     else:

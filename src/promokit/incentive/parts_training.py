@@ -75,14 +75,14 @@ def train_parts(model: IncentiveModel, customers, merchants, edges, scratch: str
     held = test_fraction or valid_fraction
     fit_from_records(model, scratch / "train" if held else scratch, scratch / "valid" if seeds["valid"] else None,
                      executor=executor, checkpoint_dir=checkpoint_dir, resume=resume)
-    model.test_fraction, model.valid_fraction = test_fraction, valid_fraction
+    model.test_fraction = test_fraction
     trained = model.merchants_trained
-    model.holdout = {"rule": HASHED, "test_fraction": float(test_fraction), "valid_fraction": valid_fraction,
-                     "seed": model.train_config.seed, "rows": sum(seeds.values()), "held_out": seeds["test"],
-                     "merchants": written["merchants"] if trained else None,
-                     "held_out_merchants": written["merchant_seeds"]["test"] if trained else 0,
-                     "merchants_trained": trained}
-    model.report = FitReport(seeds["train"], seeds["valid"], seeds["test"], model.history)
+    model.holdout_ = {"rule": HASHED, "test_fraction": float(test_fraction), "valid_fraction": valid_fraction,
+                      "seed": model.train_config.seed, "rows": sum(seeds.values()), "held_out": seeds["test"],
+                      "merchants": written["merchants"] if trained else None,
+                      "held_out_merchants": written["merchant_seeds"]["test"] if trained else 0,
+                      "merchants_trained": trained}
+    model.report_ = FitReport(seeds["train"], seeds["valid"], seeds["test"])
     refit_after_selection(model, None, None, fit=partial(_fit_on_every_record, model, scratch, executor))
     return written
 
@@ -100,7 +100,7 @@ def write_training_records(model: IncentiveModel, customers, merchants, edges, o
     alone with :func:`~promokit.incentive.record_training.fit_from_records`, reading no graph table. ``model`` is
     prepared with them. ``out`` is local (a URI is a one-line error). Returns the counts (graph, seeds per role,
     records and their bytes)."""
-    if model.model_params["representation"] != "gnn":
+    if model._model_params["representation"] != "gnn":
         raise DataError(f"model {model.model_name!r} reads no graph, so it trains on the tables read whole "
                         "(IncentiveModel.fit); over parts, train one of the gnn models")
     if not isinstance(draws, int) or draws < 1:
@@ -108,7 +108,7 @@ def write_training_records(model: IncentiveModel, customers, merchants, edges, o
     out = local_dir(out, "out")
     valid_fraction = validation_fraction(validation)
     grid, customer_spec, merchant_spec, edge_features = _plan(customers, merchants, edges, executor, levels, types)
-    spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model.model_params["fanouts"]),
+    spec = RecordSpec(tuple(grid), customer_spec, merchant_spec, tuple(model._model_params["fanouts"]),
                       model.train_config.seed, tuple(range(draws)), (float(model.test_fraction), valid_fraction),
                       refit=model.refit)
     written = write_records(customers, merchants, edges, out, None, spec, executor, edge_features)
@@ -147,7 +147,7 @@ def _fit_on_every_record(selected: IncentiveModel, records: Path, executor, twin
     """Fit ``twin``, the refit of ``selected`` (:func:`~promokit.training.refit.refit_twin`): prepared with its
     encoders, trained on ``executor`` from the training, validation and test records in ``records``, validating on
     none."""
-    twin.prepare_encoded(selected.levels, selected.customer_spec, selected.merchant_spec, selected.encoders)
+    twin.prepare_encoded(selected.levels_, selected.customer_spec_, selected.merchant_spec_, selected.encoders_)
     fit_from_records(twin, [records / role for role in ROLES], executor=executor)
 
 

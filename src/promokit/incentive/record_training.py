@@ -129,7 +129,7 @@ def _folders(folders, name: str) -> list[Path]:
 
 def input_widths(model: IncentiveModel) -> dict[str, int]:
     """The widths of the encoded inputs ``model``'s encoders give, as a records part's metadata names them."""
-    encoders = model.encoders
+    encoders = model.encoders_
     return {f"{side}_{name}": width for side, features, structure in
             (("customer", encoders.customers, encoders.customer_structure),
              ("merchant", encoders.merchants, encoders.merchant_structure))
@@ -254,7 +254,7 @@ class RecordJob:
 
     def build_net(self):
         """A copy of the prepared model's network (the same weights on every worker)."""
-        return copy.deepcopy(self.model.net)
+        return copy.deepcopy(self.model.net_)
 
     def batches(self, rank: int, world: int) -> RecordBatches:
         return RecordBatches(self, rank, world)
@@ -270,32 +270,33 @@ def fit_from_records(model: IncentiveModel, records, validation: str | os.PathLi
     ``promokit.scale.LocalExecutor`` in this process, ``RayExecutor`` data-parallel on its workers; None: in this
     process). ``model`` is prepared (:meth:`IncentiveModel.prepare`) with the encoders that wrote the records, which
     must be drawn with its fanouts. Returns the model, which saves, loads, predicts and evaluates as a fitted one
-    (:meth:`~IncentiveModel.evaluate` with ``held_out=False`` on customers kept out of the records); its ``report``
+    (:meth:`~IncentiveModel.evaluate` with ``held_out=False`` on customers kept out of the records); its ``report_``
     counts the customers it trained and validated on."""
     checkpoint_folder(checkpoint_dir)  # a URI is refused before any work
-    if model.net is None or model.encoders is None:
+    if getattr(model, "net_", None) is None or getattr(model, "encoders_", None) is None:
         raise DataError("model: prepare it (IncentiveModel.prepare) with the encoders that wrote the records before "
                         "training from records")
-    if model.model_params["representation"] != "gnn":
+    if model.model_params_["representation"] != "gnn":
         raise DataError(f"model {model.model!r} is no GNN: training from records needs one of the gnn models")
-    fanouts = list(model.net.fanouts)
+    fanouts = list(model.net_.fanouts)
     widths = input_widths(model)
     train = RecordParts(records, "records", fanouts, widths)
     valid = RecordParts(validation, "validation", fanouts, widths) if validation is not None else None
     merchants, valid_merchants = (_merchant_records(folders, name, fanouts, widths)
                                   for folders, name in ((records, "records"), (validation, "validation")))
-    model.net.attach(None)  # the records carry their inputs; prediction attaches the graph's again
+    model.net_.attach(None)  # the records carry their inputs; prediction attaches the graph's again
     job = RecordJob(model, train, valid, merchants, valid_merchants)
     train_job = executor.train if executor is not None else train_in_process
-    model.net, model.history = train_job(job, checkpoint_dir, resume)
-    model.recalibration = None
-    model.training_ids = id_hashes(train.customer_ids())
+    model.net_, model.history_ = train_job(job, checkpoint_dir, resume)
+    model.recalibration_ = None
+    model.training_ids_ = id_hashes(train.customer_ids())
     valid_seeds = valid.seeds if valid is not None else 0
-    model.test_fraction, model.valid_fraction = 0.0, valid_seeds / (train.seeds + valid_seeds)
-    model.holdout = {"test_fraction": 0.0, "valid_fraction": model.valid_fraction, "seed": job.train_config.seed,
-                     "rows": train.seeds + valid_seeds, "held_out": 0,
-                     "records": " and ".join(map(str, _folders(records, "records"))), "merchants_trained": merchants is not None}
-    model.report = FitReport(train.seeds, valid_seeds, 0, model.history)
+    model.test_fraction = 0.0
+    model.holdout_ = {"test_fraction": 0.0, "valid_fraction": valid_seeds / (train.seeds + valid_seeds),
+                      "seed": job.train_config.seed, "rows": train.seeds + valid_seeds, "held_out": 0,
+                      "records": " and ".join(map(str, _folders(records, "records"))),
+                      "merchants_trained": merchants is not None}
+    model.report_ = FitReport(train.seeds, valid_seeds, 0)
     return model
 
 

@@ -117,19 +117,20 @@ def predict(model: str | os.PathLike, customers, merchants, edges, out: str | os
                                 require_labels=False)
         customer_scores, merchant_scores = estimator.score_tables(tables)
         merchants_out = None if tables.graph != "merchants" else out / "merchants.parquet"
-        recalibrated = estimator.recalibration is not None
+        recalibrated = estimator.recalibration_ is not None
         written = WrittenScores(out / "customers.parquet", merchants_out, {
-            "model": estimator.model, "levels": estimator.levels.tolist(), "customers": len(customer_scores),
+            "model": estimator.model, "levels": estimator.levels_.tolist(), "customers": len(customer_scores),
             "merchants": len(merchant_scores), **{k: v for k, v in tables.counts.items() if k.startswith("isolated")},
             "mean_customer_response": customer_scores.drop(columns="user_id").mean().round(6).tolist(),
             "mean_merchant_response": ([] if merchants_out is None else
                                        merchant_scores.drop(columns="user_id").mean().round(6).tolist()),
-            "recalibration": estimator.recalibration.method if recalibrated else None},
+            "recalibration": estimator.recalibration_.method if recalibrated else None},
             in_parts=False)
         write_parquet(customer_scores, written.customers)
         if recalibrated:
             raw = estimator.responses(tables).customers_raw
-            write_parquet(wide_scores(tables.customers[CUSTOMER], raw, estimator.levels), out / "customers_raw.parquet")
+            write_parquet(wide_scores(tables.customers[CUSTOMER], raw, estimator.levels_),
+                          out / "customers_raw.parquet")
         if merchants_out is not None:
             write_parquet(merchant_scores, merchants_out)
     write_json(written.summary, out / "summary.json")
@@ -156,8 +157,8 @@ def recalibrate(model: str | os.PathLike, customers, merchants=None, edges=None,
     tables = estimator.read({"customers": customers, "merchants": merchants, "edges": edges, **graph},
                             require_labels=False, labels=labels)
     estimator.recalibrate(tables, method=method, by=by)
-    write_recalibration(model, estimator.recalibration)
-    return {"method": method, "by": by, **estimator.recalibration.fitted_on}
+    write_recalibration(model, estimator.recalibration_)
+    return {"method": method, "by": by, **estimator.recalibration_.fitted_on}
 
 
 def graph_summary(graph: str, counts: dict) -> str:

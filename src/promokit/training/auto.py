@@ -5,7 +5,7 @@ the same split, keeps the one whose headline metric on the validation rows is hi
 Every candidate is a clone of the estimator with its ``model`` set and ``refit=False``: the same seed, the same test
 hold-out and the same validation rows, so their validation metrics are comparable. A candidate the data do not suit
 (a one-line :class:`~promokit.data.DataError` of its fit: a graph model on customers-only data) is passed over with
-that line. The choice is recorded in the model's ``holdout["auto"]``: the metric, every candidate's value on the
+that line. The choice is recorded in the model's ``holdout_["auto"]``: the metric, every candidate's value on the
 validation rows (or why it was passed over), the model chosen and the reason in words. A candidate chosen by a
 difference within the noise of the validation rows is still the highest there: ``pk.compare`` gives the intervals.
 """
@@ -33,11 +33,12 @@ def fit_auto(estimator, data, *, validation=None, fit_args: Mapping | None = Non
     (``validation_evaluation(data, validation, **fit_args)``, the estimator's ``AUTO_METRIC``), the highest kept,
     refit on every row when ``estimator.refit`` (``every``: every row when that is more than ``data``, as
     :func:`~promokit.training.refit.refit_after_selection` takes it) and adopted: the estimator then is that model,
-    its parameters unchanged (``model`` stays ``"auto"``, ``model_name`` names the choice). Returns ``estimator``."""
+    its parameters unchanged (``model`` stays ``"auto"``; ``model_choice_`` and ``model_name`` name the choice).
+    Returns ``estimator``."""
     if isinstance(validation, numbers.Real) and not isinstance(validation, bool) and validation == 0:
         raise DataError("validation: model='auto' chooses on the validation rows; give a fraction > 0 or the rows")
     fit_args = dict(fit_args or {})
-    estimator.model_choice = None
+    estimator.__dict__.pop("model_choice_", None)
     scores, passed_over, fitted = {}, {}, {}
     console = get_console() if estimator.train_config.progress else None
     for name in estimator.AUTO_CANDIDATES:
@@ -63,15 +64,15 @@ def fit_auto(estimator, data, *, validation=None, fit_args: Mapping | None = Non
     chosen = max(scores, key=scores.get)  # the first (simplest) of equal scores
     model = fitted[chosen]
     record = {"metric": estimator.AUTO_METRIC, "scores": scores, "passed_over": passed_over, "chosen": chosen,
-              "reason": reason(chosen, scores, passed_over, estimator.AUTO_METRIC, model.report.n_valid)}
+              "reason": reason(chosen, scores, passed_over, estimator.AUTO_METRIC, model.report_.n_valid)}
     if estimator.refit:
         model.refit = True  # a checked parameter of the estimator, set on its own clone
-        held = model.held_out(data) if model.report.n_test else None
+        held = model.held_out(data) if model.report_.n_test else None
         refit_after_selection(model, data, held, every=every, **fit_args)
-    model.holdout["auto"] = record
+    model.holdout_["auto"] = record
     keep = estimator.get_params(deep=False)
     estimator.__dict__.update({k: v for k, v in vars(model).items() if k not in keep})
-    estimator.model_choice = chosen
+    estimator.model_choice_ = chosen
     return estimator
 
 

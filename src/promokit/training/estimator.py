@@ -8,6 +8,11 @@ domain (:func:`~promokit.data.split.parse_validation`: a fraction, a table given
 ``predict(data)`` a DataFrame of the data's keys and named outputs; ``evaluate(data)`` an :class:`Evaluation` of
 every row of ``data`` (``held_out=True``: of the rows ``fit`` held out of it); ``save(path)`` writes a model directory
 and ``load(path)`` reads one back. ``data`` is the domain's own contract: a table, or a named set of tables.
+
+What fitting learns (or ``load`` reads back) is held in attributes whose names end in ``_`` (``net_``,
+``history_``, ``holdout_`` …: docs/conventions.md, one contract), none of which an unfitted estimator holds, so
+:func:`sklearn.utils.validation.check_is_fitted` tells a fitted model from an unfitted one; caches are private
+(``_name``).
 """
 
 from __future__ import annotations
@@ -87,7 +92,11 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
 
     A subclass lists its parameters as the keyword arguments of ``__init__``, stores each unchanged under its own
     name, then calls :meth:`_configure`; :meth:`set_params` changes them and configures again, keeping the old
-    values when the new ones are refused. What fitting learns lives in other attributes."""
+    values when the new ones are refused. What the parameters imply, :meth:`_configure` derives (``train_config``;
+    private where fitting takes it over, as ``_model_params`` becomes the fitted ``model_params_``). What fitting
+    learns lives in attributes ending in ``_``, set by ``fit`` and ``load`` (the recalibration, by ``recalibrate``)
+    and never by ``__init__``; the names of those a refit on every row takes from its twin are the class's
+    ``FITTED`` (:meth:`adopt`)."""
 
     @abstractmethod
     def _configure(self) -> None:
@@ -99,16 +108,15 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
     #: over the domain's), and constructing from that gives the same model, so :func:`sklearn.base.clone` works.
     resolved_params = {"train": "train_config"}
 
-    #: With ``model="auto"``, the candidate :meth:`fit` chose (:mod:`promokit.training.auto`); else None.
-    model_choice: str | None = None
     #: What ``model="auto"`` chooses among (the floor first) and by which validation metric (higher better).
     AUTO_CANDIDATES: tuple[str, ...] = ()
     AUTO_METRIC = ""
 
     @property
     def model_name(self) -> str:
-        """The model this estimator is: ``model``, or with ``model="auto"`` the candidate fit chose."""
-        return self.model_choice or self.model
+        """The model this estimator is: ``model``, or with ``model="auto"`` the candidate fit chose
+        (``model_choice_``, :mod:`promokit.training.auto`)."""
+        return getattr(self, "model_choice_", None) or self.model
 
     @property
     def configured_model(self) -> str:
@@ -126,7 +134,7 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
     def set_params(self, **params) -> Estimator:
         old = self.get_params(deep=False)
         if "model" in params and params["model"] != old.get("model"):
-            self.model_choice = None  # what fit chose for model="auto" is no longer this model
+            self.__dict__.pop("model_choice_", None)  # what fit chose for model="auto" is no longer this model
         super().set_params(**params)
         try:
             self._configure()
@@ -139,14 +147,20 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
     def _check_fitted(self) -> None:
         """scikit-learn's :class:`~sklearn.exceptions.NotFittedError` (a ``ValueError`` and an ``AttributeError``)
         unless the model was fitted or loaded."""
-        if getattr(self, "net", None) is None:
+        if not self.__sklearn_is_fitted__():
             name = type(self).__name__
             raise NotFittedError(f"this {name} is not fitted: call fit() or {name}.load()")
 
+    def __sklearn_is_fitted__(self) -> bool:
+        """Whether the model was fitted or loaded: it holds its fitted network, ``net_`` (what
+        :func:`sklearn.utils.validation.check_is_fitted` asks, as :meth:`_check_fitted` does)."""
+        return getattr(self, "net_", None) is not None
+
     def adopt(self, twin: Estimator, fitted) -> None:
-        """Take what ``twin`` learnt, its attributes named in ``fitted``: ``twin`` is this estimator refit on every
-        row with the selection fixed (:func:`~promokit.training.refit.refit_twin`); the parameters, and what they
-        imply, stay this estimator's."""
+        """Take what ``twin`` learnt, its attributes named in ``fitted`` (the class's ``FITTED``: fitted attributes,
+        ending in ``_``, and the private caches that go with them): ``twin`` is this estimator refit on every row with
+        the selection fixed (:func:`~promokit.training.refit.refit_twin`); the parameters, and what they imply, stay
+        this estimator's."""
         for name in fitted:
             setattr(self, name, getattr(twin, name))
 
@@ -157,10 +171,11 @@ class Estimator(BaseEstimator, metaclass=ABCMeta):
         of ``data`` are not those it scored: then score them with ``evaluate``."""
         from promokit.training.refit import fingerprint
 
-        refit = (getattr(self, "holdout", None) or {}).get("refit") or {}
+        refit = (getattr(self, "holdout_", None) or {}).get("refit") or {}
         if not refit.get("evaluation") or refit.get("fingerprint") != fingerprint(self.held_out_frame(data)):
             return None
-        return Evaluation(f"{getattr(self, 'model_name', type(self).__name__)} on the {self.holdout.get('held_out') or 0:,} "
+        held = self.holdout_.get("held_out") or 0
+        return Evaluation(f"{getattr(self, 'model_name', type(self).__name__)} on the {held:,} "
                           "held-out rows, scored before the refit on every row", dict(refit["evaluation"]),
                           tables={name: pd.DataFrame(rows) for name, rows in (refit.get("tables") or {}).items()})
 

@@ -5,13 +5,13 @@ that choose the epoch, the L2 strength or the trees. Both are usually the latest
 model will score, and a model that never learns from them loses more than the paper models gain over the floor
 (KuaiRand-Pure, AmExpert: benchmarks/training.md#refit-on-every-row). So, as scikit-learn's search tools do with
 ``refit=True``, once the settings are chosen the estimator fits again on every row with them fixed: the epochs kept
-(:func:`refit_train`), the strengths or trees chosen (the domain's ``model_params``), no validation and no test
+(:func:`refit_train`), the strengths or trees chosen (the domain's ``model_params_``), no validation and no test
 hold-out. What the held-out rows said of the selected model is scored before the refit and kept
 (:func:`refit_record`): the refit model has learnt from them, so scoring it there again would flatter it, and
 ``held_out_evaluation(data)`` gives those metrics back for the same held-out rows.
 
 Each domain's estimator ends its ``fit`` with :func:`refit_after_selection`; the model directory records the hold-out,
-the selection and the refit under one key, ``holdout``.
+the selection and the refit under one key, ``holdout`` (the model's ``holdout_``).
 """
 
 from __future__ import annotations
@@ -65,16 +65,16 @@ def refit_twin(estimator, data, *, params: dict, history: History | None, fit=No
 
 
 def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_args):
-    """``estimator`` (just fitted on ``data``, its ``report`` counting the validation and test rows held out) refit
+    """``estimator`` (just fitted on ``data``, its ``report_`` counting the validation and test rows held out) refit
     on every row when its ``refit`` is on and it held rows out: the held-out rows ``held`` scored first (its
     ``evaluate(data, rows=held)``, kept with their :func:`fingerprint`), then :func:`refit_twin`'s model, fitted on
     ``every`` (every row fit was given, when that is more than ``data``: a validation table given apart; default
     ``data``; ``fit(twin)`` fits it where the domain's ``fit`` does not, :func:`refit_twin`), adopted (the estimator's
-    ``FITTED`` attributes) and the refit recorded in ``holdout["refit"]``. With ``held`` None no held-out metrics are
+    ``FITTED`` attributes) and the refit recorded in ``holdout_["refit"]``. With ``held`` None no held-out metrics are
     kept (a table in parts, not read whole to score them). A refit that fails (an
     executor gone, a table changed under it) warns in one line and keeps the selected model. Returns
     ``estimator``."""
-    report = estimator.report
+    report = estimator.report_
     if not estimator.refit or not (report.n_valid or report.n_test):
         return estimator
     evaluation = None
@@ -82,23 +82,23 @@ def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_
         with warnings.catch_warnings():  # calibration warnings belong to evaluate, not to fit
             warnings.simplefilter("ignore")
             evaluation = estimator.evaluate(data, rows=held)
-    chosen = dict(getattr(estimator.net, "chosen_params", {}))  # an L2 strength, trees: what validation chose
+    chosen = dict(getattr(estimator.net_, "chosen_params", {}))  # an L2 strength, trees: what validation chose
     try:
         with warnings.catch_warnings(), judged_already():  # the selecting fit warned of these data already
             warnings.simplefilter("ignore")
             twin = refit_twin(estimator, data if every is None else every, params={**(estimator.params or {}), **chosen},
-                              history=report.history, fit=fit, **fit_args)
+                              history=estimator.history_, fit=fit, **fit_args)
     except (DataError, OSError, RuntimeError, ValueError) as exc:
         warnings.warn(f"the refit on every row failed, so the selected model is kept: {exc}", stacklevel=3)
         return estimator
     estimator.adopt(twin, estimator.FITTED)
-    estimator.holdout["refit"] = refit_record(twin.report.n_train, report.history, chosen, evaluation,
-                                              estimator.held_out_frame(data) if evaluation else None)
+    estimator.holdout_["refit"] = refit_record(twin.report_.n_train, estimator.history_, chosen, evaluation,
+                                               estimator.held_out_frame(data) if evaluation else None)
     return estimator
 
 
 def unscored_refit(holdout: dict | None) -> str | None:
-    """What ``evaluate`` warns of a model whose ``holdout`` says it was refit on every row without its held-out rows
+    """What ``evaluate`` warns of a model whose ``holdout_`` says it was refit on every row without its held-out rows
     scored first (a table in parts, not read whole to score them), since scoring them now flatters it; None for any
     other model."""
     refit = (holdout or {}).get("refit")
@@ -115,9 +115,9 @@ def held_out_before_refit(model, data, rescored: Sequence[str] = ()):
     ``data`` are not those fit scored; they were not scored before the refit (a warning, :func:`unscored_refit`);
     or ``rescored`` names what the stored metrics lack (other metrics or label columns asked for: a warning that
     the refit model, which scores them, learnt from these rows)."""
-    if not (model.holdout or {}).get("refit"):
+    if not (model.holdout_ or {}).get("refit"):
         return None
-    unscored = unscored_refit(model.holdout)
+    unscored = unscored_refit(model.holdout_)
     if unscored:
         warnings.warn(unscored, stacklevel=2)
         return None

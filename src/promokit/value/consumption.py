@@ -59,13 +59,13 @@ def payment_layout(parts: list, scratch: Path) -> GraphLayout:
 
 def part_states(layout: GraphLayout, model: ValueModel, k: int) -> list[torch.Tensor]:
     """Users part k's e_c, one tensor per GNN of ``model``, in the part's user order."""
-    depth = len(model.model_params["fanouts"])
+    depth = len(model.model_params_["fanouts"])
     return [torch.from_numpy(graph_shards.load_state(layout, Shard(LEFT, k), f"e{e}h{depth}"))
             for e, _ in enumerate(_gnn_encoders(model))]
 
 
 def _gnn_encoders(model: ValueModel) -> list:
-    return [encoder for encoder in model.net.encoders if encoder.graph]
+    return [encoder for encoder in model.net_.encoders if encoder.graph]
 
 
 def read_payments(parts: list, specs: dict, k: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -82,7 +82,7 @@ def _inputs(layout: GraphLayout, model: ValueModel, shard: Shard) -> None:
     """The shard's GNN inputs and first states, for every GNN of the model."""
     side = SIDE[shard.side]
     edges = graph_shards.shard_edges(layout, shard)
-    encoders = model.encoders
+    encoders = model.encoders_
     if side == "user":
         with naming(layout.left[shard.index]):
             users = read_part(layout.left[shard.index])
@@ -96,7 +96,7 @@ def _inputs(layout: GraphLayout, model: ValueModel, shard: Shard) -> None:
     structure = _structure(structure_encoder, edges, n)
     for e, encoder in enumerate(_gnn_encoders(model)):
         first = encoder.gnn.customer_in if side == "user" else encoder.gnn.merchant_in
-        states = run_on(model.net, model.train_config.device,
+        states = run_on(model.net_, model.train_config.device,
                         lambda own, edges: first(encoder.graph_input(side, own, edges)), features, structure)  # noqa: B023
         graph_shards.save_state(layout, shard, f"e{e}h0", states.numpy())
 
@@ -115,6 +115,6 @@ def _layer(layout: GraphLayout, layer: int, model: ValueModel, shard: Shard) -> 
     for e, encoder in enumerate(_gnn_encoders(model)):
         own = torch.from_numpy(graph_shards.load_state(layout, shard, f"e{e}h{layer}"))
         source = torch.from_numpy(graph_shards.pull(layout, shard, shard_graph, f"e{e}h{layer}", own.shape[1]))
-        states = run_on(model.net, model.train_config.device, encoder.gnn.layer, layer, into, source, own, ptr,
+        states = run_on(model.net_, model.train_config.device, encoder.gnn.layer, layer, into, source, own, ptr,
                         neighbour, weight)
         graph_shards.save_state(layout, shard, f"e{e}h{layer + 1}", states.numpy())

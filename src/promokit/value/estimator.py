@@ -185,12 +185,11 @@ _cached_random_roles = functools.lru_cache(maxsize=1)(random_roles)
 @dataclass
 class FitReport:
     """What :meth:`ValueModel.fit` counted: the deliveries it trained on, validated on (picked the epoch or the
-    trees) and held out for evaluation, and its ``history`` (the model's ``history``)."""
+    trees) and held out for evaluation (the training history is the model's ``history_``)."""
 
     n_train: int = 0
     n_valid: int = 0
     n_test: int = 0
-    history: History | None = None
 
 
 class ValueModel(Estimator):
@@ -211,10 +210,15 @@ class ValueModel(Estimator):
     AUC above 0.99); ``refit`` (:data:`~promokit.training.refit.REFIT`): once the epoch (the floor: its trees and
     smearing factor) is chosen, fit again on every delivery with it fixed (:mod:`promokit.training.refit`; the
     held-out metrics of the selected model, scored before, are ``held_out_evaluation(data)``). What they imply:
-    ``model_params`` (every setting of the network, written to the model directory), ``max_len`` and
-    ``train_config``. What fitting learns: ``specs``, ``encoders``, ``net``, ``history`` and ``report`` (of the
-    selection, before a refit), ``holdout`` (the split it made, and the refit), ``training_ids``,
-    ``trained_until`` and ``kept_contexts``; :meth:`recalibrate` adds ``recalibration``.
+    ``max_len`` and ``train_config``. What fitting learns ends in ``_`` (docs/conventions.md, one contract):
+    ``feature_specs_`` (the feature spec of each table: ``context``, ``users``, ``funds``), ``encoders_``,
+    ``amount_start_`` (where the amount towers start, from the training rows; None in a loaded model), ``net_``,
+    ``model_params_`` (every setting of the network, written to the model directory), ``history_`` and
+    ``report_`` (of the selection, before a refit), ``holdout_`` (the split it made, and the refit),
+    ``training_ids_`` (the hashes of the training deliveries' user ids), ``trained_until_`` (the latest time of
+    the deliveries trained or validated on; None in a format-1 directory without it) and ``kept_contexts_``
+    (context features of training deliveries, ``scoring.context_values``, to score without deliveries);
+    :meth:`recalibrate` adds ``recalibration_``.
 
     Example::
 
@@ -238,26 +242,7 @@ class ValueModel(Estimator):
         self.allow_leaky = allow_leaky
         self.refit = refit
         self._configure()
-        self.encoders: InputEncoders | None = None
-        self.specs: dict[str, FeatureSpec] | None = None
-        self.net: ESDPM | Hurdle | None = None
-        self.history: History | None = None
-        #: the deliveries fit trained on, validated on and held out (of the selection, before a refit)
-        self.report = FitReport()
         self._attached: ValueTables | None = None  # the tables whose node inputs the network holds
-        self.amount_start: AmountStart | None = None  # where the amount towers start (from the training rows)
-        #: the split fit made (:func:`delivery_split`'s arguments; ``valid_fraction`` None for rows given)
-        self.holdout: dict | None = None
-        #: the hashes of the ids of the users of the training deliveries (``training_ids.npy``)
-        self.training_ids: np.ndarray | None = None
-        #: the latest time of the deliveries trained or validated on (contract form; None in a format-1 directory
-        #: without it)
-        self.trained_until: int | float | None = None
-        #: context features of training deliveries (``scoring.context_values``), to score without deliveries
-        self.kept_contexts: dict[str, list] | None = None
-        #: the map of pCTCVR fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`;
-        #: by fund with ``by="fund"``
-        self.recalibration: Recalibration | GroupRecalibration | None = None
 
     def _configure(self) -> None:
         self.train_config = check_common_params(self.model, self.params, self.train, models=MODELS,
@@ -265,7 +250,7 @@ class ValueModel(Estimator):
         check_split(self.test_fraction, 0.0, self.split)
         check_label_roles(self.labels, LABELS)
         check_refit(self.refit)
-        self.allowed_leaky = allowed_columns(self.allow_leaky)
+        self.allowed_leaks = allowed_columns(self.allow_leaky)
         params = dict(self.params or {})
         max_len = params.pop("max_len", 50)
         if not isinstance(max_len, Integral) or isinstance(max_len, bool) or max_len < 1:
@@ -273,9 +258,17 @@ class ValueModel(Estimator):
         check_model_params(self.configured_model, self.net_class, params)
         self.max_len = int(max_len)
         # every setting is written to the model directory, so a later change of a default cannot change a model
-        self.model_params = {**net_defaults(self.net_class), **MODELS[self.configured_model][1], **params}
+        self._model_params = {**net_defaults(self.net_class), **MODELS[self.configured_model][1], **params}
         if not self.is_neural:
-            Hurdle.check_params(self.model_params)
+            Hurdle.check_params(self._model_params)
+
+    def _start_fit(self) -> None:
+        """What every fit (:meth:`fit`, over parts :func:`~promokit.value.parts.train_parts`) starts from: the
+        settings the parameters give as ``model_params_`` (the trees an earlier refit of the floor fixed are no
+        parameter), no recalibration and no history yet."""
+        self._configure()
+        self.model_params_ = dict(self._model_params)
+        self.recalibration_, self.history_ = None, None
 
     @property
     def net_class(self) -> type:
@@ -290,16 +283,16 @@ class ValueModel(Estimator):
     def etv_uses_p(self) -> bool:
         """Whether the ETV is pCTCVR times an amount (eq. 13, the floor's product, ESMM's pCTCVR alone) rather than
         an amount of its own (``mtl-mse``'s exp(v̂) − 1)."""
-        return not self.is_neural or self.model_params["amount"] != "mse"
+        return not self.is_neural or self._model_params["amount"] != "mse"
 
     @property
     def reads_graph(self) -> bool:
-        return bool(self.model_params.get("graph", False))
+        return bool(self._model_params.get("graph", False))
 
     @property
     def predicts_amount(self) -> bool:
         """Whether the ETV holds an amount (ESMM's ETV is its pCTCVR alone)."""
-        return not self.is_neural or self.model_params["amount"] is not None
+        return not self.is_neural or self._model_params["amount"] is not None
 
     def holdout_for(self, validation=None) -> dict:
         """:func:`delivery_split`'s arguments for this model's split and :meth:`fit`'s ``validation``: how
@@ -340,20 +333,20 @@ class ValueModel(Estimator):
 
     def held_out(self, data) -> np.ndarray:
         """The delivery rows of ``data`` that :meth:`fit` held out for evaluation (none with ``test_fraction=0``),
-        recomputed by the rule in ``holdout``: ``data`` is the data fit was given."""
-        if self.holdout is None:  # fit sets it first, before the network
+        recomputed by the rule in ``holdout_``: ``data`` is the data fit was given."""
+        if getattr(self, "holdout_", None) is None:  # fit sets it first, before the network
             self._check_fitted()
             return np.empty(0, dtype=np.int64)  # a format-1 directory without ``holdout`` held nothing out
         tables = self._tables(data, require_labels=False)
-        check_same_data(self.holdout, len(tables.deliveries), "deliveries")
-        holdout = self.holdout
+        check_same_data(self.holdout_, len(tables.deliveries), "deliveries")
+        holdout = self.holdout_
         return delivery_split(tables, holdout["test_fraction"], 0.0, holdout["how"], holdout["seed"])[2]
 
     def fit(self, data, *, validation=None, checkpoint_dir: str | os.PathLike | None = None, resume: bool = False,
             on_epoch=None) -> ValueModel:
         """Train on the deliveries of ``data`` (:class:`ValueTables`, a dataset folder, or a mapping of table name
         → DataFrame or path) that :meth:`split_rows` leaves for training: ``test_fraction`` of them are held out
-        by ``split`` for evaluation (``holdout`` records how), and the epoch is picked on the ``validation`` rows —
+        by ``split`` for evaluation (``holdout_`` records how), and the epoch is picked on the ``validation`` rows —
         None (the latest :data:`VALIDATION_FRACTION` of the rest, or a random share with ``split="random"``), a
         fraction in [0, 1) (0: none, the last epoch is kept), a time (the deliveries from it on) or the delivery
         rows themselves (:meth:`split_rows`). Encoders are fitted
@@ -366,15 +359,15 @@ class ValueModel(Estimator):
         With ``refit`` (the default) and deliveries held out for validation or evaluation, the held-out deliveries
         are then scored (:meth:`held_out_evaluation` gives it back) and the model fit again on every delivery with
         the epochs (the floor: its trees and smearing factor) it chose
-        (:func:`~promokit.training.refit.refit_after_selection`; no checkpoint): ``history`` and ``report`` stay the
-        selection's, ``holdout["refit"]`` says what the refit learnt from. Training over a dataset in parts
+        (:func:`~promokit.training.refit.refit_after_selection`; no checkpoint): ``history_`` and ``report_`` stay the
+        selection's, ``holdout_["refit"]`` says what the refit learnt from. Training over a dataset in parts
         (:func:`~promokit.value.parts.train_parts`) refits over the parts on every delivery, keeping no held-out
         metrics (the held-out deliveries are not scored first)."""
         checkpoint_folder(checkpoint_dir)  # a local folder: a URI is refused before anything is read
         _validation(validation)  # a bad `validation` is refused before anything changes
         if self.model == AUTO:
             return fit_auto(self, value_tables(data, labels=self.labels), validation=validation)
-        self._configure()  # model_params afresh: the trees an earlier refit of the floor fixed are no parameter
+        self._start_fit()
         tables = value_tables(data, labels=self.labels)
         if not tables.has_labels:
             raise DataError("deliveries: training needs the 'click', 'convert' and 'amount' columns")
@@ -385,36 +378,35 @@ class ValueModel(Estimator):
         for name, rows in (("training", train), ("validation", valid)):
             if len(rows):
                 _check_learnable(name, len(rows), int(tables.convert[rows].sum()))
-        self.specs = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
-        warn_leaks(tables, train, self.specs, self.allowed_leaky, self.labels)
+        self.feature_specs_ = {"context": tables.context_spec, "users": tables.user_spec, "funds": tables.fund_spec}
+        warn_leaks(tables, train, self.feature_specs_, self.allowed_leaks, self.labels)
         seed_everything(self.train_config.seed)
-        self.recalibration = None
-        self.holdout = {**self.holdout_for(validation), "rows": len(tables.deliveries), "held_out": len(test)}
-        self.training_ids = id_hashes(tables.deliveries[USER].to_numpy()[train])
-        self.trained_until = tables.time[np.concatenate([train, valid])].max().item()
-        self.kept_contexts = context_values(tables.deliveries.iloc[train[draw_contexts(len(train), KEPT_CONTEXTS)]],
-                                            tables.context_spec.features)
-        self.encoders = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
-        train_rows = self.encoders.rows(tables, train)
-        self.amount_start = AmountStart.of(train_rows["v"], train_rows["convert"])
-        self.net = self.build_net().attach(self.encoders.nodes(tables))
+        self.holdout_ = {**self.holdout_for(validation), "rows": len(tables.deliveries), "held_out": len(test)}
+        self.training_ids_ = id_hashes(tables.deliveries[USER].to_numpy()[train])
+        self.trained_until_ = tables.time[np.concatenate([train, valid])].max().item()
+        self.kept_contexts_ = context_values(tables.deliveries.iloc[train[draw_contexts(len(train), KEPT_CONTEXTS)]],
+                                             tables.context_spec.features)
+        self.encoders_ = InputEncoders.fit(tables, self.max_len, rows=train, graph=self.reads_graph)
+        train_rows = self.encoders_.rows(tables, train)
+        self.amount_start_ = AmountStart.of(train_rows["v"], train_rows["convert"])
+        self.net_ = self.build_net().attach(self.encoders_.nodes(tables))
         self._attached = tables
-        valid_rows = self.encoders.rows(tables, valid) if len(valid) else None
+        valid_rows = self.encoders_.rows(tables, valid) if len(valid) else None
         if not self.is_neural:
-            self.history = self.net.fit(train_rows, valid_rows, self.train_config.seed)
+            self.history_ = self.net_.fit(train_rows, valid_rows, self.train_config.seed)
         else:
             config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
-            self.history = Trainer(config, checkpoint_dir).fit(self.net, train_rows, valid_rows, resume,
-                                                               metrics=self.validation_metrics(valid_rows),
-                                                               on_epoch=on_epoch)
-        self.report = FitReport(len(train), len(valid), len(test), self.history)
-        warn_validation_leak(self.history)
+            self.history_ = Trainer(config, checkpoint_dir).fit(self.net_, train_rows, valid_rows, resume,
+                                                                metrics=self.validation_metrics(valid_rows),
+                                                                on_epoch=on_epoch)
+        self.report_ = FitReport(len(train), len(valid), len(test))
+        warn_validation_leak(self.history_)
         return refit_after_selection(self, tables, test)
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model);
-    #: ``history``, ``report`` and ``holdout`` stay the selection's.
-    FITTED = ("specs", "encoders", "amount_start", "net", "_attached", "training_ids", "trained_until",
-              "kept_contexts", "model_params")
+    #: ``history_``, ``report_`` and ``holdout_`` stay the selection's.
+    FITTED = ("feature_specs_", "encoders_", "amount_start_", "net_", "_attached", "training_ids_", "trained_until_",
+              "kept_contexts_", "model_params_")
     AUTO_CANDIDATES = ("hurdle", "esdpm-ncg", "esdpm")
     AUTO_METRIC = "auc"
 
@@ -432,12 +424,12 @@ class ValueModel(Estimator):
         return self._tables(data, require_labels=False).deliveries.iloc[self.held_out(data)]
 
     def build_net(self) -> ESDPM | Hurdle:
-        """A new network for the fitted encoders, its amount towers started at :attr:`amount_start` (or the floor's
+        """A new network for the fitted encoders, its amount towers started at :attr:`amount_start_` (or the floor's
         boosters); training over parts (:mod:`promokit.value.parts`) builds each worker's with it."""
         if not self.is_neural:
-            return Hurdle(self.encoders, **self.model_params)
-        net = ESDPM(self.encoders.sizes(), **self.model_params)
-        net.init_amount(self.amount_start)
+            return Hurdle(self.encoders_, **self.model_params_)
+        net = ESDPM(self.encoders_.sizes(), **self.model_params_)
+        net.init_amount(self.amount_start_)
         return net
 
     def validation_metrics(self, valid: dict | None) -> dict | None:
@@ -477,14 +469,14 @@ class ValueModel(Estimator):
         for name, role in (("training", TRAIN), ("validation", VALID)):
             if rows[role]:
                 _check_learnable(name, int(rows[role]), int(converted[role]))
-        self.specs, self.encoders, self._attached, self.recalibration = specs, encoders, None, None
-        self.holdout = {**holdout, "rows": int(rows.sum()), "held_out": int(rows[TEST])}
-        self.amount_start = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
-        self.training_ids = np.unique(np.concatenate([c["subjects"] for c in counts]))
-        self.trained_until = max((c["latest"] for c in counts if c["latest"] is not None), default=None)
+        self.feature_specs_, self.encoders_, self._attached, self.recalibration_ = specs, encoders, None, None
+        self.holdout_ = {**holdout, "rows": int(rows.sum()), "held_out": int(rows[TEST])}
+        self.amount_start_ = AmountStart.from_moments([c["v_converted"] for c in counts], [c["v"] for c in counts])
+        self.training_ids_ = np.unique(np.concatenate([c["subjects"] for c in counts]))
+        self.trained_until_ = max((c["latest"] for c in counts if c["latest"] is not None), default=None)
         kept = pd.concat([pd.DataFrame(c["contexts"]) for c in counts], ignore_index=True)
-        self.kept_contexts = context_values(kept.iloc[draw_contexts(len(kept), KEPT_CONTEXTS)],
-                                            specs["context"].features)
+        self.kept_contexts_ = context_values(kept.iloc[draw_contexts(len(kept), KEPT_CONTEXTS)],
+                                             specs["context"].features)
 
     def predict(self, data, *, rows: np.ndarray | None = None) -> pd.DataFrame:
         """``user_id`` and ``fund`` of every delivery of ``data`` (:class:`ValueTables`, a dataset folder, or a
@@ -498,12 +490,12 @@ class ValueModel(Estimator):
         self._check_fitted()
         tables = self._tables(data, require_labels=False)
         self._attach(tables)
-        out = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))
+        out = Trainer(self.train_config).predict(self.net_, self.encoders_.rows(tables, rows))
         out = {k: out[k].numpy().astype(np.float64) for k in OUTPUTS if k in out}
         chosen = slice(None) if rows is None else rows
         keys = {key: tables.deliveries[key].to_numpy()[chosen] for key in (USER, FUND)}
         frame = pd.DataFrame({**keys, **out})
-        if self.recalibration is not None:
+        if self.recalibration_ is not None:
             funds = np.asarray(tables.fund_names, dtype=object)[tables.fund[chosen]]
             self._warn_new_funds(funds, "deliveries")
             frame["p_ctcvr"], frame["etv"] = self.recalibrated(out["p_ctcvr"], out["etv"], funds)
@@ -512,18 +504,18 @@ class ValueModel(Estimator):
 
     def recalibrated(self, p_ctcvr: np.ndarray, etv: np.ndarray,
                      funds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The model's own ``p_ctcvr`` and ``etv`` through :attr:`recalibration` (as they are without one): p' =
+        """The model's own ``p_ctcvr`` and ``etv`` through :attr:`recalibration_` (as they are without one): p' =
         the map of p, and an ETV that is p times an amount (:attr:`etv_uses_p`; eq. 13) scaled by p' / p, so it
         stays p' times the same amount. ``funds``: each value's fund (its name, as ``fund_names`` gives it), by
         which a recalibration by fund maps it (required for one)."""
-        if self.recalibration is None:
+        if self.recalibration_ is None:
             return p_ctcvr, etv
-        if isinstance(self.recalibration, GroupRecalibration):
+        if isinstance(self.recalibration_, GroupRecalibration):
             if funds is None:
                 raise ValueError("the recalibration is by fund: give each value's fund")
-            recalibrated = self.recalibration.apply(p_ctcvr, funds)
+            recalibrated = self.recalibration_.apply(p_ctcvr, funds)
         else:
-            recalibrated = self.recalibration.apply(p_ctcvr)
+            recalibrated = self.recalibration_.apply(p_ctcvr)
         if not self.etv_uses_p:
             return recalibrated, etv
         return recalibrated, etv * np.divide(recalibrated, p_ctcvr, out=np.zeros_like(recalibrated),
@@ -532,9 +524,9 @@ class ValueModel(Estimator):
     def _warn_new_funds(self, funds, what: str, rows: int = 1) -> None:
         """Warn (one line) of the ``funds`` (one per score, ``rows`` scores each) the recalibration by fund did not
         see."""
-        if isinstance(self.recalibration, GroupRecalibration):
-            new = {fund: count * rows for fund, count in self.recalibration.new_groups(funds).items()}
-            message = new_groups_warning(new, len(funds) * rows, what, self.recalibration.by)
+        if isinstance(self.recalibration_, GroupRecalibration):
+            new = {fund: count * rows for fund, count in self.recalibration_.new_groups(funds).items()}
+            message = new_groups_warning(new, len(funds) * rows, what, self.recalibration_.by)
             if message:
                 warnings.warn(message, stacklevel=3)
 
@@ -558,14 +550,14 @@ class ValueModel(Estimator):
         n = len(tables.deliveries)
         rows = np.arange(n) if rows is None else check_rows(rows, n, "rows", "deliveries")
         self._attach(tables)
-        p = Trainer(self.train_config).predict(self.net, self.encoders.rows(tables, rows))["p_ctcvr"]
+        p = Trainer(self.train_config).predict(self.net_, self.encoders_.rows(tables, rows))["p_ctcvr"]
         if by is None:
-            self.recalibration = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows],
-                                                   base_rate=base_rate)
+            self.recalibration_ = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows],
+                                                    base_rate=base_rate)
         else:
             funds = np.asarray(tables.fund_names, dtype=object)[tables.fund[rows]]
-            self.recalibration = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows], funds,
-                                                   base_rate=base_rate)
+            self.recalibration_ = recalibration.fit(p.numpy().astype(np.float64), tables.convert[rows], funds,
+                                                    base_rate=base_rate)
         return self
 
     def evaluate(self, data, *, held_out: bool = False, rows: np.ndarray | None = None) -> Evaluation:
@@ -590,7 +582,7 @@ class ValueModel(Estimator):
     def _tables(self, data, require_labels: bool) -> ValueTables:
         """``data`` as tables with this model's features (extra columns may be there), its labels read from the
         columns ``labels`` names when they are needed (scoring reads none)."""
-        return value_tables(data, require_labels=require_labels, specs=self.specs,
+        return value_tables(data, require_labels=require_labels, specs=self.feature_specs_,
                             labels=self.labels if require_labels else None)
 
     def score_matrix(self, tables, at=None, users: np.ndarray | None = None,
@@ -612,24 +604,24 @@ class ValueModel(Estimator):
         n_users, n_funds = len(users), len(tables.funds)
         at = scoring_time(event_times(tables), at)
         if context_rows is None:
-            drawn_from = tables.deliveries if len(tables.deliveries) else kept_contexts(self.kept_contexts,
-                                                                                        self.specs["context"])
+            drawn_from = tables.deliveries if len(tables.deliveries) else kept_contexts(self.kept_contexts_,
+                                                                                        self.feature_specs_["context"])
             context_rows = drawn_from.iloc[draw_contexts(len(drawn_from), contexts, seed)]
-        context = self.encoders.context.transform(context_rows)
+        context = self.encoders_.context.transform(context_rows)
         ctx_cat, ctx_num = torch.from_numpy(context.categorical), torch.from_numpy(context.numeric)
-        self.net.eval()
+        self.net_.eval()
         scores = np.empty((n_users, n_funds))
         funds = np.asarray(tables.fund_names, dtype=object)
         self._warn_new_funds(funds, "user × fund scores", n_users)
-        by_fund = isinstance(self.recalibration, GroupRecalibration)
+        by_fund = isinstance(self.recalibration_, GroupRecalibration)
         pair_funds = np.repeat(funds, len(context_rows))  # user-major, then fund, then context (pair_outputs)
-        sequences = self.encoders.sequences(_at(tables, users, at), np.arange(n_users))
-        with running_on(self.net, resolve_device(self.train_config.device)) as device:
+        sequences = self.encoders_.sequences(_at(tables, users, at), np.arange(n_users))
+        with running_on(self.net_, resolve_device(self.train_config.device)) as device:
             for start in range(0, n_users, chunk):
                 part = users[start:start + chunk]
                 inputs = to_device((torch.from_numpy(part), torch.from_numpy(sequences[start:start + chunk]), ctx_cat,
                                     ctx_num), device)
-                out = to_cpu(self.net.pair_outputs(*inputs, n_funds))
+                out = to_cpu(self.net_.pair_outputs(*inputs, n_funds))
                 etv = self.recalibrated(*(out[k].numpy().astype(np.float64) for k in ("p_ctcvr", "etv")),
                                         np.tile(pair_funds, len(part)) if by_fund else None)[1]
                 scores[start:start + len(part)] = etv.reshape(len(part), n_funds, -1).mean(axis=2)
@@ -659,7 +651,7 @@ class ValueModel(Estimator):
             return
         if self.reads_graph and tables.consumption is None:
             raise DataError(f"model {self.model_name!r} reads the consumption graph: give the consumption table")
-        self.net.attach(self.encoders.nodes(tables))
+        self.net_.attach(self.encoders_.nodes(tables))
         self._attached = tables
 
     def use_consumption_states(self, tables: ValueTables, states: list[torch.Tensor]) -> None:
@@ -667,20 +659,20 @@ class ValueModel(Estimator):
         given: ``states``, one per GNN of the network, a row per user of ``tables``, computed over the whole graph
         (:mod:`promokit.value.consumption`)."""
         self._attach(tables)
-        for encoder, users in zip([e for e in self.net.encoders if e.graph], states, strict=True):
+        for encoder, users in zip([e for e in self.net_.encoders if e.graph], states, strict=True):
             encoder.use_states(users)
 
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
         config = {"promokit": __version__, "task": "value", "model": self.model_name,
-                  "params": {**self.model_params, "max_len": self.max_len}, "train": self.train_config.to_dict(),
-                  "specs": {name: spec.to_dict() for name, spec in self.specs.items()}, "split": self.holdout,
-                  "trained_until": self.trained_until, "contexts": self.kept_contexts, "labels": self.labels,
+                  "params": {**self.model_params_, "max_len": self.max_len}, "train": self.train_config.to_dict(),
+                  "specs": {name: spec.to_dict() for name, spec in self.feature_specs_.items()}, "split": self.holdout_,
+                  "trained_until": self.trained_until_, "contexts": self.kept_contexts_, "labels": self.labels,
                   "allow_leaky": self.allow_leaky, "refit": self.refit}
-        history = None if self.history is None else self.history.to_dict()
-        extra = {} if self.recalibration is None else {RECALIBRATION_FILE: self.recalibration.to_dict()}
-        write_model_dir(path, config, self.encoders.to_dict(), self.net, history, extra,
-                        training_ids=self.training_ids)
+        history = None if self.history_ is None else self.history_.to_dict()
+        extra = {} if self.recalibration_ is None else {RECALIBRATION_FILE: self.recalibration_.to_dict()}
+        write_model_dir(path, config, self.encoders_.to_dict(), self.net_, history, extra,
+                        training_ids=self.training_ids_)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> ValueModel:
@@ -693,19 +685,20 @@ class ValueModel(Estimator):
                     split=holdout["how"], test_fraction=holdout["test_fraction"], labels=config.get("labels"),
                     allow_leaky=config.get("allow_leaky"),
                     refit=config.get("refit", False))  # a format-1 directory without ``refit`` was not refit
-        model.specs = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
-        model.holdout = holdout
-        model.history, model.training_ids = History.read(path), read_training_ids(path)
-        model.trained_until, model.kept_contexts = config.get("trained_until"), config.get("contexts")
-        model.encoders = InputEncoders.from_dict(read_json(path, "encoder.json"))
-        model.recalibration = read_recalibration(path)
+        model.feature_specs_ = {name: FeatureSpec.from_dict(spec) for name, spec in config["specs"].items()}
+        model.holdout_, model.model_params_, model.report_ = holdout, dict(model._model_params), FitReport()
+        model.amount_start_ = None  # the towers' start is in the weights
+        model.history_, model.training_ids_ = History.read(path), read_training_ids(path)
+        model.trained_until_, model.kept_contexts_ = config.get("trained_until"), config.get("contexts")
+        model.encoders_ = InputEncoders.from_dict(read_json(path, "encoder.json"))
+        model.recalibration_ = read_recalibration(path)
         if not model.is_neural:
-            model.net = Hurdle(model.encoders, **model.model_params).load_texts(
+            model.net_ = Hurdle(model.encoders_, **model.model_params_).load_texts(
                 path, FORMER_PREFIX if config["model"] in RENAMED else PREFIX)
             return model
-        model.net = ESDPM(model.encoders.sizes(), **model.model_params)
-        load_weights(model.net, path)
-        model.net.eval()
+        model.net_ = ESDPM(model.encoders_.sizes(), **model.model_params_)
+        load_weights(model.net_, path)
+        model.net_.eval()
         return model
 
 

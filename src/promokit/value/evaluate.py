@@ -88,10 +88,10 @@ def value_metrics(model, tables, rows: np.ndarray) -> tuple[dict, dict[str, pd.D
     metrics["etv_bias"] = float(etv.mean() / amount.mean() - 1) if amount.mean() > 0 else float("nan")
     metrics["deliveries"] = len(rows)
     funds = np.asarray(list(tables.fund_names), dtype=object)[tables.fund[rows]]
-    by_fund = getattr(model.recalibration, "by", None) == "fund"
+    by_fund = getattr(model.recalibration_, "by", None) == "fund"
     conversion = calibration_report(p_ctcvr, convert, f"value model {model.model} pCTCVR (against convert)",
                                     groups=funds, by="fund",
-                                    new_groups=list(model.recalibration.new_groups(funds)) if by_fund else None)
+                                    new_groups=list(model.recalibration_.new_groups(funds)) if by_fund else None)
     metrics.update(conversion.metrics)
     return metrics, {"decile_calibration": calibration(amount, etv),
                      "calibration_per_fund": fund_calibration(tables.fund_names, tables.fund[rows], etv, amount),

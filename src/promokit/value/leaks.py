@@ -17,7 +17,7 @@ import pandas as pd
 from promokit.data.errors import DataError
 from promokit.data.leakage import MAX_ROWS, find_leaks, leak_warning, validation_leak_warning
 
-#: The tables whose features a delivery carries, by the name of their spec in a value model's ``specs``.
+#: The tables whose features a delivery carries, by the name of their spec in a value model's ``feature_specs_``.
 FEATURE_TABLES = {"context": "deliveries", "users": "users", "funds": "funds"}
 
 

@@ -211,7 +211,7 @@ def _contexts(parts: list[ValuePart], times: list[PartTimes], contexts: int) -> 
 def _score_part(when, context: pd.DataFrame, layout, model: ValueModel, part: ValuePart) -> PartValues:
     """Validate and score one part at time ``when`` in the ``context`` rows (with its users' e_c from ``layout``
     when the model reads the consumption graph); write its output parts."""
-    tables = read_part_tables(part, model.specs)
+    tables = read_part_tables(part, model.feature_specs_)
     if layout is not None:
         from promokit.value.consumption import part_states
 
@@ -271,7 +271,7 @@ class DeliveryRows:
         tables = read_part_tables(self.parts[index], self.specs, True, self.repair, labels=self.labels)
         roles = self.split.roles(tables.time, self.offsets[index])
         rows = np.flatnonzero(roles == self.role)[start:stop]
-        tensors = estimator.encoders.rows(tables, rows, carry_nodes=True)
+        tensors = estimator.encoders_.rows(tables, rows, carry_nodes=True)
         if self.user_rows:
             import torch
 
@@ -300,13 +300,14 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
 
     checkpoint_dir = checkpoint_folder(checkpoint_dir)
     scratch = local_dir(scratch, "scratch")
-    wide_over_parts(estimator.model_params)
     if not estimator.is_neural:
         raise DataError(f"model {estimator.model!r} boosts its trees on the whole training table in one process, so "
                         "it does not train over parts; give the tables as one folder, or train a network (esdpm-ncg)")
     if estimator.reads_graph and "consumption" not in paths:
         raise DataError(f"model {estimator.model!r} reads the consumption graph: give the consumption/ parts (or "
                         "train esdpm-ncg, the same model without it)")
+    estimator._start_fit()
+    wide_over_parts(estimator.model_params_)
     job, counts = _plan(estimator, paths, executor, scratch, repair, types, validation)
     # out of the checkpoint folder, which a fresh run empties
     records = Path(f"{checkpoint_dir}.graph-records") if checkpoint_dir is not None else \
@@ -316,14 +317,14 @@ def train_parts(estimator: ValueModel, paths: dict[str, Path], executor, scratch
             from promokit.value.graph_records import write_records
             from promokit.value.graph_training import GraphJob
 
-            write_records(dataset_parts(paths), job.train_rows.specs, estimator.encoders, records,
-                          estimator.model_params["fanouts"], estimator.train_config.seed, range(graph_draws), executor)
+            write_records(dataset_parts(paths), job.train_rows.specs, estimator.encoders_, records,
+                          estimator.model_params_["fanouts"], estimator.train_config.seed, range(graph_draws), executor)
             job = GraphJob(job, str(records), graph_draws)
-        estimator.net, estimator.history = executor.train(job, checkpoint_dir, resume)
+        estimator.net_, estimator.history_ = executor.train(job, checkpoint_dir, resume)
     finally:
         shutil.rmtree(records, ignore_errors=True)
-    warn_validation_leak(estimator.history)
-    estimator.report = FitReport(counts["train"], counts["valid"], counts["test"], estimator.history)
+    warn_validation_leak(estimator.history_)
+    estimator.report_ = FitReport(counts["train"], counts["valid"], counts["test"])
     refit_after_selection(estimator, None, None, fit=lambda twin: train_parts(
         twin, paths, executor, scratch, 0.0, repair=repair, types=types, graph_draws=graph_draws))
     return counts
@@ -366,7 +367,7 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
                                                               estimator.max_len), [c.labels for c in counted], split)
     # the label-leak guard judges the training deliveries of the first part with deliveries (as conversion's does)
     trained = np.flatnonzero(rule.roles(sample.time, offsets[first]) == TRAIN)
-    warn_leaks(sample, trained, specs, estimator.allowed_leaky, estimator.labels)
+    warn_leaks(sample, trained, specs, estimator.allowed_leaks, estimator.labels)
     training_parts = tuple(replace(p, files={k: v for k, v in p.files.items() if k != "consumption"}) for p in parts)
     rows = [np.array([c.labels["rows"][role] for c in counted]) for role in (TRAIN, VALID, TEST)]
     reader = partial(DeliveryRows, training_parts, specs, rule, offsets, repair=repair, labels=estimator.labels,

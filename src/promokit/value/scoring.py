@@ -34,7 +34,7 @@ def event_times(tables: ValueTables) -> np.ndarray:
 
 def scoring_notes(tables: ValueTables, when, at_given: bool, trained_until) -> list[str]:
     """What to know of the behaviours a scoring at ``when`` reads: those at or after it are left out, and by
-    default (no ``--at``) those after the model's training deliveries (``trained_until``) are read — the held-out
+    default (no ``--at``) those after the model's training deliveries (``trained_until_``) are read — the held-out
     period's, when the folder is the one the model was trained on."""
     if tables.behaviors is None:
         return []

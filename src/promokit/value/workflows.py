@@ -66,7 +66,7 @@ def train(estimator: ValueModel, data, executor, *, validation: float | None = N
                   if what.endswith("(dropped)") and n or what.startswith("repaired")}
     rule = (f"the latest {estimator.test_fraction:.0%} by time" if estimator.split == "time" else
             f"drawn at random, seed {estimator.train_config.seed}")
-    held = f"{rows['test']:,} of {estimator.holdout['rows']:,} deliveries ({rule})" if rows["test"] else None
+    held = f"{rows['test']:,} of {estimator.holdout_['rows']:,} deliveries ({rule})" if rows["test"] else None
     return Trained(in_parts(paths), rows, counts, held)
 
 
@@ -99,7 +99,7 @@ def predict(model, data, out, executor, *, at=None, contexts: int = SCORE_CONTEX
         scores, notes = out / "scores", ()
     else:
         estimator = ValueModel.load(model)
-        tables = read_folder(data, False, specs=estimator.specs)
+        tables = read_folder(data, False, specs=estimator.feature_specs_)
         values, notes = _predict_folder(estimator, tables, out, at, contexts, users_list)
         name, scores = estimator.model, out / "scores.parquet"
     summary = prediction_summary(name, values)
@@ -123,8 +123,8 @@ def _predict_folder(estimator: ValueModel, tables, out: Path, at, contexts: int,
         notes.append("no deliveries table: users × funds scored in the delivery contexts the model kept")
     notes.append(f"scored as of {time_text(when)}" if at or not len(times) else
                  f"scored just after the latest event, {time_text(times.max())}")
-    if estimator.encoders.max_len:  # a model trained without behaviours reads none
-        notes += scoring_notes(tables, when, at is not None, estimator.trained_until)
+    if estimator.encoders_.max_len:  # a model trained without behaviours reads none
+        notes += scoring_notes(tables, when, at is not None, estimator.trained_until_)
     return [score_stats(scores, len(tables.deliveries))], notes
 
 
@@ -170,12 +170,12 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
     from promokit.metrics.value import decile_figure
 
     estimator = model if isinstance(model, ValueModel) else ValueModel.load(model)
-    tables = read_folder(data, True, repair_labels, estimator.specs,
+    tables = read_folder(data, True, repair_labels, estimator.feature_specs_,
                          labels=estimator.labels if labels is None else labels)
     rows = None if all_rows else _held_out(estimator, tables)
     if held_out_evaluation is None:
         def held_out_evaluation(fitted, read):
-            unscored = unscored_refit(fitted.holdout)
+            unscored = unscored_refit(fitted.holdout_)
             if unscored:
                 warnings.warn(unscored, stacklevel=3)
             return fitted.held_out_evaluation(read) if labels in (None, fitted.labels) else None
@@ -183,7 +183,7 @@ def evaluate(model, data, *, all_rows: bool = False, repair_labels: bool = False
     floor_model = _floor(estimator, tables, floor, all_rows)
     floor_metrics = None
     if floor_model is not None:
-        floor_stored = None if all_rows or not (floor_model.holdout or {}).get("refit") else \
+        floor_stored = None if all_rows or not (floor_model.holdout_ or {}).get("refit") else \
             _stored_floor(floor_model, tables, rows)
         floor_metrics = dict(floor_stored if floor_stored is not None else floor_model.evaluate(tables, rows=rows))
     evaluation = stored if stored is not None else estimator.evaluate(tables, rows=rows)
@@ -229,7 +229,7 @@ def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair
     ``mean_p_after``; by fund also ``groups`` and ``own_maps``) with the ``method`` and ``by``."""
     local_dir(model, "model")  # the model directory it writes into: a local folder
     estimator = ValueModel.load(model)
-    tables = read_folder(data, True, repair_labels, estimator.specs,
+    tables = read_folder(data, True, repair_labels, estimator.feature_specs_,
                          labels=estimator.labels if labels is None else labels)
     rows = None
     if start is not None:
@@ -238,13 +238,13 @@ def recalibrate(model, data, *, start=None, method: str = DEFAULT_METHOD, repair
             raise DataError(f"`start` {start}: no delivery is shown from then on; the latest is at "
                             f"{time_text(tables.time.max())}")
     estimator.recalibrate(tables, method=method, rows=rows, by=by)
-    write_recalibration(model, estimator.recalibration)
-    return {"method": method, "by": by, **estimator.recalibration.fitted_on}
+    write_recalibration(model, estimator.recalibration_)
+    return {"method": method, "by": by, **estimator.recalibration_.fitted_on}
 
 
 def _held_out(estimator: ValueModel, tables):
     """The deliveries ``estimator`` held out of ``tables``, or an error that says how to evaluate every one."""
-    if not (estimator.holdout or {}).get("test_fraction"):
+    if not (estimator.holdout_ or {}).get("test_fraction"):
         raise DataError("the model held nothing out (trained with test_fraction=0, or before the hold-out was "
                         "kept): evaluate data it did not train on with `all_rows`")
     try:
@@ -265,7 +265,7 @@ def _floor(estimator: ValueModel, tables, path, all_rows: bool) -> ValueModel | 
         return None
     floor = ValueModel(FLOOR, train=replace(DEFAULT_TRAIN, seed=estimator.train_config.seed), split=estimator.split,
                        test_fraction=estimator.test_fraction, refit=False)  # scored on the held-out rows: unseen
-    return floor.fit(tables, validation=estimator.holdout["valid_fraction"])
+    return floor.fit(tables, validation=estimator.holdout_["valid_fraction"])
 
 
 def _executor(executor, data):

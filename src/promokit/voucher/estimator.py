@@ -108,12 +108,12 @@ MONITORS = ("auc", "loss")
 
 @dataclass
 class FitReport:
-    """What happened during ``fit``: sessions used and the training history (neural models)."""
+    """What ``fit`` counted: the sessions it trained on, validated on and held out (the training history is the
+    model's ``history_``)."""
 
     n_train: int = 0
     n_valid: int = 0
     n_test: int = 0
-    history: History | None = None
 
 
 class VoucherModel(Estimator):
@@ -135,8 +135,14 @@ class VoucherModel(Estimator):
     ``allow_leaky`` (feature columns, a list or comma-separated names, the label-leak guard leaves alone: see
     :meth:`fit`) and ``refit`` (:data:`~promokit.training.refit.REFIT`: once the epoch, the trees or LR's strength
     are chosen, fit again on every session with them fixed, :mod:`promokit.training.refit`; the held-out metrics
-    of the selected model, scored before, are ``held_out_evaluation(data)``). They are stored as given; ``model_params`` (the model's defaults merged with ``params``) and
-    ``train_config`` are derived.
+    of the selected model, scored before, are ``held_out_evaluation(data)``). They are stored as given;
+    ``train_config`` is derived. What fitting learns ends in ``_`` (docs/conventions.md, one contract):
+    ``feature_spec_``, ``table_options_`` and ``labels_`` (how the training tables were read: their
+    ``VoucherTables.options`` and label column), ``encoder_``, ``net_``, ``store_`` (DMBGN's UVGStore of the
+    tables last scored, holding the training vocabulary; None for the other models), ``model_params_`` (the
+    model's defaults merged with ``params``, with what validation chose), ``history_``, ``report_`` (the sessions
+    counted), ``holdout_`` (what it held out, and the refit) and ``training_ids_`` (the hashes of the training
+    sessions' user ids); :meth:`recalibrate`, ``recalibration_``.
 
     Features are the tables' whitelist (``VoucherTables.categorical`` / ``numeric``: user_id, voucher_id,
     min_spend, discount and the named profile columns), encoded by a :class:`TableEncoder` fitted on the
@@ -156,21 +162,7 @@ class VoucherModel(Estimator):
         self.allow_leaky = allow_leaky
         self.refit = refit
         self._configure()
-        self.feature_spec: FeatureSpec | None = None
-        self.table_options: dict | None = None  # VoucherTables.options of the training tables
-        self.labels: dict | None = None  # VoucherTables.labels of the training tables: the label's column
-        self.encoder: TableEncoder | None = None
-        self.net = None
-        self.report = FitReport()
-        #: what fit held out for evaluation (:meth:`held_out`): test_fraction, test_from, how, cut, seed, rows, held_out
-        self.holdout: dict | None = None
-        self.store = None  # the UVGStore of the tables last seen, holding the training vocabulary (DMBGN only)
-        self._cache: tuple[object, dict[str, torch.Tensor]] | None = None
-        #: the hashes of the ids of the users of the training sessions (``training_ids.npy``)
-        self.training_ids: np.ndarray | None = None
-        #: the map of p_redeem fitted by :meth:`recalibrate` (``recalibration.json``), applied by :meth:`predict`;
-        #: by group with ``by``
-        self.recalibration: Recalibration | GroupRecalibration | None = None
+        self._cache: tuple[object, dict[str, torch.Tensor]] | None = None  # the inputs of the tables last seen
 
     def _configure(self) -> None:
         train_config = check_common_params(self.model, self.params, self.train, models=MODELS, monitors=MONITORS,
@@ -188,7 +180,15 @@ class VoucherModel(Estimator):
             raise DataError(f"{graph_params[0]} applies to DMBGN models only (they build graphs); model "
                             f"{self.model_name!r} has none")
         check_model_params(self.configured_model, self.model_class, merged, own=ESTIMATOR_OWN)
-        self.model_params, self.train_config = merged, train_config
+        self._model_params, self.train_config = merged, train_config
+
+    def _start_fit(self) -> None:
+        """What every fit (:meth:`fit`, over parts :func:`~promokit.voucher.train_parts.train_parts`) starts from: the
+        settings the parameters give as ``model_params_`` (a refit chooses LR's L2 and DMBGN's item_dim again), no
+        network, store, history, cached inputs or recalibration yet."""
+        self._configure()
+        self.model_params_ = dict(self._model_params)
+        self.net_, self.store_, self.history_, self._cache, self.recalibration_ = None, None, None, None, None
 
     @property
     def model_class(self):
@@ -204,11 +204,11 @@ class VoucherModel(Estimator):
 
     @property
     def net_params(self) -> dict:
-        """``model_params`` minus the estimator's own keys: ``min_count`` (the vocabulary's, see
+        """``model_params_`` minus the estimator's own keys: ``min_count`` (the vocabulary's, see
         :class:`~promokit.data.FeatureSpec`), ``pretrain`` (pre-train the UVG encoder, eq. 6),
         ``item_embeddings`` (``"metapath2vec"`` or a table's path, section 3.4.2), ``item_pretrain`` (its
         MetaPath2Vec options) and the graph settings :data:`GRAPH_PARAMS`."""
-        return {k: v for k, v in self.model_params.items() if k not in ESTIMATOR_OWN}
+        return {k: v for k, v in self.model_params_.items() if k not in ESTIMATOR_OWN}
 
     @property
     def uvg_params(self) -> dict:
@@ -232,16 +232,16 @@ class VoucherModel(Estimator):
             if name not in features:
                 raise DataError(f"`allow_leaky` names {name!r}, which is not a feature; the features are {features}")
         return FeatureSpec(categorical=list(tables.categorical), numeric=list(tables.numeric), group_key=None,
-                           min_count=self.model_params.get("min_count", DEFAULT_MIN_COUNT),
+                           min_count=self._model_params.get("min_count", DEFAULT_MIN_COUNT),
                            allow_leaky=list(self.allowed_leaks))
 
     def layout(self) -> FieldLayout:
-        widths = [enc.width for enc in self.encoder.numeric.values()]
+        widths = [enc.width for enc in self.encoder_.numeric.values()]
         starts = np.cumsum([0, *widths])
-        voucher_numeric = [i for name, s, w in zip(self.encoder.numeric, starts, widths)
+        voucher_numeric = [i for name, s, w in zip(self.encoder_.numeric, starts, widths)
                            if name in VOUCHER_NUMERIC for i in range(s, s + w)]
-        categorical = list(self.encoder.categorical)
-        return FieldLayout(cardinalities=tuple(self.encoder.cardinalities), n_numeric=self.encoder.numeric_width,
+        categorical = list(self.encoder_.categorical)
+        return FieldLayout(cardinalities=tuple(self.encoder_.cardinalities), n_numeric=self.encoder_.numeric_width,
                            id_fields=tuple(categorical.index(c) for c in ("user_id", "voucher_id") if c in categorical),
                            voucher_fields=(categorical.index("voucher_id"),),
                            voucher_numeric=tuple(int(i) for i in voucher_numeric))
@@ -263,7 +263,7 @@ class VoucherModel(Estimator):
         encoded features, the redeemed history (row positions, :func:`redeemed_history`) and its voucher fields,
         the labels; DMBGN reads the graphs of ``session`` and ``history`` from its store."""
         sessions = tables.sessions
-        x = self.encoder.transform(sessions)
+        x = self.encoder_.transform(sessions)
         layout = self.layout()
         history = redeemed_history(sessions, self.max_history)
         padded = history < 0
@@ -284,11 +284,11 @@ class VoucherModel(Estimator):
         current store's (the training one), so unseen items and vouchers get the OOV code."""
         from promokit.voucher.graph import UVGStore
 
-        vocabulary = None if fit_rows is not None else self.store.vocabulary()
-        settings = {k: self.model_params[k] for k in GRAPH_PARAMS if k in self.model_params}
-        self.store = UVGStore.build(tables, **settings, fit_rows=fit_rows, vocabulary=vocabulary)
-        if self.net is not None:
-            self.net.attach(self.store)
+        vocabulary = None if fit_rows is not None else self.store_.vocabulary()
+        settings = {k: self.model_params_[k] for k in GRAPH_PARAMS if k in self.model_params_}
+        self.store_ = UVGStore.build(tables, **settings, fit_rows=fit_rows, vocabulary=vocabulary)
+        if self.net_ is not None:
+            self.net_.attach(self.store_)
 
     # ---- fit / predict ----------------------------------------------------------------------------------
     def fit(self, data, *, rows=None, validation=None, checkpoint_dir: str | os.PathLike | None = None,
@@ -329,20 +329,19 @@ class VoucherModel(Estimator):
         if self.model == AUTO:
             return fit_auto(self, read_tables(data), validation=validation,
                             fit_args={} if rows is None else {"rows": rows})
-        self._configure()  # model_params afresh: a refit chooses LR's L2 and DMBGN's item_dim again
-        source = self.model_params.get("item_embeddings")
+        self._start_fit()
+        source = self.model_params_.get("item_embeddings")
         if source not in (None, METAPATH2VEC) and not os.path.exists(source):
             raise DataError(f"`item_embeddings` {source}: no such file (or pass {METAPATH2VEC!r})")
         tables = read_tables(data)
         train_rows, valid_rows, test_rows = self.split_rows(tables, rows, validation)
-        self.holdout = self._holdout(tables, test_rows)
+        self.holdout_ = self._holdout(tables, test_rows)
         seed_everything(self.train_config.seed)
         sessions = tables.sessions
-        self.feature_spec = self._feature_spec(tables)
-        self.table_options, self.labels = tables.options, tables.labels
-        self.encoder = TableEncoder.fit(sessions.iloc[train_rows], self.feature_spec)
-        self.training_ids = id_hashes(sessions["user_id"].to_numpy()[train_rows])
-        self.net, self._cache, self.recalibration = None, None, None
+        self.feature_spec_ = self._feature_spec(tables)
+        self.table_options_, self.labels_ = tables.options, tables.labels
+        self.encoder_ = TableEncoder.fit(sessions.iloc[train_rows], self.feature_spec_)
+        self.training_ids_ = id_hashes(sessions["user_id"].to_numpy()[train_rows])
         inputs = self.inputs(tables, fit_rows=train_rows)
         for name, part in (("training", train_rows), ("validation", valid_rows)):
             unknown = np.isnan(inputs["redeemed"].numpy()[part]) if part is not None else np.zeros(0, bool)
@@ -361,30 +360,30 @@ class VoucherModel(Estimator):
                                 f"{positives} of the {len(valid_rows)} are redeemed (use monitor='loss' or more "
                                 "validation sessions)")
         self.warn_leaks(sessions.iloc[train_rows], inputs["redeemed"].numpy()[train_rows])
-        self.report = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows),
-                                n_test=len(test_rows))
+        self.report_ = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows),
+                                 n_test=len(test_rows))
         train = take(inputs, torch.from_numpy(train_rows))
         valid = None if valid_rows is None else take(inputs, torch.from_numpy(valid_rows))
         if self.is_neural:
             items = self._item_embeddings(tables, train_rows)
-            self.net = self.build_net(self._pretrained(tables, train_rows, items), items)
-            if hasattr(self.net, "solve"):  # a convex model, solved to its optimum (LR)
-                self.report.history = self.net.solve(train, valid, self.train_config.progress)
-                self.model_params.update(self.net.chosen_params)
+            self.net_ = self.build_net(self._pretrained(tables, train_rows, items), items)
+            if hasattr(self.net_, "solve"):  # a convex model, solved to its optimum (LR)
+                self.history_ = self.net_.solve(train, valid, self.train_config.progress)
+                self.model_params_.update(self.net_.chosen_params)
             else:
-                self.report.history = Trainer(self.train_config, checkpoint_dir).fit(
-                    self.net, train, valid, resume, metrics={"auc": auc_metric("p_redeem", "redeemed")},
+                self.history_ = Trainer(self.train_config, checkpoint_dir).fit(
+                    self.net_, train, valid, resume, metrics={"auc": auc_metric("p_redeem", "redeemed")},
                     on_epoch=on_epoch)
         else:
-            self.net = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.net_params})
-            self.net.fit(*_arrays(train), None if valid is None else _arrays(valid))
+            self.net_ = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.net_params})
+            self.net_.fit(*_arrays(train), None if valid is None else _arrays(valid))
         if valid_rows is not None:
             self.warn_validation_leak(inputs["redeemed"].numpy()[valid_rows], self._scores(tables, valid_rows))
         return refit_after_selection(self, tables, test_rows, rows=rows)
 
     #: What fitting learns (:func:`~promokit.training.refit.refit_after_selection` takes it from the refit model).
-    FITTED = ("feature_spec", "table_options", "labels", "encoder", "training_ids", "net", "store", "_cache",
-              "model_params")
+    FITTED = ("feature_spec_", "table_options_", "labels_", "encoder_", "training_ids_", "net_", "store_", "_cache",
+              "model_params_")
     AUTO_CANDIDATES = ("lr", "gbdt", "dmbgn")
     AUTO_METRIC = "auc"
 
@@ -402,11 +401,11 @@ class VoucherModel(Estimator):
         return tables.sessions.iloc[self.held_out(tables)]
 
     def warn_leaks(self, sessions: pd.DataFrame, redeemed: np.ndarray) -> None:
-        """Warn of the features of ``feature_spec`` (less its ``allow_leaky``) that alone predict ``redeemed`` (0/1,
+        """Warn of the features of ``feature_spec_`` (less its ``allow_leaky``) that alone predict ``redeemed`` (0/1,
         one per row of ``sessions``, the training sessions) almost perfectly
         (:func:`~promokit.data.leakage.find_leaks`): a column measured after the redemption, such as its order's
         amount, would let the model read the label instead of predicting it."""
-        spec, label = self.feature_spec, (self.labels or {}).get("redeemed", "redeemed")
+        spec, label = self.feature_spec_, (self.labels_ or {}).get("redeemed", "redeemed")
         message = leak_warning(find_leaks(sessions, spec.categorical, spec.numeric, {label: (redeemed, None)},
                                           spec.allow_leaky))
         if message:
@@ -482,7 +481,7 @@ class VoucherModel(Estimator):
         those collected from the hold-out's cut on (any tables: the training ones, or later ones with more
         sessions), or, for a seeded draw among sessions sharing one time, the same draw on the same sessions."""
         self._check_fitted()
-        holdout = self.holdout or {}
+        holdout = self.holdout_ or {}
         tables = self.read(data)
         collect = tables.sessions["collect_time"]
         if not holdout.get("held_out"):
@@ -496,9 +495,9 @@ class VoucherModel(Estimator):
     def _item_embeddings(self, tables, train_rows: np.ndarray) -> torch.Tensor | None:
         """DMBGN's initial item embeddings (section 3.4.2), aligned to the training store's item codes, when
         ``params["item_embeddings"]``: MetaPath2Vec on the training sessions only (``"metapath2vec"``, options
-        ``params["item_pretrain"]``) or a user table's path. Records their width as ``model_params["item_dim"]``, so
+        ``params["item_pretrain"]``) or a user table's path. Records their width as ``model_params_["item_dim"]``, so
         :meth:`load` rebuilds the net without them (the saved weights hold the table)."""
-        source = self.model_params.get("item_embeddings")
+        source = self.model_params_.get("item_embeddings")
         if not self.uses_graphs or not source:
             return None
         from promokit.voucher.item_embedding import (
@@ -509,23 +508,23 @@ class VoucherModel(Estimator):
 
         if source == METAPATH2VEC:
             options = {"seed": self.train_config.seed, "progress": self.train_config.progress,
-                       **(self.model_params.get("item_pretrain") or {})}
-            table = pretrain_item_embeddings(tables, train_rows, self.store, **options)
+                       **(self.model_params_.get("item_pretrain") or {})}
+            table = pretrain_item_embeddings(tables, train_rows, self.store_, **options)
         else:
-            table = read_item_embeddings(source, self.store)
-        self.model_params["item_dim"] = int(table.shape[1])
+            table = read_item_embeddings(source, self.store_)
+        self.model_params_["item_dim"] = int(table.shape[1])
         return table
 
     def _pretrained(self, tables, train_rows: np.ndarray, item_embeddings: torch.Tensor | None = None):
         """The UVG encoder pre-trained by eq. (6) on the training sessions only, when ``params["pretrain"]``,
         starting from (and, with ``freeze_items``, keeping) the item embeddings."""
-        if not self.model_params.get("pretrain"):
+        if not self.model_params_.get("pretrain"):
             return None
         from promokit.voucher.pretrain import pretrain_uvg
 
         labels = _labels(tables.sessions)[train_rows]
-        result = pretrain_uvg(self.store, train_rows, labels, **self.uvg_params,
-                              item_embeddings=item_embeddings, epochs=int(self.model_params["pretrain"]),
+        result = pretrain_uvg(self.store_, train_rows, labels, **self.uvg_params,
+                              item_embeddings=item_embeddings, epochs=int(self.model_params_["pretrain"]),
                               batch_size=self.train_config.batch_size, lr=self.train_config.lr,
                               seed=self.train_config.seed, device=self.train_config.device)
         return result.state
@@ -534,7 +533,7 @@ class VoucherModel(Estimator):
         """A new network of this model sized by the fitted encoder (and DMBGN's by its store), from the pre-trained UVG
         encoder's state ``pretrained`` and the initial ``item_embeddings`` when given; initialised by the torch seed."""
         if self.uses_graphs:
-            return self.model_class(self.layout(), self.store, history_len=self.max_history, pretrained=pretrained,
+            return self.model_class(self.layout(), self.store_, history_len=self.max_history, pretrained=pretrained,
                                     item_embeddings=item_embeddings, **self.net_params)
         return self.model_class(self.layout(), **self.net_params)
 
@@ -553,7 +552,7 @@ class VoucherModel(Estimator):
         p = self._scores(tables, rows)
         keys = [c for c in KEYS if c in tables.sessions.columns]
         out = tables.sessions[keys].iloc[rows].reset_index(drop=True)
-        if self.recalibration is None:
+        if self.recalibration_ is None:
             out["p_redeem"] = p
         else:
             out["p_redeem"], out["p_redeem_raw"] = self._recalibrated(tables, rows, p), p
@@ -561,17 +560,18 @@ class VoucherModel(Estimator):
 
     def _recalibrated(self, tables: VoucherTables, rows: np.ndarray, p: np.ndarray) -> np.ndarray:
         """The scores ``p`` of the sessions ``rows`` through the recalibration; one by group maps each by its group."""
-        if not isinstance(self.recalibration, GroupRecalibration):
-            return self.recalibration.apply(p)
+        if not isinstance(self.recalibration_, GroupRecalibration):
+            return self.recalibration_.apply(p)
         keys = self._recalibration_groups(tables, rows)
-        message = new_groups_warning(self.recalibration.new_groups(keys), len(rows), "sessions", self.recalibration.by)
+        message = new_groups_warning(self.recalibration_.new_groups(keys), len(rows), "sessions",
+                                     self.recalibration_.by)
         if message:
             warnings.warn(message, stacklevel=3)
-        return self.recalibration.apply(p, keys)
+        return self.recalibration_.apply(p, keys)
 
     def _recalibration_groups(self, tables: VoucherTables, rows: np.ndarray) -> np.ndarray:
         """The sessions ``rows``' values of the column the recalibration is by."""
-        by = self.recalibration.by
+        by = self.recalibration_.by
         if by not in tables.sessions.columns:
             raise DataError(f"the recalibration is by {by!r}, a column the sessions lack; columns are "
                             f"{list(tables.sessions.columns)}")
@@ -583,9 +583,9 @@ class VoucherModel(Estimator):
             return np.zeros(0)
         batch = take(self.inputs(tables), torch.from_numpy(rows))
         if self.is_neural:
-            p = Trainer(self.train_config).predict(self.net, batch)["p_redeem"].numpy()
+            p = Trainer(self.train_config).predict(self.net_, batch)["p_redeem"].numpy()
         else:
-            p = self.net.predict(_arrays(batch)[0])["p_redeem"]
+            p = self.net_.predict(_arrays(batch)[0])["p_redeem"]
         return np.asarray(p, dtype=np.float64)
 
     def recalibrate(self, data, *, method: str = DEFAULT_METHOD, rows=None, base_rate: float | None = None,
@@ -613,9 +613,10 @@ class VoucherModel(Estimator):
                             "label")
         scores = self._scores(tables, rows)
         if by is None:
-            self.recalibration = recalibration.fit(scores, y, base_rate=base_rate)
+            self.recalibration_ = recalibration.fit(scores, y, base_rate=base_rate)
         else:
-            self.recalibration = recalibration.fit(scores, y, tables.sessions[by].to_numpy()[rows], base_rate=base_rate)
+            self.recalibration_ = recalibration.fit(scores, y, tables.sessions[by].to_numpy()[rows],
+                                                    base_rate=base_rate)
         return self
 
     def evaluate(self, data, *, held_out: bool = False, rows=None, group_by: str | None = None) -> Evaluation:
@@ -651,9 +652,9 @@ class VoucherModel(Estimator):
             metrics.update(gauc=grouped.value, gauc_groups=grouped.n_scored, gauc_skipped_groups=grouped.n_skipped)
         by = group_by or ("campaign_id" if "campaign_id" in tables.sessions.columns else None)
         groups = None if by is None else tables.sessions[by].to_numpy()[rows]
-        by_group = isinstance(self.recalibration, GroupRecalibration) and self.recalibration.by == by
+        by_group = isinstance(self.recalibration_, GroupRecalibration) and self.recalibration_.by == by
         calibration = calibration_report(p, y, f"voucher model {self.model_name} p_redeem", by=by, groups=groups,
-                                         new_groups=list(self.recalibration.new_groups(groups)) if by_group else None)
+                                         new_groups=list(self.recalibration_.new_groups(groups)) if by_group else None)
         metrics.update(calibration.metrics)
         return Evaluation(f"voucher model {self.model_name}", metrics, tables=calibration.tables)
 
@@ -665,20 +666,21 @@ class VoucherModel(Estimator):
         and their label's column (``labels`` maps another, as in :func:`check_tables`); ``validity`` describes the
         data, not the model."""
         self._check_fitted()
-        return read_tables(data, require_labels=require_labels, validity=validity, labels=labels or self.labels,
-                           **agreed_options(self.table_options, **options))
+        return read_tables(data, require_labels=require_labels, validity=validity, labels=labels or self.labels_,
+                           **agreed_options(self.table_options_, **options))
 
     # ---- model directory -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
         self._check_fitted()
-        config = {"promokit": __version__, "task": "voucher", "model": self.model_name, "params": self.model_params,
-                  "spec": self.feature_spec.to_dict(), "tables": self.table_options, "train": self.train_config.to_dict(),
-                  "max_history": self.max_history, "refit": self.refit, "holdout": self.holdout, "labels": self.labels}
-        history = None if self.report.history is None else self.report.history.to_dict()
-        extra = {GRAPH_VOCABULARY: self.store.vocabulary()} if self.uses_graphs else {}
-        if self.recalibration is not None:
-            extra[RECALIBRATION_FILE] = self.recalibration.to_dict()
-        write_model_dir(path, config, self.encoder.to_dict(), self.net, history, extra, self.training_ids)
+        config = {"promokit": __version__, "task": "voucher", "model": self.model_name, "params": self.model_params_,
+                  "spec": self.feature_spec_.to_dict(), "tables": self.table_options_,
+                  "train": self.train_config.to_dict(), "max_history": self.max_history, "refit": self.refit,
+                  "holdout": self.holdout_, "labels": self.labels_}
+        history = None if self.history_ is None else self.history_.to_dict()
+        extra = {GRAPH_VOCABULARY: self.store_.vocabulary()} if self.uses_graphs else {}
+        if self.recalibration_ is not None:
+            extra[RECALIBRATION_FILE] = self.recalibration_.to_dict()
+        write_model_dir(path, config, self.encoder_.to_dict(), self.net_, history, extra, self.training_ids_)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> VoucherModel:
@@ -690,26 +692,28 @@ class VoucherModel(Estimator):
         model = cls(config["model"], saved_params(MODELS.get(config["model"], (None,))[0], config["params"]),
                     TrainConfig.loaded(config["train"]), config["max_history"], holdout.get("test_fraction", 0.0),
                     holdout.get("test_from"), config["spec"].get("allow_leaky") or None, config.get("refit", False))
-        model.holdout, model.labels = config.get("holdout"), config.get("labels")
-        model.report.history, model.training_ids = History.read(path), read_training_ids(path)
-        model.feature_spec = FeatureSpec.from_dict(config["spec"])
-        model.recalibration = read_recalibration(path)
-        model.encoder = TableEncoder.from_dict(read_json(path, "encoder.json"))
+        model.holdout_, model.labels_ = config.get("holdout"), config.get("labels")
+        model.model_params_, model.report_ = dict(model._model_params), FitReport()  # the counts are not saved
+        model.history_, model.training_ids_ = History.read(path), read_training_ids(path)
+        model.feature_spec_ = FeatureSpec.from_dict(config["spec"])
+        model.recalibration_ = read_recalibration(path)
+        model.encoder_ = TableEncoder.from_dict(read_json(path, "encoder.json"))
         vocabulary = read_json(path, GRAPH_VOCABULARY) if model.uses_graphs else None
         # a format-1 directory without the table options (``tables``): the profile columns and terms from the
         # features, DMBGN's item features from its graph vocabulary (unknown for the others, which do not read them)
-        model.table_options = config.get("tables") or table_options(
-            model.feature_spec.categorical, model.feature_spec.numeric, vocabulary and vocabulary["item_features"])
+        model.table_options_ = config.get("tables") or table_options(
+            model.feature_spec_.categorical, model.feature_spec_.numeric, vocabulary and vocabulary["item_features"])
+        model.store_ = None
         if model.uses_graphs:
             from promokit.voucher.graph import UVGStore
 
-            model.store = UVGStore.empty(vocabulary)
+            model.store_ = UVGStore.empty(vocabulary)
         if model.is_neural:
-            model.net = model.build_net()
-            load_weights(model.net, path)
-            model.net.eval()
+            model.net_ = model.build_net()
+            load_weights(model.net_, path)
+            model.net_.eval()
         else:
-            model.net = model.model_class(model.layout(), **model.net_params).load_texts(path)
+            model.net_ = model.model_class(model.layout(), **model.net_params).load_texts(path)
         return model
 
 

@@ -157,7 +157,7 @@ def sessions_from(sessions: pd.DataFrame, start, argument: str = "start") -> np.
 
 
 def describe_holdout(holdout: dict) -> str | None:
-    """What a fitted model held out (``VoucherModel.holdout``) in words; None when nothing."""
+    """What a fitted model held out (``VoucherModel.holdout_``) in words; None when nothing."""
     if not holdout["held_out"]:
         return None
     rule = (f"collected from {holdout['test_from'] or holdout['cut']}" if holdout["how"] == "time" else

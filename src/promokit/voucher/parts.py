@@ -127,7 +127,7 @@ def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> Part
                        "voucher_items": reading.voucher_items}):
         tables = check_tables(session_frame, event_frame, scorer.items, **reading.options, require_labels=False,
                               voucher_items=scorer.voucher_items)
-    if scorer.model.uses_graphs and scorer.model.store.zones != ("items",):
+    if scorer.model.uses_graphs and scorer.model.store_.zones != ("items",):
         # a behaviour-graph model: as in the one-file path (whose log is not empty), a part whose events are
         # empty still gets behaviour graphs, never voucher–item stars
         tables = replace(tables, voucher_items=None)

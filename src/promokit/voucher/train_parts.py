@@ -200,7 +200,7 @@ class Network:
         if self.pretraining:
             from promokit.voucher.pretrain import UVGScoring
 
-            return UVGScoring(self.model.store, self.model.uvg_params, self.items)
+            return UVGScoring(self.model.store_, self.model.uvg_params, self.items)
         return self.model.build_net(self.pretrained, self.items)
 
     def validation_metrics(self, labels: dict) -> dict:
@@ -225,8 +225,8 @@ class SessionRows:
         tensors = model.tensors(tables)
         rows = np.flatnonzero(self.split.roles(tables.sessions) == self.role)[start:stop]
         if model.uses_graphs:
-            model.store.hold(index, UVGStore.build(tables, **_graph_settings(model),
-                                                   vocabulary=model.store.vocabulary()), len(rows))
+            model.store_.hold(index, UVGStore.build(tables, **_graph_settings(model),
+                                                    vocabulary=model.store_.vocabulary()), len(rows))
             offset = index * STRIDE
             tensors["session"] = tensors["session"] + offset
             tensors["history"] = torch.where(tensors["history"] >= 0, tensors["history"] + offset, -1)
@@ -273,23 +273,23 @@ def train_parts(model, sessions: Path, events: Path | None, items: Path, voucher
     check_trains_over_parts(model)
     checkpoint_dir = checkpoint_folder(checkpoint_dir)
     scratch = local_dir(scratch, "scratch")
-    model._configure()
-    wide_over_parts(model.model_params)
+    model._start_fit()
+    wide_over_parts(model.model_params_)
     job, vocabulary = _plan(model, Source(tuple(pair_parts(sessions, events)), items, voucher_items, options),
                             executor, scratch, validation)
     network = job.estimator
-    if model.uses_graphs and model.model_params.get("pretrain"):
-        pretraining = Network(model, replace(model.train_config, epochs=int(model.model_params["pretrain"]),
+    if model.uses_graphs and model.model_params_.get("pretrain"):
+        pretraining = Network(model, replace(model.train_config, epochs=int(model.model_params_["pretrain"]),
                                              weight_decay=0.0, embedding_decay=0.0),
                               items=network.items, pretraining=True)
         net, _ = executor.train(replace(job, estimator=pretraining, valid_rows=None,
                                         valid=[[] for _ in job.valid]), None, False)
         network.pretrained = net.state
-    model.net, model.report.history = executor.train(job, checkpoint_dir, resume)
+    model.net_, model.history_ = executor.train(job, checkpoint_dir, resume)
     if model.uses_graphs:
-        model.store = UVGStore.empty(vocabulary)
-        model.net.attach(model.store)
-    history = model.report.history
+        model.store_ = UVGStore.empty(vocabulary)
+        model.net_.attach(model.store_)
+    history = model.history_
     kept = history.epochs[history.best_epoch] if 0 <= history.best_epoch < len(history.epochs) else {}
     message = validation_leak_warning({"auc": kept.get("valid_auc")})
     if message:
@@ -304,7 +304,7 @@ def check_trains_over_parts(model) -> None:
         raise DataError(f"model {model.model!r} {how} on the whole training table in one process, so it does not "
                         "train over parts; give the sessions and events as single files, or train a network (dnn, "
                         "wdl, din, dmbgn)")
-    if model.model_params.get("item_embeddings") == "metapath2vec":
+    if model._model_params.get("item_embeddings") == "metapath2vec":
         raise DataError("`item_embeddings` 'metapath2vec' pre-trains by random walks over the whole training graph, "
                         "which training over parts never holds; give a table of item embeddings (item_id + k "
                         "columns), train without them, or give the sessions and events as single files")
@@ -317,7 +317,7 @@ def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[T
             not (isinstance(validation, (int, float)) and not isinstance(validation, bool)):
         raise DataError("validation: sessions in parts validate on a fraction of the latest sessions or on those "
                         f"collected from a time, not on row indices; got {type(validation).__name__}")
-    source_file = model.model_params.get("item_embeddings")
+    source_file = model.model_params_.get("item_embeddings")
     if source_file is not None and not os.path.exists(source_file):
         raise DataError(f"`item_embeddings` {source_file}: no such file (or pass 'metapath2vec')")
     _reference.cache_clear()
@@ -329,26 +329,25 @@ def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[T
     counts.index = pd.DatetimeIndex(counts.index.to_numpy().astype("datetime64[ns]"))
     split = _split(model, counts, validation)
     sample = source.tables(first)
-    model.feature_spec = model._feature_spec(sample)
-    model.table_options, model.labels = sample.options, sample.labels
+    model.feature_spec_ = model._feature_spec(sample)
+    model.table_options_, model.labels_ = sample.options, sample.labels
     counted = executor.map(partial(_count, source, split, model), range(len(scans)), label="counting parts")
     rows = np.sum([c.rows for c in counted], axis=0)
     if split.valid_from is not None and isinstance(validation, (str, date, np.datetime64)) and not rows[VALID]:
         raise DataError(f"`validation` {validation} leaves {int(rows[TRAIN])} training and 0 validation sessions of "
                         f"{int(rows.sum())} ({int(rows[TEST])} held out); both must be non-empty")
     _check_labels(model, counted, rows)
-    model.encoder = TableEncoder.from_counts([c.shares for c in counted], model.feature_spec)
-    model.training_ids = np.unique(np.concatenate([c.subjects for c in counted]))
-    model.net, model._cache, model.recalibration = None, None, None
+    model.encoder_ = TableEncoder.from_counts([c.shares for c in counted], model.feature_spec_)
+    model.training_ids_ = np.unique(np.concatenate([c.subjects for c in counted]))
     test_times = counts[counts.index >= split.test_from] if split.test_from is not None else counts.iloc[:0]
-    model.holdout = {"test_fraction": float(model.test_fraction),
-                     "test_from": None if model.test_from is None else str(model.test_cut),
-                     "how": "time" if model.test_cut is not None or len(test_times) else "random",
-                     "cut": str(test_times.index[0]) if len(test_times) else None, "seed": model.train_config.seed,
-                     "rows": int(rows.sum()), "held_out": int(rows[TEST])}
+    model.holdout_ = {"test_fraction": float(model.test_fraction),
+                      "test_from": None if model.test_from is None else str(model.test_cut),
+                      "how": "time" if model.test_cut is not None or len(test_times) else "random",
+                      "cut": str(test_times.index[0]) if len(test_times) else None, "seed": model.train_config.seed,
+                      "rows": int(rows.sum()), "held_out": int(rows[TEST])}
     from promokit.voucher.estimator import FitReport
 
-    model.report = FitReport(n_train=int(rows[TRAIN]), n_valid=int(rows[VALID]), n_test=int(rows[TEST]))
+    model.report_ = FitReport(n_train=int(rows[TRAIN]), n_valid=int(rows[VALID]), n_test=int(rows[TEST]))
     trained = split.roles(sample.sessions) == TRAIN  # the label-leak guard judges the first part's, as value's does
     model.warn_leaks(sample.sessions[trained], _redeemed(sample.sessions)[trained])
     vocabulary, items = None, None
@@ -358,20 +357,20 @@ def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[T
             from promokit.voucher.item_embedding import read_item_embeddings
 
             items = read_item_embeddings(source_file, UVGStore.empty(vocabulary))
-            model.model_params["item_dim"] = int(items.shape[1])
+            model.model_params_["item_dim"] = int(items.shape[1])
     validated = rows[VALID] > 0
     job = TrainJob.cut(Network(model, model.train_config, items=items), SessionRows(source, split, TRAIN),
                        SessionRows(source, split, VALID) if validated else None, [int(c.rows[TRAIN]) for c in counted],
                        [int(c.rows[VALID]) for c in counted], executor.workers)
     if model.uses_graphs:
-        model.store = PartStores(vocabulary, 2 * job.batch_size + 1)
+        model.store_ = PartStores(vocabulary, 2 * job.batch_size + 1)
     return job, vocabulary
 
 
 def _graph_settings(model) -> dict:
     from promokit.voucher.estimator import GRAPH_PARAMS
 
-    return {k: model.model_params[k] for k in GRAPH_PARAMS if k in model.model_params}
+    return {k: model.model_params_[k] for k in GRAPH_PARAMS if k in model.model_params_}
 
 
 def _scan(source: Source, k: int) -> PartScan:
@@ -436,7 +435,7 @@ def _count(source: Source, split: SessionSplit, model, k: int) -> PartCount:
     return PartCount([len(r) for r in per_role], [int(np.nansum(label[r])) for r in per_role],
                      [int(unknown[r].sum()) for r in per_role],
                      sessions["session_id"].iloc[missing[0]] if len(missing) else None,
-                     TableEncoder.count(sessions.iloc[train], model.feature_spec),
+                     TableEncoder.count(sessions.iloc[train], model.feature_spec_),
                      id_hashes(sessions["user_id"].to_numpy()[train]), vocabulary, terms)
 
 

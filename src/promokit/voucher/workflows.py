@@ -72,8 +72,8 @@ def predict(model: Path, sessions: Path, items: Path, out: Path, *, events: Path
 
     estimator = VoucherModel.load(model)
     if is_partitioned(sessions):
-        options = {**agreed_options(estimator.table_options, **options), "validity": validity,
-                   "labels": estimator.labels}
+        options = {**agreed_options(estimator.table_options_, **options), "validity": validity,
+                   "labels": estimator.labels_}
         reading = Reading(model, items, voucher_items, options, None if start is None else as_time("start", start))
         if executor is None:
             raise DataError(f"`sessions` {sessions} is a table in parts: give the `executor` that scores it "
@@ -117,5 +117,5 @@ def recalibrate(model: Path, sessions: Path, items: Path, *, events: Path | None
     files = {"sessions": sessions, "events": events, "items": items, "voucher_items": voucher_items}
     tables = estimator.read(files, require_labels=True, validity=validity, labels=labels, **options)
     estimator.recalibrate(tables, method=method, rows=sessions_from(tables.sessions, start), by=by)
-    write_recalibration(model, estimator.recalibration)
-    return {"method": method, "by": by, **estimator.recalibration.fitted_on}
+    write_recalibration(model, estimator.recalibration_)
+    return {"method": method, "by": by, **estimator.recalibration_.fitted_on}

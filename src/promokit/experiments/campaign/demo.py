@@ -199,7 +199,7 @@ def _train(world: IncentiveWorld, tables, config: DemoConfig, out: Path, stages)
             responses[name] = model.responses(tables)
             write_parquet(wide_scores(tables.customers[CUSTOMER], responses[name].customers, world.levels),
                           _scores_path(out, name))
-        rows.append((name, responses[name], len(model.history.epochs), stages.seconds[stage]))
+        rows.append((name, responses[name], len(model.history_.epochs), stages.seconds[stage]))
     split = model.split(tables)  # the same for both: the split follows the training seed
     rows.append((ORACLE, Responses(world.levels, world.customer_truth, world.merchant_truth, None), 0, 0.0))
     metrics = []

@@ -171,7 +171,7 @@ def run(split: Split, models: list[str], seeds: list[int], spec: FeatureSpec | N
             row = {"model": name, "seed": seed,
                    **model.evaluate(split.test, gauc_weight=gauc_weight, predictions=predictions)}
             if truth is not None:
-                click = split.test[model.feature_spec.labels["click"]].to_numpy()
+                click = split.test[model.feature_spec_.labels["click"]].to_numpy()
                 row.update(truth_metrics(predictions, truth, click))
             row["fit_seconds"] = seconds
             rows.append(row)

@@ -20,7 +20,7 @@ def score(model: ConversionModel, table) -> Scored:
     started = time.perf_counter()
     predictions = model.predict(held)
     seconds = time.perf_counter() - started
-    columns = model.feature_spec.labels
+    columns = model.feature_spec_.labels
     click = held[columns["click"]].to_numpy() == 1
     purchase = (held[columns["purchase"]].to_numpy() == 1) & click
     return Scored(rows, {"ctcvr_auc": (purchase, predictions["p_ctcvr"].to_numpy(), None),

@@ -70,7 +70,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                                        refit=False)
                 model.fit(tables)
                 # the floor is solved, not trained by epochs: its history holds the L2 strengths it tried
-                epochs = len(model.history.epochs) if model.history.unit == "epoch" else 0
+                epochs = len(model.history_.epochs) if model.history_.unit == "epoch" else 0
                 responses = model.responses(tables)
                 scores[name] = (responses.customers[split.test_customers], responses.merchants[split.test_merchants])
             row = _score(name, seed, responses, tables, split, w, time.perf_counter() - started, epochs, result)

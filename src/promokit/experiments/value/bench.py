@@ -85,7 +85,7 @@ def run(models: Sequence[str] = MODELS, seeds: Sequence[int] = (0,), world: dict
                 predictions = model.predict(tables, rows=test_rows)
                 p_ctcvr, etv = predictions["p_ctcvr"].to_numpy(), predictions["etv"].to_numpy()
                 amount = model.predicts_amount
-                scores, epochs = model.score_matrix(tables, at=at, seed=seed), len(model.history.epochs)
+                scores, epochs = model.score_matrix(tables, at=at, seed=seed), len(model.history_.epochs)
             row = {"model": name, "seed": seed,
                    **_score(tables, w, test_rows, p_ctcvr, etv, scores, truth, amount),
                    "fit_seconds": time.perf_counter() - started, "epochs": epochs}

@@ -32,7 +32,7 @@ def simulate(world: str | os.PathLike, models: Sequence[str | os.PathLike], allo
     rows = []
     for path in map(Path, models):
         model = ValueModel.load(path)
-        tables = read_folder(world, specs=model.specs)
+        tables = read_folder(world, specs=model.feature_specs_)
         truth = true_etv_matrix_from(truth_etv, tables)
         rows += simulate_quota(f"{model.model} ({path.name})", model.score_matrix(tables, seed=seed), truth, quotas,
                                tables.tolerance(), tables.risk(), tables.users["user_id"], tables.fund_names,
