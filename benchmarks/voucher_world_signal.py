@@ -10,6 +10,10 @@ is in the voucher's category (every item, for a platform-wide voucher) and log(1
 gains much, the signal is in the behaviour and a model of the behaviour can learn it; the DMBGN rows show how much of
 it DMBGN learns.
 
+``--label match`` asks whether a model can read the match at all: the world's labels are drawn again from the share
+alone, redeemed with probability σ(6·(share − 0.3)) (the ``oracle`` row is that probability), so everything there is to
+learn is how the behaviour meets the scope.
+
 The world: ``--sessions`` sessions (default 40,000) of the demo's 3,000 users, 120 vouchers and 1,000 items; the latest
 10 % by collection time are the test, the estimator's own validation rows are cut from the rest; every model with its
 defaults, as selected (``refit=False``).
@@ -17,6 +21,7 @@ defaults, as selected (``refit=False``).
 Usage::
 
     .venv/bin/python benchmarks/voucher_world_signal.py [--sessions 40000] [--seed 0]
+    .venv/bin/python benchmarks/voucher_world_signal.py --label match --sessions 20000
 """
 
 from __future__ import annotations
@@ -54,11 +59,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sessions", type=int, default=40_000)
     p.add_argument("--seed", type=int, default=0, help="seed of the world and of the training")
+    p.add_argument("--label", choices=("world", "match"), default="world",
+                   help="the world's own labels, or labels drawn from the in-scope share alone")
     args = p.parse_args()
     warnings.filterwarnings("ignore")
     print(f"load average {os.getloadavg()[0]:.1f}")
     world = make_world(n_sessions=args.sessions, seed=args.seed)
-    tables = world.tables
+    tables, truth = world.tables, world.truth
+    if args.label == "match":
+        truth = 1.0 / (1.0 + np.exp(-6.0 * (in_scope(tables)["in_scope_share"].to_numpy() - 0.3)))
+        drawn = (np.random.default_rng(args.seed).random(len(truth)) < truth).astype(float)
+        tables = dataclasses.replace(tables, sessions=tables.sessions.assign(redeemed=drawn))
     order = np.argsort(tables.sessions["collect_time"].to_numpy(), kind="stable")
     cut = int(len(order) * 0.9)
     train, test = np.sort(order[:cut]), np.sort(order[cut:])
@@ -75,7 +86,7 @@ def main() -> None:
         seconds[name] = time.perf_counter() - began
         scores[name] = fitted.predict(data, rows=test)["p_redeem"].to_numpy()
         print(f"  {name}: AUC {auc(y, scores[name]):.4f} ({seconds[name]:.0f} s)", flush=True)
-    scores["oracle"] = world.truth[test]
+    scores["oracle"] = truth[test]
     rows = []
     for name, s in scores.items():
         diff = paired_bootstrap(auc, y, s, scores["lr"], seed=args.seed)
