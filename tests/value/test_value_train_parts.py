@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import TrainsOnce, write_value_parts
 from promokit.cli import app
+from promokit.data import DataError
 from promokit.experiments.value.world import make_world
 from promokit.scale.executor import LocalExecutor
 from promokit.training import TrainConfig
@@ -138,6 +139,20 @@ def test_over_parts_the_refit_trains_on_every_delivery_and_evaluate_says_so(data
     with pytest.warns(UserWarning, match="refit on every row, the held-out ones too, over parts"):
         result = evaluate(model, data / "whole")
     assert result.table is not None and "before the refit" not in result.title
+
+
+@pytest.mark.parametrize("validation, words", [
+    ([1, 2], "deliveries in parts have no row positions"),
+    ("2024-03-01", "validates on a fraction of its deliveries"),
+    (pd.DataFrame({"user_id": [1]}), "the validation deliveries belong in its parts"),
+    (-0.1, "a fraction must be in [0, 1)"),
+])
+def test_deliveries_in_parts_read_validation_as_every_domain_does(data, tmp_path, validation, words):
+    with pytest.raises(DataError) as error:
+        train_parts(ValueModel("esdpm-ncg", SMALL, QUICK), table_paths(data / "parts"), LocalExecutor(),
+                    tmp_path / "keys", validation=validation)
+    message = str(error.value)
+    assert message.startswith("`validation`") and words in message and "\n" not in message
 
 
 def test_a_refit_over_parts_that_cannot_run_keeps_the_selected_model_with_one_warning(data, tmp_path):

@@ -3,6 +3,7 @@ and hold-out fitted from per-part counts equal a one-file fit's, one part trains
 reach its AUC (in this process and on two Ray Train workers), and what cannot train over parts is refused."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -154,6 +155,20 @@ def test_a_user_in_two_parts_is_an_error_naming_both_files(data, tmp_path):
                     None, LocalExecutor(), tmp_path / "keys", options={})
     message = str(error.value)
     assert "user_id" in message and str(first) in message and str(last) in message
+
+
+@pytest.mark.parametrize("validation, words", [
+    ([1, 2, 3], "sessions in parts have no row positions"),
+    (pd.DataFrame({"session_id": [1]}), "the validation sessions belong in the parts"),
+    (1.5, "a fraction must be in [0, 1)"),
+    ("not a time", "is not a time"),
+])
+def test_sessions_in_parts_read_validation_as_every_domain_does(data, tmp_path, validation, words):
+    """Over parts: a fraction or a time (promokit.data.split.parse_validation); any other form is one line naming
+    `validation`, before a part is read."""
+    with pytest.raises(DataError, match=re.escape(words)) as error:
+        _over_parts(data, VoucherModel("dnn", NET, QUICK), validation=validation)
+    assert str(error.value).startswith("`validation`") and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize("model, params, words", [

@@ -70,8 +70,11 @@ from promokit.data.part_keys import check_unique_keys
 from promokit.data.part_scoring import PartScore, part_score
 from promokit.data.parts import naming, parquet, part_name, read_part
 from promokit.data.spec import FeatureSpec, require_columns
+from promokit.data.split import FRACTION, ROWS, TABLE, parse_validation
+from promokit.data.split import TIME as AT_TIME
 from promokit.data.uris import as_path, begin_parts, finish_parts, is_uri, local_dir, scratch_dir
 from promokit.value.contract import TIME, USER, ValueTables, parse_times
+from promokit.value.defaults import VALIDATION_FRACTION
 from promokit.value.leaks import warn_leaks, warn_validation_leak
 from promokit.value.part_tables import USER_KEYED, ValuePart, dataset_parts, read_part_tables
 
@@ -340,10 +343,12 @@ def _plan(estimator: ValueModel, paths: dict[str, Path], executor, scratch: Path
     from promokit.value.estimator import TEST, TRAIN, VALID, DeliverySplit, check_split
     from promokit.value.inputs import InputEncoders
 
-    split = estimator.holdout_for(validation)
-    if split["valid_fraction"] is None:
-        raise DataError("validation: a dataset in parts validates on a fraction of its deliveries (or None, the "
-                        "default fraction), not on rows given")
+    split = estimator.holdout_for(parse_validation(
+        validation, default=VALIDATION_FRACTION, model="a value model over parts", tables=(pd.DataFrame, ValueTables),
+        takes={FRACTION: "a fraction in [0, 1) of the deliveries"},
+        refuses={ROWS: "deliveries in parts have no row positions",
+                 AT_TIME: "a dataset in parts validates on a fraction of its deliveries",
+                 TABLE: "the network holds one dataset: the validation deliveries belong in its parts"}))
     check_split(split["test_fraction"], split["valid_fraction"], split["how"])
     parts = dataset_parts(paths)
     check_unique_keys([p.files["users"] for p in parts], USER, scratch, map_parts=executor.map)

@@ -37,7 +37,6 @@ import os
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from datetime import date
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from promokit.data.encoders import NumericEncoder, combine_moments
 from promokit.data.ids import id_hashes
 from promokit.data.leakage import validation_leak_warning
 from promokit.data.parts import read_part
+from promokit.data.split import FRACTION, ROWS, TABLE, TIME, Validation, parse_validation
 from promokit.data.uris import local_dir
 from promokit.training import TrainConfig, auc_metric, take
 from promokit.training.device import on_cpu
@@ -58,7 +58,6 @@ from promokit.training.shards import (TEST, TRAIN, VALID, first_with_rows, row_r
                                       time_counts, wide_over_parts)
 from promokit.voucher.contract import VoucherTables, check_tables
 from promokit.voucher.graph import SCHEMA_COLUMNS, UVGStore, voucher_terms
-from promokit.voucher.history import as_time
 from promokit.voucher.parts import naming_parts, check_users, pair_parts
 
 #: A session's id in a batch over parts: ``part · STRIDE + row`` (its row in its part).
@@ -313,10 +312,7 @@ def check_trains_over_parts(model) -> None:
 def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[TrainJob, dict | None]:
     """Scan and count the parts on ``executor``; fit the model's encoder, graph vocabulary and hold-out from the
     counts; cut the shards of the executor's workers. Returns the job and the graph vocabulary (DMBGN)."""
-    if validation is not None and not isinstance(validation, (str, date, np.datetime64, pd.Timestamp)) and \
-            not (isinstance(validation, (int, float)) and not isinstance(validation, bool)):
-        raise DataError("validation: sessions in parts validate on a fraction of the latest sessions or on those "
-                        f"collected from a time, not on row indices; got {type(validation).__name__}")
+    validation = parts_validation(validation)
     source_file = model.model_params_.get("item_embeddings")
     if source_file is not None and not os.path.exists(source_file):
         raise DataError(f"`item_embeddings` {source_file}: no such file (or pass 'metapath2vec')")
@@ -333,8 +329,8 @@ def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[T
     model.table_options_, model.labels_ = sample.options, sample.labels
     counted = executor.map(partial(_count, source, split, model), range(len(scans)), label="counting parts")
     rows = np.sum([c.rows for c in counted], axis=0)
-    if split.valid_from is not None and isinstance(validation, (str, date, np.datetime64)) and not rows[VALID]:
-        raise DataError(f"`validation` {validation} leaves {int(rows[TRAIN])} training and 0 validation sessions of "
+    if validation.form == TIME and not rows[VALID]:
+        raise DataError(f"`validation` {validation.value} leaves {int(rows[TRAIN])} training and 0 validation sessions of "
                         f"{int(rows.sum())} ({int(rows[TEST])} held out); both must be non-empty")
     _check_labels(model, counted, rows)
     model.encoder_ = TableEncoder.from_counts([c.shares for c in counted], model.feature_spec_)
@@ -380,21 +376,30 @@ def _scan(source: Source, k: int) -> PartScan:
                     0 if tables.events is None else len(tables.events))
 
 
-def _split(model, counts: pd.Series, validation) -> SessionSplit:
-    """The cuts :meth:`VoucherModel.split_rows` makes, from the sessions per collection time of every part."""
+def parts_validation(validation) -> Validation:
+    """``fit(validation=…)`` over sessions in parts (:func:`~promokit.data.split.parse_validation`): a fraction of the
+    latest sessions or a time; row positions and a table apart are refused in one line."""
     from promokit.voucher.estimator import VALIDATION_FRACTION
 
+    return parse_validation(validation, default=VALIDATION_FRACTION, model="a voucher model over parts",
+                            tables=(pd.DataFrame, VoucherTables),
+                            takes={FRACTION: "a fraction in [0, 1) of the sessions (the latest)",
+                                   TIME: "a time (the sessions collected from it on)"},
+                            refuses={ROWS: "sessions in parts have no row positions",
+                                     TABLE: "the validation sessions belong in the parts: give the time they start "
+                                            "from"})
+
+
+def _split(model, counts: pd.Series, validation: Validation) -> SessionSplit:
+    """The cuts :meth:`VoucherModel.split_rows` makes, from the sessions per collection time of every part."""
     test_from = model.test_cut
     if test_from is None and model.test_fraction:
         test_from = _latest(counts, model.test_fraction, "test_fraction")
     usable = counts if test_from is None else counts[counts.index < test_from]
-    if isinstance(validation, (str, date, np.datetime64)):
-        valid_from = as_time("validation", validation)
+    if validation.form == TIME:
+        valid_from = validation.value
     else:
-        fraction = VALIDATION_FRACTION if validation is None else float(validation)
-        if not 0 <= fraction < 1:
-            raise DataError(f"validation must be a fraction in [0, 1) or a time, got {validation!r}")
-        valid_from = _latest(usable, fraction, "validation") if fraction else None
+        valid_from = _latest(usable, validation.value, "validation") if validation.value else None
     return SessionSplit(valid_from, test_from)
 
 
