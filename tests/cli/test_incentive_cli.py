@@ -90,8 +90,8 @@ def test_bad_customer_tables_exit_2_with_one_line(world, tmp_path, change, messa
 def test_bad_options_exit_2(world, models, tmp_path):
     for args, message in ((("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--levels", "20,x"), "--levels"),
                           (("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--model", "gcn"), "unknown model"),
-                          (("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--valid-fraction", 1.5),
-                           "--valid-fraction: a fraction must be in [0, 1) (0: no validation), got 1.5"),
+                          (("incentive", "train", *_tables(world), "--out", tmp_path / "m", "--validation", 1.5),
+                           "--validation: a fraction must be in [0, 1) (0: no validation), got 1.5"),
                           (("incentive", "bench", "--seeds", "a"), "--seeds"),
                           (("incentive", "predict", "--model", tmp_path / "none", *_tables(world), "--out", tmp_path / "s"),
                            "not a promokit model directory")):
@@ -189,7 +189,7 @@ def test_train_defaults_are_the_estimators():
     fit = inspect.signature(IncentiveModel.fit).parameters
     assert options["model"].default == model["model"].default
     assert options["test_fraction"].default == model["test_fraction"].default
-    assert options["valid_fraction"].default == validation_fraction(fit["validation"].default)
+    assert validation_fraction(options["validation"].default) == validation_fraction(fit["validation"].default)
     assert options["resume"].default == fit["resume"].default
     assert sorted(LABEL_ROLES) == sorted(LABELS)  # --label's roles are the contract's
     # the training settings: not given, the estimator's (train=None), which --help shows

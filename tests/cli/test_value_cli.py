@@ -344,10 +344,10 @@ def test_the_train_and_predict_defaults_are_the_libraries():
     for option, parameter in (("model", "model"), ("params", "params"), ("split", "split"),
                               ("test_fraction", "test_fraction"), ("label", "labels")):
         assert options[option].default == init[parameter].default, option
-    assert options["valid_fraction"].default == fit["validation"].default
+    assert options["validation"].default == fit["validation"].default
     assert options["resume"].default == fit["resume"].default
     model = ValueModel()  # train=None: the estimator's training defaults
-    assert float(options["valid_fraction"].show_default) == model.holdout_for()["valid_fraction"]
+    assert f"(default {model.holdout_for()['valid_fraction']:g};" in options["validation"].help
     assert options["seed"].default == model.train_config.seed
     for flag in ("epochs", "batch_size", "lr", "patience"):
         assert options[flag].default is None and float(options[flag].show_default) == getattr(model.train_config, flag)

@@ -199,7 +199,7 @@ def test_amexpert_writes_contract_tables_that_train_and_evaluate_read_back(tmp_p
     assert "--no-terms" in args and "--item-features" in args and "--voucher-items" in args
     assert json.loads((tmp_path / "tables" / "amexpert.json").read_text())["rows"] == 6
     trained = _invoke("voucher", "train", *args, "--model", "lr", "--epochs", 1, "--monitor", "loss",
-                      "--valid-from", "2013-02-01", "--test-from", "2013-03-01", "--out", tmp_path / "m")
+                      "--validation", "2013-02-01", "--test-from", "2013-03-01", "--out", tmp_path / "m")
     assert trained.exit_code == 0, trained.output
     assert "2 training sessions, 2 validation sessions" in trained.output
     assert "held out for evaluate: 2 of 6 sessions (collected from 2013-03-01 00:00:00)" in trained.output
@@ -212,7 +212,7 @@ def test_amexpert_writes_contract_tables_that_train_and_evaluate_read_back(tmp_p
 
 
 @pytest.mark.parametrize("options, message", [
-    (["--valid-from", "2099-01-01"], "--valid-from 2099-01-01 leaves "),
+    (["--validation", "2099-01-01"], "--validation 2099-01-01 leaves "),
     (["--test-from", "soon"], "--test-from 'soon' is not a time"),
     (["--model", "dmbgn", "--item-embeddings", "nowhere.csv"], "--item-embeddings nowhere.csv: no such file"),
 ])
@@ -422,7 +422,7 @@ BAD_SESSIONS = [
      "label column 'redeemed' must be 0/1 but has {n} other values in {n} rows"),
     ("predict", [], _assign(), ["--from", "soon"], "--from 'soon' is not a time"),
     ("evaluate", [], _assign(), ["--from", "2099-01-01"], "--from 2099-01-01 selects none of the {n} sessions"),
-    ("train", LR, _assign(), ["--valid-from", "later"], "--valid-from 'later' is not a time"),
+    ("train", LR, _assign(), ["--validation", "later"], "--validation 'later' is not a time"),
 ]
 
 

@@ -340,7 +340,7 @@ def test_the_train_command_takes_its_defaults_from_the_estimator():
     for name in ("model", "test_fraction", "repair_labels"):
         assert command[name] == init[name].default, name
     assert inspect.signature(ConversionModel.fit).parameters["validation"].default is None
-    assert command["valid_fraction"] == _validation(None).fraction == VALIDATION_FRACTION
+    assert command["validation"] is None and _validation(None).fraction == VALIDATION_FRACTION  # fit's default
     assert command["seed"] == DEFAULT_TRAIN.seed
     assert all(command[name] is None for name in ("epochs", "batch_size", "lr", "patience", "embedding_decay",
                                                   "weight_decay", "monitor", "params", "min_count", "wide"))

@@ -260,7 +260,7 @@ def test_one_converting_delivery_is_a_one_line_error(data, tmp_path):
     shutil.copytree(data / "parts", folder)
     _only_rows(1)(folder)
     result = _invoke("value", "train", "--data", folder, "--model", "esdpm-ncg", "--out", tmp_path / "m",
-                     "--test-fraction", 0, "--valid-fraction", 0)
+                     "--test-fraction", 0, "--validation", 0)
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "'convert' is 0 on all 1 rows" in " ".join(result.output.split())
 

@@ -16,7 +16,7 @@ from promokit.cli.options import common as co
 from promokit.cli.options import conversion as opt
 from promokit.console import get_console, print_table
 from promokit.conversion.contract import LABEL_ROLES
-from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS, VALIDATION_FRACTION
+from promokit.conversion.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, REPAIR_LABELS
 from promokit.data.split import TEST_FRACTION
 from promokit.data.uris import as_path
 from promokit.training.recalibration import DEFAULT_METHOD
@@ -31,8 +31,7 @@ app = typer.Typer(help="Conversion over the entire space: ESM², ESMM, DNN, DNN-
 
 @app.command()
 def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
-          valid: opt.ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
-          valid_split: opt.ValidSplitOpt = None, test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
+          validation: co.ValidationOpt = None, valid_split: opt.ValidSplitOpt = None, test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
           patience: TRAIN.patience = None, monitor: opt.MonitorOpt = None,
           embedding_decay: TRAIN.embedding_decay = None, weight_decay: TRAIN.weight_decay = None,
@@ -49,15 +48,14 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
     With --data a directory or glob of Parquet parts, or with --executor ray, the network trains over the parts
     without reading the table whole: the vocabulary is counted part by part, then the model trains part by part in
     this process (--executor local) or data-parallel on --workers Ray Train workers (--executor ray; DDP, batch size
-    the global batch). Validation rows are then a seeded random share of each part (about --valid-fraction), the
-    latest rows by time, or --valid.
+    the global batch). Validation rows are then a seeded random share of each part (about the --validation
+    fraction), the latest rows by time, or the --validation table.
 
     Without feature lists in the spec, every column but the labels is a feature, its type inferred (printed at the
     end and kept in config.json): --categorical / --numeric set the type of some. A feature that alone predicts a
     label almost perfectly (a label leak: a column measured after the outcome) is warned of before training; drop it,
     or keep it with --allow-leaky."""
-    flags = {**opt.TRAIN_FLAGS, "validation": "--valid" if valid else "--valid-fraction"}
-    with cs.user_errors(), cs.flags_in_errors(flags), cv.convention_errors():
+    with cs.user_errors(), cs.flags_in_errors(opt.TRAIN_FLAGS), cv.convention_errors():
         executor = cs.executor_option(executor, engine)
         cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
@@ -70,7 +68,7 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
         given = conversion_spec(spec, micro_behaviors=micro_behaviors, types=cs.types_option(categorical, numeric),
                                 labels=cv.label_options(label, LABEL_ROLES), allow_leaky=allow_leaky)
         estimator = ConversionModel(model, model_params, config, given, repair_labels, test_fraction, refit)
-        estimator.fit(data, validation=valid or valid_fraction, validation_split=valid_split,
+        estimator.fit(data, validation=cs.validation_option(validation), validation_split=valid_split,
                       executor=cs.deferred_executor(executor, address, workers),
                       checkpoint_dir=cs.checkpoint_dir(out), resume=resume)
         estimator.save(out)
@@ -87,14 +85,13 @@ def train(data: opt.TrainDataOpt, out: opt.TrainOutOpt, model: opt.ModelOpt = DE
 
 @app.command()
 def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_MODEL, spec: opt.SpecOpt = None,
-         valid: opt.ValidOpt = None, valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION,
-         valid_split: opt.ValidSplitOpt = None, metric: opt.TuneMetricOpt = "ctcvr_auc", trials: co.TrialsOpt = 30,
+         validation: co.ValidationOpt = None, valid_split: opt.ValidSplitOpt = None, metric: opt.TuneMetricOpt = "ctcvr_auc", trials: co.TrialsOpt = 30,
          timeout: co.TimeoutOpt = None, storage: co.StorageOpt = None, epochs: TRAIN.epochs = None,
          batch_size: TRAIN.batch_size = None, patience: TRAIN.patience = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed,
          repair_labels: opt.RepairLabelsOpt = REPAIR_LABELS, micro_behaviors: opt.MicroOpt = None):
     """Search the model's hyper-parameters (Optuna TPE, median pruning per epoch) on the validation rows; write
     the best as params.json for train --params."""
-    flags = {**opt.MICRO_FLAG, "trials": "--trials", "metric": "--metric"}
+    flags = {**opt.MICRO_FLAG, **co.VALIDATION_FLAG, "trials": "--trials", "metric": "--metric"}
     with cs.user_errors(out=out, storage=storage), cs.flags_in_errors(flags):
         from promokit.conversion.contract import conversion_spec
         from promokit.data import read_table
@@ -102,12 +99,13 @@ def tune(data: opt.DataOpt, out: opt.TuneOutOpt, model: opt.ModelOpt = DEFAULT_M
 
         config, _ = cs.training_options(DEFAULT_TRAIN, None, None, epochs=epochs, batch_size=batch_size,
                                         patience=patience, seed=seed)
+        valid_fraction, valid = opt.tune_validation(cs.validation_option(validation))
         table = read_table(data)
-        validation = read_table(valid) if valid else None
+        valid = read_table(valid) if valid is not None else None
         feature_spec = conversion_spec(spec, micro_behaviors=micro_behaviors)
 
         def search(path, on_trial):
-            return tune_conversion(model, table, validation, feature_spec, config, metric, trials, timeout, str(path),
+            return tune_conversion(model, table, valid, feature_spec, config, metric, trials, timeout, str(path),
                                    valid_fraction=valid_fraction, valid_split=valid_split,
                                    repair_labels=repair_labels, on_trial=on_trial)
 
@@ -270,20 +268,20 @@ app.command("kuairand")(kuairand)
 @app.command()
 def compare(data: opt.DataOpt, out: co.CompareOutOpt, models: co.CompareModelsOpt = "lr,gbdt,esmm,esm2",
             spec: opt.SpecOpt = None, seeds: co.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION,
-            valid_fraction: opt.ValidFractionOpt = VALIDATION_FRACTION, micro_behaviors: opt.MicroOpt = None,
+            validation: co.ValidationOpt = None, micro_behaviors: opt.MicroOpt = None,
             label: opt.LabelOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
             lr: TRAIN.lr = None, patience: TRAIN.patience = None, resamples: co.ResamplesOpt = co.RESAMPLES,
             threads: co.ThreadsOpt = None):
     """Fit the floor lr and --models on the same split with the same training budget, and write one leaderboard:
     the held-out CTCVR and CVR AUCs, each against lr with a paired bootstrap interval, the calibration ratio, fit
     and predict seconds and a verdict per model."""
-    flags = {**opt.MICRO_FLAG, "models": "--models", "seeds": "--seeds", "test_fraction": "--test-fraction",
-             "validation": "--valid-fraction"}
+    flags = {**opt.MICRO_FLAG, **co.VALIDATION_FLAG, "models": "--models", "seeds": "--seeds",
+             "test_fraction": "--test-fraction"}
     with cs.user_errors(out=out), cs.flags_in_errors(flags), cv.convention_errors():
         cs.set_threads(threads)
         from promokit.conversion.contract import conversion_spec
 
         given = conversion_spec(spec, micro_behaviors=micro_behaviors, labels=cv.label_options(label, LABEL_ROLES))
         pr.run_compare("conversion", data, models, seeds, out, resamples,
-                       options={"spec": given, "test_fraction": test_fraction}, validation=valid_fraction,
+                       options={"spec": given, "test_fraction": test_fraction}, validation=cs.validation_option(validation),
                        epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -44,7 +44,7 @@ def amexpert(src: voucher_opt.AmexpertSrc, out: voucher_opt.AmexpertOut):
         console = get_console()
         console.print(report.summary(), highlight=False)
         console.print(f"tables written to {as_path(out)}; try:\npromokit voucher train "
-                      f"{voucher_opt.train_command(files, tables.options)} --model dmbgn --out model [--valid-from …]\n"
+                      f"{voucher_opt.train_command(files, tables.options)} --model dmbgn --out model [--validation …]\n"
                       "then: promokit voucher evaluate … --gauc-by campaign_id", highlight=False, soft_wrap=True)
 
 

@@ -14,11 +14,11 @@ from promokit.cli.options import common as co
 from promokit.cli.options.incentive import (
     AllowLeakyOpt, CustomerEdgesOpt, CustomersOpt, EdgesOpt, FLAGS, ItemEdgesOpt, ItemsOpt, LABEL_ROLES, LabelOpt,
     LevelsOpt, LrDecayOpt, MerchantsOpt, MethodOpt, ModelDirOpt, ModelOpt, MonitorOpt, RatioOpt, RecalibrateByOpt,
-    SeedOpt, TestFractionOpt, ValidFractionOpt, graph_files, levels_option,
+    SeedOpt, TestFractionOpt, graph_files, levels_option,
 )
 from promokit.console import get_console, print_table
 from promokit.data.split import TEST_FRACTION
-from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
+from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN
 from promokit.training.recalibration import DEFAULT_METHOD
 from promokit.training.refit import REFIT
 
@@ -50,7 +50,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
           out: Annotated[Path, typer.Option("--out", help="Model directory to write.")],
           model: ModelOpt = DEFAULT_MODEL, levels: LevelsOpt = None,
           test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
-          valid_fraction: ValidFractionOpt = DEFAULT_VALIDATION,
+          validation: co.ValidationOpt = None,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, lr_decay: LrDecayOpt = None,
           patience: TRAIN.patience = None, monitor: MonitorOpt = None, seed: SeedOpt = DEFAULT_TRAIN.seed,
           params: co.ParamsOpt = None, categorical: co.CategoricalOpt = None, numeric: co.NumericOpt = None,
@@ -85,7 +85,7 @@ def train(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: EdgesO
                               graph_files(customers, merchants, edges, items, item_edges, customer_edges),
                               levels=levels_option(levels),
                               types=cs.types_option(categorical, numeric), labels=cv.label_options(label, LABEL_ROLES),
-                              validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
+                              validation=cs.validation_option(validation), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                               executor=cs.deferred_executor(executor, address, workers), draws=draws)
         estimator, counts, held = trained.model, trained.counts, trained.model.holdout_
         estimator.save(out)
@@ -276,7 +276,7 @@ def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: Edge
             items: ItemsOpt = None, item_edges: ItemEdgesOpt = None, customer_edges: CustomerEdgesOpt = None,
             out: co.CompareOutOpt, models: co.CompareModelsOpt = "lr,dnn,gnn-hazard", seeds: co.CompareSeedsOpt = "0",
             levels: LevelsOpt = None, test_fraction: TestFractionOpt = TEST_FRACTION, label: LabelOpt = None,
-            valid_fraction: ValidFractionOpt = DEFAULT_VALIDATION,
+            validation: co.ValidationOpt = None,
             epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None,
             patience: TRAIN.patience = None, categorical: co.CategoricalOpt = None, numeric: co.NumericOpt = None,
             resamples: co.ResamplesOpt = co.RESAMPLES, threads: co.ThreadsOpt = None):
@@ -292,4 +292,4 @@ def compare(customers: CustomersOpt, merchants: MerchantsOpt = None, edges: Edge
                              levels=levels_option(levels), types=cs.types_option(categorical, numeric),
                              labels=cv.label_options(label, LABEL_ROLES))
         pr.run_compare("incentive", tables, models, seeds, out, resamples, options={"test_fraction": test_fraction},
-                       validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)
+                       validation=cs.validation_option(validation), epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

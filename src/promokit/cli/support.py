@@ -65,6 +65,18 @@ def flags_in_errors(flags: dict[str, str]):
         warnings.showwarning = show
 
 
+def validation_option(text: str | None):
+    """``--validation``: the library's ``fit(validation=…)`` (:func:`promokit.data.split.parse_validation`): None when
+    not given (the domain's default), a float when the text parses as a number (a fraction; 0: no validation), else
+    the text as given (a time, a table's path), for the library to read or refuse in one line naming it."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def executor_option(executor: str, engine: str | None) -> str:
     """``--executor``, or the value of ``--engine``, its deprecated former name, with a warning."""
     if engine is None:

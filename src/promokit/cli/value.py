@@ -53,7 +53,7 @@ app.command("from-transactions")(from_transactions)
 @app.command()
 def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DEFAULT_MODEL,
           test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
-          valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
+          validation: co.ValidationOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
           allow_leaky: opt.AllowLeakyOpt = None, repair_labels: opt.RepairOpt = False,
           epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
           monitor: opt.MonitorOpt = None, seed: opt.SeedOpt = DEFAULT_TRAIN.seed, params: co.ParamsOpt = None,
@@ -88,7 +88,7 @@ def train(data: opt.PartsDataOpt, out: opt.ModelOutOpt, model: opt.ModelOpt = DE
                                test_fraction=test_fraction, labels=cv.label_options(label, opt.LABEL_ROLES),
                                allow_leaky=allow_leaky, refit=refit)
         trained = train_model(estimator, data, cs.deferred_executor(executor, address, workers),
-                              validation=valid_fraction, checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
+                              validation=cs.validation_option(validation), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                               repair_labels=repair_labels, types=cs.types_option(categorical, numeric))
         if not trained.in_parts:
             _whole_tables(data, "trained", executor, address, workers)
@@ -254,7 +254,7 @@ def _renamed(flag: str, name: str) -> str:
 @app.command()
 def compare(data: opt.DataOpt, out: co.CompareOutOpt, models: co.CompareModelsOpt = "hurdle,esdpm-ncg,esdpm",
             seeds: co.CompareSeedsOpt = "0", test_fraction: opt.TestFractionOpt = TEST_FRACTION, label: opt.LabelOpt = None,
-            valid_fraction: opt.ValidFractionOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
+            validation: co.ValidationOpt = None, split: opt.SplitOpt = DEFAULT_SPLIT,
             repair_labels: opt.RepairOpt = False, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
             lr: TRAIN.lr = None, patience: TRAIN.patience = None, categorical: co.CategoricalOpt = None,
             numeric: co.NumericOpt = None, resamples: co.ResamplesOpt = co.RESAMPLES, threads: co.ThreadsOpt = None):
@@ -271,4 +271,4 @@ def compare(data: opt.DataOpt, out: co.CompareOutOpt, models: co.CompareModelsOp
         tables = read_folder(data, True, repair_labels, types=cs.types_option(categorical, numeric), labels=labels)
         pr.run_compare("value", tables, models, seeds, out, resamples,
                        options={"split": split, "test_fraction": test_fraction, "labels": labels},
-                       validation=valid_fraction, epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)
+                       validation=cs.validation_option(validation), epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -31,7 +31,7 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
           events: options.PartsEvents = None, voucher_items: options.VoucherItems = None,
           categorical: options.Categorical = None, numeric: options.Numeric = None, validity: options.Validity = None,
           terms: options.Terms = True, item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
-          valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
+          validation: co.ValidationOpt = None, test_from: options.TestFrom = None,
           test_fraction: options.TestFractionOpt = TEST_FRACTION, label: options.LabelOpt = None, epochs: TRAIN.epochs = None,
           batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
           monitor: options.Monitor = None, embedding_decay: TRAIN.embedding_decay = None,
@@ -42,7 +42,7 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
           executor: co.ExecutorOpt = "local", address: co.AddressOpt = None, workers: co.WorkersOpt = None,
           refit: co.RefitOpt = REFIT):
     """Fit a model on the sessions less those held out for evaluate (the latest --test-fraction, or those collected
-    from --test-from on); pick the epoch on the latest 10 % of the rest (or those from --valid-from on), then fit
+    from --test-from on); pick the epoch on the latest 10 % of the rest (or --validation: another fraction, or those from a time on), then fit
     it again on every session with that choice (--no-refit: keep the selected model). A feature
     that alone predicts redeemed almost perfectly (a label leak) is warned of: drop it, or keep it (--allow-leaky).
     With --sessions and --events in parts, a network trains over them part by part (--executor local) or
@@ -59,7 +59,7 @@ def train(sessions: options.TrainSessions, items: options.Items, out: options.Tr
                                                 device=device)
         estimator = VoucherModel(model, {**model_params, **options.item_params(item_embeddings, freeze_items)}, config,
                                  test_fraction=test_fraction, test_from=test_from, allow_leaky=allow_leaky, refit=refit)
-        train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=valid_from,
+        train_model(estimator, options.table_files(sessions, events, items, voucher_items), out, validation=cs.validation_option(validation),
                     labels=cv.label_options(label, options.LABEL_ROLES), checkpoint_dir=cs.checkpoint_dir(out), resume=resume,
                     executor=cs.deferred_executor(executor, address, workers),
                     **options.table_options(categorical, numeric, validity, terms, item_features))
@@ -75,7 +75,7 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
          voucher_items: options.VoucherItems = None, categorical: options.Categorical = None,
          numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
          item_features: options.ItemFeatures = None, model: options.Model = DEFAULT_MODEL,
-         valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
+         validation: co.ValidationOpt = None, test_from: options.TestFrom = None,
          test_fraction: options.TestFractionOpt = TEST_FRACTION, trials: co.TrialsOpt = 30, timeout: co.TimeoutOpt = None,
          storage: co.StorageOpt = None, epochs: TRAIN.epochs = None, batch_size: TRAIN.batch_size = None,
          patience: TRAIN.patience = None, seed: int = DEFAULT_TRAIN.seed, params: options.FixedParams = None,
@@ -95,7 +95,7 @@ def tune(sessions: options.Sessions, items: options.Items, out: options.TuneOut,
         estimator = VoucherModel(model, fixed, config, test_fraction=test_fraction, test_from=test_from)
         tables = read_tables(options.table_files(sessions, events, items, voucher_items), require_labels=True,
                              **options.table_options(categorical, numeric, validity, terms, item_features))
-        train, valid, test = estimator.split_rows(tables, validation=valid_from)
+        train, valid, test = estimator.split_rows(tables, validation=cs.validation_option(validation))
 
         def search(path, on_trial):
             return tune_voucher(model, tables, train, valid, config, fixed, trials, timeout, str(path),
@@ -272,7 +272,7 @@ def compare(sessions: options.Sessions, items: options.Items, out: co.CompareOut
             voucher_items: options.VoucherItems = None, categorical: options.Categorical = None,
             numeric: options.Numeric = None, validity: options.Validity = None, terms: options.Terms = True,
             item_features: options.ItemFeatures = None, models: co.CompareModelsOpt = "lr,gbdt,din,dmbgn",
-            seeds: co.CompareSeedsOpt = "0", valid_from: options.ValidFrom = None, test_from: options.TestFrom = None,
+            seeds: co.CompareSeedsOpt = "0", validation: co.ValidationOpt = None, test_from: options.TestFrom = None,
             test_fraction: options.TestFractionOpt = TEST_FRACTION, epochs: TRAIN.epochs = None,
             batch_size: TRAIN.batch_size = None, lr: TRAIN.lr = None, patience: TRAIN.patience = None,
             resamples: co.ResamplesOpt = co.RESAMPLES, threads: options.Threads = 1):
@@ -287,5 +287,5 @@ def compare(sessions: options.Sessions, items: options.Items, out: co.CompareOut
         tables = read_tables(options.table_files(sessions, events, items, voucher_items), require_labels=True,
                              **options.table_options(categorical, numeric, validity, terms, item_features))
         pr.run_compare("voucher", tables, models, seeds, out, resamples,
-                       options={"test_fraction": test_fraction, "test_from": test_from}, validation=valid_from,
+                       options={"test_fraction": test_fraction, "test_from": test_from}, validation=cs.validation_option(validation),
                        epochs=epochs, batch_size=batch_size, lr=lr, patience=patience)

@@ -117,6 +117,13 @@ def test_fraction_option(rule: str):
                                          f"{TEST_FRACTION:g} in every domain.")]
 
 
+# fit(validation=…) of every domain (promokit.data.split.parse_validation): the text, as support.validation_option
+# turns it into the library's argument; the library says which forms a domain refuses, naming --validation.
+ValidationOpt = Annotated[Optional[str], typer.Option(
+    "--validation", show_default=False, help="Validation rows: a fraction of the rows left after the test hold-out "
+    "(default 0.1; 0: none), a time (the rows from it on), or (conversion) a table's path.")]
+#: The library's argument that --validation sets, as its errors name it → the flag (for flags_in_errors).
+VALIDATION_FLAG = {"validation": "--validation"}
 AllRowsOpt = Annotated[bool, typer.Option("--all", help="Score every row of the data (new data), not what train held "
                                           "out.")]
 RefitOpt = Annotated[bool, typer.Option("--refit/--no-refit", help="After choosing the epoch (the L2 strength, the "

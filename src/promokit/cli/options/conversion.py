@@ -15,7 +15,7 @@ from promokit.conversion.defaults import DEFAULT_TRAIN
 
 #: The library's arguments named in its errors → the options that set them.
 MICRO_FLAG = {"micro_behaviors": "--micro-behaviors"}
-TRAIN_FLAGS = {**MICRO_FLAG, "wide": "--wide", "allow_leaky": "--allow-leaky", "validation_split": "--valid-split",
+TRAIN_FLAGS = {**MICRO_FLAG, **co.VALIDATION_FLAG, "wide": "--wide", "allow_leaky": "--allow-leaky", "validation_split": "--valid-split",
                "data": "--data", "executor": "--executor"}
 #: The models demo and bench train by default (the linear floor lr is always added).
 MODELS = "lr,gbdt,dnn,dnn-os,esmm,esm2"
@@ -26,7 +26,6 @@ ModelOpt = Annotated[str, typer.Option("--model", help="lr | gbdt | dnn | dnn-os
 SpecOpt = Annotated[Optional[Path], typer.Option("--spec", help="YAML/JSON feature spec; inferred when omitted.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for splits, initialisation and shuffling.")]
 MicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="Comma-separated 0/1 micro-behaviour label columns (post-click actions: cart, favorite, …; labels, never features), the nodes of GMCM's graph; replaces the spec's micro_behaviors.")]
-ValidFractionOpt = Annotated[float, typer.Option("--valid-fraction", help="Share of --data that validates when --valid is not given.")]
 ValidSplitOpt = Annotated[Optional[str], typer.Option("--valid-split", help="How the validation rows are cut from --data: random, or time:<column> (the latest rows). Default: time:<the spec's time_key> when the spec names one, else random.")]
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation rows: loss | ctr_auc | cvr_auc | ctcvr_auc.", show_default=DEFAULT_TRAIN.monitor)]
 RepairLabelsOpt = Annotated[bool, typer.Option("--repair-labels/--no-repair-labels", help="Set daction/purchase/micro-behaviours to 0 on unclicked rows instead of failing.")]
@@ -68,9 +67,20 @@ KuaiMicroOpt = Annotated[Optional[str], typer.Option("--micro-behaviors", help="
 # ---- the commands' data, hold-out, label and recalibration options
 DataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {co.TABLE_HELP} (predict scores part by part; tune, evaluate and recalibrate read the parts into one frame).")]
 TrainDataOpt = Annotated[Path, typer.Option("--data", help=f"Impression table: {co.TABLE_HELP} (the networks train part by part, never reading it whole; gbdt and lr read the parts into one frame).")]
-ValidOpt = Annotated[Optional[Path], typer.Option("--valid", help=f"Validation table (early stopping; tune scores the trials on it): {co.TABLE_HELP}.")]
 LabelOpt = co.label_option(LABEL_ROLES)
 TestFractionOpt = co.test_fraction_option("the latest rows by the spec's time_key when it names one, else each row drawn at random with --seed")
 DemoOutOpt = co.runs_out_option("results.csv (rewritten as each model finishes) and the report")
 AllowLeakyOpt = co.allow_leaky_option("feature columns (added to the spec's allow_leaky)")
 MethodOpt = co.recalibration_method_option("p_ctcvr and to p_ctr")
+
+
+def tune_validation(validation) -> tuple[float, object]:
+    """``tune --validation`` (:func:`promokit.cli.support.validation_option`'s value) as ``tune_conversion`` takes it:
+    (the fraction cut from --data, the validation table's path or None). tune takes a fraction or a table given
+    apart; another form is the library's one-line error naming ``validation``."""
+    from promokit.conversion.defaults import VALIDATION_FRACTION
+    from promokit.data.split import FRACTION, TABLE, parse_validation
+
+    choice = parse_validation(validation, default=VALIDATION_FRACTION, model="conversion tune",
+                              takes={FRACTION: "a fraction in [0, 1) of the rows", TABLE: "a table's path"})
+    return (choice.fraction, None) if choice.form == FRACTION else (VALIDATION_FRACTION, choice.value)

@@ -19,7 +19,6 @@ ItemsOpt = Annotated[Optional[Path], typer.Option("--items", help=f"items table 
 ItemEdgesOpt = Annotated[Optional[Path], typer.Option("--item-edges", help=f"customer–item edges table ({co.TABLE_HELP}): customer_id, item_id[, weight, edge features]: the graph of the GNN models instead of --merchants and --edges.")]
 CustomerEdgesOpt = Annotated[Optional[Path], typer.Option("--customer-edges", help=f"customer–customer edges table ({co.TABLE_HELP}): customer_id, neighbour_id[, weight, edge features], undirected: the graph of the GNN models instead of --merchants and --edges.")]
 RecalibrateByOpt = Annotated[Optional[str], typer.Option("--by", help="level: one map per offered value, shrunk toward the overall map where a value was offered to few customers, each applied at its own value; values offered to none get the overall map (default: one map for every value).")]
-ValidFractionOpt = Annotated[float, typer.Option(help="Share of the rest that picks the epoch.")]
 LevelsOpt = Annotated[Optional[str], typer.Option("--levels", help="The value list R, comma-separated (default: the levels in the tables).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for the split, initialisation, sampling and shuffling.")]
 ModelOpt = Annotated[str, typer.Option("--model", help="gnn-hazard | lr | dnn | dnn-h | sbbm | cox | dssm-c | auto (the better of lr, gnn-hazard on validation)")]
@@ -28,7 +27,7 @@ RatioOpt = Annotated[Optional[float], typer.Option("--ratio", help="Budget B of 
 MonitorOpt = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation nodes: customer_loglik | auc_c | loss (eq. 7, merchants included).", show_default=DEFAULT_TRAIN.monitor)]
 LrDecayOpt = Annotated[Optional[float], typer.Option("--lr-decay", help="Learning rate multiplied by this each epoch (section 5: 0.95).", show_default=f"{DEFAULT_TRAIN.lr_decay:g}")]
 #: The library's arguments that options give, named as those options in its errors.
-FLAGS = {"validation": "--valid-fraction", "truth": "--truth", "allow_leaky": "--allow-leaky", "method": "--method",
+FLAGS = {**co.VALIDATION_FLAG, "truth": "--truth", "allow_leaky": "--allow-leaky", "method": "--method",
          "by": "--by"}
 
 #: The label roles of the node tables (promokit.incentive.contract.LABELS).

@@ -13,7 +13,7 @@ import typer
 
 from promokit.cli.options import common as co
 from promokit.cli.support import flags_in_errors
-from promokit.value.defaults import DEFAULT_TRAIN, VALIDATION_FRACTION
+from promokit.value.defaults import DEFAULT_TRAIN
 
 #: The deliveries' label roles (promokit.value.contract.LABELS).
 LABEL_ROLES = ("click", "convert", "amount")
@@ -21,7 +21,7 @@ LABEL_ROLES = ("click", "convert", "amount")
 FLAG_WORDS = (("split='random'", "--split random"), ("repair_labels=True", "--repair-labels"),
               ("at must be", "--at must be"), ("held_out: ", ""), ("the data fit was given", "the data train was given"))
 #: The value commands' flags that library errors name as `argument`.
-ARGUMENT_FLAGS = {"wide": "--wide", "contexts": "--contexts", "users_list": "--users-list", "all_rows": "--all",
+ARGUMENT_FLAGS = {**co.VALIDATION_FLAG, "wide": "--wide", "contexts": "--contexts", "users_list": "--users-list", "all_rows": "--all",
                   "floor": "--floor", "models": "--model", "allow_leaky": "--allow-leaky", "method": "--method",
                   "start": "--from", "by": "--by"}
 #: from-transactions' flags, by the argument of promokit.value.transactions.from_transactions they set.
@@ -42,7 +42,6 @@ ModelOutOpt = Annotated[Path, typer.Option("--out", help="Model directory to wri
 ReportOutOpt = Annotated[Path, typer.Option("--out", help="Folder for report.md / report.json.")]
 
 # train
-ValidFractionOpt = Annotated[Optional[float], typer.Option(help="Share of the rest that picks the epoch (§5.1: 0.1).", show_default=f"{VALIDATION_FRACTION:g}")]
 SplitOpt = Annotated[str, typer.Option("--split", help="time (the latest deliveries are held out, §5.1) | random (for deliveries that share one time).")]
 
 # predict

@@ -14,7 +14,7 @@ from promokit.data.durations import DURATION_FORMS
 from promokit.voucher.defaults import DEFAULT_TRAIN
 
 #: The library's arguments named in its errors → the options that set them.
-FLAGS = {"test_from": "--test-from", "validation": "--valid-from", "start": "--from", "categorical": "--categorical",
+FLAGS = {**co.VALIDATION_FLAG, "test_from": "--test-from", "start": "--from", "categorical": "--categorical",
          "numeric": "--numeric", "item_features": "--item-features", "terms": "--terms", "no_terms": "--no-terms",
          "item_embeddings": "--item-embeddings", "executor": "--executor", "sessions": "--sessions",
          "events": "--events", "allow_leaky": "--allow-leaky"}
@@ -48,7 +48,6 @@ TrainOut = Annotated[Path, typer.Option("--out", help="Model directory to write.
 TuneOut = Annotated[Path, typer.Option("--out", help="Folder for params.json (the best parameters), the report and "
                                           "study.db.")]
 FixedParams = Annotated[Optional[str], typer.Option("--params", help="Fixed model parameters (JSON or a JSON file) the search does not change, e.g. DMBGN's graph settings.")]
-ValidFrom = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are the validation split (default: the last 10 %).")]
 TestFrom = Annotated[Optional[str], typer.Option(help="Sessions collected from this time on are held out (neither trained nor validated on), in place of --test-fraction.")]
 Monitor = Annotated[Optional[str], typer.Option("--monitor", help="What picks the epoch on the validation sessions: auc | loss.", show_default=DEFAULT_TRAIN.monitor)]
 Threads = Annotated[int, typer.Option("--threads", help="Torch threads; 1 (the default) is fastest for these small "
