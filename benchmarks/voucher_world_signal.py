@@ -55,6 +55,14 @@ def in_scope(tables) -> pd.DataFrame:
     return out
 
 
+def match_labels(tables, seed: int):
+    """The tables with labels drawn again from the in-scope share alone, redeemed with probability
+    σ(6·(share − 0.3)), and that probability (see the module's docstring)."""
+    truth = 1.0 / (1.0 + np.exp(-6.0 * (in_scope(tables)["in_scope_share"].to_numpy() - 0.3)))
+    drawn = (np.random.default_rng(seed).random(len(truth)) < truth).astype(float)
+    return dataclasses.replace(tables, sessions=tables.sessions.assign(redeemed=drawn)), truth
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sessions", type=int, default=40_000)
@@ -65,11 +73,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     print(f"load average {os.getloadavg()[0]:.1f}")
     world = make_world(n_sessions=args.sessions, seed=args.seed)
-    tables, truth = world.tables, world.truth
-    if args.label == "match":
-        truth = 1.0 / (1.0 + np.exp(-6.0 * (in_scope(tables)["in_scope_share"].to_numpy() - 0.3)))
-        drawn = (np.random.default_rng(args.seed).random(len(truth)) < truth).astype(float)
-        tables = dataclasses.replace(tables, sessions=tables.sessions.assign(redeemed=drawn))
+    tables, truth = match_labels(world.tables, args.seed) if args.label == "match" else (world.tables, world.truth)
     order = np.argsort(tables.sessions["collect_time"].to_numpy(), kind="stable")
     cut = int(len(order) * 0.9)
     train, test = np.sort(order[:cut]), np.sort(order[cut:])
