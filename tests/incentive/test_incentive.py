@@ -173,6 +173,22 @@ def test_test_fraction_is_a_parameter_and_held_out_finds_the_nodes_fit_held_out(
         IncentiveModel("lr", test_fraction=0.15).set_params(test_fraction="15 %")
 
 
+def test_a_fit_validated_on_given_customers_records_no_fraction(tmp_path):
+    world = make_world(400, 40, seed=1)
+    write_world(world, tmp_path)
+    model = IncentiveModel("lr", train=FAST, test_fraction=0.25, refit=False)
+    held = model.fit(tmp_path, validation=0).held_out(tmp_path)[0]
+    rows = np.setdiff1d(np.arange(400), held)[::6]
+    model.fit(tmp_path, validation=rows)
+    assert model.holdout_["valid_fraction"] is None and model.report_.n_valid == len(rows)
+    assert np.array_equal(model.held_out(tmp_path)[0], held)
+    split = model.split(tmp_path)
+    assert len(split.valid_customers) == 0 and np.isin(rows, split.train_customers).all()
+    assert model.validation_evaluation(tmp_path, validation=rows)["customers"] == len(rows)
+    model.save(tmp_path / "model")
+    assert IncentiveModel.load(tmp_path / "model").holdout_["valid_fraction"] is None
+
+
 def test_a_saved_model_scores_the_same_and_writes_allocatable_tables(fitted, tables, tmp_path):
     fitted.save(tmp_path / "model")
     loaded = IncentiveModel.load(tmp_path / "model")

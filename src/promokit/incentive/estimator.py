@@ -233,7 +233,8 @@ class IncentiveModel(Estimator):
         split = self.split(tables, valid_fraction)
         if choice.form == ROWS:
             split = self._validate_on(split, tables, choice.value)
-        self.holdout_ = {"test_fraction": float(self.test_fraction), "valid_fraction": valid_fraction,
+        self.holdout_ = {"test_fraction": float(self.test_fraction),
+                         "valid_fraction": None if choice.form == ROWS else valid_fraction,
                          "seed": cfg.seed, "rows": len(tables.labelled_customers),
                          "held_out": len(split.test_customers), "merchants": len(tables.merchants),
                          "held_out_merchants": len(split.test_merchants)}
@@ -383,12 +384,14 @@ class IncentiveModel(Estimator):
         """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
         customers (all of them when every customer has a label) and the merchants. ``valid_fraction``: the share of
         the rest that validates; None: the one fit validated on (``holdout_["valid_fraction"]``; before fit,
-        :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`)."""
+        :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`). A fit given the validation customers themselves
+        records None there and drew its split without validation, then moved them out of training: they show as
+        training rows here, and :meth:`validation_evaluation` scores them given them again."""
         tables = self.read(data)
         labelled = tables.labelled_customers
         holdout = getattr(self, "holdout_", None) or {}
         if valid_fraction is None:
-            valid_fraction = holdout.get("valid_fraction", DEFAULT_VALIDATION)
+            valid_fraction = holdout.get("valid_fraction", DEFAULT_VALIDATION) or 0.0
         if holdout.get("rule") == HASHED:  # trained over parts: roles drawn from the ids
             fractions = self.test_fraction, valid_fraction, self.train_config.seed
             roles = hashed_roles(tables.customers[CUSTOMER].to_numpy()[labelled], *fractions)
