@@ -9,7 +9,9 @@ from promokit.conversion import ConversionModel
 from promokit.nn import LinearLogit
 from promokit.training import fit_logistic
 from promokit.metrics import auc
-from promokit.training.logistic import L2_GRID, Logloss, _logits, design_matrix, newton_cg, prior_l2, search_l2
+from promokit.data.encoders import CategoryEncoder
+from promokit.training.logistic import (L2_GRID, Logloss, _logits, carried_start, design_matrix, newton_cg, prior_l2,
+                                       search_l2)
 
 
 def _data(n, seed, cards=(6, 4)):
@@ -122,3 +124,15 @@ def test_conversion_lr_is_the_floor_every_bench_shows(impressions, tmp_path):
     model.save(tmp_path / "lr")
     again = ConversionModel.load(tmp_path / "lr")
     np.testing.assert_allclose(again.predict(test).to_numpy(), model.predict(test).to_numpy())
+
+
+def test_a_carried_start_moves_each_weight_to_its_category_by_value():
+    solved = LinearLogit([4, 3], 1)  # codes: OOV, then 10, 20, 30; OOV, then "x", "y"
+    with torch.no_grad():
+        solved.weights.table.weight[:, 0] = torch.tensor([0.5, 1.0, 2.0, 3.0, -0.5, 4.0, 5.0])
+        solved.numeric.weight.fill_(7.0)
+        solved.numeric.bias.fill_(-1.0)
+    selected = [CategoryEncoder([10, 20, 30], "int"), CategoryEncoder(["x", "y"], "str")]
+    refit = [CategoryEncoder([5, 10, 30], "int"), CategoryEncoder(["w", "x", "y"], "str")]
+    # 5 and "w" are new: the selected OOV weight; 20 is gone
+    assert carried_start(solved, selected, refit).tolist() == [0.5, 0.5, 1.0, 3.0, -0.5, -0.5, 4.0, 5.0, 7.0, -1.0]

@@ -31,13 +31,40 @@ def test_lr_refits_every_row_at_the_chosen_strength(impressions):
     record = refit.holdout_["refit"]
     assert record["rows"] == len(impressions) and record["epochs"] is None
     assert record["params"] == {"l2_ctr": selected.model_params_["l2_ctr"], "l2_cvr": selected.model_params_["l2_cvr"]}
-    # the same as fitting every row, nothing held out, at those strengths
+    # the same as fitting every row, nothing held out, at those strengths, to the solver's tolerance (the refit starts
+    # from the selected weights, that fit from the intercept alone)
     every = ConversionModel("lr", record["params"], QUIET, test_fraction=0.0).fit(impressions, validation=0.0)
-    np.testing.assert_allclose(refit.predict(impressions)["p_ctcvr"], every.predict(impressions)["p_ctcvr"])
+    np.testing.assert_allclose(refit.predict(impressions)["p_ctcvr"], every.predict(impressions)["p_ctcvr"],
+                               atol=5e-4)
     held = refit.held_out(impressions)
     before = selected.evaluate(impressions, rows=held)
     assert refit.held_out_evaluation(impressions)["ctr_auc"] == pytest.approx(before["ctr_auc"])
     assert selected.held_out_evaluation(impressions) is None and "refit" not in selected.holdout_
+
+
+@pytest.mark.parametrize("domain", ["conversion", "voucher"])
+def test_the_floor_refit_starts_from_the_selected_weights(domain, impressions, voucher_tables, monkeypatch):
+    import promokit.training.logistic as logistic
+
+    starts, solve = [], logistic.newton_cg
+    monkeypatch.setattr(logistic, "newton_cg",
+                        lambda loss, l2, tol, start=None: starts.append((len(loss.x.indptr), start)) or
+                        solve(loss, l2, tol, start))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if domain == "conversion":
+            model, solves = ConversionModel("lr", train=QUIET).fit(impressions), 2  # click, purchase
+        else:
+            model, solves = VoucherModel("lr", train=QUIET).fit(voucher_tables), 1
+    refit = starts[-solves:]  # each at its chosen strength alone, over every row
+    assert all(start is not None and np.abs(start[:-1]).max() > 0 for _, start in refit)
+    assert max(rows for rows, _ in refit) == model.holdout_["refit"]["rows"] + 1  # CSR row pointers: rows + 1
+    starts.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (ConversionModel("lr", train=QUIET, refit=False).fit(impressions) if domain == "conversion"
+         else VoucherModel("lr", train=QUIET, refit=False).fit(voucher_tables))
+    assert starts[0][1] is None  # a selection's first solve starts from the intercept alone
 
 
 def test_a_validation_table_given_apart_is_refit_on_too(impressions):

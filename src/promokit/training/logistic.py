@@ -8,6 +8,7 @@ from collections import OrderedDict
 from functools import partial
 
 import numpy as np
+import pandas as pd
 import scipy.sparse as sp
 import torch
 from scipy.special import expit, log_expit
@@ -58,12 +59,13 @@ def prior_l2(rows: int) -> float:
 
 
 def search_l2(solve, rows: int, *, fixed: float | None = None, validated: bool = True, grid=L2_GRID,
-              report=None) -> tuple[object, list[dict]]:
+              report=None, start=None) -> tuple[object, list[dict]]:
     """The solution kept and the records of an L2 search: ``solve(strength, start)`` returns ``(solution, score)``
     (the score on validation rows, higher better, NaN without them), ``start`` being the solution to warm-start
     from, or None.
 
-    ``fixed`` is solved alone, as is :func:`prior_l2` of ``rows`` without validation rows (``validated=False``).
+    ``fixed`` is solved alone, as is :func:`prior_l2` of ``rows`` without validation rows (``validated=False``);
+    ``start`` warm-starts the first solve (a refit's, from the weights its selection solved).
     Else the strength of ``grid`` nearest the prior is solved first, then the search steps one strength stronger
     while the score improves; when the first stronger step does not improve, it steps weaker from the start
     instead, while the score improves. A validation score is unimodal along the path in practice, so this finds the
@@ -83,12 +85,12 @@ def search_l2(solve, rows: int, *, fixed: float | None = None, validated: bool =
         return solution, score
 
     if fixed is not None or not validated:
-        solution, _ = step(fixed if fixed is not None else prior_l2(rows), None)
+        solution, _ = step(fixed if fixed is not None else prior_l2(rows), start)
         records[0]["chosen"] = True
         return solution, records
     grid = sorted(grid, reverse=True)
     first = int(np.argmin(np.abs(np.log(grid) - np.log(prior_l2(rows)))))
-    best = (first, *step(grid[first], None))  # (index, solution, score)
+    best = (first, *step(grid[first], start))  # (index, solution, score)
     for direction in (-1, 1):  # stronger, then (if that never improved) weaker
         index = best[0] + direction
         while 0 <= index < len(grid):
@@ -104,14 +106,16 @@ def search_l2(solve, rows: int, *, fixed: float | None = None, validated: bool =
 
 def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
                  valid: tuple[Tensor, Tensor, Tensor] | None = None, l2: float | None = None,
-                 grid=L2_GRID, progress: bool = False, name: str = "logistic regression") -> list[dict]:
+                 grid=L2_GRID, progress: bool = False, name: str = "logistic regression",
+                 start: np.ndarray | None = None) -> list[dict]:
     r"""Set ``model``'s weights to the minimiser of :math:`\frac{1}{n}\sum_i \ell(y_i, z_i) + \frac{l2}{2}\lVert w
     \rVert^2` (logloss ℓ, intercept not penalised), solved by :func:`newton_cg` on the sparse one-hot design
     (:func:`design_matrix`) to a gradient tolerance of ``l2`` × :data:`TOLERANCE` (at most 1e-4), on one BLAS thread.
 
     With ``l2=None`` the strength is searched on ``grid`` by the AUC on ``valid`` (``cat, num, y``), each solve
     warm-started from the best so far (:func:`search_l2`); without validation rows (or with one class among them) it
-    is :func:`prior_l2`. A given ``l2`` (a refit's, the one its search chose) is solved alone. ``progress`` prints a
+    is :func:`prior_l2`. A given ``l2`` (a refit's, the one its search chose) is solved alone, from ``start`` when
+    given (θ: the column weights, then the intercept; :func:`carried_start`). ``progress`` prints a
     line per strength solved (its AUC and seconds). Returns one record per strength solved: ``l2``, ``valid_auc``
     (NaN without validation), ``chosen`` and ``seconds``.
     """
@@ -140,7 +144,7 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
     with threadpool_limits(1, user_api="blas"):
         theta, records = search_l2(partial(solve, tolerance=SEARCH_TOLERANCE) if searched else solve, len(y_np),
                                    fixed=l2, validated=x_valid is not None, grid=grid,
-                                   report=report if progress else None)
+                                   report=report if progress else None, start=start)
         if searched:  # the kept strength, from where the search left it, to the final tolerance
             theta, _ = solve(next(r["l2"] for r in records if r["chosen"]), theta)
     n_cat = int(sum(cardinalities))
@@ -149,6 +153,22 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
         model.numeric.weight[0] = torch.from_numpy(theta[n_cat:-1]).float()
         model.numeric.bias.fill_(float(theta[-1]))
     return [{"l2": r["l2"], "valid_auc": r["score"], "chosen": r["chosen"], "seconds": r["seconds"]} for r in records]
+
+
+def carried_start(solved: LinearLogit, solved_fields, fields) -> np.ndarray:
+    """θ (the column weights, then the intercept) of a design whose categorical fields are encoded by ``fields``
+    (:class:`~promokit.data.encoders.CategoryEncoder`), carrying ``solved``'s weights (a logit solved over the same
+    fields encoded by ``solved_fields``) to each category by its value: a refit's vocabulary holds the held-out rows'
+    categories too, which take ``solved``'s out-of-vocabulary weight. The numeric weights and the intercept are
+    carried as they are: the refit's numeric encoders standardise over more rows, close enough to start from."""
+    table = solved.weights.table.weight.detach().numpy()[:, 0].astype(np.float64)
+    offsets = np.concatenate([[0], np.cumsum(solved.weights.cardinalities)[:-1]]).astype(np.int64)
+    parts = []
+    for offset, old, new in zip(offsets, solved_fields, fields):
+        codes = old.transform(pd.Series(new.vocabulary, dtype="int64" if new.kind == "int" else "string"))
+        parts.append(table[offset + np.concatenate([[0], codes])])
+    numeric = solved.numeric.weight.detach().numpy()[0].astype(np.float64)
+    return np.concatenate([*parts, numeric, [float(solved.numeric.bias)]])
 
 
 class Logloss:

@@ -58,10 +58,28 @@ def refit_twin(estimator, data, *, params: dict, history: History | None, fit=No
     no_holdout = {"test_fraction": 0.0, **({"test_from": None} if "test_from" in estimator.get_params() else {})}
     twin = clone(estimator).set_params(params=params, train=refit_train(estimator.train_config, history),
                                        refit=False, **no_holdout)
-    if fit is None:
-        return twin.fit(data, validation=0.0, **fit_args)
-    fit(twin)
-    return twin
+    twin._selected = estimator  # a linear floor's solve starts from the selected weights (refit_carry)
+    try:
+        if fit is None:
+            return twin.fit(data, validation=0.0, **fit_args)
+        fit(twin)
+        return twin
+    finally:
+        del twin._selected
+
+
+def refit_carry(estimator) -> tuple | None:
+    """What the linear floor of a refit (:func:`refit_twin`'s model, while it fits) starts its solve from: the selected
+    model's network, its categorical encoders and the refit's, for
+    :func:`~promokit.training.logistic.carried_start`; None outside a refit, or where the two table encoders differ in
+    their fields or numeric width (the solve then starts from the intercept alone)."""
+    selected = getattr(estimator, "_selected", None)
+    if selected is None:
+        return None
+    solved, encoder = selected.encoder_, estimator.encoder_
+    if list(solved.categorical) != list(encoder.categorical) or solved.numeric_width != encoder.numeric_width:
+        return None
+    return selected.net_, list(solved.categorical.values()), list(encoder.categorical.values())
 
 
 def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_args):

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from promokit.nn import LinearLogit
 from promokit.training import History, fit_logistic
+from promokit.training.logistic import carried_start
 from promokit.voucher.models.base import FieldLayout, RedeemModel
 
 
@@ -51,14 +52,19 @@ class LR(RedeemModel):
         return {"p_redeem": torch.sigmoid(self.logit(batch))}
 
     def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None,
-              progress: bool = False) -> History:
+              progress: bool = False, carry: tuple | None = None) -> History:
         """Fit to the optimum; returns the L2 path as a :class:`History` (one record per strength tried).
-        ``progress``: a line per strength solved."""
+        ``progress``: a line per strength solved. ``carry`` (a refit's: the selected ``LR``, its field encoders and
+        these, :func:`~promokit.training.refit.refit_carry`) starts the solve from the selected weights."""
         def part(tensors):
             return tensors["cat"][:, self.fields], tensors["num"], tensors["redeemed"]
 
+        start = None
+        if carry is not None:
+            fields = self.fields.tolist()
+            start = carried_start(carry[0].linear, [carry[1][j] for j in fields], [carry[2][j] for j in fields])
         path = fit_logistic(self.linear, *part(train), None if valid is None else part(valid), self.l2,
-                           progress=progress, name="lr")
+                           progress=progress, name="lr", start=start)
         self.l2 = next(r["l2"] for r in path if r["chosen"])
         self.eval()
         return History(epochs=path, best_epoch=-1, monitor="auc", unit="l2 strength")
