@@ -87,6 +87,28 @@ def test_fit_logistic_finds_the_grid_strength_with_the_best_validation_auc():
     assert every[chosen["l2"]] == pytest.approx(max(every.values()), abs=1e-3)
 
 
+def test_the_chosen_strength_is_solved_on_unless_a_refit_only_starts_from_it(monkeypatch):
+    """Searched strengths are solved to the search's tolerance; the kept one is then solved on to the final one,
+    except where a refit on every row follows and nothing scores the selected weights (``refit_next``)."""
+    import promokit.training.logistic as logistic
+
+    train, valid = _data(600, 0, cards=(30, 8)), _data(600, 1, cards=(30, 8))
+    tolerances, solve = [], logistic.newton_cg
+    monkeypatch.setattr(logistic, "newton_cg",
+                        lambda loss, l2, tol, start=None: tolerances.append((l2, tol)) or solve(loss, l2, tol, start))
+    path = fit_logistic(LinearLogit([30, 8], 2), *train, valid=valid)
+    chosen = next(r["l2"] for r in path if r["chosen"])
+    assert len(tolerances) == len(path) + 1 and tolerances[-1] == (chosen, min(1e-4, chosen * logistic.TOLERANCE))
+    tolerances.clear()
+    again = fit_logistic(LinearLogit([30, 8], 2), *train, valid=valid, refit_next=True)
+    def searched(records):
+        return [(r["l2"], r["valid_auc"], r["chosen"]) for r in records]
+
+    assert searched(again) == searched(path)
+    assert len(tolerances) == len(path)
+    assert all(tol == min(1e-4, l2 * logistic.SEARCH_TOLERANCE) for l2, tol in tolerances)
+
+
 @pytest.mark.parametrize("peak, solved", [
     (3e-5, [3e-5, 1e-4, 1e-5]),                        # the prior's neighbour on each side is worse
     (3e-4, [3e-5, 1e-4, 3e-4, 1e-3]),                  # stronger while it improves

@@ -67,6 +67,21 @@ def test_the_floor_refit_starts_from_the_selected_weights(domain, impressions, v
     assert starts[0][1] is None  # a selection's first solve starts from the intercept alone
 
 
+@pytest.mark.parametrize("refit, n_valid, n_test, expected", [
+    (True, 10, 0, True),    # nothing scores the selected model: only the refit's start is wanted
+    (True, 10, 5, False),   # the held-out rows score it before the refit
+    (True, 0, 0, False),    # no validation: no refit follows
+    (False, 10, 0, False),  # the selected model is the one kept
+])
+def test_a_floor_selected_only_to_start_the_refit_is_known(refit, n_valid, n_test, expected):
+    from types import SimpleNamespace
+
+    from promokit.training.refit import refit_next
+
+    estimator = SimpleNamespace(refit=refit, report_=SimpleNamespace(n_train=100, n_valid=n_valid, n_test=n_test))
+    assert refit_next(estimator) is expected
+
+
 def test_a_validation_table_given_apart_is_refit_on_too(impressions):
     train, valid = impressions.iloc[:3000], impressions.iloc[3000:]
     model = ConversionModel("lr", train=QUIET, test_fraction=0.0).fit(train, validation=valid)

@@ -77,7 +77,7 @@ from promokit.training.estimator import (
 )
 from promokit.training.params import saved_params
 from promokit.training.auto import AUTO, fit_auto
-from promokit.training.refit import REFIT, refit_after_selection, refit_carry
+from promokit.training.refit import REFIT, refit_after_selection, refit_carry, refit_next
 from promokit.training.recalibration import DEFAULT_METHOD, RECALIBRATION_FILE, Recalibration, read_recalibrations
 from promokit.training.seed import seed_everything
 from promokit.training.shard_loop import checkpoint_folder
@@ -263,7 +263,7 @@ class ConversionModel(Estimator):
             valid_tensors = None if valid_part is None else _tensors(*valid_part)
             if hasattr(self.net_, "solve"):  # a convex model, solved to its optimum (LR)
                 self.history_ = self.net_.solve(train_tensors, valid_tensors, self.train_config.progress,
-                                                carry=refit_carry(self))
+                                                carry=refit_carry(self), refit_next=refit_next(self))
                 self.model_params_.update(self.net_.chosen_params)
             else:
                 trainer = Trainer(self.train_config, checkpoint_dir)

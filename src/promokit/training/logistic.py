@@ -107,7 +107,7 @@ def search_l2(solve, rows: int, *, fixed: float | None = None, validated: bool =
 def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
                  valid: tuple[Tensor, Tensor, Tensor] | None = None, l2: float | None = None,
                  grid=L2_GRID, progress: bool = False, name: str = "logistic regression",
-                 start: np.ndarray | None = None) -> list[dict]:
+                 start: np.ndarray | None = None, refit_next: bool = False) -> list[dict]:
     r"""Set ``model``'s weights to the minimiser of :math:`\frac{1}{n}\sum_i \ell(y_i, z_i) + \frac{l2}{2}\lVert w
     \rVert^2` (logloss ℓ, intercept not penalised), solved by :func:`newton_cg` on the sparse one-hot design
     (:func:`design_matrix`) to a gradient tolerance of ``l2`` × :data:`TOLERANCE` (at most 1e-4), on one BLAS thread.
@@ -115,7 +115,9 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
     With ``l2=None`` the strength is searched on ``grid`` by the AUC on ``valid`` (``cat, num, y``), each solve
     warm-started from the best so far (:func:`search_l2`); without validation rows (or with one class among them) it
     is :func:`prior_l2`. A given ``l2`` (a refit's, the one its search chose) is solved alone, from ``start`` when
-    given (θ: the column weights, then the intercept; :func:`carried_start`). ``progress`` prints a
+    given (θ: the column weights, then the intercept; :func:`carried_start`). A searched strength is solved on to
+    :data:`TOLERANCE` once chosen, unless ``refit_next``: a refit on every row follows and nothing scores this
+    solution, which only starts the refit's solve (:func:`~promokit.training.refit.refit_next`). ``progress`` prints a
     line per strength solved (its AUC and seconds). Returns one record per strength solved: ``l2``, ``valid_auc``
     (NaN without validation), ``chosen`` and ``seconds``.
     """
@@ -145,7 +147,7 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
         theta, records = search_l2(partial(solve, tolerance=SEARCH_TOLERANCE) if searched else solve, len(y_np),
                                    fixed=l2, validated=x_valid is not None, grid=grid,
                                    report=report if progress else None, start=start)
-        if searched:  # the kept strength, from where the search left it, to the final tolerance
+        if searched and not refit_next:  # the kept strength, from where the search left it, to the final tolerance
             theta, _ = solve(next(r["l2"] for r in records if r["chosen"]), theta)
     n_cat = int(sum(cardinalities))
     with torch.no_grad():

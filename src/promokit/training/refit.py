@@ -82,6 +82,15 @@ def refit_carry(estimator) -> tuple | None:
     return selected.net_, list(solved.categorical.values()), list(encoder.categorical.values())
 
 
+def refit_next(estimator) -> bool:
+    """Whether the model ``estimator`` is fitting now serves only to start a refit on every row: its ``refit`` is on
+    and its ``report_`` counts validation rows but no test rows, so nothing scores the selected model before the
+    refit replaces it (a linear floor then leaves its chosen solution at the search's tolerance,
+    :func:`~promokit.training.logistic.fit_logistic`; should the refit fail, that solution is the model kept)."""
+    report = estimator.report_
+    return bool(estimator.refit and report.n_valid and not report.n_test)
+
+
 def refit_after_selection(estimator, data, held, *, every=None, fit=None, **fit_args):
     """``estimator`` (just fitted on ``data``, its ``report_`` counting the validation and test rows held out) refit
     on every row when its ``refit`` is on and it held rows out: the held-out rows ``held`` scored first (its

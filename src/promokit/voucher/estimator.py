@@ -59,7 +59,7 @@ from promokit.training.estimator import (
 from promokit.training.params import saved_params
 from promokit.training.auto import AUTO, fit_auto
 from promokit.training.shard_loop import checkpoint_folder
-from promokit.training.refit import REFIT, refit_after_selection, refit_carry
+from promokit.training.refit import REFIT, refit_after_selection, refit_carry, refit_next
 from promokit.training.recalibration import (
     DEFAULT_METHOD,
     RECALIBRATION_FILE,
@@ -368,7 +368,8 @@ class VoucherModel(Estimator):
             items = self._item_embeddings(tables, train_rows)
             self.net_ = self.build_net(self._pretrained(tables, train_rows, items), items)
             if hasattr(self.net_, "solve"):  # a convex model, solved to its optimum (LR)
-                self.history_ = self.net_.solve(train, valid, self.train_config.progress, carry=refit_carry(self))
+                self.history_ = self.net_.solve(train, valid, self.train_config.progress, carry=refit_carry(self),
+                                                refit_next=refit_next(self))
                 self.model_params_.update(self.net_.chosen_params)
             else:
                 self.history_ = Trainer(self.train_config, checkpoint_dir).fit(

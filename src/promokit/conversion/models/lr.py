@@ -61,16 +61,17 @@ class LR(nn.Module):
         return parts["ctr"] + parts["cvr"], {k: v.detach() for k, v in parts.items()}
 
     def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None,
-              progress: bool = False, carry: tuple | None = None) -> History:
+              progress: bool = False, carry: tuple | None = None, refit_next: bool = False) -> History:
         """Fit both regressions; returns the L2 path as a :class:`History` (one record per strength tried).
         ``progress``: a line per strength solved. ``carry`` (a refit's: the selected ``LR``, its field encoders and
-        these, :func:`~promokit.training.refit.refit_carry`) starts each solve from the selected weights."""
+        these, :func:`~promokit.training.refit.refit_carry`) starts each solve from the selected weights;
+        ``refit_next``: only a refit's start is wanted (:func:`~promokit.training.fit_logistic`)."""
         records = []
         for task, label, rows in (("ctr", "click", None), ("cvr", "purchase", "click")):
             start = None if carry is None else carried_start(getattr(carry[0], task), carry[1], carry[2])
             path = fit_logistic(getattr(self, task), *_part(train, label, rows),
                                 None if valid is None else _part(valid, label, rows), self.l2[task],
-                                progress=progress, name=f"lr {task}", start=start)
+                                progress=progress, name=f"lr {task}", start=start, refit_next=refit_next)
             self.l2[task] = next(r["l2"] for r in path if r["chosen"])
             records += [{"task": task, **r} for r in path]
         self.eval()

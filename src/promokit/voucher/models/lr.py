@@ -52,10 +52,11 @@ class LR(RedeemModel):
         return {"p_redeem": torch.sigmoid(self.logit(batch))}
 
     def solve(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None,
-              progress: bool = False, carry: tuple | None = None) -> History:
+              progress: bool = False, carry: tuple | None = None, refit_next: bool = False) -> History:
         """Fit to the optimum; returns the L2 path as a :class:`History` (one record per strength tried).
         ``progress``: a line per strength solved. ``carry`` (a refit's: the selected ``LR``, its field encoders and
-        these, :func:`~promokit.training.refit.refit_carry`) starts the solve from the selected weights."""
+        these, :func:`~promokit.training.refit.refit_carry`) starts the solve from the selected weights;
+        ``refit_next``: only a refit's start is wanted (:func:`~promokit.training.fit_logistic`)."""
         def part(tensors):
             return tensors["cat"][:, self.fields], tensors["num"], tensors["redeemed"]
 
@@ -64,7 +65,7 @@ class LR(RedeemModel):
             fields = self.fields.tolist()
             start = carried_start(carry[0].linear, [carry[1][j] for j in fields], [carry[2][j] for j in fields])
         path = fit_logistic(self.linear, *part(train), None if valid is None else part(valid), self.l2,
-                           progress=progress, name="lr", start=start)
+                           progress=progress, name="lr", start=start, refit_next=refit_next)
         self.l2 = next(r["l2"] for r in path if r["chosen"])
         self.eval()
         return History(epochs=path, best_epoch=-1, monitor="auc", unit="l2 strength")
