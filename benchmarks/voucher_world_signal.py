@@ -1,6 +1,6 @@
 """Where the voucher world's signal is, and which models read it: ``lr`` on the session table, ``lr`` given one
-column that states the world's strongest term outright, and DMBGN with and without the floor's offset, on the same
-split, each AUC with a paired bootstrap interval against ``lr``.
+column that states the world's strongest term outright, and DMBGN with its defaults and without each of the things
+that let it read the signal, on the same split, each AUC with a paired bootstrap interval against ``lr``.
 
 The world's redemption logit holds ``1.0·intent_match + 0.6·tanh(cart_reach) + 0.6·taste_match``
 (:mod:`promokit.experiments.voucher.world`): how the session's pre-collection behaviour meets the voucher's scope.
@@ -8,7 +8,9 @@ The session table holds none of it; the behaviour log does. ``in_scope`` is that
 columns, from the same pre-collection events DMBGN reads: the share of the session's pre-collection events whose item
 is in the voucher's category (every item, for a platform-wide voucher) and log(1 + their count). If ``lr`` with them
 gains much, the signal is in the behaviour and a model of the behaviour can learn it; the DMBGN rows show how much of
-it DMBGN learns.
+it DMBGN learns: with its defaults (its item nodes marked in or out of the voucher's scope from ``voucher_items``, no
+lazy L2 on the embedding rows, the floor's offset), without ``voucher_items`` (the paper's item nodes), with the other
+domains' embedding decay (λ = 10) and without the offset.
 
 ``--label match`` asks whether a model can read the match at all: the world's labels are drawn again from the share
 alone, redeemed with probability σ(6·(share − 0.3)) (the ``oracle`` row is that probability), so everything there is to
@@ -79,13 +81,16 @@ def main() -> None:
     train, test = np.sort(order[:cut]), np.sort(order[cut:])
     labelled = dataclasses.replace(tables, sessions=in_scope(tables),
                                    numeric=[*tables.numeric, "in_scope_share", "in_scope_events"])
-    runs = {"lr": ("lr", tables, None), "lr + in_scope": ("lr", labelled, None),
-            "dmbgn": ("dmbgn", tables, None), "dmbgn, wide none": ("dmbgn", tables, {"wide": "none"})}
+    unscoped = dataclasses.replace(tables, voucher_items=None)
+    runs = {"lr": ("lr", tables, None, {}), "lr + in_scope": ("lr", labelled, None, {}),
+            "dmbgn": ("dmbgn", tables, None, {}), "dmbgn, no voucher_items": ("dmbgn", unscoped, None, {}),
+            "dmbgn, embedding decay 10": ("dmbgn", tables, None, {"embedding_decay": 10.0}),
+            "dmbgn, wide none": ("dmbgn", tables, {"wide": "none"}, {})}
     y = tables.sessions["redeemed"].to_numpy()[test]
     scores, seconds = {}, {}
-    for name, (model, data, params) in runs.items():
+    for name, (model, data, params, train_settings) in runs.items():
         began = time.perf_counter()
-        fitted = VoucherModel(model, params=params, train={"progress": False, "seed": args.seed},
+        fitted = VoucherModel(model, params=params, train={"progress": False, "seed": args.seed, **train_settings},
                               refit=False).fit(data, rows=train)
         seconds[name] = time.perf_counter() - began
         scores[name] = fitted.predict(data, rows=test)["p_redeem"].to_numpy()

@@ -187,6 +187,36 @@ def test_voucher_items_star_graph():
     assert edges == {(3, "V"), (4, "V"), ("V", 3), ("V", 4)}
 
 
+def test_an_item_node_carries_whether_its_voucher_applies_to_it(hand_built):
+    scopes = pd.DataFrame({"voucher_id": ["v0", "v0", "v1"], "item_id": [1, 4, 2]})
+    world = SimpleNamespace(**vars(hand_built), voucher_items=scopes)
+    store = UVGStore.build(world)
+    assert store.scoped and store.node_cardinalities == [store.cardinality(f) for f in store.item_features] + [3]
+    for row, expected in ((0, {"V": 0, 1: 2, 2: 1, 3: 1, 4: 2, 6: 1, 7: 1, 8: 1}), (1, {"V": 0, 1: 1})):
+        _, names, graph = graph_edges(store, row)  # session 10 collects v0 (items 1 and 4), session 11 v1 (item 2)
+        assert dict(zip(names, graph.x[:, -1].tolist())) == expected
+    vocabulary = json.loads(json.dumps(store.vocabulary()))
+    assert vocabulary["scoped"] and np.array_equal(UVGStore.build(world, vocabulary=vocabulary).node_features,
+                                                   store.node_features)
+    assert UVGStore.empty(vocabulary).node_features.shape == (0, len(store.item_features) + 1)
+    with pytest.warns(UserWarning, match="no voucher_items: every item's scope is read as unknown"):
+        unknown = UVGStore.build(hand_built, vocabulary=vocabulary)
+    assert unknown.scoped and set(unknown.node_features[:, -1].tolist()) == {0}
+    assert not UVGStore.build(hand_built).scoped  # no voucher_items: the nodes carry no scope code
+    assert store.batch([0]).x.shape[1] == UVGStore.build(hand_built).batch([0]).x.shape[1] + 1
+
+
+def test_a_part_without_events_gets_behaviour_graphs_when_told():
+    sessions = sessions_frame(2)
+    empty = pd.DataFrame({"session_id": [], "item_id": [], "action": [], "action_time": []})
+    part = SimpleNamespace(sessions=sessions, events=empty, items=pd.DataFrame({"item_id": [1], "category": ["a"]}),
+                           voucher_items=pd.DataFrame({"voucher_id": ["v0"], "item_id": [1]}))
+    assert UVGStore.build(part).zones == ("items",)
+    store = UVGStore.build(part, behaviour=True)
+    assert store.zones != ("items",) and store.scoped and store.batch([0, 1]).x[:, 0].tolist() == [0, 0]
+    assert UVGStore.build(part, vocabulary=store.vocabulary()).zones == store.zones  # the vocabulary's kind
+
+
 def test_distinct_collapses_sessions_whose_uvgs_are_identical():
     """Sessions 0, 2, 4 collect v0 (one star graph); 0 and 4 also share the terms (min_spend differs, so only
     if set equal): they collapse, 2 does not."""
@@ -294,6 +324,46 @@ def test_dmbgn_learns_the_pre_collection_category_signal():
     trainer.fit(model, tensors(world, train))
     p = trainer.predict(model, tensors(world, test))["p_redeem"].numpy()
     assert auc(world.sessions["redeemed"].to_numpy()[test], p) > 0.85
+
+
+def scope_world(n_sessions=1500, n_vouchers=300, seed=0):
+    """Each voucher applies to the items of one of four categories; a session is redeemed when its one
+    pre-collection add-to-cart falls in its voucher's scope. Vouchers are many and seen about five times each, so
+    what a voucher covers must be read from ``voucher_items``: neither the item nor the voucher id predicts it."""
+    rng = np.random.default_rng(seed)
+    voucher = rng.integers(0, n_vouchers, n_sessions)
+    covers = rng.integers(0, 4, n_vouchers)
+    item = rng.integers(0, 40, n_sessions)  # category = item % 4
+    sessions = pd.DataFrame({"session_id": np.arange(n_sessions), "user_id": np.arange(n_sessions),
+                             "voucher_id": voucher, "min_spend": 10.0, "discount": 2.0,
+                             "collect_time": 1000.0 * np.arange(n_sessions) + 500.0,
+                             "redeemed": (item % 4 == covers[voucher]).astype(int)})
+    sessions["outcome_time"] = sessions["collect_time"] + 400.0
+    events = pd.DataFrame({"session_id": np.arange(n_sessions), "item_id": item, "action": "atc",
+                           "action_time": sessions["collect_time"] - 10.0})
+    items = pd.DataFrame({"item_id": np.arange(40), "category": np.arange(40) % 4, "brand": 0, "price_level": 0})
+    scopes = pd.DataFrame({"voucher_id": np.repeat(np.arange(n_vouchers), 10),
+                           "item_id": (covers[:, None] + 4 * np.arange(10)).ravel()})
+    return SimpleNamespace(sessions=sessions, events=events, items=items, voucher_items=scopes)
+
+
+def test_dmbgn_reads_the_voucher_scope_it_cannot_learn_from_the_ids():
+    world = scope_world()
+    train, test = np.arange(0, 1200), np.arange(1200, 1500)
+    scores = {}
+    for scoped in (True, False):
+        data = world if scoped else SimpleNamespace(**{**vars(world), "voucher_items": None})
+        store = UVGStore.build(data, fit_rows=train)
+        torch.manual_seed(0)
+        model = DMBGN(FieldLayout((301,), 1), store, dropout=0.0, uvg_dim=16)
+        trainer = Trainer(TrainConfig(epochs=6, batch_size=64, lr=3e-3, progress=False))
+        batch = {"cat": torch.as_tensor(world.sessions["voucher_id"].to_numpy() + 1).unsqueeze(1),
+                 "num": torch.zeros(1500, 1), "session": torch.arange(1500), "history": torch.full((1500, 6), -1),
+                 "redeemed": torch.as_tensor(world.sessions["redeemed"].to_numpy(), dtype=torch.float32)}
+        trainer.fit(model, {k: v[train] for k, v in batch.items()})
+        p = trainer.predict(model, {k: v[test] for k, v in batch.items()})["p_redeem"].numpy()
+        scores[scoped] = auc(world.sessions["redeemed"].to_numpy()[test], p)
+    assert scores[True] > 0.9 and scores[False] < 0.7, scores
 
 
 def test_pretraining_learns_eq6_and_initialises_dmbgn():

@@ -160,7 +160,7 @@ def test_pretraining_errors(world, split, store):
         pretrain_item_embeddings(world.tables, split.train, store, dim=0)
     with pytest.raises(DataError, match="outside the"):
         pretrain_item_embeddings(world.tables, [0, 10**6], store, **FAST)
-    no_behaviour = replace(world.tables, events=world.tables.events.iloc[:0])
+    no_behaviour = replace(world.tables, events=world.tables.events.iloc[:0], voucher_items=None)
     with pytest.raises(DataError, match="no co-occurrence to learn from"):
         pretrain_item_embeddings(no_behaviour, split.train, store, **FAST)
 

@@ -30,8 +30,8 @@ def _invoke(*args):
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A small synthetic world as the user has it (sessions, events keyed by session, items: one file each), and
-    a DMBGN model trained on it."""
+    """A small synthetic world as the user has it (sessions, events keyed by session, items, voucher_items: one file
+    each), and a DMBGN model trained on it."""
     folder = tmp_path_factory.mktemp("voucher_parts")
     tables = make_world(n_users=120, n_vouchers=15, n_items=100, n_sessions=800, seed=3).tables
     cuts = default_cuts(tables.sessions)
@@ -42,6 +42,7 @@ def world(tmp_path_factory):
     tables.sessions.to_parquet(folder / "sessions.parquet", index=False)
     tables.events.drop(columns=["session", "pre"]).to_parquet(folder / "events.parquet", index=False)
     tables.items.to_parquet(folder / "items.parquet", index=False)
+    tables.voucher_items.to_parquet(folder / "voucher_items.parquet", index=False)
     return folder
 
 
@@ -67,7 +68,8 @@ def _user_log(world) -> pd.DataFrame:
 
 def _predict(world, sessions, events, out, *options):
     return _invoke("voucher", "predict", "--model", world / "model", "--sessions", sessions, "--events", events,
-                   "--items", world / "items.parquet", "--out", out, *options)
+                   "--items", world / "items.parquet", "--voucher-items", world / "voucher_items.parquet", "--out", out,
+                   *options)
 
 
 def _error(result) -> str:

@@ -28,8 +28,9 @@ and all events from collection to outcome; an event may belong to several sessio
 
 ``items`` — ``item_id`` and the item features ``item_features`` (default ``category, brand, price_level``).
 
-``voucher_items`` (optional) — ``voucher_id, item_id``: the items a voucher applies to, for data without a
-behaviour log (AmExpert 2019) where the voucher–item graph takes the place of the behaviour graph.
+``voucher_items`` (optional) — ``voucher_id, item_id``: the items a voucher applies to. With a behaviour log they
+mark each item node of a session's graph in or out of its voucher's scope; without one (AmExpert 2019) the
+voucher–item graph takes the place of the behaviour graph.
 
 Times are datetimes, strings ``pd.to_datetime`` reads, or numbers (Unix seconds); they come out as
 ``datetime64[ns]`` (time-zone aware values are converted to UTC).

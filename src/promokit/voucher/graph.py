@@ -17,6 +17,13 @@ up to the collection, and lets post-collection items see the voucher.
 Pre-collection behaviour is cut to the ``max_pre_events`` events nearest the collection; post-collection
 behaviour runs until the session's ``outcome_time`` (redemption or expiry), later events are dropped.
 
+Where the tables also say which items each voucher applies to (``voucher_items``), every item node of a behaviour
+graph carries whether it is one of them (its *scope* code: 2 in the voucher's scope, 1 outside it, 0 unknown), a
+property of the (voucher, item) pair known at collection. The paper's item nodes embed the item alone (id, category,
+price level), and the network then has to learn which categories each voucher id covers before it can tell behaviour
+that meets the voucher from behaviour that does not; with the code it reads that directly
+(benchmarks/comparisons.md#voucher-dmbgn-against-lr).
+
 For data without a behaviour log (AmExpert), :meth:`UVGStore.from_voucher_items` builds one graph per voucher
 from a ``voucher_items`` table instead: a single zone ``items`` of the voucher's applicable items (at most
 ``max_items``, in item-id order), linked to the voucher in both directions (a star: these items have no time
@@ -30,6 +37,7 @@ codes, so a saved model needs only its vocabulary, never its training sessions.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +49,13 @@ from torch_geometric.data import Batch
 
 from promokit.data import CategoryEncoder, DataError
 from promokit.data.errors import example_row
+from promokit.voucher.contract import VOUCHER_ITEM_COLUMNS
 
 ACTIONS = ("atc", "ord")
 VOUCHER_ZONE = -1
+#: Scope codes of an item node (:attr:`UVGStore.scoped`): unknown (and voucher nodes), outside the voucher's items,
+#: among them.
+SCOPE_UNKNOWN, SCOPE_OUT, SCOPE_IN = 0, 1, 2
 SCHEMA_COLUMNS = ("min_spend", "discount")
 _RESERVED = ("item", "voucher")
 
@@ -63,9 +75,10 @@ class UVGStore:
     min_spend, discount that the sessions have).
 
     An item node carries its item code and the codes of the ``item_features`` (the items table's feature
-    columns, e.g. category, brand, price level). Codes come from vocabularies (``encoders``, keyed ``item``,
-    ``voucher`` and the feature names) with the out-of-vocabulary slot 0; with the zones, feature names and
-    ``schema_stats`` they form the store's :meth:`vocabulary`.
+    columns, e.g. category, brand, price level), then, when ``scoped``, its scope code (:data:`SCOPE_IN`,
+    :data:`SCOPE_OUT`, :data:`SCOPE_UNKNOWN`: whether the session's voucher applies to the item). Codes come from
+    vocabularies (``encoders``, keyed ``item``, ``voucher`` and the feature names) with the out-of-vocabulary slot 0;
+    with the zones, feature names, ``schema_stats`` and ``scoped`` they form the store's :meth:`vocabulary`.
     """
 
     zones: tuple[str, ...]
@@ -74,7 +87,7 @@ class UVGStore:
     schema_columns: tuple[str, ...]
     node_ptr: np.ndarray        # (G + 1,) int64
     node_item: np.ndarray       # (N,) int64 item code, 0 on voucher nodes
-    node_features: np.ndarray   # (N, len(item_features)) int64 feature codes, 0 on voucher nodes
+    node_features: np.ndarray   # (N, len(item_features) + scoped) int64 feature (and scope) codes, 0 on vouchers
     node_zone: np.ndarray       # (N,) int8 index into ``zones``, VOUCHER_ZONE on voucher nodes
     edge_ptr: np.ndarray        # (G + 1,) int64
     edge_index: np.ndarray      # (2, E) int32, graph-local node positions
@@ -83,11 +96,12 @@ class UVGStore:
     session_schema: np.ndarray  # (S, len(schema_columns)) float32 standardised voucher terms
     encoders: dict[str, CategoryEncoder]
     schema_stats: dict[str, list[float]]  # mean / std of the schema columns
+    scoped: bool = False  # item nodes carry a scope code (the tables had voucher_items)
 
     # ---------------------------------------------------------------- building
     @classmethod
     def build(cls, tables, z: int = 6, max_pre_events: int = 50, actions: tuple[str, ...] = ACTIONS,
-              fit_rows=None, vocabulary: dict | None = None) -> UVGStore:
+              fit_rows=None, vocabulary: dict | None = None, behaviour: bool | None = None) -> UVGStore:
         """UVGs of all sessions of ``tables`` (a ``VoucherTables``: ``sessions``, ``events``, ``items``; its
         ``item_features`` when present, else every items column but ``item_id``).
 
@@ -96,13 +110,20 @@ class UVGStore:
         prediction time. Default: all sessions. ``vocabulary`` (another store's :meth:`vocabulary`, e.g. the
         training store's) is used as it is instead: nothing is fitted, items and vouchers it lacks get code 0 and
         the voucher terms are standardised with its mean / std. Tables without behaviour events but with
-        ``voucher_items`` get :meth:`from_voucher_items` graphs (``max_pre_events`` items per voucher).
+        ``voucher_items`` get :meth:`from_voucher_items` graphs (``max_pre_events`` items per voucher); with both,
+        the behaviour graphs are ``scoped`` (each item node marked in or out of its voucher's scope). A scoped
+        ``vocabulary`` given tables without ``voucher_items`` marks every item's scope unknown, with a warning.
+        ``behaviour``: behaviour graphs (True) or voucher–item stars (False) whatever these tables hold, as for one
+        part of a larger table; default: as the ``vocabulary``'s zones say when given, else as above.
         """
         sessions, events, items = tables.sessions, tables.events, tables.items
         voucher_items = getattr(tables, "voucher_items", None)
         if z < 1 or max_pre_events < 0:
             raise DataError(f"z must be ≥ 1 and max_pre_events ≥ 0, got z={z}, max_pre_events={max_pre_events}")
-        if (events is None or events.empty) and voucher_items is not None:
+        if behaviour is None:
+            behaviour = (tuple(vocabulary["zones"]) != ("items",) if vocabulary is not None else
+                         voucher_items is None or (events is not None and not events.empty))
+        if not behaviour:
             return cls.from_voucher_items(sessions, voucher_items, items, max_pre_events, fit_rows,
                                           getattr(tables, "item_features", None), vocabulary)
         n_sessions = len(sessions)
@@ -128,8 +149,12 @@ class UVGStore:
         zones = tuple(f"{a}_pre" for a in actions) + tuple(f"{a}_post" for a in actions)
         fit = _fit_mask(fit_rows, n_sessions, vocabulary)
         vocab = _vocabulary(vocabulary, zones, zones[:len(actions)], sessions, items,
-                            getattr(tables, "item_features", None), item_ids[fit[owner]], fit)
+                            getattr(tables, "item_features", None), item_ids[fit[owner]], fit,
+                            scoped=voucher_items is not None)
         item_code, feature_codes = _item_codes(vocab, items, item_ids)
+        if vocab["scoped"]:
+            scope = _scope_codes(sessions["voucher_id"].to_numpy()[owner], item_ids, voucher_items)
+            feature_codes = np.column_stack([feature_codes, scope])
         is_pre = np.arange(len(zones)) < len(actions)
         arrays = _behaviour_graphs(owner, zone, time, item_code, feature_codes, n_sessions, is_pre, z)
         return cls(**vocab, **arrays, session_graph=np.arange(n_sessions, dtype=np.int64),
@@ -168,7 +193,8 @@ class UVGStore:
         ``item_features``, ``schema_columns``) before the tables it will score are known."""
         vocab = _decode(vocabulary)
         none = np.zeros(0, np.int64)
-        arrays = _behaviour_graphs(none, none, none, none, np.zeros((0, len(vocab["item_features"])), np.int64),
+        width = len(vocab["item_features"]) + vocab["scoped"]
+        arrays = _behaviour_graphs(none, none, none, none, np.zeros((0, width), np.int64),
                                    0, np.ones(len(vocab["zones"]), bool), z=None)
         return cls(**vocab, **arrays, session_graph=none, session_voucher=none,
                    session_schema=np.zeros((0, len(vocab["schema_columns"])), np.float32))
@@ -178,7 +204,7 @@ class UVGStore:
         the ``vocabulary`` argument of :meth:`build` and :meth:`empty`."""
         return {**{name: list(getattr(self, name)) for name in _VOCABULARY_NAMES},
                 "encoders": {name: encoder.to_dict() for name, encoder in self.encoders.items()},
-                "schema_stats": self.schema_stats}
+                "schema_stats": self.schema_stats, "scoped": self.scoped}
 
     # ---------------------------------------------------------------- sizes
     @property
@@ -192,6 +218,12 @@ class UVGStore:
     def cardinality(self, name: str) -> int:
         """Embedding rows of ``item``, ``voucher`` or an item feature (vocabulary + OOV slot)."""
         return self.encoders[name].cardinality
+
+    @property
+    def node_cardinalities(self) -> list[int]:
+        """Embedding rows of each column of an item node after its item code: the item features', then the scope
+        code's when ``scoped``."""
+        return [self.cardinality(name) for name in self.item_features] + [SCOPE_IN + 1] * self.scoped
 
     # ---------------------------------------------------------------- batching
     def distinct(self, rows: Tensor) -> tuple[Tensor, Tensor]:
@@ -211,7 +243,8 @@ class UVGStore:
 
         The target session must be batched with ``zones=store.target_zones`` (pre-collection only).
 
-        Fields: ``x`` (N, 1 + F) int64 codes (item, then ``item_features``; 0 on voucher nodes), ``zone`` (N,)
+        Fields: ``x`` (N, 1 + F) int64 codes (item, then ``item_features``, then the scope code when ``scoped``;
+        0 on voucher nodes), ``zone`` (N,)
         (index into ``store.zones``, −1 on voucher nodes), ``edge_index`` (2, E), ``batch`` (N,), ``ptr``
         (B + 1,), ``voucher_index`` (B,) node position of each graph's voucher, ``voucher`` (B,) voucher code,
         ``schema`` (B, len(schema_columns)) standardised voucher terms.
@@ -381,10 +414,11 @@ def _item_features(items: pd.DataFrame, names) -> tuple[str, ...]:
 
 
 def _vocabulary(vocabulary: dict | None, zones: tuple[str, ...], target_zones: tuple[str, ...],
-                sessions: pd.DataFrame, items: pd.DataFrame, item_features, fit_item_ids, fit: np.ndarray) -> dict:
+                sessions: pd.DataFrame, items: pd.DataFrame, item_features, fit_item_ids, fit: np.ndarray,
+                scoped: bool = False) -> dict:
     """The store's vocabulary fields: ``vocabulary`` decoded when given (nothing fitted), else fitted: the item
     vocabulary from the items acted on in the fit sessions, item features from the whole catalogue (a static
-    table), the voucher vocabulary and the voucher terms' mean / std from the fit sessions."""
+    table), the voucher vocabulary and the voucher terms' mean / std from the fit sessions, and ``scoped``."""
     if vocabulary is not None:
         vocab = _decode(vocabulary)
         if vocab["zones"] != zones:
@@ -404,14 +438,15 @@ def _vocabulary(vocabulary: dict | None, zones: tuple[str, ...], target_zones: t
                 **{name: CategoryEncoder.fit(items[name]) for name in features}}
     return {"zones": zones, "target_zones": target_zones, "item_features": features, "schema_columns": columns,
             "encoders": encoders, "schema_stats": {"mean": np.nanmean(terms, axis=0).tolist(),
-                                                   "std": np.where(std > 0, std, 1.0).tolist()}}
+                                                   "std": np.where(std > 0, std, 1.0).tolist()},
+            "scoped": scoped}
 
 
 def _decode(vocabulary: dict) -> dict:
     """The store fields of a :meth:`UVGStore.vocabulary` dict."""
     return {**{name: tuple(vocabulary[name]) for name in _VOCABULARY_NAMES},
             "encoders": {name: CategoryEncoder.from_dict(e) for name, e in vocabulary["encoders"].items()},
-            "schema_stats": vocabulary["schema_stats"]}
+            "schema_stats": vocabulary["schema_stats"], "scoped": bool(vocabulary.get("scoped", False))}
 
 
 def _item_codes(vocab: dict, items: pd.DataFrame, item_ids: np.ndarray):
@@ -425,6 +460,20 @@ def _item_codes(vocab: dict, items: pd.DataFrame, item_ids: np.ndarray):
     feature_codes = np.stack(columns, axis=1) if columns else np.zeros((len(item_ids), 0))
     item = encoders["item"].transform(pd.Series(item_ids, name="item_id")).astype(np.int64)
     return item, feature_codes.astype(np.int64)
+
+
+def _scope_codes(vouchers: np.ndarray, item_ids: np.ndarray, voucher_items: pd.DataFrame | None) -> np.ndarray:
+    """The scope code of each (voucher, item) pair: :data:`SCOPE_IN` when ``voucher_items`` lists it,
+    :data:`SCOPE_OUT` when not; :data:`SCOPE_UNKNOWN` for every pair without ``voucher_items`` (a warning)."""
+    if voucher_items is None:
+        if len(item_ids):
+            warnings.warn("the model marks each item of a session's graph in or out of its voucher's scope, and these "
+                          "tables have no voucher_items: every item's scope is read as unknown (pass voucher_items)",
+                          stacklevel=4)
+        return np.full(len(item_ids), SCOPE_UNKNOWN, np.int64)
+    listed = pd.MultiIndex.from_frame(voucher_items[list(VOUCHER_ITEM_COLUMNS)])
+    found = listed.get_indexer(pd.MultiIndex.from_arrays([vouchers, item_ids])) >= 0
+    return np.where(found, SCOPE_IN, SCOPE_OUT).astype(np.int64)
 
 
 def voucher_terms(sessions: pd.DataFrame, columns) -> np.ndarray:

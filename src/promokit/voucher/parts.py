@@ -16,7 +16,7 @@ order (by collection time).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -127,10 +127,6 @@ def score_part(scorer: Scorer, job: tuple[int, Path, Path | None, Path]) -> Part
                        "voucher_items": reading.voucher_items}):
         tables = check_tables(session_frame, event_frame, scorer.items, **reading.options, require_labels=False,
                               voucher_items=scorer.voucher_items)
-    if scorer.model.uses_graphs and scorer.model.store_.zones != ("items",):
-        # a behaviour-graph model: as in the one-file path (whose log is not empty), a part whose events are
-        # empty still gets behaviour graphs, never voucher–item stars
-        tables = replace(tables, voucher_items=None)
     collect = tables.sessions["collect_time"]
     rows = np.flatnonzero(collect >= reading.start) if reading.start is not None else np.arange(len(collect))
     predictions = scorer.model.predict(tables, rows=rows)

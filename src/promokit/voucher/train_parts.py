@@ -85,7 +85,7 @@ class Source:
                            "voucher_items": self.voucher_items}):
             tables = check_tables(read_part(sessions), read_part(events) if events else None, items,
                                   voucher_items=voucher_items, require_labels=True, **self.options)
-        return replace(tables, voucher_items=None) if self.behaviour else tables
+        return tables
 
 
 @lru_cache(maxsize=1)
@@ -434,7 +434,8 @@ def _count(source: Source, split: SessionSplit, model, k: int) -> PartCount:
     train = per_role[TRAIN]
     vocabulary, terms = None, []
     if model.uses_graphs and len(train):
-        vocabulary = UVGStore.build(tables, **_graph_settings(model), fit_rows=train).vocabulary()
+        vocabulary = UVGStore.build(tables, **_graph_settings(model), fit_rows=train,
+                                    behaviour=source.behaviour).vocabulary()
         values = voucher_terms(sessions, [c for c in SCHEMA_COLUMNS if c in sessions])[train]
         terms = [NumericEncoder.moments(pd.Series(values[:, j])) for j in range(values.shape[1])]
     return PartCount([len(r) for r in per_role], [int(np.nansum(label[r])) for r in per_role],

@@ -29,7 +29,7 @@ Sessions = Annotated[Path, typer.Option("--sessions", help="Sessions table (CSV/
                                            "voucher_id, min_spend, discount, collect_time, outcome_time, redeemed.")]
 Events = Annotated[Optional[Path], typer.Option("--events", help="Behaviour events: session_id, item_id, action, action_time.")]
 Items = Annotated[Path, typer.Option("--items", help="Items: item_id, category, brand, price_level.")]
-VoucherItems = Annotated[Optional[Path], typer.Option("--voucher-items", help="voucher_id, item_id pairs (data without a behaviour log).")]
+VoucherItems = Annotated[Optional[Path], typer.Option("--voucher-items", help="voucher_id, item_id pairs: the items each voucher applies to (its scope; the graph itself for data without a behaviour log).")]
 Categorical = Annotated[Optional[str], typer.Option("--categorical", help="Comma-separated categorical profile columns.")]
 Numeric = Annotated[Optional[str], typer.Option("--numeric", help="Comma-separated numeric profile columns.")]
 Validity = Annotated[Optional[str], typer.Option("--validity", help=f"Voucher validity when outcome_time is absent: {DURATION_FORMS}.")]

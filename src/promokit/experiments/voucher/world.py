@@ -4,7 +4,8 @@ Users have a latent voucher sensitivity, a latent redemption habit, a category t
 preferred price level. Vouchers (marketing activities) run in one to four waves (collection windows) over
 the horizon, so a voucher of the test period has often been collected before; they have a validity period, a
 ``min_spend`` and a ``discount``, and apply either to one category or to the whole platform. Items have a
-category, a brand (nested in the category) and a price level.
+category, a brand (nested in the category) and a price level; ``voucher_items`` lists the items each voucher applies
+to.
 
 Each session S(u, o, C) (DMBGN §3.1) has a current shopping intent (a category drawn from the user's taste).
 Pre-collection add-to-cart and order events follow the intent and the taste. The redemption logit is
@@ -95,7 +96,8 @@ def make_world(n_users: int = 3000, n_vouchers: int = 120, n_items: int = 1000, 
         "user_purchase_level": users["purchase_level"][u], "voucher_category": scope,
     })
     events = pd.concat([pre.frame(), post.frame()], ignore_index=True)
-    tables = check_tables(sessions, events, catalogue.items, categorical=PROFILE_CATEGORICAL)
+    tables = check_tables(sessions, events, catalogue.items, categorical=PROFILE_CATEGORICAL,
+                          voucher_items=_voucher_items(vouchers, catalogue.items))
     return VoucherWorld(tables=tables, truth=truth)
 
 
@@ -136,6 +138,13 @@ def _vouchers(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
         "window": rng.uniform(3.0, 15.0, (n, MAX_WAVES)), "waves": rng.integers(1, MAX_WAVES + 1, n),
         "validity": rng.choice(VALIDITY_DAYS, n), "popularity": rng.lognormal(0.0, 0.7, n),
     }
+
+
+def _voucher_items(vouchers, items: pd.DataFrame) -> pd.DataFrame:
+    """The items each voucher applies to: those of its category, or every item for a platform voucher."""
+    scope = vouchers["category"][:, None]
+    voucher, item = np.nonzero((items["category"].to_numpy()[None, :] == scope) | (scope < 0))
+    return pd.DataFrame({"voucher_id": voucher, "item_id": items["item_id"].to_numpy()[item]})
 
 
 class _Catalogue:

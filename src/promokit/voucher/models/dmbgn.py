@@ -39,8 +39,8 @@ class UVGEncoder(nn.Module):
     r"""UVG → embedding and score (DMBGN section 3.4).
 
     Node features f⁽⁰⁾ come from separate embedding layers: an item node embeds its item id and the store's
-    ``item_features`` (category, price level …), the voucher node embeds (voucher/activity id, min_spend,
-    discount); each is projected to ``dim``.
+    ``item_features`` (category, price level …) and, in a ``scoped`` store, whether the voucher applies to it, the
+    voucher node embeds (voucher/activity id, min_spend, discount); each is projected to ``dim``.
 
     ``encoder="gnn"``: ``layers`` Higher-order GNN layers, eq. (1),
     :math:`f^{(l)}(v) = \sigma(f^{(l-1)}(v) W_1 + \sum_{w \in N(v)} f^{(l-1)}(w) W_2)` (PyG ``GraphConv``,
@@ -115,7 +115,7 @@ class UVGEncoder(nn.Module):
                 raise DataError(f"item_dim is {item_dim} but item_embeddings has {item_embeddings.shape[1]} columns")
             self.item = nn.Embedding.from_pretrained(item_embeddings.float().clone(), freeze=freeze_items,
                                                      sparse=sparse)
-        self.item_side = FieldEmbedding([store.cardinality(name) for name in store.item_features], emb_dim,
+        self.item_side = FieldEmbedding(store.node_cardinalities, emb_dim,
                                         sparse=sparse)
         self.voucher_id = FieldEmbedding([store.cardinality("voucher")], emb_dim, sparse=sparse, oov_dropout=oov_dropout)
         self.item_in = nn.Linear(self.item.embedding_dim + self.item_side.output_dim, dim)
