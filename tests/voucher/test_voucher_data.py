@@ -216,6 +216,13 @@ def test_unknown_items_dropped_with_count():
     assert tables.repairs["voucher_items_of_unknown_items_dropped"] == 1
 
 
+def test_voucher_items_of_none_of_the_sessions_vouchers_are_refused_in_one_line():
+    pairs = pd.DataFrame({"voucher_id": ["7", "8"], "item_id": [100, 101]})  # text ids; the sessions' are numbers
+    with pytest.raises(DataError, match=r"voucher_items: column 'voucher_id' holds none of the sessions' vouchers in 2 "
+                                        r"rows, e.g. row 0 \{voucher_id='7'\}; its ids hold text"):
+        check_tables(tiny_sessions(), None, tiny_items(), voucher_items=pairs)
+
+
 def test_user_level_log_is_attached_to_sessions():
     log = pd.DataFrame({"user_id": [1, 1, 1, 1, 1, 2, 3],
                         "item_id": [100, 101, 102, 100, 101, 102, 100],

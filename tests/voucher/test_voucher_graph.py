@@ -206,6 +206,13 @@ def test_an_item_node_carries_whether_its_voucher_applies_to_it(hand_built):
     assert store.batch([0]).x.shape[1] == UVGStore.build(hand_built).batch([0]).x.shape[1] + 1
 
 
+def test_a_voucher_voucher_items_do_not_list_has_its_items_scope_unknown(hand_built):
+    scopes = pd.DataFrame({"voucher_id": ["v0"], "item_id": [1]})  # v1 (session 11) unlisted
+    store = UVGStore.build(SimpleNamespace(**vars(hand_built), voucher_items=scopes))
+    _, names, graph = graph_edges(store, 1)
+    assert dict(zip(names, graph.x[:, -1].tolist())) == {"V": 0, 1: 0}
+
+
 def test_a_part_without_events_gets_behaviour_graphs_when_told():
     sessions = sessions_frame(2)
     empty = pd.DataFrame({"session_id": [], "item_id": [], "action": [], "action_time": []})

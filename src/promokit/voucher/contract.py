@@ -160,6 +160,7 @@ def check_tables(sessions: pd.DataFrame, events: pd.DataFrame | None, items: pd.
     pairs = None
     if voucher_items is not None:
         pairs = _check_voucher_items(voucher_items, known_items, unknown_items, repairs)
+        _check_voucher_ids(pairs, out)
     features_cat = ["user_id", "voucher_id", *[c for c in categorical if c not in ("user_id", "voucher_id")]]
     features_num = [*(TERM_COLUMNS if terms else ()), *numeric]
     return VoucherTables(sessions=out, events=event_table, items=item_table, categorical=features_cat,
@@ -407,6 +408,16 @@ def _check_voucher_items(pairs: pd.DataFrame, known_items: pd.Index, unknown_ite
                         f"{_id_types(pairs['item_id'], known_items, 'items')}; pass unknown_items='drop' to drop them")
     repairs["voucher_items_of_unknown_items_dropped"] = int(missing_item.sum())
     return pairs.loc[~missing_item, list(VOUCHER_ITEM_COLUMNS)].drop_duplicates().reset_index(drop=True)
+
+
+def _check_voucher_ids(pairs: pd.DataFrame, sessions: pd.DataFrame) -> None:
+    """voucher_items whose voucher ids are none of the sessions' (ids of another type, or of another dataset) would
+    leave every session's scope unknown in silence: a one-line error."""
+    vouchers = pd.Index(pd.unique(sessions["voucher_id"]))
+    if len(pairs) and len(vouchers) and not pairs["voucher_id"].isin(vouchers).any():
+        raise DataError(f"voucher_items: column 'voucher_id' holds none of the sessions' vouchers in {len(pairs)} "
+                        f"rows, e.g. {example_row(pairs, np.ones(len(pairs), bool), ['voucher_id'])}"
+                        f"{_id_types(pairs['voucher_id'], vouchers, 'sessions')}")
 
 
 # ------------------------------------------------------------------------------------------------ helpers

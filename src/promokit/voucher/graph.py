@@ -464,7 +464,8 @@ def _item_codes(vocab: dict, items: pd.DataFrame, item_ids: np.ndarray):
 
 def _scope_codes(vouchers: np.ndarray, item_ids: np.ndarray, voucher_items: pd.DataFrame | None) -> np.ndarray:
     """The scope code of each (voucher, item) pair: :data:`SCOPE_IN` when ``voucher_items`` lists it,
-    :data:`SCOPE_OUT` when not; :data:`SCOPE_UNKNOWN` for every pair without ``voucher_items`` (a warning)."""
+    :data:`SCOPE_OUT` when it lists the voucher with other items; :data:`SCOPE_UNKNOWN` for a voucher it does not
+    list, and for every pair without ``voucher_items`` (a warning)."""
     if voucher_items is None:
         if len(item_ids):
             warnings.warn("the model marks each item of a session's graph in or out of its voucher's scope, and these "
@@ -473,7 +474,8 @@ def _scope_codes(vouchers: np.ndarray, item_ids: np.ndarray, voucher_items: pd.D
         return np.full(len(item_ids), SCOPE_UNKNOWN, np.int64)
     listed = pd.MultiIndex.from_frame(voucher_items[list(VOUCHER_ITEM_COLUMNS)])
     found = listed.get_indexer(pd.MultiIndex.from_arrays([vouchers, item_ids])) >= 0
-    return np.where(found, SCOPE_IN, SCOPE_OUT).astype(np.int64)
+    scoped = pd.Index(pd.unique(voucher_items["voucher_id"])).get_indexer(vouchers) >= 0
+    return np.where(found, SCOPE_IN, np.where(scoped, SCOPE_OUT, SCOPE_UNKNOWN)).astype(np.int64)
 
 
 def voucher_terms(sessions: pd.DataFrame, columns) -> np.ndarray:
