@@ -145,7 +145,7 @@ def incentive():
         return [("redeemed", *design(known), *design(later), ours)]
 
     def searches(selected):
-        return [(np.isin(known, selected.split(tables).valid_customers), strengths(selected, part="customers"))]
+        return [(np.isin(known, selected.split_rows(tables).valid_customers), strengths(selected, part="customers"))]
 
     return "incentive (synthetic world)", fit, tasks, searches
 

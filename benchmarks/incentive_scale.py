@@ -67,7 +67,7 @@ def main() -> None:
     inputs = model.prepare(tables)
     stage("encode node inputs + CSR graph", time.perf_counter() - started)
 
-    split = model.split(tables)
+    split = model.split_rows(tables)
     train = labelled_rows(tables, split.train_customers, split.train_merchants)
     valid = labelled_rows(tables, split.valid_customers, split.valid_merchants)
     started = time.perf_counter()

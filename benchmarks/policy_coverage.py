@@ -404,7 +404,7 @@ def optimism(customers: int, seeds: list[int], ratio: float, model_name: str, re
             model = IncentiveModel(model_name, {"dropout": 0.0}, config, test_fraction=0.5).fit(tables, validation=0.0)
         else:
             model = IncentiveModel(model_name, train=config, test_fraction=0.5).fit(tables)
-        split = model.split(tables)
+        split = model.split_rows(tables)
         scores = model.score_tables(tables)[0]
         q = scores[[c for c in scores.columns if c.startswith("score_")]].to_numpy(dtype=np.float64)
         levels = world.levels.astype(np.float64)

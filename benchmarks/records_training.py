@@ -50,10 +50,10 @@ PARAMS = {"width": 32, "hidden": [64, 32], "fanouts": [5, 10]}
 
 
 def write_split_records(model: IncentiveModel, world, root: Path, draws: tuple[int, ...]) -> tuple[Path, Path]:
-    """The records of the training and of the validation customers of ``model.split`` (other customers' labels
+    """The records of the training and of the validation customers of ``model.split_rows`` (other customers' labels
     removed: they pass messages only), drawn with the model's fanouts and seed, in ``root/train`` and
     ``root/valid``."""
-    split = model.split(check_tables(world.customers, world.merchants, world.edges))
+    split = model.split_rows(check_tables(world.customers, world.merchants, world.edges))
     for name in ("merchants", "edges"):
         (root / name).mkdir(parents=True)
         getattr(world, name).to_parquet(root / name / "part-00000.parquet", index=False)
@@ -123,7 +123,7 @@ def run(customers: int, seed: int, epochs: int, draws: int, workers: list[int], 
     rows = []
     started = time.perf_counter()
     in_memory = IncentiveModel("gnn-hazard", PARAMS, train).fit(tables)
-    test = in_memory.split(tables)
+    test = in_memory.split_rows(tables)
     rows.append({"seed": seed, "device": device, "path": "in memory",
                  **scores(in_memory, tables, world.customer_truth, test), "seconds": time.perf_counter() - started})
     model = IncentiveModel("gnn-hazard", PARAMS, train)

@@ -37,7 +37,7 @@ print(f"campaign: λ* {campaign.config.lam:.4g}, cap {cap:,.2f}; serve it with "
       f"PROMOKIT_API_TOKEN=… promokit serve --campaign {out / 'campaign'}")
 
 # 5. the plan judged on the held-out customers, whose values were drawn at random (DR, with 95 % intervals)
-held_out = model.split(tables).test_customers
+held_out = model.held_out(tables)[0]
 log = world.customers.iloc[held_out][["customer_id", "level", "redeemed"]]
 judged = pk.policy.evaluate(log, {"gnn-hazard": out / "plan"}, scores=scores, design="uniform", model=out / "model")
 judged.write(out / "judged")

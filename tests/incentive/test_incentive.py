@@ -182,7 +182,7 @@ def test_a_fit_validated_on_given_customers_records_no_fraction(tmp_path):
     model.fit(tmp_path, validation=rows)
     assert model.holdout_["valid_fraction"] is None and model.report_.n_valid == len(rows)
     assert np.array_equal(model.held_out(tmp_path)[0], held)
-    split = model.split(tmp_path)
+    split = model.split_rows(tmp_path)
     assert len(split.valid_customers) == 0 and np.isin(rows, split.train_customers).all()
     assert model.validation_evaluation(tmp_path, validation=rows)["customers"] == len(rows)
     model.save(tmp_path / "model")
@@ -285,9 +285,22 @@ def test_unlabelled_customers_stay_in_the_graph_and_out_of_the_split(part_labell
     tables = check_tables(part_labelled, world.merchants, world.edges)
     assert tables.counts["unlabelled_customers"] == 834 and tables.counts["edges"] == len(world.edges)
     assert (tables.customer_level[::6] == -1).all() and len(tables.labelled_customers) == 1666
-    split = IncentiveModel("gnn-hazard").split(tables)
+    split = IncentiveModel("gnn-hazard").split_rows(tables)
     rows = np.concatenate([split.train_customers, split.valid_customers, split.test_customers])
     assert np.array_equal(np.sort(rows), tables.labelled_customers) and len(split.test_customers) == 167
+
+
+def test_split_rows_reads_validation_as_fit_does(part_labelled, world):
+    tables = check_tables(part_labelled, world.merchants, world.edges)
+    model = IncentiveModel("gnn-hazard")
+    default, none, more = (model.split_rows(tables, v) for v in (None, 0.0, 0.3))
+    assert len(none.valid_customers) == 0 and len(more.valid_customers) > 2 * len(default.valid_customers) > 0
+    given = none.train_customers[:40]
+    moved = model.split_rows(tables, given)
+    assert np.array_equal(moved.valid_customers, np.sort(given)) and not np.isin(given, moved.train_customers).any()
+    assert np.array_equal(moved.test_customers, none.test_customers)
+    with pytest.raises(DataError, match="validation customers are held out for evaluation"):
+        model.split_rows(tables, none.test_customers[:2])
 
 
 def test_a_level_missing_on_a_labelled_customer_is_refused(part_labelled, world):

@@ -70,7 +70,7 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
 def test_the_strength_is_chosen_on_the_validation_customers(solved):
     tables, model = solved
     path = [r for r in model.history_.epochs if r["part"] == "customers"]
-    rows = len(model.split(tables).train_customers)  # the search starts at the grid's strength nearest the prior
+    rows = len(model.split_rows(tables).train_customers)  # the search starts at the grid's strength nearest the prior
     assert path[0]["l2"] == min(L2_GRID, key=lambda s: abs(np.log(s / prior_l2(rows))))
     best = max(path, key=lambda r: r["valid_customer_loglik"])
     assert best["chosen"] and sum(r["chosen"] for r in path) == 1

@@ -34,7 +34,7 @@ def _model(**params) -> IncentiveModel:
 def write_split_records(model: IncentiveModel, world, root, draws=(0, 1, 2)) -> tuple:
     """The records of the training and of the validation customers of ``model.split`` of the ``world``'s tables
     (labels of the other customers removed), drawn with the model's fanouts, in ``root/train`` and ``root/valid``."""
-    split = model.split(check_tables(world.customers, world.merchants, world.edges))
+    split = model.split_rows(check_tables(world.customers, world.merchants, world.edges))
     for name in ("merchants", "edges"):
         (root / name).mkdir(parents=True)
     world.merchants.to_parquet(root / "merchants" / "part-00000.parquet", index=False)
@@ -94,7 +94,7 @@ def trained(synthetic, world, tmp_path_factory):
 def test_records_training_learns_like_the_in_memory_model(world, trained):
     model, split, _, _ = trained
     in_memory = _model().fit(world)
-    np.testing.assert_array_equal(in_memory.split(world).test_customers, split.test_customers)
+    np.testing.assert_array_equal(in_memory.split_rows(world).test_customers, split.test_customers)
     ours, theirs = held_out_auc(model, world, split.test_customers), held_out_auc(in_memory, world, split.test_customers)
     print(f"held-out AUC_c: from records {ours:.4f}, in memory {theirs:.4f}")
     assert ours > 0.62 and abs(ours - theirs) < 0.05

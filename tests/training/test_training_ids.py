@@ -42,7 +42,7 @@ def incentive_model(tmp_path_factory):
 
 def test_an_incentive_model_records_its_training_customers_and_merchants(incentive_model):
     model, tables, folder = incentive_model
-    split = model.split(tables)
+    split = model.split_rows(tables)
     customers, merchants = tables.customers["customer_id"].to_numpy(), tables.merchants["merchant_id"].to_numpy()
     recorded = read_training_ids(folder)
     expected = id_hashes(np.concatenate([customers[split.train_customers], merchants[split.train_merchants]]))

@@ -230,7 +230,7 @@ class IncentiveModel(Estimator):
             raise DataError(f"customers: training needs the 'level' and 'redeemed' columns; none of the "
                             f"{len(tables.customers)} customers has a label")
         cfg = self.train_config
-        split = self.split(tables, valid_fraction)
+        split = self._drawn(tables, valid_fraction)
         if choice.form == ROWS:
             split = self._validate_on(split, tables, choice.value)
         self.holdout_ = {"test_fraction": float(self.test_fraction),
@@ -279,10 +279,8 @@ class IncentiveModel(Estimator):
         """The fitted model's metrics on the customers and merchants :meth:`fit` validated on (``validation``, as fit
         was given it); before a refit, nodes it had not learnt from."""
         choice = _validation(validation)
-        split = self.split(data)
-        if choice.form == ROWS:
-            split = self._validate_on(split, self.read(data), choice.value)
-        elif not choice.fraction or not len(split.valid_customers):
+        split = self.split_rows(data, validation)
+        if choice.form != ROWS and (not choice.fraction or not len(split.valid_customers)):
             raise DataError("validation: no validation customers to score (model='auto' chooses on them)")
         return self.evaluate(data, rows=(split.valid_customers, split.valid_merchants))
 
@@ -380,14 +378,22 @@ class IncentiveModel(Estimator):
                             encoders.merchants.numeric_width, encoders.merchant_structure.numeric_width,
                             self.levels_.tolist(), **network_params(self.model_params_))
 
-    def split(self, data, valid_fraction: float | None = None) -> NodeSplit:
+    def split_rows(self, data, validation=None) -> NodeSplit:
         """The rows this model trains, validates and is tested on (seeded by the training seed): the labelled
-        customers (all of them when every customer has a label) and the merchants. ``valid_fraction``: the share of
-        the rest that validates; None: the one fit validated on (``holdout_["valid_fraction"]``; before fit,
-        :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`). A fit given the validation customers themselves
-        records None there and drew its split without validation, then moved them out of training: they show as
-        training rows here, and :meth:`validation_evaluation` scores them given them again."""
+        customers (all of them when every customer has a label) and the merchants, given ``validation`` as
+        :meth:`fit` takes it, as every domain's ``split_rows`` does: None, the split fit drew (its
+        ``holdout_["valid_fraction"]``; before fit, :data:`~promokit.incentive.defaults.DEFAULT_VALIDATION`); a
+        fraction of the rest that validates (0: none); or the validation customers' rows, moved out of training (a
+        fit given them records no fraction and drew its split without validation: given None here, they show as
+        training rows)."""
+        choice = _validation(validation)
         tables = self.read(data)
+        if choice.form == ROWS:
+            return self._validate_on(self._drawn(tables, 0.0), tables, choice.value)
+        return self._drawn(tables, None if validation is None else choice.fraction)
+
+    def _drawn(self, tables: IncentiveTables, valid_fraction: float | None) -> NodeSplit:
+        """:meth:`split_rows` of ``tables`` with ``valid_fraction`` of the rest validating (None: fit's)."""
         labelled = tables.labelled_customers
         holdout = getattr(self, "holdout_", None) or {}
         if valid_fraction is None:
@@ -414,7 +420,7 @@ class IncentiveModel(Estimator):
         holdout = self.holdout_ or {}
         merchants = {"rows": holdout.get("merchants"), "held_out": holdout.get("held_out_merchants")}
         check_same_data(merchants, len(tables.merchants), "merchants")
-        split = self.split(tables)
+        split = self.split_rows(tables)
         return split.test_customers, split.test_merchants
 
     # ---- predict ----------------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def train(model: IncentiveModel, data, *, levels=None, types: dict[str, str] | N
         return _train_parts(model, data, levels, types, labels, validation, checkpoint_dir, resume, executor, draws)
     tables = read_tables(data, levels=levels, types=types, labels=labels)
     model.fit(tables, validation=validation, checkpoint_dir=checkpoint_dir, resume=resume)
-    split = model.split(tables)
+    split = model.split_rows(tables)
     return Training(model, tables.counts, len(split.train_customers), len(split.train_merchants))
 
 

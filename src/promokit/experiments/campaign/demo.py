@@ -200,7 +200,7 @@ def _train(world: IncentiveWorld, tables, config: DemoConfig, out: Path, stages)
             write_parquet(wide_scores(tables.customers[CUSTOMER], responses[name].customers, world.levels),
                           _scores_path(out, name))
         rows.append((name, responses[name], len(model.history_.epochs), stages.seconds[stage]))
-    split = model.split(tables)  # the same for both: the split follows the training seed
+    split = model.split_rows(tables)  # the same for both: the split follows the training seed
     rows.append((ORACLE, Responses(world.levels, world.customer_truth, world.merchant_truth, None), 0, 0.0))
     metrics = []
     for name, r, epochs, seconds in rows:

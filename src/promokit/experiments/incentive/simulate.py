@@ -50,7 +50,7 @@ def simulate(world: str | os.PathLike, models: Sequence[str | os.PathLike], rati
     for path in models:
         estimator = IncentiveModel.load(path)
         tables = estimator.read({name: world / f"{name}.parquet" for name in ("customers", "merchants", "edges")})
-        split = estimator.split(tables)
+        split = estimator.split_rows(tables)
         these = (tuple(split.test_customers), tuple(split.test_merchants))
         if rows is not None and these != rows:
             raise DataError(f"{path} holds out other nodes than {models[0]} (another seed or test fraction); "
