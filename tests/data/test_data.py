@@ -179,6 +179,43 @@ def test_category_encoder_min_count_sends_rare_values_to_oov():
     assert enc.transform(pd.Series(["a", "b"])).tolist() == [1, 0]
 
 
+@pytest.mark.parametrize("dtype", ["int64", "Int64", "object", "str", "category", "bool", "float64"])
+@pytest.mark.parametrize("min_count", [1, 2])
+def test_category_encoder_fit_transform_is_fit_on_the_rows_then_transform(dtype, min_count):
+    """One factorisation serves both: the vocabulary of the rows given (counted as fit counts them, 1 and "1" one
+    value) and the codes of every row, those outside the rows (7, unseen there) and the missing ones OOV."""
+    values = pd.Series([3, 17, 5, 17, 3, 7, 1, 3, 1, 5])
+    if dtype == "bool":
+        column = values > 4
+    elif dtype in ("int64", "Int64", "float64"):
+        column = values.astype(dtype)
+    else:
+        column = values.astype(str).astype(dtype)
+    if dtype == "object":
+        column.iloc[8] = 1  # the number beside its text "1": one canonical value
+    if dtype in ("Int64", "object", "str", "float64"):
+        column.iloc[2] = None
+    rows = np.array([0, 1, 2, 3, 4, 6, 7, 8, 9])
+    fitted, codes = CategoryEncoder.fit_transform(column, min_count, rows)
+    expected = CategoryEncoder.fit(column.iloc[rows], min_count)
+    assert (fitted.kind, fitted.vocabulary) == (expected.kind, expected.vocabulary)
+    assert codes.tolist() == expected.transform(column).tolist()
+    if dtype == "object" and min_count == 2:
+        assert "1" in fitted.vocabulary  # counted twice: "1" and 1
+
+
+def test_table_encoder_fit_transform_is_fit_on_the_rows_then_transform(impressions):
+    spec = FeatureSpec().resolve(impressions, ("click", "purchase"), ("daction",))
+    rows = np.arange(0, len(impressions), 3)
+    encoder, encoded = TableEncoder.fit_transform(impressions, spec, rows)
+    expected = TableEncoder.fit(impressions.iloc[rows], spec)
+    assert encoder.to_dict() == expected.to_dict()
+    again = expected.transform(impressions)
+    np.testing.assert_array_equal(encoded.categorical, again.categorical)
+    np.testing.assert_array_equal(encoded.numeric, again.numeric)
+    assert (encoded.oov_counts, encoded.missing_counts) == (again.oov_counts, again.missing_counts)
+
+
 def test_numeric_encoder_is_esm2_eq17_and_flags_missing():
     series = pd.Series([1.0, 3.0, np.nan])
     enc = NumericEncoder.fit(series)

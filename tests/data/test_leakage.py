@@ -10,7 +10,7 @@ import pytest
 from promokit.conversion.estimator import ConversionModel
 from promokit.conversion.evaluate import conversion_metrics
 from promokit.data import FeatureSpec
-from promokit.data.leakage import LEAK_AUC, SUSPECT_AUC, Leak, _level_auc, feature_auc, find_leaks, leak_warning
+from promokit.data.leakage import LEAK_AUC, SUSPECT_AUC, Leak, _key, _level_auc, feature_auc, find_leaks, leak_warning
 from promokit.metrics import auc
 from promokit.training import TrainConfig
 
@@ -231,3 +231,8 @@ def test_the_train_command_names_the_flag_and_allow_leaky_silences_it(impression
     result = CliRunner().invoke(app, [*args, "--allow-leaky", "watch_ratio"])
     assert result.exit_code == 0 and "label leak" not in result.output
     assert ConversionModel.load(tmp_path / "m").feature_spec_.allow_leaky == ["watch_ratio"]
+
+
+def test_a_numeric_column_is_read_by_the_dense_rank_of_its_values_missing_first():
+    assert _key(pd.Series([2.5, np.nan, -1.0, 2.5, 0.0]), False).tolist() == [3, 0, 1, 3, 2]
+    assert _key(pd.Series([2.5, -1.0, 2.5, 0.0, -0.0]), False).tolist() == [2, 0, 2, 1, 1]

@@ -251,9 +251,8 @@ class ConversionModel(Estimator):
         self.warn_leaks(table, labels)
         if spec.micro_behaviors:  # the PMG prior, from the clicked training rows only (GMCM section 3)
             self.pmg_ = concurrence_probability(labels["micro"], labels["click"])
-        self.encoder_ = TableEncoder.fit(table, spec)
+        self.encoder_, train_x = TableEncoder.fit_transform(table, spec)
         self.training_ids_ = id_hashes(table[spec.group_key]) if spec.group_key else None
-        train_x = self.encoder_.transform(table)
         valid_part = None if valid is None else (self.encoder_.transform(valid), valid_labels)
         self.report_ = FitReport(n_train=len(table), n_valid=0 if valid is None else len(valid), n_test=len(held),
                                  labels=label_report)

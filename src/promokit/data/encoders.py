@@ -31,14 +31,30 @@ class CategoryEncoder:
 
     @classmethod
     def fit(cls, series: pd.Series, min_count: int = 1) -> CategoryEncoder:
+        return cls.fit_transform(series, min_count)[0]
+
+    @classmethod
+    def fit_transform(cls, series: pd.Series, min_count: int = 1,
+                      rows: np.ndarray | None = None) -> tuple[CategoryEncoder, np.ndarray]:
+        """The encoder :meth:`fit` builds on the values of ``series`` at ``rows`` (positions; default every row) and
+        the :meth:`transform` of every value of ``series``, from one factorisation of the column: a text column is
+        hashed once, not once to count and again to encode."""
         kind = "int" if pd.api.types.is_integer_dtype(series) and not pd.api.types.is_bool_dtype(series) else "str"
         if kind == "int" and _plain_integers(series):  # canonical already: counted as they are, five times faster
-            values, counts = np.unique(series.to_numpy(), return_counts=True)
-            return cls(values[counts >= min_count].astype(np.int64).tolist(), kind)
-        values = _canonical(series, kind)
-        counts = values.value_counts(dropna=True)
-        kept = counts.index[counts >= min_count]
-        return cls(sorted(int(v) for v in kept) if kind == "int" else sorted(str(v) for v in kept), kind)
+            values = series.to_numpy()
+            distinct, counts = np.unique(values if rows is None else values[rows], return_counts=True)
+            encoder = cls(distinct[counts >= min_count].astype(np.int64).tolist(), kind)
+            return encoder, encoder.transform(series)
+        codes, distinct = pd.factorize(series)
+        canonical = _canonical(pd.Series(distinct), kind)
+        merged, names = pd.factorize(canonical)  # distinct values one canonical value stands for (1 and "1")
+        fitted = codes if rows is None else codes[rows]
+        counts = np.bincount(fitted[fitted >= 0], minlength=len(distinct))
+        counts = np.bincount(merged[merged >= 0], weights=counts[merged >= 0], minlength=len(names))
+        kept = names[(counts > 0) & (counts >= min_count)]
+        encoder = cls(sorted(int(v) for v in kept) if kind == "int" else sorted(str(v) for v in kept), kind)
+        found = np.append(encoder._index.get_indexer(canonical) + 1, OOV)
+        return encoder, found[codes].astype(np.int64)
 
     @staticmethod
     def count(series: pd.Series) -> tuple[pd.Series, np.ndarray]:
@@ -204,6 +220,19 @@ class TableEncoder:
         return cls({name: CategoryEncoder.fit(frame[name], spec.min_count) for name in spec.categorical},
                    {name: NumericEncoder.fit(frame[name], squash_numeric) for name in spec.numeric})
 
+    @classmethod
+    def fit_transform(cls, frame: pd.DataFrame, spec: FeatureSpec, rows: np.ndarray | None = None,
+                      squash_numeric: bool = True) -> tuple[TableEncoder, EncodedFeatures]:
+        """:meth:`fit` on the rows of ``frame`` at ``rows`` (positions; default every row) and :meth:`transform`
+        of the whole ``frame``, each categorical column factorised once for both
+        (:meth:`CategoryEncoder.fit_transform`)."""
+        check_numeric_columns(frame, spec.numeric)
+        fitted = {name: CategoryEncoder.fit_transform(frame[name], spec.min_count, rows) for name in spec.categorical}
+        numeric = {name: NumericEncoder.fit(frame[name] if rows is None else frame[name].iloc[rows], squash_numeric)
+                   for name in spec.numeric}
+        encoder = cls({name: enc for name, (enc, _) in fitted.items()}, numeric)
+        return encoder, encoder._encoded(frame, {name: codes for name, (_, codes) in fitted.items()})
+
     @staticmethod
     def count(frame: pd.DataFrame, spec: FeatureSpec) -> dict:
         """One part's share of the encoders of ``spec``: the value counts of each categorical feature and the
@@ -238,8 +267,12 @@ class TableEncoder:
             raise DataError(f"feature columns {missing} used in training are missing from the table of "
                             f"{len(frame)} rows")
         check_numeric_columns(frame, list(self.numeric))
+        return self._encoded(frame, {name: enc.transform(frame[name]) for name, enc in self.categorical.items()})
+
+    def _encoded(self, frame: pd.DataFrame, codes: dict[str, np.ndarray]) -> EncodedFeatures:
+        """The :class:`EncodedFeatures` of ``frame`` given its categorical ``codes``: the numeric block encoded, the
+        out-of-vocabulary and missing values counted."""
         n = len(frame)
-        codes = {name: enc.transform(frame[name]) for name, enc in self.categorical.items()}
         oov = {name: int((column == OOV).sum()) for name, column in codes.items()}
         # stacked at the end: written column by column, the row-major array took a third of the transform
         cat = np.stack(list(codes.values()), axis=1) if codes else np.zeros((n, 0), dtype=np.int64)
@@ -249,7 +282,7 @@ class TableEncoder:
         for name, count in missing_counts.items():
             if count and not self.numeric[name].flag_missing:
                 warnings.warn(f"numeric column {name!r}: {count} of {n} values are missing; imputed with the "
-                              "training mean", stacklevel=2)
+                              "training mean", stacklevel=3)
         return EncodedFeatures(cat, num, oov, missing_counts)
 
     def to_dict(self) -> dict:

@@ -93,8 +93,14 @@ def _key(values: pd.Series, categorical: bool) -> np.ndarray:
     column itself would, so :func:`find_leaks` computes it once per column."""
     if categorical:
         return pd.factorize(values, use_na_sentinel=False)[0]
-    numbers = pd.Series(pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan))
-    return numbers.rank(method="dense", na_option="top").to_numpy(dtype=np.int64) - 1
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    codes, distinct = pd.factorize(numbers)  # the distinct values sorted, not every row: a column has few
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[np.argsort(distinct)] = np.arange(len(distinct))
+    missing = codes < 0
+    key = rank[codes] + int(missing.any())
+    key[missing] = 0
+    return key
 
 
 def _judged_auc(key: np.ndarray, y: np.ndarray, categorical: bool, rng: np.random.Generator) -> float:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 import torch
 from scipy.special import expit, log_expit
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 from torch import Tensor
 
 from promokit.console import get_console
@@ -51,6 +51,18 @@ def design_matrix(cat: Tensor, num: Tensor, cardinalities) -> sp.csr_matrix:
     values[:, fields:] = num.numpy()
     return sp.csr_matrix((values.ravel(), columns.ravel(), np.arange(0, n * width + 1, width)),
                          shape=(n, n_cat + width - fields))
+
+
+@cache
+def _blas() -> ThreadpoolController:
+    """The process's BLAS libraries, found once (each ``threadpool_limits`` scans the loaded libraries again: 3 ms)."""
+    return ThreadpoolController()
+
+
+def one_blas_thread():
+    """A context in which BLAS runs on one thread: a solver's dot products are too small to share, and on a busy
+    machine the spinning threads made each one sixty times slower."""
+    return _blas().limit(limits=1, user_api="blas")
 
 
 def prior_l2(rows: int) -> float:
@@ -140,10 +152,8 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
         scored = "" if np.isnan(record["score"]) else f", valid AUC {record['score']:.4f}"
         get_console().print(f"{name}: l2 {record['l2']:.1e}{scored} ({record['seconds']:.1f} s)", highlight=False)
 
-    # one BLAS thread: the solver's dot products are too small to share, and on a busy machine the spinning threads
-    # made each one sixty times slower
     searched = l2 is None and x_valid is not None
-    with threadpool_limits(1, user_api="blas"):
+    with one_blas_thread():
         theta, records = search_l2(partial(solve, tolerance=SEARCH_TOLERANCE) if searched else solve, len(y_np),
                                    fixed=l2, validated=x_valid is not None, grid=grid,
                                    report=report if progress else None, start=start)

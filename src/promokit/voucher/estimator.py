@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from promokit import __version__
-from promokit.data import DataError, FeatureSpec, TableEncoder
+from promokit.data import DataError, EncodedFeatures, FeatureSpec, TableEncoder
 from promokit.data.datasets import check_rows
 from promokit.data.ids import id_hashes
 from promokit.data.leakage import allowed_columns, find_leaks, leak_warning, validation_leak_warning
@@ -246,36 +246,44 @@ class VoucherModel(Estimator):
                            voucher_fields=(categorical.index("voucher_id"),),
                            voucher_numeric=tuple(int(i) for i in voucher_numeric))
 
-    def inputs(self, tables, fit_rows=None) -> dict[str, torch.Tensor]:
+    def inputs(self, tables, fit_rows=None, encoded: EncodedFeatures | None = None) -> dict[str, torch.Tensor]:
         """The batch dict of every session of ``tables`` (row order = session index), built once per tables.
 
-        ``fit_rows`` (training only): the sessions DMBGN's graph vocabulary is fitted on."""
+        ``fit_rows`` (training only): the sessions DMBGN's graph vocabulary is fitted on; ``encoded``: the
+        sessions' features, encoded already (:meth:`tensors`)."""
         if self._cache is not None and self._cache[0] is tables:
             return self._cache[1]
-        tensors = self.tensors(tables)
+        tensors = self.tensors(tables, encoded)
         if self.uses_graphs:
             self._attach_store(tables, fit_rows)
         self._cache = (tables, tensors)
         return tensors
 
-    def tensors(self, tables) -> dict[str, torch.Tensor]:
-        """The batch dict of every session of ``tables`` (row order = session index) with the fitted encoder: the
-        encoded features, the redeemed history (row positions, :func:`redeemed_history`) and its voucher fields,
-        the labels; DMBGN reads the graphs of ``session`` and ``history`` from its store."""
+    @property
+    def reads_history(self) -> bool:
+        """Whether the model reads the user's redeemed history (DIN, DMBGN): only then is it built."""
+        return getattr(self.model_class, "reads_history", False)
+
+    def tensors(self, tables, encoded: EncodedFeatures | None = None) -> dict[str, torch.Tensor]:
+        """The batch dict of every session of ``tables`` (row order = session index) with the fitted encoder (or
+        ``encoded``, its features encoded already): the encoded features, the labels and, for a model that reads
+        it (:attr:`reads_history`), the redeemed history (row positions, :func:`redeemed_history`) and its voucher
+        fields; DMBGN reads the graphs of ``session`` and ``history`` from its store."""
         sessions = tables.sessions
-        x = self.encoder_.transform(sessions)
-        layout = self.layout()
-        history = redeemed_history(sessions, self.max_history)
-        padded = history < 0
-        safe = np.where(padded, 0, history)
-        hist_cat = x.categorical[:, list(layout.voucher_fields)][safe]
-        hist_num = x.numeric[:, list(layout.voucher_numeric)][safe]
-        hist_cat[padded], hist_num[padded] = 0, 0.0
+        x = self.encoder_.transform(sessions) if encoded is None else encoded
         tensors = {"cat": torch.from_numpy(x.categorical), "num": torch.from_numpy(x.numeric),
-                   "session": torch.arange(len(sessions), dtype=torch.long),
-                   "history": torch.from_numpy(np.ascontiguousarray(history, dtype=np.int64)),
-                   "hist_cat": torch.from_numpy(np.ascontiguousarray(hist_cat)),
-                   "hist_num": torch.from_numpy(np.ascontiguousarray(hist_num))}
+                   "session": torch.arange(len(sessions), dtype=torch.long)}
+        if self.reads_history:
+            layout = self.layout()
+            history = redeemed_history(sessions, self.max_history)
+            padded = history < 0
+            safe = np.where(padded, 0, history)
+            hist_cat = x.categorical[:, list(layout.voucher_fields)][safe]
+            hist_num = x.numeric[:, list(layout.voucher_numeric)][safe]
+            hist_cat[padded], hist_num[padded] = 0, 0.0
+            tensors.update({"history": torch.from_numpy(np.ascontiguousarray(history, dtype=np.int64)),
+                            "hist_cat": torch.from_numpy(np.ascontiguousarray(hist_cat)),
+                            "hist_num": torch.from_numpy(np.ascontiguousarray(hist_num))})
         tensors["redeemed"] = torch.from_numpy(_labels(sessions).copy())
         return tensors
 
@@ -340,9 +348,9 @@ class VoucherModel(Estimator):
         sessions = tables.sessions
         self.feature_spec_ = self._feature_spec(tables)
         self.table_options_, self.labels_ = tables.options, tables.labels
-        self.encoder_ = TableEncoder.fit(sessions.iloc[train_rows], self.feature_spec_)
+        self.encoder_, encoded = TableEncoder.fit_transform(sessions, self.feature_spec_, train_rows)
         self.training_ids_ = id_hashes(sessions["user_id"].to_numpy()[train_rows])
-        inputs = self.inputs(tables, fit_rows=train_rows)
+        inputs = self.inputs(tables, fit_rows=train_rows, encoded=encoded)
         for name, part in (("training", train_rows), ("validation", valid_rows)):
             unknown = np.isnan(inputs["redeemed"].numpy()[part]) if part is not None else np.zeros(0, bool)
             if unknown.any():
@@ -359,7 +367,7 @@ class VoucherModel(Estimator):
                 raise DataError(f"early stopping on validation AUC needs redeemed and unredeemed validation sessions; "
                                 f"{positives} of the {len(valid_rows)} are redeemed (use monitor='loss' or more "
                                 "validation sessions)")
-        self.warn_leaks(sessions.iloc[train_rows], inputs["redeemed"].numpy()[train_rows])
+        self.warn_leaks(sessions, inputs["redeemed"].numpy(), np.isin(np.arange(len(sessions)), train_rows))
         self.report_ = FitReport(n_train=len(train_rows), n_valid=0 if valid_rows is None else len(valid_rows),
                                  n_test=len(test_rows))
         train = take(inputs, torch.from_numpy(train_rows))
@@ -401,13 +409,13 @@ class VoucherModel(Estimator):
         tables = self.read(data)
         return tables.sessions.iloc[self.held_out(tables)]
 
-    def warn_leaks(self, sessions: pd.DataFrame, redeemed: np.ndarray) -> None:
+    def warn_leaks(self, sessions: pd.DataFrame, redeemed: np.ndarray, trained: np.ndarray) -> None:
         """Warn of the features of ``feature_spec_`` (less its ``allow_leaky``) that alone predict ``redeemed`` (0/1,
-        one per row of ``sessions``, the training sessions) almost perfectly
+        one per row of ``sessions``) on the training sessions (``trained``: a mask over the rows) almost perfectly
         (:func:`~promokit.data.leakage.find_leaks`): a column measured after the redemption, such as its order's
         amount, would let the model read the label instead of predicting it."""
         spec, label = self.feature_spec_, (self.labels_ or {}).get("redeemed", "redeemed")
-        message = leak_warning(find_leaks(sessions, spec.categorical, spec.numeric, {label: (redeemed, None)},
+        message = leak_warning(find_leaks(sessions, spec.categorical, spec.numeric, {label: (redeemed, trained)},
                                           spec.allow_leaky))
         if message:
             warnings.warn(message, stacklevel=3)

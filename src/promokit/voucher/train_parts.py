@@ -345,7 +345,7 @@ def _plan(model, source: Source, executor, scratch: Path, validation) -> tuple[T
 
     model.report_ = FitReport(n_train=int(rows[TRAIN]), n_valid=int(rows[VALID]), n_test=int(rows[TEST]))
     trained = split.roles(sample.sessions) == TRAIN  # the label-leak guard judges the first part's, as value's does
-    model.warn_leaks(sample.sessions[trained], _redeemed(sample.sessions)[trained])
+    model.warn_leaks(sample.sessions, _redeemed(sample.sessions), trained)
     vocabulary, items = None, None
     if model.uses_graphs:
         vocabulary = _graph_vocabulary([c for c in counted if c.vocabulary is not None])

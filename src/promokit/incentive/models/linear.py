@@ -10,14 +10,13 @@ import scipy.sparse as sp
 import torch
 from scipy.optimize import minimize
 from scipy.special import expit
-from threadpoolctl import threadpool_limits
 from torch import Tensor, nn
 
 from promokit.data.errors import DataError
 from promokit.incentive.models._curve import MAX_LOG_HAZARD
 from promokit.metrics import auc
 from promokit.training import History
-from promokit.training.logistic import TOLERANCE, design_matrix, search_l2
+from promokit.training.logistic import TOLERANCE, design_matrix, one_blas_thread, search_l2
 
 #: The floor's own parameters: the L2 strengths of its customer and merchant heads (``None``: chosen on validation).
 FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
@@ -94,7 +93,7 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
             continue
         held = _rows(net, valid, side) if valid is not None else None
         rows, held = (None if r is None else offered(side, *r, values) for r in (rows, held))
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             theta, path = _l2_path(objective, metric, rows, held, fixed, side)
         _assign(side, head, theta, rows[0].shape[1], len(values.width))
         records += path

@@ -56,6 +56,8 @@ class RedeemModel(nn.Module):
 
     labels = ("redeemed",)
     outputs = ("p_redeem",)
+    #: whether the batch must hold the user's redeemed history (``history``, ``hist_cat``, ``hist_num``)
+    reads_history = False
 
     def with_wide(self, layout: FieldLayout, wide: str, wide_l2: float) -> None:
         """Give the model its wide term (:class:`~promokit.nn.WideTerm`) over every field, as the ``lr`` floor."""

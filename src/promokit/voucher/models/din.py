@@ -52,6 +52,8 @@ class DIN(RedeemModel):
         - **output:** ``p_redeem`` ``(B,)``
     """
 
+    reads_history = True
+
     def __init__(self, layout: FieldLayout, emb_dim: int = 16, hidden: Sequence[int] = (128, 64),
                  dropout: float = 0.5, attention_units: int = 64, sparse: bool = True,
                  oov_dropout: float = 0.0, wide: str = "none", wide_l2: float = WIDE_L2):

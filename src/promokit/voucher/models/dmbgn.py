@@ -257,6 +257,7 @@ class DMBGN(RedeemModel):
     """
 
     outputs = ("p_redeem", "s_uvg", "s_history")
+    reads_history = True
     #: the batch keys the loss reads: the label, and which history entries are real (eq. 9)
     labels = ("redeemed", "history")
 
