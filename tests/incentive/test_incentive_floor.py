@@ -111,3 +111,15 @@ def test_a_fixed_strength_is_solved_alone_and_a_bad_one_is_refused(solved):
     for bad in (-1e-3, "strong", float("nan"), True):
         with pytest.raises(DataError, match="l2_merchants must be a number ≥ 0"):
             IncentiveModel("lr", {"l2_merchants": bad})
+
+
+def test_the_floor_prints_a_line_per_strength_solved_unless_told_not_to(capsys):
+    world = make_world(600, 60, seed=3)
+    tables = check_tables(world.customers, world.merchants, world.edges)
+    model = IncentiveModel("lr", train={"progress": True}, refit=False).fit(tables)
+    printed = " ".join(capsys.readouterr().out.split())
+    for record in model.history_.epochs:
+        metric = next(key for key in record if key.startswith("valid_"))
+        assert f"lr {record['part']}: l2 {record['l2']:.1e}, {metric} {record[metric]:.4f}" in printed
+    IncentiveModel("lr", train={"progress": False}, refit=False).fit(tables)
+    assert capsys.readouterr().out == ""

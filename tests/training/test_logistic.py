@@ -10,8 +10,9 @@ from promokit.nn import LinearLogit
 from promokit.training import fit_logistic
 from promokit.metrics import auc
 from promokit.data.encoders import CategoryEncoder
-from promokit.training.logistic import (L2_GRID, Logloss, _logits, carried_start, design_matrix, newton_cg, prior_l2,
-                                       search_l2)
+from promokit.training import logistic
+from promokit.training.logistic import (L2_GRID, Logloss, SolveProgress, _logits, carried_start, design_matrix,
+                                       newton_cg, prior_l2, search_l2)
 
 
 def _data(n, seed, cards=(6, 4)):
@@ -95,7 +96,8 @@ def test_the_chosen_strength_is_solved_on_unless_a_refit_only_starts_from_it(mon
     train, valid = _data(600, 0, cards=(30, 8)), _data(600, 1, cards=(30, 8))
     tolerances, solve = [], logistic.newton_cg
     monkeypatch.setattr(logistic, "newton_cg",
-                        lambda loss, l2, tol, start=None: tolerances.append((l2, tol)) or solve(loss, l2, tol, start))
+                        lambda loss, l2, tol, start=None, progress=None: tolerances.append((l2, tol))
+                        or solve(loss, l2, tol, start))
     path = fit_logistic(LinearLogit([30, 8], 2), *train, valid=valid)
     chosen = next(r["l2"] for r in path if r["chosen"])
     assert len(tolerances) == len(path) + 1 and tolerances[-1] == (chosen, min(1e-4, chosen * logistic.TOLERANCE))
@@ -158,3 +160,23 @@ def test_a_carried_start_moves_each_weight_to_its_category_by_value():
     refit = [CategoryEncoder([5, 10, 30], "int"), CategoryEncoder(["w", "x", "y"], "str")]
     # 5 and "w" are new: the selected OOV weight; 20 is gone
     assert carried_start(solved, selected, refit).tolist() == [0.5, 0.5, 1.0, 3.0, -0.5, -0.5, 4.0, 5.0, 7.0, -1.0]
+
+
+def test_newton_cg_tells_its_progress_of_every_step_until_the_tolerance():
+    cat, num, y = _data(3000, 2, cards=(40, 12, 5))
+    loss = Logloss(design_matrix(cat, num, [40, 12, 5]), y.numpy(), [40, 12, 5])
+    gradients = []
+    newton_cg(loss, 1e-4, 1e-8, progress=gradients.append)
+    assert len(gradients) >= 3 and gradients[-1] <= 1e-8 < gradients[0]
+
+
+def test_a_long_solve_shows_its_iterations_gradient_and_the_time_left(monkeypatch, capsys):
+    clock = iter([0.0, 2.0, 10.0, 20.0])  # created; then three iterations, the first within the quiet seconds
+    monkeypatch.setattr(logistic.time, "perf_counter", lambda: next(clock))
+    shown = SolveProgress("lr", 1e-3, 1e-6, every=5.0)
+    for gradient in (1e-1, 1e-2, 1e-3):
+        shown(gradient)
+    printed = " ".join(capsys.readouterr().out.split())  # rich folds a line at the terminal's width
+    # a decade of the gradient in 10 s, four to go: 40 s; then two decades in 20 s, three to go: 30 s
+    assert printed == ("lr: l2 1.0e-03, 2 iterations, gradient 1.0e-02 (stops at 1.0e-06), 10 s, about 40 s left "
+                       "lr: l2 1.0e-03, 3 iterations, gradient 1.0e-03 (stops at 1.0e-06), 20 s, about 30 s left")

@@ -48,7 +48,7 @@ def test_the_floor_refit_starts_from_the_selected_weights(domain, impressions, v
 
     starts, solve = [], logistic.newton_cg
     monkeypatch.setattr(logistic, "newton_cg",
-                        lambda loss, l2, tol, start=None: starts.append((len(loss.x.indptr), start)) or
+                        lambda loss, l2, tol, start=None, progress=None: starts.append((len(loss.x.indptr), start)) or
                         solve(loss, l2, tol, start))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

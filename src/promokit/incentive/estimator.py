@@ -254,7 +254,7 @@ class IncentiveModel(Estimator):
         train_rows = labelled_rows(tables, split.train_customers, split.train_merchants)
         valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if validating else None
         if self.model_params_["representation"] == "linear":
-            self.history_ = solve_floor(self.net_, train_rows, valid_rows, cfg.monitor,
+            self.history_ = solve_floor(self.net_, train_rows, valid_rows, cfg.monitor, progress=cfg.progress,
                                         **{k: self.model_params_[k] for k in FLOOR_PARAMS})
             self.model_params_.update(self.net_.chosen_params)
         else:

@@ -35,6 +35,8 @@ SEARCH_TOLERANCE = 1.0
 #: bounds: loose far from the optimum, and never so tight that float32 products stall them near it.
 FORCING = (0.1, 0.5)
 MAX_NEWTON_STEPS, MAX_CG_STEPS = 100, 200
+#: Seconds after which a solve shows its progress, and between its lines (:class:`SolveProgress`).
+PROGRESS_AFTER = 5.0
 
 
 def design_matrix(cat: Tensor, num: Tensor, cardinalities) -> sp.csr_matrix:
@@ -63,6 +65,34 @@ def one_blas_thread():
     """A context in which BLAS runs on one thread: a solver's dot products are too small to share, and on a busy
     machine the spinning threads made each one sixty times slower."""
     return _blas().limit(limits=1, user_api="blas")
+
+
+class SolveProgress:
+    """What a long solve prints so that it is seen to move: from :data:`PROGRESS_AFTER` seconds on, at most one line
+    per that many, with the iterations done, the gradient's max-norm against the tolerance that stops the solve, the
+    seconds so far and an estimate of those left (the gradient's fall so far, in orders of magnitude per second,
+    carried on to the tolerance: Newton's method speeds up near the optimum, so it errs long). ``name`` and ``l2``
+    open the line, as the line of the strength solved does."""
+
+    def __init__(self, name: str, l2: float, tolerance: float, every: float | None = None):
+        self.name, self.l2, self.tolerance = name, l2, tolerance
+        self.every = PROGRESS_AFTER if every is None else every
+        self.began = self.shown = time.perf_counter()
+        self.steps, self.first = 0, None
+
+    def __call__(self, gradient: float) -> None:
+        """One iteration done; ``gradient``: the gradient's max-norm after it."""
+        self.steps += 1
+        self.first = gradient if self.first is None else self.first
+        now = time.perf_counter()
+        if now - self.shown < self.every:
+            return
+        self.shown, elapsed = now, now - self.began
+        fallen = np.log10(self.first / gradient) if gradient > 0 else 0.0
+        left = (f", about {elapsed / fallen * np.log10(gradient / self.tolerance):.0f} s left"
+                if fallen > 0 and gradient > self.tolerance else "")
+        get_console().print(f"{self.name}: l2 {self.l2:.1e}, {self.steps} iterations, gradient {gradient:.1e} "
+                            f"(stops at {self.tolerance:.1e}), {elapsed:.0f} s{left}", highlight=False)
 
 
 def prior_l2(rows: int) -> float:
@@ -130,7 +160,8 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
     given (θ: the column weights, then the intercept; :func:`carried_start`). A searched strength is solved on to
     :data:`TOLERANCE` once chosen, unless ``refit_next``: a refit on every row follows and nothing scores this
     solution, which only starts the refit's solve (:func:`~promokit.training.refit.refit_next`). ``progress`` prints a
-    line per strength solved (its AUC and seconds). Returns one record per strength solved: ``l2``, ``valid_auc``
+    line per strength solved (its AUC and seconds) and, within a solve of more than a few seconds, its iterations
+    (:class:`SolveProgress`). Returns one record per strength solved: ``l2``, ``valid_auc``
     (NaN without validation), ``chosen`` and ``seconds``.
     """
     y_np = y.numpy()
@@ -145,7 +176,8 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
         x_valid = None  # no AUC on one class
 
     def solve(strength, start, tolerance=TOLERANCE):
-        theta = newton_cg(loss, strength, min(1e-4, strength * tolerance), start)
+        stop = min(1e-4, strength * tolerance)
+        theta = newton_cg(loss, strength, stop, start, SolveProgress(name, strength, stop) if progress else None)
         return theta, auc(valid[2].numpy(), _logits(x_valid, theta)) if x_valid is not None else np.nan
 
     def report(record):
@@ -246,16 +278,20 @@ class Logloss:
         return apply
 
 
-def newton_cg(loss: Logloss, l2: float, tolerance: float, start: np.ndarray | None = None) -> np.ndarray:
+def newton_cg(loss: Logloss, l2: float, tolerance: float, start: np.ndarray | None = None,
+              progress: SolveProgress | None = None) -> np.ndarray:
     """θ minimising ``loss`` + (l2 / 2)·‖w‖² to a gradient max-norm of ``tolerance``, by Newton's method from
     ``start`` (default :meth:`Logloss.start`): each step by preconditioned conjugate gradients (:func:`_newton_step`),
-    then a backtracking line search. At most :data:`MAX_NEWTON_STEPS` steps."""
+    then a backtracking line search. At most :data:`MAX_NEWTON_STEPS` steps; ``progress`` is told of each."""
     theta = loss.start() if start is None else start.copy()
     z = _logits(loss.x, theta)
     value = loss.value(z, theta, l2)
-    for _ in range(MAX_NEWTON_STEPS):
+    for step in range(MAX_NEWTON_STEPS):
         g, weights = loss.gradient(z, theta, l2)
-        if np.abs(g).max() <= tolerance:
+        gradient = np.abs(g).max()
+        if progress is not None and step:
+            progress(gradient)
+        if gradient <= tolerance:
             break
         s, xs = _newton_step(loss, weights, l2, g)
         t, value = _line_search(loss, z, theta, l2, value, g @ s, s, xs)

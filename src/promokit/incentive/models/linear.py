@@ -12,11 +12,12 @@ from scipy.optimize import minimize
 from scipy.special import expit
 from torch import Tensor, nn
 
+from promokit.console import get_console
 from promokit.data.errors import DataError
 from promokit.incentive.models._curve import MAX_LOG_HAZARD
 from promokit.metrics import auc
 from promokit.training import History
-from promokit.training.logistic import TOLERANCE, design_matrix, one_blas_thread, search_l2
+from promokit.training.logistic import TOLERANCE, SolveProgress, design_matrix, one_blas_thread, search_l2
 
 #: The floor's own parameters: the L2 strengths of its customer and merchant heads (``None``: chosen on validation).
 FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
@@ -65,7 +66,7 @@ class OneHotFeatures(nn.Module):
 
 
 def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, monitor: str,
-                l2_customers: float | None = None, l2_merchants: float | None = None) -> History:
+                l2_customers: float | None = None, l2_merchants: float | None = None, progress: bool = False) -> History:
     r"""Set the heads of a ``linear`` :class:`~promokit.incentive.models.network.IncentiveNet` (inputs attached) to
     the minimisers of its two separable objectives over the rows of ``train`` (``labelled_rows``' layout):
 
@@ -81,7 +82,9 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     with ``monitor="auc_c"``, else on their log-likelihood; the merchants' on their squared error. The merchant
     objective is not convex (softplus of a linear map): L-BFGS finds a stationary point. Returns the paths as a
     :class:`History` (one record per strength, the kept ones ``chosen``), and sets the strengths kept as the
-    network's ``chosen_params`` (:func:`chosen_strengths`)."""
+    network's ``chosen_params`` (:func:`chosen_strengths`). ``progress`` prints a line per strength solved (its
+    validation metric and seconds) and, within a solve of more than a few seconds, its iterations
+    (:class:`~promokit.training.logistic.SolveProgress`)."""
     values = net.customer_head.values
     score = customer_auc if monitor == "auc_c" else customer_loglik
     records = []
@@ -94,7 +97,7 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
         held = _rows(net, valid, side) if valid is not None else None
         rows, held = (None if r is None else offered(side, *r, values) for r in (rows, held))
         with one_blas_thread():
-            theta, path = _l2_path(objective, metric, rows, held, fixed, side)
+            theta, path = _l2_path(objective, metric, rows, held, fixed, side, progress)
         _assign(side, head, theta, rows[0].shape[1], len(values.width))
         records += path
     net.eval()
@@ -103,21 +106,37 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     return history
 
 
-def _l2_path(objective, metric, rows, held, fixed: float | None, side: str):
+def _l2_path(objective, metric, rows, held, fixed: float | None, side: str, progress: bool = False):
     """The solution kept and the path: the strengths :func:`~promokit.training.logistic.search_l2` searches (from
     the prior strength for the side's rows, each solution warm-starting the next) by the validation ``metric`` (the
     largest AUC or log-likelihood, the smallest squared error); ``fixed`` alone, or the prior strength without
-    validation rows. Each record also holds the solve's ``seconds``."""
+    validation rows. Each record also holds the solve's ``seconds``; ``progress``: :func:`solve_floor`'s."""
     sign = -1.0 if metric is merchant_mse else 1.0
     name = f"valid_{metric.__name__}"
+    label = f"lr {side}"
+
     def solve(strength, start):
         theta = np.zeros(_size(side, *rows[:2])) if start is None else start
-        theta = minimize(objective, theta, args=(*rows, strength), jac=True, method="L-BFGS-B",
+        stop = max(min(1e-4, strength * TOLERANCE), 1e-8)
+        shown, gradient = SolveProgress(label, strength, stop) if progress else None, [np.inf]
+
+        def evaluated(*args):  # the gradient of the latest evaluation: the iterate's once an iteration ends
+            value, grad = objective(*args)
+            gradient[0] = np.abs(grad).max()
+            return value, grad
+
+        theta = minimize(evaluated, theta, args=(*rows, strength), jac=True, method="L-BFGS-B",
+                         callback=None if shown is None else lambda _: shown(gradient[0]),
                          options={"maxiter": 5000, "ftol": 0.0,  # the gradient alone stops it
-                                  "gtol": max(min(1e-4, strength * TOLERANCE), 1e-8), "maxcor": LBFGS_MEMORY}).x
+                                  "gtol": stop, "maxcor": LBFGS_MEMORY}).x
         return theta, sign * metric(theta, *held) if held is not None else np.nan
 
-    theta, records = search_l2(solve, rows[0].shape[0], fixed=fixed, validated=held is not None)
+    def report(record):
+        scored = "" if np.isnan(record["score"]) else f", {name} {sign * record['score']:.4f}"
+        get_console().print(f"{label}: l2 {record['l2']:.1e}{scored} ({record['seconds']:.1f} s)", highlight=False)
+
+    theta, records = search_l2(solve, rows[0].shape[0], fixed=fixed, validated=held is not None,
+                               report=report if progress else None)
     return theta, [{"part": side, "l2": r["l2"], name: sign * r["score"], "chosen": r["chosen"],
                     "seconds": r["seconds"]} for r in records]
 
