@@ -10,8 +10,9 @@ encoding, the leak guard, the L2 search on its validation rows, the solves — w
 row at the chosen strength) and as selected (``refit=False``). (``solves only``: the selected fit's L2 search alone,
 its solves' seconds summed.) scikit-learn is given the design ``lr`` built
 (:func:`promokit.training.logistic.design_matrix`, in float64 as a one-hot encoder gives it; for the incentive
-customers, the floor's customer design beside the offered value one-hot) and timed on its fit alone, on one BLAS
-thread as ``lr`` runs (with the default threads, a busy 2-core machine made its fits ten times slower):
+customers, the floor's customer design beside the offered value one-hot, dense where the floor's is) and timed on its
+fit alone, on one BLAS thread as ``lr`` runs (with the default threads, a busy 2-core machine made its fits ten times
+slower):
 ``LogisticRegression()`` with its defaults (lbfgs, C = 1, 100 iterations, which stop short of the optimum on these
 designs) and converged (``max_iter=1000``). The incentive ``lr`` also solves the merchants' head, which scikit-learn
 has no counterpart for; it is in ``lr``'s seconds. Every fit runs once untimed, then once in each of ``--repeats``
@@ -137,8 +138,10 @@ def incentive():
     def tasks(model):
         def design(customers):
             x, level, y = _rows(model.net_, labelled_rows(whole, customers, np.empty(0, dtype=np.int64)), "customers")
-            offered = sp.csr_matrix(np.eye(len(world.levels))[level])
-            return sp.hstack([x, offered], format="csr").astype(np.float64), y
+            offered = np.eye(len(world.levels))[level]
+            if sp.issparse(x):
+                return sp.hstack([x, sp.csr_matrix(offered)], format="csr").astype(np.float64), y
+            return np.hstack([x, offered]), y  # dense, as lr solves it
 
         curves = model.responses(whole).customers[later]
         ours = curves[np.arange(len(later)), whole.customer_level[later]]
