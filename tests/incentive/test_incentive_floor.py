@@ -10,19 +10,8 @@ from promokit.data import DataError
 from promokit.experiments.incentive.world import make_world
 from promokit.incentive.contract import check_tables
 from promokit.incentive.estimator import IncentiveModel, labelled_rows
-from promokit.incentive.models.linear import _rows, customer_objective, merchant_objective, offered
+from promokit.incentive.models.linear import _rows, customer_objective, head_weights, merchant_objective, offered
 from promokit.training.logistic import L2_GRID, TOLERANCE, prior_l2
-
-
-def _theta_customers(net) -> np.ndarray:
-    head = net.customer_head
-    return np.concatenate([head.weight.detach().double().numpy().ravel(), head.bias.detach().double().numpy()])
-
-
-def _theta_merchants(net) -> np.ndarray:
-    curve = net.merchant_head.curve
-    return np.concatenate([p.detach().double().numpy().ravel() for p in
-                           (curve.gradient.weight, curve.gradient.bias, curve.intercept.weight, curve.intercept.bias)])
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +48,9 @@ def test_the_solution_is_a_stationary_point_of_the_chosen_strength(solved):
     assert model.model_params_["l2_merchants"] == chosen["merchants"]
     assert model.holdout_["refit"]["params"] == {f"l2_{part}": l2 for part, l2 in chosen.items()}
     assert model.params is None  # what fit chose is in model_params, not the parameter
-    for side, objective, theta in (("customers", customer_objective, _theta_customers(net)),
-                                   ("merchants", merchant_objective, _theta_merchants(net))):
+    thetas = head_weights(net)
+    for side, objective, theta in (("customers", customer_objective, thetas["customers"]),
+                                   ("merchants", merchant_objective, thetas["merchants"])):
         value, grad = objective(theta, *offered(side, *_rows(net, train, side), levels), chosen[side])
         # solved to the floors' tolerance; the weights are float32, which rounds the gradient by about 1e-5
         assert np.abs(grad).max() < min(1e-4, TOLERANCE * chosen[side]) + 1e-5, side
@@ -123,3 +113,23 @@ def test_the_floor_prints_a_line_per_strength_solved_unless_told_not_to(capsys):
         assert f"lr {record['part']}: l2 {record['l2']:.1e}, {metric} {record[metric]:.4f}" in printed
     IncentiveModel("lr", train={"progress": False}, refit=False).fit(tables)
     assert capsys.readouterr().out == ""
+
+
+def test_the_refit_starts_its_solves_from_the_selected_floor(monkeypatch):
+    import promokit.incentive.estimator as estimator
+
+    world = make_world(600, 60, seed=3)
+    tables = check_tables(world.customers, world.merchants, world.edges)
+    starts, solved, solve = [], [], estimator.solve_floor
+
+    def recorded(net, *args, start=None, **kwargs):
+        starts.append(start)
+        history = solve(net, *args, start=start, **kwargs)
+        solved.append(head_weights(net))
+        return history
+
+    monkeypatch.setattr(estimator, "solve_floor", recorded)
+    IncentiveModel("lr", train={"progress": False}).fit(tables)
+    assert starts[0] is None and len(starts) == 2  # the selection from zero, the refit from what it selected
+    for side in ("customers", "merchants"):
+        np.testing.assert_array_equal(starts[1][side], solved[0][side])

@@ -23,7 +23,7 @@ from promokit.incentive.contract import CUSTOMER, GRAPH_TABLES, MERCHANT, Incent
 from promokit.incentive.defaults import DEFAULT_MODEL, DEFAULT_TRAIN, DEFAULT_VALIDATION
 from promokit.incentive.inputs import GraphInputs, InputEncoders
 from promokit.incentive.models._curve import response_nll
-from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, solve_floor
+from promokit.incentive.models.linear import FLOOR_PARAMS, check_floor_params, head_weights, solve_floor
 from promokit.incentive.models.network import IncentiveNet
 from promokit.incentive.offline_metrics import Responses, curve_figure, evaluate as evaluate_responses, off_pyplot
 from promokit.metrics import auc
@@ -58,7 +58,7 @@ from promokit.training.recalibration import (
     read_recalibration,
 )
 from promokit.training.auto import AUTO, fit_auto
-from promokit.training.refit import REFIT, refit_after_selection
+from promokit.training.refit import REFIT, refit_after_selection, selected_model
 from promokit.training.shard_loop import checkpoint_folder
 from promokit.training.shards import TEST, TRAIN, VALID
 
@@ -255,7 +255,7 @@ class IncentiveModel(Estimator):
         valid_rows = labelled_rows(tables, split.valid_customers, split.valid_merchants) if validating else None
         if self.model_params_["representation"] == "linear":
             self.history_ = solve_floor(self.net_, train_rows, valid_rows, cfg.monitor, progress=cfg.progress,
-                                        **{k: self.model_params_[k] for k in FLOOR_PARAMS})
+                                        start=self._floor_start(), **{k: self.model_params_[k] for k in FLOOR_PARAMS})
             self.model_params_.update(self.net_.chosen_params)
         else:
             metrics = validation_metrics() if valid_rows else None
@@ -317,6 +317,16 @@ class IncentiveModel(Estimator):
                 raise DataError(f"`allow_leaky` names {name!r}, which is not a customer feature; the customer features "
                                 f"are {features}")
         return list(self.allowed_leaks)
+
+    def _floor_start(self) -> dict[str, np.ndarray] | None:
+        """Where a refit's floor starts its solves: the selected floor's weights (:func:`head_weights`; both fitted
+        their encoders on the same tables, so the columns match); None outside a refit, or where the heads' shapes
+        differ."""
+        selected = selected_model(self)
+        if selected is None or selected.net_ is None:
+            return None
+        start, fresh = head_weights(selected.net_), head_weights(self.net_)
+        return start if all(start[side].shape == fresh[side].shape for side in start) else None
 
     def warn_leaks(self, tables: IncentiveTables, rows: np.ndarray) -> None:
         """Warn of the customer features (less the spec's ``allow_leaky``) that alone predict the redemption of the

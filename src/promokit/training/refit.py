@@ -68,12 +68,18 @@ def refit_twin(estimator, data, *, params: dict, history: History | None, fit=No
         del twin._selected
 
 
+def selected_model(estimator):
+    """The model whose selection a refit (:func:`refit_twin`'s ``estimator``, while it fits) fixes; None outside a
+    refit."""
+    return getattr(estimator, "_selected", None)
+
+
 def refit_carry(estimator) -> tuple | None:
     """What the linear floor of a refit (:func:`refit_twin`'s model, while it fits) starts its solve from: the selected
     model's network, its categorical encoders and the refit's, for
     :func:`~promokit.training.logistic.carried_start`; None outside a refit, or where the two table encoders differ in
     their fields or numeric width (the solve then starts from the intercept alone)."""
-    selected = getattr(estimator, "_selected", None)
+    selected = selected_model(estimator)
     if selected is None:
         return None
     solved, encoder = selected.encoder_, estimator.encoder_

@@ -67,7 +67,7 @@ class OneHotFeatures(nn.Module):
 
 def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, monitor: str,
                 l2_customers: float | None = None, l2_merchants: float | None = None,
-                progress: bool = False) -> History:
+                progress: bool = False, start: dict[str, np.ndarray] | None = None) -> History:
     r"""Set the heads of a ``linear`` :class:`~promokit.incentive.models.network.IncentiveNet` (inputs attached) to
     the minimisers of its two separable objectives over the rows of ``train`` (``labelled_rows``' layout):
 
@@ -85,7 +85,8 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     :class:`History` (one record per strength, the kept ones ``chosen``), and sets the strengths kept as the
     network's ``chosen_params`` (:func:`chosen_strengths`). ``progress`` prints a line per strength solved (its
     validation metric and seconds) and, within a solve of more than a few seconds, its iterations
-    (:class:`~promokit.training.logistic.SolveProgress`)."""
+    (:class:`~promokit.training.logistic.SolveProgress`). ``start`` (a refit's: :func:`head_weights` of the selected
+    floor) warm-starts each side's first solve."""
     values = net.customer_head.values
     score = customer_auc if monitor == "auc_c" else customer_loglik
     records = []
@@ -98,7 +99,7 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
         held = _rows(net, valid, side) if valid is not None else None
         rows, held = (None if r is None else offered(side, *r, values) for r in (rows, held))
         with one_blas_thread():
-            theta, path = _l2_path(objective, metric, rows, held, fixed, side, progress)
+            theta, path = _l2_path(objective, metric, rows, held, fixed, side, progress, (start or {}).get(side))
         _assign(side, head, theta, rows[0].shape[1], len(values.width))
         records += path
     net.eval()
@@ -107,11 +108,13 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     return history
 
 
-def _l2_path(objective, metric, rows, held, fixed: float | None, side: str, progress: bool = False):
+def _l2_path(objective, metric, rows, held, fixed: float | None, side: str, progress: bool = False,
+             start: np.ndarray | None = None):
     """The solution kept and the path: the strengths :func:`~promokit.training.logistic.search_l2` searches (from
-    the prior strength for the side's rows, each solution warm-starting the next) by the validation ``metric`` (the
-    largest AUC or log-likelihood, the smallest squared error); ``fixed`` alone, or the prior strength without
-    validation rows. Each record also holds the solve's ``seconds``; ``progress``: :func:`solve_floor`'s."""
+    the prior strength for the side's rows, each solution warm-starting the next, the first from ``start`` when
+    given) by the validation ``metric`` (the largest AUC or log-likelihood, the smallest squared error); ``fixed``
+    alone, or the prior strength without validation rows. Each record also holds the solve's ``seconds``;
+    ``progress``: :func:`solve_floor`'s."""
     sign = -1.0 if metric is merchant_mse else 1.0
     name = f"valid_{metric.__name__}"
     label = f"lr {side}"
@@ -137,7 +140,7 @@ def _l2_path(objective, metric, rows, held, fixed: float | None, side: str, prog
         get_console().print(f"{label}: l2 {record['l2']:.1e}{scored} ({record['seconds']:.1f} s)", highlight=False)
 
     theta, records = search_l2(solve, rows[0].shape[0], fixed=fixed, validated=held is not None,
-                               report=report if progress else None)
+                               report=report if progress else None, start=start)
     return theta, [{"part": side, "l2": r["l2"], name: sign * r["score"], "chosen": r["chosen"],
                     "seconds": r["seconds"]} for r in records]
 
@@ -237,6 +240,17 @@ def merchant_objective(theta, x, r, target, l2) -> tuple[float, np.ndarray]:
 def merchant_mse(theta, x, r, target) -> float:
     """The merchants' mean squared error at the offered commission."""
     return merchant_objective(theta, x, r, target, 0.0)[0]
+
+
+def head_weights(net) -> dict[str, np.ndarray]:
+    """θ of each head of a solved ``linear`` network, laid out as :func:`solve_floor` solves it (the inverse of
+    :func:`_assign`): what a refit on every row starts its solves from."""
+    head, curve = net.customer_head, net.merchant_head.curve
+    flat = [param.detach().double().numpy().ravel() for param in
+            (curve.gradient.weight, curve.gradient.bias, curve.intercept.weight, curve.intercept.bias)]
+    return {"customers": np.concatenate([head.weight.detach().double().numpy().ravel(),
+                                         head.bias.detach().double().numpy()]),
+            "merchants": np.concatenate(flat)}
 
 
 def _assign(side: str, head: nn.Module, theta: np.ndarray, p: int, k: int) -> None:
