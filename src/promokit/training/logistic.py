@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from functools import cache, partial
 
 import numpy as np
@@ -279,10 +280,11 @@ class Logloss:
 
 
 def newton_cg(loss: Logloss, l2: float, tolerance: float, start: np.ndarray | None = None,
-              progress: SolveProgress | None = None) -> np.ndarray:
+              progress: Callable[[float], None] | None = None) -> np.ndarray:
     """θ minimising ``loss`` + (l2 / 2)·‖w‖² to a gradient max-norm of ``tolerance``, by Newton's method from
     ``start`` (default :meth:`Logloss.start`): each step by preconditioned conjugate gradients (:func:`_newton_step`),
-    then a backtracking line search. At most :data:`MAX_NEWTON_STEPS` steps; ``progress`` is told of each."""
+    then a backtracking line search. At most :data:`MAX_NEWTON_STEPS` steps, each followed by ``progress(gradient)``
+    (the gradient's max-norm after it; a :class:`SolveProgress`), when given."""
     theta = loss.start() if start is None else start.copy()
     z = _logits(loss.x, theta)
     value = loss.value(z, theta, l2)
