@@ -53,8 +53,7 @@ class CategoryEncoder:
         counts = np.bincount(merged[merged >= 0], weights=counts[merged >= 0], minlength=len(names))
         kept = names[(counts > 0) & (counts >= min_count)]
         encoder = cls(sorted(int(v) for v in kept) if kind == "int" else sorted(str(v) for v in kept), kind)
-        found = np.append(encoder._index.get_indexer(canonical) + 1, OOV)
-        return encoder, found[codes].astype(np.int64)
+        return encoder, encoder._lookup(codes, canonical)
 
     @staticmethod
     def count(series: pd.Series) -> tuple[pd.Series, np.ndarray]:
@@ -85,14 +84,17 @@ class CategoryEncoder:
         return len(self.vocabulary) + 1
 
     def transform(self, series: pd.Series) -> np.ndarray:
-        """The code of each value: its position in the vocabulary + 1, or :data:`OOV` (missing values too)."""
+        """The code of each value: its position in the vocabulary + 1, or :data:`OOV` (missing values too). Each
+        distinct value is made canonical and looked up once (text, objects, categories, nullable integers)."""
         if self.kind == "int" and _plain_integers(series):
             return self._index.get_indexer(series.to_numpy()).astype(np.int64) + 1
-        if isinstance(series.dtype, pd.StringDtype):  # text: each distinct value made canonical and looked up once
-            codes, distinct = pd.factorize(series)
-            found = np.append(self._index.get_indexer(_canonical(pd.Series(distinct), self.kind)) + 1, OOV)
-            return found[codes].astype(np.int64)
-        return self._index.get_indexer(_canonical(series, self.kind)).astype(np.int64) + 1
+        codes, distinct = pd.factorize(series)
+        return self._lookup(codes, _canonical(pd.Series(distinct), self.kind))
+
+    def _lookup(self, codes: np.ndarray, canonical: pd.Series) -> np.ndarray:
+        """The code of each row of a column factorised into ``codes`` (−1: missing) over distinct values whose
+        canonical forms are ``canonical``."""
+        return np.append(self._index.get_indexer(canonical) + 1, OOV)[codes].astype(np.int64)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "vocabulary": self.vocabulary}
