@@ -10,9 +10,8 @@ from promokit.nn import LinearLogit
 from promokit.training import fit_logistic
 from promokit.metrics import auc
 from promokit.data.encoders import CategoryEncoder
-from promokit.training import logistic
-from promokit.training.logistic import (L2_GRID, Logloss, SolveProgress, _logits, carried_start, design_matrix,
-                                       newton_cg, prior_l2, search_l2)
+from promokit.training.logistic import (L2_GRID, Logloss, _logits, carried_start, design_matrix, newton_cg, prior_l2,
+                                       search_l2)
 
 
 def _data(n, seed, cards=(6, 4)):
@@ -168,15 +167,3 @@ def test_newton_cg_tells_its_progress_of_every_step_until_the_tolerance():
     gradients = []
     newton_cg(loss, 1e-4, 1e-8, progress=gradients.append)
     assert len(gradients) >= 3 and gradients[-1] <= 1e-8 < gradients[0]
-
-
-def test_a_long_solve_shows_its_iterations_gradient_and_the_time_left(monkeypatch, capsys):
-    clock = iter([0.0, 2.0, 10.0, 20.0])  # created; then three iterations, the first within the quiet seconds
-    monkeypatch.setattr(logistic.time, "perf_counter", lambda: next(clock))
-    shown = SolveProgress("lr", 1e-3, 1e-6, every=5.0)
-    for gradient in (1e-1, 1e-2, 1e-3):
-        shown(gradient)
-    printed = " ".join(capsys.readouterr().out.split())  # rich folds a line at the terminal's width
-    # a decade of the gradient in 10 s, four to go: 40 s; then two decades in 20 s, three to go: 30 s
-    assert printed == ("lr: l2 1.0e-03, 2 iterations, gradient 1.0e-02 (stops at 1.0e-06), 10 s, about 40 s left "
-                       "lr: l2 1.0e-03, 3 iterations, gradient 1.0e-03 (stops at 1.0e-06), 20 s, about 30 s left")

@@ -270,7 +270,7 @@ class ConversionModel(Estimator):
                                             metrics=self.validation_metrics(valid_tensors), on_epoch=on_epoch)
         else:
             self.net_ = self.model_class(**{"seed": self.train_config.seed, **self.model_params_})
-            self.net_.fit(train_x, labels, valid_part)
+            self.net_.fit(train_x, labels, valid_part, progress=self.train_config.progress)
         self.warn_validation_leak()
         every = pd.concat([whole, valid], ignore_index=True) if choice.form == TABLE else None
         return refit_after_selection(self, whole, held, every=every, validation_split=validation_split)

@@ -20,6 +20,7 @@ from promokit.console import get_console
 from promokit.metrics import auc
 from promokit.nn.linear import LinearLogit
 from promokit.nn.wide import WideTerm
+from promokit.training.solve_progress import SolveProgress
 
 #: L2 strengths searched (penalty (l2 / 2)·‖w‖² on the mean logloss), from strongest to weakest.
 L2_GRID = (1e-2, 3e-3, 1e-3, 3e-4, 1e-4, 3e-5, 1e-5, 3e-6, 1e-6)
@@ -36,8 +37,6 @@ SEARCH_TOLERANCE = 1.0
 #: bounds: loose far from the optimum, and never so tight that float32 products stall them near it.
 FORCING = (0.1, 0.5)
 MAX_NEWTON_STEPS, MAX_CG_STEPS = 100, 200
-#: Seconds after which a solve shows its progress, and between its lines (:class:`SolveProgress`).
-PROGRESS_AFTER = 5.0
 
 
 def design_matrix(cat: Tensor, num: Tensor, cardinalities) -> sp.csr_matrix:
@@ -66,34 +65,6 @@ def one_blas_thread():
     """A context in which BLAS runs on one thread: a solver's dot products are too small to share, and on a busy
     machine the spinning threads made each one sixty times slower."""
     return _blas().limit(limits=1, user_api="blas")
-
-
-class SolveProgress:
-    """What a long solve prints so that it is seen to move: from :data:`PROGRESS_AFTER` seconds on, at most one line
-    per that many, with the iterations done, the gradient's max-norm against the tolerance that stops the solve, the
-    seconds so far and an estimate of those left (the gradient's fall so far, in orders of magnitude per second,
-    carried on to the tolerance: Newton's method speeds up near the optimum, so it errs long). ``name`` and ``l2``
-    open the line, as the line of the strength solved does."""
-
-    def __init__(self, name: str, l2: float, tolerance: float, every: float | None = None):
-        self.name, self.l2, self.tolerance = name, l2, tolerance
-        self.every = PROGRESS_AFTER if every is None else every
-        self.began = self.shown = time.perf_counter()
-        self.steps, self.first = 0, None
-
-    def __call__(self, gradient: float) -> None:
-        """One iteration done; ``gradient``: the gradient's max-norm after it."""
-        self.steps += 1
-        self.first = gradient if self.first is None else self.first
-        now = time.perf_counter()
-        if now - self.shown < self.every:
-            return
-        self.shown, elapsed = now, now - self.began
-        fallen = np.log10(self.first / gradient) if gradient > 0 else 0.0
-        left = (f", about {elapsed / fallen * np.log10(gradient / self.tolerance):.0f} s left"
-                if fallen > 0 and gradient > self.tolerance else "")
-        get_console().print(f"{self.name}: l2 {self.l2:.1e}, {self.steps} iterations, gradient {gradient:.1e} "
-                            f"(stops at {self.tolerance:.1e}), {elapsed:.0f} s{left}", highlight=False)
 
 
 def prior_l2(rows: int) -> float:
@@ -162,8 +133,8 @@ def fit_logistic(model: LinearLogit, cat: Tensor, num: Tensor, y: Tensor,
     :data:`TOLERANCE` once chosen, unless ``refit_next``: a refit on every row follows and nothing scores this
     solution, which only starts the refit's solve (:func:`~promokit.training.refit.refit_next`). ``progress`` prints a
     line per strength solved (its AUC and seconds) and, within a solve of more than a few seconds, its iterations
-    (:class:`SolveProgress`). Returns one record per strength solved: ``l2``, ``valid_auc``
-    (NaN without validation), ``chosen`` and ``seconds``.
+    (:class:`~promokit.training.solve_progress.SolveProgress`). Returns one record per strength solved: ``l2``,
+    ``valid_auc`` (NaN without validation), ``chosen`` and ``seconds``.
     """
     y_np = y.numpy()
     if len(np.unique(y_np)) < 2:
@@ -284,7 +255,7 @@ def newton_cg(loss: Logloss, l2: float, tolerance: float, start: np.ndarray | No
     """θ minimising ``loss`` + (l2 / 2)·‖w‖² to a gradient max-norm of ``tolerance``, by Newton's method from
     ``start`` (default :meth:`Logloss.start`): each step by preconditioned conjugate gradients (:func:`_newton_step`),
     then a backtracking line search. At most :data:`MAX_NEWTON_STEPS` steps, each followed by ``progress(gradient)``
-    (the gradient's max-norm after it; a :class:`SolveProgress`), when given."""
+    (the gradient's max-norm after it; a :class:`~promokit.training.solve_progress.SolveProgress`) when given."""
     theta = loss.start() if start is None else start.copy()
     z = _logits(loss.x, theta)
     value = loss.value(z, theta, l2)

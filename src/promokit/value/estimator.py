@@ -393,7 +393,8 @@ class ValueModel(Estimator):
         self._attached = tables
         valid_rows = self.encoders_.rows(tables, valid) if len(valid) else None
         if not self.is_neural:
-            self.history_ = self.net_.fit(train_rows, valid_rows, self.train_config.seed)
+            self.history_ = self.net_.fit(train_rows, valid_rows, self.train_config.seed,
+                                          progress=self.train_config.progress)
         else:
             config = self.train_config if valid_rows is not None else replace(self.train_config, monitor="loss")
             self.history_ = Trainer(config, checkpoint_dir).fit(self.net_, train_rows, valid_rows, resume,

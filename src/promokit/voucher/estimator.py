@@ -385,7 +385,8 @@ class VoucherModel(Estimator):
                     on_epoch=on_epoch)
         else:
             self.net_ = self.model_class(self.layout(), **{"seed": self.train_config.seed, **self.net_params})
-            self.net_.fit(*_arrays(train), None if valid is None else _arrays(valid))
+            self.net_.fit(*_arrays(train), None if valid is None else _arrays(valid),
+                          progress=self.train_config.progress)
         if valid_rows is not None:
             self.warn_validation_leak(inputs["redeemed"].numpy()[valid_rows], self._scores(tables, valid_rows))
         return refit_after_selection(self, tables, test_rows, rows=rows)

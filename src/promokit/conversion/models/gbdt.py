@@ -9,6 +9,7 @@ import lightgbm as lgb
 import numpy as np
 
 from promokit.data.encoders import EncodedFeatures
+from promokit.training.solve_progress import BoostingProgress
 
 
 class GBDT:
@@ -70,7 +71,9 @@ class GBDT:
         return np.hstack([x.categorical.astype(np.float32), x.numeric])
 
     def fit(self, x: EncodedFeatures, labels: dict[str, np.ndarray],
-            valid: tuple[EncodedFeatures, dict[str, np.ndarray]] | None = None) -> GBDT:
+            valid: tuple[EncodedFeatures, dict[str, np.ndarray]] | None = None, progress: bool = False) -> GBDT:
+        """Boost the CTR trees on every row and the CVR trees on the clicked ones, each stopping early on its rows of
+        ``valid`` when given; ``progress``: a line every few seconds of a long run (:class:`BoostingProgress`)."""
         matrix = self._matrix(x)
         cats = list(range(x.categorical.shape[1]))
         clicked = labels["click"] == 1
@@ -84,6 +87,8 @@ class GBDT:
                 valid_sets = [lgb.Dataset(self._matrix(vx)[vrows], vl[label][vrows], reference=train)]
                 callbacks = [lgb.early_stopping(self.params["early_stopping_rounds"], verbose=False)]
             trees = (task == "cvr" and self.params["n_trees_cvr"]) or self.params["n_trees"]
+            if progress:
+                callbacks.append(BoostingProgress(f"gbdt {task}", trees))
             self.boosters[task] = lgb.train(self._lgb_params(), train, num_boost_round=trees,
                                             valid_sets=valid_sets, callbacks=callbacks)
         return self

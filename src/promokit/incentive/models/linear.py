@@ -17,7 +17,8 @@ from promokit.data.errors import DataError
 from promokit.incentive.models._curve import MAX_LOG_HAZARD
 from promokit.metrics import auc
 from promokit.training import History
-from promokit.training.logistic import TOLERANCE, SolveProgress, design_matrix, one_blas_thread, search_l2
+from promokit.training.logistic import TOLERANCE, design_matrix, one_blas_thread, search_l2
+from promokit.training.solve_progress import SolveProgress
 
 #: The floor's own parameters: the L2 strengths of its customer and merchant heads (``None``: chosen on validation).
 FLOOR_PARAMS = {"l2_customers": None, "l2_merchants": None}
@@ -85,8 +86,8 @@ def solve_floor(net, train: dict[str, Tensor], valid: dict[str, Tensor] | None, 
     :class:`History` (one record per strength, the kept ones ``chosen``), and sets the strengths kept as the
     network's ``chosen_params`` (:func:`chosen_strengths`). ``progress`` prints a line per strength solved (its
     validation metric and seconds) and, within a solve of more than a few seconds, its iterations
-    (:class:`~promokit.training.logistic.SolveProgress`). ``start`` (a refit's: :func:`head_weights` of the selected
-    floor) warm-starts each side's first solve."""
+    (:class:`~promokit.training.solve_progress.SolveProgress`). ``start`` (a refit's: :func:`head_weights` of the
+    selected floor) warm-starts each side's first solve."""
     values = net.customer_head.values
     score = customer_auc if monitor == "auc_c" else customer_loglik
     records = []

@@ -16,6 +16,7 @@ from torch import Tensor
 from promokit.data import DataError
 from promokit.metrics import auc
 from promokit.training import History
+from promokit.training.solve_progress import BoostingProgress
 from promokit.value.contract import FUND
 from promokit.value.inputs import InputEncoders, NodeInputs
 
@@ -150,10 +151,12 @@ class Hurdle:
 
     # ---- fitting
 
-    def fit(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None, seed: int = 0) -> History:
+    def fit(self, train: dict[str, Tensor], valid: dict[str, Tensor] | None = None, seed: int = 0,
+            progress: bool = False) -> History:
         """Fit both stages on the deliveries ``train`` (:meth:`InputEncoders.rows`): the hurdle (conversion), then the
         amount, each stopping early on its rows of ``valid`` when there are any; then the smearing factor. Returns one
-        record per stage (trees kept, validation loss; the conversion's validation AUC too) and the factor."""
+        record per stage (trees kept, validation loss; the conversion's validation AUC too) and the factor.
+        ``progress``: a line every few seconds of a long stage (:class:`BoostingProgress`)."""
         n = self.nodes
         categorical = list(range(n.user_cat.shape[1] + n.fund_cat.shape[1] + train["ctx_cat"].shape[1]))
         sets = [(self._batch_matrix(rows), rows["convert"].numpy() > 0, rows["v"].numpy().astype(np.float64))
@@ -167,6 +170,8 @@ class Hurdle:
             train_set = lgb.Dataset(*data[0], categorical_feature=categorical, free_raw_data=False)
             valid_sets = [lgb.Dataset(*d, reference=train_set) for d in data[1:] if len(d[1])]
             callbacks = [lgb.early_stopping(self.params["early_stopping_rounds"], verbose=False)] if valid_sets else []
+            if progress:
+                callbacks.append(BoostingProgress(f"hurdle {stage}", trees[stage]))
             booster = lgb.train(self._lgb_params(objective, seed), train_set, num_boost_round=trees[stage],
                                 valid_sets=valid_sets, callbacks=callbacks)
             self.boosters[stage] = booster

@@ -9,6 +9,7 @@ import lightgbm as lgb
 import numpy as np
 
 from promokit.voucher.models.base import FieldLayout
+from promokit.training.solve_progress import BoostingProgress
 
 
 class GBDT:
@@ -72,13 +73,17 @@ class GBDT:
         return np.hstack([x["cat"][:, self.dense_fields].astype(np.float32), x["num"]])
 
     def fit(self, x: dict[str, np.ndarray], labels: dict[str, np.ndarray],
-            valid: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None) -> GBDT:
+            valid: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None = None, progress: bool = False) -> GBDT:
+        """Boost on the training sessions, stopping early on ``valid`` when given; ``progress``: a line every few
+        seconds of a long run (:class:`BoostingProgress`)."""
         cats = list(range(len(self.dense_fields)))
         train = lgb.Dataset(self._matrix(x), labels["redeemed"], categorical_feature=cats, free_raw_data=False)
         valid_sets, callbacks = [], []
         if valid is not None:
             valid_sets = [lgb.Dataset(self._matrix(valid[0]), valid[1]["redeemed"], reference=train)]
             callbacks = [lgb.early_stopping(self.params["early_stopping_rounds"], verbose=False)]
+        if progress:
+            callbacks.append(BoostingProgress("gbdt", self.params["n_trees"]))
         self.booster = lgb.train(self._lgb_params(), train, num_boost_round=self.params["n_trees"],
                                  valid_sets=valid_sets, callbacks=callbacks)
         return self
