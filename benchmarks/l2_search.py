@@ -1,5 +1,5 @@
-"""The logistic floors' L2 search against the later rows: the strength it keeps, the best one in hindsight, and a
-stepping rule that asks for a significant gain.
+"""The logistic floors' L2 search against the later rows: the strength it keeps, the best one in hindsight, and two
+other rules: a step kept only on a significant gain, and the log-likelihood as the score.
 
 For every task (KuaiRand-Pure's click and follow, AmExpert's redemption, the synthetic conversion and voucher
 worlds, seeds 0–2) and every strength of ``L2_GRID``: the validation AUC of ``lr`` fitted at that strength with its
@@ -10,7 +10,8 @@ the same path:
 - ``lr`` as it is (:func:`~promokit.training.logistic.search_l2`): from the grid's strength nearest the prior, a step
   is kept when the validation AUC rises;
 - one standard error: a step is kept when the rise exceeds one standard error of the paired difference of the two
-  AUCs on the same validation rows (DeLong, DeLong & Clarke-Pearson, Biometrics 1988).
+  AUCs on the same validation rows (DeLong, DeLong & Clarke-Pearson, Biometrics 1988);
+- log-likelihood: ``search_l2``'s walk on the validation rows' mean log-likelihood instead of their AUC.
 
 Printed per task: the validation positives, each strength's validation and later AUC, each rule's choice with its
 later AUC and solves, and the hindsight best.
@@ -116,12 +117,18 @@ def one_se_search(path: dict) -> tuple[int, int]:
     return best, solves
 
 
-def lr_search(path: dict) -> tuple[int, int]:
-    """(the grid index kept, solves) of ``search_l2`` itself on the path's validation AUCs."""
+def lr_search(path: dict, metric=auc) -> tuple[int, int]:
+    """(the grid index kept, solves) of ``search_l2`` itself on the path's validation ``metric`` (higher better)."""
     grid = sorted(L2_GRID, reverse=True)
-    aucs = [auc(path["y_valid"], s) for s in path["valid"]]
-    _, records = search_l2(lambda l2, start: (grid.index(l2), aucs[grid.index(l2)]), path["rows"], grid=grid)
+    scores = [metric(path["y_valid"], s) for s in path["valid"]]
+    _, records = search_l2(lambda l2, start: (grid.index(l2), scores[grid.index(l2)]), path["rows"], grid=grid)
     return grid.index(next(r["l2"] for r in records if r["chosen"])), len(records)
+
+
+def loglik(labels: np.ndarray, p: np.ndarray) -> float:
+    """The mean log-likelihood of probabilities ``p``."""
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return float(np.mean(labels * np.log(p) + (1 - labels) * np.log1p(-p)))
 
 
 def report(name: str, path: dict) -> dict:
@@ -133,10 +140,12 @@ def report(name: str, path: dict) -> dict:
     print(pd.DataFrame({"l2": [f"{v:.0e}" for v in grid], "valid AUC": valid, "later AUC": later}).to_string(
         index=False, float_format=lambda v: f"{v:.4f}"))
     (kept, solves), (one_se, one_se_solves) = lr_search(path), one_se_search(path)
+    by_loglik = lr_search(path, loglik)[0]
     best = int(np.argmax(later))
     return {"task": name, "lr keeps": f"{grid[kept]:.0e}", "later AUC": later[kept], "solves": solves,
             "one SE keeps": f"{grid[one_se]:.0e}", "one SE later AUC": later[one_se], "one SE solves": one_se_solves,
             "one SE − lr": f"{later[one_se] - later[kept]:+.4f}".replace("-", "−"),
+            "log-lik. keeps": f"{grid[by_loglik]:.0e}", "log-lik. later AUC": later[by_loglik],
             "hindsight": f"{grid[best]:.0e}", "hindsight AUC": later[best]}
 
 
